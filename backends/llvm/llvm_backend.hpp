@@ -1,0 +1,39 @@
+// backends/llvm: IR -> LLVM IR (IRBuilder) -> ORC LLJIT for the host CPU.
+//
+// The lowering never decides numerics: every IR node becomes the LLVM instruction with the
+// same IEEE meaning, with no fast-math flags and FP contraction off. What it does choose:
+//  * vector IR types become LLVM vectors, so an order's lanes are SIMD lanes;
+//  * `rows_in_flight` program instances run in lock step (their control flow is uniform by
+//    the verifier's rule), so a serial chain in one row overlaps with other rows' chains.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "ir/ir.hpp"
+
+namespace ordo::llvm_backend {
+
+// Runs program instances [begin, end) of a kernel. buffers[i] is the i-th Kernel::buffers
+// entry; extents[d] the grid extent of dimension d (instances are numbered row-major).
+using EntryFn = void (*)(void* const* buffers, const int64_t* extents, int64_t begin, int64_t end);
+
+struct Options {
+  int rows_in_flight = 0;  // 0: choose (4 when the kernel is scalar, else 2)
+};
+
+struct Compiled {
+  EntryFn entry = nullptr;
+  int rows_in_flight = 1;
+};
+
+// Thread-safe. The code stays loaded for the life of the process.
+Compiled compile(const ir::Kernel& k, const Options& opt = {});
+
+// The optimized LLVM IR text of a kernel, as compile() would run it.
+std::string emit_llvm_ir(const ir::Kernel& k, const Options& opt = {});
+
+// "x86_64 znver3 +avx2,+fma,..." : what the JIT targets.
+std::string host_description();
+
+}  // namespace ordo::llvm_backend

@@ -1,0 +1,310 @@
+// IR -> LLVM IR.
+#include <fmt/format.h>
+#include <llvm/IR/IRBuilder.h>
+#include <llvm/IR/Intrinsics.h>
+#include <llvm/IR/Module.h>
+#include <llvm/IR/Verifier.h>
+#include <llvm/Support/raw_ostream.h>
+
+#include <unordered_map>
+
+#include "backends/llvm/lower.hpp"
+#include "ir/error.hpp"
+
+namespace ordo::llvm_backend {
+
+using namespace ordo::ir;
+
+namespace {
+
+struct Lowerer {
+  llvm::LLVMContext& ctx;
+  llvm::Module& mod;
+  const Kernel& k;
+  llvm::IRBuilder<> B;
+  llvm::Function* fn = nullptr;
+  int R = 1;                                      // instances in lock step
+  std::vector<llvm::Value*> buffers;              // base pointers
+  std::vector<std::vector<llvm::Value*>> pid;     // [instance][dim]
+  std::vector<std::vector<llvm::AllocaInst*>> locals;  // [local][instance]
+  std::unordered_map<const Expr*, std::vector<llvm::Value*>> memo;  // within one statement
+
+  Lowerer(llvm::LLVMContext& c, llvm::Module& m, const Kernel& kernel) : ctx(c), mod(m), k(kernel), B(c) {}
+
+  llvm::Type* scalar(ScalarType t) {
+    switch (t) {
+      case ScalarType::f64: return B.getDoubleTy();
+      case ScalarType::f32: return B.getFloatTy();
+      case ScalarType::f16: return B.getHalfTy();
+      case ScalarType::bf16: return B.getInt16Ty();  // bit pattern; converted by integer ops below
+      case ScalarType::i64: return B.getInt64Ty();
+      case ScalarType::boolean: return B.getInt1Ty();
+    }
+    return nullptr;
+  }
+  llvm::Type* type(Type t) {
+    llvm::Type* s = scalar(t.scalar);
+    return t.lanes == 1 ? s : llvm::FixedVectorType::get(s, static_cast<unsigned>(t.lanes));
+  }
+  llvm::Value* splat_int(Type t, int64_t bits, unsigned width) {
+    llvm::Value* c = B.getIntN(width, static_cast<uint64_t>(bits));
+    return t.lanes == 1 ? c : B.CreateVectorSplat(static_cast<unsigned>(t.lanes), c);
+  }
+
+  // f32 -> bf16 bits with round-to-nearest-even; NaN becomes a quiet NaN. Same algorithm as
+  // ir/float_bits.hpp.
+  llvm::Value* f32_to_bf16(llvm::Value* v, Type t) {
+    Type it{ScalarType::i64, t.lanes};  // only for lane count
+    auto i32 = [&](int64_t c) { return splat_int(it, c, 32); };
+    llvm::Type* i32t = t.lanes == 1 ? static_cast<llvm::Type*>(B.getInt32Ty())
+                                    : llvm::FixedVectorType::get(B.getInt32Ty(), static_cast<unsigned>(t.lanes));
+    llvm::Value* x = B.CreateBitCast(v, i32t);
+    llvm::Value* is_nan = B.CreateICmpUGT(B.CreateAnd(x, i32(0x7fffffff)), i32(0x7f800000));
+    llvm::Value* lsb = B.CreateAnd(B.CreateLShr(x, i32(16)), i32(1));
+    llvm::Value* rounded = B.CreateLShr(B.CreateAdd(B.CreateAdd(x, i32(0x7fff)), lsb), i32(16));
+    llvm::Value* nan = B.CreateOr(B.CreateLShr(x, i32(16)), i32(0x40));
+    llvm::Value* r = B.CreateSelect(is_nan, nan, rounded);
+    return B.CreateTrunc(r, type(Type{ScalarType::bf16, t.lanes}));
+  }
+  llvm::Value* bf16_to_f32(llvm::Value* v, Type t) {
+    llvm::Type* i32t = t.lanes == 1 ? static_cast<llvm::Type*>(B.getInt32Ty())
+                                    : llvm::FixedVectorType::get(B.getInt32Ty(), static_cast<unsigned>(t.lanes));
+    llvm::Value* wide = B.CreateShl(B.CreateZExt(v, i32t), splat_int(Type{ScalarType::i64, t.lanes}, 16, 32));
+    return B.CreateBitCast(wide, type(Type{ScalarType::f32, t.lanes}));
+  }
+
+  llvm::Value* intrinsic(llvm::Intrinsic::ID id, llvm::Type* t, std::vector<llvm::Value*> args) {
+    return B.CreateIntrinsic(id, {t}, args);
+  }
+
+  llvm::Value* cast(llvm::Value* v, Type from, Type to) {
+    const ScalarType f = from.scalar, t = to.scalar;
+    llvm::Type* dst = type(to);
+    if (f == ScalarType::i64) return B.CreateSIToFP(v, dst);
+    if (f == ScalarType::bf16) {
+      llvm::Value* w = bf16_to_f32(v, from);
+      return t == ScalarType::f32 ? w : B.CreateFPExt(w, dst);
+    }
+    if (t == ScalarType::bf16) return f32_to_bf16(v, from);
+    if (size_bytes(t) > size_bytes(f)) return B.CreateFPExt(v, dst);
+    return B.CreateFPTrunc(v, dst);  // f64->f32, f32->f16: RNE
+  }
+
+  // Values of one expression, one per instance in flight.
+  std::vector<llvm::Value*> expr(const Expr& e) {
+    if (auto it = memo.find(&e); it != memo.end()) return it->second;
+    std::vector<llvm::Value*> out(static_cast<size_t>(R));
+    std::vector<std::vector<llvm::Value*>> a;
+    for (const ExprRef& arg : e.args) a.push_back(expr(*arg));
+    const Type t = e.type;
+    const bool fp = is_float(t.scalar);
+    for (int i = 0; i < R; ++i) {
+      auto A = [&](size_t j) { return a[j][static_cast<size_t>(i)]; };
+      llvm::Value* v = nullptr;
+      switch (e.op) {
+        case Op::Const:
+          if (fp) v = llvm::ConstantFP::get(scalar(t.scalar), e.imm_f);
+          else v = llvm::ConstantInt::get(scalar(t.scalar), static_cast<uint64_t>(e.imm_i), true);
+          if (t.lanes > 1) v = B.CreateVectorSplat(static_cast<unsigned>(t.lanes), v);
+          break;
+        case Op::Var:
+          v = B.CreateLoad(type(t), locals[static_cast<size_t>(e.index)][static_cast<size_t>(i)]);
+          break;
+        case Op::ProgramId:
+          v = pid[static_cast<size_t>(i)][static_cast<size_t>(e.index)];
+          break;
+        case Op::Load: {
+          llvm::Type* elem = scalar(t.scalar);
+          llvm::Value* p = B.CreateGEP(elem, buffers[static_cast<size_t>(e.index)], A(0));
+          v = B.CreateAlignedLoad(type(t), p, llvm::Align(static_cast<uint64_t>(size_bytes(t.scalar))));
+          break;
+        }
+        case Op::Add: v = fp ? B.CreateFAdd(A(0), A(1)) : B.CreateAdd(A(0), A(1)); break;
+        case Op::Sub: v = fp ? B.CreateFSub(A(0), A(1)) : B.CreateSub(A(0), A(1)); break;
+        case Op::Mul: v = fp ? B.CreateFMul(A(0), A(1)) : B.CreateMul(A(0), A(1)); break;
+        case Op::Div: v = fp ? B.CreateFDiv(A(0), A(1)) : B.CreateSDiv(A(0), A(1)); break;
+        case Op::Rem: v = B.CreateSRem(A(0), A(1)); break;
+        case Op::Fma: v = intrinsic(llvm::Intrinsic::fma, type(t), {A(0), A(1), A(2)}); break;
+        case Op::Sqrt: v = intrinsic(llvm::Intrinsic::sqrt, type(t), {A(0)}); break;
+        case Op::Neg: v = B.CreateFNeg(A(0)); break;
+        case Op::Min:
+          v = fp ? intrinsic(llvm::Intrinsic::minimum, type(t), {A(0), A(1)}) : B.CreateSelect(B.CreateICmpSLT(A(0), A(1)), A(0), A(1));
+          break;
+        case Op::Max:
+          v = fp ? intrinsic(llvm::Intrinsic::maximum, type(t), {A(0), A(1)}) : B.CreateSelect(B.CreateICmpSGT(A(0), A(1)), A(0), A(1));
+          break;
+        case Op::Lt: case Op::Le: case Op::Eq: case Op::Ne: {
+          const bool fcmp = is_float(e.args[0]->type.scalar);
+          using P = llvm::CmpInst::Predicate;
+          P p = e.op == Op::Lt   ? (fcmp ? P::FCMP_OLT : P::ICMP_SLT)
+                : e.op == Op::Le ? (fcmp ? P::FCMP_OLE : P::ICMP_SLE)
+                : e.op == Op::Eq ? (fcmp ? P::FCMP_OEQ : P::ICMP_EQ)
+                                 : (fcmp ? P::FCMP_UNE : P::ICMP_NE);
+          v = fcmp ? B.CreateFCmp(p, A(0), A(1)) : B.CreateICmp(p, A(0), A(1));
+          break;
+        }
+        case Op::And: v = B.CreateAnd(A(0), A(1)); break;
+        case Op::Select: v = B.CreateSelect(A(0), A(1), A(2)); break;
+        case Op::Cast: v = cast(A(0), e.args[0]->type, t); break;
+        case Op::Broadcast: v = B.CreateVectorSplat(static_cast<unsigned>(t.lanes), A(0)); break;
+        case Op::Extract: v = B.CreateExtractElement(A(0), static_cast<uint64_t>(e.index)); break;
+      }
+      out[static_cast<size_t>(i)] = v;
+    }
+    memo.emplace(&e, out);
+    return out;
+  }
+
+  void stmts(const std::vector<Stmt>& body) {
+    for (const Stmt& s : body) stmt(s);
+  }
+
+  void stmt(const Stmt& s) {
+    memo.clear();
+    switch (s.kind) {
+      case StmtKind::Assign: {
+        std::vector<llvm::Value*> v = expr(*s.value);
+        for (int i = 0; i < R; ++i) B.CreateStore(v[size_t(i)], locals[size_t(s.target)][size_t(i)]);
+        break;
+      }
+      case StmtKind::Store: {
+        std::vector<llvm::Value*> idx = expr(*s.index), v = expr(*s.value);
+        const ScalarType st = k.buffers[size_t(s.target)].elem;
+        for (int i = 0; i < R; ++i) {
+          llvm::Value* p = B.CreateGEP(scalar(st), buffers[size_t(s.target)], idx[size_t(i)]);
+          B.CreateAlignedStore(v[size_t(i)], p, llvm::Align(static_cast<uint64_t>(size_bytes(st))));
+        }
+        break;
+      }
+      case StmtKind::For: {
+        // Bounds are uniform (verifier): instance 0's value is every instance's.
+        llvm::Value* begin = expr(*s.begin)[0];
+        llvm::Value* end = expr(*s.end)[0];
+        memo.clear();
+        llvm::BasicBlock* pre = B.GetInsertBlock();
+        llvm::BasicBlock* head = llvm::BasicBlock::Create(ctx, "for.head", fn);
+        llvm::BasicBlock* body = llvm::BasicBlock::Create(ctx, "for.body", fn);
+        llvm::BasicBlock* exit = llvm::BasicBlock::Create(ctx, "for.exit", fn);
+        B.CreateBr(head);
+        B.SetInsertPoint(head);
+        llvm::PHINode* iv = B.CreatePHI(B.getInt64Ty(), 2, "iv");
+        iv->addIncoming(begin, pre);
+        B.CreateCondBr(B.CreateICmpSLT(iv, end), body, exit);
+        B.SetInsertPoint(body);
+        for (int i = 0; i < R; ++i) B.CreateStore(iv, locals[size_t(s.target)][size_t(i)]);
+        stmts(s.body);
+        memo.clear();
+        llvm::Value* next = B.CreateAdd(iv, B.getInt64(static_cast<uint64_t>(s.step)));
+        iv->addIncoming(next, B.GetInsertBlock());
+        B.CreateBr(head);
+        B.SetInsertPoint(exit);
+        break;
+      }
+      case StmtKind::If: {
+        llvm::Value* cond = expr(*s.value)[0];
+        memo.clear();
+        llvm::BasicBlock* then_bb = llvm::BasicBlock::Create(ctx, "if.then", fn);
+        llvm::BasicBlock* else_bb = llvm::BasicBlock::Create(ctx, "if.else", fn);
+        llvm::BasicBlock* done = llvm::BasicBlock::Create(ctx, "if.done", fn);
+        B.CreateCondBr(cond, then_bb, else_bb);
+        B.SetInsertPoint(then_bb);
+        stmts(s.body);
+        B.CreateBr(done);
+        B.SetInsertPoint(else_bb);
+        stmts(s.else_body);
+        B.CreateBr(done);
+        B.SetInsertPoint(done);
+        memo.clear();
+        break;
+      }
+      case StmtKind::Region:
+        stmts(s.body);
+        break;
+    }
+  }
+
+  // The body for R instances starting at flat instance `flat`.
+  void instances(llvm::Value* extents, llvm::Value* flat) {
+    pid.assign(size_t(R), std::vector<llvm::Value*>(size_t(k.grid_rank)));
+    for (int i = 0; i < R; ++i) {
+      llvm::Value* rest = B.CreateAdd(flat, B.getInt64(uint64_t(i)));
+      for (int d = k.grid_rank - 1; d >= 0; --d) {
+        if (d == 0) {
+          pid[size_t(i)][0] = rest;
+          break;
+        }
+        llvm::Value* ext = B.CreateLoad(B.getInt64Ty(), B.CreateGEP(B.getInt64Ty(), extents, B.getInt64(uint64_t(d))));
+        pid[size_t(i)][size_t(d)] = B.CreateSRem(rest, ext);
+        rest = B.CreateSDiv(rest, ext);
+      }
+    }
+    stmts(k.body);
+  }
+
+  void allocate_locals(llvm::BasicBlock* entry) {
+    llvm::IRBuilder<> EB(entry, entry->begin());
+    locals.assign(k.locals.size(), {});
+    for (size_t l = 0; l < k.locals.size(); ++l)
+      for (int i = 0; i < R; ++i)
+        locals[l].push_back(EB.CreateAlloca(type(k.locals[l].type), nullptr, k.locals[l].name));
+  }
+
+  // for (f = begin; f < end; f += step) { R instances }, then returns the first unprocessed f.
+  llvm::Value* instance_loop(llvm::Value* extents, llvm::Value* begin, llvm::Value* end, int step) {
+    llvm::BasicBlock* pre = B.GetInsertBlock();
+    llvm::BasicBlock* head = llvm::BasicBlock::Create(ctx, "rows.head", fn);
+    llvm::BasicBlock* body = llvm::BasicBlock::Create(ctx, "rows.body", fn);
+    llvm::BasicBlock* exit = llvm::BasicBlock::Create(ctx, "rows.exit", fn);
+    B.CreateBr(head);
+    B.SetInsertPoint(head);
+    llvm::PHINode* f = B.CreatePHI(B.getInt64Ty(), 2, "flat");
+    f->addIncoming(begin, pre);
+    // Enough instances left for a whole group: f + step <= end.
+    B.CreateCondBr(B.CreateICmpSLE(B.CreateAdd(f, B.getInt64(uint64_t(step))), end), body, exit);
+    B.SetInsertPoint(body);
+    instances(extents, f);
+    f->addIncoming(B.CreateAdd(f, B.getInt64(uint64_t(step))), B.GetInsertBlock());
+    B.CreateBr(head);
+    B.SetInsertPoint(exit);
+    return f;
+  }
+};
+
+}  // namespace
+
+// void name(ptr buffers, ptr extents, i64 begin, i64 end)
+llvm::Function* lower(llvm::Module& mod, const Kernel& k, const std::string& symbol, int rows_in_flight) {
+  llvm::LLVMContext& ctx = mod.getContext();
+  Lowerer L(ctx, mod, k);
+  llvm::Type* ptr = llvm::PointerType::getUnqual(ctx);
+  auto* fty = llvm::FunctionType::get(L.B.getVoidTy(), {ptr, ptr, L.B.getInt64Ty(), L.B.getInt64Ty()}, false);
+  L.fn = llvm::Function::Create(fty, llvm::Function::ExternalLinkage, symbol, mod);
+  L.fn->addFnAttr(llvm::Attribute::NoUnwind);
+  llvm::Argument* buffers = L.fn->getArg(0);
+  llvm::Argument* extents = L.fn->getArg(1);
+  llvm::Value* begin = L.fn->getArg(2);
+  llvm::Value* end = L.fn->getArg(3);
+
+  llvm::BasicBlock* entry = llvm::BasicBlock::Create(ctx, "entry", L.fn);
+  L.B.SetInsertPoint(entry);
+  for (size_t b = 0; b < k.buffers.size(); ++b)
+    L.buffers.push_back(L.B.CreateLoad(ptr, L.B.CreateGEP(ptr, buffers, L.B.getInt64(b)), k.buffers[b].name));
+
+  // Groups of R instances, then the remainder one at a time. Both use the same IR body.
+  L.R = rows_in_flight;
+  L.allocate_locals(entry);
+  llvm::Value* next = begin;
+  if (rows_in_flight > 1) next = L.instance_loop(extents, begin, end, rows_in_flight);
+  std::vector<std::vector<llvm::AllocaInst*>> wide = std::move(L.locals);
+  L.R = 1;
+  L.allocate_locals(entry);
+  L.instance_loop(extents, next, end, 1);
+  L.B.CreateRetVoid();
+
+  std::string err;
+  llvm::raw_string_ostream os(err);
+  if (llvm::verifyFunction(*L.fn, &os)) throw Error(fmt::format("internal: LLVM rejected the lowering of {}: {}", k.name, os.str()));
+  return L.fn;
+}
+
+}  // namespace ordo::llvm_backend

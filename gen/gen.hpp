@@ -1,0 +1,40 @@
+// gen/: pure functions from a Request and an Order to a Kernel, and the named-order table.
+#pragma once
+
+#include <functional>
+#include <string_view>
+#include <vector>
+
+#include "ir/ir.hpp"
+#include "ir/order.hpp"
+#include "ordo/request.hpp"
+
+namespace ordo::gen {
+
+// One row of the named-order table.
+struct NamedOrder {
+  std::string_view name;
+  std::string_view description;  // one line: what it is and what it reproduces
+  std::vector<OpKind> ops;
+  std::vector<ScalarType> dtypes;       // storage types of x the order is defined for
+  bool reproduces_reference = false;    // claims bit-exactness against a library
+  bool pins_acc = false;                // the accumulation type is part of the order
+  std::function<ir::Order(ScalarType storage, ScalarType acc)> make;
+};
+
+const std::vector<NamedOrder>& named_orders();
+const NamedOrder* find_order(std::string_view name);
+
+// Checks the request against the order table and returns the Order it resolves to.
+// Throws ordo::Error naming the bad field.
+ir::Order resolve(const Request& r);
+
+// Builds the kernel. The request must have passed resolve().
+ir::Kernel build(const Request& r, const ir::Order& order);
+
+// Per op.
+ir::Kernel build_layer_norm(const Request& r, const ir::Order& order);
+ir::Kernel build_rms_norm(const Request& r, const ir::Order& order);
+ir::Kernel build_var_mean(const Request& r, const ir::Order& order);
+
+}  // namespace ordo::gen

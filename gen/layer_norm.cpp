@@ -1,0 +1,72 @@
+// layer_norm forward over the last dim: y, mean, rstd = 1/sqrt(var + eps).
+#include <fmt/format.h>
+
+#include "gen/gen.hpp"
+#include "gen/row.hpp"
+
+namespace ordo::gen {
+
+using namespace ordo::ir;
+
+Kernel build_layer_norm(const Request& r, const Order& o) {
+  Kernel k;
+  k.name = "layer_norm";
+  Builder b(k);
+  const ScalarType wt = r.weight_type();
+  const int x = b.buffer("x", r.x_dtype, false, Extent::rows_by_cols);
+  const int w = r.has_weight ? b.buffer("weight", wt, false, Extent::cols) : -1;
+  const int bias = r.has_bias ? b.buffer("bias", wt, false, Extent::cols) : -1;
+  const int y = b.buffer("y", r.x_dtype, true, Extent::rows_by_cols);
+  const int mean_out = b.buffer("mean", r.x_dtype, true, Extent::rows);
+  const int rstd_out = b.buffer("rstd", r.x_dtype, true, Extent::rows);
+
+  Row row(b, r.cols);
+  const ScalarType acc = o.moments.acc;
+  const Arith stats = stats_arith(o, acc, r.x_dtype);
+  Moments m = emit_moments(b, o.moments, stats, r.cols, [&](ExprRef col, int lanes) { return row.load_as(x, col, lanes, acc); });
+
+  const Arith ar = stats_arith(o, ScalarType::f32, r.x_dtype);
+  ExprRef mean = b.let("mean", ar.r(to_f32(m.mean)));
+  ExprRef var = b.let("var", ar.r(to_f32(m.var)));
+  ExprRef var_eps = b.let("var_eps", ar.add(var, ar.constant(r.eps)));
+  ExprRef rstd, denom;
+  if (o.affine.form == AffineOrder::Form::CenterDivide) {
+    denom = b.let("denom", ar.sqrt(var_eps));
+    rstd = b.let("rstd", ar.div(ar.constant(1.0), denom));
+  } else {
+    rstd = b.let("rstd", ar.div(ar.constant(1.0), ar.sqrt(var_eps)));
+  }
+  store_stat(b, mean_out, mean);
+  store_stat(b, rstd_out, rstd);
+
+  // The output pass is elementwise in f32 and rounded once to the storage type.
+  const Arith f32{ScalarType::f32, std::nullopt};
+  const bool fuse = o.affine.fma;
+  ExprRef shift;
+  if (o.affine.form == AffineOrder::Form::ScaleBias) shift = b.let("shift", ar.mul(unary(Op::Neg, rstd), mean));
+  row.for_each(o.elementwise_lanes, [&](ExprRef col, int lanes) {
+    auto bc = [&](ExprRef s) { return lanes > 1 ? broadcast(s, lanes) : s; };
+    ExprRef xv = row.load_as(x, col, lanes, ScalarType::f32);
+    ExprRef gamma = w >= 0 ? row.load_as(w, col, lanes, ScalarType::f32) : nullptr;
+    ExprRef beta = bias >= 0 ? row.load_as(bias, col, lanes, ScalarType::f32) : nullptr;
+    ExprRef out;
+    if (o.affine.form == AffineOrder::Form::ScaleBias) {
+      // PyTorch CPU keeps gamma = 1 and beta = 0 in the formula when they are absent.
+      if (!gamma) gamma = f32.constant(1.0, lanes);
+      if (!beta) beta = f32.constant(0.0, lanes);
+      ExprRef t = f32.mul_add(xv, bc(rstd), bc(shift), fuse);
+      out = f32.mul_add(t, gamma, beta, fuse);
+    } else {
+      ExprRef centered = f32.sub(xv, bc(mean));
+      ExprRef t = o.affine.form == AffineOrder::Form::CenterScale ? f32.mul(centered, bc(rstd)) : f32.div(centered, bc(denom));
+      if (gamma && beta) out = f32.mul_add(t, gamma, beta, fuse);
+      else if (gamma) out = f32.mul(t, gamma);
+      else if (beta) out = f32.add(t, beta);
+      else out = t;
+    }
+    row.store_as(y, col, out);
+  });
+  return k;
+}
+
+}  // namespace ordo::gen

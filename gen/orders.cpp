@@ -1,0 +1,269 @@
+// The named-order table: a stable name, one line of description, and the Order it means.
+// Adding an order is one row here; gen/ and the backends do not change.
+#include <fmt/format.h>
+
+#include <cmath>
+#include <map>
+
+#include "gen/gen.hpp"
+#include "ir/error.hpp"
+
+namespace ordo::gen {
+
+using namespace ordo::ir;
+using K = MomentsOrder::Kind;
+using S = SumOrder::Kind;
+using F = AffineOrder::Form;
+
+namespace {
+
+constexpr ScalarType f32 = ScalarType::f32, bf16 = ScalarType::bf16, f16 = ScalarType::f16, f64 = ScalarType::f64;
+const std::vector<OpKind> kNormOps = {OpKind::layer_norm, OpKind::rms_norm, OpKind::var_mean};
+const std::vector<ScalarType> kAllStorage = {f32, bf16, f16};
+
+// PyTorch 1.13 CPU layer_norm: RowwiseMoments is linked from the portable build, so the
+// statistics never use fma; a vector is 32 bytes (8 f32 lanes, 16 bf16 lanes).
+Order torch113_layer_norm(ScalarType storage, bool affine_fma) {
+  Order o;
+  o.moments = {K::LaneWelford, f32, storage == f32 ? 8 : 16, 16, false, false, {}};
+  o.affine = {F::ScaleBias, affine_fma};
+  o.round_stats_to_storage = true;  // only acts on 16-bit storage
+  return o;
+}
+
+SumOrder lane_tree(int lanes, int accumulators, bool fma) {
+  SumOrder s;
+  s.kind = S::LaneTree;
+  s.lanes = lanes;
+  s.accumulators = accumulators;
+  s.fold = LaneFold::Halving;
+  s.fma = fma;
+  return s;
+}
+
+Order two_pass(SumOrder sum, ScalarType acc) {
+  Order o;
+  o.moments.kind = K::TwoPass;
+  o.moments.acc = acc;
+  o.moments.sum = sum;
+  o.square_sum = sum;
+  o.affine = {F::CenterScale, false};
+  return o;
+}
+
+std::vector<NamedOrder> make_table() {
+  std::vector<NamedOrder> t;
+  t.push_back({"fast", "the fastest order ordo has: two-pass, 4x8-lane fma sums, fused affine (no reference)",
+               kNormOps, kAllStorage, false, false, [](ScalarType, ScalarType acc) {
+                 Order o = two_pass(lane_tree(8, 4, true), acc);
+                 o.affine = {F::ScaleBias, true};
+                 return o;
+               }});
+  t.push_back({"torch1.13-cpu-default",
+               "PyTorch 1.13 CPU layer_norm, ATEN_CPU_CAPABILITY=default: lane Welford cascade, no fma anywhere",
+               {OpKind::layer_norm}, {f32, bf16}, true, true,
+               [](ScalarType s, ScalarType) { return torch113_layer_norm(s, false); }});
+  t.push_back({"torch1.13-cpu-avx2",
+               "PyTorch 1.13 CPU layer_norm, ATEN_CPU_CAPABILITY=avx2: lane Welford cascade, affine as two fmas",
+               {OpKind::layer_norm}, {f32, bf16}, true, true,
+               [](ScalarType s, ScalarType) { return torch113_layer_norm(s, true); }});
+  t.push_back({"torch1.13-cpu", "PyTorch 1.13 CPU torch.var_mean(unbiased=False): sequential Welford in f64",
+               {OpKind::var_mean}, {f32}, true, true, [](ScalarType, ScalarType) {
+                 Order o;
+                 o.moments = {K::SequentialWelford, f64, 1, 1, false, false, {}};
+                 return o;
+               }});
+  t.push_back({"lane-welford", "lane-parallel Welford cascade; parameters lanes, chunk, fma=none|update|merge|all, acc",
+               {OpKind::layer_norm, OpKind::var_mean}, kAllStorage, false, false, [](ScalarType, ScalarType acc) {
+                 Order o;
+                 o.moments = {K::LaneWelford, acc, 8, 16, false, false, {}};
+                 o.affine = {F::CenterScale, false};
+                 return o;
+               }});
+  t.push_back({"sequential-welford", "one Welford stream in element order with true division; parameter acc",
+               {OpKind::layer_norm, OpKind::var_mean}, kAllStorage, false, false, [](ScalarType, ScalarType acc) {
+                 Order o;
+                 o.moments = {K::SequentialWelford, acc, 1, 1, false, false, {}};
+                 o.affine = {F::CenterScale, false};
+                 return o;
+               }});
+  t.push_back({"two-pass-sequential", "sum for the mean, then sum of squared deviations, each left to right",
+               kNormOps, kAllStorage, false, false,
+               [](ScalarType, ScalarType acc) { return two_pass(SumOrder{}, acc); }});
+  t.push_back({"two-pass-pairwise", "two-pass with numpy-style pairwise sums; parameters block, lanes",
+               kNormOps, kAllStorage, false, false, [](ScalarType, ScalarType acc) {
+                 SumOrder s;
+                 s.kind = S::Pairwise;
+                 s.fold = LaneFold::Adjacent;
+                 return two_pass(s, acc);
+               }});
+  t.push_back({"two-pass-lanes", "two-pass with lane-tree sums; parameters lanes, accumulators, fma",
+               kNormOps, kAllStorage, false, false,
+               [](ScalarType, ScalarType acc) { return two_pass(lane_tree(8, 1, false), acc); }});
+  t.push_back({"one-pass", "sum and sum of squares in one pass, var = E[x^2]-E[x]^2 clamped at 0; unstable, for study",
+               {OpKind::layer_norm, OpKind::var_mean}, kAllStorage, false, false, [](ScalarType, ScalarType acc) {
+                 Order o = two_pass(lane_tree(8, 1, false), acc);
+                 o.moments.kind = K::OnePass;
+                 return o;
+               }});
+  return t;
+}
+
+// "name(key=value,...)": the parameters override fields of the table's Order.
+void apply_parameters(Order& o, std::string_view params, std::string_view order_name) {
+  size_t pos = 0;
+  while (pos < params.size()) {
+    size_t comma = params.find(',', pos);
+    std::string_view item = params.substr(pos, comma == std::string_view::npos ? std::string_view::npos : comma - pos);
+    pos = comma == std::string_view::npos ? params.size() : comma + 1;
+    size_t eq = item.find('=');
+    if (eq == std::string_view::npos)
+      throw Error(fmt::format("order '{}': parameter '{}' is not key=value", order_name, item));
+    std::string key(item.substr(0, eq)), value(item.substr(eq + 1));
+    auto integer = [&](int lo, int hi) {
+      int v = 0;
+      try {
+        size_t used = 0;
+        v = std::stoi(value, &used);
+        if (used != value.size()) throw std::invalid_argument(value);
+      } catch (const std::exception&) {
+        throw Error(fmt::format("order '{}': {}={} is not an integer", order_name, key, value));
+      }
+      if (v < lo || v > hi) throw Error(fmt::format("order '{}': {}={} outside [{}, {}]", order_name, key, v, lo, hi));
+      return v;
+    };
+    auto power_of_two = [&](int v) {
+      if (v & (v - 1)) throw Error(fmt::format("order '{}': {}={} must be a power of two", order_name, key, v));
+      return v;
+    };
+    if (key == "lanes") {
+      int v = power_of_two(integer(1, 32));
+      o.moments.lanes = o.moments.sum.lanes = o.square_sum.lanes = v;
+    } else if (key == "chunk") {
+      o.moments.chunk = integer(1, 64);
+    } else if (key == "accumulators") {
+      o.moments.sum.accumulators = o.square_sum.accumulators = integer(1, 8);
+    } else if (key == "block") {
+      o.moments.sum.block = o.square_sum.block = integer(8, 1 << 20);
+    } else if (key == "fma") {
+      if (value != "none" && value != "update" && value != "merge" && value != "all")
+        throw Error(fmt::format("order '{}': fma={} is not none, update, merge or all", order_name, value));
+      o.moments.fma_update = value == "update" || value == "all";
+      o.moments.fma_merge = value == "merge" || value == "all";
+      o.moments.sum.fma = o.square_sum.fma = value != "none";
+    } else if (key == "acc") {
+      if (value != "f32" && value != "f64") throw Error(fmt::format("order '{}': acc={} is not f32 or f64", order_name, value));
+      o.moments.acc = value == "f32" ? f32 : f64;
+    } else {
+      throw Error(fmt::format("order '{}': unknown parameter '{}' (lanes, chunk, accumulators, block, fma, acc)", order_name, key));
+    }
+  }
+  if (o.moments.sum.block < o.moments.sum.lanes)
+    throw Error(fmt::format("order '{}': block {} is smaller than lanes {}", order_name, o.moments.sum.block, o.moments.sum.lanes));
+}
+
+std::string known_orders(OpKind op) {
+  std::string s;
+  for (const NamedOrder& n : named_orders())
+    for (OpKind o : n.ops)
+      if (o == op) s += (s.empty() ? "" : ", ") + std::string(n.name);
+  return s;
+}
+
+}  // namespace
+
+const std::vector<NamedOrder>& named_orders() {
+  static const std::vector<NamedOrder> table = make_table();
+  return table;
+}
+
+const NamedOrder* find_order(std::string_view name) {
+  std::string_view base = name.substr(0, name.find('('));
+  for (const NamedOrder& n : named_orders())
+    if (n.name == base) return &n;
+  return nullptr;
+}
+
+Order resolve(const Request& r) {
+  if (r.cols <= 0) throw Error(fmt::format("N (the last dim) must be at least 1, got {}", r.cols));
+  if (r.cols > (int64_t(1) << 31)) throw Error(fmt::format("N = {} exceeds the supported 2^31 columns", r.cols));
+  if (!(r.eps >= 0) || !std::isfinite(r.eps)) throw Error(fmt::format("eps must be finite and >= 0, got {}", r.eps));
+  if (r.x_dtype != f32 && r.x_dtype != bf16 && r.x_dtype != f16)
+    throw Error(fmt::format("x dtype {} is not a storage type (f32, bf16, f16)", name(r.x_dtype)));
+  const ScalarType wt = r.weight_type();
+  if (wt != f32 && wt != bf16 && wt != f16) throw Error(fmt::format("weight dtype {} is not a storage type (f32, bf16, f16)", name(wt)));
+  if (wt != r.x_dtype && !r.allow_mixed_dtypes)
+    throw Error(fmt::format("x is {} but weight is {}; mixed dtypes need --allow-mixed-dtypes (Request::allow_mixed_dtypes)",
+                            name(r.x_dtype), name(wt)));
+  if (r.acc_dtype && *r.acc_dtype != f32 && *r.acc_dtype != f64)
+    throw Error(fmt::format("accumulation dtype {} is not f32 or f64", name(*r.acc_dtype)));
+
+  const NamedOrder* n = find_order(r.order);
+  if (!n) throw Error(fmt::format("unknown order '{}' for {}; known: {}", r.order, name(r.op), known_orders(r.op)));
+  bool op_ok = false;
+  for (OpKind o : n->ops) op_ok |= o == r.op;
+  if (!op_ok) throw Error(fmt::format("order '{}' is not defined for {}; known: {}", n->name, name(r.op), known_orders(r.op)));
+  bool dtype_ok = false;
+  for (ScalarType t : n->dtypes) dtype_ok |= t == r.x_dtype;
+  if (!dtype_ok) {
+    std::string list;
+    for (ScalarType t : n->dtypes) list += (list.empty() ? "" : ", ") + std::string(name(t));
+    throw Error(fmt::format("order '{}' is defined for x dtype {} only, not {}", n->name, list, name(r.x_dtype)));
+  }
+  Order probe = n->make(r.x_dtype, f32);
+  if (n->pins_acc && r.acc_dtype && *r.acc_dtype != probe.moments.acc)
+    throw Error(fmt::format("order '{}' accumulates in {}; --acc {} would be a different order", n->name,
+                            name(probe.moments.acc), name(*r.acc_dtype)));
+  Order o = n->pins_acc ? probe : n->make(r.x_dtype, r.acc_dtype.value_or(f32));
+  size_t open = r.order.find('(');
+  if (open != std::string::npos) {
+    if (n->reproduces_reference) throw Error(fmt::format("order '{}' reproduces a reference and takes no parameters", n->name));
+    if (r.order.back() != ')') throw Error(fmt::format("order '{}': missing ')'", r.order));
+    apply_parameters(o, std::string_view(r.order).substr(open + 1, r.order.size() - open - 2), r.order);
+  }
+  return o;
+}
+
+Kernel build(const Request& r, const Order& o) {
+  Kernel k;
+  switch (r.op) {
+    case OpKind::layer_norm: k = build_layer_norm(r, o); break;
+    case OpKind::rms_norm: k = build_rms_norm(r, o); break;
+    case OpKind::var_mean: k = build_var_mean(r, o); break;
+  }
+  k.description = fmt::format("{} N={} x={} weight={} order={}", name(r.op), r.cols, name(r.x_dtype),
+                              name(r.weight_type()), r.order);
+  return k;
+}
+
+}  // namespace ordo::gen
+
+namespace ordo {
+
+std::string_view name(OpKind op) {
+  switch (op) {
+    case OpKind::layer_norm: return "layer_norm";
+    case OpKind::rms_norm: return "rms_norm";
+    case OpKind::var_mean: return "var_mean";
+  }
+  return "?";
+}
+std::optional<OpKind> parse_op(std::string_view s) {
+  for (OpKind o : {OpKind::layer_norm, OpKind::rms_norm, OpKind::var_mean})
+    if (s == name(o)) return o;
+  return std::nullopt;
+}
+std::string_view name(Target t) { return t == Target::cpu ? "cpu" : "interpreter"; }
+std::optional<Target> parse_target(std::string_view s) {
+  if (s == "cpu") return Target::cpu;
+  if (s == "interpreter") return Target::interpreter;
+  return std::nullopt;
+}
+
+std::string Request::key() const {
+  return fmt::format("{}|N={}|x={}|w={}|acc={}|weight={}|bias={}|mixed={}|eps={:a}|order={}|target={}", name(op), cols,
+                     name(x_dtype), name(weight_type()), acc_dtype ? name(*acc_dtype) : "default", has_weight, has_bias,
+                     allow_mixed_dtypes, eps, order, name(target));
+}
+
+}  // namespace ordo

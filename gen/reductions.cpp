@@ -1,0 +1,311 @@
+#include "gen/reductions.hpp"
+
+#include <fmt/format.h>
+
+#include "ir/error.hpp"
+
+namespace ordo::gen {
+
+using namespace ordo::ir;
+
+ExprRef Arith::constant(double v, int lanes) const {
+  // The value is first given the compute type (a host conversion with RNE), then rounded
+  // like any other intermediate.
+  double typed = t == ScalarType::f32 ? static_cast<double>(static_cast<float>(v)) : v;
+  ExprRef c = r(ir::constant(Type{t, 1}, typed));
+  return lanes > 1 ? broadcast(c, lanes) : c;
+}
+
+ExprRef Arith::count(ExprRef i64, int lanes) const {
+  ExprRef c = r(cast(std::move(i64), t));
+  return lanes > 1 ? broadcast(c, lanes) : c;
+}
+
+ExprRef fold_lanes(const std::vector<ExprRef>& lanes, LaneFold fold, const Arith& ar) {
+  std::vector<ExprRef> v = lanes;
+  if (fold == LaneFold::Sequential || v.size() == 1) {
+    ExprRef acc = v[0];
+    for (size_t i = 1; i < v.size(); ++i) acc = ar.add(acc, v[i]);
+    return acc;
+  }
+  if (v.size() & (v.size() - 1)) throw Error(fmt::format("a {} lane fold needs a power-of-two lane count, not {}",
+                                                         fold == LaneFold::Halving ? "halving" : "adjacent", v.size()));
+  while (v.size() > 1) {
+    size_t half = v.size() / 2;
+    std::vector<ExprRef> next(half);
+    for (size_t i = 0; i < half; ++i)
+      next[i] = fold == LaneFold::Halving ? ar.add(v[i], v[i + half]) : ar.add(v[2 * i], v[2 * i + 1]);
+    v = std::move(next);
+  }
+  return v[0];
+}
+
+namespace {
+
+std::vector<ExprRef> lanes_of(const ExprRef& vec) {
+  std::vector<ExprRef> out;
+  for (int l = 0; l < vec->type.lanes; ++l) out.push_back(extract(vec, l));
+  return out;
+}
+
+// acc + term, or fma(a, b, acc) for a product term when the order fuses.
+ExprRef accumulate(const Arith& ar, const ExprRef& acc, const Term& t, bool fuse) {
+  if (!t.b) return ar.add(acc, t.a);
+  return ar.mul_add(t.a, t.b, acc, fuse);
+}
+ExprRef first_value(const Arith& ar, const Term& t) { return t.b ? ar.mul(t.a, t.b) : t.a; }
+
+void emit_sequential(Builder& b, const Arith& ar, int acc, int64_t begin, int64_t end, const TermFn& term, bool fuse) {
+  if (end <= begin) return;
+  b.for_range("i", index_const(begin), index_const(end), 1,
+              [&](ExprRef i) { b.assign(acc, accumulate(ar, b.get(acc), term(i, 1), fuse)); });
+}
+
+// numpy's pairwise_sum over [begin, begin+n); returns a read of a local holding the result.
+ExprRef emit_pairwise(Builder& b, const SumOrder& o, const Arith& ar, int64_t begin, int64_t n, const TermFn& term) {
+  const int V = o.lanes;
+  if (n < V) {
+    int acc = b.local("pw", Type{ar.t, 1});
+    b.assign(acc, ar.constant(0.0));
+    emit_sequential(b, ar, acc, begin, begin + n, term, o.fma);
+    return b.get(acc);
+  }
+  if (n <= o.block) {
+    int r = b.local("pw_lanes", Type{ar.t, V});
+    b.assign(r, first_value(ar, term(index_const(begin), V)));
+    const int64_t full = n - n % V;
+    if (full > V)
+      b.for_range("i", index_const(begin + V), index_const(begin + full), V,
+                  [&](ExprRef i) { b.assign(r, accumulate(ar, b.get(r), term(i, V), o.fma)); });
+    int acc = b.local("pw", Type{ar.t, 1});
+    b.assign(acc, fold_lanes(lanes_of(b.get(r)), o.fold, ar));
+    emit_sequential(b, ar, acc, begin + full, begin + n, term, o.fma);
+    return b.get(acc);
+  }
+  int64_t n2 = n / 2;
+  n2 -= n2 % V;
+  ExprRef left = emit_pairwise(b, o, ar, begin, n2, term);
+  ExprRef right = emit_pairwise(b, o, ar, begin + n2, n - n2, term);
+  return b.let("pw", ar.add(left, right));
+}
+
+ExprRef emit_lane_tree(Builder& b, const SumOrder& o, const Arith& ar, int64_t n, const TermFn& term) {
+  const int V = o.lanes;
+  const int64_t nvec = n / V;
+  int acc = b.local("sum", Type{ar.t, 1});
+  if (nvec == 0) {  // fewer terms than lanes: sequential from the first term
+    b.assign(acc, first_value(ar, term(index_const(0), 1)));
+    emit_sequential(b, ar, acc, 1, n, term, o.fma);
+    return b.get(acc);
+  }
+  const int A = static_cast<int>(std::min<int64_t>(o.accumulators, nvec));
+  std::vector<int> accs;
+  for (int j = 0; j < A; ++j) {
+    accs.push_back(b.local(fmt::format("acc{}", j), Type{ar.t, V}));
+    b.assign(accs.back(), first_value(ar, term(index_const(int64_t(j) * V), V)));
+  }
+  const int64_t groups_end = A + (nvec - A) / A * A;  // vectors [A, groups_end) in whole groups of A
+  if (groups_end > A)
+    b.for_range("k", index_const(int64_t(A) * V), index_const(groups_end * V), int64_t(A) * V, [&](ExprRef k) {
+      for (int j = 0; j < A; ++j)
+        b.assign(accs[size_t(j)], accumulate(ar, b.get(accs[size_t(j)]), term(add(k, index_const(int64_t(j) * V)), V), o.fma));
+    });
+  for (int64_t k = groups_end; k < nvec; ++k) {
+    int a = accs[size_t(k % A)];
+    b.assign(a, accumulate(ar, b.get(a), term(index_const(k * V), V), o.fma));
+  }
+  for (int j = 1; j < A; ++j) b.assign(accs[0], ar.add(b.get(accs[0]), b.get(accs[size_t(j)])));
+  std::vector<ExprRef> lanes = lanes_of(b.get(accs[0]));
+  for (int64_t t = 0; t < n % V; ++t) {
+    lanes[size_t(t)] = b.let("lane", accumulate(ar, lanes[size_t(t)], term(index_const(nvec * V + t), 1), o.fma));
+  }
+  b.assign(acc, fold_lanes(lanes, o.fold, ar));
+  return b.get(acc);
+}
+
+}  // namespace
+
+ExprRef emit_sum(Builder& b, const SumOrder& o, const Arith& ar, int64_t n, const TermFn& term, const std::string& label) {
+  ExprRef result;
+  b.region(label, describe(o), [&] {
+    switch (o.kind) {
+      case SumOrder::Kind::Sequential: {
+        int acc = b.local("sum", Type{ar.t, 1});
+        b.assign(acc, ar.constant(0.0));
+        emit_sequential(b, ar, acc, 0, n, term, o.fma);
+        result = b.get(acc);
+        break;
+      }
+      case SumOrder::Kind::Pairwise: result = emit_pairwise(b, o, ar, 0, n, term); break;
+      case SumOrder::Kind::LaneTree: result = emit_lane_tree(b, o, ar, n, term); break;
+    }
+  });
+  return result;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Moments
+
+namespace {
+
+// A Welford state held in locals: a count (i64, the same for every lane) and lane-wise mean and M2.
+struct WelfordState {
+  int count, mean, m2;
+};
+
+WelfordState welford_locals(Builder& b, const std::string& name, Type t) {
+  return {b.local(name + ".n", Type{ScalarType::i64, 1}), b.local(name + ".mean", t), b.local(name + ".m2", t)};
+}
+
+void welford_zero(Builder& b, const Arith& ar, const WelfordState& s, int lanes) {
+  b.assign(s.count, index_const(0));
+  b.assign(s.mean, ar.constant(0.0, lanes));
+  b.assign(s.m2, ar.constant(0.0, lanes));
+}
+
+// Merge (nb, mb, Mb) into acc: n = na+nb; c = n == 0 ? 0 : nb/n; d = mb - ma;
+// ma += c*d; Ma += Mb + ((d*d)*c)*na; na = n.
+void welford_merge(Builder& b, const Arith& ar, const WelfordState& acc, ExprRef nb, ExprRef mb, ExprRef Mb, int lanes,
+                   bool fused) {
+  ExprRef na = b.get(acc.count);
+  ExprRef n = b.let("merge.n", add(na, nb));
+  ExprRef ratio = ar.div(ar.count(nb), ar.count(n));
+  ExprRef c = b.let("merge.c", select(binary(Op::Eq, n, index_const(0)), ar.constant(0.0), ratio));
+  if (lanes > 1) c = broadcast(c, lanes);
+  ExprRef d = b.let("merge.d", ar.sub(mb, b.get(acc.mean)));
+  ExprRef na_f = ar.count(na, lanes);
+  b.assign(acc.mean, ar.mul_add(c, d, b.get(acc.mean), fused));
+  ExprRef dd_c = ar.mul(ar.mul(d, d), c);
+  ExprRef inner = fused ? ar.fma(dd_c, na_f, Mb) : ar.add(Mb, ar.mul(dd_c, na_f));
+  b.assign(acc.m2, ar.add(b.get(acc.m2), inner));
+  b.assign(acc.count, n);
+}
+
+Moments lane_welford(Builder& b, const MomentsOrder& o, const Arith& ar, int64_t N, const LoadFn& x) {
+  const int V = o.lanes, K = o.chunk;
+  const Type vt{ar.t, V};
+  const int64_t n = N / V;                 // full vectors
+  const int64_t m = (n + K - 1) / K;       // chunks
+  int depth = 1;
+  if (m > 2) while ((int64_t(1) << depth) < m) ++depth;
+
+  // C[j] = 1/(j+1), stated in the IR so its rounding is part of the spec.
+  std::vector<ExprRef> C;
+  for (int j = 0; j < K; ++j)
+    C.push_back(b.let(fmt::format("c{}", j), broadcast(ar.div(ar.constant(1.0), ar.constant(j + 1.0)), V)));
+
+  std::vector<WelfordState> stack;
+  for (int d = 0; d < depth; ++d) {
+    stack.push_back(welford_locals(b, fmt::format("stack{}", d), vt));
+    welford_zero(b, ar, stack.back(), V);
+  }
+  int mu = b.local("mu", vt), s = b.local("s", vt);
+
+  // One chunk of `len` vectors starting at vector `first`, merged into the stack, then carried.
+  auto chunk = [&](ExprRef first_vec, int len, const std::function<ExprRef(int)>& carry_cond) {
+    b.assign(mu, ar.constant(0.0, V));
+    b.assign(s, ar.constant(0.0, V));
+    for (int j = 0; j < len; ++j) {
+      ExprRef xv = b.let("x", x(mul(add(first_vec, index_const(j)), index_const(V)), V));
+      ExprRef d = b.let("d", ar.sub(xv, b.get(mu)));
+      b.assign(mu, ar.mul_add(d, C[size_t(j)], b.get(mu), o.fma_update));
+      b.assign(s, ar.mul_add(d, ar.sub(xv, b.get(mu)), b.get(s), o.fma_update));
+    }
+    welford_merge(b, ar, stack[0], index_const(len), b.get(mu), b.get(s), V, o.fma_merge);
+    for (int lvl = 1; lvl < depth; ++lvl) {
+      ExprRef cond = carry_cond(lvl);
+      if (!cond) break;
+      b.if_(cond, [&] {
+        const WelfordState& lo = stack[size_t(lvl - 1)];
+        welford_merge(b, ar, stack[size_t(lvl)], b.get(lo.count), b.get(lo.mean), b.get(lo.m2), V, o.fma_merge);
+        welford_zero(b, ar, lo, V);
+      });
+    }
+  };
+
+  const int64_t full_chunks = n / K;
+  if (full_chunks > 0)
+    b.for_range("chunk", index_const(0), index_const(full_chunks), 1, [&](ExprRef i) {
+      // Binary-counter carry: level lvl absorbs level lvl-1 when 2^lvl divides i+1.
+      chunk(mul(i, index_const(K)), K, [&](int lvl) {
+        return binary(Op::Eq, binary(Op::Rem, add(i, index_const(1)), index_const(int64_t(1) << lvl)), index_const(0));
+      });
+    });
+  if (n % K) {
+    const int64_t i = full_chunks;
+    chunk(index_const(i * K), static_cast<int>(n % K), [&](int lvl) -> ExprRef {
+      if ((i + 1) % (int64_t(1) << lvl) != 0) return nullptr;  // the carry stops at the first odd level
+      return constant(Type{ScalarType::boolean, 1}, 1);
+    });
+  }
+  for (int lvl = 1; lvl < depth; ++lvl) {
+    const WelfordState& hi = stack[size_t(lvl)];
+    welford_merge(b, ar, stack[0], b.get(hi.count), b.get(hi.mean), b.get(hi.m2), V, o.fma_merge);
+  }
+
+  // Scalar Welford over the tail, with true division.
+  WelfordState tail = welford_locals(b, "tail", Type{ar.t, 1});
+  welford_zero(b, ar, tail, 1);
+  for (int64_t t = n * V; t < N; ++t) {
+    ExprRef xs = b.let("x", x(index_const(t), 1));
+    ExprRef d = b.let("d", ar.sub(xs, b.get(tail.mean)));
+    b.assign(tail.count, add(b.get(tail.count), index_const(1)));
+    b.assign(tail.mean, ar.add(b.get(tail.mean), ar.div(d, ar.count(b.get(tail.count)))));
+    b.assign(tail.m2, ar.mul_add(d, ar.sub(xs, b.get(tail.mean)), b.get(tail.m2), false));
+  }
+  // Lane fold: each lane's (n, mean, M2) merged into the tail accumulator, lanes 0..V-1.
+  for (int l = 0; l < V; ++l)
+    welford_merge(b, ar, tail, b.get(stack[0].count), extract(b.get(stack[0].mean), l), extract(b.get(stack[0].m2), l), 1,
+                  o.fma_merge);
+  return {b.get(tail.mean), b.let("var", ar.div(b.get(tail.m2), ar.count(index_const(N))))};
+}
+
+Moments sequential_welford(Builder& b, const Arith& ar, int64_t N, const LoadFn& x) {
+  int mean = b.local("mean", Type{ar.t, 1}), m2 = b.local("m2", Type{ar.t, 1});
+  b.assign(mean, ar.constant(0.0));
+  b.assign(m2, ar.constant(0.0));
+  b.for_range("i", index_const(0), index_const(N), 1, [&](ExprRef i) {
+    ExprRef xs = b.let("x", x(i, 1));
+    ExprRef d = b.let("d", ar.sub(xs, b.get(mean)));
+    b.assign(mean, ar.add(b.get(mean), ar.div(d, ar.count(add(i, index_const(1))))));
+    b.assign(m2, ar.add(b.get(m2), ar.mul(d, ar.sub(xs, b.get(mean)))));
+  });
+  return {b.get(mean), b.let("var", ar.div(b.get(m2), ar.count(index_const(N))))};
+}
+
+}  // namespace
+
+Moments emit_moments(Builder& b, const MomentsOrder& o, const Arith& ar, int64_t N, const LoadFn& x) {
+  Moments out;
+  b.region("moments", describe(o), [&] {
+    switch (o.kind) {
+      case MomentsOrder::Kind::LaneWelford: out = lane_welford(b, o, ar, N, x); break;
+      case MomentsOrder::Kind::SequentialWelford: out = sequential_welford(b, ar, N, x); break;
+      case MomentsOrder::Kind::TwoPass: {
+        ExprRef total = emit_sum(b, o.sum, ar, N, [&](ExprRef i, int lanes) { return Term{x(i, lanes), nullptr}; }, "sum(x)");
+        ExprRef mean = b.let("mean", ar.div(total, ar.count(index_const(N))));
+        ExprRef m2 = emit_sum(b, o.sum, ar, N, [&](ExprRef i, int lanes) {
+          ExprRef mb = lanes > 1 ? broadcast(mean, lanes) : mean;
+          ExprRef d = ar.sub(x(i, lanes), mb);
+          return Term{d, d};
+        }, "sum((x-mean)^2)");
+        out = {mean, b.let("var", ar.div(m2, ar.count(index_const(N))))};
+        break;
+      }
+      case MomentsOrder::Kind::OnePass: {
+        ExprRef total = emit_sum(b, o.sum, ar, N, [&](ExprRef i, int lanes) { return Term{x(i, lanes), nullptr}; }, "sum(x)");
+        ExprRef squares = emit_sum(b, o.sum, ar, N, [&](ExprRef i, int lanes) {
+          ExprRef v = x(i, lanes);
+          return Term{v, v};
+        }, "sum(x*x)");
+        ExprRef mean = b.let("mean", ar.div(total, ar.count(index_const(N))));
+        ExprRef ex2 = ar.div(squares, ar.count(index_const(N)));
+        out = {mean, b.let("var", binary(Op::Max, ar.sub(ex2, ar.mul(mean, mean)), ar.constant(0.0)))};
+        break;
+      }
+    }
+  });
+  return out;
+}
+
+}  // namespace ordo::gen

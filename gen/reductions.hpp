@@ -1,0 +1,55 @@
+// Expanding Orders into IR: the reductions every op shares.
+#pragma once
+
+#include <functional>
+#include <optional>
+
+#include "ir/ir.hpp"
+#include "ir/order.hpp"
+
+namespace ordo::gen {
+
+// Arithmetic in the compute type `t`, each result optionally rounded to a storage type
+// (PyTorch 1.13's bf16 kernels). All gen/ arithmetic on statistics goes through this, so the
+// rounding points are one decision, visible as Cast pairs in the IR.
+struct Arith {
+  ScalarType t = ScalarType::f32;
+  std::optional<ScalarType> round_to;
+
+  ir::ExprRef r(ir::ExprRef e) const { return round_to ? ir::cast(ir::cast(std::move(e), *round_to), t) : e; }
+  ir::ExprRef constant(double v, int lanes = 1) const;
+  ir::ExprRef count(ir::ExprRef i64, int lanes = 1) const;  // an element count as a value
+  ir::ExprRef add(ir::ExprRef a, ir::ExprRef b) const { return r(ir::add(std::move(a), std::move(b))); }
+  ir::ExprRef sub(ir::ExprRef a, ir::ExprRef b) const { return r(ir::sub(std::move(a), std::move(b))); }
+  ir::ExprRef mul(ir::ExprRef a, ir::ExprRef b) const { return r(ir::mul(std::move(a), std::move(b))); }
+  ir::ExprRef div(ir::ExprRef a, ir::ExprRef b) const { return r(ir::div(std::move(a), std::move(b))); }
+  ir::ExprRef fma(ir::ExprRef a, ir::ExprRef b, ir::ExprRef c) const { return r(ir::fma(std::move(a), std::move(b), std::move(c))); }
+  ir::ExprRef sqrt(ir::ExprRef a) const { return r(ir::unary(ir::Op::Sqrt, std::move(a))); }
+  // a*b + c, as one fma or as a rounded product then a rounded sum.
+  ir::ExprRef mul_add(ir::ExprRef a, ir::ExprRef b, ir::ExprRef c, bool fused) const {
+    return fused ? fma(std::move(a), std::move(b), std::move(c)) : add(mul(std::move(a), std::move(b)), std::move(c));
+  }
+};
+
+// A term of a sum: a, or the product a*b when b is set. Vectors of `lanes` terms.
+struct Term {
+  ir::ExprRef a, b;
+};
+// Terms starting at column `index` (i64), `lanes` of them, in the compute type.
+using TermFn = std::function<Term(ir::ExprRef index, int lanes)>;
+// Values of x starting at column `index`, in the compute type.
+using LoadFn = std::function<ir::ExprRef(ir::ExprRef index, int lanes)>;
+
+// Sum of terms 0..n-1 in `order`; returns a read of a scalar local.
+ir::ExprRef emit_sum(ir::Builder& b, const ir::SumOrder& order, const Arith& ar, int64_t n, const TermFn& term,
+                     const std::string& label);
+
+struct Moments {
+  ir::ExprRef mean, var;  // scalars in the order's accumulation type; var = M2 / N
+};
+Moments emit_moments(ir::Builder& b, const ir::MomentsOrder& order, const Arith& ar, int64_t n, const LoadFn& x);
+
+// Folds scalar lane values by `fold` (the vector length must be a power of two unless Sequential).
+ir::ExprRef fold_lanes(const std::vector<ir::ExprRef>& lanes, ir::LaneFold fold, const Arith& ar);
+
+}  // namespace ordo::gen

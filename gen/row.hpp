@@ -1,0 +1,55 @@
+// Helpers for ops that work row by row: one program instance per row of N columns.
+#pragma once
+
+#include "gen/reductions.hpp"
+
+namespace ordo::gen {
+
+struct Row {
+  ir::Builder& b;
+  int64_t N;
+  ir::ExprRef base;  // index of the row's first element
+
+  Row(ir::Builder& builder, int64_t n)
+      : b(builder), N(n), base(builder.let("row", ir::mul(ir::program_id(0), ir::index_const(n)))) {}
+
+  ir::ExprRef at(ir::ExprRef col) const { return ir::add(base, std::move(col)); }
+  // Elements [col, col+lanes) of this row of `buffer` (or of a per-column buffer such as
+  // weight), converted to `t` (exact: storage types widen).
+  ir::ExprRef load_as(int buffer, ir::ExprRef col, int lanes, ScalarType t) const {
+    const bool per_column = b.kernel().buffers[size_t(buffer)].extent == ir::Extent::cols;
+    ir::ExprRef v = ir::load(b.kernel(), buffer, per_column ? std::move(col) : at(std::move(col)), lanes);
+    return v->type.scalar == t ? v : ir::cast(v, t);
+  }
+  // Rounds `v` (f32) to `storage` and stores it at `col`.
+  void store_as(int buffer, ir::ExprRef col, ir::ExprRef v) const {
+    ScalarType st = b.kernel().buffers[size_t(buffer)].elem;
+    b.store(buffer, at(std::move(col)), v->type.scalar == st ? v : ir::cast(v, st));
+  }
+  // body(col, lanes) over the row: vectors of `lanes`, then the tail one by one.
+  template <class F>
+  void for_each(int lanes, F&& body) const {
+    const int64_t full = N - N % lanes;
+    if (full > 0) b.for_range("col", ir::index_const(0), ir::index_const(full), lanes, [&](ir::ExprRef c) { body(c, lanes); });
+    if (full < N) b.for_range("col", ir::index_const(full), ir::index_const(N), 1, [&](ir::ExprRef c) { body(c, 1); });
+  }
+};
+
+// Stores a per-row statistic (f32 value) into element `row` of `buffer`.
+inline void store_stat(ir::Builder& b, int buffer, ir::ExprRef v) {
+  ScalarType st = b.kernel().buffers[size_t(buffer)].elem;
+  b.store(buffer, ir::program_id(0), v->type.scalar == st ? v : ir::cast(v, st));
+}
+
+// Statistics leave the reduction in the accumulation type and continue in f32.
+inline ir::ExprRef to_f32(ir::ExprRef v) {
+  return v->type.scalar == ScalarType::f32 ? v : ir::cast(v, ScalarType::f32);
+}
+
+inline Arith stats_arith(const ir::Order& o, ScalarType compute, ScalarType storage) {
+  Arith a{compute, std::nullopt};
+  if (o.round_stats_to_storage && (storage == ScalarType::bf16 || storage == ScalarType::f16)) a.round_to = storage;
+  return a;
+}
+
+}  // namespace ordo::gen

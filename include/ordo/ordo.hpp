@@ -1,0 +1,79 @@
+// ordo's C++ API: request a kernel, run it, inspect how it was built.
+//
+//   ordo::Request r;  r.op = ordo::OpKind::layer_norm;  r.cols = 4096;  r.order = "torch1.13-cpu-avx2";
+//   ordo::KernelHandle k = ordo::compile(r);          // cached: a repeated request is free
+//   k->run({{x, rows*4096, f32}, {w, 4096, f32}, {b, 4096, f32}, {y, ...}, {mean, rows, f32}, {rstd, rows, f32}}, rows);
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ir/ir.hpp"
+#include "ir/order.hpp"
+#include "ordo/request.hpp"
+
+namespace ordo {
+
+// One argument of a kernel, in the order run() takes them.
+struct ArgSpec {
+  std::string name;
+  ScalarType dtype;
+  bool output;
+  ir::Extent extent;
+  int64_t elements(int64_t rows, int64_t cols) const {
+    return extent == ir::Extent::rows_by_cols ? rows * cols : extent == ir::Extent::cols ? cols : rows;
+  }
+};
+
+struct BufferRef {
+  void* data = nullptr;
+  int64_t elements = 0;
+  ScalarType dtype = ScalarType::f32;
+};
+
+class CompiledKernel {
+ public:
+  const Request& request() const { return request_; }
+  const ir::Order& order() const { return order_; }
+  const ir::Kernel& kernel() const { return kernel_; }
+  const std::vector<ArgSpec>& args() const { return args_; }
+  double compile_ms() const { return compile_ms_; }
+  int rows_in_flight() const { return rows_in_flight_; }
+
+  // Runs `rows` rows. buffers follow args(); each is checked for dtype and length first.
+  // threads = 0 uses every core. Rows are independent, so results do not depend on it.
+  void run(const std::vector<BufferRef>& buffers, int64_t rows, int threads = 0) const;
+
+ private:
+  friend std::shared_ptr<const CompiledKernel> compile_uncached(const Request&);
+  using Entry = void (*)(void* const*, const int64_t*, int64_t, int64_t);
+  Request request_;
+  ir::Order order_;
+  ir::Kernel kernel_;
+  std::vector<ArgSpec> args_;
+  Entry entry_ = nullptr;  // null for the interpreter target
+  double compile_ms_ = 0;
+  int rows_in_flight_ = 1;
+};
+
+using KernelHandle = std::shared_ptr<const CompiledKernel>;
+
+// Resolves, generates, verifies and compiles. Throws ordo::Error with a message naming the
+// bad field. compile() keeps every kernel in a thread-safe in-memory cache keyed by the whole
+// request; concurrent callers of one new request wait for a single compile.
+KernelHandle compile(const Request& r);
+KernelHandle compile_uncached(const Request& r);
+
+struct CacheStats {
+  uint64_t hits = 0, misses = 0, entries = 0;
+};
+CacheStats cache_stats();
+
+// Runs fn(begin, end) over contiguous blocks of [0, n) on ordo's thread pool (threads = 0:
+// every core). Kernel launches use it; so do baselines that must be measured the same way.
+void parallel_for(int64_t n, int threads, const std::function<void(int64_t, int64_t)>& fn);
+
+}  // namespace ordo

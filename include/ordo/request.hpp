@@ -1,0 +1,44 @@
+// A request: everything that determines a generated kernel. Plain data, hashable, printable.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "ordo/scalar_type.hpp"
+
+namespace ordo {
+
+enum class OpKind : uint8_t { layer_norm, rms_norm, var_mean };
+std::string_view name(OpKind op);
+std::optional<OpKind> parse_op(std::string_view s);
+
+enum class Target : uint8_t {
+  cpu,          // LLVM, ORC JIT for the host CPU
+  interpreter,  // the IR interpreter: the specification, slow
+};
+std::string_view name(Target t);
+std::optional<Target> parse_target(std::string_view s);
+
+struct Request {
+  OpKind op = OpKind::layer_norm;
+  // Shape class: the reduced (last) dim N is fixed at compile time; the number of rows is a
+  // launch argument, so one kernel serves every row count.
+  int64_t cols = 0;
+  ScalarType x_dtype = ScalarType::f32;               // storage of x and y
+  std::optional<ScalarType> weight_dtype;             // storage of weight and bias; default x_dtype
+  std::optional<ScalarType> acc_dtype;                // accumulation; default: the order's
+  bool has_weight = true;
+  bool has_bias = true;
+  bool allow_mixed_dtypes = false;  // weight_dtype may differ from x_dtype only when set
+  double eps = 1e-5;
+  std::string order = "fast";
+  Target target = Target::cpu;
+
+  ScalarType weight_type() const { return weight_dtype.value_or(x_dtype); }
+  // Canonical text of every field; the in-memory cache key.
+  std::string key() const;
+};
+
+}  // namespace ordo

@@ -1,0 +1,272 @@
+#include "ir/interpret.hpp"
+
+#include <fmt/format.h>
+
+#include <array>
+#include <cmath>
+#include <cstring>
+
+#include "ir/error.hpp"
+#include "ir/float_bits.hpp"
+
+namespace ordo::ir {
+namespace {
+
+constexpr int kMaxLanes = 32;
+
+union Lane {
+  double f64;
+  float f32;
+  int64_t i;  // i64 and bool
+  uint16_t h; // f16 and bf16 bit patterns
+};
+
+struct Value {
+  Type type;
+  std::array<Lane, kMaxLanes> lane;
+};
+
+// IEEE 754-2019 maximum/minimum: NaN-propagating, -0 < +0.
+template <class T>
+T ieee_max(T a, T b) {
+  if (std::isnan(a) || std::isnan(b)) return a + b;
+  if (a == b) return std::signbit(a) ? b : a;
+  return a > b ? a : b;
+}
+template <class T>
+T ieee_min(T a, T b) {
+  if (std::isnan(a) || std::isnan(b)) return a + b;
+  if (a == b) return std::signbit(a) ? a : b;
+  return a < b ? a : b;
+}
+
+template <class T>
+T arith(Op op, T a, T b) {
+  switch (op) {
+    case Op::Add: return a + b;
+    case Op::Sub: return a - b;
+    case Op::Mul: return a * b;
+    case Op::Div: return a / b;
+    case Op::Min: return ieee_min(a, b);
+    case Op::Max: return ieee_max(a, b);
+    default: return a;
+  }
+}
+
+template <class T>
+bool compare(Op op, T a, T b) {
+  switch (op) {
+    case Op::Lt: return a < b;
+    case Op::Le: return a <= b;
+    case Op::Eq: return a == b;
+    case Op::Ne: return a != b;
+    default: return false;
+  }
+}
+
+double to_double(ScalarType t, Lane l) {
+  switch (t) {
+    case ScalarType::f64: return l.f64;
+    case ScalarType::f32: return l.f32;
+    case ScalarType::f16: return f16_bits_to_f32(l.h);
+    case ScalarType::bf16: return bf16_bits_to_f32(l.h);
+    default: return static_cast<double>(l.i);
+  }
+}
+
+struct Machine {
+  const Kernel& k;
+  const std::vector<BufferArg>& buffers;
+  std::vector<int64_t> pid;
+  std::vector<Value> locals;
+  std::vector<char> assigned;
+
+  Value eval(const Expr& e) {
+    Value v;
+    v.type = e.type;
+    const int n = e.type.lanes;
+    const ScalarType t = e.type.scalar;
+    switch (e.op) {
+      case Op::Const:
+        for (int i = 0; i < n; ++i) {
+          if (t == ScalarType::f64) v.lane[i].f64 = e.imm_f;
+          else if (t == ScalarType::f32) v.lane[i].f32 = static_cast<float>(e.imm_f);
+          else v.lane[i].i = e.imm_i;
+        }
+        return v;
+      case Op::Var:
+        if (!assigned[static_cast<size_t>(e.index)])
+          throw Error(fmt::format("interpreter: local %{} read before assignment", k.locals[static_cast<size_t>(e.index)].name));
+        return locals[static_cast<size_t>(e.index)];
+      case Op::ProgramId:
+        v.lane[0].i = pid[static_cast<size_t>(e.index)];
+        return v;
+      case Op::Load: {
+        const BufferArg& b = buffers[static_cast<size_t>(e.index)];
+        int64_t at = eval(*e.args[0]).lane[0].i;
+        if (at < 0 || at + n > b.elements)
+          throw Error(fmt::format("interpreter: load {}[{}..{}) outside [0, {})", k.buffers[static_cast<size_t>(e.index)].name, at, at + n, b.elements));
+        const int sz = size_bytes(t);
+        for (int i = 0; i < n; ++i) {
+          const char* p = static_cast<const char*>(b.data) + (at + i) * sz;
+          v.lane[i].i = 0;
+          std::memcpy(&v.lane[i], p, static_cast<size_t>(sz));
+        }
+        return v;
+      }
+      case Op::Add: case Op::Sub: case Op::Mul: case Op::Div: case Op::Min: case Op::Max: case Op::Rem: {
+        Value a = eval(*e.args[0]), b = eval(*e.args[1]);
+        for (int i = 0; i < n; ++i) {
+          if (t == ScalarType::f64) v.lane[i].f64 = arith(e.op, a.lane[i].f64, b.lane[i].f64);
+          else if (t == ScalarType::f32) v.lane[i].f32 = arith(e.op, a.lane[i].f32, b.lane[i].f32);
+          else {
+            int64_t x = a.lane[i].i, y = b.lane[i].i;
+            if ((e.op == Op::Div || e.op == Op::Rem) && y == 0) throw Error("interpreter: integer division by zero");
+            switch (e.op) {
+              case Op::Add: v.lane[i].i = x + y; break;
+              case Op::Sub: v.lane[i].i = x - y; break;
+              case Op::Mul: v.lane[i].i = x * y; break;
+              case Op::Div: v.lane[i].i = x / y; break;
+              case Op::Rem: v.lane[i].i = x % y; break;
+              case Op::Min: v.lane[i].i = std::min(x, y); break;
+              default: v.lane[i].i = std::max(x, y); break;
+            }
+          }
+        }
+        return v;
+      }
+      case Op::Fma: {
+        Value a = eval(*e.args[0]), b = eval(*e.args[1]), c = eval(*e.args[2]);
+        for (int i = 0; i < n; ++i) {
+          if (t == ScalarType::f64) v.lane[i].f64 = std::fma(a.lane[i].f64, b.lane[i].f64, c.lane[i].f64);
+          else v.lane[i].f32 = std::fmaf(a.lane[i].f32, b.lane[i].f32, c.lane[i].f32);
+        }
+        return v;
+      }
+      case Op::Sqrt: case Op::Neg: {
+        Value a = eval(*e.args[0]);
+        for (int i = 0; i < n; ++i) {
+          if (t == ScalarType::f64) v.lane[i].f64 = e.op == Op::Sqrt ? std::sqrt(a.lane[i].f64) : -a.lane[i].f64;
+          else v.lane[i].f32 = e.op == Op::Sqrt ? std::sqrt(a.lane[i].f32) : -a.lane[i].f32;
+        }
+        return v;
+      }
+      case Op::Lt: case Op::Le: case Op::Eq: case Op::Ne: {
+        Value a = eval(*e.args[0]), b = eval(*e.args[1]);
+        const ScalarType at = a.type.scalar;
+        for (int i = 0; i < n; ++i) {
+          if (at == ScalarType::f64) v.lane[i].i = compare(e.op, a.lane[i].f64, b.lane[i].f64);
+          else if (at == ScalarType::f32) v.lane[i].i = compare(e.op, a.lane[i].f32, b.lane[i].f32);
+          else v.lane[i].i = compare(e.op, a.lane[i].i, b.lane[i].i);
+        }
+        return v;
+      }
+      case Op::And: {
+        Value a = eval(*e.args[0]), b = eval(*e.args[1]);
+        for (int i = 0; i < n; ++i) v.lane[i].i = a.lane[i].i && b.lane[i].i;
+        return v;
+      }
+      case Op::Select: {
+        Value c = eval(*e.args[0]), a = eval(*e.args[1]), b = eval(*e.args[2]);
+        for (int i = 0; i < n; ++i) v.lane[i] = c.lane[i].i ? a.lane[i] : b.lane[i];
+        return v;
+      }
+      case Op::Cast: {
+        Value a = eval(*e.args[0]);
+        const ScalarType from = a.type.scalar;
+        for (int i = 0; i < n; ++i) {
+          Lane l = a.lane[i];
+          switch (t) {
+            case ScalarType::f64: v.lane[i].f64 = to_double(from, l); break;  // exact from every allowed source but i64
+            case ScalarType::f32:
+              if (from == ScalarType::f64) v.lane[i].f32 = static_cast<float>(l.f64);
+              else if (from == ScalarType::i64) v.lane[i].f32 = static_cast<float>(l.i);
+              else v.lane[i].f32 = static_cast<float>(to_double(from, l));
+              break;
+            case ScalarType::f16: v.lane[i].h = f32_to_f16_bits(l.f32); break;
+            case ScalarType::bf16: v.lane[i].h = f32_to_bf16_bits(l.f32); break;
+            default: break;
+          }
+        }
+        return v;
+      }
+      case Op::Broadcast: {
+        Value a = eval(*e.args[0]);
+        for (int i = 0; i < n; ++i) v.lane[i] = a.lane[0];
+        return v;
+      }
+      case Op::Extract: {
+        Value a = eval(*e.args[0]);
+        v.lane[0] = a.lane[static_cast<size_t>(e.index)];
+        return v;
+      }
+    }
+    throw Error("interpreter: unknown op");
+  }
+
+  void run(const std::vector<Stmt>& body) {
+    for (const Stmt& s : body) {
+      switch (s.kind) {
+        case StmtKind::Assign:
+          locals[static_cast<size_t>(s.target)] = eval(*s.value);
+          assigned[static_cast<size_t>(s.target)] = 1;
+          break;
+        case StmtKind::Store: {
+          const BufferArg& b = buffers[static_cast<size_t>(s.target)];
+          int64_t at = eval(*s.index).lane[0].i;
+          Value v = eval(*s.value);
+          const int n = v.type.lanes;
+          if (at < 0 || at + n > b.elements)
+            throw Error(fmt::format("interpreter: store {}[{}..{}) outside [0, {})", k.buffers[static_cast<size_t>(s.target)].name, at, at + n, b.elements));
+          const int sz = size_bytes(v.type.scalar);
+          for (int i = 0; i < n; ++i)
+            std::memcpy(static_cast<char*>(b.data) + (at + i) * sz, &v.lane[i], static_cast<size_t>(sz));
+          break;
+        }
+        case StmtKind::For: {
+          const int64_t begin = eval(*s.begin).lane[0].i, end = eval(*s.end).lane[0].i;
+          Value& iv = locals[static_cast<size_t>(s.target)];
+          iv.type = Type{ScalarType::i64, 1};
+          assigned[static_cast<size_t>(s.target)] = 1;
+          for (int64_t i = begin; i < end; i += s.step) {
+            iv.lane[0].i = i;
+            run(s.body);
+          }
+          break;
+        }
+        case StmtKind::If:
+          if (eval(*s.value).lane[0].i) run(s.body);
+          else run(s.else_body);
+          break;
+        case StmtKind::Region:
+          run(s.body);
+          break;
+      }
+    }
+  }
+};
+
+}  // namespace
+
+void interpret(const Kernel& k, const std::vector<BufferArg>& buffers, const std::vector<int64_t>& extents) {
+  if (buffers.size() != k.buffers.size())
+    throw Error(fmt::format("interpreter: kernel {} takes {} buffers, got {}", k.name, k.buffers.size(), buffers.size()));
+  if (static_cast<int>(extents.size()) != k.grid_rank)
+    throw Error(fmt::format("interpreter: kernel {} has grid rank {}, got {} extents", k.name, k.grid_rank, extents.size()));
+  Machine m{k, buffers, std::vector<int64_t>(extents.size(), 0), std::vector<Value>(k.locals.size()), {}};
+  // Instances are independent; run them in row-major grid order.
+  std::vector<int64_t>& p = m.pid;
+  int64_t total = 1;
+  for (int64_t e : extents) total *= e;
+  for (int64_t flat = 0; flat < total; ++flat) {
+    int64_t rest = flat;
+    for (int d = k.grid_rank - 1; d >= 0; --d) {
+      p[static_cast<size_t>(d)] = rest % extents[static_cast<size_t>(d)];
+      rest /= extents[static_cast<size_t>(d)];
+    }
+    m.assigned.assign(k.locals.size(), 0);
+    m.run(k.body);
+  }
+}
+
+}  // namespace ordo::ir

@@ -1,0 +1,224 @@
+// Node constructors, the Builder, and the printer.
+#include "ir/ir.hpp"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <stdexcept>
+
+namespace ordo::ir {
+
+std::string to_string(Type t) {
+  if (t.lanes == 1) return std::string(name(t.scalar));
+  return fmt::format("{}x{}", name(t.scalar), t.lanes);
+}
+
+int arity(Op op) {
+  switch (op) {
+#define ORDO_X(n, a, s) case Op::n: return a;
+    ORDO_EXPR_OPS(ORDO_X)
+#undef ORDO_X
+  }
+  return 0;
+}
+
+std::string_view spelling(Op op) {
+  switch (op) {
+#define ORDO_X(n, a, s) case Op::n: return s;
+    ORDO_EXPR_OPS(ORDO_X)
+#undef ORDO_X
+  }
+  return "?";
+}
+
+namespace {
+ExprRef make(Op op, Type t, std::vector<ExprRef> args, int64_t index = 0) {
+  auto e = std::make_shared<Expr>();
+  e->op = op;
+  e->type = t;
+  e->args = std::move(args);
+  e->index = index;
+  return e;
+}
+bool is_comparison(Op op) { return op == Op::Lt || op == Op::Le || op == Op::Eq || op == Op::Ne; }
+}  // namespace
+
+ExprRef constant(Type t, double value) {
+  auto e = std::make_shared<Expr>();
+  e->op = Op::Const;
+  e->type = t;
+  if (is_float(t.scalar)) e->imm_f = value;
+  else e->imm_i = static_cast<int64_t>(value);
+  return e;
+}
+
+ExprRef index_const(int64_t value) {
+  auto e = std::make_shared<Expr>();
+  e->op = Op::Const;
+  e->type = Type{ScalarType::i64, 1};
+  e->imm_i = value;
+  return e;
+}
+
+ExprRef var(const Kernel& k, int local) {
+  return make(Op::Var, k.locals.at(static_cast<size_t>(local)).type, {}, local);
+}
+ExprRef program_id(int dim) { return make(Op::ProgramId, Type{ScalarType::i64, 1}, {}, dim); }
+ExprRef load(const Kernel& k, int buffer, ExprRef index, int lanes) {
+  return make(Op::Load, Type{k.buffers.at(static_cast<size_t>(buffer)).elem, lanes}, {std::move(index)}, buffer);
+}
+ExprRef binary(Op op, ExprRef a, ExprRef b) {
+  Type t = a->type;
+  if (is_comparison(op)) t.scalar = ScalarType::boolean;
+  return make(op, t, {std::move(a), std::move(b)});
+}
+ExprRef fma(ExprRef a, ExprRef b, ExprRef c) {
+  Type t = a->type;
+  return make(Op::Fma, t, {std::move(a), std::move(b), std::move(c)});
+}
+ExprRef unary(Op op, ExprRef a) {
+  Type t = a->type;
+  return make(op, t, {std::move(a)});
+}
+ExprRef select(ExprRef cond, ExprRef a, ExprRef b) {
+  Type t = a->type;
+  return make(Op::Select, t, {std::move(cond), std::move(a), std::move(b)});
+}
+ExprRef cast(ExprRef a, ScalarType to) {
+  Type t{to, a->type.lanes};
+  return make(Op::Cast, t, {std::move(a)});
+}
+ExprRef broadcast(ExprRef a, int lanes) {
+  Type t{a->type.scalar, lanes};
+  return make(Op::Broadcast, t, {std::move(a)});
+}
+ExprRef extract(ExprRef a, int lane) {
+  Type t{a->type.scalar, 1};
+  return make(Op::Extract, t, {std::move(a)}, lane);
+}
+
+std::string_view name(Extent e) {
+  switch (e) {
+    case Extent::rows_by_cols: return "rows*N";
+    case Extent::cols: return "N";
+    case Extent::rows: return "rows";
+  }
+  return "?";
+}
+
+int Builder::buffer(std::string name, ScalarType elem, bool output, Extent extent) {
+  k_.buffers.push_back(Buffer{std::move(name), elem, output, extent});
+  return static_cast<int>(k_.buffers.size()) - 1;
+}
+int Builder::local(std::string name, Type t) {
+  // Names are for reading the IR; the id is the identity. Suffix repeats so the text is unambiguous.
+  int uses = 0;
+  for (const Local& l : k_.locals)
+    if (l.name == name || l.name.rfind(name + ".", 0) == 0) ++uses;
+  if (uses) name += fmt::format(".{}", uses);
+  k_.locals.push_back(Local{std::move(name), t});
+  return static_cast<int>(k_.locals.size()) - 1;
+}
+ExprRef Builder::let(std::string name, ExprRef value) {
+  int l = local(std::move(name), value->type);
+  assign(l, std::move(value));
+  return get(l);
+}
+void Builder::assign(int local, ExprRef value) {
+  Stmt s{StmtKind::Assign};
+  s.target = local;
+  s.value = std::move(value);
+  stack_.back()->push_back(std::move(s));
+}
+void Builder::store(int buffer, ExprRef index, ExprRef value) {
+  Stmt s{StmtKind::Store};
+  s.target = buffer;
+  s.index = std::move(index);
+  s.value = std::move(value);
+  stack_.back()->push_back(std::move(s));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Printer
+
+std::string print(const Expr& e, const Kernel& k) {
+  auto arg = [&](size_t i) { return print(*e.args[i], k); };
+  switch (e.op) {
+    case Op::Const:
+      if (is_float(e.type.scalar)) {
+        // Shortest text that reads back to the same value of the constant's type.
+        std::string v = e.type.scalar == ScalarType::f32 ? fmt::format("{}", static_cast<float>(e.imm_f))
+                                                          : fmt::format("{}", e.imm_f);
+        return fmt::format("{}:{}", v, to_string(e.type));
+      }
+      if (e.type.scalar == ScalarType::boolean) return e.imm_i ? "true" : "false";
+      return fmt::format("{}", e.imm_i);
+    case Op::Var:
+      return "%" + k.locals.at(static_cast<size_t>(e.index)).name;
+    case Op::ProgramId:
+      return fmt::format("program_id({})", e.index);
+    case Op::Load:
+      return fmt::format("load.{}({}[{}])", to_string(e.type), k.buffers.at(static_cast<size_t>(e.index)).name, arg(0));
+    case Op::Extract:
+      return fmt::format("extract({}, {})", arg(0), e.index);
+    case Op::Cast:
+    case Op::Broadcast:
+      return fmt::format("{}.{}({})", spelling(e.op), to_string(e.type), arg(0));
+    default: {
+      std::string s = std::string(spelling(e.op)) + "(";
+      for (size_t i = 0; i < e.args.size(); ++i) s += (i ? ", " : "") + arg(i);
+      return s + ")";
+    }
+  }
+}
+
+namespace {
+void print_stmts(const std::vector<Stmt>& body, const Kernel& k, int depth, std::string& out) {
+  std::string pad(static_cast<size_t>(2 * depth), ' ');
+  for (const Stmt& s : body) {
+    switch (s.kind) {
+      case StmtKind::Assign: {
+        const Local& l = k.locals.at(static_cast<size_t>(s.target));
+        out += fmt::format("{}%{}: {} = {}\n", pad, l.name, to_string(l.type), print(*s.value, k));
+        break;
+      }
+      case StmtKind::Store:
+        out += fmt::format("{}store {}[{}] = {}\n", pad, k.buffers.at(static_cast<size_t>(s.target)).name,
+                           print(*s.index, k), print(*s.value, k));
+        break;
+      case StmtKind::For:
+        out += fmt::format("{}for %{} in [{}, {}) step {} {{\n", pad, k.locals.at(static_cast<size_t>(s.target)).name,
+                           print(*s.begin, k), print(*s.end, k), s.step);
+        print_stmts(s.body, k, depth + 1, out);
+        out += pad + "}\n";
+        break;
+      case StmtKind::If:
+        out += fmt::format("{}if {} {{\n", pad, print(*s.value, k));
+        print_stmts(s.body, k, depth + 1, out);
+        if (!s.else_body.empty()) {
+          out += pad + "} else {\n";
+          print_stmts(s.else_body, k, depth + 1, out);
+        }
+        out += pad + "}\n";
+        break;
+      case StmtKind::Region:
+        out += fmt::format("{}region {} [{}] {{\n", pad, s.label, s.note);
+        print_stmts(s.body, k, depth + 1, out);
+        out += pad + "}\n";
+        break;
+    }
+  }
+}
+}  // namespace
+
+std::string print(const Kernel& k) {
+  std::string out = fmt::format("kernel {}  // {}\n", k.name, k.description);
+  for (const Buffer& b : k.buffers)
+    out += fmt::format("  {} {}: {}[{}]\n", b.output ? "out" : "in ", b.name, name(b.elem), name(b.extent));
+  out += fmt::format("  grid rank {}\n{{\n", k.grid_rank);
+  print_stmts(k.body, k, 1, out);
+  out += "}\n";
+  return out;
+}
+
+}  // namespace ordo::ir

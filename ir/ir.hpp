@@ -1,0 +1,233 @@
+// The ordo IR: a small, closed set of nodes with exact floating-point meaning.
+//
+// A Kernel is a body executed once per program instance (a point of its grid; for the
+// normalization ops an instance is one row). Inside an instance everything is explicit:
+// loops, lanes, locals and every rounding. Reductions are not nodes of their own: gen/
+// expands an Order (ir/order.hpp) into loops, and wraps the result in a Region that names
+// the reduction and prints its Order, so the order is visible in the IR itself.
+//
+// Floating-point semantics, common to all nodes:
+//  * Every arithmetic node computes the exact result of its operation and rounds it once to
+//    its result type with round-to-nearest-even. Nothing is contracted or reassociated;
+//    only Fma multiplies and adds with a single rounding.
+//  * Arithmetic exists only in f32 and f64. f16 and bf16 are storage types: loaded, stored
+//    and converted with Cast. Rounding an intermediate to bf16 is therefore a visible Cast pair.
+//  * NaN results are NaN; which NaN payload propagates is not specified (IEEE 754 leaves it
+//    open, and LLVM does not preserve it). Tests compare NaNs as one value and all other
+//    values by bit pattern.
+//  * Lanes are independent: a node on a vector applies its scalar meaning to each lane.
+//
+// Control flow (For bounds, If conditions) is uniform: it may depend only on constants and
+// loop variables, never on program_id, loaded data or floating-point values. The verifier
+// enforces this; backends rely on it to run several instances in lock step.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ordo/scalar_type.hpp"
+
+namespace ordo::ir {
+
+struct Type {
+  ScalarType scalar = ScalarType::f32;
+  int lanes = 1;
+  friend bool operator==(const Type&, const Type&) = default;
+};
+std::string to_string(Type t);
+
+// X(name, arity, spelling). The one list of expression nodes; printer and verifier use it.
+#define ORDO_EXPR_OPS(X)                                                                      \
+  /* Literal of the node's type (value in Expr::imm_f or imm_i), broadcast to its lanes. */   \
+  X(Const, 0, "const")                                                                       \
+  /* Read local Expr::index. Reading a local before any assignment is an error. */            \
+  X(Var, 0, "var")                                                                           \
+  /* This instance's coordinate along grid dimension Expr::index (i64, non-uniform). */       \
+  X(ProgramId, 0, "program_id")                                                              \
+  /* Elements [i, i+lanes) of buffer Expr::index; i is args[0] (i64), in elements. */         \
+  X(Load, 1, "load")                                                                         \
+  /* f32/f64: IEEE with RNE. i64: two's complement; Div/Rem truncate (operands >= 0). */     \
+  X(Add, 2, "add")                                                                           \
+  X(Sub, 2, "sub")                                                                           \
+  X(Mul, 2, "mul")                                                                           \
+  X(Div, 2, "div")                                                                           \
+  X(Rem, 2, "rem") /* i64 only */                                                            \
+  /* a*b+c with one rounding. Appears only where an Order asked for it. */                    \
+  X(Fma, 3, "fma")                                                                           \
+  /* Correctly rounded square root. */                                                       \
+  X(Sqrt, 1, "sqrt")                                                                         \
+  /* Sign flip; exact. */                                                                    \
+  X(Neg, 1, "neg")                                                                           \
+  /* IEEE 754-2019 minimum/maximum: NaN if either operand is NaN; -0 < +0. */                 \
+  X(Min, 2, "min")                                                                           \
+  X(Max, 2, "max")                                                                           \
+  /* Comparisons give bool lanes; any comparison with NaN is false except Ne. */              \
+  X(Lt, 2, "lt")                                                                             \
+  X(Le, 2, "le")                                                                             \
+  X(Eq, 2, "eq")                                                                             \
+  X(Ne, 2, "ne")                                                                             \
+  X(And, 2, "and") /* bool only */                                                           \
+  X(Select, 3, "select") /* args[0] ? args[1] : args[2], lane by lane */                       \
+  /* Conversion to the node's scalar type with RNE. Allowed: f32<->f64, f32->f16/bf16,      \
+     f16/bf16->f32/f64 (exact), i64->f32/f64 (RNE). */                                        \
+  X(Cast, 1, "cast")                                                                         \
+  /* Scalar args[0] repeated into the node's lanes. */                                       \
+  X(Broadcast, 1, "broadcast")                                                               \
+  /* Lane Expr::index of vector args[0], as a scalar. */                                     \
+  X(Extract, 1, "extract")
+
+enum class Op : uint8_t {
+#define ORDO_X(name, arity, spelling) name,
+  ORDO_EXPR_OPS(ORDO_X)
+#undef ORDO_X
+};
+int arity(Op op);
+std::string_view spelling(Op op);
+
+struct Expr;
+using ExprRef = std::shared_ptr<const Expr>;
+
+struct Expr {
+  Op op;
+  Type type;
+  std::vector<ExprRef> args;
+  int64_t index = 0;  // Var: local id; Load: buffer id; ProgramId: dimension; Extract: lane
+  double imm_f = 0;   // Const of a float type
+  int64_t imm_i = 0;  // Const of i64 or bool
+};
+
+enum class StmtKind : uint8_t {
+  Assign,  // locals[target] = value
+  Store,   // buffer[target][index .. index+lanes) = value
+  For,     // for (locals[target] = begin; < end; += step) body. step is a positive constant.
+  If,      // if (cond) body else else_body
+  Region,  // body, labelled: the expansion of one reduction and the Order that produced it
+};
+
+struct Stmt {
+  explicit Stmt(StmtKind k) : kind(k) {}
+  StmtKind kind;
+  int target = -1;  // Assign/For: local id. Store: buffer id.
+  ExprRef value;    // Assign/Store: the value. If: the condition.
+  ExprRef index;    // Store: element index.
+  ExprRef begin, end;
+  int64_t step = 1;
+  std::vector<Stmt> body, else_body;
+  std::string label;  // Region: "moments", "sum(x)", ...
+  std::string note;   // Region: the Order, printed
+};
+
+// How a buffer's length relates to a launch over `rows` instances of an N-column op.
+enum class Extent : uint8_t {
+  rows_by_cols,  // rows*N: one row per instance (x, y)
+  cols,          // N: shared by every instance (weight, bias)
+  rows,          // one element per instance (mean, rstd, var)
+};
+std::string_view name(Extent e);
+
+struct Buffer {
+  std::string name;
+  ScalarType elem;
+  bool output = false;
+  Extent extent = Extent::rows_by_cols;
+};
+
+struct Local {
+  std::string name;
+  Type type;
+};
+
+struct Kernel {
+  std::string name;
+  std::vector<Buffer> buffers;
+  std::vector<Local> locals;
+  int grid_rank = 1;  // program_id(d) for d < grid_rank; extents are given at launch
+  std::vector<Stmt> body;
+  std::string description;  // one line: op, shapes, dtypes, order name
+};
+
+// Expression constructors. They infer the result type from the operands; the verifier checks
+// that the operands agree.
+ExprRef constant(Type t, double value);
+ExprRef index_const(int64_t value);
+ExprRef var(const Kernel& k, int local);
+ExprRef program_id(int dim);
+ExprRef load(const Kernel& k, int buffer, ExprRef index, int lanes = 1);
+ExprRef binary(Op op, ExprRef a, ExprRef b);
+ExprRef fma(ExprRef a, ExprRef b, ExprRef c);
+ExprRef unary(Op op, ExprRef a);
+ExprRef select(ExprRef cond, ExprRef a, ExprRef b);
+ExprRef cast(ExprRef a, ScalarType to);
+ExprRef broadcast(ExprRef a, int lanes);
+ExprRef extract(ExprRef a, int lane);
+
+inline ExprRef add(ExprRef a, ExprRef b) { return binary(Op::Add, std::move(a), std::move(b)); }
+inline ExprRef sub(ExprRef a, ExprRef b) { return binary(Op::Sub, std::move(a), std::move(b)); }
+inline ExprRef mul(ExprRef a, ExprRef b) { return binary(Op::Mul, std::move(a), std::move(b)); }
+inline ExprRef div(ExprRef a, ExprRef b) { return binary(Op::Div, std::move(a), std::move(b)); }
+
+// Appends statements to a kernel, with structured nesting.
+class Builder {
+ public:
+  explicit Builder(Kernel& k) : k_(k) { stack_.push_back(&k.body); }
+  Kernel& kernel() { return k_; }
+
+  int buffer(std::string name, ScalarType elem, bool output, Extent extent);
+  int local(std::string name, Type t);
+  // A fresh local assigned `value` now; returns a read of it.
+  ExprRef let(std::string name, ExprRef value);
+  ExprRef get(int local) const { return var(k_, local); }
+
+  void assign(int local, ExprRef value);
+  void store(int buffer, ExprRef index, ExprRef value);
+
+  // for (v = begin; v < end; v += step) body(read of v)
+  template <class F>
+  void for_range(std::string name, ExprRef begin, ExprRef end, int64_t step, F&& body) {
+    int v = local(std::move(name), Type{ScalarType::i64, 1});
+    Stmt s{StmtKind::For};
+    s.target = v;
+    s.begin = std::move(begin);
+    s.end = std::move(end);
+    s.step = step;
+    stack_.back()->push_back(std::move(s));
+    stack_.push_back(&stack_.back()->back().body);
+    body(get(v));
+    stack_.pop_back();
+  }
+  template <class F>
+  void if_(ExprRef cond, F&& then) {
+    Stmt s{StmtKind::If};
+    s.value = std::move(cond);
+    stack_.back()->push_back(std::move(s));
+    stack_.push_back(&stack_.back()->back().body);
+    then();
+    stack_.pop_back();
+  }
+  template <class F>
+  void region(std::string label, std::string note, F&& body) {
+    Stmt s{StmtKind::Region};
+    s.label = std::move(label);
+    s.note = std::move(note);
+    stack_.back()->push_back(std::move(s));
+    stack_.push_back(&stack_.back()->back().body);
+    body();
+    stack_.pop_back();
+  }
+
+ private:
+  Kernel& k_;
+  std::vector<std::vector<Stmt>*> stack_;
+};
+
+// The printer: one node per line, nested by indentation. Stable: tests compare it.
+std::string print(const Kernel& k);
+std::string print(const Expr& e, const Kernel& k);
+
+// The verifier: returns an empty string, or a message naming the first malformed node.
+std::string verify(const Kernel& k);
+
+}  // namespace ordo::ir

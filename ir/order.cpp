@@ -1,0 +1,41 @@
+#include "ir/order.hpp"
+
+#include <fmt/format.h>
+
+namespace ordo::ir {
+
+static const char* fold_name(LaneFold f) {
+  return f == LaneFold::Halving ? "halving" : f == LaneFold::Adjacent ? "adjacent" : "sequential";
+}
+
+std::string describe(const SumOrder& s) {
+  std::string fma = s.fma ? ", fma" : "";
+  switch (s.kind) {
+    case SumOrder::Kind::Sequential: return fmt::format("sequential{}", fma);
+    case SumOrder::Kind::Pairwise: return fmt::format("pairwise(block={}, lanes={}, fold={}{})", s.block, s.lanes, fold_name(s.fold), fma);
+    case SumOrder::Kind::LaneTree:
+      return fmt::format("lane_tree(lanes={}, accumulators={}, fold={}{})", s.lanes, s.accumulators, fold_name(s.fold), fma);
+  }
+  return "?";
+}
+
+std::string describe(const MomentsOrder& m) {
+  switch (m.kind) {
+    case MomentsOrder::Kind::LaneWelford:
+      return fmt::format("lane_welford(lanes={}, chunk={}, cascade=binary_counter, acc={}{}{})", m.lanes, m.chunk,
+                         name(m.acc), m.fma_update ? ", fma_update" : "", m.fma_merge ? ", fma_merge" : "");
+    case MomentsOrder::Kind::SequentialWelford: return fmt::format("sequential_welford(acc={})", name(m.acc));
+    case MomentsOrder::Kind::TwoPass: return fmt::format("two_pass(sum={}, acc={})", describe(m.sum), name(m.acc));
+    case MomentsOrder::Kind::OnePass: return fmt::format("one_pass(sum={}, acc={})", describe(m.sum), name(m.acc));
+  }
+  return "?";
+}
+
+std::string describe(const AffineOrder& a) {
+  const char* form = a.form == AffineOrder::Form::ScaleBias     ? "scale_bias"
+                     : a.form == AffineOrder::Form::CenterScale ? "center_scale"
+                                                                : "center_divide";
+  return fmt::format("{}{}", form, a.fma ? ", fma" : "");
+}
+
+}  // namespace ordo::ir

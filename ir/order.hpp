@@ -1,0 +1,90 @@
+// Orders: how a reduction is carried out, as plain data, kept apart from the op's math.
+// gen/ expands an Order into explicit IR loops; a named order (gen/orders.cpp) is one row
+// of a table that maps a stable name to an Order. Nothing here knows about a backend.
+#pragma once
+
+#include <string>
+
+#include "ordo/scalar_type.hpp"
+
+namespace ordo::ir {
+
+// How lanes of a vector accumulator fold to one value.
+enum class LaneFold : uint8_t {
+  Sequential,  // ((a0 + a1) + a2) + ... + a(V-1)
+  Halving,     // fold the upper half onto the lower half until one lane is left:
+               // for 8 lanes ((a0+a4)+(a2+a6)) + ((a1+a5)+(a3+a7))
+  Adjacent,    // add neighbours until one lane is left: ((a0+a1)+(a2+a3)) + ((a4+a5)+(a6+a7))
+};
+
+// How a sequence of terms t_0 .. t_{N-1} is summed. A term is a value or a product a*b.
+struct SumOrder {
+  enum class Kind : uint8_t {
+    Sequential,  // acc = 0; acc = acc + t_i for i = 0..N-1
+    Pairwise,    // numpy's pairwise sum: leaves of at most `block` terms summed with `lanes`
+                 // accumulators (started from the first `lanes` terms, folded by `fold`,
+                 // then the leftovers added in order); larger ranges split at
+                 // floor(n/2) rounded down to a multiple of `lanes`, and the halves added.
+                 // A range of fewer than `lanes` terms is summed Sequential.
+    LaneTree,    // `accumulators` vector accumulators of `lanes` lanes; full vector k is
+                 // added into accumulator k mod A (the first A vectors initialise them); the
+                 // accumulators fold in order 0..A-1; the N mod lanes tail terms are added
+                 // into lanes 0..r-1; the lanes fold by `fold`. N < lanes: Sequential from t_0.
+  };
+  Kind kind = Kind::Sequential;
+  int lanes = 8;
+  int block = 128;
+  int accumulators = 1;
+  LaneFold fold = LaneFold::Halving;
+  bool fma = false;  // a product term is accumulated as acc = fma(a, b, acc)
+};
+
+// How mean and variance (M2) of a row are computed.
+struct MomentsOrder {
+  enum class Kind : uint8_t {
+    LaneWelford,        // PyTorch CPU RowwiseMoments: `lanes` lane-parallel Welford streams in
+                        // chunks of `chunk` vectors (update with precomputed 1/(j+1)), chunk
+                        // results merged through a binary-counter cascade, a scalar Welford for
+                        // the N mod lanes tail, then the lanes merged into the tail one by one.
+    SequentialWelford,  // one Welford stream in element order with true division (torch.var_mean)
+    TwoPass,            // mean = sum(x)/N, then M2 = sum((x-mean)^2), both summed by `sum`
+    OnePass,            // sum(x) and sum(x*x) by `sum`; var = max(E[x^2] - E[x]^2, 0). Unstable; for study.
+  };
+  Kind kind = Kind::LaneWelford;
+  ScalarType acc = ScalarType::f32;  // the type the reduction accumulates in (f32 or f64)
+  int lanes = 8;
+  int chunk = 16;
+  bool fma_update = false;  // LaneWelford chunk update: mu = fma(d, 1/(j+1), mu); m2 = fma(d, x - mu, m2)
+  bool fma_merge = false;   // Welford merges: mean = fma(c, delta, mean); M2 = M2 + fma((delta*delta)*c, n_a, M2_b)
+  SumOrder sum;             // TwoPass and OnePass
+};
+
+// How y is formed from x, the statistics and the optional weight (gamma) and bias (beta).
+struct AffineOrder {
+  enum class Form : uint8_t {
+    ScaleBias,     // scale = rstd, shift = (-rstd)*mean; y = (x*scale + shift)*gamma + beta.
+                   // Without weight or bias, gamma = 1 and beta = 0 still take part (PyTorch CPU).
+    CenterScale,   // y = ((x - mean)*rstd)*gamma + beta; missing gamma/beta are left out
+    CenterDivide,  // y = ((x - mean)/sqrt(var + eps))*gamma + beta (the numpy composite)
+  };
+  Form form = Form::ScaleBias;
+  bool fma = false;  // each "a*b + c" above is one fma
+};
+
+// The whole order of a normalization-family op.
+struct Order {
+  MomentsOrder moments;      // layer_norm, var_mean
+  SumOrder square_sum;       // rms_norm: sum of x*x
+  AffineOrder affine;        // layer_norm, rms_norm (rms_norm uses only gamma)
+  // PyTorch 1.13's bf16 kernels round every intermediate of the statistics and of rstd to
+  // the storage type. When set and the storage type is 16-bit, every such result is
+  // followed by a Cast to storage and back, visible in the IR.
+  bool round_stats_to_storage = false;
+  int elementwise_lanes = 8;  // vector width of elementwise passes; has no numerical effect
+};
+
+std::string describe(const SumOrder& s);
+std::string describe(const MomentsOrder& m);
+std::string describe(const AffineOrder& a);
+
+}  // namespace ordo::ir

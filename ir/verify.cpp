@@ -1,0 +1,225 @@
+// The verifier: every rule a backend relies on, checked once, with a message naming the node.
+#include <fmt/format.h>
+
+#include <cmath>
+#include <functional>
+
+#include "ir/ir.hpp"
+
+namespace ordo::ir {
+namespace {
+
+constexpr int kMaxLanes = 32;  // also the interpreter's fixed value width
+
+struct Verifier {
+  explicit Verifier(const Kernel& kernel) : k(kernel) {}
+  const Kernel& k;
+  std::vector<char> assigned;      // local has been assigned somewhere before this point
+  std::vector<char> nonuniform;    // local may differ between program instances
+  std::vector<char> loop_var;
+  std::string error;
+
+  std::string where(const Expr& e) {
+    std::string text = print(e, k);
+    if (text.size() > 160) text = text.substr(0, 157) + "...";
+    return text;
+  }
+  bool fail(const Expr& e, std::string msg) {
+    if (error.empty()) error = fmt::format("node `{}`: {}", where(e), msg);
+    return false;
+  }
+
+  bool uniform(const Expr& e) const {
+    if (e.op == Op::ProgramId || e.op == Op::Load) return false;
+    if (e.op == Op::Var && nonuniform[static_cast<size_t>(e.index)]) return false;
+    if (is_float(e.type.scalar)) return false;
+    for (const ExprRef& a : e.args)
+      if (!uniform(*a)) return false;
+    return true;
+  }
+
+  bool expr(const Expr& e) {
+    if (static_cast<int>(e.args.size()) != arity(e.op)) return fail(e, "wrong number of operands");
+    for (const ExprRef& a : e.args) {
+      if (!a) return fail(e, "null operand");
+      if (!expr(*a)) return false;
+    }
+    const Type t = e.type;
+    if (t.lanes < 1 || t.lanes > kMaxLanes) return fail(e, fmt::format("lanes {} outside [1, {}]", t.lanes, kMaxLanes));
+    auto same = [&](size_t i, size_t j) { return e.args[i]->type == e.args[j]->type; };
+    auto arg_t = [&](size_t i) { return e.args[i]->type; };
+    const bool arith = is_arith_float(t.scalar);
+    switch (e.op) {
+      case Op::Const:
+        if (t.scalar == ScalarType::f32 && static_cast<double>(static_cast<float>(e.imm_f)) != e.imm_f &&
+            !std::isnan(e.imm_f))
+          return fail(e, "f32 constant is not exactly representable");
+        if (t.scalar == ScalarType::f16 || t.scalar == ScalarType::bf16)
+          return fail(e, "constants of storage types are not allowed; cast an f32 constant");
+        return true;
+      case Op::Var:
+        if (e.index < 0 || e.index >= static_cast<int64_t>(k.locals.size())) return fail(e, "unknown local");
+        if (!assigned[static_cast<size_t>(e.index)]) return fail(e, "local read before it is assigned");
+        if (k.locals[static_cast<size_t>(e.index)].type != t) return fail(e, "type differs from the local's");
+        return true;
+      case Op::ProgramId:
+        if (e.index < 0 || e.index >= k.grid_rank) return fail(e, fmt::format("grid has rank {}", k.grid_rank));
+        return true;
+      case Op::Load:
+        if (e.index < 0 || e.index >= static_cast<int64_t>(k.buffers.size())) return fail(e, "unknown buffer");
+        if (k.buffers[static_cast<size_t>(e.index)].elem != t.scalar) return fail(e, "type differs from the buffer's");
+        if (arg_t(0) != Type{ScalarType::i64, 1}) return fail(e, "index must be a scalar i64");
+        return true;
+      case Op::Add: case Op::Sub: case Op::Mul: case Op::Div:
+        if (!same(0, 1) || arg_t(0) != t) return fail(e, fmt::format("operand types {} and {} differ", to_string(arg_t(0)), to_string(arg_t(1))));
+        if (!arith && !(t == Type{ScalarType::i64, 1})) return fail(e, fmt::format("arithmetic in {} (compute in f32 or f64; cast storage types)", to_string(t)));
+        return true;
+      case Op::Rem:
+        if (!same(0, 1) || t != Type{ScalarType::i64, 1}) return fail(e, "rem takes scalar i64 operands");
+        return true;
+      case Op::Fma:
+        if (!same(0, 1) || !same(0, 2) || arg_t(0) != t) return fail(e, "fma operand types differ");
+        if (!arith) return fail(e, fmt::format("fma in {}", to_string(t)));
+        return true;
+      case Op::Sqrt: case Op::Neg:
+        if (arg_t(0) != t || !arith) return fail(e, fmt::format("{} needs f32 or f64", spelling(e.op)));
+        return true;
+      case Op::Min: case Op::Max:
+        if (!same(0, 1) || arg_t(0) != t) return fail(e, "operand types differ");
+        if (!arith && !(t == Type{ScalarType::i64, 1})) return fail(e, "min/max need f32, f64 or i64");
+        return true;
+      case Op::Lt: case Op::Le: case Op::Eq: case Op::Ne:
+        if (!same(0, 1)) return fail(e, "compared types differ");
+        if (!is_arith_float(arg_t(0).scalar) && arg_t(0).scalar != ScalarType::i64) return fail(e, "compare needs f32, f64 or i64");
+        if (t != Type{ScalarType::boolean, arg_t(0).lanes}) return fail(e, "compare result must be bool lanes");
+        return true;
+      case Op::And:
+        if (!same(0, 1) || arg_t(0) != t || t.scalar != ScalarType::boolean) return fail(e, "and takes bool operands");
+        return true;
+      case Op::Select:
+        if (arg_t(0) != Type{ScalarType::boolean, t.lanes}) return fail(e, "select condition must be bool with the value's lanes");
+        if (!same(1, 2) || arg_t(1) != t) return fail(e, "select arms differ in type");
+        return true;
+      case Op::Cast: {
+        ScalarType from = arg_t(0).scalar, to = t.scalar;
+        bool ok = (from == ScalarType::f32 && (to == ScalarType::f64 || to == ScalarType::f16 || to == ScalarType::bf16)) ||
+                  (from == ScalarType::f64 && to == ScalarType::f32) ||
+                  ((from == ScalarType::f16 || from == ScalarType::bf16) && is_arith_float(to)) ||
+                  (from == ScalarType::i64 && is_arith_float(to));
+        if (!ok) return fail(e, fmt::format("cast {} -> {} is not allowed", name(from), name(to)));
+        if (arg_t(0).lanes != t.lanes) return fail(e, "cast changes lanes");
+        return true;
+      }
+      case Op::Broadcast:
+        if (arg_t(0).lanes != 1 || arg_t(0).scalar != t.scalar) return fail(e, "broadcast takes a scalar of the same type");
+        return true;
+      case Op::Extract:
+        if (e.index < 0 || e.index >= arg_t(0).lanes || t != Type{arg_t(0).scalar, 1}) return fail(e, "lane out of range");
+        return true;
+    }
+    return fail(e, "unknown op");
+  }
+
+  bool stmts(const std::vector<Stmt>& body) {
+    for (const Stmt& s : body)
+      if (!stmt(s)) return false;
+    return true;
+  }
+
+  bool stmt_fail(const Stmt& s, std::string msg) {
+    if (error.empty()) {
+      Kernel one{k.name, k.buffers, k.locals, k.grid_rank, {s}, ""};
+      std::string text = print(one);
+      auto first = text.find("{\n");
+      text = first == std::string::npos ? text : text.substr(first + 2);
+      auto nl = text.find('\n');
+      text = text.substr(0, nl);
+      while (!text.empty() && text.front() == ' ') text.erase(text.begin());
+      if (text.size() > 160) text = text.substr(0, 157) + "...";
+      error = fmt::format("statement `{}`: {}", text, msg);
+    }
+    return false;
+  }
+
+  bool stmt(const Stmt& s) {
+    switch (s.kind) {
+      case StmtKind::Assign: {
+        if (s.target < 0 || s.target >= static_cast<int>(k.locals.size())) return stmt_fail(s, "unknown local");
+        if (!s.value || !expr(*s.value)) return false;
+        if (loop_var[static_cast<size_t>(s.target)]) return stmt_fail(s, "assigns a loop variable");
+        const Type lt = k.locals[static_cast<size_t>(s.target)].type;
+        if (s.value->type != lt) return stmt_fail(s, fmt::format("value is {}, local is {}", to_string(s.value->type), to_string(lt)));
+        assigned[static_cast<size_t>(s.target)] = 1;
+        return true;
+      }
+      case StmtKind::Store: {
+        if (s.target < 0 || s.target >= static_cast<int>(k.buffers.size())) return stmt_fail(s, "unknown buffer");
+        if (!s.index || !s.value || !expr(*s.index) || !expr(*s.value)) return false;
+        const Buffer& b = k.buffers[static_cast<size_t>(s.target)];
+        if (!b.output) return stmt_fail(s, fmt::format("buffer {} is an input", b.name));
+        if (s.value->type.scalar != b.elem) return stmt_fail(s, fmt::format("stores {} into {}[]", to_string(s.value->type), name(b.elem)));
+        if (s.index->type != Type{ScalarType::i64, 1}) return stmt_fail(s, "index must be a scalar i64");
+        return true;
+      }
+      case StmtKind::For: {
+        if (s.target < 0 || s.target >= static_cast<int>(k.locals.size())) return stmt_fail(s, "unknown loop variable");
+        if (!s.begin || !s.end || !expr(*s.begin) || !expr(*s.end)) return false;
+        if (k.locals[static_cast<size_t>(s.target)].type != Type{ScalarType::i64, 1}) return stmt_fail(s, "loop variable must be i64");
+        if (s.begin->type != Type{ScalarType::i64, 1} || s.end->type != Type{ScalarType::i64, 1}) return stmt_fail(s, "loop bounds must be i64");
+        if (!uniform(*s.begin) || !uniform(*s.end)) return stmt_fail(s, "loop bounds depend on program_id or data");
+        if (s.step <= 0) return stmt_fail(s, fmt::format("step {} is not positive", s.step));
+        if (assigned[static_cast<size_t>(s.target)]) return stmt_fail(s, "loop variable is reused");
+        assigned[static_cast<size_t>(s.target)] = 1;
+        loop_var[static_cast<size_t>(s.target)] = 1;
+        return stmts(s.body);
+      }
+      case StmtKind::If:
+        if (!s.value || !expr(*s.value)) return false;
+        if (s.value->type != Type{ScalarType::boolean, 1}) return stmt_fail(s, "condition must be a scalar bool");
+        if (!uniform(*s.value)) return stmt_fail(s, "condition depends on program_id or data");
+        return stmts(s.body) && stmts(s.else_body);
+      case StmtKind::Region:
+        return stmts(s.body);
+    }
+    return stmt_fail(s, "unknown statement");
+  }
+};
+
+// A local is non-uniform when any assignment to it is. Iterate to a fixed point.
+void mark_nonuniform(Verifier& v) {
+  bool changed = true;
+  std::function<void(const std::vector<Stmt>&)> walk = [&](const std::vector<Stmt>& body) {
+    for (const Stmt& s : body) {
+      if (s.kind == StmtKind::Assign && s.value && s.target >= 0 &&
+          s.target < static_cast<int>(v.k.locals.size()) && !v.nonuniform[static_cast<size_t>(s.target)] &&
+          !v.uniform(*s.value)) {
+        v.nonuniform[static_cast<size_t>(s.target)] = 1;
+        changed = true;
+      }
+      walk(s.body);
+      walk(s.else_body);
+    }
+  };
+  while (changed) {
+    changed = false;
+    walk(v.k.body);
+  }
+}
+
+}  // namespace
+
+std::string verify(const Kernel& k) {
+  Verifier v(k);
+  v.assigned.assign(k.locals.size(), 0);
+  v.nonuniform.assign(k.locals.size(), 0);
+  v.loop_var.assign(k.locals.size(), 0);
+  if (k.grid_rank < 1 || k.grid_rank > 3) return fmt::format("kernel {}: grid rank {} outside [1, 3]", k.name, k.grid_rank);
+  for (size_t i = 0; i < k.locals.size(); ++i)
+    if (is_float(k.locals[i].type.scalar) || k.locals[i].type.scalar == ScalarType::boolean) v.nonuniform[i] = 1;
+  mark_nonuniform(v);
+  v.stmts(k.body);
+  if (!v.error.empty()) return fmt::format("kernel {}: {}", k.name, v.error);
+  return {};
+}
+
+}  // namespace ordo::ir

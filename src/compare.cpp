@@ -1,0 +1,280 @@
+#include "ordo/compare.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <bit>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+
+#include "ir/error.hpp"
+#include "ir/float_bits.hpp"
+
+namespace ordo {
+
+std::vector<BufferRef> HostBuffers::refs(int64_t rows, int64_t cols) {
+  std::vector<BufferRef> out;
+  for (size_t i = 0; i < args.size(); ++i) out.push_back(BufferRef{bytes[i].data(), args[i].elements(rows, cols), args[i].dtype});
+  return out;
+}
+const std::vector<uint8_t>& HostBuffers::get(const std::string& name) const {
+  for (size_t i = 0; i < args.size(); ++i)
+    if (args[i].name == name) return bytes[i];
+  throw Error("no buffer named " + name);
+}
+std::vector<uint8_t>& HostBuffers::get(const std::string& name) {
+  return const_cast<std::vector<uint8_t>&>(static_cast<const HostBuffers&>(*this).get(name));
+}
+
+namespace {
+uint64_t splitmix64(uint64_t& s) {
+  uint64_t z = (s += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+void put(ScalarType t, uint8_t* data, int64_t i, double v) {
+  switch (t) {
+    case ScalarType::f32: { float f = static_cast<float>(v); std::memcpy(data + 4 * i, &f, 4); break; }
+    case ScalarType::f64: std::memcpy(data + 8 * i, &v, 8); break;
+    case ScalarType::bf16: { uint16_t h = f32_to_bf16_bits(static_cast<float>(v)); std::memcpy(data + 2 * i, &h, 2); break; }
+    case ScalarType::f16: { uint16_t h = f32_to_f16_bits(static_cast<float>(v)); std::memcpy(data + 2 * i, &h, 2); break; }
+    default: break;
+  }
+}
+uint64_t bits_at(ScalarType t, const uint8_t* data, int64_t i) {
+  if (size_bytes(t) == 4) { uint32_t b; std::memcpy(&b, data + 4 * i, 4); return b; }
+  if (size_bytes(t) == 8) { uint64_t b; std::memcpy(&b, data + 8 * i, 8); return b; }
+  uint16_t b; std::memcpy(&b, data + 2 * i, 2); return b;
+}
+int64_t ordered(ScalarType t, uint64_t bits) {
+  const int width = 8 * size_bytes(t);
+  const uint64_t sign = uint64_t(1) << (width - 1);
+  return (bits & sign) ? -static_cast<int64_t>(bits & (sign - 1)) : static_cast<int64_t>(bits);
+}
+}  // namespace
+
+std::vector<uint8_t> random_values(ScalarType t, int64_t n, uint64_t seed, double offset, double scale) {
+  std::vector<uint8_t> out(static_cast<size_t>(n * size_bytes(t)));
+  uint64_t s = seed * 0x2545f4914f6cdd1dull + 1;
+  for (int64_t i = 0; i < n; i += 2) {
+    double u1 = (static_cast<double>(splitmix64(s) >> 11) + 1.0) * 0x1p-53;
+    double u2 = static_cast<double>(splitmix64(s) >> 11) * 0x1p-53;
+    double r = std::sqrt(-2.0 * std::log(u1));
+    put(t, out.data(), i, offset + scale * r * std::cos(2 * M_PI * u2));
+    if (i + 1 < n) put(t, out.data(), i + 1, offset + scale * r * std::sin(2 * M_PI * u2));
+  }
+  return out;
+}
+
+HostBuffers make_buffers(const CompiledKernel& k, int64_t rows, uint64_t seed, double offset, double scale) {
+  HostBuffers h;
+  h.args = k.args();
+  const int64_t cols = k.request().cols;
+  for (size_t i = 0; i < h.args.size(); ++i) {
+    const ArgSpec& a = h.args[i];
+    const int64_t n = a.elements(rows, cols);
+    if (a.output) h.bytes.emplace_back(static_cast<size_t>(n * size_bytes(a.dtype)), 0);
+    else if (a.name == "weight") h.bytes.push_back(random_values(a.dtype, n, seed + 101, 1.0, 0.1));
+    else if (a.name == "bias") h.bytes.push_back(random_values(a.dtype, n, seed + 202, 0.0, 0.1));
+    else h.bytes.push_back(random_values(a.dtype, n, seed, offset, scale));
+  }
+  return h;
+}
+
+double value_at(ScalarType t, const uint8_t* data, int64_t i) {
+  uint64_t b = bits_at(t, data, i);
+  switch (t) {
+    case ScalarType::f32: return std::bit_cast<float>(static_cast<uint32_t>(b));
+    case ScalarType::f64: return std::bit_cast<double>(b);
+    case ScalarType::bf16: return bf16_bits_to_f32(static_cast<uint16_t>(b));
+    case ScalarType::f16: return f16_bits_to_f32(static_cast<uint16_t>(b));
+    default: return 0;
+  }
+}
+
+bool same_bits(ScalarType t, const uint8_t* a, const uint8_t* b, int64_t i) {
+  double x = value_at(t, a, i), y = value_at(t, b, i);
+  if (std::isnan(x) || std::isnan(y)) return std::isnan(x) && std::isnan(y);
+  return bits_at(t, a, i) == bits_at(t, b, i);
+}
+
+int64_t ulp_distance(ScalarType t, const uint8_t* a, const uint8_t* b, int64_t i) {
+  double x = value_at(t, a, i), y = value_at(t, b, i);
+  if (std::isnan(x) || std::isnan(y)) return std::isnan(x) && std::isnan(y) ? 0 : -1;
+  int64_t d = ordered(t, bits_at(t, a, i)) - ordered(t, bits_at(t, b, i));
+  return d < 0 ? -d : d;
+}
+
+int64_t count_identical(ScalarType t, const std::vector<uint8_t>& a, const std::vector<uint8_t>& b) {
+  const int64_t n = static_cast<int64_t>(std::min(a.size(), b.size()) / static_cast<size_t>(size_bytes(t)));
+  int64_t same = 0;
+  for (int64_t i = 0; i < n; ++i) same += same_bits(t, a.data(), b.data(), i);
+  return same;
+}
+
+std::map<std::string, std::vector<double>> reference_f64(const Request& r, const HostBuffers& in, int64_t rows) {
+  const int64_t N = r.cols;
+  const ScalarType xt = r.x_dtype, wt = r.weight_type();
+  const uint8_t* x = in.get("x").data();
+  auto has = [&](const char* n) {
+    for (const ArgSpec& a : in.args)
+      if (a.name == n) return true;
+    return false;
+  };
+  const uint8_t* w = has("weight") ? in.get("weight").data() : nullptr;
+  const uint8_t* b = has("bias") ? in.get("bias").data() : nullptr;
+  std::map<std::string, std::vector<double>> out;
+  for (int64_t row = 0; row < rows; ++row) {
+    double sum = 0, sq = 0;
+    for (int64_t j = 0; j < N; ++j) {
+      double v = value_at(xt, x, row * N + j);
+      sum += v;
+      sq += v * v;
+    }
+    const double mean = sum / N;
+    double m2 = 0;
+    for (int64_t j = 0; j < N; ++j) {
+      double d = value_at(xt, x, row * N + j) - mean;
+      m2 += d * d;
+    }
+    const double var = m2 / N;
+    switch (r.op) {
+      case OpKind::var_mean:
+        out["var"].push_back(var);
+        out["mean"].push_back(mean);
+        break;
+      case OpKind::layer_norm: {
+        const double rstd = 1.0 / std::sqrt(var + static_cast<double>(static_cast<float>(r.eps)));
+        out["mean"].push_back(mean);
+        out["rstd"].push_back(rstd);
+        for (int64_t j = 0; j < N; ++j) {
+          double y = (value_at(xt, x, row * N + j) - mean) * rstd;
+          if (w) y *= value_at(wt, w, j);
+          if (b) y += value_at(wt, b, j);
+          out["y"].push_back(y);
+        }
+        break;
+      }
+      case OpKind::rms_norm: {
+        const double rstd = 1.0 / std::sqrt(sq / N + static_cast<double>(static_cast<float>(r.eps)));
+        out["rstd"].push_back(rstd);
+        for (int64_t j = 0; j < N; ++j) {
+          double y = value_at(xt, x, row * N + j) * rstd;
+          if (w) y *= value_at(wt, w, j);
+          out["y"].push_back(y);
+        }
+        break;
+      }
+    }
+  }
+  return out;
+}
+
+CompareReport compare_orders(const CompareOptions& opt) {
+  CompareReport rep;
+  rep.options = opt;
+  rep.primary = opt.base.op == OpKind::var_mean ? "var" : "y";
+  std::map<std::string, std::vector<double>> ref;
+  std::vector<uint8_t> shared_inputs_seed;  // inputs are made from the seed, identical for every order
+  for (const std::string& name : opt.orders) {
+    OrderResult res;
+    res.order = name;
+    try {
+      Request r = opt.base;
+      r.order = name;
+      KernelHandle k = compile(r);
+      HostBuffers h = make_buffers(*k, opt.rows, opt.seed, opt.offset, opt.scale);
+      if (ref.empty()) ref = reference_f64(r, h, opt.rows);
+      std::vector<BufferRef> refs = h.refs(opt.rows, r.cols);
+      double best = 1e30;
+      for (int i = 0; i < std::max(1, opt.repeats); ++i) {
+        auto t0 = std::chrono::steady_clock::now();
+        k->run(refs, opt.rows);
+        best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      }
+      res.seconds = best;
+      double bytes = 0;
+      for (size_t i = 0; i < h.args.size(); ++i) bytes += static_cast<double>(h.bytes[i].size());
+      res.gbps = bytes / best / 1e9;
+      for (size_t i = 0; i < h.args.size(); ++i) {
+        const ArgSpec& a = h.args[i];
+        if (!a.output) continue;
+        res.outputs[a.name] = h.bytes[i];
+        const std::vector<double>& want = ref.at(a.name);
+        std::vector<uint8_t> rounded(h.bytes[i].size());
+        double max_abs = 0;
+        int64_t max_ulp = 0;
+        for (int64_t j = 0; j < static_cast<int64_t>(want.size()); ++j) put(a.dtype, rounded.data(), j, want[size_t(j)]);
+        for (int64_t j = 0; j < static_cast<int64_t>(want.size()); ++j) {
+          double got = value_at(a.dtype, h.bytes[i].data(), j);
+          double err = std::fabs(got - want[size_t(j)]);
+          max_abs = std::isnan(err) ? err : std::max(max_abs, err);
+          int64_t u = ulp_distance(a.dtype, h.bytes[i].data(), rounded.data(), j);
+          max_ulp = (u < 0 || max_ulp < 0) ? -1 : std::max(max_ulp, u);
+        }
+        res.max_abs_err[a.name] = max_abs;
+        res.max_ulp[a.name] = max_ulp;
+      }
+    } catch (const Error& e) {
+      res.error = e.what();
+    }
+    rep.results.push_back(std::move(res));
+  }
+  const ScalarType t = opt.base.x_dtype;
+  for (OrderResult& a : rep.results) {
+    for (const OrderResult& b : rep.results) {
+      if (!a.error.empty() || !b.error.empty()) {
+        a.identical.push_back(-1);
+        continue;
+      }
+      const std::vector<uint8_t>& ya = a.outputs.at(rep.primary);
+      const std::vector<uint8_t>& yb = b.outputs.at(rep.primary);
+      const double n = static_cast<double>(ya.size() / static_cast<size_t>(size_bytes(t)));
+      a.identical.push_back(static_cast<double>(count_identical(t, ya, yb)) / n);
+    }
+  }
+  return rep;
+}
+
+std::string format_report(const CompareReport& rep) {
+  const CompareOptions& o = rep.options;
+  std::string s = fmt::format("{} rows={} N={} dtype={} input=N({}, {}^2) seed={} target={}\n", name(o.base.op), o.rows, o.base.cols,
+                              name(o.base.x_dtype), o.offset, o.scale, o.seed, name(o.base.target));
+  std::vector<std::string> outs;
+  for (const OrderResult& r : rep.results)
+    if (r.error.empty()) {
+      for (const auto& [n, v] : r.outputs) outs.push_back(n);
+      break;
+    }
+  auto ulp_text = [](int64_t u) { return u < 0 ? std::string("nan") : fmt::format("{}", u); };
+  size_t w = 5;
+  for (const OrderResult& r : rep.results) w = std::max(w, r.order.size());
+  s += fmt::format("\ndistance from float64 (max |err| of {}, max ULP per output) and time\n", rep.primary);
+  s += fmt::format("  {:<{}}  {:>11}", "order", w, "max|err|");
+  for (const std::string& n : outs) s += fmt::format("  {:>9}", "ulp " + n);
+  s += fmt::format("  {:>10}  {:>8}\n", "time ms", "GB/s");
+  for (const OrderResult& r : rep.results) {
+    if (!r.error.empty()) {
+      s += fmt::format("  {:<{}}  error: {}\n", r.order, w, r.error);
+      continue;
+    }
+    s += fmt::format("  {:<{}}  {:>11.3e}", r.order, w, r.max_abs_err.at(rep.primary));
+    for (const std::string& n : outs) s += fmt::format("  {:>9}", ulp_text(r.max_ulp.at(n)));
+    s += fmt::format("  {:>10.3f}  {:>8.2f}\n", r.seconds * 1e3, r.gbps);
+  }
+  s += fmt::format("\nagreement: % of {} elements bit-identical (row order vs column order)\n", rep.primary);
+  s += fmt::format("  {:<{}}", "", w + 4);
+  for (size_t j = 0; j < rep.results.size(); ++j) s += fmt::format("  {:>7}", fmt::format("[{}]", j));
+  s += "\n";
+  for (size_t i = 0; i < rep.results.size(); ++i) {
+    const OrderResult& r = rep.results[i];
+    s += fmt::format("  {:<{}}", fmt::format("[{}] {}", i, r.order), w + 4);
+    for (double f : r.identical) s += f < 0 ? fmt::format("  {:>7}", "-") : fmt::format("  {:>7.3f}", 100.0 * f);
+    s += "\n";
+  }
+  return s;
+}
+
+}  // namespace ordo

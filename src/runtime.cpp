@@ -1,0 +1,192 @@
+// compile(), the in-memory kernel cache, and launching rows over a thread pool.
+#include <fmt/format.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <future>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+
+#include "backends/llvm/llvm_backend.hpp"
+#include "gen/gen.hpp"
+#include "ir/error.hpp"
+#include "ir/interpret.hpp"
+#include "ordo/ordo.hpp"
+
+namespace ordo {
+
+namespace {
+
+// A fixed pool; parallel_for splits [0, n) into contiguous blocks, one per thread.
+class Pool {
+ public:
+  static Pool& instance() {
+    static Pool p;
+    return p;
+  }
+  int size() const { return static_cast<int>(workers_.size()) + 1; }
+
+  void parallel_for(int64_t n, int threads, const std::function<void(int64_t, int64_t)>& fn) {
+    threads = std::max(1, std::min<int>(threads <= 0 ? size() : threads, size()));
+    if (threads == 1 || n < 2) return fn(0, n);
+    std::lock_guard<std::mutex> one_job(job_mu_);  // launches from several threads queue up here
+    std::vector<std::function<void()>> tasks;
+    const int64_t per = (n + threads - 1) / threads;
+    for (int t = 1; t < threads; ++t) {
+      int64_t b = std::min(n, t * per), e = std::min(n, (t + 1) * per);
+      if (b < e) tasks.push_back([&fn, b, e] { fn(b, e); });
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      pending_ = static_cast<int>(tasks.size());
+      for (auto& t : tasks) queue_.push_back(std::move(t));
+    }
+    cv_.notify_all();
+    fn(0, std::min(n, per));
+    std::unique_lock<std::mutex> lock(mu_);
+    done_cv_.wait(lock, [&] { return pending_ == 0; });
+  }
+
+  ~Pool() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    for (std::thread& t : workers_) t.join();
+  }
+
+ private:
+  Pool() {
+    unsigned n = std::max(1u, std::thread::hardware_concurrency());
+    for (unsigned i = 1; i < n; ++i) workers_.emplace_back([this] { loop(); });
+  }
+  void loop() {
+    for (;;) {
+      std::function<void()> task;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+        if (stop_) return;
+        task = std::move(queue_.back());
+        queue_.pop_back();
+      }
+      task();
+      std::lock_guard<std::mutex> lock(mu_);
+      if (--pending_ == 0) done_cv_.notify_all();
+    }
+  }
+  std::vector<std::thread> workers_;
+  std::vector<std::function<void()>> queue_;
+  std::mutex mu_, job_mu_;
+  std::condition_variable cv_, done_cv_;
+  int pending_ = 0;
+  bool stop_ = false;
+};
+
+struct Cache {
+  std::mutex mu;
+  std::unordered_map<std::string, std::shared_future<KernelHandle>> map;
+  uint64_t hits = 0, misses = 0;
+};
+Cache& cache() {
+  static Cache c;
+  return c;
+}
+
+}  // namespace
+
+KernelHandle compile_uncached(const Request& r) {
+  auto start = std::chrono::steady_clock::now();
+  auto k = std::make_shared<CompiledKernel>();
+  k->request_ = r;
+  k->order_ = gen::resolve(r);
+  k->kernel_ = gen::build(r, k->order_);
+  if (std::string err = ir::verify(k->kernel_); !err.empty()) throw Error("internal: generated IR is malformed: " + err);
+  for (const ir::Buffer& b : k->kernel_.buffers) k->args_.push_back(ArgSpec{b.name, b.elem, b.output, b.extent});
+  if (r.target == Target::cpu) {
+    llvm_backend::Compiled c = llvm_backend::compile(k->kernel_);
+    k->entry_ = c.entry;
+    k->rows_in_flight_ = c.rows_in_flight;
+  }
+  k->compile_ms_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  return k;
+}
+
+KernelHandle compile(const Request& r) {
+  const std::string key = r.key();
+  Cache& c = cache();
+  std::promise<KernelHandle> promise;
+  std::shared_future<KernelHandle> existing;
+  {
+    std::lock_guard<std::mutex> lock(c.mu);
+    auto it = c.map.find(key);
+    if (it != c.map.end()) {
+      ++c.hits;
+      existing = it->second;
+    } else {
+      ++c.misses;
+      c.map.emplace(key, promise.get_future().share());
+    }
+  }
+  if (existing.valid()) return existing.get();  // waits, outside the lock, if another thread is compiling it
+  try {
+    KernelHandle k = compile_uncached(r);
+    promise.set_value(k);
+    return k;
+  } catch (...) {
+    // A failed request is not cached: waiters get the error, later callers try again.
+    promise.set_exception(std::current_exception());
+    std::lock_guard<std::mutex> lock(c.mu);
+    c.map.erase(key);
+    throw;
+  }
+}
+
+void parallel_for(int64_t n, int threads, const std::function<void(int64_t, int64_t)>& fn) {
+  Pool::instance().parallel_for(n, threads, fn);
+}
+
+CacheStats cache_stats() {
+  Cache& c = cache();
+  std::lock_guard<std::mutex> lock(c.mu);
+  return CacheStats{c.hits, c.misses, static_cast<uint64_t>(c.map.size())};
+}
+
+void CompiledKernel::run(const std::vector<BufferRef>& buffers, int64_t rows, int threads) const {
+  if (rows < 0) throw Error(fmt::format("rows must be >= 0, got {}", rows));
+  if (buffers.size() != args_.size()) {
+    std::string names;
+    for (const ArgSpec& a : args_) names += (names.empty() ? "" : ", ") + a.name;
+    throw Error(fmt::format("{} takes {} buffers ({}), got {}", name(request_.op), args_.size(), names, buffers.size()));
+  }
+  std::vector<void*> ptrs;
+  std::vector<ir::BufferArg> views;
+  for (size_t i = 0; i < args_.size(); ++i) {
+    const ArgSpec& a = args_[i];
+    const int64_t need = a.elements(rows, request_.cols);
+    if (buffers[i].dtype != a.dtype)
+      throw Error(fmt::format("{}: dtype {} given, kernel expects {}", a.name, name(buffers[i].dtype), name(a.dtype)));
+    if (buffers[i].elements != need)
+      throw Error(fmt::format("{}: {} elements given, expected {} ({} with rows={}, N={})", a.name, buffers[i].elements, need,
+                              ir::name(a.extent), rows, request_.cols));
+    if (need > 0 && !buffers[i].data) throw Error(fmt::format("{}: null data pointer", a.name));
+    ptrs.push_back(buffers[i].data);
+    views.push_back(ir::BufferArg{buffers[i].data, buffers[i].elements});
+  }
+  if (rows == 0) return;
+  if (!entry_) {
+    ir::interpret(kernel_, views, {rows});
+    return;
+  }
+  const int64_t extents[1] = {rows};
+  Entry entry = entry_;
+  // Enough rows per thread to amortize the hand-off; results do not depend on the split.
+  const int64_t work = rows * request_.cols;
+  if (work < (int64_t(1) << 15)) threads = 1;
+  Pool::instance().parallel_for(rows, threads, [&](int64_t b, int64_t e) { entry(ptrs.data(), extents, b, e); });
+}
+
+}  // namespace ordo

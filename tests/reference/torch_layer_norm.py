@@ -1,0 +1,158 @@
+#!/usr/bin/python3
+"""Bit-exact check of ordo's PyTorch 1.13 layer_norm and var_mean orders against the installed torch.
+
+For every case (shape x value range x affine) and every CPU capability, torch runs in a
+subprocess started with ATEN_CPU_CAPABILITY set (it is read once, at import), writes its
+outputs as .npy, and `ordo run` must produce the same bit patterns in y, mean and rstd.
+A missing torch is a failure, never a skip.
+"""
+import argparse
+import itertools
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+
+TORCH_WORKER = r'''
+import json, sys
+import numpy as np
+import torch
+torch.set_num_threads(1)
+cases = json.load(open(sys.argv[1]))
+for c in cases:
+    x = torch.from_numpy(np.load(c["x"]))
+    if c["op"] == "layer_norm":
+        w = torch.from_numpy(np.load(c["weight"])) if c.get("weight") else None
+        b = torch.from_numpy(np.load(c["bias"])) if c.get("bias") else None
+        y, mean, rstd = torch.native_layer_norm(x, [x.shape[-1]], w, b, c["eps"])
+        np.save(c["want_y"], y.numpy())
+        np.save(c["want_mean"], mean.reshape(x.shape[:-1]).numpy())
+        np.save(c["want_rstd"], rstd.reshape(x.shape[:-1]).numpy())
+    elif c["op"] == "var_mean":
+        var, mean = torch.var_mean(x, -1, unbiased=False)
+        np.save(c["want_var"], var.numpy())
+        np.save(c["want_mean"], mean.numpy())
+print(torch.__version__, torch.backends.cpu.get_cpu_capability() if hasattr(torch.backends, "cpu") else "")
+'''
+
+N_SWEEP = [1, 2, 7, 8, 9, 15, 16, 17, 100, 127, 128, 129, 255, 256, 1000, 1024, 4095, 4096, 4097, 12345, 65537]
+# (name, offset, scale): ordinary values, a large offset with a tiny spread, a wide range.
+RANGES = [("normal", 0.0, 1.0), ("offset1e4", 1e4, 1e-3), ("wide", 0.0, 1e3)]
+
+
+def rows_for(n):
+    return 6 if n > 10000 else 24
+
+
+def same_bits(a, b):
+    """Bit-identical, with every NaN equal to every NaN (NaN payloads are unspecified)."""
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False, f"shape/dtype {a.shape}/{a.dtype} vs {b.shape}/{b.dtype}"
+    ua, ub = a.view(np.uint32), b.view(np.uint32)
+    nan = np.isnan(a) & np.isnan(b)
+    bad = (ua != ub) & ~nan
+    if bad.any():
+        i = np.flatnonzero(bad.ravel())[0]
+        return False, f"{int(bad.sum())} of {a.size} differ; first at {i}: ordo {a.ravel()[i]!r} torch {b.ravel()[i]!r}"
+    return True, ""
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--ordo", required=True)
+    ap.add_argument("--quick", action="store_true", help="fewer shapes")
+    args = ap.parse_args()
+    try:
+        import torch  # noqa: F401  (the workers import it; fail here with a clear message)
+    except ImportError:
+        print("FAIL: PyTorch is not importable by", sys.executable, "- install python3-torch (scripts/setup.sh)")
+        return 1
+
+    rng = np.random.default_rng(20261122)
+    tmp = tempfile.mkdtemp(prefix="ordo_ref_")
+    cases = []
+    sweep = N_SWEEP if not args.quick else [7, 8, 17, 128, 1000, 4097]
+    for n, (rname, off, scale), affine in itertools.product(sweep, RANGES, [True, False]):
+        rows = rows_for(n)
+        base = os.path.join(tmp, f"ln_{n}_{rname}_{int(affine)}")
+        x = (off + scale * rng.standard_normal((rows, n))).astype(np.float32)
+        c = {"op": "layer_norm", "x": base + "_x.npy", "eps": 1e-5, "n": n, "range": rname, "affine": affine}
+        np.save(c["x"], x)
+        if affine:
+            c["weight"], c["bias"] = base + "_w.npy", base + "_b.npy"
+            np.save(c["weight"], (1 + 0.1 * rng.standard_normal(n)).astype(np.float32))
+            np.save(c["bias"], (0.1 * rng.standard_normal(n)).astype(np.float32))
+        cases.append(c)
+    # Rows with NaN and Inf propagate through layer_norm in torch; include them.
+    x = rng.standard_normal((4, 300)).astype(np.float32)
+    x[0, 5], x[1, 17], x[2, 299], x[3, 0] = np.nan, np.inf, -np.inf, np.nan
+    base = os.path.join(tmp, "ln_special")
+    np.save(base + "_x.npy", x)
+    cases.append({"op": "layer_norm", "x": base + "_x.npy", "eps": 1e-5, "n": 300, "range": "nan_inf", "affine": False})
+    for n, (rname, off, scale) in itertools.product(sweep, RANGES):
+        base = os.path.join(tmp, f"vm_{n}_{rname}")
+        np.save(base + "_x.npy", (off + scale * rng.standard_normal((rows_for(n), n))).astype(np.float32))
+        cases.append({"op": "var_mean", "x": base + "_x.npy", "n": n, "range": rname, "affine": False})
+
+    orders = {"layer_norm": {"default": "torch1.13-cpu-default", "avx2": "torch1.13-cpu-avx2"},
+              "var_mean": {"default": "torch1.13-cpu", "avx2": "torch1.13-cpu"}}
+    failures = passed = 0
+    table = {}
+    for cap in ["default", "avx2"]:
+        cap_cases = []
+        for i, c in enumerate(cases):
+            c = dict(c)
+            outs = ["y", "mean", "rstd"] if c["op"] == "layer_norm" else ["var", "mean"]
+            for o in outs:
+                c["want_" + o] = os.path.join(tmp, f"want_{cap}_{i}_{o}.npy")
+                c["got_" + o] = os.path.join(tmp, f"got_{cap}_{i}_{o}.npy")
+            c["outs"] = outs
+            cap_cases.append(c)
+        spec = os.path.join(tmp, f"cases_{cap}.json")
+        json.dump(cap_cases, open(spec, "w"))
+        env = dict(os.environ, ATEN_CPU_CAPABILITY=cap)
+        worker = subprocess.run([sys.executable, "-c", TORCH_WORKER, spec], env=env, capture_output=True, text=True)
+        if worker.returncode != 0:
+            print(f"FAIL: torch worker ({cap}) failed:\n{worker.stderr}")
+            return 1
+        print(f"torch {worker.stdout.strip()} with ATEN_CPU_CAPABILITY={cap}")
+        for c in cap_cases:
+            order = orders[c["op"]][cap]
+            cmd = [args.ordo, "run", c["op"], "--order", order, "--eps", str(c.get("eps", 1e-5)), "--in", "x=" + c["x"]]
+            if c.get("weight"):
+                cmd += ["--in", "weight=" + c["weight"], "--in", "bias=" + c["bias"]]
+            for o in c["outs"]:
+                cmd += ["--out", f"{o}={c['got_' + o]}"]
+            r = subprocess.run(cmd, capture_output=True, text=True)
+            key = (c["op"], order, "f32")
+            table.setdefault(key, [0, 0])
+            table[key][1] += 1
+            label = f"{c['op']} {order} N={c['n']} {c['range']} affine={c['affine']}"
+            if r.returncode != 0:
+                print(f"FAIL {label}: ordo exited {r.returncode}: {r.stderr.strip()}")
+                failures += 1
+                continue
+            ok_all, why = True, []
+            for o in c["outs"]:
+                ok, msg = same_bits(np.load(c["got_" + o]), np.load(c["want_" + o]))
+                if not ok:
+                    ok_all = False
+                    why.append(f"{o}: {msg}")
+            if ok_all:
+                passed += 1
+                table[key][0] += 1
+            else:
+                failures += 1
+                print(f"FAIL {label}: " + "; ".join(why))
+    print()
+    for (op, order, dt), (good, total) in sorted(table.items()):
+        print(f"  {op:<11} {order:<22} {dt:<5} bit-identical on {good} of {total} cases")
+    print(f"\n{passed} passed, {failures} failed")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

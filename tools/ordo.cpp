@@ -1,0 +1,438 @@
+// The ordo command line: run, orders, compare, emit, bench, demo.
+// Exit codes: 0 success; 2 a bad request or bad input (the message names it); 1 internal error.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <charconv>
+#include <chrono>
+#include <cstring>
+#include <iostream>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "backends/llvm/llvm_backend.hpp"
+#include "gen/gen.hpp"
+#include "ir/error.hpp"
+#include "ordo/compare.hpp"
+#include "ordo/npy.hpp"
+#include "ordo/ordo.hpp"
+
+namespace {
+
+using ordo::Error;
+
+const char* kUsage = R"(ordo: reduction orders as data, compiled to kernels
+
+usage:
+  ordo run <op> --order NAME [--eps E] [--acc f32|f64] [--allow-mixed-dtypes] [--target cpu|interpreter]
+                --in NAME=FILE.npy ... --out NAME=FILE.npy ...
+  ordo orders [op]
+  ordo compare <op> [--orders a,b,...] [--rows R --cols N --dtype T --seed S --offset O --scale S]
+  ordo emit --ir|--llvm <op> --order NAME [--cols N --dtype T]
+  ordo bench <op> --order NAME [--rows R --cols N --dtype T --threads T] [--baseline copy] --json
+  ordo demo        layer_norm in every order on one default input: distance, agreement, time
+
+ops: layer_norm (in x, weight, bias; out y, mean, rstd), rms_norm (in x, weight; out y, rstd),
+     var_mean (in x; out var, mean). x may have any rank; the op reduces its last dim N.
+.npy dtypes: float32 '<f4', float16 '<f2', bfloat16 as uint16 bit patterns '<u2'.
+common options: --no-weight --no-bias --weight-dtype T --acc T --eps E --target T
+)";
+
+// Command-line options after the subcommand: flags, key-value options, and positionals.
+struct Args {
+  std::vector<std::string> positional;
+  std::multimap<std::string, std::string> values;
+  std::vector<std::string> flags;
+
+  static Args parse(int argc, char** argv, int first, const std::vector<std::string>& flag_names,
+                    const std::vector<std::string>& value_names) {
+    Args a;
+    for (int i = first; i < argc; ++i) {
+      std::string s = argv[i];
+      if (s.rfind("--", 0) != 0) {
+        a.positional.push_back(s);
+        continue;
+      }
+      std::string key = s.substr(2), value;
+      bool inline_value = false;
+      if (size_t eq = key.find('='); eq != std::string::npos && key.rfind("in", 0) != 0 && key.rfind("out", 0) != 0) {
+        value = key.substr(eq + 1);
+        key = key.substr(0, eq);
+        inline_value = true;
+      }
+      if (std::find(flag_names.begin(), flag_names.end(), key) != flag_names.end()) {
+        if (inline_value) throw Error(fmt::format("--{} takes no value", key));
+        a.flags.push_back(key);
+      } else if (std::find(value_names.begin(), value_names.end(), key) != value_names.end()) {
+        if (!inline_value) {
+          if (i + 1 >= argc) throw Error(fmt::format("--{} needs a value", key));
+          value = argv[++i];
+        }
+        a.values.emplace(key, value);
+      } else {
+        throw Error(fmt::format("unknown option '{}'", s));
+      }
+    }
+    return a;
+  }
+  bool flag(const std::string& k) const { return std::find(flags.begin(), flags.end(), k) != flags.end(); }
+  std::optional<std::string> get(const std::string& k) const {
+    auto [lo, hi] = values.equal_range(k);
+    if (lo == hi) return std::nullopt;
+    if (std::next(lo) != hi) throw Error(fmt::format("--{} given more than once", k));
+    return lo->second;
+  }
+  std::vector<std::string> all(const std::string& k) const {
+    std::vector<std::string> out;
+    for (auto [lo, hi] = values.equal_range(k); lo != hi; ++lo) out.push_back(lo->second);
+    return out;
+  }
+};
+
+int64_t parse_int(const std::string& what, const std::string& s, int64_t lo, int64_t hi) {
+  int64_t v = 0;
+  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc() || p != s.data() + s.size()) throw Error(fmt::format("{} '{}' is not an integer", what, s));
+  if (v < lo || v > hi) throw Error(fmt::format("{} {} is outside [{}, {}]", what, v, lo, hi));
+  return v;
+}
+
+double parse_double(const std::string& what, const std::string& s) {
+  size_t used = 0;
+  double v = 0;
+  try {
+    v = std::stod(s, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used != s.size() || s.empty()) throw Error(fmt::format("{} '{}' is not a number", what, s));
+  return v;
+}
+
+ordo::ScalarType parse_dtype(const std::string& what, const std::string& s) {
+  auto t = ordo::parse_scalar_type(s);
+  if (!t || *t == ordo::ScalarType::f64) throw Error(fmt::format("{} '{}' is not f32, bf16 or f16", what, s));
+  return *t;
+}
+
+ordo::OpKind parse_op_arg(const Args& a) {
+  if (a.positional.empty()) throw Error("missing the op: layer_norm, rms_norm or var_mean");
+  if (a.positional.size() > 1) throw Error(fmt::format("unexpected argument '{}'", a.positional[1]));
+  auto op = ordo::parse_op(a.positional[0]);
+  if (!op) throw Error(fmt::format("unknown op '{}'; ops: layer_norm, rms_norm, var_mean", a.positional[0]));
+  return *op;
+}
+
+const std::vector<std::string> kRequestValues = {"order", "eps", "acc", "target", "weight-dtype", "cols", "dtype"};
+const std::vector<std::string> kRequestFlags = {"allow-mixed-dtypes", "no-weight", "no-bias"};
+
+// Fields every subcommand shares.
+ordo::Request request_from(const Args& a, ordo::OpKind op) {
+  ordo::Request r;
+  r.op = op;
+  if (auto v = a.get("order")) r.order = *v;
+  if (auto v = a.get("eps")) r.eps = parse_double("--eps", *v);
+  if (auto v = a.get("acc")) {
+    auto t = ordo::parse_scalar_type(*v);
+    if (!t || (*t != ordo::ScalarType::f32 && *t != ordo::ScalarType::f64)) throw Error(fmt::format("--acc '{}' is not f32 or f64", *v));
+    r.acc_dtype = *t;
+  }
+  if (auto v = a.get("target")) {
+    auto t = ordo::parse_target(*v);
+    if (!t) throw Error(fmt::format("--target '{}' is not cpu or interpreter (the CUDA backend is not built yet)", *v));
+    r.target = *t;
+  }
+  if (auto v = a.get("dtype")) r.x_dtype = parse_dtype("--dtype", *v);
+  if (auto v = a.get("weight-dtype")) r.weight_dtype = parse_dtype("--weight-dtype", *v);
+  if (auto v = a.get("cols")) r.cols = parse_int("--cols", *v, 0, int64_t(1) << 40);
+  r.allow_mixed_dtypes = a.flag("allow-mixed-dtypes");
+  r.has_weight = op != ordo::OpKind::var_mean && !a.flag("no-weight");
+  r.has_bias = op == ordo::OpKind::layer_norm && !a.flag("no-bias");
+  return r;
+}
+
+std::vector<std::string> split(const std::string& s, char sep) {
+  std::vector<std::string> out;
+  size_t start = 0, depth = 0;
+  for (size_t i = 0; i <= s.size(); ++i) {
+    if (i < s.size() && s[i] == '(') ++depth;
+    if (i < s.size() && s[i] == ')' && depth) --depth;
+    if (i == s.size() || (s[i] == sep && depth == 0)) {
+      out.push_back(s.substr(start, i - start));
+      start = i + 1;
+    }
+  }
+  return out;
+}
+
+std::pair<std::string, std::string> name_file(const std::string& opt, const std::string& v) {
+  size_t eq = v.find('=');
+  if (eq == std::string::npos || eq == 0 || eq + 1 == v.size())
+    throw Error(fmt::format("--{} '{}' must be NAME=FILE.npy", opt, v));
+  return {v.substr(0, eq), v.substr(eq + 1)};
+}
+
+int cmd_run(int argc, char** argv) {
+  std::vector<std::string> values = kRequestValues;
+  values.insert(values.end(), {"in", "out", "threads"});
+  Args a = Args::parse(argc, argv, 2, kRequestFlags, values);
+  const ordo::OpKind op = parse_op_arg(a);
+  if (a.get("cols") || a.get("dtype") || a.get("weight-dtype") || a.flag("no-weight") || a.flag("no-bias"))
+    throw Error("ordo run takes N, dtypes and which inputs exist from the --in files; drop --cols/--dtype/--weight-dtype/--no-weight/--no-bias");
+  ordo::Request r = request_from(a, op);
+  if (!a.get("order")) throw Error("missing --order NAME (see `ordo orders`)");
+  const int threads = a.get("threads") ? static_cast<int>(parse_int("--threads", *a.get("threads"), 0, 1024)) : 0;
+
+  const std::vector<std::string> in_names = op == ordo::OpKind::layer_norm ? std::vector<std::string>{"x", "weight", "bias"}
+                                            : op == ordo::OpKind::rms_norm ? std::vector<std::string>{"x", "weight"}
+                                                                           : std::vector<std::string>{"x"};
+  std::map<std::string, ordo::NpyArray> inputs;
+  for (const std::string& v : a.all("in")) {
+    auto [n, file] = name_file("in", v);
+    if (std::find(in_names.begin(), in_names.end(), n) == in_names.end())
+      throw Error(fmt::format("{} has no input '{}'; inputs: {}", ordo::name(op), n, fmt::join(in_names, ", ")));
+    if (inputs.count(n)) throw Error(fmt::format("input '{}' given twice", n));
+    inputs.emplace(n, ordo::read_npy(file));
+  }
+  if (!inputs.count("x")) throw Error("missing --in x=FILE.npy");
+  const ordo::NpyArray& x = inputs.at("x");
+  if (x.shape.empty()) throw Error(fmt::format("x has shape (), it needs at least one dim"));
+  r.cols = x.shape.back();
+  r.x_dtype = x.dtype;
+  const int64_t rows = r.cols == 0 ? 0 : x.elements() / r.cols;
+  r.has_weight = inputs.count("weight") > 0;
+  r.has_bias = inputs.count("bias") > 0;
+  for (const char* n : {"weight", "bias"}) {
+    if (!inputs.count(n)) continue;
+    const ordo::NpyArray& w = inputs.at(n);
+    if (w.shape.size() != 1 || w.shape[0] != r.cols)
+      throw Error(fmt::format("{} has shape {}, expected ({},) to match N of x {}", n, w.shape_text(), r.cols, x.shape_text()));
+  }
+  if (r.has_weight) r.weight_dtype = inputs.at("weight").dtype;
+  if (r.has_bias) {
+    if (r.has_weight && inputs.at("bias").dtype != inputs.at("weight").dtype)
+      throw Error(fmt::format("weight is {} but bias is {}; they must match", ordo::name(inputs.at("weight").dtype),
+                              ordo::name(inputs.at("bias").dtype)));
+    r.weight_dtype = inputs.at("bias").dtype;
+  }
+
+  ordo::KernelHandle k = ordo::compile(r);
+  std::map<std::string, std::string> out_files;
+  for (const std::string& v : a.all("out")) {
+    auto [n, file] = name_file("out", v);
+    bool known = false;
+    std::string outs;
+    for (const ordo::ArgSpec& s : k->args())
+      if (s.output) {
+        known |= s.name == n;
+        outs += (outs.empty() ? "" : ", ") + s.name;
+      }
+    if (!known) throw Error(fmt::format("{} has no output '{}'; outputs: {}", ordo::name(op), n, outs));
+    if (out_files.count(n)) throw Error(fmt::format("output '{}' given twice", n));
+    out_files[n] = file;
+  }
+  if (out_files.empty()) throw Error("no --out NAME=FILE.npy given");
+
+  std::vector<ordo::NpyArray> buffers;
+  std::vector<ordo::BufferRef> refs;
+  for (const ordo::ArgSpec& s : k->args()) {
+    ordo::NpyArray b;
+    if (!s.output) b = inputs.at(s.name);
+    else {
+      b.dtype = s.dtype;
+      b.shape = s.extent == ordo::ir::Extent::rows_by_cols ? x.shape : std::vector<int64_t>(x.shape.begin(), x.shape.end() - 1);
+      b.data.assign(static_cast<size_t>(s.elements(rows, r.cols) * ordo::size_bytes(s.dtype)), 0);
+    }
+    buffers.push_back(std::move(b));
+  }
+  for (size_t i = 0; i < buffers.size(); ++i)
+    refs.push_back(ordo::BufferRef{buffers[i].data.data(), buffers[i].elements(), buffers[i].dtype});
+  k->run(refs, rows, threads);
+  // Everything has succeeded; only now is anything written.
+  for (size_t i = 0; i < buffers.size(); ++i)
+    if (auto it = out_files.find(k->args()[i].name); it != out_files.end()) ordo::write_npy_atomic(it->second, buffers[i]);
+  return 0;
+}
+
+int cmd_orders(int argc, char** argv) {
+  Args a = Args::parse(argc, argv, 2, {}, {});
+  std::optional<ordo::OpKind> op;
+  if (!a.positional.empty()) op = parse_op_arg(a);
+  for (const ordo::gen::NamedOrder& n : ordo::gen::named_orders()) {
+    std::vector<std::string> ops, dtypes;
+    bool match = !op;
+    for (ordo::OpKind o : n.ops) {
+      ops.emplace_back(ordo::name(o));
+      match |= op == o;
+    }
+    if (!match) continue;
+    for (ordo::ScalarType t : n.dtypes) dtypes.emplace_back(ordo::name(t));
+    fmt::print("{:<22} {:<6} [{}] [{}]\n    {}\n", n.name, n.reproduces_reference ? "exact" : "", fmt::join(ops, ","),
+               fmt::join(dtypes, ","), n.description);
+  }
+  return 0;
+}
+
+std::vector<std::string> default_orders(ordo::OpKind op) {
+  std::vector<std::string> out;
+  for (const ordo::gen::NamedOrder& n : ordo::gen::named_orders())
+    for (ordo::OpKind o : n.ops)
+      if (o == op) out.emplace_back(n.name);
+  return out;
+}
+
+int compare(const Args& a, ordo::OpKind op, int64_t default_rows) {
+  ordo::CompareOptions o;
+  o.base = request_from(a, op);
+  if (o.base.cols == 0) o.base.cols = 4096;
+  o.rows = a.get("rows") ? parse_int("--rows", *a.get("rows"), 1, int64_t(1) << 24) : default_rows;
+  if (auto v = a.get("seed")) o.seed = static_cast<uint64_t>(parse_int("--seed", *v, 0, INT64_MAX));
+  if (auto v = a.get("offset")) o.offset = parse_double("--offset", *v);
+  if (auto v = a.get("scale")) o.scale = parse_double("--scale", *v);
+  if (auto v = a.get("repeats")) o.repeats = static_cast<int>(parse_int("--repeats", *v, 1, 1000));
+  o.orders = a.get("orders") ? split(*a.get("orders"), ',') : default_orders(op);
+  // Bad orders fail the command up front rather than appearing as a row of the table.
+  for (const std::string& name : o.orders) {
+    ordo::Request r = o.base;
+    r.order = name;
+    ordo::gen::resolve(r);
+  }
+  ordo::CompareReport rep = ordo::compare_orders(o);
+  fmt::print("{}", ordo::format_report(rep));
+  return 0;
+}
+
+int cmd_compare(int argc, char** argv) {
+  std::vector<std::string> values = kRequestValues;
+  values.insert(values.end(), {"orders", "rows", "seed", "offset", "scale", "repeats"});
+  Args a = Args::parse(argc, argv, 2, kRequestFlags, values);
+  if (a.get("order")) throw Error("compare takes --orders a,b,...");
+  return compare(a, parse_op_arg(a), 64);
+}
+
+int cmd_demo(int argc, char** argv) {
+  std::vector<std::string> values = kRequestValues;
+  values.insert(values.end(), {"orders", "rows", "seed", "offset", "scale", "repeats"});
+  Args a = Args::parse(argc, argv, 2, kRequestFlags, values);
+  if (!a.positional.empty()) throw Error(fmt::format("unexpected argument '{}'", a.positional[0]));
+  fmt::print("ordo demo: one layer_norm request, every order; host {}\n\n", ordo::llvm_backend::host_description());
+  a.positional = {"layer_norm"};
+  return compare(a, ordo::OpKind::layer_norm, 256);
+}
+
+int cmd_emit(int argc, char** argv) {
+  Args a = Args::parse(argc, argv, 2, [] {
+    auto f = kRequestFlags;
+    f.insert(f.end(), {"ir", "llvm"});
+    return f;
+  }(), kRequestValues);
+  const ordo::OpKind op = parse_op_arg(a);
+  ordo::Request r = request_from(a, op);
+  if (r.cols == 0 && !a.get("cols")) r.cols = 1024;
+  if (a.flag("ir") == a.flag("llvm")) throw Error("emit needs exactly one of --ir or --llvm");
+  ordo::ir::Order order = ordo::gen::resolve(r);
+  ordo::ir::Kernel k = ordo::gen::build(r, order);
+  if (std::string err = ordo::ir::verify(k); !err.empty()) throw Error("internal: " + err);
+  fmt::print("{}", a.flag("ir") ? ordo::ir::print(k) : ordo::llvm_backend::emit_llvm_ir(k));
+  return 0;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+int cmd_bench(int argc, char** argv) {
+  std::vector<std::string> values = kRequestValues;
+  values.insert(values.end(), {"rows", "threads", "baseline", "seconds"});
+  auto flags = kRequestFlags;
+  flags.push_back("json");
+  Args a = Args::parse(argc, argv, 2, flags, values);
+  const ordo::OpKind op = parse_op_arg(a);
+  ordo::Request r = request_from(a, op);
+  if (r.cols == 0 && !a.get("cols")) r.cols = 4096;
+  if (!a.get("order")) throw Error("missing --order NAME");
+  if (!a.flag("json")) throw Error("bench prints JSON only: add --json");
+  const int64_t rows = a.get("rows") ? parse_int("--rows", *a.get("rows"), 1, int64_t(1) << 24) : 8192;
+  const int threads = a.get("threads") ? static_cast<int>(parse_int("--threads", *a.get("threads"), 0, 1024)) : 0;
+  const double budget = a.get("seconds") ? parse_double("--seconds", *a.get("seconds")) : 2.0;
+  const std::string baseline = a.get("baseline").value_or("");
+  if (!baseline.empty() && baseline != "copy") throw Error(fmt::format("--baseline '{}' is not copy", baseline));
+  using clock = std::chrono::steady_clock;
+  auto since = [](clock::time_point t) { return std::chrono::duration<double>(clock::now() - t).count(); };
+
+  std::vector<double> cold;
+  for (int i = 0; i < 7; ++i) cold.push_back(ordo::compile_uncached(r)->compile_ms());
+  ordo::KernelHandle k = ordo::compile(r);
+  const int hits = 20000;
+  auto t0 = clock::now();
+  for (int i = 0; i < hits; ++i) k = ordo::compile(r);
+  const double hit_us = since(t0) / hits * 1e6;
+
+  ordo::HostBuffers h = ordo::make_buffers(*k, rows, 1, 0.0, 1.0);
+  std::vector<ordo::BufferRef> refs = h.refs(rows, r.cols);
+  double bytes = 0;
+  for (const auto& b : h.bytes) bytes += static_cast<double>(b.size());
+  auto time_runs = [&](const std::function<void()>& fn) {
+    fn();  // warm up: page in, first touch
+    std::vector<double> ts;
+    auto start = clock::now();
+    while (ts.size() < 5 || (since(start) < budget && ts.size() < 1000)) {
+      auto t = clock::now();
+      fn();
+      ts.push_back(since(t));
+    }
+    return ts;
+  };
+  std::vector<double> ts = time_runs([&] { k->run(refs, rows, threads); });
+  const double tmin = *std::min_element(ts.begin(), ts.end());
+  std::string extra;
+  if (baseline == "copy") {
+    // The same bytes as x copied to y, on the same pool: the bandwidth ceiling for this op.
+    std::vector<uint8_t>& src = h.get("x");
+    std::vector<uint8_t> dst(src.size());
+    const int64_t n = static_cast<int64_t>(src.size());
+    std::vector<double> cs = time_runs([&] {
+      ordo::parallel_for(n / 4096, threads, [&](int64_t b, int64_t e) {
+        std::memcpy(dst.data() + b * 4096, src.data() + b * 4096, static_cast<size_t>((e - b) * 4096));
+      });
+    });
+    const double cmin = *std::min_element(cs.begin(), cs.end());
+    const double copy_gbps = 2.0 * static_cast<double>(n) / cmin / 1e9;
+    extra = fmt::format(", \"copy_gbps\": {:.3f}, \"ratio_to_copy\": {:.3f}", copy_gbps, bytes / tmin / 1e9 / copy_gbps);
+  }
+  fmt::print(
+      "{{\"op\": \"{}\", \"order\": \"{}\", \"rows\": {}, \"cols\": {}, \"dtype\": \"{}\", \"threads\": {}, "
+      "\"rows_in_flight\": {}, \"bytes\": {:.0f}, \"gbps\": {:.3f}, \"seconds_min\": {:.6g}, \"seconds_median\": {:.6g}, "
+      "\"runs\": {}, \"compile_ms_cold\": {:.3f}, \"cache_hit_us\": {:.4f}{}}}\n",
+      ordo::name(op), r.order, rows, r.cols, ordo::name(r.x_dtype), threads, k->rows_in_flight(), bytes, bytes / tmin / 1e9,
+      tmin, median(ts), ts.size(), median(cold), hit_us, extra);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h") || !std::strcmp(argv[1], "help")) {
+    fmt::print("{}", kUsage);
+    return argc < 2 ? 2 : 0;
+  }
+  const std::string cmd = argv[1];
+  try {
+    if (cmd == "run") return cmd_run(argc, argv);
+    if (cmd == "orders") return cmd_orders(argc, argv);
+    if (cmd == "compare") return cmd_compare(argc, argv);
+    if (cmd == "demo") return cmd_demo(argc, argv);
+    if (cmd == "emit") return cmd_emit(argc, argv);
+    if (cmd == "bench") return cmd_bench(argc, argv);
+    throw Error(fmt::format("unknown command '{}'; commands: run, orders, compare, emit, bench, demo", cmd));
+  } catch (const Error& e) {
+    fmt::print(stderr, "ordo: error: {}\n", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "ordo: internal error: {}\n", e.what());
+    return 1;
+  }
+}
