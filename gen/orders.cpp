@@ -217,7 +217,9 @@ Order resolve(const Request& r) {
   Order o = n->pins_acc ? probe : n->make(r.x_dtype, r.acc_dtype.value_or(f32));
   size_t open = r.order.find('(');
   if (open != std::string::npos) {
-    if (n->reproduces_reference) throw Error(fmt::format("order '{}' reproduces a reference and takes no parameters", n->name));
+    if (n->reproduces_reference)
+      throw Error(fmt::format("order '{}' reproduces a reference and takes no parameters (got '{}')", n->name,
+                              r.order.substr(open + 1, r.order.size() - open - 2)));
     if (r.order.back() != ')') throw Error(fmt::format("order '{}': missing ')'", r.order));
     apply_parameters(o, std::string_view(r.order).substr(open + 1, r.order.size() - open - 2), r.order);
   }

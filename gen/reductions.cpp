@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <functional>
+
 #include "ir/error.hpp"
 
 namespace ordo::gen {
@@ -61,32 +63,84 @@ void emit_sequential(Builder& b, const Arith& ar, int acc, int64_t begin, int64_
               [&](ExprRef i) { b.assign(acc, accumulate(ar, b.get(acc), term(i, 1), fuse)); });
 }
 
-// numpy's pairwise_sum over [begin, begin+n); returns a read of a local holding the result.
-ExprRef emit_pairwise(Builder& b, const SumOrder& o, const Arith& ar, int64_t begin, int64_t n, const TermFn& term) {
+// One leaf of numpy's pairwise sum over [begin, begin+n), n <= block, both uniform i64 values:
+// fewer than `lanes` terms are summed left to right from 0; otherwise `lanes` accumulators
+// start from the first `lanes` terms, take each further full group lane by lane, fold by
+// `fold`, and the n mod lanes leftovers are added in order.
+ExprRef emit_pairwise_leaf(Builder& b, const SumOrder& o, const Arith& ar, ExprRef begin, ExprRef n, const TermFn& term) {
   const int V = o.lanes;
-  if (n < V) {
-    int acc = b.local("pw", Type{ar.t, 1});
+  int acc = b.local("leaf", Type{ar.t, 1});
+  ExprRef end = b.let("leaf.end", add(begin, n));
+  b.if_else(binary(Op::Lt, n, index_const(V)), [&] {
     b.assign(acc, ar.constant(0.0));
-    emit_sequential(b, ar, acc, begin, begin + n, term, o.fma);
-    return b.get(acc);
-  }
-  if (n <= o.block) {
-    int r = b.local("pw_lanes", Type{ar.t, V});
-    b.assign(r, first_value(ar, term(index_const(begin), V)));
-    const int64_t full = n - n % V;
-    if (full > V)
-      b.for_range("i", index_const(begin + V), index_const(begin + full), V,
-                  [&](ExprRef i) { b.assign(r, accumulate(ar, b.get(r), term(i, V), o.fma)); });
-    int acc = b.local("pw", Type{ar.t, 1});
+    b.for_range("i", begin, end, 1, [&](ExprRef i) { b.assign(acc, accumulate(ar, b.get(acc), term(i, 1), o.fma)); });
+  }, [&] {
+    ExprRef full_end = b.let("leaf.full_end", sub(end, binary(Op::Rem, n, index_const(V))));
+    int r = b.local("leaf.lanes", Type{ar.t, V});
+    b.assign(r, first_value(ar, term(begin, V)));
+    b.for_range("i", add(begin, index_const(V)), full_end, V, [&](ExprRef i) { b.assign(r, accumulate(ar, b.get(r), term(i, V), o.fma)); });
     b.assign(acc, fold_lanes(lanes_of(b.get(r)), o.fold, ar));
-    emit_sequential(b, ar, acc, begin + full, begin + n, term, o.fma);
-    return b.get(acc);
+    b.for_range("i", full_end, end, 1, [&](ExprRef i) { b.assign(acc, accumulate(ar, b.get(acc), term(i, 1), o.fma)); });
+  });
+  return b.get(acc);
+}
+
+// numpy's pairwise tree over [0, n): a range of more than `block` terms splits at floor(n/2)
+// rounded down to a multiple of `lanes`, and its value is pairwise(left) + pairwise(right).
+//
+// The tree is fixed by n but irregular, so it is not unrolled (that is O(n) code): its leaves
+// are listed in order in constant tables (begin, size, depth, and how many completed right
+// children end at the leaf), and one loop runs them. A node at depth j that completes as a
+// left child waits in S[j]; a right child is added to it as S[j] + value, completing its parent
+// at depth j-1. The additions are exactly the recursion's, in the recursion's order.
+ExprRef emit_pairwise(Builder& b, const SumOrder& o, const Arith& ar, int64_t n, const TermFn& term) {
+  struct Leaf {
+    int64_t begin, size, depth, combines;
+  };
+  std::vector<Leaf> leaves;
+  std::function<void(int64_t, int64_t, int64_t, bool)> walk = [&](int64_t begin, int64_t size, int64_t depth, bool right) {
+    if (size <= o.block) {
+      leaves.push_back({begin, size, depth, 0});
+    } else {
+      int64_t half = size / 2;
+      half -= half % o.lanes;
+      walk(begin, half, depth + 1, false);
+      walk(begin + half, size - half, depth + 1, true);
+    }
+    if (right) ++leaves.back().combines;  // this node completes at the end of its last leaf
+  };
+  walk(0, n, 0, false);
+  if (leaves.size() == 1) return emit_pairwise_leaf(b, o, ar, index_const(0), index_const(n), term);
+
+  int64_t max_depth = 0;
+  std::vector<int64_t> begins, sizes, depths, combines;
+  for (const Leaf& l : leaves) {
+    begins.push_back(l.begin);
+    sizes.push_back(l.size);
+    depths.push_back(l.depth);
+    combines.push_back(l.combines);
+    max_depth = std::max(max_depth, l.depth);
   }
-  int64_t n2 = n / 2;
-  n2 -= n2 % V;
-  ExprRef left = emit_pairwise(b, o, ar, begin, n2, term);
-  ExprRef right = emit_pairwise(b, o, ar, begin + n2, n - n2, term);
-  return b.let("pw", ar.add(left, right));
+  const int t_begin = b.table(begins), t_size = b.table(sizes), t_depth = b.table(depths), t_comb = b.table(combines);
+  std::vector<int> S;
+  for (int64_t j = 0; j <= max_depth; ++j) {  // zeroed only to satisfy the textual assign-before-read rule
+    S.push_back(b.local(fmt::format("S{}", j), Type{ar.t, 1}));
+    b.assign(S.back(), ar.constant(0.0));
+  }
+  b.for_range("leaf", index_const(0), index_const(static_cast<int64_t>(leaves.size())), 1, [&](ExprRef k) {
+    ExprRef value = emit_pairwise_leaf(b, o, ar, table(t_begin, k), table(t_size, k), term);
+    int v = b.local("node", Type{ar.t, 1});
+    b.assign(v, value);
+    ExprRef depth = b.let("depth", table(t_depth, k));
+    ExprRef stop = b.let("stop", sub(depth, table(t_comb, k)));  // depth where the value waits
+    for (int64_t j = max_depth; j >= 0; --j) {
+      ExprRef jj = index_const(j);
+      b.if_(binary(Op::And, binary(Op::Le, jj, depth), binary(Op::Lt, stop, jj)),
+            [&] { b.assign(v, ar.add(b.get(S[size_t(j)]), b.get(v))); });
+      b.if_(binary(Op::Eq, jj, stop), [&] { b.assign(S[size_t(j)], b.get(v)); });
+    }
+  });
+  return b.get(S[0]);
 }
 
 ExprRef emit_lane_tree(Builder& b, const SumOrder& o, const Arith& ar, int64_t n, const TermFn& term) {
@@ -136,7 +190,7 @@ ExprRef emit_sum(Builder& b, const SumOrder& o, const Arith& ar, int64_t n, cons
         result = b.get(acc);
         break;
       }
-      case SumOrder::Kind::Pairwise: result = emit_pairwise(b, o, ar, 0, n, term); break;
+      case SumOrder::Kind::Pairwise: result = emit_pairwise(b, o, ar, n, term); break;
       case SumOrder::Kind::LaneTree: result = emit_lane_tree(b, o, ar, n, term); break;
     }
   });

@@ -200,6 +200,14 @@ struct Machine {
         v.lane[0] = a.lane[static_cast<size_t>(e.index)];
         return v;
       }
+      case Op::Table: {
+        const std::vector<int64_t>& t = k.tables[static_cast<size_t>(e.index)];
+        int64_t at = eval(*e.args[0]).lane[0].i;
+        if (at < 0 || at >= static_cast<int64_t>(t.size()))
+          throw Error(fmt::format("interpreter: table{}[{}] outside [0, {})", e.index, at, t.size()));
+        v.lane[0].i = t[static_cast<size_t>(at)];
+        return v;
+      }
     }
     throw Error("interpreter: unknown op");
   }

@@ -110,6 +110,13 @@ int Builder::buffer(std::string name, ScalarType elem, bool output, Extent exten
   k_.buffers.push_back(Buffer{std::move(name), elem, output, extent});
   return static_cast<int>(k_.buffers.size()) - 1;
 }
+ExprRef table(int id, ExprRef index) { return make(Op::Table, Type{ScalarType::i64, 1}, {std::move(index)}, id); }
+
+int Builder::table(std::vector<int64_t> values) {
+  k_.tables.push_back(std::move(values));
+  return static_cast<int>(k_.tables.size()) - 1;
+}
+
 int Builder::local(std::string name, Type t) {
   // Names are for reading the IR; the id is the identity. Suffix repeats so the text is unambiguous.
   int uses = 0;
@@ -161,6 +168,8 @@ std::string print(const Expr& e, const Kernel& k) {
       return fmt::format("load.{}({}[{}])", to_string(e.type), k.buffers.at(static_cast<size_t>(e.index)).name, arg(0));
     case Op::Extract:
       return fmt::format("extract({}, {})", arg(0), e.index);
+    case Op::Table:
+      return fmt::format("table{}[{}]", e.index, arg(0));
     case Op::Cast:
     case Op::Broadcast:
       return fmt::format("{}.{}({})", spelling(e.op), to_string(e.type), arg(0));
@@ -215,6 +224,12 @@ std::string print(const Kernel& k) {
   std::string out = fmt::format("kernel {}  // {}\n", k.name, k.description);
   for (const Buffer& b : k.buffers)
     out += fmt::format("  {} {}: {}[{}]\n", b.output ? "out" : "in ", b.name, name(b.elem), name(b.extent));
+  for (size_t t = 0; t < k.tables.size(); ++t) {
+    const std::vector<int64_t>& v = k.tables[t];
+    std::string items;
+    for (size_t i = 0; i < v.size() && i < 24; ++i) items += fmt::format("{}{}", i ? ", " : "", v[i]);
+    out += fmt::format("  table{}: i64[{}] = [{}{}]\n", t, v.size(), items, v.size() > 24 ? ", ..." : "");
+  }
   out += fmt::format("  grid rank {}\n{{\n", k.grid_rank);
   print_stmts(k.body, k, 1, out);
   out += "}\n";

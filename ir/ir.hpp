@@ -43,7 +43,7 @@ std::string to_string(Type t);
 #define ORDO_EXPR_OPS(X)                                                                      \
   /* Literal of the node's type (value in Expr::imm_f or imm_i), broadcast to its lanes. */   \
   X(Const, 0, "const")                                                                       \
-  /* Read local Expr::index. Reading a local before any assignment is an error. */            \
+  /* Read local Expr::index. The verifier requires an assignment earlier in program text. */ \
   X(Var, 0, "var")                                                                           \
   /* This instance's coordinate along grid dimension Expr::index (i64, non-uniform). */       \
   X(ProgramId, 0, "program_id")                                                              \
@@ -77,7 +77,10 @@ std::string to_string(Type t);
   /* Scalar args[0] repeated into the node's lanes. */                                       \
   X(Broadcast, 1, "broadcast")                                                               \
   /* Lane Expr::index of vector args[0], as a scalar. */                                     \
-  X(Extract, 1, "extract")
+  X(Extract, 1, "extract")                                                                   \
+  /* Element args[0] of the kernel's constant i64 table Expr::index. Uniform when its index  \
+     is: gen/ uses tables to drive loops whose shape is irregular but fixed (a tree). */     \
+  X(Table, 1, "table")
 
 enum class Op : uint8_t {
 #define ORDO_X(name, arity, spelling) name,
@@ -144,6 +147,7 @@ struct Kernel {
   std::string name;
   std::vector<Buffer> buffers;
   std::vector<Local> locals;
+  std::vector<std::vector<int64_t>> tables;  // constant i64 arrays, read by Op::Table
   int grid_rank = 1;  // program_id(d) for d < grid_rank; extents are given at launch
   std::vector<Stmt> body;
   std::string description;  // one line: op, shapes, dtypes, order name
@@ -163,6 +167,7 @@ ExprRef select(ExprRef cond, ExprRef a, ExprRef b);
 ExprRef cast(ExprRef a, ScalarType to);
 ExprRef broadcast(ExprRef a, int lanes);
 ExprRef extract(ExprRef a, int lane);
+ExprRef table(int id, ExprRef index);
 
 inline ExprRef add(ExprRef a, ExprRef b) { return binary(Op::Add, std::move(a), std::move(b)); }
 inline ExprRef sub(ExprRef a, ExprRef b) { return binary(Op::Sub, std::move(a), std::move(b)); }
@@ -181,6 +186,7 @@ class Builder {
   ExprRef let(std::string name, ExprRef value);
   ExprRef get(int local) const { return var(k_, local); }
 
+  int table(std::vector<int64_t> values);
   void assign(int local, ExprRef value);
   void store(int buffer, ExprRef index, ExprRef value);
 
@@ -205,6 +211,19 @@ class Builder {
     stack_.back()->push_back(std::move(s));
     stack_.push_back(&stack_.back()->back().body);
     then();
+    stack_.pop_back();
+  }
+  template <class F, class G>
+  void if_else(ExprRef cond, F&& then, G&& otherwise) {
+    Stmt s{StmtKind::If};
+    s.value = std::move(cond);
+    stack_.back()->push_back(std::move(s));
+    Stmt& placed = stack_.back()->back();
+    stack_.push_back(&placed.body);
+    then();
+    stack_.pop_back();
+    stack_.push_back(&placed.else_body);
+    otherwise();
     stack_.pop_back();
   }
   template <class F>

@@ -116,6 +116,10 @@ struct Verifier {
       case Op::Extract:
         if (e.index < 0 || e.index >= arg_t(0).lanes || t != Type{arg_t(0).scalar, 1}) return fail(e, "lane out of range");
         return true;
+      case Op::Table:
+        if (e.index < 0 || e.index >= static_cast<int64_t>(k.tables.size())) return fail(e, "unknown table");
+        if (arg_t(0) != Type{ScalarType::i64, 1} || t != Type{ScalarType::i64, 1}) return fail(e, "table index and value are scalar i64");
+        return true;
     }
     return fail(e, "unknown op");
   }
@@ -128,7 +132,9 @@ struct Verifier {
 
   bool stmt_fail(const Stmt& s, std::string msg) {
     if (error.empty()) {
-      Kernel one{k.name, k.buffers, k.locals, k.grid_rank, {s}, ""};
+      Kernel one = k;
+      one.body.clear();
+      one.body.push_back(s);
       std::string text = print(one);
       auto first = text.find("{\n");
       text = first == std::string::npos ? text : text.substr(first + 2);

@@ -136,23 +136,40 @@ std::vector<uint8_t> serialize_npy(const NpyArray& a) {
   return out;
 }
 
-void write_npy_atomic(const std::string& path, const NpyArray& a) {
+namespace {
+std::string temp_path(const std::string& path) { return fmt::format("{}.tmp.{}", path, ::getpid()); }
+
+void write_temp(const std::string& path, const NpyArray& a) {
   const std::vector<uint8_t> bytes = serialize_npy(a);
-  const std::string tmp = fmt::format("{}.tmp.{}", path, ::getpid());
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    if (!f) throw Error(fmt::format("{}: cannot open for writing", path));
-    f.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
-    f.flush();
-    if (!f) {
-      std::remove(tmp.c_str());
-      throw Error(fmt::format("{}: write failed", path));
-    }
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+  const std::string tmp = temp_path(path);
+  std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+  if (!f) throw Error(fmt::format("{}: cannot open for writing", path));
+  f.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  f.flush();
+  if (!f) {
+    f.close();
     std::remove(tmp.c_str());
-    throw Error(fmt::format("{}: cannot move the finished file into place", path));
+    throw Error(fmt::format("{}: write failed", path));
   }
 }
+}  // namespace
+
+void write_npy_files_atomic(const std::vector<std::pair<std::string, const NpyArray*>>& files) {
+  size_t written = 0;
+  try {
+    for (; written < files.size(); ++written) write_temp(files[written].first, *files[written].second);
+  } catch (...) {
+    for (size_t i = 0; i < written; ++i) std::remove(temp_path(files[i].first).c_str());
+    throw;
+  }
+  for (size_t i = 0; i < files.size(); ++i) {
+    if (std::rename(temp_path(files[i].first).c_str(), files[i].first.c_str()) != 0) {
+      for (size_t j = i; j < files.size(); ++j) std::remove(temp_path(files[j].first).c_str());
+      throw Error(fmt::format("{}: cannot move the finished file into place", files[i].first));
+    }
+  }
+}
+
+void write_npy_atomic(const std::string& path, const NpyArray& a) { write_npy_files_atomic({{path, &a}}); }
 
 }  // namespace ordo

@@ -250,9 +250,11 @@ int cmd_run(int argc, char** argv) {
   for (size_t i = 0; i < buffers.size(); ++i)
     refs.push_back(ordo::BufferRef{buffers[i].data.data(), buffers[i].elements(), buffers[i].dtype});
   k->run(refs, rows, threads);
-  // Everything has succeeded; only now is anything written.
+  // Everything has succeeded; only now is anything written, all outputs or none.
+  std::vector<std::pair<std::string, const ordo::NpyArray*>> files;
   for (size_t i = 0; i < buffers.size(); ++i)
-    if (auto it = out_files.find(k->args()[i].name); it != out_files.end()) ordo::write_npy_atomic(it->second, buffers[i]);
+    if (auto it = out_files.find(k->args()[i].name); it != out_files.end()) files.emplace_back(it->second, &buffers[i]);
+  ordo::write_npy_files_atomic(files);
   return 0;
 }
 
@@ -301,6 +303,11 @@ int compare(const Args& a, ordo::OpKind op, int64_t default_rows) {
   }
   ordo::CompareReport rep = ordo::compare_orders(o);
   fmt::print("{}", ordo::format_report(rep));
+  for (const ordo::OrderResult& r : rep.results)
+    if (!r.error.empty()) {
+      fmt::print(stderr, "ordo: internal error: order {} failed: {}\n", r.order, r.error);
+      return 1;
+    }
   return 0;
 }
 

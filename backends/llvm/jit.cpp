@@ -1,5 +1,6 @@
 // ORC LLJIT for the host CPU: one JIT per process, one module per kernel.
 #include <fmt/format.h>
+#include <llvm/ExecutionEngine/Orc/CompileUtils.h>
 #include <llvm/ExecutionEngine/Orc/ExecutionUtils.h>
 #include <llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h>
 #include <llvm/ExecutionEngine/Orc/LLJIT.h>
@@ -55,7 +56,15 @@ struct Jit {
     auto tmx = jtmb.createTargetMachine();
     if (!tmx) throw Error("LLVM cannot create a target machine: " + take_error(tmx.takeError()));
     tm = std::move(*tmx);
-    auto j = llvm::orc::LLJITBuilder().setJITTargetMachineBuilder(jtmb).create();
+    // LLJIT's default compiler shares one TargetMachine between threads that materialize at
+    // the same time; the concurrent compiler makes one per compile.
+    auto j = llvm::orc::LLJITBuilder()
+                 .setJITTargetMachineBuilder(jtmb)
+                 .setCompileFunctionCreator([](llvm::orc::JITTargetMachineBuilder b)
+                                                -> llvm::Expected<std::unique_ptr<llvm::orc::IRCompileLayer::IRCompiler>> {
+                   return std::make_unique<llvm::orc::ConcurrentIRCompiler>(std::move(b));
+                 })
+                 .create();
     if (!j) throw Error("LLVM cannot create the JIT: " + take_error(j.takeError()));
     lljit = std::move(*j);
     auto gen = llvm::orc::DynamicLibrarySearchGenerator::GetForCurrentProcess(lljit->getDataLayout().getGlobalPrefix());

@@ -25,6 +25,7 @@ struct Lowerer {
   llvm::Function* fn = nullptr;
   int R = 1;                                      // instances in lock step
   std::vector<llvm::Value*> buffers;              // base pointers
+  std::vector<llvm::GlobalVariable*> tables;      // Kernel::tables as private constants
   std::vector<std::vector<llvm::Value*>> pid;     // [instance][dim]
   std::vector<std::vector<llvm::AllocaInst*>> locals;  // [local][instance]
   std::unordered_map<const Expr*, std::vector<llvm::Value*>> memo;  // within one statement
@@ -148,6 +149,11 @@ struct Lowerer {
         case Op::Cast: v = cast(A(0), e.args[0]->type, t); break;
         case Op::Broadcast: v = B.CreateVectorSplat(static_cast<unsigned>(t.lanes), A(0)); break;
         case Op::Extract: v = B.CreateExtractElement(A(0), static_cast<uint64_t>(e.index)); break;
+        case Op::Table: {
+          llvm::GlobalVariable* g = tables[static_cast<size_t>(e.index)];
+          v = B.CreateLoad(B.getInt64Ty(), B.CreateGEP(g->getValueType(), g, {B.getInt64(0), A(0)}));
+          break;
+        }
       }
       out[static_cast<size_t>(i)] = v;
     }
@@ -285,6 +291,12 @@ llvm::Function* lower(llvm::Module& mod, const Kernel& k, const std::string& sym
   llvm::Value* begin = L.fn->getArg(2);
   llvm::Value* end = L.fn->getArg(3);
 
+  for (const std::vector<int64_t>& t : k.tables) {
+    std::vector<uint64_t> bits(t.begin(), t.end());
+    llvm::Constant* init = llvm::ConstantDataArray::get(ctx, bits);
+    L.tables.push_back(new llvm::GlobalVariable(mod, init->getType(), true, llvm::GlobalValue::PrivateLinkage, init,
+                                                symbol + ".table"));
+  }
   llvm::BasicBlock* entry = llvm::BasicBlock::Create(ctx, "entry", L.fn);
   L.B.SetInsertPoint(entry);
   for (size_t b = 0; b < k.buffers.size(); ++b)

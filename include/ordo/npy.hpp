@@ -25,6 +25,9 @@ std::vector<uint8_t> serialize_npy(const NpyArray& a);
 // Writes to a temporary file in the same directory and renames it into place, so a reader
 // never sees a partial file.
 void write_npy_atomic(const std::string& path, const NpyArray& a);
+// Several files as one unit: every file is written to a temporary first; only when all of
+// them are complete are they renamed into place. On failure no output file is created.
+void write_npy_files_atomic(const std::vector<std::pair<std::string, const NpyArray*>>& files);
 
 std::string npy_descr(ScalarType t);
 

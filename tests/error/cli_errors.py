@@ -1,0 +1,239 @@
+#!/usr/bin/env python3
+"""Every bad request to `ordo run` must fail cleanly.
+
+Run: /usr/bin/python3 tests/error/cli_errors.py --ordo build/bin/ordo
+
+A clean failure is: exit code exactly 2, stderr starting with "ordo: error:" and naming the
+bad value, no signal, and nothing written to the output directory (no requested file and no
+leftover *.tmp.* file). A user who scripts around ordo relies on all four: 2 tells "your input"
+apart from 1 "our bug", the name tells them what to fix, and a half-written output set would
+be silently mixed with stale results from an earlier run.
+
+A few valid runs are included so the script cannot pass by everything failing.
+"""
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from typing import Callable, List, Optional
+
+import numpy as np
+
+ROWS, N = 4, 8
+
+
+@dataclass
+class Case:
+    name: str
+    argv: List[str]  # after `ordo`; "{in}" and "{out}" are the input and output directories
+    expect: Optional[List[str]]  # stderr substrings for a failure; None means the run must succeed
+    check: Optional[Callable[[str], Optional[str]]] = None  # success check on the out dir; returns a reason or None
+    dirs: List[str] = field(default_factory=list)  # made in the out dir beforehand
+    note: str = ""  # printed on failure: what the case is probing
+
+
+def ln(*extra, order="fast", op="layer_norm", x="x.npy", out=("y",)):
+    """A `run` command line; most cases differ from a valid one in a single place."""
+    argv = ["run", op, "--order", order, "--in", "x={in}/" + x]
+    argv += list(extra)
+    for o in out:
+        argv += ["--out", f"{o}={{out}}/{o}.npy"]
+    return argv
+
+
+def make_inputs(d):
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((ROWS, N)).astype("<f4")
+    np.save(f"{d}/x.npy", x)
+    np.save(f"{d}/w.npy", np.linspace(0.5, 1.5, N).astype("<f4"))
+    np.save(f"{d}/b.npy", np.linspace(-1, 1, N).astype("<f4"))
+    np.save(f"{d}/x_f16.npy", x.astype("<f2"))
+    np.save(f"{d}/w_f16.npy", np.ones(N, "<f2"))
+    np.save(f"{d}/x_f64.npy", x.astype("<f8"))
+    np.save(f"{d}/x_i32.npy", np.ones((ROWS, N), "<i4"))
+    np.save(f"{d}/x_fortran.npy", np.asfortranarray(x))
+    np.save(f"{d}/x_n0.npy", np.zeros((3, 0), "<f4"))
+    np.save(f"{d}/x_0d.npy", np.array(1.0, "<f4"))
+    np.save(f"{d}/w_short.npy", np.ones(N - 1, "<f4"))
+    np.save(f"{d}/w_2d.npy", np.ones((1, N), "<f4"))
+    good = open(f"{d}/x.npy", "rb").read()
+    # Cut both inside the data and inside the header: they are different parse paths.
+    open(f"{d}/x_trunc_data.npy", "wb").write(good[:-5])
+    open(f"{d}/x_trunc_header.npy", "wb").write(good[:30])
+    open(f"{d}/not_npy.npy", "w").write("x,y\n1,2\n")
+    assert np.load(f"{d}/x_fortran.npy").flags.f_contiguous and not np.load(f"{d}/x_fortran.npy").flags.c_contiguous
+
+
+def ref_layer_norm(ind, with_affine):
+    x = np.load(f"{ind}/x.npy").astype(np.float64)
+    mean = x.mean(-1, keepdims=True)
+    y = (x - mean) / np.sqrt(x.var(-1, keepdims=True) + 1e-5)
+    if with_affine:
+        y = y * np.load(f"{ind}/w.npy") + np.load(f"{ind}/b.npy")
+    return y, mean[..., 0]
+
+
+def expect_outputs(specs, ind, value_check=None):
+    """Success check: exactly these files, with these shapes and dtypes, then optional values."""
+    def check(out):
+        want = sorted(f"{n}.npy" for n, _, _ in specs)
+        got = sorted(os.listdir(out))
+        if got != want:
+            return f"out dir holds {got}, expected {want}"
+        for n, shape, dtype in specs:
+            a = np.load(f"{out}/{n}.npy")
+            if a.shape != shape or a.dtype != np.dtype(dtype):
+                return f"{n}: {a.dtype}{a.shape}, expected {np.dtype(dtype)}{shape}"
+        return value_check(out) if value_check else None
+    return check
+
+
+def layer_norm_values(ind, with_affine):
+    def check(out):
+        y_ref, mean_ref = ref_layer_norm(ind, with_affine)
+        y = np.load(f"{out}/y.npy")
+        if not np.allclose(y, y_ref, rtol=1e-4, atol=1e-4):
+            return f"y differs from numpy by {np.abs(y - y_ref).max():.3g}"
+        if os.path.exists(f"{out}/mean.npy") and not np.allclose(np.load(f"{out}/mean.npy"), mean_ref, atol=1e-5):
+            return "mean differs from numpy"
+        return None
+    return check
+
+
+def cases(ind):
+    AVX2 = "torch1.13-cpu-avx2"
+    W, B = "weight={in}/w.npy", "bias={in}/b.npy"
+    return [
+        # Sanity: valid runs succeed and write correct outputs.
+        Case("valid layer_norm", ln("--in", W, "--in", B, out=("y", "mean", "rstd")), None,
+             expect_outputs([("y", (ROWS, N), "<f4"), ("mean", (ROWS,), "<f4"), ("rstd", (ROWS,), "<f4")], ind,
+                            layer_norm_values(ind, True))),
+        Case("valid reference order", ln(order=AVX2), None,
+             expect_outputs([("y", (ROWS, N), "<f4")], ind, layer_norm_values(ind, False))),
+        Case("valid var_mean on interpreter", ln("--target", "interpreter", op="var_mean", order="two-pass-sequential",
+                                                 out=("var", "mean")), None,
+             expect_outputs([("var", (ROWS,), "<f4"), ("mean", (ROWS,), "<f4")], ind)),
+        Case("mixed dtypes with --allow-mixed-dtypes",
+             ln("--allow-mixed-dtypes", "--in", "weight={in}/w_f16.npy"), None,
+             expect_outputs([("y", (ROWS, N), "<f4")], ind)),
+
+        # Op and order.
+        Case("unknown op", ln(op="layer_nrom"), ["unknown op 'layer_nrom'"]),
+        Case("missing op", ["run", "--order", "fast", "--in", "x={in}/x.npy", "--out", "y={out}/y.npy"], ["missing the op"]),
+        Case("unknown order", ln(order="fastest"), ["'fastest'"]),
+        Case("order not defined for op", ln(op="rms_norm", order=AVX2), [AVX2, "rms_norm"]),
+        Case("order not defined for dtype", ln(order=AVX2, x="x_f16.npy"), [AVX2, "f16"]),
+        Case("order param: lanes=3", ln(order="lane-welford(lanes=3)"), ["lanes=3", "power of two"]),
+        Case("order param: unknown name", ln(order="lane-welford(foo=1)"), ["'foo'"]),
+        Case("order param on a reference order", ln(order=AVX2 + "(lanes=8)"), [AVX2, "no parameters"]),
+
+        # The .npy files themselves.
+        Case("x float64", ln(x="x_f64.npy"), ["x_f64.npy", "'<f8'"]),
+        Case("x int32", ln(x="x_i32.npy"), ["x_i32.npy", "'<i4'"]),
+        Case("x truncated in data", ln(x="x_trunc_data.npy"), ["x_trunc_data.npy", "bytes"]),
+        Case("x truncated in header", ln(x="x_trunc_header.npy"), ["x_trunc_header.npy", "truncated"]),
+        Case("x not a .npy file", ln(x="not_npy.npy"), ["not_npy.npy", "not a .npy"]),
+        Case("x missing file", ln(x="no_such.npy"), ["no_such.npy"]),
+        Case("x Fortran order", ln(x="x_fortran.npy"), ["x_fortran.npy", "Fortran"]),
+
+        # Shapes.
+        Case("weight wrong length", ln("--in", "weight={in}/w_short.npy"), ["weight", f"({N - 1},)", f"({N},)"]),
+        Case("bias wrong length", ln("--in", W, "--in", "bias={in}/w_short.npy"), ["bias", f"({N - 1},)", f"({N},)"]),
+        Case("weight 2-d", ln("--in", "weight={in}/w_2d.npy"), ["weight", f"(1, {N})"]),
+        Case("N = 0", ln(x="x_n0.npy"), ["N (the last dim)", "got 0"]),
+        Case("x 0-d", ln(x="x_0d.npy"), ["x has shape ()"]),
+
+        # eps.
+        Case("eps < 0", ln("--eps", "-1e-5"), ["eps", "-1e-05"]),
+        Case("eps nan", ln("--eps", "nan"), ["eps", "nan"]),
+        Case("eps not a number", ln("--eps", "abc"), ["--eps", "'abc'"]),
+
+        # Dtypes across inputs.
+        Case("mixed dtypes without flag", ln("--in", "weight={in}/w_f16.npy"), ["f32", "f16", "--allow-mixed-dtypes"]),
+
+        # Command-line shape.
+        Case("unknown --in name", ln("--in", "gamma={in}/w.npy"), ["'gamma'"]),
+        Case("unknown --out name", ln(out=("var",)), ["'var'", "layer_norm"]),
+        Case("missing --order", ["run", "layer_norm", "--in", "x={in}/x.npy", "--out", "y={out}/y.npy"], ["--order"]),
+        Case("no --out", ln(out=()), ["--out"]),
+        Case("--in without '='", ["run", "layer_norm", "--order", "fast", "--in", "{in}/x.npy", "--out", "y={out}/y.npy"],
+             ["--in", "x.npy", "NAME=FILE.npy"]),
+        Case("unknown option", ln("--frobnicate"), ["'--frobnicate'"]),
+        Case("bad --target", ln("--target", "cuda"), ["--target", "'cuda'"]),
+        Case("--in x given twice", ln("--in", "x={in}/x.npy"), ["'x'", "twice"]),
+
+        # Output failures: the kernel runs fine, so these test that writing is all-or-nothing.
+        Case("first output unwritable", ln("--out", "y=/nonexistent_dir/y.npy", "--out", "mean={out}/mean.npy", out=()),
+             ["/nonexistent_dir/y.npy"], note="y is written before mean, so nothing has been written yet"),
+        Case("second output unwritable", ln("--out", "y={out}/y.npy", "--out", "mean=/nonexistent_dir/mean.npy", out=()),
+             ["/nonexistent_dir/mean.npy"], note="mean is written after y, so y must not be left behind"),
+        Case("second output unwritable, listed first",
+             ln("--out", "mean=/nonexistent_dir/mean.npy", "--out", "y={out}/y.npy", out=()),
+             ["/nonexistent_dir/mean.npy"], note="writes follow the kernel's argument order, not the command line's"),
+        Case("output path is a directory", ln("--out", "y={out}/y_dir", out=()), ["y_dir"], dirs=["y_dir"],
+             note="the rename fails after the temporary file is complete; it must be removed"),
+    ]
+
+
+def run_case(ordo, case, ind, outd):
+    argv = [a.replace("{in}", ind).replace("{out}", outd) for a in case.argv]
+    for d in case.dirs:
+        os.mkdir(os.path.join(outd, d))
+    try:
+        p = subprocess.run([ordo] + argv, capture_output=True, text=True, timeout=120)
+    except subprocess.TimeoutExpired:
+        return "timed out"
+    if p.returncode < 0:
+        return f"killed by signal {-p.returncode}; stderr: {p.stderr.strip()!r}"
+    err = p.stderr.strip()
+    if case.expect is None:
+        if p.returncode != 0:
+            return f"exit {p.returncode}, expected 0; stderr: {err!r}"
+        return case.check(outd) if case.check else None
+    problems = []
+    if p.returncode != 2:
+        problems.append(f"exit {p.returncode}, expected 2")
+    if not err.startswith("ordo: error:"):
+        problems.append("stderr does not start with 'ordo: error:'")
+    missing = [s for s in case.expect if s not in err]
+    if missing:
+        problems.append(f"stderr lacks {missing}")
+    # Any file at all counts: the requested outputs and *.tmp.* leftovers alike.
+    left = sorted(os.path.relpath(os.path.join(r, f), outd) for r, _, fs in os.walk(outd) for f in fs)
+    if left:
+        problems.append(f"left files behind: {left}")
+    if problems:
+        return "; ".join(problems) + f" (stderr: {err!r})"
+    return None
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--ordo", default="build/bin/ordo")
+    ordo = os.path.abspath(ap.parse_args().ordo)
+    if not os.access(ordo, os.X_OK):
+        sys.exit(f"cli_errors.py: {ordo} is not an executable")
+    passed = failed = 0
+    with tempfile.TemporaryDirectory(prefix="ordo_cli_errors_") as tmp:
+        ind = os.path.join(tmp, "in")
+        os.mkdir(ind)
+        make_inputs(ind)
+        for i, case in enumerate(cases(ind)):
+            # A fresh, empty directory per case makes "nothing was written" a plain listdir.
+            outd = os.path.join(tmp, f"out{i:02d}")
+            os.mkdir(outd)
+            reason = run_case(ordo, case, ind, outd)
+            if reason is None:
+                passed += 1
+                print(f"PASS {case.name}")
+            else:
+                failed += 1
+                print(f"FAIL {case.name}: {reason}" + (f" [{case.note}]" if case.note else ""))
+    print(f"{passed} passed, {failed} failed")
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()

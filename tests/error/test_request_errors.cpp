@@ -1,0 +1,78 @@
+// Requests that must be rejected, each with the message that names what is wrong.
+#include <doctest/doctest.h>
+
+#include <cmath>
+
+#include "ir/error.hpp"
+#include "ordo/ordo.hpp"
+
+using namespace ordo;
+
+namespace {
+Request ok() {
+  Request r;
+  r.op = OpKind::layer_norm;
+  r.cols = 128;
+  r.order = "torch1.13-cpu-avx2";
+  return r;
+}
+template <class F>
+std::string error_of(F&& mutate) {
+  Request r = ok();
+  mutate(r);
+  try {
+    compile(r);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(accepted)";
+}
+}  // namespace
+
+TEST_CASE("bad requests are rejected with a message naming the bad value") {
+  CHECK(error_of([](Request&) {}) == "(accepted)");
+  CHECK(error_of([](Request& r) { r.cols = 0; }) == "N (the last dim) must be at least 1, got 0");
+  CHECK(error_of([](Request& r) { r.eps = -1e-5; }) == "eps must be finite and >= 0, got -1e-05");
+  CHECK(error_of([](Request& r) { r.eps = NAN; }) == "eps must be finite and >= 0, got nan");
+  CHECK(error_of([](Request& r) { r.order = "torch2.0"; }).find("unknown order 'torch2.0' for layer_norm; known: fast, ") == 0);
+  CHECK(error_of([](Request& r) { r.op = OpKind::rms_norm; }).find("order 'torch1.13-cpu-avx2' is not defined for rms_norm") == 0);
+  CHECK(error_of([](Request& r) { r.x_dtype = ScalarType::f16; r.weight_dtype = ScalarType::f16; }) ==
+        "order 'torch1.13-cpu-avx2' is defined for x dtype f32, bf16 only, not f16");
+  CHECK(error_of([](Request& r) { r.weight_dtype = ScalarType::bf16; }) ==
+        "x is f32 but weight is bf16; mixed dtypes need --allow-mixed-dtypes (Request::allow_mixed_dtypes)");
+  CHECK(error_of([](Request& r) { r.acc_dtype = ScalarType::f64; }) ==
+        "order 'torch1.13-cpu-avx2' accumulates in f32; --acc f64 would be a different order");
+  CHECK(error_of([](Request& r) { r.order = "torch1.13-cpu-avx2(lanes=16)"; }) ==
+        "order 'torch1.13-cpu-avx2' reproduces a reference and takes no parameters (got 'lanes=16')");
+  CHECK(error_of([](Request& r) { r.order = "lane-welford(lanes=3)"; }) == "order 'lane-welford(lanes=3)': lanes=3 must be a power of two");
+  CHECK(error_of([](Request& r) { r.order = "lane-welford(chunk=0)"; }) == "order 'lane-welford(chunk=0)': chunk=0 outside [1, 64]");
+  CHECK(error_of([](Request& r) { r.order = "lane-welford(speed=1)"; }).find("unknown parameter 'speed'") != std::string::npos);
+  CHECK(error_of([](Request& r) { r.order = "lane-welford(lanes=8"; }) == "order 'lane-welford(lanes=8': missing ')'");
+  CHECK(error_of([](Request& r) { r.acc_dtype = ScalarType::bf16; }) == "accumulation dtype bf16 is not f32 or f64");
+}
+
+TEST_CASE("mixed dtypes run when the request allows them") {
+  Request r = ok();
+  r.order = "fast";
+  r.weight_dtype = ScalarType::bf16;
+  r.allow_mixed_dtypes = true;
+  KernelHandle k = compile(r);
+  CHECK(k->args()[1].dtype == ScalarType::bf16);  // weight is read as bf16 directly
+  CHECK(k->args()[0].dtype == ScalarType::f32);
+}
+
+TEST_CASE("run() checks buffer count, dtype and length before touching memory") {
+  KernelHandle k = compile(ok());
+  std::vector<float> x(3 * 128), w(128), b(128), y(3 * 128), m(3), s(3);
+  std::vector<BufferRef> bufs = {{x.data(), 384, ScalarType::f32}, {w.data(), 128, ScalarType::f32},
+                                 {b.data(), 128, ScalarType::f32}, {y.data(), 384, ScalarType::f32},
+                                 {m.data(), 3, ScalarType::f32},   {s.data(), 3, ScalarType::f32}};
+  CHECK_NOTHROW(k->run(bufs, 3));
+  auto short_weight = bufs;
+  short_weight[1].elements = 100;
+  CHECK_THROWS_WITH_AS(k->run(short_weight, 3), "weight: 100 elements given, expected 128 (N with rows=3, N=128)", Error);
+  auto wrong_type = bufs;
+  wrong_type[0].dtype = ScalarType::f16;
+  CHECK_THROWS_WITH_AS(k->run(wrong_type, 3), "x: dtype f16 given, kernel expects f32", Error);
+  CHECK_THROWS_WITH_AS(k->run({bufs[0]}, 3), "layer_norm takes 6 buffers (x, weight, bias, y, mean, rstd), got 1", Error);
+}

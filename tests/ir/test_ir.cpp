@@ -1,0 +1,223 @@
+// IR-only tests: builder, printer, verifier, interpreter, float conversions. No backend.
+#include <doctest/doctest.h>
+#include <fmt/format.h>
+
+#include <bit>
+#include <cmath>
+#include <cstring>
+
+#include "gen/reductions.hpp"
+#include "ir/error.hpp"
+#include "ir/float_bits.hpp"
+#include "ir/interpret.hpp"
+#include "ir/ir.hpp"
+
+using namespace ordo;
+using namespace ordo::ir;
+
+namespace {
+const Type f32{ScalarType::f32, 1}, f32x8{ScalarType::f32, 8}, i64{ScalarType::i64, 1};
+
+// A kernel with one f32 input row of n and one f32 output per row, body filled by `fill`.
+template <class F>
+Kernel row_kernel(F&& fill) {
+  Kernel k;
+  k.name = "t";
+  Builder b(k);
+  int x = b.buffer("x", ScalarType::f32, false, Extent::rows_by_cols);
+  int out = b.buffer("out", ScalarType::f32, true, Extent::rows);
+  fill(b, x, out);
+  return k;
+}
+}  // namespace
+
+TEST_CASE("verifier accepts a well-formed kernel and names the node it rejects") {
+  Kernel good = row_kernel([](Builder& b, int x, int out) {
+    ExprRef v = b.let("v", load(b.kernel(), x, index_const(0)));
+    b.store(out, program_id(0), add(v, v));
+  });
+  CHECK(verify(good).empty());
+
+  Kernel mixed = row_kernel([](Builder& b, int x, int out) {
+    ExprRef v = load(b.kernel(), x, index_const(0), 8);
+    b.store(out, program_id(0), extract(add(v, broadcast(load(b.kernel(), x, index_const(0)), 4)), 0));
+  });
+  std::string err = verify(mixed);
+  CHECK(err.find("operand types f32x8 and f32x4 differ") != std::string::npos);
+  CHECK(err.find("add(load.f32x8(x[0])") != std::string::npos);  // the message prints the node
+
+  Kernel bf16_math = row_kernel([](Builder& b, int x, int out) {
+    ExprRef h = cast(load(b.kernel(), x, index_const(0)), ScalarType::bf16);
+    b.store(out, program_id(0), cast(add(h, h), ScalarType::f32));
+  });
+  CHECK(verify(bf16_math).find("arithmetic in bf16") != std::string::npos);
+
+  Kernel unread = row_kernel([](Builder& b, int, int out) {
+    int l = b.local("never", f32);
+    b.store(out, program_id(0), b.get(l));
+  });
+  CHECK(verify(unread).find("read before it is assigned") != std::string::npos);
+
+  Kernel divergent = row_kernel([](Builder& b, int, int out) {
+    b.for_range("i", index_const(0), program_id(0), 1, [&](ExprRef) { b.store(out, program_id(0), constant(f32, 1)); });
+  });
+  CHECK(verify(divergent).find("loop bounds depend on program_id or data") != std::string::npos);
+
+  Kernel data_if = row_kernel([](Builder& b, int x, int out) {
+    b.if_(binary(Op::Lt, load(b.kernel(), x, index_const(0)), constant(f32, 0)),
+          [&] { b.store(out, program_id(0), constant(f32, 1)); });
+  });
+  CHECK(verify(data_if).find("condition depends on program_id or data") != std::string::npos);
+
+  Kernel store_input = row_kernel([](Builder& b, int x, int) { b.store(x, index_const(0), constant(f32, 1)); });
+  CHECK(verify(store_input).find("buffer x is an input") != std::string::npos);
+
+  Kernel bad_cast = row_kernel([](Builder& b, int x, int out) {
+    ExprRef d = cast(load(b.kernel(), x, index_const(0)), ScalarType::f64);
+    b.store(out, program_id(0), cast(cast(d, ScalarType::bf16), ScalarType::f32));
+  });
+  CHECK(verify(bad_cast).find("cast f64 -> bf16 is not allowed") != std::string::npos);
+
+  Kernel bad_lane = row_kernel([](Builder& b, int x, int out) {
+    b.store(out, program_id(0), extract(load(b.kernel(), x, index_const(0), 4), 4));
+  });
+  CHECK(verify(bad_lane).find("lane out of range") != std::string::npos);
+
+  Kernel inexact = row_kernel([](Builder& b, int, int out) { b.store(out, program_id(0), constant(f32, 0.1)); });
+  CHECK(verify(inexact).find("not exactly representable") != std::string::npos);
+}
+
+TEST_CASE("printer output is stable") {
+  Kernel k = row_kernel([](Builder& b, int x, int out) {
+    int acc = b.local("acc", f32);
+    b.assign(acc, constant(f32, 0));
+    b.for_range("i", index_const(0), index_const(4), 1, [&](ExprRef i) {
+      b.assign(acc, fma(load(b.kernel(), x, add(mul(program_id(0), index_const(4)), i)), constant(f32, 2), b.get(acc)));
+    });
+    b.store(out, program_id(0), b.get(acc));
+  });
+  k.description = "demo";
+  CHECK(print(k) ==
+        "kernel t  // demo\n"
+        "  in  x: f32[rows*N]\n"
+        "  out out: f32[rows]\n"
+        "  grid rank 1\n"
+        "{\n"
+        "  %acc: f32 = 0:f32\n"
+        "  for %i in [0, 4) step 1 {\n"
+        "    %acc: f32 = fma(load.f32(x[add(mul(program_id(0), 4), %i)]), 2:f32, %acc)\n"
+        "  }\n"
+        "  store out[program_id(0)] = %acc\n"
+        "}\n");
+}
+
+TEST_CASE("interpreter: fma rounds once, add and mul round each") {
+  // (1 + 2^-23) * (1 - 2^-23) = 1 - 2^-46 exactly; rounded to f32 it is 1, so mul-then-add of -1
+  // gives 0 while fma keeps -2^-46.
+  const float a = 1.0f + 0x1p-23f, c = 1.0f - 0x1p-23f;
+  auto run = [&](bool fused) {
+    Kernel k = row_kernel([&](Builder& b, int, int out) {
+      ExprRef A = constant(f32, a), C = constant(f32, c), m1 = constant(f32, -1);
+      b.store(out, program_id(0), fused ? fma(A, C, m1) : add(mul(A, C), m1));
+    });
+    REQUIRE(verify(k).empty());
+    float x = 0, r = 1;
+    interpret(k, {{&x, 1}, {&r, 1}}, {1});
+    return r;
+  };
+  CHECK(run(false) == 0.0f);
+  CHECK(run(true) == -0x1p-46f);
+}
+
+TEST_CASE("interpreter: out-of-bounds loads are errors, not reads") {
+  Kernel k = row_kernel([](Builder& b, int x, int out) { b.store(out, program_id(0), load(b.kernel(), x, index_const(3))); });
+  float x[2] = {1, 2}, r = 0;
+  CHECK_THROWS_WITH_AS(interpret(k, {{x, 2}, {&r, 1}}, {1}), "interpreter: load x[3..4) outside [0, 2)", Error);
+}
+
+TEST_CASE("interpreter: IEEE maximum propagates NaN and orders -0 below +0") {
+  auto run = [](float p, float q) {
+    Kernel k = row_kernel([&](Builder& b, int, int out) {
+      b.store(out, program_id(0), binary(Op::Max, constant(f32, p), constant(f32, q)));
+    });
+    float x = 0, r = 0;
+    interpret(k, {{&x, 1}, {&r, 1}}, {1});
+    return r;
+  };
+  CHECK(std::isnan(run(1.0f, NAN)));
+  CHECK(std::isnan(run(NAN, 1.0f)));
+  CHECK(!std::signbit(run(-0.0f, 0.0f)));
+  CHECK(!std::signbit(run(0.0f, -0.0f)));
+  CHECK(run(-3.0f, 2.0f) == 2.0f);
+}
+
+TEST_CASE("f16 conversion is RNE: matches the compiler's _Float16 on every pattern and on random floats") {
+  for (uint32_t h = 0; h < 65536; ++h) {
+    float f = f16_bits_to_f32(static_cast<uint16_t>(h));
+    _Float16 ref;
+    uint16_t hb = static_cast<uint16_t>(h);
+    std::memcpy(&ref, &hb, 2);
+    if (std::isnan(f)) {
+      CHECK(std::isnan(static_cast<float>(ref)));
+      continue;
+    }
+    REQUIRE(std::bit_cast<uint32_t>(f) == std::bit_cast<uint32_t>(static_cast<float>(ref)));
+    REQUIRE(f32_to_f16_bits(f) == h);
+  }
+  uint32_t s = 12345;
+  for (int i = 0; i < 2000000; ++i) {
+    s = s * 1664525u + 1013904223u;
+    float f = std::bit_cast<float>(s);
+    if (std::isnan(f)) continue;
+    _Float16 ref = static_cast<_Float16>(f);
+    uint16_t rb;
+    std::memcpy(&rb, &ref, 2);
+    REQUIRE(f32_to_f16_bits(f) == rb);
+  }
+}
+
+TEST_CASE("bf16 conversion is RNE with ties to even, overflow to inf, NaN stays NaN") {
+  CHECK(f32_to_bf16_bits(1.0f) == 0x3f80);
+  CHECK(f32_to_bf16_bits(std::bit_cast<float>(0x3f808000u)) == 0x3f80);  // tie, even stays
+  CHECK(f32_to_bf16_bits(std::bit_cast<float>(0x3f818000u)) == 0x3f82);  // tie, odd rounds up
+  CHECK(f32_to_bf16_bits(std::bit_cast<float>(0x3f808001u)) == 0x3f81);  // above the tie
+  CHECK(f32_to_bf16_bits(3.4028235e38f) == 0x7f80);                      // rounds to +inf
+  CHECK(std::isnan(bf16_bits_to_f32(f32_to_bf16_bits(NAN))));
+  // Every bf16 value round-trips; and for random floats the result is one of the two
+  // neighbours, the nearer one (ties: even), checked in double.
+  for (uint32_t h = 0; h < 65536; ++h) {
+    float f = bf16_bits_to_f32(static_cast<uint16_t>(h));
+    if (!std::isnan(f)) REQUIRE(f32_to_bf16_bits(f) == h);
+  }
+  uint32_t s = 777;
+  for (int i = 0; i < 1000000; ++i) {
+    s = s * 1664525u + 1013904223u;
+    float f = std::bit_cast<float>(s);
+    if (!std::isfinite(f) || std::fabs(f) > 3.3e38f) continue;
+    uint32_t lo = s & 0xffff0000u, hi = lo + 0x10000u;
+    double dl = std::fabs(double(f) - double(std::bit_cast<float>(lo)));
+    double dh = std::fabs(double(std::bit_cast<float>(hi)) - double(f));
+    uint16_t want = static_cast<uint16_t>((dl < dh || (dl == dh && ((lo >> 16) & 1) == 0)) ? lo >> 16 : hi >> 16);
+    REQUIRE(f32_to_bf16_bits(f) == want);
+  }
+}
+
+TEST_CASE("lane folds have the documented shapes") {
+  Kernel k;
+  Builder b(k);
+  std::vector<ExprRef> lanes;
+  for (int i = 0; i < 8; ++i) {
+    int l = b.local(fmt::format("a{}", i), f32);
+    b.assign(l, constant(f32, i));
+    lanes.push_back(b.get(l));
+  }
+  gen::Arith ar{ScalarType::f32, std::nullopt};
+  CHECK(print(*gen::fold_lanes(lanes, LaneFold::Halving, ar), k) ==
+        "add(add(add(%a0, %a4), add(%a2, %a6)), add(add(%a1, %a5), add(%a3, %a7)))");
+  CHECK(print(*gen::fold_lanes(lanes, LaneFold::Adjacent, ar), k) ==
+        "add(add(add(%a0, %a1), add(%a2, %a3)), add(add(%a4, %a5), add(%a6, %a7)))");
+  CHECK(print(*gen::fold_lanes(lanes, LaneFold::Sequential, ar), k) ==
+        "add(add(add(add(add(add(add(%a0, %a1), %a2), %a3), %a4), %a5), %a6), %a7)");
+  gen::Arith rounding{ScalarType::f32, ScalarType::bf16};
+  CHECK(print(*rounding.add(lanes[0], lanes[1]), k) == "cast.f32(cast.bf16(add(%a0, %a1)))");
+}
