@@ -158,8 +158,11 @@ void apply_parameters(Order& o, std::string_view params, std::string_view order_
       throw Error(fmt::format("order '{}': unknown parameter '{}' (lanes, chunk, accumulators, block, fma, acc)", order_name, key));
     }
   }
-  if (o.moments.sum.block < o.moments.sum.lanes)
-    throw Error(fmt::format("order '{}': block {} is smaller than lanes {}", order_name, o.moments.sum.block, o.moments.sum.lanes));
+  // A range of more than `block` terms splits at half rounded down to a multiple of `lanes`;
+  // below 2*lanes that half is 0 and the split never ends.
+  if (o.moments.sum.block < 2 * o.moments.sum.lanes)
+    throw Error(fmt::format("order '{}': block {} must be at least twice lanes ({})", order_name, o.moments.sum.block,
+                            o.moments.sum.lanes));
 }
 
 std::string known_orders(OpKind op) {
@@ -195,6 +198,8 @@ Order resolve(const Request& r) {
   if (wt != r.x_dtype && !r.allow_mixed_dtypes)
     throw Error(fmt::format("x is {} but weight is {}; mixed dtypes need --allow-mixed-dtypes (Request::allow_mixed_dtypes)",
                             name(r.x_dtype), name(wt)));
+  if (r.rows_in_flight < 0 || r.rows_in_flight > 16)
+    throw Error(fmt::format("rows in flight {} outside [0, 16]", r.rows_in_flight));
   if (r.acc_dtype && *r.acc_dtype != f32 && *r.acc_dtype != f64)
     throw Error(fmt::format("accumulation dtype {} is not f32 or f64", name(*r.acc_dtype)));
 
@@ -263,9 +268,9 @@ std::optional<Target> parse_target(std::string_view s) {
 }
 
 std::string Request::key() const {
-  return fmt::format("{}|N={}|x={}|w={}|acc={}|weight={}|bias={}|mixed={}|eps={:a}|order={}|target={}", name(op), cols,
-                     name(x_dtype), name(weight_type()), acc_dtype ? name(*acc_dtype) : "default", has_weight, has_bias,
-                     allow_mixed_dtypes, eps, order, name(target));
+  return fmt::format("{}|N={}|x={}|w={}|acc={}|weight={}|bias={}|mixed={}|eps={:a}|order={}|target={}|rif={}", name(op),
+                     cols, name(x_dtype), name(weight_type()), acc_dtype ? name(*acc_dtype) : "default", has_weight, has_bias,
+                     allow_mixed_dtypes, eps, order, name(target), rows_in_flight);
 }
 
 }  // namespace ordo

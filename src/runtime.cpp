@@ -107,9 +107,14 @@ KernelHandle compile_uncached(const Request& r) {
   if (std::string err = ir::verify(k->kernel_); !err.empty()) throw Error("internal: generated IR is malformed: " + err);
   for (const ir::Buffer& b : k->kernel_.buffers) k->args_.push_back(ArgSpec{b.name, b.elem, b.output, b.extent});
   if (r.target == Target::cpu) {
-    llvm_backend::Compiled c = llvm_backend::compile(k->kernel_);
+    llvm_backend::Options options;
+    options.rows_in_flight = r.rows_in_flight;
+    llvm_backend::Compiled c = llvm_backend::compile(k->kernel_, options);
     k->entry_ = c.entry;
     k->rows_in_flight_ = c.rows_in_flight;
+    k->lower_ms_ = c.lower_ms;
+    k->optimize_ms_ = c.optimize_ms;
+    k->codegen_ms_ = c.codegen_ms;
   }
   k->compile_ms_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   return k;

@@ -38,6 +38,7 @@ ops: layer_norm (in x, weight, bias; out y, mean, rstd), rms_norm (in x, weight;
      var_mean (in x; out var, mean). x may have any rank; the op reduces its last dim N.
 .npy dtypes: float32 '<f4', float16 '<f2', bfloat16 as uint16 bit patterns '<u2'.
 common options: --no-weight --no-bias --weight-dtype T --acc T --eps E --target T
+                --rows-in-flight R (CPU rows run in lock step; 0 = backend's choice; never changes bits)
 )";
 
 // Command-line options after the subcommand: flags, key-value options, and positionals.
@@ -125,7 +126,7 @@ ordo::OpKind parse_op_arg(const Args& a) {
   return *op;
 }
 
-const std::vector<std::string> kRequestValues = {"order", "eps", "acc", "target", "weight-dtype", "cols", "dtype"};
+const std::vector<std::string> kRequestValues = {"order", "eps", "acc", "target", "weight-dtype", "cols", "dtype", "rows-in-flight"};
 const std::vector<std::string> kRequestFlags = {"allow-mixed-dtypes", "no-weight", "no-bias"};
 
 // Fields every subcommand shares.
@@ -147,6 +148,7 @@ ordo::Request request_from(const Args& a, ordo::OpKind op) {
   if (auto v = a.get("dtype")) r.x_dtype = parse_dtype("--dtype", *v);
   if (auto v = a.get("weight-dtype")) r.weight_dtype = parse_dtype("--weight-dtype", *v);
   if (auto v = a.get("cols")) r.cols = parse_int("--cols", *v, 0, int64_t(1) << 40);
+  if (auto v = a.get("rows-in-flight")) r.rows_in_flight = static_cast<int>(parse_int("--rows-in-flight", *v, 0, 16));
   r.allow_mixed_dtypes = a.flag("allow-mixed-dtypes");
   r.has_weight = op != ordo::OpKind::var_mean && !a.flag("no-weight");
   r.has_bias = op == ordo::OpKind::layer_norm && !a.flag("no-bias");
@@ -342,7 +344,9 @@ int cmd_emit(int argc, char** argv) {
   ordo::ir::Order order = ordo::gen::resolve(r);
   ordo::ir::Kernel k = ordo::gen::build(r, order);
   if (std::string err = ordo::ir::verify(k); !err.empty()) throw Error("internal: " + err);
-  fmt::print("{}", a.flag("ir") ? ordo::ir::print(k) : ordo::llvm_backend::emit_llvm_ir(k));
+  ordo::llvm_backend::Options options;
+  options.rows_in_flight = r.rows_in_flight;
+  fmt::print("{}", a.flag("ir") ? ordo::ir::print(k) : ordo::llvm_backend::emit_llvm_ir(k, options));
   return 0;
 }
 
@@ -370,8 +374,14 @@ int cmd_bench(int argc, char** argv) {
   using clock = std::chrono::steady_clock;
   auto since = [](clock::time_point t) { return std::chrono::duration<double>(clock::now() - t).count(); };
 
-  std::vector<double> cold;
-  for (int i = 0; i < 7; ++i) cold.push_back(ordo::compile_uncached(r)->compile_ms());
+  std::vector<double> cold, lower, optimize, codegen;
+  for (int i = 0; i < 7; ++i) {
+    ordo::KernelHandle c = ordo::compile_uncached(r);
+    cold.push_back(c->compile_ms());
+    lower.push_back(c->lower_ms());
+    optimize.push_back(c->optimize_ms());
+    codegen.push_back(c->codegen_ms());
+  }
   ordo::KernelHandle k = ordo::compile(r);
   const int hits = 20000;
   auto t0 = clock::now();
@@ -413,9 +423,10 @@ int cmd_bench(int argc, char** argv) {
   fmt::print(
       "{{\"op\": \"{}\", \"order\": \"{}\", \"rows\": {}, \"cols\": {}, \"dtype\": \"{}\", \"threads\": {}, "
       "\"rows_in_flight\": {}, \"bytes\": {:.0f}, \"gbps\": {:.3f}, \"seconds_min\": {:.6g}, \"seconds_median\": {:.6g}, "
-      "\"runs\": {}, \"compile_ms_cold\": {:.3f}, \"cache_hit_us\": {:.4f}{}}}\n",
+      "\"runs\": {}, \"compile_ms_cold\": {:.3f}, \"compile_ms_phases\": {{\"lower\": {:.3f}, \"optimize\": {:.3f}, "
+      "\"codegen\": {:.3f}}}, \"cache_hit_us\": {:.4f}{}}}\n",
       ordo::name(op), r.order, rows, r.cols, ordo::name(r.x_dtype), threads, k->rows_in_flight(), bytes, bytes / tmin / 1e9,
-      tmin, median(ts), ts.size(), median(cold), hit_us, extra);
+      tmin, median(ts), ts.size(), median(cold), median(lower), median(optimize), median(codegen), hit_us, extra);
   return 0;
 }
 

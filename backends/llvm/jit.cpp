@@ -8,12 +8,19 @@
 #include <llvm/IR/LLVMContext.h>
 #include <llvm/IR/Module.h>
 #include <llvm/Passes/PassBuilder.h>
+#include <llvm/Transforms/InstCombine/InstCombine.h>
+#include <llvm/Transforms/Scalar/EarlyCSE.h>
+#include <llvm/Transforms/Scalar/LICM.h>
+#include <llvm/Transforms/Scalar/SROA.h>
+#include <llvm/Transforms/Scalar/SimplifyCFG.h>
+#include <llvm/Transforms/Scalar/LoopPassManager.h>
 #include <llvm/Support/TargetSelect.h>
 #include <llvm/Support/raw_ostream.h>
 #include <llvm/Target/TargetMachine.h>
 #include <llvm/TargetParser/Host.h>
 
 #include <atomic>
+#include <chrono>
 #include <mutex>
 
 #include "backends/llvm/llvm_backend.hpp"
@@ -45,6 +52,41 @@ llvm::orc::JITTargetMachineBuilder host_builder() {
   return *jtmb;
 }
 
+// Compiles modules to objects. LLJIT's default compiler shares one TargetMachine between
+// threads that materialize at the same time (a race); its concurrent compiler builds a new
+// TargetMachine per module (milliseconds each). This keeps a pool: a TargetMachine is used by
+// one thread at a time and reused.
+class PooledCompiler : public llvm::orc::IRCompileLayer::IRCompiler {
+ public:
+  explicit PooledCompiler(llvm::orc::JITTargetMachineBuilder b)
+      : IRCompiler(llvm::orc::irManglingOptionsFromTargetOptions(b.getOptions())), builder_(std::move(b)) {}
+
+  llvm::Expected<std::unique_ptr<llvm::MemoryBuffer>> operator()(llvm::Module& m) override {
+    std::unique_ptr<llvm::TargetMachine> tm;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!idle_.empty()) {
+        tm = std::move(idle_.back());
+        idle_.pop_back();
+      }
+    }
+    if (!tm) {
+      auto created = builder_.createTargetMachine();
+      if (!created) return created.takeError();
+      tm = std::move(*created);
+    }
+    auto object = llvm::orc::SimpleCompiler(*tm)(m);
+    std::lock_guard<std::mutex> lock(mu_);
+    idle_.push_back(std::move(tm));
+    return object;
+  }
+
+ private:
+  llvm::orc::JITTargetMachineBuilder builder_;
+  std::mutex mu_;
+  std::vector<std::unique_ptr<llvm::TargetMachine>> idle_;
+};
+
 struct Jit {
   std::unique_ptr<llvm::orc::LLJIT> lljit;
   std::unique_ptr<llvm::TargetMachine> tm;  // for optimization; guarded by mu
@@ -56,13 +98,11 @@ struct Jit {
     auto tmx = jtmb.createTargetMachine();
     if (!tmx) throw Error("LLVM cannot create a target machine: " + take_error(tmx.takeError()));
     tm = std::move(*tmx);
-    // LLJIT's default compiler shares one TargetMachine between threads that materialize at
-    // the same time; the concurrent compiler makes one per compile.
     auto j = llvm::orc::LLJITBuilder()
                  .setJITTargetMachineBuilder(jtmb)
                  .setCompileFunctionCreator([](llvm::orc::JITTargetMachineBuilder b)
                                                 -> llvm::Expected<std::unique_ptr<llvm::orc::IRCompileLayer::IRCompiler>> {
-                   return std::make_unique<llvm::orc::ConcurrentIRCompiler>(std::move(b));
+                   return std::make_unique<PooledCompiler>(std::move(b));
                  })
                  .create();
     if (!j) throw Error("LLVM cannot create the JIT: " + take_error(j.takeError()));
@@ -82,10 +122,17 @@ int choose_rows_in_flight(const ir::Kernel& k, const Options& opt) {
   if (opt.rows_in_flight > 0) return opt.rows_in_flight;
   int max_lanes = 1;
   for (const ir::Local& l : k.locals) max_lanes = std::max(max_lanes, l.type.lanes);
-  // A scalar kernel is one long dependency chain per row: interleave more rows.
-  return max_lanes == 1 ? 4 : 2;
+  // A scalar kernel is one long dependency chain per row: interleave rows to hide latency. A
+  // lane-parallel kernel already has `lanes` independent chains per row; a second row in
+  // flight gained 7-14% bandwidth on layer_norm 8192x4096 but doubled codegen time.
+  return max_lanes == 1 ? 4 : 1;
 }
 
+// gen/ already emits what matters for speed (explicit vectors, unrolled chunks, rows in lock
+// step), so the pipeline only cleans up: promote locals to registers, fold, CSE, hoist
+// loop-invariant broadcasts and weight loads. The O2 module pipeline cost 3-7x more
+// optimization time for no measured speed on these kernels (bench/layer_norm_speed.py).
+// None of these passes changes floating-point results: there are no fast-math flags.
 void optimize(llvm::Module& m, llvm::TargetMachine& tm) {
   llvm::LoopAnalysisManager lam;
   llvm::FunctionAnalysisManager fam;
@@ -97,17 +144,38 @@ void optimize(llvm::Module& m, llvm::TargetMachine& tm) {
   pb.registerFunctionAnalyses(fam);
   pb.registerLoopAnalyses(lam);
   pb.crossRegisterProxies(lam, fam, cgam, mam);
-  pb.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O2).run(m, mam);
+  llvm::FunctionPassManager fpm;
+  fpm.addPass(llvm::SROAPass(llvm::SROAOptions::ModifyCFG));
+  fpm.addPass(llvm::EarlyCSEPass(true));
+  fpm.addPass(llvm::InstCombinePass());
+  fpm.addPass(llvm::SimplifyCFGPass());
+  fpm.addPass(llvm::createFunctionToLoopPassAdaptor(llvm::LICMPass(llvm::LICMOptions()), true));
+  fpm.addPass(llvm::InstCombinePass());
+  llvm::ModulePassManager mpm;
+  mpm.addPass(llvm::createModuleToFunctionPassAdaptor(std::move(fpm)));
+  mpm.run(m, mam);
+}
+
+double ms_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
 }
 
 std::unique_ptr<llvm::Module> build_module(llvm::LLVMContext& ctx, const ir::Kernel& k, const std::string& symbol,
-                                           int rows, Jit& j) {
+                                           int rows, Jit& j, Compiled* timing = nullptr) {
+  auto t0 = std::chrono::steady_clock::now();
   auto m = std::make_unique<llvm::Module>(k.name, ctx);
   m->setDataLayout(j.lljit->getDataLayout());
   m->setTargetTriple(j.lljit->getTargetTriple().str());
   lower(*m, k, symbol, rows);
-  std::lock_guard<std::mutex> lock(j.mu);
-  optimize(*m, *j.tm);
+  auto t1 = std::chrono::steady_clock::now();
+  {
+    std::lock_guard<std::mutex> lock(j.mu);
+    optimize(*m, *j.tm);
+  }
+  if (timing) {
+    timing->lower_ms = std::chrono::duration<double, std::milli>(t1 - t0).count();
+    timing->optimize_ms = ms_since(t1);
+  }
   return m;
 }
 
@@ -117,13 +185,18 @@ Compiled compile(const ir::Kernel& k, const Options& opt) {
   Jit& j = jit();
   const int rows = choose_rows_in_flight(k, opt);
   const std::string symbol = fmt::format("ordo_{}_{}", k.name, j.next_id++);
+  Compiled out;
+  out.rows_in_flight = rows;
   auto ctx = std::make_unique<llvm::LLVMContext>();
-  auto m = build_module(*ctx, k, symbol, rows, j);
+  auto m = build_module(*ctx, k, symbol, rows, j, &out);
+  auto t = std::chrono::steady_clock::now();
   if (auto e = j.lljit->addIRModule(llvm::orc::ThreadSafeModule(std::move(m), std::move(ctx))))
     throw Error("LLVM JIT rejected the module: " + take_error(std::move(e)));
   auto sym = j.lljit->lookup(symbol);
   if (!sym) throw Error("LLVM JIT could not compile " + symbol + ": " + take_error(sym.takeError()));
-  return Compiled{sym->toPtr<EntryFn>(), rows};
+  out.codegen_ms = ms_since(t);
+  out.entry = sym->toPtr<EntryFn>();
+  return out;
 }
 
 std::string emit_llvm_ir(const ir::Kernel& k, const Options& opt) {

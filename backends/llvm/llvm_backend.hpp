@@ -25,6 +25,7 @@ struct Options {
 struct Compiled {
   EntryFn entry = nullptr;
   int rows_in_flight = 1;
+  double lower_ms = 0, optimize_ms = 0, codegen_ms = 0;  // where compile time went
 };
 
 // Thread-safe. The code stays loaded for the life of the process.

@@ -229,11 +229,14 @@ struct Lowerer {
     }
   }
 
-  // The body for R instances starting at flat instance `flat`.
-  void instances(llvm::Value* extents, llvm::Value* flat) {
+  // The body for R instances: flat + i for i < R, clamped to end - 1. When fewer than R
+  // instances are left, the spare lanes of the group recompute the last one and store the
+  // same bits to the same addresses, so one copy of the body serves every row count.
+  void instances(llvm::Value* extents, llvm::Value* flat, llvm::Value* last) {
     pid.assign(size_t(R), std::vector<llvm::Value*>(size_t(k.grid_rank)));
     for (int i = 0; i < R; ++i) {
-      llvm::Value* rest = B.CreateAdd(flat, B.getInt64(uint64_t(i)));
+      llvm::Value* want = B.CreateAdd(flat, B.getInt64(uint64_t(i)));
+      llvm::Value* rest = i == 0 ? want : B.CreateSelect(B.CreateICmpSLT(want, last), want, last);
       for (int d = k.grid_rank - 1; d >= 0; --d) {
         if (d == 0) {
           pid[size_t(i)][0] = rest;
@@ -255,24 +258,23 @@ struct Lowerer {
         locals[l].push_back(EB.CreateAlloca(type(k.locals[l].type), nullptr, k.locals[l].name));
   }
 
-  // for (f = begin; f < end; f += step) { R instances }, then returns the first unprocessed f.
-  llvm::Value* instance_loop(llvm::Value* extents, llvm::Value* begin, llvm::Value* end, int step) {
+  // for (f = begin; f < end; f += R) { R instances }
+  void instance_loop(llvm::Value* extents, llvm::Value* begin, llvm::Value* end) {
     llvm::BasicBlock* pre = B.GetInsertBlock();
     llvm::BasicBlock* head = llvm::BasicBlock::Create(ctx, "rows.head", fn);
     llvm::BasicBlock* body = llvm::BasicBlock::Create(ctx, "rows.body", fn);
     llvm::BasicBlock* exit = llvm::BasicBlock::Create(ctx, "rows.exit", fn);
+    llvm::Value* last = B.CreateSub(end, B.getInt64(1));
     B.CreateBr(head);
     B.SetInsertPoint(head);
     llvm::PHINode* f = B.CreatePHI(B.getInt64Ty(), 2, "flat");
     f->addIncoming(begin, pre);
-    // Enough instances left for a whole group: f + step <= end.
-    B.CreateCondBr(B.CreateICmpSLE(B.CreateAdd(f, B.getInt64(uint64_t(step))), end), body, exit);
+    B.CreateCondBr(B.CreateICmpSLT(f, end), body, exit);
     B.SetInsertPoint(body);
-    instances(extents, f);
-    f->addIncoming(B.CreateAdd(f, B.getInt64(uint64_t(step))), B.GetInsertBlock());
+    instances(extents, f, last);
+    f->addIncoming(B.CreateAdd(f, B.getInt64(uint64_t(R))), B.GetInsertBlock());
     B.CreateBr(head);
     B.SetInsertPoint(exit);
-    return f;
   }
 };
 
@@ -302,15 +304,9 @@ llvm::Function* lower(llvm::Module& mod, const Kernel& k, const std::string& sym
   for (size_t b = 0; b < k.buffers.size(); ++b)
     L.buffers.push_back(L.B.CreateLoad(ptr, L.B.CreateGEP(ptr, buffers, L.B.getInt64(b)), k.buffers[b].name));
 
-  // Groups of R instances, then the remainder one at a time. Both use the same IR body.
   L.R = rows_in_flight;
   L.allocate_locals(entry);
-  llvm::Value* next = begin;
-  if (rows_in_flight > 1) next = L.instance_loop(extents, begin, end, rows_in_flight);
-  std::vector<std::vector<llvm::AllocaInst*>> wide = std::move(L.locals);
-  L.R = 1;
-  L.allocate_locals(entry);
-  L.instance_loop(extents, next, end, 1);
+  L.instance_loop(extents, begin, end);
   L.B.CreateRetVoid();
 
   std::string err;

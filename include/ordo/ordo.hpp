@@ -40,7 +40,11 @@ class CompiledKernel {
   const ir::Order& order() const { return order_; }
   const ir::Kernel& kernel() const { return kernel_; }
   const std::vector<ArgSpec>& args() const { return args_; }
-  double compile_ms() const { return compile_ms_; }
+  double compile_ms() const { return compile_ms_; }  // request to callable kernel, all phases
+  // The backend's share, by phase: IR -> LLVM IR, LLVM optimization, machine code.
+  double lower_ms() const { return lower_ms_; }
+  double optimize_ms() const { return optimize_ms_; }
+  double codegen_ms() const { return codegen_ms_; }
   int rows_in_flight() const { return rows_in_flight_; }
 
   // Runs `rows` rows. buffers follow args(); each is checked for dtype and length first.
@@ -55,7 +59,7 @@ class CompiledKernel {
   ir::Kernel kernel_;
   std::vector<ArgSpec> args_;
   Entry entry_ = nullptr;  // null for the interpreter target
-  double compile_ms_ = 0;
+  double compile_ms_ = 0, lower_ms_ = 0, optimize_ms_ = 0, codegen_ms_ = 0;
   int rows_in_flight_ = 1;
 };
 

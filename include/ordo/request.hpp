@@ -35,6 +35,8 @@ struct Request {
   double eps = 1e-5;
   std::string order = "fast";
   Target target = Target::cpu;
+  // Program instances the CPU backend runs in lock step (0: its choice). Never changes bits.
+  int rows_in_flight = 0;
 
   ScalarType weight_type() const { return weight_dtype.value_or(x_dtype); }
   // Canonical text of every field; the in-memory cache key.

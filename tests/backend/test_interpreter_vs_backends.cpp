@@ -47,6 +47,7 @@ struct Variant {
   ScalarType dtype;
   std::optional<ScalarType> weight_dtype;
   bool weight, bias;
+  int rows_in_flight = 0;  // 0: the backend's choice
 };
 
 std::vector<Variant> variants(OpKind op) {
@@ -71,7 +72,13 @@ std::vector<Variant> variants(OpKind op) {
     out.push_back({"fast", ScalarType::bf16, ScalarType::f32, true, op == OpKind::layer_norm});  // mixed dtypes
     out.push_back({"fast", ScalarType::f32, std::nullopt, false, false});
   }
+  // Rows in lock step, including a group size that does not divide kRows (the clamped tail).
+  const std::string lane_order = op == OpKind::rms_norm ? "fast" : "lane-welford";
+  out.push_back({lane_order, ScalarType::f32, std::nullopt, true, op == OpKind::layer_norm, 2});
+  out.push_back({lane_order, ScalarType::bf16, std::nullopt, true, op == OpKind::layer_norm, 3});
+  out.push_back({"two-pass-sequential", ScalarType::f32, std::nullopt, true, op == OpKind::layer_norm, 1});
   if (op == OpKind::layer_norm) {
+    out.push_back({"torch1.13-cpu-avx2", ScalarType::f32, std::nullopt, true, true, 3});
     out.push_back({"torch1.13-cpu-avx2", ScalarType::f32, std::nullopt, false, false});
     out.push_back({"torch1.13-cpu-default", ScalarType::f32, std::nullopt, true, false});
   }
@@ -104,6 +111,7 @@ void sweep(OpKind op) {
       r.allow_mixed_dtypes = v.weight_dtype.has_value();
       r.has_weight = op != OpKind::var_mean && v.weight;
       r.has_bias = op == OpKind::layer_norm && v.bias;
+      r.rows_in_flight = v.rows_in_flight;
       const std::vector<uint8_t> x = sweep_x(v.dtype, n);
       const auto want = run_on(r, Target::interpreter, x);
       for (Target t : kBackends) {
@@ -114,8 +122,8 @@ void sweep(OpKind op) {
           if (!a.output) continue;
           const int64_t count = a.elements(kRows, n);
           const int64_t same = count_identical(a.dtype, got[o], want[o]);
-          INFO(fmt::format("{} order={} dtype={} weight={} N={} backend={} output={}", name(op), v.order, name(v.dtype),
-                           name(r.weight_type()), n, name(t), a.name));
+          INFO(fmt::format("{} order={} dtype={} weight={} N={} backend={} rows_in_flight={} output={}", name(op), v.order,
+                           name(v.dtype), name(r.weight_type()), n, name(t), k->rows_in_flight(), a.name));
           CHECK(same == count);
           ++o;
         }

@@ -49,6 +49,8 @@ TEST_CASE("bad requests are rejected with a message naming the bad value") {
   CHECK(error_of([](Request& r) { r.order = "lane-welford(speed=1)"; }).find("unknown parameter 'speed'") != std::string::npos);
   CHECK(error_of([](Request& r) { r.order = "lane-welford(lanes=8"; }) == "order 'lane-welford(lanes=8': missing ')'");
   CHECK(error_of([](Request& r) { r.acc_dtype = ScalarType::bf16; }) == "accumulation dtype bf16 is not f32 or f64");
+  CHECK(error_of([](Request& r) { r.order = "two-pass-pairwise(block=8)"; }) ==
+        "order 'two-pass-pairwise(block=8)': block 8 must be at least twice lanes (8)");
 }
 
 TEST_CASE("mixed dtypes run when the request allows them") {
