@@ -22,15 +22,23 @@ import numpy as np
 import torch
 torch.set_num_threads(1)
 cases = json.load(open(sys.argv[1]))
+
+def load(path):  # bf16 travels as uint16 bit patterns
+    a = np.load(path)
+    return torch.from_numpy(a.astype(np.int16)).view(torch.bfloat16) if a.dtype == np.uint16 else torch.from_numpy(a)
+
+def save(path, t):
+    np.save(path, t.view(torch.int16).numpy().astype(np.uint16) if t.dtype == torch.bfloat16 else t.numpy())
+
 for c in cases:
-    x = torch.from_numpy(np.load(c["x"]))
+    x = load(c["x"])
     if c["op"] == "layer_norm":
-        w = torch.from_numpy(np.load(c["weight"])) if c.get("weight") else None
-        b = torch.from_numpy(np.load(c["bias"])) if c.get("bias") else None
+        w = load(c["weight"]) if c.get("weight") else None
+        b = load(c["bias"]) if c.get("bias") else None
         y, mean, rstd = torch.native_layer_norm(x, [x.shape[-1]], w, b, c["eps"])
-        np.save(c["want_y"], y.numpy())
-        np.save(c["want_mean"], mean.reshape(x.shape[:-1]).numpy())
-        np.save(c["want_rstd"], rstd.reshape(x.shape[:-1]).numpy())
+        save(c["want_y"], y)
+        save(c["want_mean"], mean.reshape(x.shape[:-1]))
+        save(c["want_rstd"], rstd.reshape(x.shape[:-1]))
     elif c["op"] == "var_mean":
         var, mean = torch.var_mean(x, -1, unbiased=False)
         np.save(c["want_var"], var.numpy())
@@ -47,11 +55,22 @@ def rows_for(n):
     return 6 if n > 10000 else 24
 
 
+def to_bf16_bits(a):
+    """float32 -> bfloat16 bit patterns, round to nearest even (inputs here are finite)."""
+    u = a.astype(np.float32).view(np.uint32).astype(np.uint64)
+    return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+
+
+def as_float(a):
+    return (a.astype(np.uint32) << 16).view(np.float32) if a.dtype == np.uint16 else a
+
+
 def same_bits(a, b):
     """Bit-identical, with every NaN equal to every NaN (NaN payloads are unspecified)."""
     if a.shape != b.shape or a.dtype != b.dtype:
         return False, f"shape/dtype {a.shape}/{a.dtype} vs {b.shape}/{b.dtype}"
-    ua, ub = a.view(np.uint32), b.view(np.uint32)
+    ua, ub = (a, b) if a.dtype == np.uint16 else (a.view(np.uint32), b.view(np.uint32))
+    a, b = as_float(a), as_float(b)
     nan = np.isnan(a) & np.isnan(b)
     bad = (ua != ub) & ~nan
     if bad.any():
@@ -85,6 +104,18 @@ def main():
             c["weight"], c["bias"] = base + "_w.npy", base + "_b.npy"
             np.save(c["weight"], (1 + 0.1 * rng.standard_normal(n)).astype(np.float32))
             np.save(c["bias"], (0.1 * rng.standard_normal(n)).astype(np.float32))
+        cases.append(c)
+    # bf16: PyTorch 1.13 rounds every statistics intermediate to bf16 (the order's Cast pairs).
+    bf16_sweep = [7, 16, 17, 40, 100, 1025, 4096, 4097, 65537] if not args.quick else [17, 1025]
+    for n, (rname, off, scale), affine in itertools.product(bf16_sweep, RANGES[:2], [True, False]):
+        rows = rows_for(n)
+        base = os.path.join(tmp, f"lnb_{n}_{rname}_{int(affine)}")
+        c = {"op": "layer_norm", "x": base + "_x.npy", "eps": 1e-5, "n": n, "range": rname, "affine": affine, "dtype": "bf16"}
+        np.save(c["x"], to_bf16_bits(off + scale * rng.standard_normal((rows, n))))
+        if affine:
+            c["weight"], c["bias"] = base + "_w.npy", base + "_b.npy"
+            np.save(c["weight"], to_bf16_bits(1 + 0.1 * rng.standard_normal(n)))
+            np.save(c["bias"], to_bf16_bits(0.1 * rng.standard_normal(n)))
         cases.append(c)
     # Rows with NaN and Inf propagate through layer_norm in torch; include them.
     x = rng.standard_normal((4, 300)).astype(np.float32)
@@ -127,10 +158,10 @@ def main():
             for o in c["outs"]:
                 cmd += ["--out", f"{o}={c['got_' + o]}"]
             r = subprocess.run(cmd, capture_output=True, text=True)
-            key = (c["op"], order, "f32")
+            key = (c["op"], order, c.get("dtype", "f32"))
             table.setdefault(key, [0, 0])
             table[key][1] += 1
-            label = f"{c['op']} {order} N={c['n']} {c['range']} affine={c['affine']}"
+            label = f"{c['op']} {order} {c.get('dtype', 'f32')} N={c['n']} {c['range']} affine={c['affine']}"
             if r.returncode != 0:
                 print(f"FAIL {label}: ordo exited {r.returncode}: {r.stderr.strip()}")
                 failures += 1
