@@ -14,6 +14,7 @@
 #include <llvm/Transforms/Scalar/SROA.h>
 #include <llvm/Transforms/Scalar/SimplifyCFG.h>
 #include <llvm/Transforms/Scalar/LoopPassManager.h>
+#include <llvm/Support/CommandLine.h>
 #include <llvm/Support/TargetSelect.h>
 #include <llvm/Support/raw_ostream.h>
 #include <llvm/Target/TargetMachine.h>
@@ -22,6 +23,7 @@
 #include <atomic>
 #include <chrono>
 #include <mutex>
+#include <sstream>
 
 #include "backends/llvm/llvm_backend.hpp"
 #include "backends/llvm/lower.hpp"
@@ -44,6 +46,16 @@ llvm::orc::JITTargetMachineBuilder host_builder() {
   std::call_once(once, [] {
     llvm::InitializeNativeTarget();
     llvm::InitializeNativeTargetAsmPrinter();
+    // For investigating compile time and code quality only: LLVM's own options, e.g.
+    // ORDO_LLVM_FLAGS="-time-passes". ordo's bit-exactness is tested, and promised, without them.
+    if (const char* flags = std::getenv("ORDO_LLVM_FLAGS")) {
+      static std::vector<std::string> words;
+      std::istringstream in(flags);
+      for (std::string w; in >> w;) words.push_back(w);
+      std::vector<const char*> argv = {"ordo"};
+      for (const std::string& w : words) argv.push_back(w.c_str());
+      llvm::cl::ParseCommandLineOptions(static_cast<int>(argv.size()), argv.data(), "", &llvm::errs());
+    }
   });
   auto jtmb = llvm::orc::JITTargetMachineBuilder::detectHost();
   if (!jtmb) throw Error("LLVM cannot describe the host CPU: " + take_error(jtmb.takeError()));
