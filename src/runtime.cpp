@@ -160,7 +160,7 @@ CacheStats cache_stats() {
   return CacheStats{c.hits, c.misses, static_cast<uint64_t>(c.map.size())};
 }
 
-void CompiledKernel::run(const std::vector<BufferRef>& buffers, int64_t rows, int threads) const {
+void CompiledKernel::run(const std::vector<BufferRef>& buffers, int64_t rows, int threads, Stores stores) const {
   if (rows < 0) throw Error(fmt::format("rows must be >= 0, got {}", rows));
   if (buffers.size() != args_.size()) {
     std::string names;
@@ -188,10 +188,15 @@ void CompiledKernel::run(const std::vector<BufferRef>& buffers, int64_t rows, in
   }
   const int64_t extents[1] = {rows};
   Entry entry = entry_;
+  int64_t output_bytes = 0;
+  for (const ArgSpec& a : args_)
+    if (a.output && a.extent == ir::Extent::rows_by_cols) output_bytes += a.elements(rows, request_.cols) * size_bytes(a.dtype);
+  const bool stream = stores == Stores::streaming || (stores == Stores::automatic && output_bytes > (int64_t(32) << 20));
+  const int64_t flags = stream ? llvm_backend::kStreamOutputs : 0;
   // Enough rows per thread to amortize the hand-off; results do not depend on the split.
   const int64_t work = rows * request_.cols;
   if (work < (int64_t(1) << 15)) threads = 1;
-  Pool::instance().parallel_for(rows, threads, [&](int64_t b, int64_t e) { entry(ptrs.data(), extents, b, e); });
+  Pool::instance().parallel_for(rows, threads, [&](int64_t b, int64_t e) { entry(ptrs.data(), extents, b, e, flags); });
 }
 
 }  // namespace ordo

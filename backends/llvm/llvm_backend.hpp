@@ -15,8 +15,13 @@
 namespace ordo::llvm_backend {
 
 // Runs program instances [begin, end) of a kernel. buffers[i] is the i-th Kernel::buffers
-// entry; extents[d] the grid extent of dimension d (instances are numbered row-major).
-using EntryFn = void (*)(void* const* buffers, const int64_t* extents, int64_t begin, int64_t end);
+// entry; extents[d] the grid extent of dimension d (instances are numbered row-major);
+// flags are launch choices that never change results.
+using EntryFn = void (*)(void* const* buffers, const int64_t* extents, int64_t begin, int64_t end, int64_t flags);
+
+// Vector stores of per-row outputs bypass the cache (non-temporal): faster when the output
+// is far larger than the cache and not read again soon.
+constexpr int64_t kStreamOutputs = 1;
 
 struct Options {
   int rows_in_flight = 0;  // 0: choose (4 when the kernel is scalar, else 2)

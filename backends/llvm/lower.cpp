@@ -8,6 +8,7 @@
 
 #include <unordered_map>
 
+#include "backends/llvm/llvm_backend.hpp"
 #include "backends/llvm/lower.hpp"
 #include "ir/error.hpp"
 
@@ -26,6 +27,7 @@ struct Lowerer {
   int R = 1;                                      // instances in lock step
   std::vector<llvm::Value*> buffers;              // base pointers
   std::vector<llvm::GlobalVariable*> tables;      // Kernel::tables as private constants
+  llvm::Value* stream_outputs = nullptr;          // i1: launch flag kStreamOutputs
   std::vector<std::vector<llvm::Value*>> pid;     // [instance][dim]
   std::vector<std::vector<llvm::AllocaInst*>> locals;  // [local][instance]
   std::unordered_map<const Expr*, std::vector<llvm::Value*>> memo;  // within one statement
@@ -178,7 +180,26 @@ struct Lowerer {
         const ScalarType st = k.buffers[size_t(s.target)].elem;
         for (int i = 0; i < R; ++i) {
           llvm::Value* p = B.CreateGEP(scalar(st), buffers[size_t(s.target)], idx[size_t(i)]);
-          B.CreateAlignedStore(v[size_t(i)], p, llvm::Align(static_cast<uint64_t>(size_bytes(st))));
+          const llvm::Align align(static_cast<uint64_t>(size_bytes(st)));
+          if (s.value->type.lanes > 1 && k.buffers[size_t(s.target)].extent == Extent::rows_by_cols) {
+            // Large outputs bypass the cache (non-temporal), chosen per launch; same bits.
+            llvm::BasicBlock* stream_bb = llvm::BasicBlock::Create(ctx, "store.stream", fn);
+            llvm::BasicBlock* cached_bb = llvm::BasicBlock::Create(ctx, "store.cached", fn);
+            llvm::BasicBlock* done_bb = llvm::BasicBlock::Create(ctx, "store.done", fn);
+            B.CreateCondBr(stream_outputs, stream_bb, cached_bb);
+            B.SetInsertPoint(stream_bb);
+            // Align 1 (always true) keeps InstCombine from merging this store with the cached one
+            // in its twin block, which would drop the non-temporal hint.
+            llvm::StoreInst* nt = B.CreateAlignedStore(v[size_t(i)], p, llvm::Align(1));
+            nt->setMetadata(llvm::LLVMContext::MD_nontemporal, llvm::MDNode::get(ctx, llvm::ConstantAsMetadata::get(B.getInt32(1))));
+            B.CreateBr(done_bb);
+            B.SetInsertPoint(cached_bb);
+            B.CreateAlignedStore(v[size_t(i)], p, align);
+            B.CreateBr(done_bb);
+            B.SetInsertPoint(done_bb);
+          } else {
+            B.CreateAlignedStore(v[size_t(i)], p, align);
+          }
         }
         break;
       }
@@ -280,18 +301,19 @@ struct Lowerer {
 
 }  // namespace
 
-// void name(ptr buffers, ptr extents, i64 begin, i64 end)
+// void name(ptr buffers, ptr extents, i64 begin, i64 end, i64 flags)
 llvm::Function* lower(llvm::Module& mod, const Kernel& k, const std::string& symbol, int rows_in_flight) {
   llvm::LLVMContext& ctx = mod.getContext();
   Lowerer L(ctx, mod, k);
   llvm::Type* ptr = llvm::PointerType::getUnqual(ctx);
-  auto* fty = llvm::FunctionType::get(L.B.getVoidTy(), {ptr, ptr, L.B.getInt64Ty(), L.B.getInt64Ty()}, false);
+  auto* fty = llvm::FunctionType::get(L.B.getVoidTy(), {ptr, ptr, L.B.getInt64Ty(), L.B.getInt64Ty(), L.B.getInt64Ty()}, false);
   L.fn = llvm::Function::Create(fty, llvm::Function::ExternalLinkage, symbol, mod);
   L.fn->addFnAttr(llvm::Attribute::NoUnwind);
   llvm::Argument* buffers = L.fn->getArg(0);
   llvm::Argument* extents = L.fn->getArg(1);
   llvm::Value* begin = L.fn->getArg(2);
   llvm::Value* end = L.fn->getArg(3);
+  llvm::Value* flags = L.fn->getArg(4);
 
   for (const std::vector<int64_t>& t : k.tables) {
     std::vector<uint64_t> bits(t.begin(), t.end());
@@ -301,6 +323,7 @@ llvm::Function* lower(llvm::Module& mod, const Kernel& k, const std::string& sym
   }
   llvm::BasicBlock* entry = llvm::BasicBlock::Create(ctx, "entry", L.fn);
   L.B.SetInsertPoint(entry);
+  L.stream_outputs = L.B.CreateICmpNE(L.B.CreateAnd(flags, L.B.getInt64(kStreamOutputs)), L.B.getInt64(0));
   for (size_t b = 0; b < k.buffers.size(); ++b)
     L.buffers.push_back(L.B.CreateLoad(ptr, L.B.CreateGEP(ptr, buffers, L.B.getInt64(b)), k.buffers[b].name));
 

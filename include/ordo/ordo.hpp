@@ -47,13 +47,17 @@ class CompiledKernel {
   double codegen_ms() const { return codegen_ms_; }
   int rows_in_flight() const { return rows_in_flight_; }
 
+  // How outputs are stored. Never changes results. automatic streams (non-temporal stores)
+  // when the per-row outputs of the launch exceed 32 MiB, far more than stays in cache.
+  enum class Stores { automatic, cached, streaming };
+
   // Runs `rows` rows. buffers follow args(); each is checked for dtype and length first.
   // threads = 0 uses every core. Rows are independent, so results do not depend on it.
-  void run(const std::vector<BufferRef>& buffers, int64_t rows, int threads = 0) const;
+  void run(const std::vector<BufferRef>& buffers, int64_t rows, int threads = 0, Stores stores = Stores::automatic) const;
 
  private:
   friend std::shared_ptr<const CompiledKernel> compile_uncached(const Request&);
-  using Entry = void (*)(void* const*, const int64_t*, int64_t, int64_t);
+  using Entry = void (*)(void* const*, const int64_t*, int64_t, int64_t, int64_t);
   Request request_;
   ir::Order order_;
   ir::Kernel kernel_;

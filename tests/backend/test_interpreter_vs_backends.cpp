@@ -86,12 +86,13 @@ std::vector<Variant> variants(OpKind op) {
 }
 
 // Runs one request on `target`; returns every output.
-std::vector<std::vector<uint8_t>> run_on(Request r, Target target, const std::vector<uint8_t>& x) {
+std::vector<std::vector<uint8_t>> run_on(Request r, Target target, const std::vector<uint8_t>& x,
+                                         CompiledKernel::Stores stores = CompiledKernel::Stores::automatic) {
   r.target = target;
   KernelHandle k = compile(r);
   HostBuffers h = make_buffers(*k, kRows, 9, 0, 1);
   h.get("x") = x;
-  k->run(h.refs(kRows, r.cols), kRows);
+  k->run(h.refs(kRows, r.cols), kRows, 0, stores);
   std::vector<std::vector<uint8_t>> outs;
   for (size_t i = 0; i < h.args.size(); ++i)
     if (h.args[i].output) outs.push_back(h.bytes[i]);
@@ -115,7 +116,9 @@ void sweep(OpKind op) {
       const std::vector<uint8_t> x = sweep_x(v.dtype, n);
       const auto want = run_on(r, Target::interpreter, x);
       for (Target t : kBackends) {
-        const auto got = run_on(r, t, x);
+        // Streaming (non-temporal) stores are a launch choice; alternate them across cases.
+        const auto stores = cases % 2 ? CompiledKernel::Stores::streaming : CompiledKernel::Stores::cached;
+        const auto got = run_on(r, t, x, stores);
         KernelHandle k = compile(r);
         size_t o = 0;
         for (const ArgSpec& a : k->args()) {
