@@ -1,7 +1,11 @@
 // compile(), the in-memory kernel cache, and launching rows over a thread pool.
 #include <fmt/format.h>
 
+#include <atomic>
 #include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <condition_variable>
 #include <functional>
 #include <future>
@@ -96,6 +100,32 @@ Cache& cache() {
   return c;
 }
 
+// ORDO_DUMP=ir,llvm writes each compile's stages to ORDO_DUMP_DIR (default ./ordo_dump):
+// <kernel>.<n>.request.txt, .ir and .ll. For debugging; failures to write are reported, not fatal.
+void dump_stages(const Request& r, const ir::Kernel& k, int rows_in_flight) {
+  const char* what = std::getenv("ORDO_DUMP");
+  if (!what || !*what) return;
+  const std::string list = what;
+  const char* dir_env = std::getenv("ORDO_DUMP_DIR");
+  const std::filesystem::path dir = dir_env && *dir_env ? dir_env : "ordo_dump";
+  static std::atomic<int> counter{0};
+  const std::string stem = fmt::format("{}.{}", k.name, counter++);
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  auto write = [&](const std::string& suffix, const std::string& text) {
+    std::ofstream f(dir / (stem + suffix));
+    f << text;
+    if (!f) fmt::print(stderr, "ordo: ORDO_DUMP could not write {}\n", (dir / (stem + suffix)).string());
+  };
+  write(".request.txt", r.key() + "\n");
+  if (list.find("ir") != std::string::npos) write(".ir", ir::print(k));
+  if (list.find("llvm") != std::string::npos && r.target == Target::cpu) {
+    llvm_backend::Options options;
+    options.rows_in_flight = rows_in_flight;
+    write(".ll", llvm_backend::emit_llvm_ir(k, options));
+  }
+}
+
 }  // namespace
 
 KernelHandle compile_uncached(const Request& r) {
@@ -117,6 +147,7 @@ KernelHandle compile_uncached(const Request& r) {
     k->codegen_ms_ = c.codegen_ms;
   }
   k->compile_ms_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  dump_stages(r, k->kernel_, k->rows_in_flight_);
   return k;
 }
 

@@ -105,6 +105,14 @@ def main():
             np.save(c["weight"], (1 + 0.1 * rng.standard_normal(n)).astype(np.float32))
             np.save(c["bias"], (0.1 * rng.standard_normal(n)).astype(np.float32))
         cases.append(c)
+    # Weight without bias and bias without weight are calls users make too.
+    for n, which in itertools.product([17, 1000, 4097], ["weight", "bias"]):
+        base = os.path.join(tmp, f"ln_{n}_only_{which}")
+        c = {"op": "layer_norm", "x": base + "_x.npy", "eps": 1e-5, "n": n, "range": "normal", "affine": which + " only"}
+        np.save(c["x"], rng.standard_normal((8, n)).astype(np.float32))
+        c[which] = base + "_" + which + ".npy"
+        np.save(c[which], (1 + 0.1 * rng.standard_normal(n)).astype(np.float32))
+        cases.append(c)
     # bf16: PyTorch 1.13 rounds every statistics intermediate to bf16 (the order's Cast pairs).
     bf16_sweep = [7, 16, 17, 40, 100, 1025, 4096, 4097, 65537] if not args.quick else [17, 1025]
     for n, (rname, off, scale), affine in itertools.product(bf16_sweep, RANGES[:2], [True, False]):
@@ -153,8 +161,9 @@ def main():
         for c in cap_cases:
             order = orders[c["op"]][cap]
             cmd = [args.ordo, "run", c["op"], "--order", order, "--eps", str(c.get("eps", 1e-5)), "--in", "x=" + c["x"]]
-            if c.get("weight"):
-                cmd += ["--in", "weight=" + c["weight"], "--in", "bias=" + c["bias"]]
+            for name in ("weight", "bias"):
+                if c.get(name):
+                    cmd += ["--in", f"{name}={c[name]}"]
             for o in c["outs"]:
                 cmd += ["--out", f"{o}={c['got_' + o]}"]
             r = subprocess.run(cmd, capture_output=True, text=True)
