@@ -208,23 +208,11 @@ struct Lowerer {
         llvm::Value* begin = expr(*s.begin)[0];
         llvm::Value* end = expr(*s.end)[0];
         memo.clear();
-        llvm::BasicBlock* pre = B.GetInsertBlock();
-        llvm::BasicBlock* head = llvm::BasicBlock::Create(ctx, "for.head", fn);
-        llvm::BasicBlock* body = llvm::BasicBlock::Create(ctx, "for.body", fn);
-        llvm::BasicBlock* exit = llvm::BasicBlock::Create(ctx, "for.exit", fn);
-        B.CreateBr(head);
-        B.SetInsertPoint(head);
-        llvm::PHINode* iv = B.CreatePHI(B.getInt64Ty(), 2, "iv");
-        iv->addIncoming(begin, pre);
-        B.CreateCondBr(B.CreateICmpSLT(iv, end), body, exit);
-        B.SetInsertPoint(body);
-        for (int i = 0; i < R; ++i) B.CreateStore(iv, locals[size_t(s.target)][size_t(i)]);
-        stmts(s.body);
-        memo.clear();
-        llvm::Value* next = B.CreateAdd(iv, B.getInt64(static_cast<uint64_t>(s.step)));
-        iv->addIncoming(next, B.GetInsertBlock());
-        B.CreateBr(head);
-        B.SetInsertPoint(exit);
+        counted_loop("for", begin, end, s.step, [&](llvm::Value* iv) {
+          for (int i = 0; i < R; ++i) B.CreateStore(iv, locals[size_t(s.target)][size_t(i)]);
+          stmts(s.body);
+          memo.clear();
+        });
         break;
       }
       case StmtKind::If: {
@@ -279,23 +267,29 @@ struct Lowerer {
         locals[l].push_back(EB.CreateAlloca(type(k.locals[l].type), nullptr, k.locals[l].name));
   }
 
-  // for (f = begin; f < end; f += R) { R instances }
-  void instance_loop(llvm::Value* extents, llvm::Value* begin, llvm::Value* end) {
+  // for (iv = begin; iv < end; iv += step) body(iv), with the induction variable as a phi.
+  template <class F>
+  void counted_loop(const char* name, llvm::Value* begin, llvm::Value* end, int64_t step, F&& body) {
     llvm::BasicBlock* pre = B.GetInsertBlock();
-    llvm::BasicBlock* head = llvm::BasicBlock::Create(ctx, "rows.head", fn);
-    llvm::BasicBlock* body = llvm::BasicBlock::Create(ctx, "rows.body", fn);
-    llvm::BasicBlock* exit = llvm::BasicBlock::Create(ctx, "rows.exit", fn);
-    llvm::Value* last = B.CreateSub(end, B.getInt64(1));
+    llvm::BasicBlock* head = llvm::BasicBlock::Create(ctx, std::string(name) + ".head", fn);
+    llvm::BasicBlock* body_bb = llvm::BasicBlock::Create(ctx, std::string(name) + ".body", fn);
+    llvm::BasicBlock* exit = llvm::BasicBlock::Create(ctx, std::string(name) + ".exit", fn);
     B.CreateBr(head);
     B.SetInsertPoint(head);
-    llvm::PHINode* f = B.CreatePHI(B.getInt64Ty(), 2, "flat");
-    f->addIncoming(begin, pre);
-    B.CreateCondBr(B.CreateICmpSLT(f, end), body, exit);
-    B.SetInsertPoint(body);
-    instances(extents, f, last);
-    f->addIncoming(B.CreateAdd(f, B.getInt64(uint64_t(R))), B.GetInsertBlock());
+    llvm::PHINode* iv = B.CreatePHI(B.getInt64Ty(), 2, name);
+    iv->addIncoming(begin, pre);
+    B.CreateCondBr(B.CreateICmpSLT(iv, end), body_bb, exit);
+    B.SetInsertPoint(body_bb);
+    body(iv);
+    iv->addIncoming(B.CreateAdd(iv, B.getInt64(static_cast<uint64_t>(step))), B.GetInsertBlock());
     B.CreateBr(head);
     B.SetInsertPoint(exit);
+  }
+
+  // for (f = begin; f < end; f += R) { R instances }
+  void instance_loop(llvm::Value* extents, llvm::Value* begin, llvm::Value* end) {
+    llvm::Value* last = B.CreateSub(end, B.getInt64(1));
+    counted_loop("rows", begin, end, R, [&](llvm::Value* f) { instances(extents, f, last); });
   }
 };
 
