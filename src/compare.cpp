@@ -177,7 +177,6 @@ CompareReport compare_orders(const CompareOptions& opt) {
   rep.options = opt;
   rep.primary = opt.base.op == OpKind::var_mean ? "var" : "y";
   std::map<std::string, std::vector<double>> ref;
-  std::vector<uint8_t> shared_inputs_seed;  // inputs are made from the seed, identical for every order
   for (const std::string& name : opt.orders) {
     OrderResult res;
     res.order = name;

@@ -1,0 +1,34 @@
+// Request: names of ops and targets, and the canonical key.
+#include <fmt/format.h>
+
+#include "ordo/request.hpp"
+
+namespace ordo {
+
+std::string_view name(OpKind op) {
+  switch (op) {
+    case OpKind::layer_norm: return "layer_norm";
+    case OpKind::rms_norm: return "rms_norm";
+    case OpKind::var_mean: return "var_mean";
+  }
+  return "?";
+}
+std::optional<OpKind> parse_op(std::string_view s) {
+  for (OpKind o : {OpKind::layer_norm, OpKind::rms_norm, OpKind::var_mean})
+    if (s == name(o)) return o;
+  return std::nullopt;
+}
+std::string_view name(Target t) { return t == Target::cpu ? "cpu" : "interpreter"; }
+std::optional<Target> parse_target(std::string_view s) {
+  if (s == "cpu") return Target::cpu;
+  if (s == "interpreter") return Target::interpreter;
+  return std::nullopt;
+}
+
+std::string Request::key() const {
+  return fmt::format("{}|N={}|x={}|w={}|acc={}|weight={}|bias={}|mixed={}|eps={:a}|order={}|target={}|rif={}", name(op),
+                     cols, name(x_dtype), name(weight_type()), acc_dtype ? name(*acc_dtype) : "default", has_weight, has_bias,
+                     allow_mixed_dtypes, eps, order, name(target), rows_in_flight);
+}
+
+}  // namespace ordo
