@@ -130,9 +130,11 @@ std::vector<uint8_t> serialize_npy(const NpyArray& a) {
   const size_t unpadded = 10 + header.size() + 1;
   header.append((64 - unpadded % 64) % 64, ' ');
   header += '\n';
-  std::vector<uint8_t> out = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, uint8_t(header.size() & 0xff), uint8_t(header.size() >> 8)};
-  out.insert(out.end(), header.begin(), header.end());
-  out.insert(out.end(), a.data.begin(), a.data.end());
+  const uint8_t magic[10] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, uint8_t(header.size() & 0xff), uint8_t(header.size() >> 8)};
+  std::vector<uint8_t> out(sizeof magic + header.size() + a.data.size());
+  std::memcpy(out.data(), magic, sizeof magic);
+  std::memcpy(out.data() + sizeof magic, header.data(), header.size());
+  if (!a.data.empty()) std::memcpy(out.data() + sizeof magic + header.size(), a.data.data(), a.data.size());
   return out;
 }
 

@@ -22,7 +22,7 @@ const Type f32{ScalarType::f32, 1}, f32x8{ScalarType::f32, 8}, i64{ScalarType::i
 template <class F>
 Kernel row_kernel(F&& fill) {
   Kernel k;
-  k.name = "t";
+  k.name = std::string("t");  // not `= "t"`: GCC 12 warns falsely (-Wrestrict) on that form
   Builder b(k);
   int x = b.buffer("x", ScalarType::f32, false, Extent::rows_by_cols);
   int out = b.buffer("out", ScalarType::f32, true, Extent::rows);
