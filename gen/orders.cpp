@@ -73,6 +73,25 @@ std::vector<NamedOrder> make_table() {
                  o.moments = {K::SequentialWelford, f64, 1, 1, false, false, {}};
                  return o;
                }});
+  t.push_back({"numpy-two-pass",
+               "numpy 1.24 float32 composite: x.mean, x.var (pairwise sums in 8192-element chunks), (x-m)/np.sqrt(v+eps)*w+b",
+               {OpKind::layer_norm, OpKind::var_mean}, {f32}, true, true, [](ScalarType, ScalarType) {
+                 SumOrder s;
+                 s.kind = S::Pairwise;
+                 s.fold = LaneFold::Adjacent;
+                 s.outer_chunk = 8192;
+                 Order o = two_pass(s, f32);
+                 o.affine = {F::CenterDivide, false};
+                 return o;
+               }});
+  t.push_back({"torch-decomp-cpu",
+               "torch.compile's layer_norm decomposition run op by op in eager: var_mean, rsqrt(var+eps), (x-mean)*rstd*w+b",
+               {OpKind::layer_norm}, {f32}, true, true, [](ScalarType, ScalarType) {
+                 Order o;
+                 o.moments = {K::SequentialWelford, f64, 1, 1, false, false, {}};
+                 o.affine = {F::CenterScale, false};
+                 return o;
+               }});
   t.push_back({"lane-welford", "lane-parallel Welford cascade; parameters lanes, chunk, fma=none|update|merge|all, acc",
                {OpKind::layer_norm, OpKind::var_mean}, kAllStorage, false, false, [](ScalarType, ScalarType acc) {
                  Order o;
@@ -143,6 +162,8 @@ void apply_parameters(Order& o, std::string_view params, std::string_view order_
       o.moments.chunk = integer(1, 64);
     } else if (key == "accumulators") {
       o.moments.sum.accumulators = o.square_sum.accumulators = integer(1, 8);
+    } else if (key == "outer") {
+      o.moments.sum.outer_chunk = o.square_sum.outer_chunk = integer(0, 1 << 30);
     } else if (key == "block") {
       o.moments.sum.block = o.square_sum.block = integer(8, 1 << 20);
     } else if (key == "fma") {
@@ -155,7 +176,7 @@ void apply_parameters(Order& o, std::string_view params, std::string_view order_
       if (value != "f32" && value != "f64") throw Error(fmt::format("order '{}': acc={} is not f32 or f64", order_name, value));
       o.moments.acc = value == "f32" ? f32 : f64;
     } else {
-      throw Error(fmt::format("order '{}': unknown parameter '{}' (lanes, chunk, accumulators, block, fma, acc)", order_name, key));
+      throw Error(fmt::format("order '{}': unknown parameter '{}' (lanes, chunk, accumulators, block, outer, fma, acc)", order_name, key));
     }
   }
   // A range of more than `block` terms splits at half rounded down to a multiple of `lanes`;

@@ -180,19 +180,38 @@ ExprRef emit_lane_tree(Builder& b, const SumOrder& o, const Arith& ar, int64_t n
 }  // namespace
 
 ExprRef emit_sum(Builder& b, const SumOrder& o, const Arith& ar, int64_t n, const TermFn& term, const std::string& label) {
-  ExprRef result;
-  b.region(label, describe(o), [&] {
+  // The sum of `count` terms from `t` (indices from 0) in the order's kind.
+  auto inner = [&](int64_t count, const TermFn& t) -> ExprRef {
     switch (o.kind) {
       case SumOrder::Kind::Sequential: {
         int acc = b.local("sum", Type{ar.t, 1});
         b.assign(acc, ar.constant(0.0));
-        emit_sequential(b, ar, acc, 0, n, term, o.fma);
-        result = b.get(acc);
-        break;
+        emit_sequential(b, ar, acc, 0, count, t, o.fma);
+        return b.get(acc);
       }
-      case SumOrder::Kind::Pairwise: result = emit_pairwise(b, o, ar, n, term); break;
-      case SumOrder::Kind::LaneTree: result = emit_lane_tree(b, o, ar, n, term); break;
+      case SumOrder::Kind::Pairwise: return emit_pairwise(b, o, ar, count, t);
+      case SumOrder::Kind::LaneTree: return emit_lane_tree(b, o, ar, count, t);
     }
+    return nullptr;
+  };
+  ExprRef result;
+  b.region(label, describe(o), [&] {
+    if (o.outer_chunk <= 0 || n <= o.outer_chunk) {
+      result = inner(n, term);
+      return;
+    }
+    // Chunks of outer_chunk terms, each summed by the inner order, added left to right into 0.
+    const int64_t C = o.outer_chunk, full = n / C;
+    int acc = b.local("chunks", Type{ar.t, 1});
+    b.assign(acc, ar.constant(0.0));
+    auto chunk = [&](ExprRef base, int64_t count) {
+      TermFn shifted = [&](ExprRef i, int lanes) { return term(add(i, base), lanes); };
+      ExprRef part = inner(count, shifted);
+      b.assign(acc, ar.add(b.get(acc), part));
+    };
+    b.for_range("chunk", index_const(0), index_const(full * C), C, [&](ExprRef base) { chunk(base, C); });
+    if (n % C) chunk(index_const(full * C), n % C);
+    result = b.get(acc);
   });
   return result;
 }

@@ -10,6 +10,7 @@ static const char* fold_name(LaneFold f) {
 
 std::string describe(const SumOrder& s) {
   std::string fma = s.fma ? ", fma" : "";
+  if (s.outer_chunk > 0) fma += fmt::format(", outer_chunk={}", s.outer_chunk);
   switch (s.kind) {
     case SumOrder::Kind::Sequential: return fmt::format("sequential{}", fma);
     case SumOrder::Kind::Pairwise: return fmt::format("pairwise(block={}, lanes={}, fold={}{})", s.block, s.lanes, fold_name(s.fold), fma);

@@ -37,6 +37,9 @@ struct SumOrder {
   int accumulators = 1;
   LaneFold fold = LaneFold::Halving;
   bool fma = false;  // a product term is accumulated as acc = fma(a, b, acc)
+  // > 0: the terms are cut into chunks of this many, each summed as above (indices from the
+  // chunk's start), and the chunk sums added left to right into 0. numpy's ufunc buffer: 8192.
+  int64_t outer_chunk = 0;
 };
 
 // How mean and variance (M2) of a row are computed.

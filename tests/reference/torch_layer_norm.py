@@ -1,5 +1,6 @@
 #!/usr/bin/python3
-"""Bit-exact check of ordo's PyTorch 1.13 layer_norm and var_mean orders against the installed torch.
+"""Bit-exact check of ordo's PyTorch 1.13 layer_norm, torch.compile-decomposition and var_mean orders
+against the installed torch.
 
 For every case (shape x value range x affine) and every CPU capability, torch runs in a
 subprocess started with ATEN_CPU_CAPABILITY set (it is read once, at import), writes its
@@ -36,6 +37,16 @@ for c in cases:
         w = load(c["weight"]) if c.get("weight") else None
         b = load(c["bias"]) if c.get("bias") else None
         y, mean, rstd = torch.native_layer_norm(x, [x.shape[-1]], w, b, c["eps"])
+        save(c["want_y"], y)
+        save(c["want_mean"], mean.reshape(x.shape[:-1]))
+        save(c["want_rstd"], rstd.reshape(x.shape[:-1]))
+    elif c["op"] == "layer_norm_decomp":
+        # torch.compile's decomposition (aot_eager_decomp_partition), one eager op at a time.
+        var, mean = torch.var_mean(x, -1, unbiased=False, keepdim=True)
+        rstd = torch.rsqrt(var + c["eps"])
+        y = (x - mean) * rstd
+        if c.get("weight"):
+            y = y * load(c["weight"]) + load(c["bias"])
         save(c["want_y"], y)
         save(c["want_mean"], mean.reshape(x.shape[:-1]))
         save(c["want_rstd"], rstd.reshape(x.shape[:-1]))
@@ -105,6 +116,16 @@ def main():
             np.save(c["weight"], (1 + 0.1 * rng.standard_normal(n)).astype(np.float32))
             np.save(c["bias"], (0.1 * rng.standard_normal(n)).astype(np.float32))
         cases.append(c)
+    # The decomposition torch.compile applies, evaluated op by op in eager.
+    for n, (rname, off, scale), affine in itertools.product(sweep, RANGES, [True, False]):
+        base = os.path.join(tmp, f"lnd_{n}_{rname}_{int(affine)}")
+        c = {"op": "layer_norm_decomp", "x": base + "_x.npy", "eps": 1e-5, "n": n, "range": rname, "affine": affine}
+        np.save(c["x"], (off + scale * rng.standard_normal((rows_for(n), n))).astype(np.float32))
+        if affine:
+            c["weight"], c["bias"] = base + "_w.npy", base + "_b.npy"
+            np.save(c["weight"], (1 + 0.1 * rng.standard_normal(n)).astype(np.float32))
+            np.save(c["bias"], (0.1 * rng.standard_normal(n)).astype(np.float32))
+        cases.append(c)
     # Weight without bias and bias without weight are calls users make too.
     for n, which in itertools.product([17, 1000, 4097], ["weight", "bias"]):
         base = os.path.join(tmp, f"ln_{n}_only_{which}")
@@ -137,6 +158,7 @@ def main():
         cases.append({"op": "var_mean", "x": base + "_x.npy", "n": n, "range": rname, "affine": False})
 
     orders = {"layer_norm": {"default": "torch1.13-cpu-default", "avx2": "torch1.13-cpu-avx2"},
+              "layer_norm_decomp": {"default": "torch-decomp-cpu", "avx2": "torch-decomp-cpu"},
               "var_mean": {"default": "torch1.13-cpu", "avx2": "torch1.13-cpu"}}
     failures = passed = 0
     table = {}
@@ -144,7 +166,7 @@ def main():
         cap_cases = []
         for i, c in enumerate(cases):
             c = dict(c)
-            outs = ["y", "mean", "rstd"] if c["op"] == "layer_norm" else ["var", "mean"]
+            outs = ["var", "mean"] if c["op"] == "var_mean" else ["y", "mean", "rstd"]
             for o in outs:
                 c["want_" + o] = os.path.join(tmp, f"want_{cap}_{i}_{o}.npy")
                 c["got_" + o] = os.path.join(tmp, f"got_{cap}_{i}_{o}.npy")
@@ -160,17 +182,18 @@ def main():
         print(f"torch {worker.stdout.strip()} with ATEN_CPU_CAPABILITY={cap}")
         for c in cap_cases:
             order = orders[c["op"]][cap]
-            cmd = [args.ordo, "run", c["op"], "--order", order, "--eps", str(c.get("eps", 1e-5)), "--in", "x=" + c["x"]]
+            op = "layer_norm" if c["op"] == "layer_norm_decomp" else c["op"]
+            cmd = [args.ordo, "run", op, "--order", order, "--eps", str(c.get("eps", 1e-5)), "--in", "x=" + c["x"]]
             for name in ("weight", "bias"):
                 if c.get(name):
                     cmd += ["--in", f"{name}={c[name]}"]
             for o in c["outs"]:
                 cmd += ["--out", f"{o}={c['got_' + o]}"]
             r = subprocess.run(cmd, capture_output=True, text=True)
-            key = (c["op"], order, c.get("dtype", "f32"))
+            key = (op, order, c.get("dtype", "f32"))
             table.setdefault(key, [0, 0])
             table[key][1] += 1
-            label = f"{c['op']} {order} {c.get('dtype', 'f32')} N={c['n']} {c['range']} affine={c['affine']}"
+            label = f"{op} {order} {c.get('dtype', 'f32')} N={c['n']} {c['range']} affine={c['affine']}"
             if r.returncode != 0:
                 print(f"FAIL {label}: ordo exited {r.returncode}: {r.stderr.strip()}")
                 failures += 1
