@@ -34,13 +34,21 @@ Kernel build_layer_norm(const Request& r, const Order& o) {
     denom = b.let("denom", ar.sqrt(var_eps));
     rstd = b.let("rstd", ar.div(ar.constant(1.0), denom));
   } else {
-    rstd = b.let("rstd", ar.div(ar.constant(1.0), ar.sqrt(var_eps)));
+    ExprRef two_roundings = ar.div(ar.constant(1.0), ar.sqrt(var_eps));
+    if (const int V = o.affine.rsqrt_vector_rows; V > 0 && ar.round_to) {
+      ExprRef one_rounding = ar.div(ar.constant(1.0), unary(Op::Sqrt, var_eps));
+      ExprRef vector_rows = mul(div(grid_extent(0), index_const(V)), index_const(V));
+      rstd = b.let("rstd", select(binary(Op::Lt, program_id(0), vector_rows), one_rounding, two_roundings));
+    } else {
+      rstd = b.let("rstd", two_roundings);
+    }
   }
   store_stat(b, mean_out, mean);
   store_stat(b, rstd_out, rstd);
 
   // The output pass is elementwise in f32 and rounded once to the storage type.
-  const Arith f32{ScalarType::f32, std::nullopt};
+  const Arith f32 = o.affine.round_each_op ? Arith{ScalarType::f32, r.x_dtype == ScalarType::f32 ? std::nullopt : std::optional(r.x_dtype)}
+                                           : Arith{ScalarType::f32, std::nullopt};
   const bool fuse = o.affine.fma;
   ExprRef shift;
   if (o.affine.form == AffineOrder::Form::ScaleBias) shift = b.let("shift", ar.mul(unary(Op::Neg, rstd), mean));

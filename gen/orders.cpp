@@ -31,6 +31,19 @@ Order torch113_layer_norm(ScalarType storage, bool affine_fma) {
   return o;
 }
 
+// torch.compile's layer_norm decomposition, each op in eager: var_mean (f64 Welford), then
+// rsqrt(var + eps), (x - mean) * rstd, * weight, + bias, each rounded to the storage type. In
+// bf16, the avx2 build's vector rsqrt (16 bf16 lanes) rounds once and its scalar tail rounds
+// sqrt first; the default build's rounds sqrt first everywhere. Exact for torch running
+// single-threaded or with fewer than 32768 rows (its grain size: one chunk, one tail).
+Order torch_decomposition(int rsqrt_vector_rows) {
+  Order o;
+  o.moments = {K::SequentialWelford, f64, 1, 1, false, false, {}};
+  o.affine = {F::CenterScale, false, true, rsqrt_vector_rows};
+  o.round_stats_to_storage = true;
+  return o;
+}
+
 SumOrder lane_tree(int lanes, int accumulators, bool fma) {
   SumOrder s;
   s.kind = S::LaneTree;
@@ -85,13 +98,14 @@ std::vector<NamedOrder> make_table() {
                  return o;
                }});
   t.push_back({"torch-decomp-cpu",
-               "torch.compile's layer_norm decomposition run op by op in eager: var_mean, rsqrt(var+eps), (x-mean)*rstd*w+b",
-               {OpKind::layer_norm}, {f32}, true, true, [](ScalarType, ScalarType) {
-                 Order o;
-                 o.moments = {K::SequentialWelford, f64, 1, 1, false, false, {}};
-                 o.affine = {F::CenterScale, false};
-                 return o;
-               }});
+               "torch.compile's layer_norm decomposition run op by op in eager (float32; the same on every capability)",
+               {OpKind::layer_norm}, {f32}, true, true, [](ScalarType, ScalarType) { return torch_decomposition(0); }});
+  t.push_back({"torch-decomp-cpu-default",
+               "the decomposition in eager with ATEN_CPU_CAPABILITY=default: bf16 rsqrt rounds sqrt, then 1/x",
+               {OpKind::layer_norm}, {f32, bf16}, true, true, [](ScalarType, ScalarType) { return torch_decomposition(0); }});
+  t.push_back({"torch-decomp-cpu-avx2",
+               "the decomposition in eager with ATEN_CPU_CAPABILITY=avx2: bf16 rsqrt rounds once in 16-row vectors",
+               {OpKind::layer_norm}, {f32, bf16}, true, true, [](ScalarType, ScalarType) { return torch_decomposition(16); }});
   t.push_back({"lane-welford", "lane-parallel Welford cascade; parameters lanes, chunk, fma=none|update|merge|all, acc",
                {OpKind::layer_norm, OpKind::var_mean}, kAllStorage, false, false, [](ScalarType, ScalarType acc) {
                  Order o;

@@ -46,9 +46,12 @@ inline ir::ExprRef to_f32(ir::ExprRef v) {
   return v->type.scalar == ScalarType::f32 ? v : ir::cast(v, ScalarType::f32);
 }
 
+// Rounding to a 16-bit storage type applies to f32 arithmetic; a reduction accumulated in f64
+// (torch.var_mean) is rounded only at its results, which are f32 by then.
 inline Arith stats_arith(const ir::Order& o, ScalarType compute, ScalarType storage) {
   Arith a{compute, std::nullopt};
-  if (o.round_stats_to_storage && (storage == ScalarType::bf16 || storage == ScalarType::f16)) a.round_to = storage;
+  if (o.round_stats_to_storage && compute == ScalarType::f32 && (storage == ScalarType::bf16 || storage == ScalarType::f16))
+    a.round_to = storage;
   return a;
 }
 

@@ -78,6 +78,7 @@ struct Machine {
   const Kernel& k;
   const std::vector<BufferArg>& buffers;
   std::vector<int64_t> pid;
+  std::vector<int64_t> extents;
   std::vector<Value> locals;
   std::vector<char> assigned;
 
@@ -100,6 +101,9 @@ struct Machine {
         return locals[static_cast<size_t>(e.index)];
       case Op::ProgramId:
         v.lane[0].i = pid[static_cast<size_t>(e.index)];
+        return v;
+      case Op::GridExtent:
+        v.lane[0].i = extents[static_cast<size_t>(e.index)];
         return v;
       case Op::Load: {
         const BufferArg& b = buffers[static_cast<size_t>(e.index)];
@@ -261,7 +265,7 @@ void interpret(const Kernel& k, const std::vector<BufferArg>& buffers, const std
     throw Error(fmt::format("interpreter: kernel {} takes {} buffers, got {}", k.name, k.buffers.size(), buffers.size()));
   if (static_cast<int>(extents.size()) != k.grid_rank)
     throw Error(fmt::format("interpreter: kernel {} has grid rank {}, got {} extents", k.name, k.grid_rank, extents.size()));
-  Machine m{k, buffers, std::vector<int64_t>(extents.size(), 0), std::vector<Value>(k.locals.size()), {}};
+  Machine m{k, buffers, std::vector<int64_t>(extents.size(), 0), extents, std::vector<Value>(k.locals.size()), {}};
   // Instances are independent; run them in row-major grid order.
   std::vector<int64_t>& p = m.pid;
   int64_t total = 1;

@@ -64,6 +64,7 @@ ExprRef var(const Kernel& k, int local) {
   return make(Op::Var, k.locals.at(static_cast<size_t>(local)).type, {}, local);
 }
 ExprRef program_id(int dim) { return make(Op::ProgramId, Type{ScalarType::i64, 1}, {}, dim); }
+ExprRef grid_extent(int dim) { return make(Op::GridExtent, Type{ScalarType::i64, 1}, {}, dim); }
 ExprRef load(const Kernel& k, int buffer, ExprRef index, int lanes) {
   return make(Op::Load, Type{k.buffers.at(static_cast<size_t>(buffer)).elem, lanes}, {std::move(index)}, buffer);
 }
@@ -164,6 +165,8 @@ std::string print(const Expr& e, const Kernel& k) {
       return "%" + k.locals.at(static_cast<size_t>(e.index)).name;
     case Op::ProgramId:
       return fmt::format("program_id({})", e.index);
+    case Op::GridExtent:
+      return fmt::format("grid_extent({})", e.index);
     case Op::Load:
       return fmt::format("load.{}({}[{}])", to_string(e.type), k.buffers.at(static_cast<size_t>(e.index)).name, arg(0));
     case Op::Extract:

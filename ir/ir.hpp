@@ -47,6 +47,8 @@ std::string to_string(Type t);
   X(Var, 0, "var")                                                                           \
   /* This instance's coordinate along grid dimension Expr::index (i64, non-uniform). */       \
   X(ProgramId, 0, "program_id")                                                              \
+  /* The launch's extent of grid dimension Expr::index (i64; the same for every instance). */ \
+  X(GridExtent, 0, "grid_extent")                                                            \
   /* Elements [i, i+lanes) of buffer Expr::index; i is args[0] (i64), in elements. */         \
   X(Load, 1, "load")                                                                         \
   /* f32/f64: IEEE with RNE. i64: two's complement; Div/Rem truncate (operands >= 0). */     \
@@ -159,6 +161,7 @@ ExprRef constant(Type t, double value);
 ExprRef index_const(int64_t value);
 ExprRef var(const Kernel& k, int local);
 ExprRef program_id(int dim);
+ExprRef grid_extent(int dim);
 ExprRef load(const Kernel& k, int buffer, ExprRef index, int lanes = 1);
 ExprRef binary(Op op, ExprRef a, ExprRef b);
 ExprRef fma(ExprRef a, ExprRef b, ExprRef c);

@@ -36,7 +36,8 @@ std::string describe(const AffineOrder& a) {
   const char* form = a.form == AffineOrder::Form::ScaleBias     ? "scale_bias"
                      : a.form == AffineOrder::Form::CenterScale ? "center_scale"
                                                                 : "center_divide";
-  return fmt::format("{}{}", form, a.fma ? ", fma" : "");
+  return fmt::format("{}{}{}{}", form, a.fma ? ", fma" : "", a.round_each_op ? ", round_each_op" : "",
+                     a.rsqrt_vector_rows ? fmt::format(", rsqrt_vector_rows={}", a.rsqrt_vector_rows) : "");
 }
 
 }  // namespace ordo::ir

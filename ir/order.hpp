@@ -72,6 +72,14 @@ struct AffineOrder {
   };
   Form form = Form::ScaleBias;
   bool fma = false;  // each "a*b + c" above is one fma
+  // Every step above rounds to the storage type, as separate eager ops do; otherwise y is
+  // computed in f32 and rounded once.
+  bool round_each_op = false;
+  // rstd = 1/sqrt(var + eps) as one operation (torch.rsqrt on its own). With storage rounding,
+  // rows inside whole vectors of `rsqrt_vector_rows` rows (counted over the launch) round only
+  // the result: the eager op's vector loop. The remaining rows, and every row when this is 0,
+  // round sqrt and the divide separately, like its scalar tail and PyTorch's fused kernels.
+  int rsqrt_vector_rows = 0;
 };
 
 // The whole order of a normalization-family op.
@@ -80,8 +88,9 @@ struct Order {
   SumOrder square_sum;       // rms_norm: sum of x*x
   AffineOrder affine;        // layer_norm, rms_norm (rms_norm uses only gamma)
   // PyTorch 1.13's bf16 kernels round every intermediate of the statistics and of rstd to
-  // the storage type. When set and the storage type is 16-bit, every such result is
-  // followed by a Cast to storage and back, visible in the IR.
+  // the storage type. When set and the storage type is 16-bit, every such f32 result is
+  // followed by a Cast to storage and back, visible in the IR. An f64 accumulation is
+  // rounded only at its results.
   bool round_stats_to_storage = false;
   int elementwise_lanes = 8;  // vector width of elementwise passes; has no numerical effect
 };

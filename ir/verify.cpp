@@ -63,6 +63,7 @@ struct Verifier {
         if (k.locals[static_cast<size_t>(e.index)].type != t) return fail(e, "type differs from the local's");
         return true;
       case Op::ProgramId:
+      case Op::GridExtent:
         if (e.index < 0 || e.index >= k.grid_rank) return fail(e, fmt::format("grid has rank {}", k.grid_rank));
         return true;
       case Op::Load:

@@ -28,6 +28,7 @@ struct Lowerer {
   std::vector<llvm::Value*> buffers;              // base pointers
   std::vector<llvm::GlobalVariable*> tables;      // Kernel::tables as private constants
   llvm::Value* stream_outputs = nullptr;          // i1: launch flag kStreamOutputs
+  llvm::Value* extents_arg = nullptr;             // i64* grid extents
   std::vector<std::vector<llvm::Value*>> pid;     // [instance][dim]
   std::vector<std::vector<llvm::AllocaInst*>> locals;  // [local][instance]
   std::unordered_map<const Expr*, std::vector<llvm::Value*>> memo;  // within one statement
@@ -115,6 +116,9 @@ struct Lowerer {
           break;
         case Op::ProgramId:
           v = pid[static_cast<size_t>(i)][static_cast<size_t>(e.index)];
+          break;
+        case Op::GridExtent:
+          v = B.CreateLoad(B.getInt64Ty(), B.CreateGEP(B.getInt64Ty(), extents_arg, B.getInt64(static_cast<uint64_t>(e.index))));
           break;
         case Op::Load: {
           llvm::Type* elem = scalar(t.scalar);
@@ -308,6 +312,7 @@ llvm::Function* lower(llvm::Module& mod, const Kernel& k, const std::string& sym
   llvm::Value* begin = L.fn->getArg(2);
   llvm::Value* end = L.fn->getArg(3);
   llvm::Value* flags = L.fn->getArg(4);
+  L.extents_arg = extents;
 
   for (const std::vector<int64_t>& t : k.tables) {
     std::vector<uint64_t> bits(t.begin(), t.end());
