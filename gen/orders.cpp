@@ -106,6 +106,15 @@ std::vector<NamedOrder> make_table() {
   t.push_back({"torch-decomp-cpu-avx2",
                "the decomposition in eager with ATEN_CPU_CAPABILITY=avx2: bf16 rsqrt rounds once in 16-row vectors",
                {OpKind::layer_norm}, {f32, bf16}, true, true, [](ScalarType, ScalarType) { return torch_decomposition(16); }});
+  t.push_back({"torch-composite-cpu",
+               "PyTorch 1.13 CPU x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight (one thread)",
+               {OpKind::rms_norm}, {f32}, true, true, [](ScalarType, ScalarType) {
+                 Order o;
+                 o.square_sum.kind = S::LevelCascade;
+                 o.square_sum.lanes = 8;
+                 o.square_sum.accumulators = 4;
+                 return o;
+               }});
   t.push_back({"lane-welford", "lane-parallel Welford cascade; parameters lanes, chunk, fma=none|update|merge|all, acc",
                {OpKind::layer_norm, OpKind::var_mean}, kAllStorage, false, false, [](ScalarType, ScalarType acc) {
                  Order o;

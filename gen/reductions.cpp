@@ -177,6 +177,80 @@ ExprRef emit_lane_tree(Builder& b, const SumOrder& o, const Arith& ar, int64_t n
   return b.get(acc);
 }
 
+ExprRef emit_level_cascade(Builder& b, const SumOrder& o, const Arith& ar, int64_t n, const TermFn& term) {
+  const int V = o.lanes, A = o.accumulators;
+  auto in_order = [&](const std::vector<ExprRef>& v) {
+    ExprRef acc = v[0];
+    for (size_t i = 1; i < v.size(); ++i) acc = ar.add(acc, v[i]);
+    return acc;
+  };
+  if (n < V) {  // the scalar path: A accumulators round robin over whole rounds, the rest into p0
+    std::vector<int> p;
+    for (int k = 0; k < A; ++k) {
+      p.push_back(b.local(fmt::format("p{}", k), Type{ar.t, 1}));
+      b.assign(p.back(), ar.constant(0.0));
+    }
+    const int64_t rounds = n / A * A;
+    for (int64_t t = 0; t < n; ++t) {
+      int dst = p[size_t(t < rounds ? t % A : 0)];
+      b.assign(dst, accumulate(ar, b.get(dst), term(index_const(t), 1), o.fma));
+    }
+    std::vector<ExprRef> vals;
+    for (int k : p) vals.push_back(b.get(k));
+    return b.let("sum", ar.add(ar.constant(0.0), in_order(vals)));
+  }
+  const int64_t nvec = n / V, groups = nvec / A;
+  int64_t ceil_log2 = 1;
+  if (groups > 2) while ((int64_t(1) << ceil_log2) < groups) ++ceil_log2;
+  const int64_t P = std::max<int64_t>(4, ceil_log2 / 4), L = int64_t(1) << P;
+  constexpr int kLevels = 4;
+  std::vector<std::vector<int>> acc(kLevels);
+  for (int lvl = 0; lvl < kLevels; ++lvl)
+    for (int k = 0; k < A; ++k) {
+      acc[size_t(lvl)].push_back(b.local(fmt::format("A{}_{}", lvl, k), Type{ar.t, V}));
+      b.assign(acc[size_t(lvl)].back(), ar.constant(0.0, V));
+    }
+  auto add_group = [&](ExprRef group) {  // group index g: vectors A*g .. A*g+A-1
+    for (int k = 0; k < A; ++k) {
+      ExprRef at = mul(add(mul(group, index_const(A)), index_const(k)), index_const(V));
+      b.assign(acc[0][size_t(k)], accumulate(ar, b.get(acc[0][size_t(k)]), term(at, V), o.fma));
+    }
+  };
+  auto absorb = [&](int lvl) {  // A[lvl] += A[lvl-1]; A[lvl-1] = 0
+    for (int k = 0; k < A; ++k) {
+      b.assign(acc[size_t(lvl)][size_t(k)], ar.add(b.get(acc[size_t(lvl)][size_t(k)]), b.get(acc[size_t(lvl - 1)][size_t(k)])));
+      b.assign(acc[size_t(lvl - 1)][size_t(k)], ar.constant(0.0, V));
+    }
+  };
+  const int64_t blocks = groups / L;
+  if (blocks > 0)
+    b.for_range("block", index_const(0), index_const(blocks), 1, [&](ExprRef blk) {
+      b.for_range("group", mul(blk, index_const(L)), mul(add(blk, index_const(1)), index_const(L)), 1, add_group);
+      ExprRef done = add(mul(blk, index_const(L)), index_const(L));  // groups consumed so far
+      absorb(1);
+      b.if_(binary(Op::Eq, binary(Op::Rem, done, index_const(L * L)), index_const(0)), [&] {
+        absorb(2);
+        b.if_(binary(Op::Eq, binary(Op::Rem, done, index_const(L * L * L)), index_const(0)), [&] { absorb(3); });
+      });
+    });
+  if (blocks * L < groups) b.for_range("group", index_const(blocks * L), index_const(groups), 1, add_group);
+  for (int k = 0; k < A; ++k) {
+    std::vector<ExprRef> levels;
+    for (int lvl = 0; lvl < kLevels; ++lvl) levels.push_back(b.get(acc[size_t(lvl)][size_t(k)]));
+    b.assign(acc[0][size_t(k)], in_order(levels));
+  }
+  for (int64_t m = groups * A; m < nvec; ++m)
+    b.assign(acc[0][0], accumulate(ar, b.get(acc[0][0]), term(index_const(m * V), V), o.fma));
+  std::vector<ExprRef> accs;
+  for (int k = 0; k < A; ++k) accs.push_back(b.get(acc[0][size_t(k)]));
+  ExprRef lanes = b.let("lanes", in_order(accs));
+  int f = b.local("sum", Type{ar.t, 1});
+  b.assign(f, ar.constant(0.0));
+  for (int64_t t = nvec * V; t < n; ++t) b.assign(f, accumulate(ar, b.get(f), term(index_const(t), 1), o.fma));
+  for (int l = 0; l < V; ++l) b.assign(f, ar.add(b.get(f), extract(lanes, l)));
+  return b.let("sum", ar.add(ar.constant(0.0), b.get(f)));
+}
+
 }  // namespace
 
 ExprRef emit_sum(Builder& b, const SumOrder& o, const Arith& ar, int64_t n, const TermFn& term, const std::string& label) {
@@ -191,6 +265,7 @@ ExprRef emit_sum(Builder& b, const SumOrder& o, const Arith& ar, int64_t n, cons
       }
       case SumOrder::Kind::Pairwise: return emit_pairwise(b, o, ar, count, t);
       case SumOrder::Kind::LaneTree: return emit_lane_tree(b, o, ar, count, t);
+      case SumOrder::Kind::LevelCascade: return emit_level_cascade(b, o, ar, count, t);
     }
     return nullptr;
   };

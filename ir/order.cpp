@@ -14,6 +14,8 @@ std::string describe(const SumOrder& s) {
   switch (s.kind) {
     case SumOrder::Kind::Sequential: return fmt::format("sequential{}", fma);
     case SumOrder::Kind::Pairwise: return fmt::format("pairwise(block={}, lanes={}, fold={}{})", s.block, s.lanes, fold_name(s.fold), fma);
+    case SumOrder::Kind::LevelCascade:
+      return fmt::format("level_cascade(lanes={}, accumulators={}{})", s.lanes, s.accumulators, fma);
     case SumOrder::Kind::LaneTree:
       return fmt::format("lane_tree(lanes={}, accumulators={}, fold={}{})", s.lanes, s.accumulators, fold_name(s.fold), fma);
   }

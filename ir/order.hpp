@@ -30,6 +30,14 @@ struct SumOrder {
                  // added into accumulator k mod A (the first A vectors initialise them); the
                  // accumulators fold in order 0..A-1; the N mod lanes tail terms are added
                  // into lanes 0..r-1; the lanes fold by `fold`. N < lanes: Sequential from t_0.
+    LevelCascade,  // PyTorch's CPU sum (SumKernel): groups of `accumulators` vectors of `lanes`
+                   // go into accumulators A0[0..a-1]; after every L groups A1 += A0 (A0 = 0), after
+                   // every L^2 also A2 += A1, after every L^3 also A3 += A2, with L = 2^P and
+                   // P = max(4, ceil(log2 groups) / 4). Then per accumulator ((A0+A1)+A2)+A3,
+                   // leftover vectors into accumulator 0, accumulators folded in order, the tail
+                   // terms summed from 0 first, then the lanes added in order, and finally 0 + that.
+                   // N < lanes: `accumulators` scalar accumulators take terms round robin, the
+                   // N mod a leftovers go into the first, folded in order; 0 + that.
   };
   Kind kind = Kind::Sequential;
   int lanes = 8;

@@ -50,6 +50,14 @@ for c in cases:
         save(c["want_y"], y)
         save(c["want_mean"], mean.reshape(x.shape[:-1]))
         save(c["want_rstd"], rstd.reshape(x.shape[:-1]))
+    elif c["op"] == "rms_norm":
+        # The usual RMSNorm composite (1.13 has no rms_norm op).
+        rstd = torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + c["eps"])
+        y = x * rstd
+        if c.get("weight"):
+            y = y * load(c["weight"])
+        save(c["want_y"], y)
+        save(c["want_rstd"], rstd.reshape(x.shape[:-1]))
     elif c["op"] == "var_mean":
         var, mean = torch.var_mean(x, -1, unbiased=False)
         np.save(c["want_var"], var.numpy())
@@ -143,6 +151,16 @@ def main():
             np.save(c["weight"], to_bf16_bits(1 + 0.1 * rng.standard_normal(n)))
             np.save(c["bias"], to_bf16_bits(0.1 * rng.standard_normal(n)))
         cases.append(c)
+    # rms_norm: the composite over N across the sum's levels (512, 8192, 131072 elements).
+    rms_sweep = sweep + ([511, 512, 513, 8192, 8193, 140000] if not args.quick else [])
+    for n, (rname, off, scale), affine in itertools.product(rms_sweep, RANGES, [True, False]):
+        base = os.path.join(tmp, f"rms_{n}_{rname}_{int(affine)}")
+        c = {"op": "rms_norm", "x": base + "_x.npy", "eps": 1e-5, "n": n, "range": rname, "affine": affine}
+        np.save(c["x"], (off + scale * rng.standard_normal((4 if n > 10000 else 12, n))).astype(np.float32))
+        if affine:
+            c["weight"] = base + "_w.npy"
+            np.save(c["weight"], (1 + 0.1 * rng.standard_normal(n)).astype(np.float32))
+        cases.append(c)
     # Weight without bias and bias without weight are calls users make too.
     for n, which in itertools.product([17, 1000, 4097], ["weight", "bias"]):
         base = os.path.join(tmp, f"ln_{n}_only_{which}")
@@ -176,6 +194,7 @@ def main():
 
     orders = {"layer_norm": {"default": "torch1.13-cpu-default", "avx2": "torch1.13-cpu-avx2"},
               "layer_norm_decomp": {"default": "torch-decomp-cpu", "avx2": "torch-decomp-cpu"},
+              "rms_norm": {"default": "torch-composite-cpu", "avx2": "torch-composite-cpu"},
               "var_mean": {"default": "torch1.13-cpu", "avx2": "torch1.13-cpu"}}
     failures = passed = 0
     table = {}
@@ -183,7 +202,7 @@ def main():
         cap_cases = []
         for i, c in enumerate(cases):
             c = dict(c)
-            outs = ["var", "mean"] if c["op"] == "var_mean" else ["y", "mean", "rstd"]
+            outs = {"var_mean": ["var", "mean"], "rms_norm": ["y", "rstd"]}.get(c["op"], ["y", "mean", "rstd"])
             for o in outs:
                 c["want_" + o] = os.path.join(tmp, f"want_{cap}_{i}_{o}.npy")
                 c["got_" + o] = os.path.join(tmp, f"got_{cap}_{i}_{o}.npy")
