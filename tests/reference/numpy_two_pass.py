@@ -14,6 +14,8 @@ import subprocess
 import sys
 import tempfile
 
+from summary import print_summary
+
 try:
     import numpy as np
 except ImportError:
@@ -79,11 +81,7 @@ def main():
                 else:
                     passed += 1
                     counts[key][0] += 1
-    print()
-    for (op, order, dt), (good, total) in sorted(counts.items()):
-        print(f"  {op:<11} {order:<22} {dt:<5} bit-identical on {good} of {total} cases")
-    print(f"\n{passed} passed, {failed} failed")
-    return 1 if failed else 0
+    return print_summary(counts, passed, failed)
 
 
 if __name__ == "__main__":

@@ -17,6 +17,8 @@ import tempfile
 
 import numpy as np
 
+from summary import print_summary
+
 TORCH_WORKER = r'''
 import json, sys
 import numpy as np
@@ -248,11 +250,7 @@ def main():
             else:
                 failures += 1
                 print(f"FAIL {label}: " + "; ".join(why))
-    print()
-    for (op, order, dt), (good, total) in sorted(table.items()):
-        print(f"  {op:<11} {order:<22} {dt:<5} bit-identical on {good} of {total} cases")
-    print(f"\n{passed} passed, {failures} failed")
-    return 1 if failures else 0
+    return print_summary(table, passed, failures)
 
 
 if __name__ == "__main__":
