@@ -20,7 +20,6 @@ namespace {
 
 struct Lowerer {
   llvm::LLVMContext& ctx;
-  llvm::Module& mod;
   const Kernel& k;
   llvm::IRBuilder<> B;
   llvm::Function* fn = nullptr;
@@ -33,7 +32,7 @@ struct Lowerer {
   std::vector<std::vector<llvm::AllocaInst*>> locals;  // [local][instance]
   std::unordered_map<const Expr*, std::vector<llvm::Value*>> memo;  // within one statement
 
-  Lowerer(llvm::LLVMContext& c, llvm::Module& m, const Kernel& kernel) : ctx(c), mod(m), k(kernel), B(c) {}
+  Lowerer(llvm::LLVMContext& c, const Kernel& kernel) : ctx(c), k(kernel), B(c) {}
 
   llvm::Type* scalar(ScalarType t) {
     switch (t) {
@@ -302,7 +301,7 @@ struct Lowerer {
 // void name(ptr buffers, ptr extents, i64 begin, i64 end, i64 flags)
 llvm::Function* lower(llvm::Module& mod, const Kernel& k, const std::string& symbol, int rows_in_flight) {
   llvm::LLVMContext& ctx = mod.getContext();
-  Lowerer L(ctx, mod, k);
+  Lowerer L(ctx, k);
   llvm::Type* ptr = llvm::PointerType::getUnqual(ctx);
   auto* fty = llvm::FunctionType::get(L.B.getVoidTy(), {ptr, ptr, L.B.getInt64Ty(), L.B.getInt64Ty(), L.B.getInt64Ty()}, false);
   L.fn = llvm::Function::Create(fty, llvm::Function::ExternalLinkage, symbol, mod);
