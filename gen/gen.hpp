@@ -19,7 +19,9 @@ struct NamedOrder {
   std::vector<ScalarType> dtypes;       // storage types of x the order is defined for
   bool reproduces_reference = false;    // claims bit-exactness against a library
   bool pins_acc = false;                // the accumulation type is part of the order
-  std::function<ir::Order(ScalarType storage, ScalarType acc)> make;
+  // The Order for a request: storage type, accumulation type, and the request itself for orders
+  // whose reference switches algorithm with the shape (onnxruntime below N = 8).
+  std::function<ir::Order(ScalarType storage, ScalarType acc, const Request& r)> make;
 };
 
 const std::vector<NamedOrder>& named_orders();
@@ -36,5 +38,6 @@ ir::Kernel build(const Request& r, const ir::Order& order);
 ir::Kernel build_layer_norm(const Request& r, const ir::Order& order);
 ir::Kernel build_rms_norm(const Request& r, const ir::Order& order);
 ir::Kernel build_var_mean(const Request& r, const ir::Order& order);
+ir::Kernel build_softmax(const Request& r, const ir::Order& order);  // softmax and log_softmax
 
 }  // namespace ordo::gen

@@ -20,6 +20,22 @@ namespace {
 constexpr ScalarType f32 = ScalarType::f32, bf16 = ScalarType::bf16, f16 = ScalarType::f16, f64 = ScalarType::f64;
 const std::vector<OpKind> kNormOps = {OpKind::layer_norm, OpKind::rms_norm, OpKind::var_mean};
 const std::vector<ScalarType> kAllStorage = {f32, bf16, f16};
+const std::vector<OpKind> kSoftmaxOps = {OpKind::softmax, OpKind::log_softmax};
+const std::vector<OpKind> kAllOps = {OpKind::layer_norm, OpKind::rms_norm, OpKind::var_mean, OpKind::softmax, OpKind::log_softmax};
+
+// PyTorch 1.13 CPU softmax/log_softmax over the last dim (docs/research/softmax-torch1.13.md).
+// float: reduce_all trees over 8 lanes (avx2: a halving tree; default: lanes in order), exp and
+// log from Sleef u10 (avx2) or libm (default), y = e * (1/s) and (x - max) - log(s). bf16
+// softmax: the staged kernel, whose scalar tail always calls libm's expf.
+SoftmaxOrder torch113_softmax(ScalarType storage, bool avx2) {
+  SoftmaxOrder s;
+  s.kind = storage == f32 ? SoftmaxOrder::Kind::TwoPass : SoftmaxOrder::Kind::Staged;
+  s.lanes = 8;
+  s.fold = avx2 ? LaneFold::Halving : LaneFold::Sequential;
+  s.exp = s.log = avx2 ? MathImpl::SleefU10 : MathImpl::Libm;
+  s.tail_exp = MathImpl::Libm;
+  return s;
+}
 
 // PyTorch 1.13 CPU layer_norm: RowwiseMoments is linked from the portable build, so the
 // statistics never use fma; a vector is 32 bytes (8 f32 lanes, 16 bf16 lanes).
@@ -67,28 +83,39 @@ Order two_pass(SumOrder sum, ScalarType acc) {
 std::vector<NamedOrder> make_table() {
   std::vector<NamedOrder> t;
   t.push_back({"fast", "the fastest order ordo has: two-pass, 4x8-lane fma sums, fused affine (no reference)",
-               kNormOps, kAllStorage, false, false, [](ScalarType, ScalarType acc) {
+               kAllOps, kAllStorage, false, false, [](ScalarType, ScalarType acc, const Request&) {
                  Order o = two_pass(lane_tree(8, 4, true), acc);
                  o.affine = {F::ScaleBias, true};
+                 o.softmax.lanes = 16;  // two AVX2 vectors per step: more independent exps in flight
                  return o;
                }});
   t.push_back({"torch1.13-cpu-default",
-               "PyTorch 1.13 CPU layer_norm, ATEN_CPU_CAPABILITY=default: lane Welford cascade, no fma anywhere",
-               {OpKind::layer_norm}, {f32, bf16}, true, true,
-               [](ScalarType s, ScalarType) { return torch113_layer_norm(s, false); }});
+               "PyTorch 1.13 CPU, ATEN_CPU_CAPABILITY=default. layer_norm: lane Welford cascade, no fma anywhere; "
+               "softmax/log_softmax: sequential lane fold, libm expf/logf",
+               {OpKind::layer_norm, OpKind::softmax, OpKind::log_softmax}, {f32, bf16}, true, true,
+               [](ScalarType s, ScalarType, const Request&) {
+                 Order o = torch113_layer_norm(s, false);
+                 o.softmax = torch113_softmax(s, false);
+                 return o;
+               }});
   t.push_back({"torch1.13-cpu-avx2",
-               "PyTorch 1.13 CPU layer_norm, ATEN_CPU_CAPABILITY=avx2: lane Welford cascade, affine as two fmas",
-               {OpKind::layer_norm}, {f32, bf16}, true, true,
-               [](ScalarType s, ScalarType) { return torch113_layer_norm(s, true); }});
+               "PyTorch 1.13 CPU, ATEN_CPU_CAPABILITY=avx2. layer_norm: lane Welford cascade, affine as two fmas; "
+               "softmax/log_softmax: halving lane tree, Sleef u10 expf/logf",
+               {OpKind::layer_norm, OpKind::softmax, OpKind::log_softmax}, {f32, bf16}, true, true,
+               [](ScalarType s, ScalarType, const Request&) {
+                 Order o = torch113_layer_norm(s, true);
+                 o.softmax = torch113_softmax(s, true);
+                 return o;
+               }});
   t.push_back({"torch1.13-cpu", "PyTorch 1.13 CPU torch.var_mean(unbiased=False): sequential Welford in f64",
-               {OpKind::var_mean}, {f32}, true, true, [](ScalarType, ScalarType) {
+               {OpKind::var_mean}, {f32}, true, true, [](ScalarType, ScalarType, const Request&) {
                  Order o;
                  o.moments = {K::SequentialWelford, f64, 1, 1, false, false, {}};
                  return o;
                }});
   t.push_back({"numpy-two-pass",
                "numpy 1.24 float32 composite: x.mean, x.var (pairwise sums in 8192-element chunks), (x-m)/np.sqrt(v+eps)*w+b",
-               {OpKind::layer_norm, OpKind::var_mean}, {f32}, true, true, [](ScalarType, ScalarType) {
+               {OpKind::layer_norm, OpKind::var_mean}, {f32}, true, true, [](ScalarType, ScalarType, const Request&) {
                  SumOrder s;
                  s.kind = S::Pairwise;
                  s.fold = LaneFold::Adjacent;
@@ -99,31 +126,56 @@ std::vector<NamedOrder> make_table() {
                }});
   t.push_back({"torch-decomp-cpu",
                "torch.compile's layer_norm decomposition run op by op in eager (float32; the same on every capability)",
-               {OpKind::layer_norm}, {f32}, true, true, [](ScalarType, ScalarType) { return torch_decomposition(0); }});
+               {OpKind::layer_norm}, {f32}, true, true, [](ScalarType, ScalarType, const Request&) { return torch_decomposition(0); }});
   t.push_back({"torch-decomp-cpu-default",
                "the decomposition in eager with ATEN_CPU_CAPABILITY=default: bf16 rsqrt rounds sqrt, then 1/x",
-               {OpKind::layer_norm}, {f32, bf16}, true, true, [](ScalarType, ScalarType) { return torch_decomposition(0); }});
+               {OpKind::layer_norm}, {f32, bf16}, true, true, [](ScalarType, ScalarType, const Request&) { return torch_decomposition(0); }});
   t.push_back({"torch-decomp-cpu-avx2",
                "the decomposition in eager with ATEN_CPU_CAPABILITY=avx2: bf16 rsqrt rounds once in 16-row vectors",
-               {OpKind::layer_norm}, {f32, bf16}, true, true, [](ScalarType, ScalarType) { return torch_decomposition(16); }});
+               {OpKind::layer_norm}, {f32, bf16}, true, true, [](ScalarType, ScalarType, const Request&) { return torch_decomposition(16); }});
   t.push_back({"torch-composite-cpu",
                "PyTorch 1.13 CPU x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight (one thread)",
-               {OpKind::rms_norm}, {f32}, true, true, [](ScalarType, ScalarType) {
+               {OpKind::rms_norm}, {f32}, true, true, [](ScalarType, ScalarType, const Request&) {
                  Order o;
                  o.square_sum.kind = S::LevelCascade;
                  o.square_sum.lanes = 8;
                  o.square_sum.accumulators = 4;
                  return o;
                }});
+  t.push_back({"onnxruntime-cpu",
+               "onnxruntime 1.32 CPU LayerNormalization (float32, AVX2 host): N >= 8 the MLAS kernel, f64 4-lane mean "
+               "and f32 8-lane fma deviations; N <= 7 a scalar Welford",
+               {OpKind::layer_norm}, {f32}, true, true, [](ScalarType, ScalarType, const Request& r) {
+                 Order o;
+                 if (r.cols <= 7) {  // the scalar fallback: f32 Welford, then (x - mean) / std
+                   o.moments = {K::SequentialWelford, f32, 1, 1, false, false, {}};
+                   o.affine = {F::CenterDivide, false};
+                   return o;
+                 }
+                 SumOrder mean_sum = lane_tree(4, 1, false);
+                 mean_sum.tail_after_fold = true;
+                 SumOrder dev_sum = lane_tree(8, 1, true);
+                 dev_sum.tail_after_fold = true;
+                 dev_sum.tail_unfused_group = 4;
+                 o.moments = {K::TwoPass, f64, 4, 1, false, false, mean_sum, f32, dev_sum};
+                 o.affine = {F::CenterScale, true};
+                 return o;
+               }});
+  t.push_back({"online", "softmax in one pass: per-lane running max and rescaled sum (flash style), Sleef exp; parameter lanes",
+               kSoftmaxOps, kAllStorage, false, false, [](ScalarType, ScalarType, const Request&) {
+                 Order o;
+                 o.softmax.kind = SoftmaxOrder::Kind::Online;
+                 return o;
+               }});
   t.push_back({"lane-welford", "lane-parallel Welford cascade; parameters lanes, chunk, fma=none|update|merge|all, acc",
-               {OpKind::layer_norm, OpKind::var_mean}, kAllStorage, false, false, [](ScalarType, ScalarType acc) {
+               {OpKind::layer_norm, OpKind::var_mean}, kAllStorage, false, false, [](ScalarType, ScalarType acc, const Request&) {
                  Order o;
                  o.moments = {K::LaneWelford, acc, 8, 16, false, false, {}};
                  o.affine = {F::CenterScale, false};
                  return o;
                }});
   t.push_back({"sequential-welford", "one Welford stream in element order with true division; parameter acc",
-               {OpKind::layer_norm, OpKind::var_mean}, kAllStorage, false, false, [](ScalarType, ScalarType acc) {
+               {OpKind::layer_norm, OpKind::var_mean}, kAllStorage, false, false, [](ScalarType, ScalarType acc, const Request&) {
                  Order o;
                  o.moments = {K::SequentialWelford, acc, 1, 1, false, false, {}};
                  o.affine = {F::CenterScale, false};
@@ -131,9 +183,9 @@ std::vector<NamedOrder> make_table() {
                }});
   t.push_back({"two-pass-sequential", "sum for the mean, then sum of squared deviations, each left to right",
                kNormOps, kAllStorage, false, false,
-               [](ScalarType, ScalarType acc) { return two_pass(SumOrder{}, acc); }});
+               [](ScalarType, ScalarType acc, const Request&) { return two_pass(SumOrder{}, acc); }});
   t.push_back({"two-pass-pairwise", "two-pass with numpy-style pairwise sums; parameters block, lanes",
-               kNormOps, kAllStorage, false, false, [](ScalarType, ScalarType acc) {
+               kNormOps, kAllStorage, false, false, [](ScalarType, ScalarType acc, const Request&) {
                  SumOrder s;
                  s.kind = S::Pairwise;
                  s.fold = LaneFold::Adjacent;
@@ -141,9 +193,9 @@ std::vector<NamedOrder> make_table() {
                }});
   t.push_back({"two-pass-lanes", "two-pass with lane-tree sums; parameters lanes, accumulators, fma",
                kNormOps, kAllStorage, false, false,
-               [](ScalarType, ScalarType acc) { return two_pass(lane_tree(8, 1, false), acc); }});
+               [](ScalarType, ScalarType acc, const Request&) { return two_pass(lane_tree(8, 1, false), acc); }});
   t.push_back({"one-pass", "sum and sum of squares in one pass, var = E[x^2]-E[x]^2 clamped at 0; unstable, for study",
-               {OpKind::layer_norm, OpKind::var_mean}, kAllStorage, false, false, [](ScalarType, ScalarType acc) {
+               {OpKind::layer_norm, OpKind::var_mean}, kAllStorage, false, false, [](ScalarType, ScalarType acc, const Request&) {
                  Order o = two_pass(lane_tree(8, 1, false), acc);
                  o.moments.kind = K::OnePass;
                  return o;
@@ -180,7 +232,7 @@ void apply_parameters(Order& o, std::string_view params, std::string_view order_
     };
     if (key == "lanes") {
       int v = power_of_two(integer(1, 32));
-      o.moments.lanes = o.moments.sum.lanes = o.square_sum.lanes = v;
+      o.moments.lanes = o.moments.sum.lanes = o.square_sum.lanes = o.softmax.lanes = v;
     } else if (key == "chunk") {
       o.moments.chunk = integer(1, 64);
     } else if (key == "accumulators") {
@@ -259,11 +311,11 @@ Order resolve(const Request& r) {
     for (ScalarType t : n->dtypes) list += (list.empty() ? "" : ", ") + std::string(name(t));
     throw Error(fmt::format("order '{}' is defined for x dtype {} only, not {}", n->name, list, name(r.x_dtype)));
   }
-  Order probe = n->make(r.x_dtype, f32);
+  Order probe = n->make(r.x_dtype, f32, r);
   if (n->pins_acc && r.acc_dtype && *r.acc_dtype != probe.moments.acc)
     throw Error(fmt::format("order '{}' accumulates in {}; --acc {} would be a different order", n->name,
                             name(probe.moments.acc), name(*r.acc_dtype)));
-  Order o = n->pins_acc ? probe : n->make(r.x_dtype, r.acc_dtype.value_or(f32));
+  Order o = n->pins_acc ? probe : n->make(r.x_dtype, r.acc_dtype.value_or(f32), r);
   size_t open = r.order.find('(');
   if (open != std::string::npos) {
     if (n->reproduces_reference)
@@ -281,6 +333,8 @@ Kernel build(const Request& r, const Order& o) {
     case OpKind::layer_norm: k = build_layer_norm(r, o); break;
     case OpKind::rms_norm: k = build_rms_norm(r, o); break;
     case OpKind::var_mean: k = build_var_mean(r, o); break;
+    case OpKind::softmax:
+    case OpKind::log_softmax: k = build_softmax(r, o); break;
   }
   k.description = fmt::format("{} N={} x={} weight={} order={}", name(r.op), r.cols, name(r.x_dtype),
                               name(r.weight_type()), r.order);

@@ -170,6 +170,13 @@ ExprRef emit_lane_tree(Builder& b, const SumOrder& o, const Arith& ar, int64_t n
   }
   for (int j = 1; j < A; ++j) b.assign(accs[0], ar.add(b.get(accs[0]), b.get(accs[size_t(j)])));
   std::vector<ExprRef> lanes = lanes_of(b.get(accs[0]));
+  if (o.tail_after_fold) {
+    b.assign(acc, fold_lanes(lanes, o.fold, ar));
+    const int64_t r = n % V, unfused = o.tail_unfused_group > 0 ? r - r % o.tail_unfused_group : 0;
+    for (int64_t t = 0; t < r; ++t)
+      b.assign(acc, accumulate(ar, b.get(acc), term(index_const(nvec * V + t), 1), o.fma && t >= unfused));
+    return b.get(acc);
+  }
   for (int64_t t = 0; t < n % V; ++t) {
     lanes[size_t(t)] = b.let("lane", accumulate(ar, lanes[size_t(t)], term(index_const(nvec * V + t), 1), o.fma));
   }
@@ -432,12 +439,18 @@ Moments emit_moments(Builder& b, const MomentsOrder& o, const Arith& ar, int64_t
       case MomentsOrder::Kind::TwoPass: {
         ExprRef total = emit_sum(b, o.sum, ar, N, [&](ExprRef i, int lanes) { return Term{x(i, lanes), nullptr}; }, "sum(x)");
         ExprRef mean = b.let("mean", ar.div(total, ar.count(index_const(N))));
-        ExprRef m2 = emit_sum(b, o.sum, ar, N, [&](ExprRef i, int lanes) {
-          ExprRef mb = lanes > 1 ? broadcast(mean, lanes) : mean;
-          ExprRef d = ar.sub(x(i, lanes), mb);
+        const Arith dev{o.dev_acc.value_or(ar.t), ar.round_to};
+        ExprRef dev_mean = dev.t == ar.t ? mean : b.let("mean.dev", cast(mean, dev.t));
+        auto x_dev = [&](ExprRef i, int lanes) {  // exact: x came from storage no wider than f32
+          ExprRef v = x(std::move(i), lanes);
+          return v->type.scalar == dev.t ? v : cast(v, dev.t);
+        };
+        ExprRef m2 = emit_sum(b, o.dev_sum.value_or(o.sum), dev, N, [&](ExprRef i, int lanes) {
+          ExprRef mb = lanes > 1 ? broadcast(dev_mean, lanes) : dev_mean;
+          ExprRef d = dev.sub(x_dev(i, lanes), mb);
           return Term{d, d};
         }, "sum((x-mean)^2)");
-        out = {mean, b.let("var", ar.div(m2, ar.count(index_const(N))))};
+        out = {mean, b.let("var", dev.div(m2, dev.count(index_const(N))))};
         break;
       }
       case MomentsOrder::Kind::OnePass: {

@@ -10,11 +10,13 @@ std::string_view name(OpKind op) {
     case OpKind::layer_norm: return "layer_norm";
     case OpKind::rms_norm: return "rms_norm";
     case OpKind::var_mean: return "var_mean";
+    case OpKind::softmax: return "softmax";
+    case OpKind::log_softmax: return "log_softmax";
   }
   return "?";
 }
 std::optional<OpKind> parse_op(std::string_view s) {
-  for (OpKind o : {OpKind::layer_norm, OpKind::rms_norm, OpKind::var_mean})
+  for (OpKind o : {OpKind::layer_norm, OpKind::rms_norm, OpKind::var_mean, OpKind::softmax, OpKind::log_softmax})
     if (s == name(o)) return o;
   return std::nullopt;
 }

@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 
 #include <array>
+#include <bit>
+#include <climits>
 #include <cmath>
 #include <cstring>
 
@@ -17,7 +19,7 @@ constexpr int kMaxLanes = 32;
 union Lane {
   double f64;
   float f32;
-  int64_t i;  // i64 and bool
+  int64_t i;  // i64, i32 (sign-extended) and bool
   uint16_t h; // f16 and bf16 bit patterns
 };
 
@@ -123,7 +125,12 @@ struct Machine {
         for (int i = 0; i < n; ++i) {
           if (t == ScalarType::f64) v.lane[i].f64 = arith(e.op, a.lane[i].f64, b.lane[i].f64);
           else if (t == ScalarType::f32) v.lane[i].f32 = arith(e.op, a.lane[i].f32, b.lane[i].f32);
-          else {
+          else if (t == ScalarType::i32) {
+            // Two's complement wrap-around: compute in unsigned 32-bit.
+            const uint32_t x = static_cast<uint32_t>(a.lane[i].i), y = static_cast<uint32_t>(b.lane[i].i);
+            const uint32_t r = e.op == Op::Add ? x + y : e.op == Op::Sub ? x - y : x * y;
+            v.lane[i].i = static_cast<int32_t>(r);
+          } else {
             int64_t x = a.lane[i].i, y = b.lane[i].i;
             if ((e.op == Op::Div || e.op == Op::Rem) && y == 0) throw Error("interpreter: integer division by zero");
             switch (e.op) {
@@ -165,9 +172,34 @@ struct Machine {
         }
         return v;
       }
-      case Op::And: {
+      case Op::And: case Op::Or: {
         Value a = eval(*e.args[0]), b = eval(*e.args[1]);
-        for (int i = 0; i < n; ++i) v.lane[i].i = a.lane[i].i && b.lane[i].i;
+        for (int i = 0; i < n; ++i) v.lane[i].i = e.op == Op::And ? (a.lane[i].i && b.lane[i].i) : (a.lane[i].i || b.lane[i].i);
+        return v;
+      }
+      case Op::Shl: case Op::Shr: case Op::BitAnd: {
+        Value a = eval(*e.args[0]), b = eval(*e.args[1]);
+        for (int i = 0; i < n; ++i) {
+          const int32_t x = static_cast<int32_t>(a.lane[i].i);
+          const int count = static_cast<int>(b.lane[i].i);
+          if (e.op == Op::Shl) v.lane[i].i = static_cast<int32_t>(static_cast<uint32_t>(x) << count);
+          else if (e.op == Op::Shr) v.lane[i].i = x >> count;  // arithmetic in C++20
+          else v.lane[i].i = x & static_cast<int32_t>(b.lane[i].i);
+        }
+        return v;
+      }
+      case Op::Bitcast: {
+        Value a = eval(*e.args[0]);
+        for (int i = 0; i < n; ++i) {
+          if (t == ScalarType::i32) v.lane[i].i = static_cast<int32_t>(std::bit_cast<uint32_t>(a.lane[i].f32));
+          else v.lane[i].f32 = std::bit_cast<float>(static_cast<uint32_t>(a.lane[i].i));
+        }
+        return v;
+      }
+      case Op::Call: {
+        Value a = eval(*e.args[0]);
+        for (int i = 0; i < n; ++i)
+          v.lane[i].f32 = static_cast<MathFn>(e.index) == MathFn::expf ? ::expf(a.lane[i].f32) : ::logf(a.lane[i].f32);
         return v;
       }
       case Op::Select: {
@@ -184,11 +216,17 @@ struct Machine {
             case ScalarType::f64: v.lane[i].f64 = to_double(from, l); break;  // exact from every allowed source but i64
             case ScalarType::f32:
               if (from == ScalarType::f64) v.lane[i].f32 = static_cast<float>(l.f64);
-              else if (from == ScalarType::i64) v.lane[i].f32 = static_cast<float>(l.i);
+              else if (from == ScalarType::i64 || from == ScalarType::i32) v.lane[i].f32 = static_cast<float>(l.i);
               else v.lane[i].f32 = static_cast<float>(to_double(from, l));
               break;
             case ScalarType::f16: v.lane[i].h = f32_to_f16_bits(l.f32); break;
             case ScalarType::bf16: v.lane[i].h = f32_to_bf16_bits(l.f32); break;
+            case ScalarType::i32: {
+              const float r = std::nearbyint(l.f32);  // the default rounding mode: ties to even
+              const bool fits = r >= -2147483648.0f && r < 2147483648.0f;  // false for NaN
+              v.lane[i].i = fits ? static_cast<int32_t>(r) : INT32_MIN;
+              break;
+            }
             default: break;
           }
         }

@@ -98,6 +98,23 @@ ExprRef extract(ExprRef a, int lane) {
   return make(Op::Extract, t, {std::move(a)}, lane);
 }
 
+ExprRef bitcast(ExprRef a, ScalarType to) {
+  Type t{to, a->type.lanes};
+  return make(Op::Bitcast, t, {std::move(a)});
+}
+ExprRef call(MathFn f, ExprRef a) {
+  Type t = a->type;
+  return make(Op::Call, t, {std::move(a)}, static_cast<int64_t>(f));
+}
+
+std::string_view name(MathFn f) {
+  switch (f) {
+    case MathFn::expf: return "libm.expf";
+    case MathFn::logf: return "libm.logf";
+  }
+  return "?";
+}
+
 std::string_view name(Extent e) {
   switch (e) {
     case Extent::rows_by_cols: return "rows*N";
@@ -173,7 +190,10 @@ std::string print(const Expr& e, const Kernel& k) {
       return fmt::format("extract({}, {})", arg(0), e.index);
     case Op::Table:
       return fmt::format("table{}[{}]", e.index, arg(0));
+    case Op::Call:
+      return fmt::format("call {}({})", name(static_cast<MathFn>(e.index)), arg(0));
     case Op::Cast:
+    case Op::Bitcast:
     case Op::Broadcast:
       return fmt::format("{}.{}({})", spelling(e.op), to_string(e.type), arg(0));
     default: {

@@ -51,7 +51,8 @@ std::string to_string(Type t);
   X(GridExtent, 0, "grid_extent")                                                            \
   /* Elements [i, i+lanes) of buffer Expr::index; i is args[0] (i64), in elements. */         \
   X(Load, 1, "load")                                                                         \
-  /* f32/f64: IEEE with RNE. i64: two's complement; Div/Rem truncate (operands >= 0). */     \
+  /* f32/f64: IEEE with RNE. i64: two's complement; Div/Rem truncate (operands >= 0).        \
+     i32 (Add, Sub, Mul only): two's complement, wrapping. */                                \
   X(Add, 2, "add")                                                                           \
   X(Sub, 2, "sub")                                                                           \
   X(Mul, 2, "mul")                                                                           \
@@ -72,9 +73,22 @@ std::string to_string(Type t);
   X(Eq, 2, "eq")                                                                             \
   X(Ne, 2, "ne")                                                                             \
   X(And, 2, "and") /* bool only */                                                           \
+  X(Or, 2, "or")   /* bool only */                                                           \
+  /* i32 bit operations. Shift counts are in [0, 31]; Shr is arithmetic (sign-filling). */    \
+  X(Shl, 2, "shl")                                                                           \
+  X(Shr, 2, "shr")                                                                           \
+  X(BitAnd, 2, "bitand")                                                                     \
+  /* The bits of args[0] reinterpreted: f32 <-> i32. Exact. */                               \
+  X(Bitcast, 1, "bitcast")                                                                   \
+  /* An f32 function of the host C library, Expr::index a MathFn: its result for args[0],    \
+     whatever that library computes (not correctly rounded). Orders that reproduce eager    \
+     code built on libm (PyTorch's default capability) use it; see `name(MathFn)`. */        \
+  X(Call, 1, "call")                                                                         \
   X(Select, 3, "select") /* args[0] ? args[1] : args[2], lane by lane */                       \
   /* Conversion to the node's scalar type with RNE. Allowed: f32<->f64, f32->f16/bf16,      \
-     f16/bf16->f32/f64 (exact), i64->f32/f64 (RNE). */                                        \
+     f16/bf16->f32/f64 (exact), i64->f32/f64 (RNE), i32->f32 (RNE), and f32->i32: rounded    \
+     to the nearest integer, ties to even; NaN and values outside the i32 range give        \
+     INT32_MIN (the x86 cvtps2dq result, which Sleef's algorithms rely on). */               \
   X(Cast, 1, "cast")                                                                         \
   /* Scalar args[0] repeated into the node's lanes. */                                       \
   X(Broadcast, 1, "broadcast")                                                               \
@@ -83,6 +97,11 @@ std::string to_string(Type t);
   /* Element args[0] of the kernel's constant i64 table Expr::index. Uniform when its index  \
      is: gen/ uses tables to drive loops whose shape is irregular but fixed (a tree). */     \
   X(Table, 1, "table")
+
+// The library functions Op::Call may name. The interpreter and the CPU backends call the
+// host C library (glibc here), so they agree with each other and with eager code built on it.
+enum class MathFn : uint8_t { expf, logf };
+std::string_view name(MathFn f);
 
 enum class Op : uint8_t {
 #define ORDO_X(name, arity, spelling) name,
@@ -99,7 +118,7 @@ struct Expr {
   Op op;
   Type type;
   std::vector<ExprRef> args;
-  int64_t index = 0;  // Var: local id; Load: buffer id; ProgramId: dimension; Extract: lane
+  int64_t index = 0;  // Var: local id; Load: buffer id; ProgramId: dimension; Extract: lane; Call: MathFn
   double imm_f = 0;   // Const of a float type
   int64_t imm_i = 0;  // Const of i64 or bool
 };
@@ -171,6 +190,8 @@ ExprRef cast(ExprRef a, ScalarType to);
 ExprRef broadcast(ExprRef a, int lanes);
 ExprRef extract(ExprRef a, int lane);
 ExprRef table(int id, ExprRef index);
+ExprRef bitcast(ExprRef a, ScalarType to);
+ExprRef call(MathFn f, ExprRef a);
 
 inline ExprRef add(ExprRef a, ExprRef b) { return binary(Op::Add, std::move(a), std::move(b)); }
 inline ExprRef sub(ExprRef a, ExprRef b) { return binary(Op::Sub, std::move(a), std::move(b)); }

@@ -11,6 +11,8 @@ static const char* fold_name(LaneFold f) {
 std::string describe(const SumOrder& s) {
   std::string fma = s.fma ? ", fma" : "";
   if (s.outer_chunk > 0) fma += fmt::format(", outer_chunk={}", s.outer_chunk);
+  if (s.tail_after_fold) fma += ", tail_after_fold";
+  if (s.tail_unfused_group) fma += fmt::format(", tail_unfused_group={}", s.tail_unfused_group);
   switch (s.kind) {
     case SumOrder::Kind::Sequential: return fmt::format("sequential{}", fma);
     case SumOrder::Kind::Pairwise: return fmt::format("pairwise(block={}, lanes={}, fold={}{})", s.block, s.lanes, fold_name(s.fold), fma);
@@ -28,7 +30,11 @@ std::string describe(const MomentsOrder& m) {
       return fmt::format("lane_welford(lanes={}, chunk={}, cascade=binary_counter, acc={}{}{})", m.lanes, m.chunk,
                          name(m.acc), m.fma_update ? ", fma_update" : "", m.fma_merge ? ", fma_merge" : "");
     case MomentsOrder::Kind::SequentialWelford: return fmt::format("sequential_welford(acc={})", name(m.acc));
-    case MomentsOrder::Kind::TwoPass: return fmt::format("two_pass(sum={}, acc={})", describe(m.sum), name(m.acc));
+    case MomentsOrder::Kind::TwoPass:
+      if (m.dev_acc || m.dev_sum)
+        return fmt::format("two_pass(sum={}, acc={}; deviations: sum={}, acc={})", describe(m.sum), name(m.acc),
+                           describe(m.dev_sum.value_or(m.sum)), name(m.dev_acc.value_or(m.acc)));
+      return fmt::format("two_pass(sum={}, acc={})", describe(m.sum), name(m.acc));
     case MomentsOrder::Kind::OnePass: return fmt::format("one_pass(sum={}, acc={})", describe(m.sum), name(m.acc));
   }
   return "?";
@@ -40,6 +46,15 @@ std::string describe(const AffineOrder& a) {
                                                                 : "center_divide";
   return fmt::format("{}{}{}{}", form, a.fma ? ", fma" : "", a.round_each_op ? ", round_each_op" : "",
                      a.rsqrt_vector_rows ? fmt::format(", rsqrt_vector_rows={}", a.rsqrt_vector_rows) : "");
+}
+
+static const char* math_name(MathImpl m) { return m == MathImpl::SleefU10 ? "sleef_u10" : "libm"; }
+
+std::string describe(const SoftmaxOrder& s) {
+  const char* kind = s.kind == SoftmaxOrder::Kind::TwoPass ? "two_pass" : s.kind == SoftmaxOrder::Kind::Staged ? "staged" : "online";
+  std::string tail = s.kind == SoftmaxOrder::Kind::Staged ? fmt::format(", tail_exp={}", math_name(s.tail_exp)) : "";
+  return fmt::format("{}(lanes={}, fold={}, exp={}{}, log={}, {})", kind, s.lanes, fold_name(s.fold), math_name(s.exp), tail,
+                     math_name(s.log), s.multiply_by_reciprocal ? "y=e*(1/s)" : "y=e/s");
 }
 
 }  // namespace ordo::ir

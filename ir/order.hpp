@@ -3,6 +3,7 @@
 // of a table that maps a stable name to an Order. Nothing here knows about a backend.
 #pragma once
 
+#include <optional>
 #include <string>
 
 #include "ordo/scalar_type.hpp"
@@ -48,6 +49,12 @@ struct SumOrder {
   // > 0: the terms are cut into chunks of this many, each summed as above (indices from the
   // chunk's start), and the chunk sums added left to right into 0. numpy's ufunc buffer: 8192.
   int64_t outer_chunk = 0;
+  // LaneTree: the N mod lanes tail terms are added in order to the folded sum instead of into
+  // lanes 0..r-1 (onnxruntime's MLAS kernels).
+  bool tail_after_fold = false;
+  // With tail_after_fold and fma: the first r - r mod g tail product terms are rounded and
+  // added (a compiler-vectorized loop of g lanes without fma); the rest use fma. 0: all fused.
+  int tail_unfused_group = 0;
 };
 
 // How mean and variance (M2) of a row are computed.
@@ -68,6 +75,10 @@ struct MomentsOrder {
   bool fma_update = false;  // LaneWelford chunk update: mu = fma(d, 1/(j+1), mu); m2 = fma(d, x - mu, m2)
   bool fma_merge = false;   // Welford merges: mean = fma(c, delta, mean); M2 = M2 + fma((delta*delta)*c, n_a, M2_b)
   SumOrder sum;             // TwoPass and OnePass
+  // TwoPass: the deviation pass may run in another type with another sum. The mean is then
+  // rounded to that type before x - mean, and var = M2 / N is computed in it.
+  std::optional<ScalarType> dev_acc;
+  std::optional<SumOrder> dev_sum;
 };
 
 // How y is formed from x, the statistics and the optional weight (gamma) and bias (beta).
@@ -90,11 +101,43 @@ struct AffineOrder {
   int rsqrt_vector_rows = 0;
 };
 
+// Which implementation of exp and log an order uses. Each is a fixed algorithm, so the choice is
+// part of the order just like a summation tree.
+enum class MathImpl : uint8_t {
+  SleefU10,  // Sleef 3.5's expf_u10 / logf_u10 (FMA build), expanded into IR (gen/math.cpp)
+  Libm,      // the host C library's expf / logf, called per element (Op::Call)
+};
+
+// How softmax / log_softmax over a row are computed. In every kind the max is exact (only ±0 and
+// NaN payloads can differ); the orders differ in the sum of exponentials and in where exp, log
+// and the final divide happen.
+struct SoftmaxOrder {
+  enum class Kind : uint8_t {
+    TwoPass,    // PyTorch's float kernel: mx = reduce(max, x); s = reduce(+, exp(x - mx)), both as
+                // a lane tree (the first vector initialises the lanes, the N mod lanes tail goes
+                // into lanes 0..r-1, lanes fold by `fold`; N < lanes: sequential); then
+                // softmax y = exp(x - mx) * (1/s) (or / s), log_softmax y = (x - mx) - log(s).
+    Staged,     // PyTorch 1.13's bf16 softmax: max over pairs of vectors from -inf lanes, folded,
+                // then the N mod 2*lanes tail by std::max; sum from zero lanes over full vectors,
+                // folded, then the N mod lanes tail added in order with `tail_exp`.
+    Online,     // one pass: each lane keeps a running max m and sum s (s = s*exp(m - m') +
+                // exp(x - m')), lanes merge into lane 0 in order, the tail updates it; then y.
+  };
+  Kind kind = Kind::TwoPass;
+  int lanes = 8;
+  LaneFold fold = LaneFold::Halving;
+  MathImpl exp = MathImpl::SleefU10;
+  MathImpl tail_exp = MathImpl::Libm;  // Staged only
+  MathImpl log = MathImpl::SleefU10;
+  bool multiply_by_reciprocal = true;  // softmax: y = e * (1/s); otherwise y = e / s
+};
+
 // The whole order of a normalization-family op.
 struct Order {
   MomentsOrder moments;      // layer_norm, var_mean
   SumOrder square_sum;       // rms_norm: sum of x*x
   AffineOrder affine;        // layer_norm, rms_norm (rms_norm uses only gamma)
+  SoftmaxOrder softmax;      // softmax, log_softmax
   // PyTorch 1.13's bf16 kernels round every intermediate of the statistics and of rstd to
   // the storage type. When set and the storage type is 16-bit, every such f32 result is
   // followed by a Cast to storage and back, visible in the IR. An f64 accumulation is
@@ -106,5 +149,6 @@ struct Order {
 std::string describe(const SumOrder& s);
 std::string describe(const MomentsOrder& m);
 std::string describe(const AffineOrder& a);
+std::string describe(const SoftmaxOrder& s);
 
 }  // namespace ordo::ir

@@ -1,6 +1,7 @@
 // The verifier: every rule a backend relies on, checked once, with a message naming the node.
 #include <fmt/format.h>
 
+#include <climits>
 #include <cmath>
 #include <functional>
 
@@ -56,6 +57,8 @@ struct Verifier {
           return fail(e, "f32 constant is not exactly representable");
         if (t.scalar == ScalarType::f16 || t.scalar == ScalarType::bf16)
           return fail(e, "constants of storage types are not allowed; cast an f32 constant");
+        if (t.scalar == ScalarType::i32 && (e.imm_i < INT32_MIN || e.imm_i > INT32_MAX))
+          return fail(e, fmt::format("i32 constant {} is out of range", e.imm_i));
         return true;
       case Op::Var:
         if (e.index < 0 || e.index >= static_cast<int64_t>(k.locals.size())) return fail(e, "unknown local");
@@ -73,7 +76,27 @@ struct Verifier {
         return true;
       case Op::Add: case Op::Sub: case Op::Mul: case Op::Div:
         if (!same(0, 1) || arg_t(0) != t) return fail(e, fmt::format("operand types {} and {} differ", to_string(arg_t(0)), to_string(arg_t(1))));
+        if (t.scalar == ScalarType::i32 && e.op != Op::Div) return true;
         if (!arith && !(t == Type{ScalarType::i64, 1})) return fail(e, fmt::format("arithmetic in {} (compute in f32 or f64; cast storage types)", to_string(t)));
+        return true;
+      case Op::Shl: case Op::Shr: case Op::BitAnd:
+        if (!same(0, 1) || arg_t(0) != t || t.scalar != ScalarType::i32) return fail(e, fmt::format("{} takes i32 operands of one type", spelling(e.op)));
+        if (e.op != Op::BitAnd) {
+          const Expr* c = e.args[1].get();
+          if (c->op == Op::Broadcast) c = c->args[0].get();  // a vector shift takes a splatted count
+          const Expr& count = *c;
+          if (count.op != Op::Const || count.imm_i < 0 || count.imm_i > 31) return fail(e, "shift count must be a constant in [0, 31]");
+        }
+        return true;
+      case Op::Bitcast: {
+        const ScalarType from = arg_t(0).scalar, to = t.scalar;
+        const bool ok = (from == ScalarType::f32 && to == ScalarType::i32) || (from == ScalarType::i32 && to == ScalarType::f32);
+        if (!ok || arg_t(0).lanes != t.lanes) return fail(e, fmt::format("bitcast {} -> {} is not allowed (f32 <-> i32 only)", name(from), name(to)));
+        return true;
+      }
+      case Op::Call:
+        if (e.index < 0 || e.index > static_cast<int64_t>(MathFn::logf)) return fail(e, "unknown library function");
+        if (arg_t(0) != t || t.scalar != ScalarType::f32) return fail(e, "library functions take and return f32");
         return true;
       case Op::Rem:
         if (!same(0, 1) || t != Type{ScalarType::i64, 1}) return fail(e, "rem takes scalar i64 operands");
@@ -94,8 +117,8 @@ struct Verifier {
         if (!is_arith_float(arg_t(0).scalar) && arg_t(0).scalar != ScalarType::i64) return fail(e, "compare needs f32, f64 or i64");
         if (t != Type{ScalarType::boolean, arg_t(0).lanes}) return fail(e, "compare result must be bool lanes");
         return true;
-      case Op::And:
-        if (!same(0, 1) || arg_t(0) != t || t.scalar != ScalarType::boolean) return fail(e, "and takes bool operands");
+      case Op::And: case Op::Or:
+        if (!same(0, 1) || arg_t(0) != t || t.scalar != ScalarType::boolean) return fail(e, fmt::format("{} takes bool operands", spelling(e.op)));
         return true;
       case Op::Select:
         if (arg_t(0) != Type{ScalarType::boolean, t.lanes}) return fail(e, "select condition must be bool with the value's lanes");
@@ -106,7 +129,8 @@ struct Verifier {
         bool ok = (from == ScalarType::f32 && (to == ScalarType::f64 || to == ScalarType::f16 || to == ScalarType::bf16)) ||
                   (from == ScalarType::f64 && to == ScalarType::f32) ||
                   ((from == ScalarType::f16 || from == ScalarType::bf16) && is_arith_float(to)) ||
-                  (from == ScalarType::i64 && is_arith_float(to));
+                  (from == ScalarType::i64 && is_arith_float(to)) ||
+                  (from == ScalarType::i32 && to == ScalarType::f32) || (from == ScalarType::f32 && to == ScalarType::i32);
         if (!ok) return fail(e, fmt::format("cast {} -> {} is not allowed", name(from), name(to)));
         if (arg_t(0).lanes != t.lanes) return fail(e, "cast changes lanes");
         return true;

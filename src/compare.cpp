@@ -167,6 +167,18 @@ std::map<std::string, std::vector<double>> reference_f64(const Request& r, const
         }
         break;
       }
+      case OpKind::softmax:
+      case OpKind::log_softmax: {
+        double mx = -INFINITY;
+        for (int64_t j = 0; j < N; ++j) mx = std::max(mx, value_at(xt, x, row * N + j));
+        double s = 0;
+        for (int64_t j = 0; j < N; ++j) s += std::exp(value_at(xt, x, row * N + j) - mx);
+        for (int64_t j = 0; j < N; ++j) {
+          const double d = value_at(xt, x, row * N + j) - mx;
+          out["y"].push_back(r.op == OpKind::softmax ? std::exp(d) / s : d - std::log(s));
+        }
+        break;
+      }
     }
   }
   return out;

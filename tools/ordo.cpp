@@ -35,7 +35,8 @@ usage:
   ordo demo        layer_norm in every order on one default input: distance, agreement, time
 
 ops: layer_norm (in x, weight, bias; out y, mean, rstd), rms_norm (in x, weight; out y, rstd),
-     var_mean (in x; out var, mean). x may have any rank; the op reduces its last dim N.
+     var_mean (in x; out var, mean), softmax and log_softmax (in x; out y).
+     x may have any rank; the op reduces its last dim N.
 .npy dtypes: float32 '<f4', float16 '<f2', bfloat16 as uint16 bit patterns '<u2'.
 common options: --no-weight --no-bias --weight-dtype T --acc T --eps E --target T
                 --rows-in-flight R (CPU rows run in lock step; 0 = backend's choice; never changes bits)
@@ -119,10 +120,10 @@ ordo::ScalarType parse_dtype(const std::string& what, const std::string& s) {
 }
 
 ordo::OpKind parse_op_arg(const Args& a) {
-  if (a.positional.empty()) throw Error("missing the op: layer_norm, rms_norm or var_mean");
+  if (a.positional.empty()) throw Error("missing the op: layer_norm, rms_norm, var_mean, softmax or log_softmax");
   if (a.positional.size() > 1) throw Error(fmt::format("unexpected argument '{}'", a.positional[1]));
   auto op = ordo::parse_op(a.positional[0]);
-  if (!op) throw Error(fmt::format("unknown op '{}'; ops: layer_norm, rms_norm, var_mean", a.positional[0]));
+  if (!op) throw Error(fmt::format("unknown op '{}'; ops: layer_norm, rms_norm, var_mean, softmax, log_softmax", a.positional[0]));
   return *op;
 }
 
@@ -150,7 +151,7 @@ ordo::Request request_from(const Args& a, ordo::OpKind op) {
   if (auto v = a.get("cols")) r.cols = parse_int("--cols", *v, 0, int64_t(1) << 40);
   if (auto v = a.get("rows-in-flight")) r.rows_in_flight = static_cast<int>(parse_int("--rows-in-flight", *v, 0, 16));
   r.allow_mixed_dtypes = a.flag("allow-mixed-dtypes");
-  r.has_weight = op != ordo::OpKind::var_mean && !a.flag("no-weight");
+  r.has_weight = (op == ordo::OpKind::layer_norm || op == ordo::OpKind::rms_norm) && !a.flag("no-weight");
   r.has_bias = op == ordo::OpKind::layer_norm && !a.flag("no-bias");
   return r;
 }

@@ -6,6 +6,7 @@
 #include <llvm/IR/Verifier.h>
 #include <llvm/Support/raw_ostream.h>
 
+#include <climits>
 #include <unordered_map>
 
 #include "backends/llvm/llvm_backend.hpp"
@@ -42,6 +43,7 @@ struct Lowerer {
       case ScalarType::bf16: return B.getInt16Ty();  // bit pattern; converted by integer ops below
       case ScalarType::i64: return B.getInt64Ty();
       case ScalarType::boolean: return B.getInt1Ty();
+      case ScalarType::i32: return B.getInt32Ty();
     }
     return nullptr;
   }
@@ -83,7 +85,16 @@ struct Lowerer {
   llvm::Value* cast(llvm::Value* v, Type from, Type to) {
     const ScalarType f = from.scalar, t = to.scalar;
     llvm::Type* dst = type(to);
-    if (f == ScalarType::i64) return B.CreateSIToFP(v, dst);
+    if (f == ScalarType::i64 || f == ScalarType::i32) return B.CreateSIToFP(v, dst);
+    if (t == ScalarType::i32) {
+      // Round to nearest, ties to even; NaN and out-of-range lanes give INT32_MIN. fptosi is
+      // poison out of range, but select never picks those lanes.
+      llvm::Value* r = intrinsic(llvm::Intrinsic::roundeven, type(from), {v});
+      llvm::Value* lo = llvm::ConstantFP::get(type(from), -2147483648.0);
+      llvm::Value* hi = llvm::ConstantFP::get(type(from), 2147483648.0);
+      llvm::Value* fits = B.CreateAnd(B.CreateFCmpOGE(r, lo), B.CreateFCmpOLT(r, hi));
+      return B.CreateSelect(fits, B.CreateFPToSI(r, dst), splat_int(to, INT32_MIN, 32));
+    }
     if (f == ScalarType::bf16) {
       llvm::Value* w = bf16_to_f32(v, from);
       return t == ScalarType::f32 ? w : B.CreateFPExt(w, dst);
@@ -91,6 +102,23 @@ struct Lowerer {
     if (t == ScalarType::bf16) return f32_to_bf16(v, from);
     if (size_bytes(t) > size_bytes(f)) return B.CreateFPExt(v, dst);
     return B.CreateFPTrunc(v, dst);  // f64->f32, f32->f16: RNE
+  }
+
+  // The host C library's function, lane by lane. `nobuiltin` keeps LLVM from treating the call
+  // as its own idea of expf (folding, or widening to a vector library with other rounding).
+  llvm::Value* libm_call(MathFn f, llvm::Value* v, Type t) {
+    llvm::Module& mod = *fn->getParent();
+    llvm::FunctionCallee callee = mod.getOrInsertFunction(f == MathFn::expf ? "expf" : "logf", B.getFloatTy(), B.getFloatTy());
+    auto one = [&](llvm::Value* x) {
+      llvm::CallInst* c = B.CreateCall(callee, {x});
+      c->addFnAttr(llvm::Attribute::NoBuiltin);
+      return c;
+    };
+    if (t.lanes == 1) return one(v);
+    llvm::Value* out = llvm::PoisonValue::get(type(t));
+    for (int l = 0; l < t.lanes; ++l)
+      out = B.CreateInsertElement(out, one(B.CreateExtractElement(v, uint64_t(l))), uint64_t(l));
+    return out;
   }
 
   // Values of one expression, one per instance in flight.
@@ -150,6 +178,12 @@ struct Lowerer {
           break;
         }
         case Op::And: v = B.CreateAnd(A(0), A(1)); break;
+        case Op::Or: v = B.CreateOr(A(0), A(1)); break;
+        case Op::Shl: v = B.CreateShl(A(0), A(1)); break;
+        case Op::Shr: v = B.CreateAShr(A(0), A(1)); break;
+        case Op::BitAnd: v = B.CreateAnd(A(0), A(1)); break;
+        case Op::Bitcast: v = B.CreateBitCast(A(0), type(t)); break;
+        case Op::Call: v = libm_call(static_cast<MathFn>(e.index), A(0), t); break;
         case Op::Select: v = B.CreateSelect(A(0), A(1), A(2)); break;
         case Op::Cast: v = cast(A(0), e.args[0]->type, t); break;
         case Op::Broadcast: v = B.CreateVectorSplat(static_cast<unsigned>(t.lanes), A(0)); break;

@@ -10,7 +10,7 @@
 
 namespace ordo {
 
-enum class OpKind : uint8_t { layer_norm, rms_norm, var_mean };
+enum class OpKind : uint8_t { layer_norm, rms_norm, var_mean, softmax, log_softmax };
 std::string_view name(OpKind op);
 std::optional<OpKind> parse_op(std::string_view s);
 

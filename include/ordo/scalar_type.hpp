@@ -8,8 +8,9 @@
 namespace ordo {
 
 // f64/f32: IEEE binary64/binary32. f16: IEEE binary16. bf16: the top 16 bits of a binary32.
-// i64 is the index type; boolean is the result of comparisons.
-enum class ScalarType : uint8_t { f64, f32, f16, bf16, i64, boolean };
+// i64 is the index type; boolean is the result of comparisons. i32 exists only inside kernels,
+// for the bit manipulation of math-library algorithms (exponent fields, ldexp).
+enum class ScalarType : uint8_t { f64, f32, f16, bf16, i64, boolean, i32 };
 
 constexpr std::string_view name(ScalarType t) {
   switch (t) {
@@ -19,6 +20,7 @@ constexpr std::string_view name(ScalarType t) {
     case ScalarType::bf16: return "bf16";
     case ScalarType::i64: return "i64";
     case ScalarType::boolean: return "bool";
+    case ScalarType::i32: return "i32";
   }
   return "?";
 }
@@ -26,7 +28,7 @@ constexpr std::string_view name(ScalarType t) {
 constexpr int size_bytes(ScalarType t) {
   switch (t) {
     case ScalarType::f64: case ScalarType::i64: return 8;
-    case ScalarType::f32: return 4;
+    case ScalarType::f32: case ScalarType::i32: return 4;
     case ScalarType::f16: case ScalarType::bf16: return 2;
     case ScalarType::boolean: return 1;
   }

@@ -60,23 +60,25 @@ std::vector<Variant> variants(OpKind op) {
         names.emplace_back(n.name);
       }
   // Parameterized variants: fused updates, other lane counts, f64 accumulation.
+  const bool softmax = op == OpKind::softmax || op == OpKind::log_softmax;
   const std::vector<std::string> params =
-      op == OpKind::rms_norm
+      softmax ? std::vector<std::string>{"online(lanes=4)", "online(lanes=1)", "fast(lanes=8)"}
+      : op == OpKind::rms_norm
           ? std::vector<std::string>{"two-pass-lanes(accumulators=3,fma=all)", "two-pass-pairwise(lanes=4,block=64)",
                                      "two-pass-lanes(acc=f64)"}
           : std::vector<std::string>{"lane-welford(fma=all)", "lane-welford(lanes=16,chunk=4,acc=f64)",
                                      "sequential-welford(acc=f64)", "two-pass-lanes(accumulators=3,fma=all)",
                                      "two-pass-pairwise(lanes=4,block=64)"};
   for (const std::string& p : params) out.push_back({p, ScalarType::f32, std::nullopt, true, true});
-  if (op != OpKind::var_mean) {
+  if (op == OpKind::layer_norm || op == OpKind::rms_norm) {
     out.push_back({"fast", ScalarType::bf16, ScalarType::f32, true, op == OpKind::layer_norm});  // mixed dtypes
     out.push_back({"fast", ScalarType::f32, std::nullopt, false, false});
   }
   // Rows in lock step, including a group size that does not divide kRows (the clamped tail).
-  const std::string lane_order = op == OpKind::rms_norm ? "fast" : "lane-welford";
+  const std::string lane_order = op == OpKind::rms_norm ? "fast" : softmax ? "torch1.13-cpu-default" : "lane-welford";
   out.push_back({lane_order, ScalarType::f32, std::nullopt, true, op == OpKind::layer_norm, 2});
   out.push_back({lane_order, ScalarType::bf16, std::nullopt, true, op == OpKind::layer_norm, 3});
-  out.push_back({"two-pass-sequential", ScalarType::f32, std::nullopt, true, op == OpKind::layer_norm, 1});
+  out.push_back({softmax ? "torch1.13-cpu-avx2" : "two-pass-sequential", ScalarType::f32, std::nullopt, true, op == OpKind::layer_norm, 1});
   if (op == OpKind::layer_norm) {
     out.push_back({"torch1.13-cpu-avx2", ScalarType::f32, std::nullopt, true, true, 3});
     out.push_back({"torch1.13-cpu-avx2", ScalarType::f32, std::nullopt, false, false});
@@ -110,7 +112,7 @@ void sweep(OpKind op) {
       r.x_dtype = v.dtype;
       r.weight_dtype = v.weight_dtype;
       r.allow_mixed_dtypes = v.weight_dtype.has_value();
-      r.has_weight = op != OpKind::var_mean && v.weight;
+      r.has_weight = (op == OpKind::layer_norm || op == OpKind::rms_norm) && v.weight;
       r.has_bias = op == OpKind::layer_norm && v.bias;
       r.rows_in_flight = v.rows_in_flight;
       const std::vector<uint8_t> x = sweep_x(v.dtype, n);
@@ -142,6 +144,8 @@ void sweep(OpKind op) {
 TEST_CASE("layer_norm: every backend matches the interpreter bit for bit") { sweep(OpKind::layer_norm); }
 TEST_CASE("rms_norm: every backend matches the interpreter bit for bit") { sweep(OpKind::rms_norm); }
 TEST_CASE("var_mean: every backend matches the interpreter bit for bit") { sweep(OpKind::var_mean); }
+TEST_CASE("softmax: every backend matches the interpreter bit for bit") { sweep(OpKind::softmax); }
+TEST_CASE("log_softmax: every backend matches the interpreter bit for bit") { sweep(OpKind::log_softmax); }
 
 // Orders whose rounding depends on the launch's row count (grid_extent): enough rows that both
 // sides of the boundary run, compared bitwise.

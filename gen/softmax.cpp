@@ -1,0 +1,220 @@
+// softmax and log_softmax over the last dim, one program instance per row.
+//   softmax:     y = exp(x - max) / sum(exp(x - max))
+//   log_softmax: y = (x - max) - log(sum(exp(x - max)))
+// The SoftmaxOrder (ir/order.hpp) decides how the max and the sum are reduced, which exp and
+// log run where, and how y is formed. Arithmetic is f32; 16-bit storage is widened on load
+// and rounded once at the store.
+#include <fmt/format.h>
+
+#include <limits>
+
+#include "gen/gen.hpp"
+#include "gen/math.hpp"
+#include "gen/row.hpp"
+#include "ir/error.hpp"
+
+namespace ordo::gen {
+
+using namespace ordo::ir;
+
+namespace {
+
+constexpr float kInf = std::numeric_limits<float>::infinity();
+using Combine = std::function<ExprRef(ExprRef, ExprRef)>;
+// Values of the reduced sequence at columns [col, col+lanes), f32.
+using ValueFn = std::function<ExprRef(ExprRef col, int lanes)>;
+
+ExprRef f32c(float v, int lanes = 1) {
+  ExprRef c = constant(Type{ScalarType::f32, 1}, static_cast<double>(v));
+  return lanes > 1 ? broadcast(c, lanes) : c;
+}
+ExprRef lt(ExprRef a, ExprRef b) { return binary(Op::Lt, std::move(a), std::move(b)); }
+ExprRef eq(ExprRef a, ExprRef b) { return binary(Op::Eq, std::move(a), std::move(b)); }
+
+// PyTorch's vectorized maximum: a > b ? a : b, and NaN when a (or, through the comparison, b)
+// is NaN. Unlike IEEE maximum it keeps b for a == b, so max(+0, -0) is -0.
+ExprRef eager_max(ExprRef a, ExprRef b) { return select(lt(b, a), a, select(binary(Op::Ne, a, a), a, b)); }
+// std::max(m, x) = m < x ? x : m, as PyTorch's scalar loops use it: a NaN x is skipped.
+ExprRef scalar_max(ExprRef m, ExprRef x) { return select(lt(m, x), x, m); }
+
+ExprRef fold(std::vector<ExprRef> v, LaneFold f, const Combine& op) {
+  if (f == LaneFold::Sequential) {
+    ExprRef acc = v[0];
+    for (size_t i = 1; i < v.size(); ++i) acc = op(acc, v[i]);
+    return acc;
+  }
+  while (v.size() > 1) {
+    const size_t half = v.size() / 2;
+    std::vector<ExprRef> next(half);
+    for (size_t i = 0; i < half; ++i) next[i] = f == LaneFold::Halving ? op(v[i], v[i + half]) : op(v[2 * i], v[2 * i + 1]);
+    v = std::move(next);
+  }
+  return v[0];
+}
+
+std::vector<ExprRef> lanes_of(Builder& b, const ExprRef& vec, const std::string& name) {
+  if (vec->type.lanes == 1) return {vec};
+  std::vector<ExprRef> out;
+  for (int l = 0; l < vec->type.lanes; ++l) out.push_back(b.let(fmt::format("{}.{}", name, l), extract(vec, l)));
+  return out;
+}
+
+// PyTorch's reduce_all / map_reduce_all over a row of n values: the first vector of V values
+// initialises V lanes, every further full vector combines into them, the n mod V tail combines
+// into lanes 0..r-1, and the lanes fold by `f`. Rows shorter than V combine left to right.
+ExprRef reduce_all(Builder& b, int64_t n, int V, LaneFold f, const ValueFn& value, const Combine& op, const std::string& name) {
+  int acc = b.local(name, Type{ScalarType::f32, 1});
+  if (n < V) {
+    b.assign(acc, value(index_const(0), 1));
+    if (n > 1)
+      b.for_range("col", index_const(1), index_const(n), 1, [&](ExprRef c) { b.assign(acc, op(b.get(acc), value(c, 1))); });
+    return b.get(acc);
+  }
+  const int64_t full = n - n % V;
+  int lanes = b.local(name + ".lanes", Type{ScalarType::f32, V});
+  b.assign(lanes, value(index_const(0), V));
+  if (full > V)
+    b.for_range("col", index_const(V), index_const(full), V, [&](ExprRef c) { b.assign(lanes, op(b.get(lanes), value(c, V))); });
+  std::vector<ExprRef> l = lanes_of(b, b.get(lanes), name + ".lane");
+  for (int64_t t = 0; t < n % V; ++t) l[size_t(t)] = op(l[size_t(t)], value(index_const(full + t), 1));
+  b.assign(acc, fold(std::move(l), f, op));
+  return b.get(acc);
+}
+
+struct Softmax {
+  const Request& r;
+  const SoftmaxOrder& o;
+  Builder& b;
+  Row row;
+  int x = -1, y = -1;
+  bool log = false;
+
+  ExprRef load(ExprRef col, int lanes) { return row.load_as(x, std::move(col), lanes, ScalarType::f32); }
+  ExprRef splat(const ExprRef& s, int lanes) { return lanes > 1 ? broadcast(s, lanes) : s; }
+
+  // The output pass: y from x, the row max and the sum of exponentials, over vectors of
+  // `lanes` then the tail; `exp_at(col)` says which exp produced the sum's term at col.
+  void write_outputs(const ExprRef& mx, const ExprRef& sum, int lanes, const std::function<MathImpl(bool tail)>& exp_at) {
+    if (log) {
+      ExprRef ls = b.let("log_sum", log_f32(b, o.log, sum));
+      row.for_each(lanes, [&](ExprRef col, int n) { row.store_as(y, col, sub(sub(load(col, n), splat(mx, n)), splat(ls, n))); });
+      return;
+    }
+    ExprRef inv = o.multiply_by_reciprocal ? b.let("inv_sum", div(f32c(1.0f), sum)) : nullptr;
+    row.for_each(lanes, [&](ExprRef col, int n) {
+      ExprRef e = exp_f32(b, exp_at(n == 1 && lanes > 1), sub(load(col, n), splat(mx, n)));
+      row.store_as(y, col, inv ? mul(e, splat(inv, n)) : div(e, splat(sum, n)));
+    });
+  }
+
+  void two_pass() {
+    const int V = o.lanes;
+    ExprRef mx = reduce_all(b, r.cols, V, o.fold, [&](ExprRef c, int n) { return load(c, n); }, eager_max, "max");
+    ExprRef sum = reduce_all(b, r.cols, V, o.fold, [&](ExprRef c, int n) {
+      return exp_f32(b, o.exp, sub(load(c, n), splat(mx, n)));
+    }, [](ExprRef a, ExprRef c) { return add(a, c); }, "sum");
+    write_outputs(mx, sum, V, [&](bool) { return o.exp; });
+  }
+
+  // PyTorch 1.13's bf16 softmax (docs/research/softmax-torch1.13.md, section 7).
+  void staged() {
+    if (log) throw Error("the staged (PyTorch bf16 softmax) order has no log_softmax form");
+    const int V = o.lanes;
+    const int64_t N = r.cols, pairs_end = N - N % (2 * V), full_end = N - N % V;
+    int m = b.local("max.lanes", Type{ScalarType::f32, V});
+    b.assign(m, f32c(-kInf, V));
+    if (pairs_end > 0)
+      b.for_range("col", index_const(0), index_const(pairs_end), 2 * V, [&](ExprRef c) {
+        b.assign(m, eager_max(b.get(m), load(c, V)));
+        b.assign(m, eager_max(b.get(m), load(add(c, index_const(V)), V)));
+      });
+    int mx = b.local("max", Type{ScalarType::f32, 1});
+    b.assign(mx, fold(lanes_of(b, b.get(m), "max.lane"), o.fold, eager_max));
+    if (pairs_end < N)
+      b.for_range("col", index_const(pairs_end), index_const(N), 1, [&](ExprRef c) { b.assign(mx, scalar_max(b.get(mx), load(c, 1))); });
+    const ExprRef mxv = b.get(mx);
+    int s = b.local("sum.lanes", Type{ScalarType::f32, V});
+    b.assign(s, f32c(0.0f, V));
+    if (full_end > 0)
+      b.for_range("col", index_const(0), index_const(full_end), V, [&](ExprRef c) {
+        b.assign(s, add(b.get(s), exp_f32(b, o.exp, sub(load(c, V), splat(mxv, V)))));
+      });
+    int sum = b.local("sum", Type{ScalarType::f32, 1});
+    b.assign(sum, fold(lanes_of(b, b.get(s), "sum.lane"), o.fold, [](ExprRef a, ExprRef c) { return add(a, c); }));
+    if (full_end < N)
+      b.for_range("col", index_const(full_end), index_const(N), 1, [&](ExprRef c) {
+        b.assign(sum, add(b.get(sum), exp_f32(b, o.tail_exp, sub(load(c, 1), mxv))));
+      });
+    write_outputs(mxv, b.get(sum), V, [&](bool tail) { return tail ? o.tail_exp : o.exp; });
+  }
+
+  // exp(x - m) for an element x under the running max m; an -inf element adds 0 even when m
+  // is still -inf (where x - m would be NaN).
+  ExprRef term(const ExprRef& xv, const ExprRef& m, int lanes) {
+    return select(eq(xv, f32c(-kInf, lanes)), f32c(0.0f, lanes), exp_f32(b, o.exp, sub(xv, m)));
+  }
+  // The factor that moves a sum taken under max m to max m' >= m: exp(m - m'), exactly 1 when
+  // they are equal (including both -inf).
+  ExprRef rescale(const ExprRef& m, const ExprRef& m_new, int lanes) {
+    return select(eq(m, m_new), f32c(1.0f, lanes), exp_f32(b, o.exp, sub(m, m_new)));
+  }
+
+  void online() {
+    const int V = o.lanes;
+    const int64_t N = r.cols, full_end = N - N % V;
+    int M = b.local("max", Type{ScalarType::f32, 1}), S = b.local("sum", Type{ScalarType::f32, 1});
+    if (full_end > 0) {
+      int m = b.local("max.lanes", Type{ScalarType::f32, V}), s = b.local("sum.lanes", Type{ScalarType::f32, V});
+      b.assign(m, load(index_const(0), V));
+      b.assign(s, term(load(index_const(0), V), b.get(m), V));
+      if (full_end > V)
+        b.for_range("col", index_const(V), index_const(full_end), V, [&](ExprRef c) {
+          ExprRef xv = b.let("xv", load(c, V));
+          ExprRef m_new = b.let("max.new", binary(Op::Max, b.get(m), xv));
+          b.assign(s, add(mul(b.get(s), rescale(b.get(m), m_new, V)), term(xv, m_new, V)));
+          b.assign(m, m_new);
+        });
+      std::vector<ExprRef> ml = lanes_of(b, b.get(m), "max.lane"), sl = lanes_of(b, b.get(s), "sum.lane");
+      b.assign(M, ml[0]);
+      b.assign(S, sl[0]);
+      for (int l = 1; l < V; ++l) {
+        ExprRef m_new = b.let("max.new", binary(Op::Max, b.get(M), ml[size_t(l)]));
+        b.assign(S, add(mul(b.get(S), rescale(b.get(M), m_new, 1)), mul(sl[size_t(l)], rescale(ml[size_t(l)], m_new, 1))));
+        b.assign(M, m_new);
+      }
+    } else {
+      b.assign(M, f32c(-kInf));
+      b.assign(S, f32c(0.0f));
+    }
+    if (full_end < N)
+      b.for_range("col", index_const(full_end), index_const(N), 1, [&](ExprRef c) {
+        ExprRef xv = b.let("xv", load(c, 1));
+        ExprRef m_new = b.let("max.new", binary(Op::Max, b.get(M), xv));
+        b.assign(S, add(mul(b.get(S), rescale(b.get(M), m_new, 1)), term(xv, m_new, 1)));
+        b.assign(M, m_new);
+      });
+    write_outputs(b.get(M), b.get(S), V, [&](bool) { return o.exp; });
+  }
+};
+
+}  // namespace
+
+Kernel build_softmax(const Request& r, const Order& order) {
+  Kernel k;
+  const bool log = r.op == OpKind::log_softmax;
+  k.name = log ? "log_softmax" : "softmax";
+  Builder b(k);
+  const int x = b.buffer("x", r.x_dtype, false, Extent::rows_by_cols);
+  const int y = b.buffer("y", r.x_dtype, true, Extent::rows_by_cols);
+  Softmax s{r, order.softmax, b, Row(b, r.cols), x, y, log};
+  b.region(log ? "log_softmax" : "softmax", describe(order.softmax), [&] {
+    switch (order.softmax.kind) {
+      case SoftmaxOrder::Kind::TwoPass: s.two_pass(); break;
+      case SoftmaxOrder::Kind::Staged: s.staged(); break;
+      case SoftmaxOrder::Kind::Online: s.online(); break;
+    }
+  });
+  return k;
+}
+
+}  // namespace ordo::gen
