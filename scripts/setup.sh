@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# Installs what is missing (Debian packages only), then configures and builds ordo into build/.
+# Installs what is missing (Debian packages, and onnxruntime from PyPI into a venv), then
+# configures and builds ordo into build/.
 # Safe to run again: it installs nothing that is present and rebuilds incrementally.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-packages=(cmake make g++ llvm-19-dev libfmt-dev doctest-dev python3-torch python3-numpy)
+packages=(cmake make g++ llvm-19-dev libfmt-dev doctest-dev python3-torch python3-numpy python3-venv python3-pip)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -15,6 +16,16 @@ if ((${#missing[@]})); then
   [ "$(id -u)" = 0 ] || sudo="sudo"
   $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+# onnxruntime is a reference for tests only. Debian has no package, and its system python is
+# externally managed, so it goes into a venv that also sees the system's torch and numpy.
+onnxruntime_version=1.32.0
+pyenv=build/pyenv
+if ! "$pyenv/bin/python3" -c "import onnxruntime, sys; sys.exit(onnxruntime.__version__ != '$onnxruntime_version')" 2>/dev/null; then
+  echo "setup: installing onnxruntime $onnxruntime_version into $pyenv"
+  /usr/bin/python3 -m venv --system-site-packages "$pyenv"
+  "$pyenv/bin/pip" install --quiet --disable-pip-version-check "onnxruntime==$onnxruntime_version"
 fi
 
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null

@@ -190,6 +190,7 @@ CompareReport compare_orders(const CompareOptions& opt) {
   rep.primary = opt.base.op == OpKind::var_mean ? "var" : "y";
   std::map<std::string, std::vector<double>> ref;
   for (const std::string& name : opt.orders) {
+    if (opt.progress) opt.progress(rep.results.size(), opt.orders.size(), name);
     OrderResult res;
     res.order = name;
     try {
@@ -224,6 +225,7 @@ CompareReport compare_orders(const CompareOptions& opt) {
           max_abs = std::isnan(err) ? err : std::max(max_abs, err);
           int64_t u = ulp_distance(a.dtype, h.bytes[i].data(), rounded.data(), j);
           max_ulp = (u < 0 || max_ulp < 0) ? -1 : std::max(max_ulp, u);
+          if (a.name == rep.primary) res.primary_ulps.push_back(u);
         }
         res.max_abs_err[a.name] = max_abs;
         res.max_ulp[a.name] = max_ulp;
@@ -233,6 +235,7 @@ CompareReport compare_orders(const CompareOptions& opt) {
     }
     rep.results.push_back(std::move(res));
   }
+  if (opt.progress) opt.progress(rep.results.size(), opt.orders.size(), "");
   const ScalarType t = opt.base.x_dtype;
   for (OrderResult& a : rep.results) {
     for (const OrderResult& b : rep.results) {

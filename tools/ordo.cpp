@@ -5,12 +5,17 @@
 #include <algorithm>
 #include <charconv>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
+#include <filesystem>
+#include <functional>
 #include <iostream>
 #include <map>
 #include <optional>
 #include <string>
 #include <vector>
+
+#include <unistd.h>
 
 #include "backends/llvm/llvm_backend.hpp"
 #include "gen/gen.hpp"
@@ -18,6 +23,7 @@
 #include "ordo/compare.hpp"
 #include "ordo/npy.hpp"
 #include "ordo/ordo.hpp"
+#include "ordo/plot.hpp"
 
 namespace {
 
@@ -30,6 +36,7 @@ usage:
                 --in NAME=FILE.npy ... --out NAME=FILE.npy ...
   ordo orders [op]
   ordo compare <op> [--orders a,b,...] [--rows R --cols N --dtype T --seed S --offset O --scale S]
+                   [--plot FILE.png]  (a histogram of ULP distances from float64, one panel per order)
   ordo emit --ir|--llvm <op> --order NAME [--cols N --dtype T]
   ordo bench <op> --order NAME [--rows R --cols N --dtype T --threads T] [--baseline copy] --json
   ordo demo        layer_norm in every order on one default input: distance, agreement, time
@@ -280,6 +287,31 @@ int cmd_orders(int argc, char** argv) {
   return 0;
 }
 
+// Fails before any work when `path` cannot be created: its directory must exist.
+void check_output_path(const std::string& option, const std::string& path) {
+  namespace fs = std::filesystem;
+  const fs::path parent = fs::path(path).parent_path();
+  std::error_code ec;
+  if (!parent.empty() && !fs::is_directory(parent, ec))
+    throw Error(fmt::format("{} {}: directory '{}' does not exist", option, path, parent.string()));
+  if (fs::is_directory(path, ec)) throw Error(fmt::format("{} {}: is a directory", option, path));
+}
+
+// A progress callback that stays silent for the first second, then reports each step on
+// stderr: one line rewritten in place on a terminal, one line per step otherwise.
+std::function<void(size_t, size_t, const std::string&)> progress_line(std::string what) {
+  const auto start = std::chrono::steady_clock::now();
+  const bool tty = isatty(fileno(stderr));
+  return [=](size_t done, size_t total, const std::string& item) {
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (s < 1.0) return;
+    const std::string line = item.empty() ? fmt::format("{}: {}/{} done in {:.1f} s", what, done, total, s)
+                                          : fmt::format("{}: {}/{} {:.1f} s, running {}", what, done, total, s, item);
+    if (tty) fmt::print(stderr, "\r\033[K{}{}", line, item.empty() ? "\n" : "");
+    else fmt::print(stderr, "{}\n", line);
+  };
+}
+
 std::vector<std::string> default_orders(ordo::OpKind op) {
   std::vector<std::string> out;
   for (const ordo::gen::NamedOrder& n : ordo::gen::named_orders())
@@ -304,8 +336,18 @@ int compare(const Args& a, ordo::OpKind op, int64_t default_rows) {
     r.order = name;
     ordo::gen::resolve(r);
   }
+  std::optional<std::string> plot = a.get("plot");
+  if (plot) check_output_path("--plot", *plot);
+  o.progress = progress_line("compare");
   ordo::CompareReport rep = ordo::compare_orders(o);
   fmt::print("{}", ordo::format_report(rep));
+  if (plot && std::all_of(rep.results.begin(), rep.results.end(), [](const ordo::OrderResult& r) { return r.error.empty(); })) {
+    std::vector<ordo::UlpHistogramPanel> panels;
+    for (const ordo::OrderResult& r : rep.results) panels.push_back({r.order, r.primary_ulps});
+    ordo::write_ulp_histogram_png(*plot, fmt::format("ordo compare {}: ULP distance of {} from float64, N={} rows={} {}", ordo::name(op),
+                                                     rep.primary, o.base.cols, o.rows, ordo::name(o.base.x_dtype)), panels);
+    fmt::print("\nwrote {}\n", *plot);
+  }
   for (const ordo::OrderResult& r : rep.results)
     if (!r.error.empty()) {
       fmt::print(stderr, "ordo: internal error: order {} failed: {}\n", r.order, r.error);
@@ -316,7 +358,7 @@ int compare(const Args& a, ordo::OpKind op, int64_t default_rows) {
 
 int cmd_compare(int argc, char** argv) {
   std::vector<std::string> values = kRequestValues;
-  values.insert(values.end(), {"orders", "rows", "seed", "offset", "scale", "repeats"});
+  values.insert(values.end(), {"orders", "rows", "seed", "offset", "scale", "repeats", "plot"});
   Args a = Args::parse(argc, argv, 2, kRequestFlags, values);
   if (a.get("order")) throw Error("compare takes --orders a,b,...");
   return compare(a, parse_op_arg(a), 64);

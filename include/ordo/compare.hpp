@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -43,6 +44,9 @@ struct CompareOptions {
   double offset = 0, scale = 1;
   std::vector<std::string> orders;
   int repeats = 5;
+  // Called before each order runs (done = orders finished so far) and once at the end
+  // (done == total, order empty). The CLI draws its progress line from it.
+  std::function<void(size_t done, size_t total, const std::string& order)> progress;
 };
 
 struct OrderResult {
@@ -52,6 +56,7 @@ struct OrderResult {
   std::map<std::string, double> max_abs_err;  // per output, against float64
   std::map<std::string, int64_t> max_ulp;     // per output, against float64 rounded to the output type
   std::vector<double> identical;              // fraction of the primary output bit-identical to each order
+  std::vector<int64_t> primary_ulps;          // per element of the primary output: ULPs from float64 (-1: NaN mismatch)
   double seconds = 0;                         // fastest of `repeats` runs
   double gbps = 0;
 };

@@ -90,6 +90,29 @@ def expect_outputs(specs, ind, value_check=None):
     return check
 
 
+def softmax_values(ind):
+    def check(out):
+        x = np.load(f"{ind}/x.npy").astype(np.float64)
+        e = np.exp(x - x.max(-1, keepdims=True))
+        y = np.load(f"{out}/y.npy")
+        if not np.allclose(y, e / e.sum(-1, keepdims=True), rtol=1e-5, atol=1e-7):
+            return "softmax y differs from numpy"
+        return None
+    return check
+
+
+def expect_png(name):
+    """Success check: the only file is a PNG (its signature and IHDR chunk)."""
+    def check(out):
+        if sorted(os.listdir(out)) != [name]:
+            return f"out dir holds {sorted(os.listdir(out))}, expected [{name!r}]"
+        head = open(f"{out}/{name}", "rb").read(16)
+        if head[:8] != b"\x89PNG\r\n\x1a\n" or head[12:16] != b"IHDR":
+            return f"{name} is not a PNG"
+        return None
+    return check
+
+
 def layer_norm_values(ind, with_affine):
     def check(out):
         y_ref, mean_ref = ref_layer_norm(ind, with_affine)
@@ -174,6 +197,21 @@ def cases(ind):
              ["/nonexistent_dir/mean.npy"], note="writes follow the kernel's argument order, not the command line's"),
         Case("output path is a directory", ln("--out", "y={out}/y_dir", out=()), ["y_dir"], dirs=["y_dir"],
              note="the rename fails after the temporary file is complete; it must be removed"),
+        # softmax and log_softmax take x only and write y.
+        Case("softmax valid", ln(op="softmax", order="torch1.13-cpu-avx2"), None,
+             check=expect_outputs([("y", (ROWS, N), "<f4")], ind, softmax_values(ind))),
+        Case("softmax with a weight", ln("--in", W, op="softmax"), ["softmax has no input 'weight'"]),
+        Case("log_softmax unknown --out", ln(op="log_softmax", out=("mean",)), ["'mean'", "log_softmax"]),
+        Case("softmax layer_norm-only order", ln(op="softmax", order="torch-decomp-cpu"), ["torch-decomp-cpu", "softmax"]),
+        # compare --plot: the directory is checked before any work, and nothing is written.
+        Case("compare --plot into a missing directory",
+             ["compare", "softmax", "--cols", "16", "--rows", "2", "--plot", "/nonexistent_dir/p.png"],
+             ["--plot", "/nonexistent_dir"]),
+        Case("compare --plot is a directory",
+             ["compare", "softmax", "--cols", "16", "--rows", "2", "--plot", "{out}/p_dir"], ["--plot", "is a directory"],
+             dirs=["p_dir"]),
+        Case("compare --plot valid", ["compare", "log_softmax", "--cols", "16", "--rows", "2", "--plot", "{out}/p.png"],
+             None, check=expect_png("p.png")),
     ]
 
 

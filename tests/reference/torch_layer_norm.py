@@ -17,6 +17,7 @@ import tempfile
 
 import numpy as np
 
+from bits import same_bits, to_bf16_bits
 from summary import print_summary
 
 TORCH_WORKER = r'''
@@ -76,32 +77,8 @@ def rows_for(n):
     return 6 if n > 10000 else 24
 
 
-def to_bf16_bits(a):
-    """float32 -> bfloat16 bit patterns, round to nearest even (inputs here are finite)."""
-    u = a.astype(np.float32).view(np.uint32).astype(np.uint64)
-    return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
-
-
-def as_float(a):
-    return (a.astype(np.uint32) << 16).view(np.float32) if a.dtype == np.uint16 else a
-
-
 def bf16_sweep_decomp(quick):
     return [1, 7, 17, 100, 1025, 4097, 65537] if not quick else [17, 1025]
-
-
-def same_bits(a, b):
-    """Bit-identical, with every NaN equal to every NaN (NaN payloads are unspecified)."""
-    if a.shape != b.shape or a.dtype != b.dtype:
-        return False, f"shape/dtype {a.shape}/{a.dtype} vs {b.shape}/{b.dtype}"
-    ua, ub = (a, b) if a.dtype == np.uint16 else (a.view(np.uint32), b.view(np.uint32))
-    a, b = as_float(a), as_float(b)
-    nan = np.isnan(a) & np.isnan(b)
-    bad = (ua != ub) & ~nan
-    if bad.any():
-        i = np.flatnonzero(bad.ravel())[0]
-        return False, f"{int(bad.sum())} of {a.size} differ; first at {i}: ordo {a.ravel()[i]!r} torch {b.ravel()[i]!r}"
-    return True, ""
 
 
 def main():

@@ -1,0 +1,28 @@
+"""Bit-pattern helpers the reference tests share. bf16 arrays travel as uint16 bit patterns."""
+import numpy as np
+
+
+def to_bf16_bits(a):
+    """float32 -> bfloat16 bit patterns, round to nearest even; NaN stays a quiet NaN."""
+    f = np.asarray(a, dtype=np.float32)
+    u = f.view(np.uint32).astype(np.uint64)
+    bits = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+    return np.where(np.isnan(f), np.uint16(0x7FC0), bits).astype(np.uint16)
+
+
+def as_float(a):
+    return (a.astype(np.uint32) << 16).view(np.float32) if a.dtype == np.uint16 else a
+
+
+def same_bits(a, b):
+    """Bit-identical, with every NaN equal to every NaN (NaN payloads are unspecified).
+    Returns (ok, message naming the first difference)."""
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False, f"shape/dtype {a.shape}/{a.dtype} vs {b.shape}/{b.dtype}"
+    ua, ub = (a, b) if a.dtype == np.uint16 else (a.view(np.uint32), b.view(np.uint32))
+    fa, fb = as_float(a), as_float(b)
+    bad = (ua != ub) & ~(np.isnan(fa) & np.isnan(fb))
+    if bad.any():
+        i = np.flatnonzero(bad.ravel())[0]
+        return False, f"{int(bad.sum())} of {a.size} differ; first at {i}: ordo {fa.ravel()[i]!r} reference {fb.ravel()[i]!r}"
+    return True, ""

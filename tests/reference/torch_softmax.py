@@ -1,0 +1,132 @@
+#!/usr/bin/python3
+"""Bit-exact check of ordo's PyTorch 1.13 softmax and log_softmax orders against the installed torch.
+
+torch runs in a subprocess per CPU capability (ATEN_CPU_CAPABILITY is read once, at import)
+and writes torch.softmax / torch.log_softmax over the last dim as .npy; `ordo run` with the
+capability's order must produce the same bit patterns. The value ranges include masked rows
+(-inf), rows with NaN and +inf (which propagate), huge offsets and underflowing exponentials.
+A missing torch is a failure, never a skip.
+"""
+import argparse
+import itertools
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+
+from bits import same_bits, to_bf16_bits
+from summary import print_summary
+
+TORCH_WORKER = r'''
+import json, sys
+import numpy as np
+import torch
+torch.set_num_threads(1)
+for c in json.load(open(sys.argv[1])):
+    a = np.load(c["x"])
+    x = torch.from_numpy(a.astype(np.int16)).view(torch.bfloat16) if a.dtype == np.uint16 else torch.from_numpy(a)
+    y = torch.softmax(x, -1) if c["op"] == "softmax" else torch.log_softmax(x, -1)
+    np.save(c["want"], y.view(torch.int16).numpy().astype(np.uint16) if y.dtype == torch.bfloat16 else y.numpy())
+print(torch.__version__)
+'''
+
+N_SWEEP = [1, 2, 3, 5, 7, 8, 9, 15, 16, 17, 31, 32, 33, 100, 127, 128, 129, 1000, 1023, 1024, 1025, 4096, 4097,
+           10000, 65537, 70001]
+
+
+def make_x(rng, kind, rows, n):
+    """Rows of one value range. Every kind is chosen to exercise a different part of the order."""
+    if kind == "normal":
+        return rng.standard_normal((rows, n))
+    if kind == "spread10":  # exps spanning many binades: the sum order matters
+        return 10 * rng.standard_normal((rows, n))
+    if kind == "offset1e4":  # x - max must be exact before exp
+        return 1e4 + 1e-3 * rng.standard_normal((rows, n))
+    if kind == "underflow":  # exp near and below its subnormal and zero cutoffs
+        return rng.uniform(-120, 0, (rows, n))
+    if kind == "masked":  # attention-style masking; one row keeps a single finite entry
+        x = rng.standard_normal((rows, n))
+        x[rng.random((rows, n)) < 0.4] = -np.inf
+        x[0, :] = -np.inf
+        x[0, n // 2] = 1.5
+        return x
+    if kind == "nan_inf":  # NaN and +inf propagate; an all -inf row gives NaN
+        x = rng.standard_normal((rows, n))
+        x[0, n // 3] = np.nan
+        if rows > 1:
+            x[1, n - 1] = np.inf
+        if rows > 2:
+            x[2, :] = -np.inf
+        return x
+    if kind == "equal":
+        return np.full((rows, n), 0.75)
+    raise ValueError(kind)
+
+
+KINDS = ["normal", "spread10", "offset1e4", "underflow", "masked", "nan_inf", "equal"]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--ordo", required=True)
+    ap.add_argument("--quick", action="store_true", help="fewer shapes")
+    args = ap.parse_args()
+    try:
+        import torch  # noqa: F401  (the workers import it; fail here with a clear message)
+    except ImportError:
+        print("FAIL: PyTorch is not importable by", sys.executable, "- install python3-torch (scripts/setup.sh)")
+        return 1
+
+    rng = np.random.default_rng(20261122)
+    tmp = tempfile.mkdtemp(prefix="ordo_softmax_")
+    sweep = N_SWEEP if not args.quick else [1, 7, 9, 17, 129, 1025]
+    cases = []
+    for op, dtype, n, kind in itertools.product(["softmax", "log_softmax"], ["f32", "bf16"], sweep, KINDS):
+        rows = 2 if n > 10000 else 8
+        x = make_x(rng, kind, rows, n).astype(np.float32)
+        path = os.path.join(tmp, f"{op}_{dtype}_{n}_{kind}_x.npy")
+        np.save(path, to_bf16_bits(x) if dtype == "bf16" else x)
+        cases.append({"op": op, "dtype": dtype, "n": n, "kind": kind, "x": path})
+
+    failures = passed = 0
+    table = {}
+    for cap in ["default", "avx2"]:
+        order = "torch1.13-cpu-" + cap
+        cap_cases = []
+        for i, c in enumerate(cases):
+            c = dict(c, want=os.path.join(tmp, f"want_{cap}_{i}.npy"), got=os.path.join(tmp, f"got_{cap}_{i}.npy"))
+            cap_cases.append(c)
+        spec = os.path.join(tmp, f"cases_{cap}.json")
+        json.dump(cap_cases, open(spec, "w"))
+        env = dict(os.environ, ATEN_CPU_CAPABILITY=cap)
+        worker = subprocess.run([sys.executable, "-c", TORCH_WORKER, spec], env=env, capture_output=True, text=True)
+        if worker.returncode != 0:
+            print(f"FAIL: torch worker ({cap}) failed:\n{worker.stderr}")
+            return 1
+        print(f"torch {worker.stdout.strip()} with ATEN_CPU_CAPABILITY={cap}")
+        for c in cap_cases:
+            cmd = [args.ordo, "run", c["op"], "--order", order, "--in", "x=" + c["x"], "--out", "y=" + c["got"]]
+            r = subprocess.run(cmd, capture_output=True, text=True)
+            key = (c["op"], order, c["dtype"])
+            table.setdefault(key, [0, 0])
+            table[key][1] += 1
+            label = f"{c['op']} {order} {c['dtype']} N={c['n']} {c['kind']}"
+            if r.returncode != 0:
+                print(f"FAIL {label}: ordo exited {r.returncode}: {r.stderr.strip()}")
+                failures += 1
+                continue
+            ok, why = same_bits(np.load(c["got"]), np.load(c["want"]))
+            if ok:
+                passed += 1
+                table[key][0] += 1
+            else:
+                failures += 1
+                print(f"FAIL {label}: {why}")
+    return print_summary(table, passed, failures)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
