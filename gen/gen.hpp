@@ -22,6 +22,9 @@ struct NamedOrder {
   // The Order for a request: storage type, accumulation type, and the request itself for orders
   // whose reference switches algorithm with the shape (onnxruntime below N = 8).
   std::function<ir::Order(ScalarType storage, ScalarType acc, const Request& r)> make;
+  // Claims a reference, but the claim could not be measured on the machines ordo is tested on
+  // (the reference needs hardware they lack). `ordo orders` prints it as "unverified".
+  bool unverified = false;
 };
 
 const std::vector<NamedOrder>& named_orders();

@@ -26,23 +26,26 @@ const std::vector<OpKind> kAllOps = {OpKind::layer_norm, OpKind::rms_norm, OpKin
 // PyTorch 1.13 CPU softmax/log_softmax over the last dim (docs/research/softmax-torch1.13.md).
 // float: reduce_all trees over 8 lanes (avx2: a halving tree; default: lanes in order), exp and
 // log from Sleef u10 (avx2) or libm (default), y = e * (1/s) and (x - max) - log(s). bf16
-// softmax: the staged kernel, whose scalar tail always calls libm's expf.
-SoftmaxOrder torch113_softmax(ScalarType storage, bool avx2) {
+// softmax: the staged kernel, whose scalar tail always calls libm's expf. The avx512 build has
+// 16 float lanes and the same halving tree (its VecReduceAllSIMD in the installed headers).
+enum class Capability { base, avx2, avx512 };
+SoftmaxOrder torch113_softmax(ScalarType storage, Capability cap) {
   SoftmaxOrder s;
   s.kind = storage == f32 ? SoftmaxOrder::Kind::TwoPass : SoftmaxOrder::Kind::Staged;
-  s.lanes = 8;
-  s.fold = avx2 ? LaneFold::Halving : LaneFold::Sequential;
-  s.exp = s.log = avx2 ? MathImpl::SleefU10 : MathImpl::Libm;
+  s.lanes = cap == Capability::avx512 ? 16 : 8;
+  s.fold = cap == Capability::base ? LaneFold::Sequential : LaneFold::Halving;
+  s.exp = s.log = cap == Capability::base ? MathImpl::Libm : MathImpl::SleefU10;
   s.tail_exp = MathImpl::Libm;
   return s;
 }
 
 // PyTorch 1.13 CPU layer_norm: RowwiseMoments is linked from the portable build, so the
 // statistics never use fma; a vector is 32 bytes (8 f32 lanes, 16 bf16 lanes).
-Order torch113_layer_norm(ScalarType storage, bool affine_fma) {
+Order torch113_layer_norm(ScalarType storage, Capability cap) {
   Order o;
-  o.moments = {K::LaneWelford, f32, storage == f32 ? 8 : 16, 16, false, false, {}};
-  o.affine = {F::ScaleBias, affine_fma};
+  const int f32_lanes = cap == Capability::avx512 ? 16 : 8;
+  o.moments = {K::LaneWelford, f32, storage == f32 ? f32_lanes : 2 * f32_lanes, 16, false, false, {}};
+  o.affine = {F::ScaleBias, cap != Capability::base};
   o.round_stats_to_storage = true;  // only acts on 16-bit storage
   return o;
 }
@@ -94,8 +97,8 @@ std::vector<NamedOrder> make_table() {
                "softmax/log_softmax: sequential lane fold, libm expf/logf",
                {OpKind::layer_norm, OpKind::softmax, OpKind::log_softmax}, {f32, bf16}, true, true,
                [](ScalarType s, ScalarType, const Request&) {
-                 Order o = torch113_layer_norm(s, false);
-                 o.softmax = torch113_softmax(s, false);
+                 Order o = torch113_layer_norm(s, Capability::base);
+                 o.softmax = torch113_softmax(s, Capability::base);
                  return o;
                }});
   t.push_back({"torch1.13-cpu-avx2",
@@ -103,10 +106,20 @@ std::vector<NamedOrder> make_table() {
                "softmax/log_softmax: halving lane tree, Sleef u10 expf/logf",
                {OpKind::layer_norm, OpKind::softmax, OpKind::log_softmax}, {f32, bf16}, true, true,
                [](ScalarType s, ScalarType, const Request&) {
-                 Order o = torch113_layer_norm(s, true);
-                 o.softmax = torch113_softmax(s, true);
+                 Order o = torch113_layer_norm(s, Capability::avx2);
+                 o.softmax = torch113_softmax(s, Capability::avx2);
                  return o;
                }});
+  t.push_back({"torch1.13-cpu-avx512",
+               "PyTorch 1.13 CPU, ATEN_CPU_CAPABILITY=avx512: the avx2 orders with 16 float lanes. Derived from the "
+               "installed headers; NOT measured (needs an AVX-512 CPU, which the test machines lack)",
+               {OpKind::layer_norm, OpKind::softmax, OpKind::log_softmax}, {f32, bf16}, true, true,
+               [](ScalarType s, ScalarType, const Request&) {
+                 Order o = torch113_layer_norm(s, Capability::avx512);
+                 o.softmax = torch113_softmax(s, Capability::avx512);
+                 return o;
+               }});
+  t.back().unverified = true;
   t.push_back({"torch1.13-cpu", "PyTorch 1.13 CPU torch.var_mean(unbiased=False): sequential Welford in f64",
                {OpKind::var_mean}, {f32}, true, true, [](ScalarType, ScalarType, const Request&) {
                  Order o;
@@ -167,7 +180,7 @@ std::vector<NamedOrder> make_table() {
                  o.softmax.kind = SoftmaxOrder::Kind::Online;
                  return o;
                }});
-  t.push_back({"lane-welford", "lane-parallel Welford cascade; parameters lanes, chunk, fma=none|update|merge|all, acc",
+  t.push_back({"lane-welford", "lane-parallel Welford cascade; parameters lanes, chunk, fma=none|update|merge|all, acc, round=each|final, affine",
                {OpKind::layer_norm, OpKind::var_mean}, kAllStorage, false, false, [](ScalarType, ScalarType acc, const Request&) {
                  Order o;
                  o.moments = {K::LaneWelford, acc, 8, 16, false, false, {}};
@@ -250,8 +263,17 @@ void apply_parameters(Order& o, std::string_view params, std::string_view order_
     } else if (key == "acc") {
       if (value != "f32" && value != "f64") throw Error(fmt::format("order '{}': acc={} is not f32 or f64", order_name, value));
       o.moments.acc = value == "f32" ? f32 : f64;
+    } else if (key == "round") {  // where 16-bit storage rounds the statistics: after every op, or once at the outputs
+      if (value != "each" && value != "final") throw Error(fmt::format("order '{}': round={} is not each or final", order_name, value));
+      o.round_stats_to_storage = value == "each";
+    } else if (key == "affine") {
+      if (value == "scale-bias") o.affine.form = F::ScaleBias;
+      else if (value == "center-scale") o.affine.form = F::CenterScale;
+      else if (value == "center-divide") o.affine.form = F::CenterDivide;
+      else throw Error(fmt::format("order '{}': affine={} is not scale-bias, center-scale or center-divide", order_name, value));
     } else {
-      throw Error(fmt::format("order '{}': unknown parameter '{}' (lanes, chunk, accumulators, block, outer, fma, acc)", order_name, key));
+      throw Error(fmt::format("order '{}': unknown parameter '{}' (lanes, chunk, accumulators, block, outer, fma, acc, round, affine)",
+                              order_name, key));
     }
   }
   // A range of more than `block` terms splits at half rounded down to a multiple of `lanes`;

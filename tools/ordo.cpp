@@ -281,7 +281,7 @@ int cmd_orders(int argc, char** argv) {
     }
     if (!match) continue;
     for (ordo::ScalarType t : n.dtypes) dtypes.emplace_back(ordo::name(t));
-    fmt::print("{:<22} {:<6} [{}] [{}]\n    {}\n", n.name, n.reproduces_reference ? "exact" : "", fmt::join(ops, ","),
+    fmt::print("{:<22} {:<10} [{}] [{}]\n    {}\n", n.name, n.unverified ? "unverified" : n.reproduces_reference ? "exact" : "", fmt::join(ops, ","),
                fmt::join(dtypes, ","), n.description);
   }
   return 0;

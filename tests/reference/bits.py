@@ -26,3 +26,23 @@ def same_bits(a, b):
         i = np.flatnonzero(bad.ravel())[0]
         return False, f"{int(bad.sum())} of {a.size} differ; first at {i}: ordo {fa.ravel()[i]!r} reference {fb.ravel()[i]!r}"
     return True, ""
+
+
+def cpu_has_avx512():
+    """PyTorch's avx512 kernels need AVX-512F (and BW/VL/DQ); without them
+    ATEN_CPU_CAPABILITY=avx512 silently runs the avx2 build, so nothing can be verified."""
+    try:
+        flags = open("/proc/cpuinfo").read()
+    except OSError:
+        return False
+    return all(f in flags for f in ("avx512f", "avx512bw", "avx512vl", "avx512dq"))
+
+
+def capabilities(report):
+    """The ATEN_CPU_CAPABILITY values this machine can verify; says so when avx512 is not one."""
+    caps = ["default", "avx2"]
+    if cpu_has_avx512():
+        caps.append("avx512")
+    else:
+        report("NOT VERIFIED: torch1.13-cpu-avx512 (this CPU has no AVX-512; torch would run its avx2 kernels)")
+    return caps

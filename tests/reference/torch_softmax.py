@@ -17,7 +17,7 @@ import tempfile
 
 import numpy as np
 
-from bits import same_bits, to_bf16_bits
+from bits import capabilities, same_bits, to_bf16_bits
 from summary import print_summary
 
 TORCH_WORKER = r'''
@@ -93,7 +93,7 @@ def main():
 
     failures = passed = 0
     table = {}
-    for cap in ["default", "avx2"]:
+    for cap in capabilities(print):
         order = "torch1.13-cpu-" + cap
         cap_cases = []
         for i, c in enumerate(cases):
