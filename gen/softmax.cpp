@@ -37,16 +37,19 @@ ExprRef eager_max(ExprRef a, ExprRef b) { return select(lt(b, a), a, select(bina
 // std::max(m, x) = m < x ? x : m, as PyTorch's scalar loops use it: a NaN x is skipped.
 ExprRef scalar_max(ExprRef m, ExprRef x) { return select(lt(m, x), x, m); }
 
-ExprRef fold(std::vector<ExprRef> v, LaneFold f, const Combine& op) {
+// Each combination becomes a local: `op` may read its operands more than once (eager_max
+// does), and binding keeps the IR a sequence of small statements instead of a deep DAG.
+ExprRef fold(Builder& b, std::vector<ExprRef> v, LaneFold f, const Combine& op, const std::string& name) {
   if (f == LaneFold::Sequential) {
     ExprRef acc = v[0];
-    for (size_t i = 1; i < v.size(); ++i) acc = op(acc, v[i]);
+    for (size_t i = 1; i < v.size(); ++i) acc = b.let(name, op(acc, v[i]));
     return acc;
   }
   while (v.size() > 1) {
     const size_t half = v.size() / 2;
     std::vector<ExprRef> next(half);
-    for (size_t i = 0; i < half; ++i) next[i] = f == LaneFold::Halving ? op(v[i], v[i + half]) : op(v[2 * i], v[2 * i + 1]);
+    for (size_t i = 0; i < half; ++i)
+      next[i] = b.let(name, f == LaneFold::Halving ? op(v[i], v[i + half]) : op(v[2 * i], v[2 * i + 1]));
     v = std::move(next);
   }
   return v[0];
@@ -76,10 +79,51 @@ ExprRef reduce_all(Builder& b, int64_t n, int V, LaneFold f, const ValueFn& valu
   if (full > V)
     b.for_range("col", index_const(V), index_const(full), V, [&](ExprRef c) { b.assign(lanes, op(b.get(lanes), value(c, V))); });
   std::vector<ExprRef> l = lanes_of(b, b.get(lanes), name + ".lane");
-  for (int64_t t = 0; t < n % V; ++t) l[size_t(t)] = op(l[size_t(t)], value(index_const(full + t), 1));
-  b.assign(acc, fold(std::move(l), f, op));
+  for (int64_t t = 0; t < n % V; ++t) l[size_t(t)] = b.let(name + ".tail", op(l[size_t(t)], value(index_const(full + t), 1)));
+  b.assign(acc, fold(b, std::move(l), f, op, name + ".fold"));
   return b.get(acc);
 }
+
+// PyTorch 1.13's reduce_all / map_reduce_all for BFloat16 (functional_bfloat16.h): each block
+// of 2V bf16 values is widened to two V-lane float vectors, reduced into accumulators A (low
+// halves) and B (high halves) started from the first block. The n mod 2V tail goes into all of
+// A then lanes 0..r-V-1 of B when it is longer than V, else into lanes 0..r-1 of A. Then
+// C = A op B lane by lane, folded by `f`. Rows shorter than 2V: for n <= V the values combine
+// left to right; for V < n < 2V, C_l = v_l op v_(V+l) where that exists, else v_l, and C folds
+// in lane order whatever `f` is.
+ExprRef reduce_all_pairs(Builder& b, int64_t n, int V, LaneFold f, const ValueFn& value, const Combine& op, const std::string& name) {
+  int acc = b.local(name, Type{ScalarType::f32, 1});
+  if (n < 2 * V) {
+    std::vector<ExprRef> c;
+    for (int64_t l = 0; l < std::min<int64_t>(n, V); ++l) {
+      ExprRef v = b.let(name + ".v", value(index_const(l), 1));
+      c.push_back(l + V < n ? b.let(name + ".pair", op(v, value(index_const(l + V), 1))) : v);
+    }
+    b.assign(acc, fold(b, std::move(c), LaneFold::Sequential, op, name + ".fold"));
+    return b.get(acc);
+  }
+  const int64_t full = n - n % (2 * V), r = n % (2 * V);
+  int lo = b.local(name + ".lo", Type{ScalarType::f32, V}), hi = b.local(name + ".hi", Type{ScalarType::f32, V});
+  b.assign(lo, value(index_const(0), V));
+  b.assign(hi, value(index_const(V), V));
+  if (full > 2 * V)
+    b.for_range("col", index_const(2 * V), index_const(full), 2 * V, [&](ExprRef c) {
+      b.assign(lo, op(b.get(lo), value(c, V)));
+      b.assign(hi, op(b.get(hi), value(add(c, index_const(V)), V)));
+    });
+  if (r >= V) b.assign(lo, op(b.get(lo), value(index_const(full), V)));
+  std::vector<ExprRef> a = lanes_of(b, b.get(lo), name + ".lo"), h = lanes_of(b, b.get(hi), name + ".hi");
+  for (int64_t t = 0; t < (r >= V ? r - V : r); ++t) {
+    std::vector<ExprRef>& into = r >= V ? h : a;
+    into[size_t(t)] = b.let(name + ".tail", op(into[size_t(t)], value(index_const(full + (r >= V ? V : 0) + t), 1)));
+  }
+  std::vector<ExprRef> c;
+  for (int l = 0; l < V; ++l) c.push_back(b.let(name + ".pair", op(a[size_t(l)], h[size_t(l)])));
+  b.assign(acc, fold(b, std::move(c), f, op, name + ".fold"));
+  return b.get(acc);
+}
+
+ExprRef to_bf16_and_back(const ExprRef& v) { return cast(cast(v, ScalarType::bf16), ScalarType::f32); }
 
 struct Softmax {
   const Request& r;
@@ -116,9 +160,24 @@ struct Softmax {
     write_outputs(mx, sum, V, [&](bool) { return o.exp; });
   }
 
+  // PyTorch 1.13's bf16 log_softmax (docs/research/log-softmax-bf16-torch1.13.md): float
+  // arithmetic over widened halves, but the row max, the row sum and log(sum) are kept in bf16
+  // between phases; y = (x - max) - log(sum) in float, rounded once to bf16 at the store.
+  void staged_log() {
+    const int V = o.lanes;
+    auto load_v = [&](ExprRef c, int n) { return load(c, n); };
+    ExprRef mx = b.let("max.bf16", to_bf16_and_back(reduce_all_pairs(b, r.cols, V, o.fold, load_v, eager_max, "max")));
+    ExprRef sum = reduce_all_pairs(b, r.cols, V, o.fold, [&](ExprRef c, int n) {
+      return exp_f32(b, o.exp, sub(load(c, n), splat(mx, n)));
+    }, [](ExprRef a, ExprRef c) { return add(a, c); }, "sum");
+    ExprRef s = b.let("sum.bf16", to_bf16_and_back(sum));
+    ExprRef ls = b.let("log_sum.bf16", to_bf16_and_back(log_f32(b, o.log, s)));
+    row.for_each(V, [&](ExprRef col, int n) { row.store_as(y, col, sub(sub(load(col, n), splat(mx, n)), splat(ls, n))); });
+  }
+
   // PyTorch 1.13's bf16 softmax (docs/research/softmax-torch1.13.md, section 7).
   void staged() {
-    if (log) throw Error("the staged (PyTorch bf16 softmax) order has no log_softmax form");
+    if (log) return staged_log();
     const int V = o.lanes;
     const int64_t N = r.cols, pairs_end = N - N % (2 * V), full_end = N - N % V;
     int m = b.local("max.lanes", Type{ScalarType::f32, V});
@@ -129,7 +188,7 @@ struct Softmax {
         b.assign(m, eager_max(b.get(m), load(add(c, index_const(V)), V)));
       });
     int mx = b.local("max", Type{ScalarType::f32, 1});
-    b.assign(mx, fold(lanes_of(b, b.get(m), "max.lane"), o.fold, eager_max));
+    b.assign(mx, fold(b, lanes_of(b, b.get(m), "max.lane"), o.fold, eager_max, "max.fold"));
     if (pairs_end < N)
       b.for_range("col", index_const(pairs_end), index_const(N), 1, [&](ExprRef c) { b.assign(mx, scalar_max(b.get(mx), load(c, 1))); });
     const ExprRef mxv = b.get(mx);
@@ -140,7 +199,7 @@ struct Softmax {
         b.assign(s, add(b.get(s), exp_f32(b, o.exp, sub(load(c, V), splat(mxv, V)))));
       });
     int sum = b.local("sum", Type{ScalarType::f32, 1});
-    b.assign(sum, fold(lanes_of(b, b.get(s), "sum.lane"), o.fold, [](ExprRef a, ExprRef c) { return add(a, c); }));
+    b.assign(sum, fold(b, lanes_of(b, b.get(s), "sum.lane"), o.fold, [](ExprRef a, ExprRef c) { return add(a, c); }, "sum.fold"));
     if (full_end < N)
       b.for_range("col", index_const(full_end), index_const(N), 1, [&](ExprRef c) {
         b.assign(sum, add(b.get(sum), exp_f32(b, o.tail_exp, sub(load(c, 1), mxv))));

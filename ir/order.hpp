@@ -117,9 +117,11 @@ struct SoftmaxOrder {
                 // a lane tree (the first vector initialises the lanes, the N mod lanes tail goes
                 // into lanes 0..r-1, lanes fold by `fold`; N < lanes: sequential); then
                 // softmax y = exp(x - mx) * (1/s) (or / s), log_softmax y = (x - mx) - log(s).
-    Staged,     // PyTorch 1.13's bf16 softmax: max over pairs of vectors from -inf lanes, folded,
-                // then the N mod 2*lanes tail by std::max; sum from zero lanes over full vectors,
-                // folded, then the N mod lanes tail added in order with `tail_exp`.
+    Staged,     // PyTorch 1.13's bf16 kernels. softmax: max over pairs of vectors from -inf lanes,
+                // folded, then the N mod 2*lanes tail by std::max; sum from zero lanes over full
+                // vectors, folded, then the N mod lanes tail added in order with `tail_exp`.
+                // log_softmax: max and sum over pairs of vectors (gen/softmax.cpp,
+                // reduce_all_pairs), each rounded to bf16, as is log(sum).
     Online,     // one pass: each lane keeps a running max m and sum s (s = s*exp(m - m') +
                 // exp(x - m')), lanes merge into lane 0 in order, the tail updates it; then y.
   };
