@@ -1,0 +1,70 @@
+/* ordo's C API: request a kernel, launch it, release it. For compiler backends and any
+ * language with a C FFI.
+ *
+ *   ordo_request* r = ordo_request_new("layer_norm");
+ *   ordo_request_set(r, "cols", "4096");
+ *   ordo_request_set(r, "order", "torch1.13-cpu-avx2");
+ *   ordo_kernel* k = ordo_compile(r);            // NULL on error: see ordo_last_error()
+ *   ordo_request_free(r);
+ *   void* bufs[] = {x, w, b, y, mean, rstd};    // in ordo_kernel_arg order
+ *   int64_t lens[] = {rows * 4096, 4096, 4096, rows * 4096, rows, rows};
+ *   ordo_kernel_run(k, bufs, lens, rows, 0);
+ *   ordo_kernel_release(k);
+ *
+ * Conventions: functions returning int give ORDO_OK (0) or an error code; functions returning
+ * a pointer give NULL on error. The message of the calling thread's last error is
+ * ordo_last_error(). No C++ exception crosses this boundary. Kernels are shared: compiling the
+ * same request twice returns handles to one cached kernel, and each handle is released once.
+ * A kernel may be run from several threads at once. */
+#ifndef ORDO_ORDO_H
+#define ORDO_ORDO_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum {
+  ORDO_OK = 0,
+  ORDO_ERROR_INVALID = 2, /* a bad request, argument or buffer: the caller's to fix */
+  ORDO_ERROR_INTERNAL = 1 /* a bug in ordo */
+};
+
+/* Element types, as ordo names them: "f32", "bf16", "f16" (bf16 buffers hold uint16 bit patterns). */
+enum { ORDO_F64 = 0, ORDO_F32 = 1, ORDO_F16 = 2, ORDO_BF16 = 3 };
+/* How long an argument is, for a launch over `rows` rows of N columns. */
+enum { ORDO_EXTENT_ROWS_BY_COLS = 0, ORDO_EXTENT_COLS = 1, ORDO_EXTENT_ROWS = 2 };
+
+typedef struct ordo_request ordo_request;
+typedef struct ordo_kernel ordo_kernel;
+
+/* The message of this thread's most recent error ("" if none). Valid until the next ordo call
+ * on this thread. */
+const char* ordo_last_error(void);
+
+/* A request for `op`: layer_norm, rms_norm, var_mean, softmax, log_softmax. NULL if unknown. */
+ordo_request* ordo_request_new(const char* op);
+/* Sets one field by name, with the CLI's spelling of the value:
+ *   cols (N), dtype, weight_dtype, acc (f32|f64), order, eps, target (cpu|interpreter),
+ *   weight, bias, allow_mixed_dtypes (0|1), rows_in_flight.
+ * Values are checked when the request is compiled; an unknown key or a malformed number fails here. */
+int ordo_request_set(ordo_request* r, const char* key, const char* value);
+void ordo_request_free(ordo_request* r);
+
+/* Resolves, generates, verifies and compiles (or finds in the cache). */
+ordo_kernel* ordo_compile(const ordo_request* r);
+void ordo_kernel_release(ordo_kernel* k);
+
+int ordo_kernel_num_args(const ordo_kernel* k);
+/* Argument i: its name ("x", "weight", "y", ...), element type, whether it is written, and its extent. */
+int ordo_kernel_arg(const ordo_kernel* k, int i, const char** name, int* dtype, int* is_output, int* extent);
+/* Runs `rows` rows. buffers[i] and elements[i] follow the argument order; each length is
+ * checked against the argument's extent. threads = 0 uses every core; results never depend on it. */
+int ordo_kernel_run(const ordo_kernel* k, void* const* buffers, const int64_t* elements, int64_t rows, int threads);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* ORDO_ORDO_H */

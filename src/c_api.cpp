@@ -1,0 +1,174 @@
+// The C API (include/ordo/ordo.h) over the C++ one. Every entry point catches everything:
+// ordo::Error becomes ORDO_ERROR_INVALID with its message, anything else ORDO_ERROR_INTERNAL.
+#include "ordo/ordo.h"
+
+#include <fmt/format.h>
+
+#include <charconv>
+#include <string>
+
+#include "ir/error.hpp"
+#include "ordo/ordo.hpp"
+
+struct ordo_request {
+  ordo::Request r;
+};
+struct ordo_kernel {
+  ordo::KernelHandle k;
+};
+
+namespace {
+
+thread_local std::string last_error;
+
+template <class F>
+int guarded(F&& f) {
+  try {
+    last_error.clear();
+    f();
+    return ORDO_OK;
+  } catch (const ordo::Error& e) {
+    last_error = e.what();
+    return ORDO_ERROR_INVALID;
+  } catch (const std::exception& e) {
+    last_error = fmt::format("internal error: {}", e.what());
+    return ORDO_ERROR_INTERNAL;
+  } catch (...) {
+    last_error = "internal error: unknown exception";
+    return ORDO_ERROR_INTERNAL;
+  }
+}
+
+std::string text(const char* s, const char* what) {
+  if (!s) throw ordo::Error(fmt::format("{} is NULL", what));
+  return s;
+}
+
+ordo::ScalarType dtype(const std::string& v, const std::string& key) {
+  auto t = ordo::parse_scalar_type(v);
+  if (!t) throw ordo::Error(fmt::format("{}: '{}' is not f32, bf16, f16 or f64", key, v));
+  return *t;
+}
+
+int64_t integer(const std::string& v, const std::string& key) {
+  int64_t out = 0;
+  auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), out);
+  if (ec != std::errc() || end != v.data() + v.size()) throw ordo::Error(fmt::format("{}: '{}' is not an integer", key, v));
+  return out;
+}
+
+bool flag(const std::string& v, const std::string& key) {
+  if (v == "0" || v == "1") return v == "1";
+  throw ordo::Error(fmt::format("{}: '{}' is not 0 or 1", key, v));
+}
+
+int c_dtype(ordo::ScalarType t) {
+  switch (t) {
+    case ordo::ScalarType::f64: return ORDO_F64;
+    case ordo::ScalarType::f32: return ORDO_F32;
+    case ordo::ScalarType::f16: return ORDO_F16;
+    case ordo::ScalarType::bf16: return ORDO_BF16;
+    default: return -1;
+  }
+}
+
+}  // namespace
+
+extern "C" {
+
+const char* ordo_last_error(void) { return last_error.c_str(); }
+
+ordo_request* ordo_request_new(const char* op) {
+  ordo_request* out = nullptr;
+  guarded([&] {
+    const std::string name = text(op, "op");
+    auto kind = ordo::parse_op(name);
+    if (!kind) throw ordo::Error(fmt::format("unknown op '{}'; ops: layer_norm, rms_norm, var_mean, softmax, log_softmax", name));
+    out = new ordo_request{};
+    out->r.op = *kind;
+    out->r.has_weight = *kind == ordo::OpKind::layer_norm || *kind == ordo::OpKind::rms_norm;
+    out->r.has_bias = *kind == ordo::OpKind::layer_norm;
+  });
+  return out;
+}
+
+int ordo_request_set(ordo_request* req, const char* key_c, const char* value_c) {
+  return guarded([&] {
+    if (!req) throw ordo::Error("request is NULL");
+    const std::string key = text(key_c, "key"), v = text(value_c, "value");
+    ordo::Request& r = req->r;
+    if (key == "cols") r.cols = integer(v, key);
+    else if (key == "dtype") r.x_dtype = dtype(v, key);
+    else if (key == "weight_dtype") r.weight_dtype = dtype(v, key);
+    else if (key == "acc") r.acc_dtype = dtype(v, key);
+    else if (key == "order") r.order = v;
+    else if (key == "eps") {
+      size_t used = 0;
+      try {
+        r.eps = std::stod(v, &used);
+      } catch (const std::exception&) {
+        used = 0;
+      }
+      if (v.empty() || used != v.size()) throw ordo::Error(fmt::format("eps: '{}' is not a number", v));
+    } else if (key == "target") {
+      auto t = ordo::parse_target(v);
+      if (!t) throw ordo::Error(fmt::format("target: '{}' is not cpu or interpreter", v));
+      r.target = *t;
+    } else if (key == "weight") r.has_weight = flag(v, key);
+    else if (key == "bias") r.has_bias = flag(v, key);
+    else if (key == "allow_mixed_dtypes") r.allow_mixed_dtypes = flag(v, key);
+    else if (key == "rows_in_flight") r.rows_in_flight = static_cast<int>(integer(v, key));
+    else
+      throw ordo::Error(fmt::format("unknown request key '{}' (cols, dtype, weight_dtype, acc, order, eps, target, weight, bias, "
+                                    "allow_mixed_dtypes, rows_in_flight)", key));
+  });
+}
+
+void ordo_request_free(ordo_request* r) { delete r; }
+
+ordo_kernel* ordo_compile(const ordo_request* r) {
+  ordo_kernel* out = nullptr;
+  guarded([&] {
+    if (!r) throw ordo::Error("request is NULL");
+    out = new ordo_kernel{ordo::compile(r->r)};
+  });
+  return out;
+}
+
+void ordo_kernel_release(ordo_kernel* k) { delete k; }
+
+int ordo_kernel_num_args(const ordo_kernel* k) {
+  int n = -1;
+  guarded([&] {
+    if (!k) throw ordo::Error("kernel is NULL");
+    n = static_cast<int>(k->k->args().size());
+  });
+  return n;
+}
+
+int ordo_kernel_arg(const ordo_kernel* k, int i, const char** name, int* dt, int* is_output, int* extent) {
+  return guarded([&] {
+    if (!k) throw ordo::Error("kernel is NULL");
+    const auto& args = k->k->args();
+    if (i < 0 || i >= static_cast<int>(args.size()))
+      throw ordo::Error(fmt::format("argument {} out of range [0, {})", i, args.size()));
+    const ordo::ArgSpec& a = args[static_cast<size_t>(i)];
+    if (name) *name = a.name.c_str();
+    if (dt) *dt = c_dtype(a.dtype);
+    if (is_output) *is_output = a.output ? 1 : 0;
+    if (extent) *extent = static_cast<int>(a.extent);
+  });
+}
+
+int ordo_kernel_run(const ordo_kernel* k, void* const* buffers, const int64_t* elements, int64_t rows, int threads) {
+  return guarded([&] {
+    if (!k) throw ordo::Error("kernel is NULL");
+    const auto& args = k->k->args();
+    if (!args.empty() && (!buffers || !elements)) throw ordo::Error("buffers and elements must not be NULL");
+    std::vector<ordo::BufferRef> refs;
+    for (size_t i = 0; i < args.size(); ++i) refs.push_back({buffers[i], elements[i], args[i].dtype});
+    k->k->run(refs, rows, threads);
+  });
+}
+
+}  // extern "C"

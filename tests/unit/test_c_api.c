@@ -1,0 +1,104 @@
+/* The C API, from C: a kernel requested, described, run and released; the JIT result equals
+ * the interpreter's bit for bit; and each kind of bad call returns an error code with a message
+ * naming the bad value, without crashing. Exit status 0 means every check passed. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ordo/ordo.h"
+
+static int failures = 0;
+
+#define CHECK(cond, ...)                                  \
+  do {                                                    \
+    if (!(cond)) {                                        \
+      fprintf(stderr, "FAIL line %d: ", __LINE__);        \
+      fprintf(stderr, __VA_ARGS__);                       \
+      fprintf(stderr, " (last error: %s)\n", ordo_last_error()); \
+      ++failures;                                         \
+    }                                                     \
+  } while (0)
+
+enum { ROWS = 5, COLS = 37 };
+
+static ordo_kernel* layer_norm(const char* target) {
+  ordo_request* r = ordo_request_new("layer_norm");
+  CHECK(r != NULL, "request_new");
+  CHECK(ordo_request_set(r, "cols", "37") == ORDO_OK, "set cols");
+  CHECK(ordo_request_set(r, "order", "torch1.13-cpu-avx2") == ORDO_OK, "set order");
+  CHECK(ordo_request_set(r, "target", target) == ORDO_OK, "set target");
+  ordo_kernel* k = ordo_compile(r);
+  ordo_request_free(r);
+  return k;
+}
+
+/* Runs k on a fixed input; writes y into out. */
+static int run(const ordo_kernel* k, float* y_out) {
+  static float x[ROWS * COLS], w[COLS], b[COLS], mean[ROWS], rstd[ROWS];
+  for (int i = 0; i < ROWS * COLS; ++i) x[i] = (float)((i * 7919) % 113) / 17.0f - 3.0f;
+  for (int j = 0; j < COLS; ++j) {
+    w[j] = 1.0f + (float)j / 64.0f;
+    b[j] = (float)j / 128.0f;
+  }
+  void* bufs[6] = {x, w, b, y_out, mean, rstd};
+  int64_t lens[6] = {ROWS * COLS, COLS, COLS, ROWS * COLS, ROWS, ROWS};
+  return ordo_kernel_run(k, bufs, lens, ROWS, 0);
+}
+
+int main(void) {
+  ordo_kernel* jit = layer_norm("cpu");
+  ordo_kernel* spec = layer_norm("interpreter");
+  CHECK(jit && spec, "compile");
+  if (!jit || !spec) return 1;
+
+  /* The argument list describes the kernel. */
+  CHECK(ordo_kernel_num_args(jit) == 6, "6 arguments, got %d", ordo_kernel_num_args(jit));
+  const char* name = NULL;
+  int dtype = -1, is_output = -1, extent = -1;
+  CHECK(ordo_kernel_arg(jit, 3, &name, &dtype, &is_output, &extent) == ORDO_OK, "arg 3");
+  CHECK(name && strcmp(name, "y") == 0 && dtype == ORDO_F32 && is_output == 1 && extent == ORDO_EXTENT_ROWS_BY_COLS,
+        "arg 3 is y, f32, output, rows*N (got %s %d %d %d)", name ? name : "(null)", dtype, is_output, extent);
+  CHECK(ordo_kernel_arg(jit, 5, &name, NULL, NULL, &extent) == ORDO_OK && strcmp(name, "rstd") == 0 && extent == ORDO_EXTENT_ROWS,
+        "arg 5 is rstd");
+
+  /* JIT and interpreter agree bit for bit. */
+  static float y_jit[ROWS * COLS], y_spec[ROWS * COLS];
+  CHECK(run(jit, y_jit) == ORDO_OK, "run jit");
+  CHECK(run(spec, y_spec) == ORDO_OK, "run interpreter");
+  CHECK(memcmp(y_jit, y_spec, sizeof y_jit) == 0, "JIT output equals the interpreter's");
+  CHECK(y_jit[0] != 0.0f, "the kernel wrote y");
+
+  /* Errors: a code, a message naming the bad value, and no crash. */
+  CHECK(ordo_request_new("layer_nrom") == NULL && strstr(ordo_last_error(), "layer_nrom"), "unknown op");
+  ordo_request* r = ordo_request_new("softmax");
+  CHECK(ordo_request_set(r, "colz", "8") == ORDO_ERROR_INVALID && strstr(ordo_last_error(), "colz"), "unknown key");
+  CHECK(ordo_request_set(r, "cols", "8x") == ORDO_ERROR_INVALID && strstr(ordo_last_error(), "8x"), "bad integer");
+  CHECK(ordo_request_set(r, "cols", "8") == ORDO_OK, "cols");
+  CHECK(ordo_request_set(r, "order", "no-such-order") == ORDO_OK, "order is checked at compile");
+  CHECK(ordo_compile(r) == NULL && strstr(ordo_last_error(), "no-such-order"), "unknown order");
+  CHECK(ordo_request_set(r, "order", "torch1.13-cpu-avx2") == ORDO_OK, "order");
+  ordo_kernel* sm = ordo_compile(r);
+  CHECK(sm != NULL, "softmax compiles");
+  ordo_request_free(r);
+  float x[16], y[16];
+  for (int i = 0; i < 16; ++i) x[i] = (float)i;
+  void* bufs[2] = {x, y};
+  int64_t wrong[2] = {16, 15};
+  CHECK(ordo_kernel_run(sm, bufs, wrong, 2, 1) == ORDO_ERROR_INVALID && strstr(ordo_last_error(), "15"), "wrong length");
+  int64_t right[2] = {16, 16};
+  CHECK(ordo_kernel_run(sm, bufs, right, 2, 1) == ORDO_OK, "softmax runs");
+  /* softmax(0..7)[7] = 1 / sum_k e^-k = 0.63233... */
+  CHECK(y[7] > 0.6323f && y[7] < 0.6324f, "softmax of 0..7 ends in 0.6323 (got %g)", (double)y[7]);
+  CHECK(ordo_kernel_run(NULL, bufs, right, 2, 1) == ORDO_ERROR_INVALID, "NULL kernel");
+  CHECK(ordo_kernel_arg(sm, 9, &name, NULL, NULL, NULL) == ORDO_ERROR_INVALID && strstr(ordo_last_error(), "9"), "arg out of range");
+
+  ordo_kernel_release(sm);
+  ordo_kernel_release(jit);
+  ordo_kernel_release(spec);
+  if (failures) {
+    fprintf(stderr, "%d check(s) failed\n", failures);
+    return 1;
+  }
+  printf("C API: all checks passed\n");
+  return 0;
+}
