@@ -10,6 +10,7 @@
 #include <functional>
 #include <future>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <unordered_map>
 
@@ -17,11 +18,15 @@
 #include "gen/gen.hpp"
 #include "ir/error.hpp"
 #include "ir/interpret.hpp"
+#include "ordo/disk_cache.hpp"
 #include "ordo/ordo.hpp"
 
 namespace ordo {
 
 namespace {
+
+// Part of every disk-cache key: a new ordo may generate different code for the same IR.
+constexpr const char* kOrdoVersion = "0.1.0";
 
 // A fixed pool; parallel_for splits [0, n) into contiguous blocks, one per thread.
 class Pool {
@@ -139,12 +144,33 @@ KernelHandle compile_uncached(const Request& r) {
   if (r.target == Target::cpu) {
     llvm_backend::Options options;
     options.rows_in_flight = r.rows_in_flight;
-    llvm_backend::Compiled c = llvm_backend::compile(k->kernel_, options);
-    k->entry_ = c.entry;
-    k->rows_in_flight_ = c.rows_in_flight;
-    k->lower_ms_ = c.lower_ms;
-    k->optimize_ms_ = c.optimize_ms;
-    k->codegen_ms_ = c.codegen_ms;
+    const bool use_disk = disk_cache::settings().enabled;
+    // Everything the machine code depends on; the printed IR carries the order.
+    const std::string disk_key =
+        use_disk ? disk_cache::key(fmt::format("ordo {}\n{}\n{}\n{}", kOrdoVersion, llvm_backend::fingerprint(), r.key(),
+                                               ir::print(k->kernel_)))
+                 : std::string();
+    if (use_disk) {
+      if (std::optional<disk_cache::Entry> e = disk_cache::load(disk_key)) {
+        try {
+          k->entry_ = llvm_backend::load_object(e->object, e->symbol);
+          k->rows_in_flight_ = e->rows_in_flight;
+          k->from_disk_cache_ = true;
+        } catch (const Error&) {
+          disk_cache::discard(disk_key);  // intact but unloadable: rebuild below
+        }
+      }
+    }
+    if (!k->entry_) {
+      llvm_backend::Object o = llvm_backend::compile_object(k->kernel_, options);
+      auto t = std::chrono::steady_clock::now();
+      k->entry_ = llvm_backend::load_object(o.bytes, o.symbol);
+      k->rows_in_flight_ = o.rows_in_flight;
+      k->lower_ms_ = o.lower_ms;
+      k->optimize_ms_ = o.optimize_ms;
+      k->codegen_ms_ = o.codegen_ms + std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
+      if (use_disk) disk_cache::store(disk_key, disk_cache::Entry{std::move(o.bytes), o.symbol, o.rows_in_flight});
+    }
   }
   k->compile_ms_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   dump_stages(r, k->kernel_, k->rows_in_flight_);

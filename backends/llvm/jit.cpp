@@ -15,6 +15,7 @@
 #include <llvm/Transforms/Scalar/SimplifyCFG.h>
 #include <llvm/Transforms/Scalar/LoopPassManager.h>
 #include <llvm/Support/CommandLine.h>
+#include <llvm/Config/llvm-config.h>
 #include <llvm/Support/TargetSelect.h>
 #include <llvm/Support/raw_ostream.h>
 #include <llvm/Target/TargetMachine.h>
@@ -25,6 +26,7 @@
 #include <mutex>
 #include <sstream>
 
+#include "backend_id.hpp"  // generated: ORDO_LLVM_BACKEND_ID
 #include "backends/llvm/llvm_backend.hpp"
 #include "backends/llvm/lower.hpp"
 #include "ir/error.hpp"
@@ -101,6 +103,7 @@ class PooledCompiler : public llvm::orc::IRCompileLayer::IRCompiler {
 
 struct Jit {
   std::unique_ptr<llvm::orc::LLJIT> lljit;
+  std::unique_ptr<PooledCompiler> compiler;  // module -> object, for compile_object
   std::unique_ptr<llvm::TargetMachine> tm;  // for optimization; guarded by mu
   std::mutex mu;
   std::atomic<uint64_t> next_id{0};
@@ -110,6 +113,7 @@ struct Jit {
     auto tmx = jtmb.createTargetMachine();
     if (!tmx) throw Error("LLVM cannot create a target machine: " + take_error(tmx.takeError()));
     tm = std::move(*tmx);
+    compiler = std::make_unique<PooledCompiler>(jtmb);
     auto j = llvm::orc::LLJITBuilder()
                  .setJITTargetMachineBuilder(jtmb)
                  .setCompileFunctionCreator([](llvm::orc::JITTargetMachineBuilder b)
@@ -193,22 +197,55 @@ std::unique_ptr<llvm::Module> build_module(llvm::LLVMContext& ctx, const ir::Ker
 
 }  // namespace
 
-Compiled compile(const ir::Kernel& k, const Options& opt) {
+Object compile_object(const ir::Kernel& k, const Options& opt) {
   Jit& j = jit();
-  const int rows = choose_rows_in_flight(k, opt);
-  const std::string symbol = fmt::format("ordo_{}_{}", k.name, j.next_id++);
-  Compiled out;
-  out.rows_in_flight = rows;
-  auto ctx = std::make_unique<llvm::LLVMContext>();
-  auto m = build_module(*ctx, k, symbol, rows, j, &out);
+  Object out;
+  out.rows_in_flight = choose_rows_in_flight(k, opt);
+  out.symbol = "ordo_" + k.name;
+  Compiled timing;
+  llvm::LLVMContext ctx;
+  auto m = build_module(ctx, k, out.symbol, out.rows_in_flight, j, &timing);
+  out.lower_ms = timing.lower_ms;
+  out.optimize_ms = timing.optimize_ms;
   auto t = std::chrono::steady_clock::now();
-  if (auto e = j.lljit->addIRModule(llvm::orc::ThreadSafeModule(std::move(m), std::move(ctx))))
-    throw Error("LLVM JIT rejected the module: " + take_error(std::move(e)));
-  auto sym = j.lljit->lookup(symbol);
-  if (!sym) throw Error("LLVM JIT could not compile " + symbol + ": " + take_error(sym.takeError()));
+  auto object = (*j.compiler)(*m);
+  if (!object) throw Error("LLVM could not compile " + k.name + ": " + take_error(object.takeError()));
+  out.bytes.assign((*object)->getBufferStart(), (*object)->getBufferSize());
   out.codegen_ms = ms_since(t);
-  out.entry = sym->toPtr<EntryFn>();
   return out;
+}
+
+EntryFn load_object(const std::string& bytes, const std::string& symbol) {
+  Jit& j = jit();
+  // A JITDylib per kernel: the same symbol may then be defined by many loaded objects.
+  auto jd = j.lljit->createJITDylib(fmt::format("kernel{}", j.next_id++));
+  if (!jd) throw Error("LLVM JIT cannot create a symbol namespace: " + take_error(jd.takeError()));
+  auto gen = llvm::orc::DynamicLibrarySearchGenerator::GetForCurrentProcess(j.lljit->getDataLayout().getGlobalPrefix());
+  if (!gen) throw Error("LLVM cannot search the process for symbols: " + take_error(gen.takeError()));
+  jd->addGenerator(std::move(*gen));  // libm's expf/logf for Op::Call
+  auto buffer = llvm::MemoryBuffer::getMemBufferCopy(bytes, symbol);
+  if (auto e = j.lljit->addObjectFile(*jd, std::move(buffer))) throw Error("LLVM JIT rejected the object: " + take_error(std::move(e)));
+  auto sym = j.lljit->lookup(*jd, symbol);
+  if (!sym) throw Error("LLVM JIT could not link " + symbol + ": " + take_error(sym.takeError()));
+  return sym->toPtr<EntryFn>();
+}
+
+Compiled compile(const ir::Kernel& k, const Options& opt) {
+  Object o = compile_object(k, opt);
+  Compiled out;
+  out.rows_in_flight = o.rows_in_flight;
+  out.lower_ms = o.lower_ms;
+  out.optimize_ms = o.optimize_ms;
+  auto t = std::chrono::steady_clock::now();
+  out.entry = load_object(o.bytes, o.symbol);
+  out.codegen_ms = o.codegen_ms + ms_since(t);
+  return out;
+}
+
+std::string fingerprint() {
+  llvm::orc::JITTargetMachineBuilder b = host_builder();
+  return fmt::format("llvm {}; {}; cpu {}; features {}; backend sources {}", LLVM_VERSION_STRING, b.getTargetTriple().str(),
+                     b.getCPU(), b.getFeatures().getString(), ORDO_LLVM_BACKEND_ID);
 }
 
 std::string emit_llvm_ir(const ir::Kernel& k, const Options& opt) {

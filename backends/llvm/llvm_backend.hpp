@@ -36,6 +36,24 @@ struct Compiled {
 // Thread-safe. The code stays loaded for the life of the process.
 Compiled compile(const ir::Kernel& k, const Options& opt = {});
 
+// The two halves of compile(), for callers that keep machine code (the disk cache):
+// an object file for the host whose entry point is `symbol`, and loading one into the JIT.
+struct Object {
+  std::string bytes;   // a relocatable ELF object
+  std::string symbol;  // its entry point, an EntryFn
+  int rows_in_flight = 1;
+  double lower_ms = 0, optimize_ms = 0, codegen_ms = 0;
+};
+Object compile_object(const ir::Kernel& k, const Options& opt = {});
+// Loads an object produced by compile_object (in this process or, from the disk cache, in an
+// earlier one with the same fingerprint()). Each load gets its own symbol namespace, so one
+// object may be loaded more than once. Throws ordo::Error if LLVM rejects it.
+EntryFn load_object(const std::string& bytes, const std::string& symbol);
+
+// What machine code depends on besides the IR: LLVM's version, the target triple, CPU and
+// its features, and the code generation options. Part of every disk-cache key.
+std::string fingerprint();
+
 // The optimized LLVM IR text of a kernel, as compile() would run it.
 std::string emit_llvm_ir(const ir::Kernel& k, const Options& opt = {});
 

@@ -46,6 +46,9 @@ class CompiledKernel {
   double optimize_ms() const { return optimize_ms_; }
   double codegen_ms() const { return codegen_ms_; }
   int rows_in_flight() const { return rows_in_flight_; }
+  // The machine code came from the persistent disk cache (include/ordo/disk_cache.hpp); the
+  // lower/optimize/codegen times are then 0.
+  bool from_disk_cache() const { return from_disk_cache_; }
 
   // How outputs are stored. Never changes results. automatic streams (non-temporal stores)
   // when the per-row outputs of the launch exceed 32 MiB, far more than stays in cache.
@@ -65,6 +68,7 @@ class CompiledKernel {
   Entry entry_ = nullptr;  // null for the interpreter target
   double compile_ms_ = 0, lower_ms_ = 0, optimize_ms_ = 0, codegen_ms_ = 0;
   int rows_in_flight_ = 1;
+  bool from_disk_cache_ = false;
 };
 
 using KernelHandle = std::shared_ptr<const CompiledKernel>;

@@ -1,0 +1,61 @@
+// The persistent JIT cache: machine code of compiled kernels, kept on disk across processes.
+//
+// Location: $ORDO_CACHE_DIR, else $XDG_CACHE_HOME/ordo, else ~/.cache/ordo. ORDO_CACHE=0
+// disables it. ORDO_CACHE_MAX_MB bounds its size (default 256); the least recently used
+// entries are evicted past it. The settings are read on every use, so they may change at
+// run time.
+//
+// An entry is one file named by the SHA-256 of everything the machine code depends on: the
+// ordo version, the backend's fingerprint (LLVM version, target CPU and features, code
+// generation options), the request, and the printed IR (which includes the order). It holds
+// the object code, its entry symbol, and a SHA-256 of its contents checked on every read: a
+// corrupt or truncated entry is ignored, removed and rebuilt, never loaded. Entries are
+// written to a temporary file and renamed into place, so processes sharing one directory see
+// either a whole entry or none.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace ordo::disk_cache {
+
+struct Entry {
+  std::string object;  // relocatable object code for the host
+  std::string symbol;  // the kernel's entry point in it
+  int rows_in_flight = 1;
+};
+
+struct Settings {
+  bool enabled = true;
+  std::string dir;
+  uint64_t max_bytes = 0;
+};
+Settings settings();
+
+// The cache key for `material`: its SHA-256 in hex.
+std::string key(const std::string& material);
+
+// The entry for `key`, or nothing on a miss or a rejected (corrupt) entry.
+std::optional<Entry> load(const std::string& key);
+// Writes the entry atomically, then evicts least recently used entries past the size bound.
+// Failures to write are not errors for the caller (the kernel still runs); they are counted.
+void store(const std::string& key, const Entry& e);
+// Removes an entry that loaded but that the backend then rejected.
+void discard(const std::string& key);
+
+// This process's counters.
+struct Counters {
+  uint64_t hits = 0, misses = 0, rejected = 0, writes = 0, write_failures = 0, evictions = 0;
+};
+Counters counters();
+
+// What is on disk now.
+struct Usage {
+  uint64_t entries = 0, bytes = 0;
+};
+Usage usage();
+// Removes every entry; returns how many.
+uint64_t clear();
+
+}  // namespace ordo::disk_cache

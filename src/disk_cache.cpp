@@ -1,0 +1,231 @@
+// The persistent JIT cache (include/ordo/disk_cache.hpp).
+//
+// Entry file layout, little-endian:
+//   "ORDOOBJ1"                   8 bytes
+//   payload length               u64
+//   SHA-256 of the payload       32 bytes
+//   payload: u32 symbol length, symbol, i32 rows in flight, u64 object length, object
+#include "ordo/disk_cache.hpp"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "src/sha256.hpp"
+
+namespace ordo::disk_cache {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr char kMagic[8] = {'O', 'R', 'D', 'O', 'O', 'B', 'J', '1'};
+constexpr size_t kHeader = 8 + 8 + 32;
+constexpr const char* kSuffix = ".ordo";
+
+std::atomic<uint64_t> hits{0}, misses{0}, rejected{0}, writes{0}, write_failures{0}, evictions{0};
+std::mutex evict_mu;  // one eviction pass at a time in this process
+
+void put_u32(std::string& s, uint32_t v) { s.append(reinterpret_cast<const char*>(&v), 4); }
+void put_u64(std::string& s, uint64_t v) { s.append(reinterpret_cast<const char*>(&v), 8); }
+
+// Reads fixed-size fields from a payload, refusing to run past its end.
+struct Reader {
+  const std::string& s;
+  size_t at = 0;
+  bool ok = true;
+  template <class T>
+  T get() {
+    T v{};
+    if (at + sizeof(T) > s.size()) {
+      ok = false;
+      return v;
+    }
+    std::memcpy(&v, s.data() + at, sizeof(T));
+    at += sizeof(T);
+    return v;
+  }
+  std::string bytes(uint64_t n) {
+    if (n > s.size() - at) {
+      ok = false;
+      return {};
+    }
+    std::string out = s.substr(at, n);
+    at += n;
+    return out;
+  }
+};
+
+fs::path entry_path(const std::string& key) { return fs::path(settings().dir) / (key + kSuffix); }
+
+void evict_past_bound() {
+  const Settings st = settings();
+  std::lock_guard<std::mutex> lock(evict_mu);
+  std::error_code ec;
+  struct File {
+    fs::path path;
+    fs::file_time_type used;
+    uint64_t size;
+  };
+  std::vector<File> files;
+  uint64_t total = 0;
+  for (const fs::directory_entry& e : fs::directory_iterator(st.dir, ec)) {
+    if (e.path().extension() != kSuffix) continue;
+    std::error_code e1, e2;
+    const uint64_t size = e.file_size(e1);
+    const fs::file_time_type used = e.last_write_time(e2);
+    if (e1 || e2) continue;  // removed by another process meanwhile
+    files.push_back({e.path(), used, size});
+    total += size;
+  }
+  if (total <= st.max_bytes) return;
+  std::sort(files.begin(), files.end(), [](const File& a, const File& b) { return a.used < b.used; });
+  for (const File& f : files) {
+    if (total <= st.max_bytes) break;
+    if (fs::remove(f.path, ec)) ++evictions;
+    total -= f.size;
+  }
+}
+
+}  // namespace
+
+Settings settings() {
+  Settings s;
+  const char* off = std::getenv("ORDO_CACHE");
+  s.enabled = !(off && std::string(off) == "0");
+  if (const char* d = std::getenv("ORDO_CACHE_DIR"); d && *d) s.dir = d;
+  else if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) s.dir = (fs::path(x) / "ordo").string();
+  else if (const char* h = std::getenv("HOME"); h && *h) s.dir = (fs::path(h) / ".cache" / "ordo").string();
+  else s.enabled = false;  // nowhere to put it
+  uint64_t mb = 256;
+  if (const char* m = std::getenv("ORDO_CACHE_MAX_MB")) {
+    char* end = nullptr;
+    const unsigned long long v = std::strtoull(m, &end, 10);
+    if (end && *end == 0 && end != m) mb = v;
+  }
+  s.max_bytes = mb << 20;
+  return s;
+}
+
+std::string key(const std::string& material) {
+  const std::string d = sha256(material);
+  std::string hex;
+  for (unsigned char c : d) hex += fmt::format("{:02x}", c);
+  return hex;
+}
+
+std::optional<Entry> load(const std::string& key) {
+  const fs::path path = entry_path(key);
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    ++misses;
+    return std::nullopt;
+  }
+  std::string file((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  auto reject = [&]() -> std::optional<Entry> {
+    ++rejected;
+    ++misses;
+    std::error_code ec;
+    fs::remove(path, ec);
+    return std::nullopt;
+  };
+  if (file.size() < kHeader || std::memcmp(file.data(), kMagic, 8) != 0) return reject();
+  uint64_t length = 0;
+  std::memcpy(&length, file.data() + 8, 8);
+  if (length != file.size() - kHeader) return reject();
+  const std::string payload = file.substr(kHeader);
+  if (sha256(payload) != file.substr(16, 32)) return reject();
+  Reader r{payload};
+  Entry e;
+  e.symbol = r.bytes(r.get<uint32_t>());
+  e.rows_in_flight = r.get<int32_t>();
+  e.object = r.bytes(r.get<uint64_t>());
+  if (!r.ok || r.at != payload.size() || e.symbol.empty() || e.object.empty() || e.rows_in_flight < 1) return reject();
+  std::error_code ec;
+  fs::last_write_time(path, fs::file_time_type::clock::now(), ec);  // recently used: evicted last
+  ++hits;
+  return e;
+}
+
+void store(const std::string& key, const Entry& e) {
+  const Settings st = settings();
+  std::string payload;
+  put_u32(payload, static_cast<uint32_t>(e.symbol.size()));
+  payload += e.symbol;
+  put_u32(payload, static_cast<uint32_t>(e.rows_in_flight));
+  put_u64(payload, e.object.size());
+  payload += e.object;
+  std::string file(kMagic, 8);
+  put_u64(file, payload.size());
+  file += sha256(payload);
+  file += payload;
+
+  std::error_code ec;
+  fs::create_directories(st.dir, ec);
+  static std::atomic<uint64_t> serial{0};
+  const fs::path final_path = fs::path(st.dir) / (key + kSuffix);
+  const fs::path tmp = fs::path(st.dir) / fmt::format(".{}.tmp.{}.{}", key, ::getpid(), serial++);
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    out.write(file.data(), static_cast<std::streamsize>(file.size()));
+    out.close();
+    if (!out) {
+      fs::remove(tmp, ec);
+      ++write_failures;
+      return;
+    }
+  }
+  fs::rename(tmp, final_path, ec);
+  if (ec) {
+    fs::remove(tmp, ec);
+    ++write_failures;
+    return;
+  }
+  ++writes;
+  evict_past_bound();
+}
+
+void discard(const std::string& key) {
+  std::error_code ec;
+  fs::remove(entry_path(key), ec);
+  ++rejected;
+}
+
+Counters counters() { return Counters{hits, misses, rejected, writes, write_failures, evictions}; }
+
+Usage usage() {
+  Usage u;
+  std::error_code ec;
+  for (const fs::directory_entry& e : fs::directory_iterator(settings().dir, ec)) {
+    if (e.path().extension() != kSuffix) continue;
+    std::error_code e1;
+    const uint64_t size = e.file_size(e1);
+    if (e1) continue;
+    ++u.entries;
+    u.bytes += size;
+  }
+  return u;
+}
+
+uint64_t clear() {
+  uint64_t n = 0;
+  std::error_code ec;
+  std::vector<fs::path> victims;
+  for (const fs::directory_entry& e : fs::directory_iterator(settings().dir, ec))
+    if (e.path().extension() == kSuffix || e.path().filename().string().find(".tmp.") != std::string::npos) victims.push_back(e.path());
+  for (const fs::path& p : victims)
+    if (fs::remove(p, ec)) ++n;
+  return n;
+}
+
+}  // namespace ordo::disk_cache
