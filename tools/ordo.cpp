@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <iostream>
 #include <map>
@@ -15,6 +16,8 @@
 #include <string>
 #include <vector>
 
+#include <spawn.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "backends/llvm/llvm_backend.hpp"
@@ -41,6 +44,8 @@ usage:
   ordo emit --ir|--llvm <op> --order NAME [--cols N --dtype T]
   ordo bench <op> --order NAME [--rows R --cols N --dtype T --threads T] [--baseline copy] --json
   ordo demo        layer_norm in every order on one default input: distance, agreement, time
+  ordo build <op> --order NAME|--orders a,b --cols N [--dtype T ...] [--target cpu] -o libNAME.so
+                   offline: a shared library (no LLVM needed to use it), libNAME.h and libNAME.json
   ordo cache stats|clear   the persistent kernel cache ($ORDO_CACHE_DIR, else $XDG_CACHE_HOME/ordo,
                    else ~/.cache/ordo; ORDO_CACHE=0 disables it, ORDO_CACHE_MAX_MB bounds it)
 
@@ -428,6 +433,168 @@ int cmd_cache(int argc, char** argv) {
   return 0;
 }
 
+// A C identifier from an order name: "torch1.13-cpu-avx2" -> "torch1_13_cpu_avx2".
+std::string c_identifier(const std::string& s) {
+  std::string out;
+  for (char c : s) out += std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
+  while (!out.empty() && out.back() == '_') out.pop_back();
+  return out;
+}
+
+std::string json_string(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') out += '\\';
+    out += c;
+  }
+  return out + "\"";
+}
+
+// Runs argv[0] with argv (no shell); returns its exit status, or -1 if it could not start.
+int run_program(const std::vector<std::string>& args) {
+  std::vector<char*> argv;
+  for (const std::string& s : args) argv.push_back(const_cast<char*>(s.c_str()));
+  argv.push_back(nullptr);
+  pid_t pid = 0;
+  if (posix_spawnp(&pid, argv[0], nullptr, nullptr, argv.data(), environ) != 0) return -1;
+  int status = 0;
+  if (waitpid(pid, &status, 0) < 0) return -1;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+// ordo build <op> --orders a,b --cols N ... --target cpu -o libNAME.so: machine code for the
+// host, linked into a shared library that needs no LLVM, with a C header declaring each
+// kernel and a JSON manifest (launch, arguments, request) beside it. All three files appear
+// together or not at all.
+int cmd_build(int argc, char** argv) {
+  std::vector<std::string> values = kRequestValues;
+  values.insert(values.end(), {"orders", "o"});
+  std::vector<std::string> words(argv, argv + argc);  // `-o FILE` is spelled the compiler way
+  std::vector<char*> args;
+  for (std::string& w : words) {
+    if (w == "-o") w = "--o";
+    args.push_back(w.data());
+  }
+  Args a = Args::parse(argc, args.data(), 2, kRequestFlags, values);
+  const ordo::OpKind op = parse_op_arg(a);
+  if (!a.get("o")) throw Error("missing -o libNAME.so");
+  const std::string target = a.get("target").value_or("cpu");
+  if (target != "cpu")
+    throw Error(fmt::format("build --target '{}': only cpu is built (a .so); the CUDA backend does not exist yet", target));
+  a.values.erase("target");
+  ordo::Request base = request_from(a, op);
+  if (!a.get("cols")) throw Error("missing --cols N (the reduced dim is fixed at compile time)");
+  if (a.get("order") && a.get("orders")) throw Error("give --order NAME or --orders a,b,..., not both");
+  const std::vector<std::string> orders =
+      a.get("orders") ? split(*a.get("orders"), ',') : std::vector<std::string>{a.get("order").value_or("")};
+  if (orders.empty() || orders[0].empty()) throw Error("missing --order NAME (or --orders a,b,...)");
+
+  namespace fs = std::filesystem;
+  const fs::path so = *a.get("o");
+  if (so.extension() != ".so") throw Error(fmt::format("-o {}: the library name must end in .so", so.string()));
+  check_output_path("-o", so.string());
+  const fs::path header = fs::path(so).replace_extension(".h"), manifest = fs::path(so).replace_extension(".json");
+  const std::string guard = "ORDO_" + c_identifier(so.stem().string()) + "_H";
+
+  struct Built {
+    std::string name;
+    ordo::Request request;
+    ordo::ir::Kernel kernel;
+    ordo::llvm_backend::Object object;
+  };
+  std::vector<Built> kernels;
+  for (const std::string& order : orders) {
+    ordo::Request r = base;
+    r.order = order;
+    ordo::ir::Order o = ordo::gen::resolve(r);
+    ordo::ir::Kernel k = ordo::gen::build(r, o);
+    if (std::string err = ordo::ir::verify(k); !err.empty()) throw Error("internal: " + err);
+    ordo::llvm_backend::Options options;
+    options.rows_in_flight = r.rows_in_flight;
+    options.position_independent = true;
+    options.symbol = fmt::format("ordo_{}_{}_n{}_{}", ordo::name(op), c_identifier(order), r.cols, ordo::name(r.x_dtype));
+    for (const Built& b : kernels)
+      if (b.name == options.symbol) throw Error(fmt::format("order '{}' is listed twice", order));
+    kernels.push_back({options.symbol, r, k, ordo::llvm_backend::compile_object(k, options)});
+  }
+
+  // Everything goes to temporaries beside the outputs first; renamed only when all succeeded.
+  const std::string tag = fmt::format(".tmp.{}", ::getpid());
+  std::vector<fs::path> temps;
+  auto cleanup = [&] {
+    std::error_code ec;
+    for (const fs::path& t : temps) fs::remove(t, ec);
+  };
+  try {
+    std::vector<std::string> link = {"cc", "-shared", "-o", so.string() + tag};
+    temps.push_back(so.string() + tag);
+    for (const Built& b : kernels) {
+      const fs::path obj = so.string() + tag + "." + b.name + ".o";
+      temps.push_back(obj);
+      std::ofstream out(obj, std::ios::binary);
+      out.write(b.object.bytes.data(), static_cast<std::streamsize>(b.object.bytes.size()));
+      if (!out) throw Error(fmt::format("-o {}: cannot write {}", so.string(), obj.string()));
+      link.push_back(obj.string());
+    }
+    link.push_back("-lm");  // libm's expf/logf, for orders that call them
+    if (int status = run_program(link); status != 0)
+      throw Error(fmt::format("linking {} failed (cc exited {}); is a C compiler installed?", so.string(), status));
+
+    std::string h = fmt::format(
+        "/* Generated by `ordo build`: machine code for {} ({}). Link with {} (and -lm).\n"
+        " * Each kernel runs rows [begin, end) of a launch over `rows` rows: extents[0] = rows. Any split of\n"
+        " * [0, rows) across threads gives the same bits. buffers[] follow the argument list below. */\n"
+        "#ifndef {}\n#define {}\n\n#include <stdint.h>\n\n#ifdef __cplusplus\nextern \"C\" {{\n#endif\n",
+        ordo::llvm_backend::host_description(), "x86-64 SysV", so.filename().string(), guard, guard);
+    std::string m = fmt::format("{{\n  \"library\": {},\n  \"target\": \"cpu\",\n  \"host\": {},\n  \"kernels\": [", json_string(so.filename().string()),
+                                json_string(ordo::llvm_backend::fingerprint()));
+    for (size_t i = 0; i < kernels.size(); ++i) {
+      const Built& b = kernels[i];
+      std::string arg_doc, arg_json;
+      for (size_t j = 0; j < b.kernel.buffers.size(); ++j) {
+        const ordo::ir::Buffer& buf = b.kernel.buffers[j];
+        const std::string len = buf.extent == ordo::ir::Extent::rows_by_cols ? fmt::format("rows*{}", b.request.cols)
+                                : buf.extent == ordo::ir::Extent::cols       ? fmt::format("{}", b.request.cols)
+                                                                             : "rows";
+        arg_doc += fmt::format(" *   buffers[{}] {:<7} {}[{}] {}\n", j, buf.name, ordo::name(buf.elem), len, buf.output ? "out" : "in");
+        arg_json += fmt::format("{}\n        {{\"name\": {}, \"dtype\": \"{}\", \"elements\": \"{}\", \"output\": {}}}", j ? "," : "",
+                                json_string(buf.name), ordo::name(buf.elem), len, buf.output ? "true" : "false");
+      }
+      h += fmt::format(
+          "\n/* {} with order {}: N = {}, x {}.\n{} */\n"
+          "void {}(void* const* buffers, const int64_t* extents, int64_t begin, int64_t end, int64_t flags);\n"
+          "static inline void {}_run(void* const* buffers, int64_t rows) {{\n"
+          "  int64_t extents[1] = {{rows}};\n  {}(buffers, extents, 0, rows, 0);\n}}\n",
+          ordo::name(op), b.request.order, b.request.cols, ordo::name(b.request.x_dtype), arg_doc, b.name, b.name, b.name);
+      m += fmt::format(
+          "{}\n    {{\n      \"name\": {},\n      \"signature\": \"void(void* const* buffers, const int64_t* extents, int64_t begin, "
+          "int64_t end, int64_t flags)\",\n      \"launch\": {{\"grid\": [\"rows\"], \"rows_in_flight\": {}, \"flags\": {{\"1\": "
+          "\"non-temporal stores for per-row outputs\"}}}},\n      \"args\": [{}\n      ],\n      \"request\": {{\"op\": \"{}\", \"order\": "
+          "{}, \"cols\": {}, \"x_dtype\": \"{}\", \"weight_dtype\": \"{}\", \"eps\": {}, \"key\": {}}}\n    }}",
+          i ? "," : "", json_string(b.name), b.object.rows_in_flight, arg_json, ordo::name(op), json_string(b.request.order),
+          b.request.cols, ordo::name(b.request.x_dtype), ordo::name(b.request.weight_type()), b.request.eps, json_string(b.request.key()));
+    }
+    h += "\n#ifdef __cplusplus\n}\n#endif\n\n#endif\n";
+    m += "\n  ]\n}\n";
+    for (const auto& [path, text] : {std::pair{header, h}, std::pair{manifest, m}}) {
+      temps.push_back(path.string() + tag);
+      std::ofstream out(path.string() + tag, std::ios::binary);
+      out << text;
+      if (!out) throw Error(fmt::format("cannot write {}", path.string()));
+    }
+    fs::rename(so.string() + tag, so);
+    fs::rename(header.string() + tag, header);
+    fs::rename(manifest.string() + tag, manifest);
+  } catch (...) {
+    cleanup();
+    throw;
+  }
+  cleanup();  // the object files
+  fmt::print("wrote {} ({} kernel{}), {}, {}\n", so.string(), kernels.size(), kernels.size() > 1 ? "s" : "", header.string(),
+             manifest.string());
+  return 0;
+}
+
 int cmd_bench(int argc, char** argv) {
   std::vector<std::string> values = kRequestValues;
   values.insert(values.end(), {"rows", "threads", "baseline", "seconds"});
@@ -542,7 +709,8 @@ int main(int argc, char** argv) {
     if (cmd == "emit") return cmd_emit(argc, argv);
     if (cmd == "bench") return cmd_bench(argc, argv);
     if (cmd == "cache") return cmd_cache(argc, argv);
-    throw Error(fmt::format("unknown command '{}'; commands: run, orders, compare, emit, bench, demo, cache", cmd));
+    if (cmd == "build") return cmd_build(argc, argv);
+    throw Error(fmt::format("unknown command '{}'; commands: run, orders, compare, emit, bench, demo, cache, build", cmd));
   } catch (const Error& e) {
     fmt::print(stderr, "ordo: error: {}\n", e.what());
     return 2;

@@ -201,14 +201,24 @@ Object compile_object(const ir::Kernel& k, const Options& opt) {
   Jit& j = jit();
   Object out;
   out.rows_in_flight = choose_rows_in_flight(k, opt);
-  out.symbol = "ordo_" + k.name;
+  out.symbol = opt.symbol.empty() ? "ordo_" + k.name : opt.symbol;
   Compiled timing;
   llvm::LLVMContext ctx;
   auto m = build_module(ctx, k, out.symbol, out.rows_in_flight, j, &timing);
   out.lower_ms = timing.lower_ms;
   out.optimize_ms = timing.optimize_ms;
   auto t = std::chrono::steady_clock::now();
-  auto object = (*j.compiler)(*m);
+  llvm::Expected<std::unique_ptr<llvm::MemoryBuffer>> object = nullptr;
+  if (opt.position_independent) {
+    llvm::orc::JITTargetMachineBuilder b = host_builder();
+    b.setRelocationModel(llvm::Reloc::PIC_);
+    auto tm = b.createTargetMachine();
+    if (!tm) throw Error("LLVM cannot create a target machine: " + take_error(tm.takeError()));
+    m->setPICLevel(llvm::PICLevel::BigPIC);
+    object = llvm::orc::SimpleCompiler(**tm)(*m);
+  } else {
+    object = (*j.compiler)(*m);
+  }
   if (!object) throw Error("LLVM could not compile " + k.name + ": " + take_error(object.takeError()));
   out.bytes.assign((*object)->getBufferStart(), (*object)->getBufferSize());
   out.codegen_ms = ms_since(t);

@@ -25,6 +25,10 @@ constexpr int64_t kStreamOutputs = 1;
 
 struct Options {
   int rows_in_flight = 0;  // 0: choose (4 when the kernel is scalar, else 2)
+  // compile_object only. The entry symbol (default "ordo_<kernel name>"), and position-
+  // independent code for linking into a shared library (`ordo build`).
+  std::string symbol;
+  bool position_independent = false;
 };
 
 struct Compiled {
