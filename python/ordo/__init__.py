@@ -1,0 +1,136 @@
+"""ordo from Python: normalization and softmax kernels whose reduction order you choose.
+
+    import ordo
+    y, mean, rstd = ordo.layer_norm(x, weight, bias, eps=1e-5, order="torch1.13-cpu-avx2")
+
+Arrays are passed without copying through DLPack: numpy arrays and torch tensors (CPU,
+contiguous), or any other DLPack producer. Results come back as the same kind as `x`: torch in,
+torch out; numpy in, numpy out (and numpy for other producers). numpy has no bfloat16, so a
+uint16 numpy array holds bf16 bit patterns when `dtype="bf16"` is given.
+
+The order names are those of `ordo orders` (ordo.orders() lists them); an order marked exact
+reproduces its library bit for bit.
+"""
+import math
+
+from . import _ordo
+
+__all__ = ["layer_norm", "rms_norm", "var_mean", "softmax", "log_softmax", "attention", "orders", "compare"]
+
+
+def _is_torch(a):
+    return type(a).__module__.split(".")[0] == "torch"
+
+
+def _dtype_of(a, hint):
+    """ordo's name for the element type of `a`."""
+    if hint is not None:
+        return hint
+    if _is_torch(a):
+        import torch
+        names = {torch.float32: "f32", torch.bfloat16: "bf16", torch.float16: "f16"}
+        if a.dtype not in names:
+            raise ValueError(f"tensor dtype {a.dtype} is not float32, bfloat16 or float16")
+        return names[a.dtype]
+    kind = getattr(a, "dtype", None)
+    name = str(kind)
+    if name in ("float32", "float16"):
+        return {"float32": "f32", "float16": "f16"}[name]
+    if name == "uint16":
+        raise ValueError("a uint16 array is taken as bf16 bit patterns only with dtype='bf16'")
+    raise ValueError(f"array dtype {name} is not float32 or float16 (bf16: uint16 bit patterns with dtype='bf16')")
+
+
+def _empty_like_kind(x, shape, dtype):
+    """An uninitialized output of the same kind as x (torch or numpy)."""
+    if _is_torch(x):
+        import torch
+        return torch.empty(shape, dtype={"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}[dtype])
+    import numpy as np
+    return np.empty(shape, dtype={"f32": np.float32, "bf16": np.uint16, "f16": np.float16}[dtype])
+
+
+def _capsule(a):
+    if not hasattr(a, "__dlpack__"):
+        raise TypeError(f"{type(a).__name__} does not support DLPack (__dlpack__)")
+    return a.__dlpack__()
+
+
+def _run(op, x, inputs, outputs_spec, order, eps=1e-5, dtype=None, weight_dtype=None, allow_mixed_dtypes=False, acc=None,
+         threads=0):
+    """Compiles (cached) and runs one op. inputs: {name: array or None}. outputs_spec: [(name, 'row'|'stat')]."""
+    if not hasattr(x, "shape") or len(x.shape) < 1:
+        raise ValueError("x must have at least one dimension; the op reduces the last")
+    xd = _dtype_of(x, dtype)
+    cols = int(x.shape[-1])
+    rows = math.prod(int(s) for s in x.shape[:-1])
+    given = {k: v for k, v in inputs.items() if v is not None}
+    wd = weight_dtype
+    if wd is None and given:
+        first = next(iter(given.values()))
+        wd = _dtype_of(first, dtype if not _is_torch(first) and str(getattr(first, "dtype", "")) == "uint16" else None)
+    kernel = _ordo.compile(op, cols, xd, wd or "", order, float(eps), "weight" in given, "bias" in given,
+                           allow_mixed_dtypes, acc or "")
+    outs, tensors = {}, []
+    for name, dt, is_out, extent in kernel.args:
+        if not is_out:
+            tensors.append(_capsule(x if name == "x" else given[name]))
+            continue
+        shape = tuple(x.shape) if extent == "rows*N" else tuple(x.shape[:-1])
+        outs[name] = _empty_like_kind(x, shape, dt)
+        tensors.append(_capsule(outs[name]))
+    kernel.run(tensors, rows, threads)
+    return outs
+
+
+def layer_norm(x, weight=None, bias=None, eps=1e-5, order="fast", **kw):
+    """y, mean, rstd of layer_norm over the last dim."""
+    o = _run("layer_norm", x, {"weight": weight, "bias": bias}, None, order, eps, **kw)
+    return o["y"], o["mean"], o["rstd"]
+
+
+def rms_norm(x, weight=None, eps=1e-5, order="fast", **kw):
+    """y, rstd of rms_norm over the last dim."""
+    o = _run("rms_norm", x, {"weight": weight}, None, order, eps, **kw)
+    return o["y"], o["rstd"]
+
+
+def var_mean(x, order="fast", **kw):
+    """var (biased, divided by N) and mean over the last dim."""
+    o = _run("var_mean", x, {}, None, order, **kw)
+    return o["var"], o["mean"]
+
+
+def softmax(x, order="fast", **kw):
+    return _run("softmax", x, {}, None, order, **kw)["y"]
+
+
+def log_softmax(x, order="fast", **kw):
+    return _run("log_softmax", x, {}, None, order, **kw)["y"]
+
+
+def attention(q, k, v, **kw):
+    """Not built yet: attention is a separate capability (see the project's issues)."""
+    raise NotImplementedError("ordo.attention is not built yet; layer_norm, rms_norm, var_mean, softmax and log_softmax are")
+
+
+def orders():
+    """Every named order: name, description, ops, dtypes, exact, unverified."""
+    return _ordo.orders()
+
+
+def compare(op, cols=4096, rows=64, dtype="f32", orders=(), seed=1, offset=0.0, scale=1.0):
+    """Runs `orders` (default: every order for op) on one random input. Returns a list of rows:
+    order, max_abs_err and max_ulp per output against float64, and `identical`: the fraction of
+    the primary output bit-identical to each other order. The printed report is in .report."""
+    table, report = _ordo.compare(op, cols, rows, dtype, list(orders), seed, offset, scale)
+    return _Table(table, report)
+
+
+class _Table(list):
+    def __init__(self, rows, report):
+        super().__init__(rows)
+        self.report = report
+
+    def __str__(self):
+        return self.report

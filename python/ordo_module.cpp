@@ -1,0 +1,221 @@
+// The `ordo._ordo` extension: compile kernels and run them on DLPack tensors without copying.
+// The Python layer (python/ordo/__init__.py) allocates outputs and shapes results; this file
+// only moves pointers.
+//
+// DLPack (the data-interchange ABI every array library exports through __dlpack__): the
+// structs below follow its published v0.x layout. A consumer takes ownership of a capsule named
+// "dltensor", renames it "used_dltensor", and calls the tensor's deleter when done.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "gen/gen.hpp"
+#include "ir/error.hpp"
+#include "ordo/compare.hpp"
+#include "ordo/ordo.hpp"
+
+namespace py = pybind11;
+
+namespace {
+
+struct DLDevice {
+  int32_t device_type;  // 1: CPU
+  int32_t device_id;
+};
+struct DLDataType {
+  uint8_t code;  // 0 int, 1 uint, 2 float, 4 bfloat
+  uint8_t bits;
+  uint16_t lanes;
+};
+struct DLTensor {
+  void* data;
+  DLDevice device;
+  int32_t ndim;
+  DLDataType dtype;
+  int64_t* shape;
+  int64_t* strides;  // in elements; NULL means compact row-major
+  uint64_t byte_offset;
+};
+struct DLManagedTensor {
+  DLTensor dl_tensor;
+  void* manager_ctx;
+  void (*deleter)(DLManagedTensor*);
+};
+
+// One consumed capsule: the tensor stays alive until this is destroyed.
+class Borrowed {
+ public:
+  Borrowed(py::capsule cap, const std::string& what) : what_(what) {
+    if (std::string(cap.name() ? cap.name() : "") != "dltensor")
+      throw ordo::Error(what + ": not an unused DLPack capsule (named 'dltensor')");
+    t_ = static_cast<DLManagedTensor*>(cap.get_pointer());
+    PyCapsule_SetName(cap.ptr(), "used_dltensor");
+  }
+  Borrowed(const Borrowed&) = delete;
+  Borrowed(Borrowed&& o) noexcept : what_(std::move(o.what_)), t_(o.t_) { o.t_ = nullptr; }
+  ~Borrowed() {
+    if (t_ && t_->deleter) t_->deleter(t_);
+  }
+
+  // The element type as ordo names it. bf16 may arrive as DLPack bfloat or as uint16 bits.
+  ordo::ScalarType dtype() const {
+    const DLDataType d = t_->dl_tensor.dtype;
+    if (d.lanes != 1) throw ordo::Error(what_ + ": vector dtypes are not supported");
+    if (d.code == 2 && d.bits == 32) return ordo::ScalarType::f32;
+    if (d.code == 2 && d.bits == 16) return ordo::ScalarType::f16;
+    if ((d.code == 4 && d.bits == 16) || (d.code == 1 && d.bits == 16)) return ordo::ScalarType::bf16;
+    if (d.code == 2 && d.bits == 64) return ordo::ScalarType::f64;
+    throw ordo::Error(what_ + ": dtype code " + std::to_string(d.code) + " bits " + std::to_string(d.bits) +
+                      " is not float32, float16 or bfloat16");
+  }
+  int64_t elements() const {
+    int64_t n = 1;
+    for (int i = 0; i < t_->dl_tensor.ndim; ++i) n *= t_->dl_tensor.shape[i];
+    return n;
+  }
+  void* data() const {
+    const DLTensor& t = t_->dl_tensor;
+    if (t.device.device_type != 1) throw ordo::Error(what_ + ": not a CPU tensor (ordo's Python API runs on the CPU)");
+    if (t.strides) {  // compact row-major only: ordo reads rows as contiguous memory
+      int64_t expect = 1;
+      for (int i = t.ndim - 1; i >= 0; --i) {
+        if (t.shape[i] != 1 && t.strides[i] != expect) throw ordo::Error(what_ + ": not contiguous; call .contiguous() first");
+        expect *= t.shape[i];
+      }
+    }
+    return static_cast<char*>(t.data) + t.byte_offset;
+  }
+
+ private:
+  std::string what_;
+  DLManagedTensor* t_ = nullptr;
+};
+
+// Python exceptions: ordo::Error (the caller's input) becomes ValueError.
+template <class F>
+auto translate(F&& f) {
+  try {
+    return f();
+  } catch (const ordo::Error& e) {
+    throw py::value_error(e.what());
+  }
+}
+
+ordo::ScalarType dtype_named(const std::string& s) {
+  auto t = ordo::parse_scalar_type(s);
+  if (!t) throw ordo::Error("dtype '" + s + "' is not f32, bf16 or f16");
+  return *t;
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_ordo, m) {
+  m.doc() = "ordo's native layer: kernels by request, run on DLPack tensors";
+
+  py::class_<ordo::CompiledKernel, std::shared_ptr<ordo::CompiledKernel>>(m, "Kernel")
+      .def_property_readonly("args", [](const ordo::CompiledKernel& k) {
+        py::list out;
+        for (const ordo::ArgSpec& a : k.args())
+          out.append(py::make_tuple(a.name, std::string(ordo::name(a.dtype)), a.output, std::string(ordo::ir::name(a.extent))));
+        return out;
+      })
+      .def_property_readonly("order", [](const ordo::CompiledKernel& k) { return k.request().order; })
+      .def("run", [](const ordo::CompiledKernel& k, py::list capsules, int64_t rows, int threads) {
+        translate([&] {
+          std::vector<Borrowed> held;
+          std::vector<ordo::BufferRef> refs;
+          const auto& args = k.args();
+          if (capsules.size() != args.size())
+            throw ordo::Error("kernel takes " + std::to_string(args.size()) + " tensors, got " + std::to_string(capsules.size()));
+          for (size_t i = 0; i < args.size(); ++i) {
+            held.emplace_back(capsules[i].cast<py::capsule>(), args[i].name);
+            refs.push_back({held.back().data(), held.back().elements(), held.back().dtype()});
+          }
+          py::gil_scoped_release unlocked;  // kernels run on ordo's own threads
+          k.run(refs, rows, threads);
+          return 0;
+        });
+      }, py::arg("tensors"), py::arg("rows"), py::arg("threads") = 0);
+
+  m.def("compile", [](const std::string& op, int64_t cols, const std::string& dtype, const std::string& weight_dtype,
+                      const std::string& order, double eps, bool weight, bool bias, bool allow_mixed_dtypes,
+                      const std::string& acc) {
+    return translate([&] {
+      ordo::Request r;
+      auto kind = ordo::parse_op(op);
+      if (!kind) throw ordo::Error("unknown op '" + op + "'");
+      r.op = *kind;
+      r.cols = cols;
+      r.x_dtype = dtype_named(dtype);
+      if (!weight_dtype.empty()) r.weight_dtype = dtype_named(weight_dtype);
+      if (!acc.empty()) r.acc_dtype = dtype_named(acc);
+      r.order = order;
+      r.eps = eps;
+      r.has_weight = weight;
+      r.has_bias = bias;
+      r.allow_mixed_dtypes = allow_mixed_dtypes;
+      return std::const_pointer_cast<ordo::CompiledKernel>(ordo::compile(r));
+    });
+  }, py::arg("op"), py::arg("cols"), py::arg("dtype"), py::arg("weight_dtype") = "", py::arg("order") = "fast",
+     py::arg("eps") = 1e-5, py::arg("weight") = false, py::arg("bias") = false, py::arg("allow_mixed_dtypes") = false,
+     py::arg("acc") = "");
+
+  m.def("orders", [] {
+    py::list out;
+    for (const ordo::gen::NamedOrder& n : ordo::gen::named_orders()) {
+      py::list ops, dtypes;
+      for (ordo::OpKind o : n.ops) ops.append(std::string(ordo::name(o)));
+      for (ordo::ScalarType t : n.dtypes) dtypes.append(std::string(ordo::name(t)));
+      py::dict d;
+      d["name"] = std::string(n.name);
+      d["description"] = std::string(n.description);
+      d["ops"] = ops;
+      d["dtypes"] = dtypes;
+      d["exact"] = n.reproduces_reference && !n.unverified;
+      d["unverified"] = n.unverified;
+      out.append(d);
+    }
+    return out;
+  });
+
+  m.def("compare", [](const std::string& op, int64_t cols, int64_t rows, const std::string& dtype, std::vector<std::string> orders,
+                      uint64_t seed, double offset, double scale) {
+    return translate([&] {
+      ordo::CompareOptions o;
+      auto kind = ordo::parse_op(op);
+      if (!kind) throw ordo::Error("unknown op '" + op + "'");
+      o.base.op = *kind;
+      o.base.cols = cols;
+      o.base.x_dtype = dtype_named(dtype);
+      o.base.has_weight = *kind == ordo::OpKind::layer_norm || *kind == ordo::OpKind::rms_norm;
+      o.base.has_bias = *kind == ordo::OpKind::layer_norm;
+      o.rows = rows;
+      o.seed = seed;
+      o.offset = offset;
+      o.scale = scale;
+      o.repeats = 1;
+      if (orders.empty())
+        for (const ordo::gen::NamedOrder& n : ordo::gen::named_orders())
+          for (ordo::OpKind k : n.ops)
+            if (k == *kind) orders.emplace_back(n.name);
+      o.orders = orders;
+      ordo::CompareReport rep = ordo::compare_orders(o);
+      py::list table;
+      for (const ordo::OrderResult& r : rep.results) {
+        py::dict row;
+        row["order"] = r.order;
+        row["error"] = r.error;
+        row["max_abs_err"] = r.max_abs_err;
+        row["max_ulp"] = r.max_ulp;
+        py::dict same;
+        for (size_t i = 0; i < r.identical.size(); ++i) same[py::str(rep.results[i].order)] = r.identical[i];
+        row["identical"] = same;
+        table.append(row);
+      }
+      return py::make_tuple(table, ordo::format_report(rep));
+    });
+  });
+}

@@ -1,0 +1,97 @@
+#!/usr/bin/python3
+"""The Python package: every op from numpy and from torch, results of the same kind and shape,
+bit-identical to the CLI's kernels and (for exact orders) to torch itself; no copies of the
+inputs; clear errors for bad arguments.
+
+Run: PYTHONPATH=build/python /usr/bin/python3 python/tests/test_python.py
+"""
+import sys
+
+import numpy as np
+import torch
+
+import ordo
+
+failures = []
+
+
+def check(cond, what):
+    if not cond:
+        failures.append(what)
+        print("FAIL", what)
+
+
+def bits(a):
+    if isinstance(a, torch.Tensor):
+        a = a.view(torch.int16) if a.dtype == torch.bfloat16 else a
+        a = a.numpy()
+    return a.view(np.uint16 if a.dtype.itemsize == 2 else np.uint32)
+
+
+def same_bits(a, b):
+    fa = np.asarray(a.float() if isinstance(a, torch.Tensor) else a, dtype=np.float64)
+    fb = np.asarray(b.float() if isinstance(b, torch.Tensor) else b, dtype=np.float64)
+    return a.shape == b.shape and bool(np.all((bits(a) == bits(b)) | (np.isnan(fa) & np.isnan(fb))))
+
+
+rng = np.random.default_rng(7)
+x = rng.standard_normal((3, 5, 200)).astype(np.float32)  # rank 3: the op reduces the last dim
+w = (1 + 0.1 * rng.standard_normal(200)).astype(np.float32)
+b = (0.1 * rng.standard_normal(200)).astype(np.float32)
+xt, wt, bt = torch.from_numpy(x), torch.from_numpy(w), torch.from_numpy(b)
+torch.set_num_threads(1)
+
+# numpy in, numpy out; torch in, torch out; the same bits either way.
+y, mean, rstd = ordo.layer_norm(x, w, b, eps=1e-5, order="torch1.13-cpu-avx2")
+check(isinstance(y, np.ndarray) and y.shape == x.shape and mean.shape == (3, 5) and rstd.shape == (3, 5), "numpy shapes")
+yt, mt, rt = ordo.layer_norm(xt, wt, bt, eps=1e-5, order="torch1.13-cpu-avx2")
+check(isinstance(yt, torch.Tensor) and same_bits(yt, torch.from_numpy(y)), "torch and numpy results agree bit for bit")
+# The exact order reproduces torch itself (its default capability here is avx2).
+ref = torch.native_layer_norm(xt, [200], wt, bt, 1e-5)
+check(same_bits(yt, ref[0]) and same_bits(mt, ref[1].reshape(3, 5)) and same_bits(rt, ref[2].reshape(3, 5)),
+      "layer_norm torch1.13-cpu-avx2 equals torch.native_layer_norm")
+check(same_bits(ordo.softmax(xt, order="torch1.13-cpu-avx2"), torch.softmax(xt, -1)), "softmax equals torch")
+check(same_bits(ordo.log_softmax(xt, order="torch1.13-cpu-avx2"), torch.log_softmax(xt, -1)), "log_softmax equals torch")
+xb = xt.to(torch.bfloat16)
+check(same_bits(ordo.softmax(xb, order="torch1.13-cpu-avx2"), torch.softmax(xb, -1)), "bf16 softmax equals torch")
+var, mean = ordo.var_mean(xt, order="torch1.13-cpu")
+tv, tm = torch.var_mean(xt, -1, unbiased=False)
+check(same_bits(var, tv) and same_bits(mean, tm), "var_mean equals torch.var_mean")
+yr, rr = ordo.rms_norm(xt, wt, eps=1e-5, order="torch-composite-cpu")
+check(same_bits(yr, xt * torch.rsqrt(xt.pow(2).mean(-1, keepdim=True) + 1e-5) * wt), "rms_norm equals the torch composite")
+
+# bf16 from numpy travels as uint16 bit patterns with dtype="bf16".
+xb_np = xb.view(torch.int16).numpy().view(np.uint16)
+sb = ordo.softmax(xb_np, order="torch1.13-cpu-avx2", dtype="bf16")
+check(sb.dtype == np.uint16 and same_bits(torch.from_numpy(sb.view(np.int16)).view(torch.bfloat16), torch.softmax(xb, -1)),
+      "bf16 via numpy uint16")
+
+# No copy: the kernel reads the caller's memory. Changing x changes the result.
+x2 = x.copy()
+before = ordo.softmax(x2, order="fast")
+x2[0, 0, 0] += 10
+check(not np.array_equal(ordo.softmax(x2, order="fast")[0, 0], before[0, 0]), "inputs are read in place")
+
+# Errors are ValueError/TypeError naming the problem; nothing crashes.
+for what, call, expect in [
+    ("non-contiguous", lambda: ordo.softmax(xt.transpose(0, 2)), "contiguous"),
+    ("unknown order", lambda: ordo.softmax(xt, order="nope"), "nope"),
+    ("int input", lambda: ordo.softmax(np.ones((2, 3), np.int32)), "int32"),
+    ("uint16 without dtype", lambda: ordo.softmax(np.ones((2, 3), np.uint16)), "dtype='bf16'"),
+    ("weight length", lambda: ordo.layer_norm(x, w[:10], b), "weight"),
+    ("not an array", lambda: ordo.softmax([1.0, 2.0]), "dimension"),
+]:
+    try:
+        call()
+        check(False, f"{what}: no error")
+    except (ValueError, TypeError) as e:
+        check(expect in str(e), f"{what}: message {str(e)!r} lacks {expect!r}")
+
+names = {o["name"]: o for o in ordo.orders()}
+check(names["torch1.13-cpu-avx2"]["exact"] and names["torch1.13-cpu-avx512"]["unverified"], "orders() marks exact/unverified")
+table = ordo.compare("softmax", cols=300, rows=8, orders=["fast", "online", "torch1.13-cpu-avx2"])
+check([r["order"] for r in table] == ["fast", "online", "torch1.13-cpu-avx2"] and table[0]["identical"]["fast"] == 1.0
+      and table[1]["max_ulp"]["y"] >= 0 and "agreement" in str(table), "compare() returns the table")
+
+print(f"python package: {'ok' if not failures else f'{len(failures)} failed'}")
+sys.exit(1 if failures else 0)
