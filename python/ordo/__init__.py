@@ -53,6 +53,8 @@ def _empty_like_kind(x, shape, dtype):
 def _capsule(a):
     if not hasattr(a, "__dlpack__"):
         raise TypeError(f"{type(a).__name__} does not support DLPack (__dlpack__)")
+    if _is_torch(a):
+        a = a.detach()  # a view, not a copy: ordo's kernels are forward only
     return a.__dlpack__()
 
 
