@@ -82,6 +82,20 @@ same way with u = 2^-53 and d = N (numpy's pairwise sum needs far fewer), is add
              shift adds u|m| rstd, everything else as above with one rounding instead of three:
              |dy| <= |w| rstd (|x-mu| (rho_r + u) + e_mo + u(|mu| + e_mo)) + u|y|.
   y, rms_norm (x*rstd)*w: |dy| <= |w| |x| rstd (rho_r + 2u).
+softmax and log_softmax (orders `fast`: two-pass lane tree, `online`: per-lane running max and
+rescaled sum; exp and log are Sleef's u10 functions, each within 1 ulp, i.e. relative 2u):
+  every term e_i = exp(fl(x_i - M)): the subtraction's rounding moves the exponent by
+             u|x_i - M|, so e_i has relative error 2u + u|x_i - M| <= 2u + u R, R = max - min
+             of the row (finite rows).
+  s, two-pass: a sum of positive terms with depth d (lane tree as above): rho_s = gamma_d +
+             2u + uR.
+  s, online: a lane's partial sum is rescaled by exp(m - m') at most once per vector step and
+             once when the lanes merge; each rescale is an exp (2u), a multiply and an add (2u),
+             and the exponent roundings add u|m - m'| whose total along one partial sum is at
+             most R (the running max only grows), R again at the merge. With k = N/L + L + N mod L
+             steps: rho_s = gamma_{4k} + 2uR + 2u + uR.
+  softmax    y = e * fl(1/s): |dy| <= y (2u + uR + rho_s + 2u).
+  log_softmax y = (x - M) - log s: |dy| <= u|x - M| + rho_s + 2u|log s| + u|y|.
 The bounds are first order: products of two error terms (gamma*coupling, u*rho, ...) are not
 carried; they are folded into one SAFETY factor of 2 applied to every bound, and nothing else
 inflates them. A case whose bound is so wide that it says nothing (relative var bound >= 1 or
@@ -121,6 +135,7 @@ NS = [1, 7, 8, 17, 127, 128, 129, 1000, 4096, 4097, 65537]
 RANGES = [("N(0,1)", 0.0, 1.0), ("N(3,1)", 3.0, 1.0), ("N(100,1)", 100.0, 1.0), ("N(1e4,1e-3)", 1e4, 1e-3)]
 # Parameterized variants: other lane counts / chunks / accumulators / fma, and f64 accumulation.
 VARIANTS = [
+    "online(lanes=4)",
     "lane-welford(fma=all)",
     "lane-welford(lanes=4,chunk=5,fma=update)",
     "lane-welford(acc=f64)",
@@ -131,7 +146,11 @@ VARIANTS = [
     "one-pass(acc=f64)",
     "fast(acc=f64)",
 ]
-OUTS = {"layer_norm": ["y", "mean", "rstd"], "rms_norm": ["y", "rstd"], "var_mean": ["var", "mean"]}
+OUTS = {"layer_norm": ["y", "mean", "rstd"], "rms_norm": ["y", "rstd"], "var_mean": ["var", "mean"], "softmax": ["y"],
+        "log_softmax": ["y"]}
+SOFTMAX_OPS = ("softmax", "log_softmax")
+# Softmax-family orders without a reference: (kind, lanes), from gen/orders.cpp.
+SOFTMAX_MODELS = {"fast": ("two-pass", 16), "online": ("online", 8)}
 NEG_N = 1000  # negative controls use the N(0,1) rows of this N
 
 
@@ -299,8 +318,45 @@ def rstd_bound(v, dv, r_ref):
     return np.maximum(r_hi - r_ref, r_ref - r_lo) + 2 * U64 * r_ref
 
 
+def softmax_model(order):
+    base, _, params = order.partition("(")
+    if base not in SOFTMAX_MODELS:
+        raise KeyError(f"no softmax bound model for order '{base}'")
+    kind, lanes = SOFTMAX_MODELS[base]
+    for item in filter(None, params.rstrip(")").split(",")):
+        k, v = item.split("=")
+        if k == "lanes":
+            lanes = int(v)
+        elif k != "acc":  # the softmax family always accumulates in f32; acc applies to the norms only
+            raise KeyError(f"no softmax bound model for parameter '{k}'")
+    return dict(softmax=kind, lanes=lanes, acc="f32")
+
+
+def softmax_bounds(op, model, X):
+    """Softmax-family outputs in float64 and their first-order bounds (see the docstring)."""
+    n, L = X.shape[1], model["lanes"]
+    M = X.max(axis=1, keepdims=True)
+    R = (M - X.min(axis=1, keepdims=True))
+    e = np.exp(X - M)
+    s = e.sum(axis=1, keepdims=True)
+    if model["softmax"] == "two-pass":
+        d = sum_depth(dict(kind="lanes", lanes=L, A=1), n)
+        rho_s = gamma(d, U32) + 2 * U32 + U32 * R
+    else:
+        k = n // L + L + n % L
+        rho_s = gamma(4 * k, U32) + 3 * U32 * R + 2 * U32
+    if op == "softmax":
+        y = e / s
+        return {"y": (y, y * (4 * U32 + U32 * R + rho_s) + 4 * U64 * y)}, np.zeros(len(X), bool)
+    y = (X - M) - np.log(s)
+    return {"y": (y, U32 * np.abs(X - M) + rho_s + 2 * U32 * np.abs(np.log(s)) + U32 * np.abs(y) + 4 * U64 * np.abs(y))}, \
+        np.zeros(len(X), bool)
+
+
 def bounds(op, model, ref, w, b):
     """{output: (reference value, first-order bound)} and a per-row 'vacuous' flag."""
+    if op in SOFTMAX_OPS:
+        return softmax_bounds(op, model, ref.X)
     u_out = U32 if model["acc"] == "f64" else 0.0
     X, mu, var = ref.X, ref.mu, ref.var
     if op == "rms_norm":
@@ -350,7 +406,7 @@ def list_orders(ordo):
     out = subprocess.run([ordo, "orders"], capture_output=True, text=True, check=True).stdout
     found = {}
     for line in out.splitlines():
-        m = re.match(r"^(\S+)\s+(exact)?\s*\[([^\]]*)\]\s*\[([^\]]*)\]", line)
+        m = re.match(r"^(\S+)\s+(exact|unverified)?\s*\[([^\]]*)\]\s*\[([^\]]*)\]", line)
         if m and not m.group(2) and "f32" in m.group(4).split(","):
             found[m.group(1)] = m.group(3).split(",")
     return found
@@ -394,12 +450,13 @@ def run_all(args, named, orders, rng, tmp, t0):
 
     cases = []
     for order in orders:
-        try:
-            model = model_of(order)
-        except KeyError as ex:
-            model = str(ex)
         for op in named[order.partition("(")[0]]:
-            wide = op == "rms_norm" or (isinstance(model, dict) and model["acc"] == "f64" and model["moments"] != "one-pass")
+            try:
+                model = softmax_model(order) if op in SOFTMAX_OPS else model_of(order)
+            except KeyError as ex:
+                model = str(ex)
+            # softmax is shift-invariant (x - max is exact near the max), so the offset rows stay meaningful
+            wide = op == "rms_norm" or op in SOFTMAX_OPS or (isinstance(model, dict) and model["acc"] == "f64" and model["moments"] != "one-pass")
             for n in NS:
                 cases.append((order, model, op, n, "x4" if wide else "x3"))
 
@@ -408,7 +465,7 @@ def run_all(args, named, orders, rng, tmp, t0):
         f = data[n]["files"]
         outs = {o: os.path.join(tmp, f"out_{idx}_{o}.npy") for o in OUTS[op]}
         cmd = [args.ordo, "run", op, "--order", order, "--in", "x=" + f[xf]]
-        if op != "var_mean":
+        if op in ("layer_norm", "rms_norm"):
             cmd += ["--eps", repr(EPS), "--in", "weight=" + f["w"]]
         if op == "layer_norm":
             cmd += ["--in", "bias=" + f["b"]]
