@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 
 #include "gen/gen.hpp"
@@ -16,7 +17,15 @@ using namespace ordo;
 
 namespace {
 
-const std::vector<int64_t> kSweepN = {1, 2, 7, 8, 9, 15, 16, 17, 127, 128, 129, 255, 256, 4095, 4096, 4097, 65537};
+const std::vector<int64_t> kFullSweepN = {1, 2, 7, 8, 9, 15, 16, 17, 127, 128, 129, 255, 256, 4095, 4096, 4097, 65537};
+// ORDO_BACKEND_SWEEP=reduced (the sanitizer build in scripts/hardening, whose interpreter runs
+// ~10x slower): one N per regime (below a vector, exact vectors, a tail, several chunks, a
+// long row with a tail) instead of every boundary.
+const std::vector<int64_t> kReducedSweepN = {1, 7, 8, 17, 129, 4097};
+const std::vector<int64_t>& sweep_n() {
+  const char* v = std::getenv("ORDO_BACKEND_SWEEP");
+  return v && std::string(v) == "reduced" ? kReducedSweepN : kFullSweepN;
+}
 const std::vector<Target> kBackends = {Target::cpu};
 constexpr int64_t kRows = 7;  // not a multiple of 2 or 4: both the rows-in-flight groups and the remainder run
 
@@ -104,7 +113,7 @@ std::vector<std::vector<uint8_t>> run_on(Request r, Target target, const std::ve
 void sweep(OpKind op) {
   int cases = 0;
   for (const Variant& v : variants(op)) {
-    for (int64_t n : kSweepN) {
+    for (int64_t n : sweep_n()) {
       Request r;
       r.op = op;
       r.cols = n;
