@@ -42,5 +42,6 @@ ir::Kernel build_layer_norm(const Request& r, const ir::Order& order);
 ir::Kernel build_rms_norm(const Request& r, const ir::Order& order);
 ir::Kernel build_var_mean(const Request& r, const ir::Order& order);
 ir::Kernel build_softmax(const Request& r, const ir::Order& order);  // softmax and log_softmax
+ir::Kernel build_attention(const Request& r, const ir::Order& order);
 
 }  // namespace ordo::gen

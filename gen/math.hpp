@@ -18,6 +18,9 @@ ir::ExprRef sleef_expf_u10(ir::Builder& b, ir::ExprRef d);
 // arithmetic, a degree-2 polynomial, and a double-float sum with e*ln 2.
 ir::ExprRef sleef_logf_u10(ir::Builder& b, ir::ExprRef d);
 
+// ordo's own 2^x: round-to-integer split, a degree-7 polynomial, exponent bits (gen/math.cpp).
+ir::ExprRef exp2_f32(ir::Builder& b, ir::ExprRef x);
+
 ir::ExprRef exp_f32(ir::Builder& b, ir::MathImpl impl, ir::ExprRef d);
 ir::ExprRef log_f32(ir::Builder& b, ir::MathImpl impl, ir::ExprRef d);
 

@@ -21,7 +21,8 @@ constexpr ScalarType f32 = ScalarType::f32, bf16 = ScalarType::bf16, f16 = Scala
 const std::vector<OpKind> kNormOps = {OpKind::layer_norm, OpKind::rms_norm, OpKind::var_mean};
 const std::vector<ScalarType> kAllStorage = {f32, bf16, f16};
 const std::vector<OpKind> kSoftmaxOps = {OpKind::softmax, OpKind::log_softmax};
-const std::vector<OpKind> kAllOps = {OpKind::layer_norm, OpKind::rms_norm, OpKind::var_mean, OpKind::softmax, OpKind::log_softmax};
+const std::vector<OpKind> kAllOps = {OpKind::layer_norm, OpKind::rms_norm, OpKind::var_mean, OpKind::softmax, OpKind::log_softmax,
+                                     OpKind::attention};
 
 // PyTorch 1.13 CPU softmax/log_softmax over the last dim (docs/research/softmax-torch1.13.md).
 // float: reduce_all trees over 8 lanes (avx2: a halving tree; default: lanes in order), exp and
@@ -63,6 +64,37 @@ Order torch_decomposition(int rsqrt_vector_rows) {
   return o;
 }
 
+// PyTorch 1.13 CPU `torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(D), -1) @ v`
+// (docs/research/attention-torch1.13.md). float32: reference-BLAS sgemm, a dot product
+// sequential in k without fma, for both matmuls; the divisor (float)sqrt(D); the softmax op's
+// order. bfloat16: the scores and scaled scores are rounded to bf16 and the divisor is bf16 too;
+// q @ k^T on shapes with Sq*Sk*D < 400 runs a kernel that rounds every product and partial
+// sum to bf16, larger ones sum in float (fma on avx2) and round once; p @ v always rounds
+// every product and partial sum.
+AttentionOrder torch113_attention(ScalarType storage, Capability cap, const Request& r, AttentionOrder::Kind kind) {
+  AttentionOrder a;
+  a.kind = kind;
+  a.softmax = torch113_softmax(storage, cap);
+  if (storage == bf16) {
+    a.round_to_storage = true;
+    a.qk_round_each_step = r.seq_q * r.seq_k * r.cols < 400;
+    a.pv_round_each_step = true;
+    a.dot_fma = cap != Capability::base;  // acts on the float-accumulated q @ k^T only
+  }
+  return a;
+}
+
+// FlashAttention-2's order on the CPU: Bc keys per block, scores scaled by multiplication.
+AttentionOrder flash(int key_block, bool fma, bool exp2) {
+  AttentionOrder a;
+  a.kind = AttentionOrder::Kind::Flash;
+  a.key_block = key_block;
+  a.dot_fma = fma;
+  a.exp2 = exp2;
+  a.scale_divides = false;
+  return a;
+}
+
 SumOrder lane_tree(int lanes, int accumulators, bool fma) {
   SumOrder s;
   s.kind = S::LaneTree;
@@ -90,6 +122,43 @@ std::vector<NamedOrder> make_table() {
                  Order o = two_pass(lane_tree(8, 4, true), acc);
                  o.affine = {F::ScaleBias, true};
                  o.softmax.lanes = 16;  // two AVX2 vectors per step: more independent exps in flight
+                 o.attention = flash(128, true, true);
+                 return o;
+               }});
+  using AK = AttentionOrder::Kind;
+  t.push_back({"torch1.13-cpu-math",
+               "PyTorch 1.13 CPU softmax(q @ k^T / math.sqrt(D)) @ v as eager runs it on this machine (avx2): "
+               "reference-BLAS dot products, the avx2 softmax; scores kept per query row",
+               {OpKind::attention}, {f32, bf16}, true, true, [](ScalarType s, ScalarType, const Request& r) {
+                 Order o;
+                 o.attention = torch113_attention(s, Capability::avx2, r, AK::Materialized);
+                 return o;
+               }});
+  t.push_back({"torch1.13-cpu-math-default", "the same with ATEN_CPU_CAPABILITY=default (libm exp, sequential lane fold)",
+               {OpKind::attention}, {f32, bf16}, true, true, [](ScalarType s, ScalarType, const Request& r) {
+                 Order o;
+                 o.attention = torch113_attention(s, Capability::base, r, AK::Materialized);
+                 return o;
+               }});
+  t.push_back({"exact-tiled",
+               "the bits of torch1.13-cpu-math without keeping scores: max, sum and P@v passes recompute q.k (O(D) memory)",
+               {OpKind::attention}, {f32}, true, true, [](ScalarType s, ScalarType, const Request& r) {
+                 Order o;
+                 o.attention = torch113_attention(s, Capability::avx2, r, AK::ExactTiled);
+                 return o;
+               }});
+  t.push_back({"exact-tiled-default", "exact-tiled with the ATEN_CPU_CAPABILITY=default softmax",
+               {OpKind::attention}, {f32}, true, true, [](ScalarType s, ScalarType, const Request& r) {
+                 Order o;
+                 o.attention = torch113_attention(s, Capability::base, r, AK::ExactTiled);
+                 return o;
+               }});
+  t.push_back({"flash",
+               "FlashAttention-2 online softmax over key blocks (default Bc=64; flash(128) or flash(bc=32,exp2=on,fma=all)), "
+               "Sleef exp, scores times the scale",
+               {OpKind::attention}, kAllStorage, false, false, [](ScalarType, ScalarType, const Request&) {
+                 Order o;
+                 o.attention = flash(64, false, false);
                  return o;
                }});
   t.push_back({"torch1.13-cpu-default",
@@ -224,9 +293,11 @@ void apply_parameters(Order& o, std::string_view params, std::string_view order_
     std::string_view item = params.substr(pos, comma == std::string_view::npos ? std::string_view::npos : comma - pos);
     pos = comma == std::string_view::npos ? params.size() : comma + 1;
     size_t eq = item.find('=');
-    if (eq == std::string_view::npos)
+    // flash(64): a bare first parameter is the key block.
+    const bool positional_block = eq == std::string_view::npos && order_name.substr(0, 6) == "flash(" && item == params.substr(0, item.size());
+    if (eq == std::string_view::npos && !positional_block)
       throw Error(fmt::format("order '{}': parameter '{}' is not key=value", order_name, item));
-    std::string key(item.substr(0, eq)), value(item.substr(eq + 1));
+    std::string key(positional_block ? "bc" : item.substr(0, eq)), value(positional_block ? item : item.substr(eq + 1));
     auto integer = [&](int lo, int hi) {
       int v = 0;
       try {
@@ -260,6 +331,18 @@ void apply_parameters(Order& o, std::string_view params, std::string_view order_
       o.moments.fma_update = value == "update" || value == "all";
       o.moments.fma_merge = value == "merge" || value == "all";
       o.moments.sum.fma = o.square_sum.fma = value != "none";
+      o.attention.dot_fma = value != "none";
+    } else if (key == "bc") {
+      o.attention.key_block = integer(1, 4096);
+    } else if (key == "queries") {
+      o.attention.query_lanes = integer(1, 16);
+    } else if (key == "exp2") {
+      if (value != "on" && value != "off") throw Error(fmt::format("order '{}': exp2={} is not on or off", order_name, value));
+      o.attention.exp2 = value == "on";
+    } else if (key == "scale") {
+      if (value != "divide" && value != "multiply")
+        throw Error(fmt::format("order '{}': scale={} is not divide or multiply", order_name, value));
+      o.attention.scale_divides = value == "divide";
     } else if (key == "acc") {
       if (value != "f32" && value != "f64") throw Error(fmt::format("order '{}': acc={} is not f32 or f64", order_name, value));
       o.moments.acc = value == "f32" ? f32 : f64;
@@ -272,12 +355,15 @@ void apply_parameters(Order& o, std::string_view params, std::string_view order_
       else if (value == "center-divide") o.affine.form = F::CenterDivide;
       else throw Error(fmt::format("order '{}': affine={} is not scale-bias, center-scale or center-divide", order_name, value));
     } else {
-      throw Error(fmt::format("order '{}': unknown parameter '{}' (lanes, chunk, accumulators, block, outer, fma, acc, round, affine)",
+      throw Error(fmt::format("order '{}': unknown parameter '{}' (lanes, chunk, accumulators, block, outer, fma, acc, round, "
+                              "affine; attention: bc, queries, exp2, scale)",
                               order_name, key));
     }
   }
   // A range of more than `block` terms splits at half rounded down to a multiple of `lanes`;
   // below 2*lanes that half is 0 and the split never ends.
+  if (o.attention.exp2 && o.attention.scale_divides)
+    throw Error(fmt::format("order '{}': exp2=on folds log2(e) into a multiplied scale; it needs scale=multiply", order_name));
   if (o.moments.sum.block < 2 * o.moments.sum.lanes)
     throw Error(fmt::format("order '{}': block {} must be at least twice lanes ({})", order_name, o.moments.sum.block,
                             o.moments.sum.lanes));
@@ -305,7 +391,24 @@ const NamedOrder* find_order(std::string_view name) {
   return nullptr;
 }
 
+// Attention's own fields: shapes and scale. Checked before any order is built.
+void check_attention_request(const Request& r) {
+  if (r.op != OpKind::attention) {
+    if (r.seq_q || r.seq_k || r.causal || r.scale || r.lse_output)
+      throw Error(fmt::format("seq lengths, causal, scale and lse are attention's; {} takes none of them", name(r.op)));
+    return;
+  }
+  if (r.cols < 8 || r.cols > 512 || r.cols % 8)
+    throw Error(fmt::format("attention head dim D = {} must be a multiple of 8 in [8, 512] (32, 64, 128, 256 are the tested ones)", r.cols));
+  if (r.seq_q < 1 || r.seq_q > (int64_t(1) << 24)) throw Error(fmt::format("attention query length S_q = {} outside [1, 2^24]", r.seq_q));
+  if (r.seq_k < 1 || r.seq_k > (int64_t(1) << 24)) throw Error(fmt::format("attention key length S_k = {} outside [1, 2^24]", r.seq_k));
+  if (r.scale && !(std::isfinite(*r.scale) && *r.scale > 0))
+    throw Error(fmt::format("attention scale must be finite and > 0, got {}", *r.scale));
+  if (r.acc_dtype && *r.acc_dtype != f32) throw Error(fmt::format("attention accumulates in f32; --acc {} is not supported", name(*r.acc_dtype)));
+}
+
 Order resolve(const Request& r) {
+  check_attention_request(r);
   if (r.cols <= 0) throw Error(fmt::format("N (the last dim) must be at least 1, got {}", r.cols));
   if (r.cols > (int64_t(1) << 31)) throw Error(fmt::format("N = {} exceeds the supported 2^31 columns", r.cols));
   if (!(r.eps >= 0) || !std::isfinite(r.eps)) throw Error(fmt::format("eps must be finite and >= 0, got {}", r.eps));
@@ -346,6 +449,13 @@ Order resolve(const Request& r) {
     if (r.order.back() != ')') throw Error(fmt::format("order '{}': missing ')'", r.order));
     apply_parameters(o, std::string_view(r.order).substr(open + 1, r.order.size() - open - 2), r.order);
   }
+  if (r.op == OpKind::attention && o.attention.kind == AttentionOrder::Kind::Materialized) {
+    // The scores of an instance's query rows live on the stack of the thread running it.
+    const int64_t bytes = int64_t(o.attention.query_lanes) * r.seq_k * size_bytes(r.x_dtype);
+    if (bytes > (int64_t(2) << 20))
+      throw Error(fmt::format("order '{}' keeps {} x S_k = {} scores per instance ({} bytes, over 2 MiB); use exact-tiled for the same bits "
+                              "in O(D) memory", r.order, o.attention.query_lanes, r.seq_k, bytes));
+  }
   return o;
 }
 
@@ -357,9 +467,12 @@ Kernel build(const Request& r, const Order& o) {
     case OpKind::var_mean: k = build_var_mean(r, o); break;
     case OpKind::softmax:
     case OpKind::log_softmax: k = build_softmax(r, o); break;
+    case OpKind::attention: k = build_attention(r, o); break;
   }
-  k.description = fmt::format("{} N={} x={} weight={} order={}", name(r.op), r.cols, name(r.x_dtype),
-                              name(r.weight_type()), r.order);
+  k.description = r.op == OpKind::attention
+                      ? fmt::format("attention D={} Sq={} Sk={}{} x={} order={}", r.cols, r.seq_q, r.seq_k, r.causal ? " causal" : "",
+                                    name(r.x_dtype), r.order)
+                      : fmt::format("{} N={} x={} weight={} order={}", name(r.op), r.cols, name(r.x_dtype), name(r.weight_type()), r.order);
   return k;
 }
 

@@ -12,11 +12,12 @@ std::string_view name(OpKind op) {
     case OpKind::var_mean: return "var_mean";
     case OpKind::softmax: return "softmax";
     case OpKind::log_softmax: return "log_softmax";
+    case OpKind::attention: return "attention";
   }
   return "?";
 }
 std::optional<OpKind> parse_op(std::string_view s) {
-  for (OpKind o : {OpKind::layer_norm, OpKind::rms_norm, OpKind::var_mean, OpKind::softmax, OpKind::log_softmax})
+  for (OpKind o : {OpKind::layer_norm, OpKind::rms_norm, OpKind::var_mean, OpKind::softmax, OpKind::log_softmax, OpKind::attention})
     if (s == name(o)) return o;
   return std::nullopt;
 }
@@ -28,9 +29,13 @@ std::optional<Target> parse_target(std::string_view s) {
 }
 
 std::string Request::key() const {
-  return fmt::format("{}|N={}|x={}|w={}|acc={}|weight={}|bias={}|mixed={}|eps={:a}|order={}|target={}|rif={}", name(op),
-                     cols, name(x_dtype), name(weight_type()), acc_dtype ? name(*acc_dtype) : "default", has_weight, has_bias,
-                     allow_mixed_dtypes, eps, order, name(target), rows_in_flight);
+  std::string k = fmt::format("{}|N={}|x={}|w={}|acc={}|weight={}|bias={}|mixed={}|eps={:a}|order={}|target={}|rif={}", name(op),
+                              cols, name(x_dtype), name(weight_type()), acc_dtype ? name(*acc_dtype) : "default", has_weight,
+                              has_bias, allow_mixed_dtypes, eps, order, name(target), rows_in_flight);
+  if (op == OpKind::attention)
+    k += fmt::format("|sq={}|sk={}|causal={}|scale={}|lse={}", seq_q, seq_k, causal, scale ? fmt::format("{:a}", *scale) : "default",
+                     lse_output);
+  return k;
 }
 
 }  // namespace ordo

@@ -1,6 +1,10 @@
 // Helpers for ops that work row by row: one program instance per row of N columns.
 #pragma once
 
+#include <functional>
+#include <string>
+#include <vector>
+
 #include "gen/reductions.hpp"
 
 namespace ordo::gen {
@@ -12,6 +16,8 @@ struct Row {
 
   Row(ir::Builder& builder, int64_t n)
       : b(builder), N(n), base(builder.let("row", ir::mul(ir::program_id(0), ir::index_const(n)))) {}
+  // A row that starts at element `first` (attention's score rows in scratch).
+  Row(ir::Builder& builder, int64_t n, ir::ExprRef first) : b(builder), N(n), base(std::move(first)) {}
 
   ir::ExprRef at(ir::ExprRef col) const { return ir::add(base, std::move(col)); }
   // Elements [col, col+lanes) of this row of `buffer` (or of a per-column buffer such as
@@ -34,6 +40,19 @@ struct Row {
     if (full < N) b.for_range("col", ir::index_const(full), ir::index_const(N), 1, [&](ir::ExprRef c) { body(c, 1); });
   }
 };
+
+struct SoftmaxStats {
+  ir::ExprRef max, sum;  // f32
+};
+// softmax over one row of `row.N` values in buffer x (any storage type), written to y (which may
+// be x): the SoftmaxOrder's reductions and output pass exactly as the softmax op runs them.
+SoftmaxStats softmax_row(ir::Builder& b, const ir::SoftmaxOrder& o, const Row& row, int x, int y);
+// The softmax op's pieces, for reductions laid out differently (attention's query lanes):
+// PyTorch's vectorized max (keeps b when a == b; NaN when a is NaN), and folding values by a
+// LaneFold, each combination bound to a local.
+ir::ExprRef softmax_max(ir::ExprRef a, ir::ExprRef b);
+ir::ExprRef fold_lanes(ir::Builder& b, std::vector<ir::ExprRef> v, ir::LaneFold f,
+                       const std::function<ir::ExprRef(ir::ExprRef, ir::ExprRef)>& op, const std::string& name);
 
 // Stores a per-row statistic (f32 value) into element `row` of `buffer`.
 inline void store_stat(ir::Builder& b, int buffer, ir::ExprRef v) {

@@ -126,7 +126,6 @@ ExprRef reduce_all_pairs(Builder& b, int64_t n, int V, LaneFold f, const ValueFn
 ExprRef to_bf16_and_back(const ExprRef& v) { return cast(cast(v, ScalarType::bf16), ScalarType::f32); }
 
 struct Softmax {
-  const Request& r;
   const SoftmaxOrder& o;
   Builder& b;
   Row row;
@@ -151,35 +150,38 @@ struct Softmax {
     });
   }
 
-  void two_pass() {
+  // Each kind returns the row's max and sum of exponentials (f32), as its outputs used them.
+  SoftmaxStats two_pass() {
     const int V = o.lanes;
-    ExprRef mx = reduce_all(b, r.cols, V, o.fold, [&](ExprRef c, int n) { return load(c, n); }, eager_max, "max");
-    ExprRef sum = reduce_all(b, r.cols, V, o.fold, [&](ExprRef c, int n) {
+    ExprRef mx = reduce_all(b, row.N, V, o.fold, [&](ExprRef c, int n) { return load(c, n); }, eager_max, "max");
+    ExprRef sum = reduce_all(b, row.N, V, o.fold, [&](ExprRef c, int n) {
       return exp_f32(b, o.exp, sub(load(c, n), splat(mx, n)));
     }, [](ExprRef a, ExprRef c) { return add(a, c); }, "sum");
     write_outputs(mx, sum, V, [&](bool) { return o.exp; });
+    return {mx, sum};
   }
 
   // PyTorch 1.13's bf16 log_softmax (docs/research/log-softmax-bf16-torch1.13.md): float
   // arithmetic over widened halves, but the row max, the row sum and log(sum) are kept in bf16
   // between phases; y = (x - max) - log(sum) in float, rounded once to bf16 at the store.
-  void staged_log() {
+  SoftmaxStats staged_log() {
     const int V = o.lanes;
     auto load_v = [&](ExprRef c, int n) { return load(c, n); };
-    ExprRef mx = b.let("max.bf16", to_bf16_and_back(reduce_all_pairs(b, r.cols, V, o.fold, load_v, eager_max, "max")));
-    ExprRef sum = reduce_all_pairs(b, r.cols, V, o.fold, [&](ExprRef c, int n) {
+    ExprRef mx = b.let("max.bf16", to_bf16_and_back(reduce_all_pairs(b, row.N, V, o.fold, load_v, eager_max, "max")));
+    ExprRef sum = reduce_all_pairs(b, row.N, V, o.fold, [&](ExprRef c, int n) {
       return exp_f32(b, o.exp, sub(load(c, n), splat(mx, n)));
     }, [](ExprRef a, ExprRef c) { return add(a, c); }, "sum");
     ExprRef s = b.let("sum.bf16", to_bf16_and_back(sum));
     ExprRef ls = b.let("log_sum.bf16", to_bf16_and_back(log_f32(b, o.log, s)));
     row.for_each(V, [&](ExprRef col, int n) { row.store_as(y, col, sub(sub(load(col, n), splat(mx, n)), splat(ls, n))); });
+    return {mx, s};
   }
 
   // PyTorch 1.13's bf16 softmax (docs/research/softmax-torch1.13.md, section 7).
-  void staged() {
+  SoftmaxStats staged() {
     if (log) return staged_log();
     const int V = o.lanes;
-    const int64_t N = r.cols, pairs_end = N - N % (2 * V), full_end = N - N % V;
+    const int64_t N = row.N, pairs_end = N - N % (2 * V), full_end = N - N % V;
     int m = b.local("max.lanes", Type{ScalarType::f32, V});
     b.assign(m, f32c(-kInf, V));
     if (pairs_end > 0)
@@ -205,6 +207,7 @@ struct Softmax {
         b.assign(sum, add(b.get(sum), exp_f32(b, o.tail_exp, sub(load(c, 1), mxv))));
       });
     write_outputs(mxv, b.get(sum), V, [&](bool tail) { return tail ? o.tail_exp : o.exp; });
+    return {mxv, b.get(sum)};
   }
 
   // exp(x - m) for an element x under the running max m; an -inf element adds 0 even when m
@@ -218,9 +221,9 @@ struct Softmax {
     return select(eq(m, m_new), f32c(1.0f, lanes), exp_f32(b, o.exp, sub(m, m_new)));
   }
 
-  void online() {
+  SoftmaxStats online() {
     const int V = o.lanes;
-    const int64_t N = r.cols, full_end = N - N % V;
+    const int64_t N = row.N, full_end = N - N % V;
     int M = b.local("max", Type{ScalarType::f32, 1}), S = b.local("sum", Type{ScalarType::f32, 1});
     if (full_end > 0) {
       int m = b.local("max.lanes", Type{ScalarType::f32, V}), s = b.local("sum.lanes", Type{ScalarType::f32, V});
@@ -253,10 +256,31 @@ struct Softmax {
         b.assign(M, m_new);
       });
     write_outputs(b.get(M), b.get(S), V, [&](bool) { return o.exp; });
+    return {b.get(M), b.get(S)};
+  }
+
+  SoftmaxStats run() {
+    switch (o.kind) {
+      case SoftmaxOrder::Kind::TwoPass: return two_pass();
+      case SoftmaxOrder::Kind::Staged: return staged();
+      case SoftmaxOrder::Kind::Online: return online();
+    }
+    throw Error("internal: unknown softmax kind");
   }
 };
 
 }  // namespace
+
+ExprRef softmax_max(ExprRef a, ExprRef c) { return eager_max(std::move(a), std::move(c)); }
+ExprRef fold_lanes(Builder& b, std::vector<ExprRef> v, LaneFold f, const std::function<ExprRef(ExprRef, ExprRef)>& op,
+                   const std::string& name) {
+  return fold(b, std::move(v), f, op, name);
+}
+
+SoftmaxStats softmax_row(Builder& b, const SoftmaxOrder& o, const Row& row, int x, int y) {
+  Softmax s{o, b, row, x, y, false};
+  return s.run();
+}
 
 Kernel build_softmax(const Request& r, const Order& order) {
   Kernel k;
@@ -265,14 +289,8 @@ Kernel build_softmax(const Request& r, const Order& order) {
   Builder b(k);
   const int x = b.buffer("x", r.x_dtype, false, Extent::rows_by_cols);
   const int y = b.buffer("y", r.x_dtype, true, Extent::rows_by_cols);
-  Softmax s{r, order.softmax, b, Row(b, r.cols), x, y, log};
-  b.region(log ? "log_softmax" : "softmax", describe(order.softmax), [&] {
-    switch (order.softmax.kind) {
-      case SoftmaxOrder::Kind::TwoPass: s.two_pass(); break;
-      case SoftmaxOrder::Kind::Staged: s.staged(); break;
-      case SoftmaxOrder::Kind::Online: s.online(); break;
-    }
-  });
+  Softmax s{order.softmax, b, Row(b, r.cols), x, y, log};
+  b.region(log ? "log_softmax" : "softmax", describe(order.softmax), [&] { s.run(); });
   return k;
 }
 

@@ -78,7 +78,7 @@ double to_double(ScalarType t, Lane l) {
 
 struct Machine {
   const Kernel& k;
-  const std::vector<BufferArg>& buffers;
+  std::vector<BufferArg> buffers;  // the arguments, then each scratch buffer's storage
   std::vector<int64_t> pid;
   std::vector<int64_t> extents;
   std::vector<Value> locals;
@@ -120,6 +120,22 @@ struct Machine {
         }
         return v;
       }
+      case Op::Gather: {
+        const BufferArg& b = buffers[static_cast<size_t>(e.index)];
+        Value at = eval(*e.args[0]);
+        const int sz = size_bytes(t);
+        for (int i = 0; i < n; ++i) {
+          const int64_t j = at.lane[i].i;
+          if (j < 0 || j >= b.elements)
+            throw Error(fmt::format("interpreter: gather {}[{}] outside [0, {})", k.buffers[static_cast<size_t>(e.index)].name, j, b.elements));
+          v.lane[i].i = 0;
+          std::memcpy(&v.lane[i], static_cast<const char*>(b.data) + j * sz, static_cast<size_t>(sz));
+        }
+        return v;
+      }
+      case Op::Iota:
+        for (int i = 0; i < n; ++i) v.lane[i].i = i;
+        return v;
       case Op::Add: case Op::Sub: case Op::Mul: case Op::Div: case Op::Min: case Op::Max: case Op::Rem: {
         Value a = eval(*e.args[0]), b = eval(*e.args[1]);
         for (int i = 0; i < n; ++i) {
@@ -263,12 +279,22 @@ struct Machine {
           break;
         case StmtKind::Store: {
           const BufferArg& b = buffers[static_cast<size_t>(s.target)];
-          int64_t at = eval(*s.index).lane[0].i;
+          Value index = eval(*s.index);
           Value v = eval(*s.value);
           const int n = v.type.lanes;
+          const int sz = size_bytes(v.type.scalar);
+          if (index.type.lanes > 1) {  // scatter, lane by lane in lane order
+            for (int i = 0; i < n; ++i) {
+              const int64_t j = index.lane[i].i;
+              if (j < 0 || j >= b.elements)
+                throw Error(fmt::format("interpreter: scatter {}[{}] outside [0, {})", k.buffers[static_cast<size_t>(s.target)].name, j, b.elements));
+              std::memcpy(static_cast<char*>(b.data) + j * sz, &v.lane[i], static_cast<size_t>(sz));
+            }
+            break;
+          }
+          const int64_t at = index.lane[0].i;
           if (at < 0 || at + n > b.elements)
             throw Error(fmt::format("interpreter: store {}[{}..{}) outside [0, {})", k.buffers[static_cast<size_t>(s.target)].name, at, at + n, b.elements));
-          const int sz = size_bytes(v.type.scalar);
           for (int i = 0; i < n; ++i)
             std::memcpy(static_cast<char*>(b.data) + (at + i) * sz, &v.lane[i], static_cast<size_t>(sz));
           break;
@@ -299,11 +325,21 @@ struct Machine {
 }  // namespace
 
 void interpret(const Kernel& k, const std::vector<BufferArg>& buffers, const std::vector<int64_t>& extents) {
-  if (buffers.size() != k.buffers.size())
-    throw Error(fmt::format("interpreter: kernel {} takes {} buffers, got {}", k.name, k.buffers.size(), buffers.size()));
+  size_t arguments = 0;
+  for (const Buffer& b : k.buffers) arguments += is_argument(b);
+  if (buffers.size() != arguments)
+    throw Error(fmt::format("interpreter: kernel {} takes {} buffers, got {}", k.name, arguments, buffers.size()));
+  std::vector<BufferArg> all = buffers;
+  std::vector<std::vector<char>> scratch;
+  scratch.reserve(k.buffers.size());  // `all` keeps pointers into these
+  for (const Buffer& b : k.buffers)
+    if (!is_argument(b)) {
+      scratch.emplace_back(static_cast<size_t>(b.per_row * size_bytes(b.elem)));
+      all.push_back(BufferArg{scratch.back().data(), b.per_row});
+    }
   if (static_cast<int>(extents.size()) != k.grid_rank)
     throw Error(fmt::format("interpreter: kernel {} has grid rank {}, got {} extents", k.name, k.grid_rank, extents.size()));
-  Machine m{k, buffers, std::vector<int64_t>(extents.size(), 0), extents, std::vector<Value>(k.locals.size()), {}};
+  Machine m{k, all, std::vector<int64_t>(extents.size(), 0), extents, std::vector<Value>(k.locals.size()), {}};
   // Instances are independent; run them in row-major grid order.
   std::vector<int64_t>& p = m.pid;
   int64_t total = 1;
@@ -315,6 +351,8 @@ void interpret(const Kernel& k, const std::vector<BufferArg>& buffers, const std
       rest /= extents[static_cast<size_t>(d)];
     }
     m.assigned.assign(k.locals.size(), 0);
+    // Scratch starts unspecified; all-ones bytes (NaN, -1) make a read before a write visible.
+    for (std::vector<char>& s : scratch) std::fill(s.begin(), s.end(), char(-1));
     m.run(k.body);
   }
 }

@@ -68,6 +68,11 @@ ExprRef grid_extent(int dim) { return make(Op::GridExtent, Type{ScalarType::i64,
 ExprRef load(const Kernel& k, int buffer, ExprRef index, int lanes) {
   return make(Op::Load, Type{k.buffers.at(static_cast<size_t>(buffer)).elem, lanes}, {std::move(index)}, buffer);
 }
+ExprRef gather(const Kernel& k, int buffer, ExprRef indices) {
+  const int lanes = indices->type.lanes;
+  return make(Op::Gather, Type{k.buffers.at(static_cast<size_t>(buffer)).elem, lanes}, {std::move(indices)}, buffer);
+}
+ExprRef iota(int lanes) { return make(Op::Iota, Type{ScalarType::i64, lanes}, {}); }
 ExprRef binary(Op op, ExprRef a, ExprRef b) {
   Type t = a->type;
   if (is_comparison(op)) t.scalar = ScalarType::boolean;
@@ -120,12 +125,14 @@ std::string_view name(Extent e) {
     case Extent::rows_by_cols: return "rows*N";
     case Extent::cols: return "N";
     case Extent::rows: return "rows";
+    case Extent::rows_by_fixed: return "rows*K";
+    case Extent::scratch: return "scratch";
   }
   return "?";
 }
 
-int Builder::buffer(std::string name, ScalarType elem, bool output, Extent extent) {
-  k_.buffers.push_back(Buffer{std::move(name), elem, output, extent});
+int Builder::buffer(std::string name, ScalarType elem, bool output, Extent extent, int64_t per_row) {
+  k_.buffers.push_back(Buffer{std::move(name), elem, output, extent, per_row});
   return static_cast<int>(k_.buffers.size()) - 1;
 }
 ExprRef table(int id, ExprRef index) { return make(Op::Table, Type{ScalarType::i64, 1}, {std::move(index)}, id); }
@@ -186,6 +193,10 @@ std::string print(const Expr& e, const Kernel& k) {
       return fmt::format("grid_extent({})", e.index);
     case Op::Load:
       return fmt::format("load.{}({}[{}])", to_string(e.type), k.buffers.at(static_cast<size_t>(e.index)).name, arg(0));
+    case Op::Gather:
+      return fmt::format("gather.{}({}[{}])", to_string(e.type), k.buffers.at(static_cast<size_t>(e.index)).name, arg(0));
+    case Op::Iota:
+      return fmt::format("iota.{}", to_string(e.type));
     case Op::Extract:
       return fmt::format("extract({}, {})", arg(0), e.index);
     case Op::Table:
@@ -245,15 +256,21 @@ void print_stmts(const std::vector<Stmt>& body, const Kernel& k, int depth, std:
 
 std::string print(const Kernel& k) {
   std::string out = fmt::format("kernel {}  // {}\n", k.name, k.description);
-  for (const Buffer& b : k.buffers)
-    out += fmt::format("  {} {}: {}[{}]\n", b.output ? "out" : "in ", b.name, name(b.elem), name(b.extent));
+  for (const Buffer& b : k.buffers) {
+    std::string extent(name(b.extent));
+    if (b.extent == Extent::rows_by_fixed) extent = fmt::format("rows*{}", b.per_row);
+    if (b.extent == Extent::scratch) extent = fmt::format("scratch {}", b.per_row);
+    out += fmt::format("  {} {}: {}[{}]\n", b.output ? "out" : "in ", b.name, name(b.elem), extent);
+  }
   for (size_t t = 0; t < k.tables.size(); ++t) {
     const std::vector<int64_t>& v = k.tables[t];
     std::string items;
     for (size_t i = 0; i < v.size() && i < 24; ++i) items += fmt::format("{}{}", i ? ", " : "", v[i]);
     out += fmt::format("  table{}: i64[{}] = [{}{}]\n", t, v.size(), items, v.size() > 24 ? ", ..." : "");
   }
-  out += fmt::format("  grid rank {}\n{{\n", k.grid_rank);
+  std::string fixed;
+  for (int64_t e : k.grid_fixed) fixed += fmt::format(" x {}", e);
+  out += fmt::format("  grid rank {}{}\n{{\n", k.grid_rank, fixed.empty() ? "" : " (rows" + fixed + ")");
   print_stmts(k.body, k, 1, out);
   out += "}\n";
   return out;

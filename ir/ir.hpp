@@ -51,7 +51,13 @@ std::string to_string(Type t);
   X(GridExtent, 0, "grid_extent")                                                            \
   /* Elements [i, i+lanes) of buffer Expr::index; i is args[0] (i64), in elements. */         \
   X(Load, 1, "load")                                                                         \
-  /* f32/f64: IEEE with RNE. i64: two's complement; Div/Rem truncate (operands >= 0).        \
+  /* Lane l is element args[0][l] of buffer Expr::index; args[0] is an i64 vector whose       \
+     lanes are the result's (a gather: attention reads query rows into lanes with it). */     \
+  X(Gather, 1, "gather")                                                                     \
+  /* The i64 vector 0, 1, ..., lanes-1: which lane is which, for lane-dependent indices. */   \
+  X(Iota, 0, "iota")                                                                         \
+  /* f32/f64: IEEE with RNE. i64: two's complement, lane-wise on vectors (Add, Sub, Mul,     \
+     Min, Max); Div/Rem truncate (scalar operands >= 0).                                      \
      i32 (Add, Sub, Mul only): two's complement, wrapping. */                                \
   X(Add, 2, "add")                                                                           \
   X(Sub, 2, "sub")                                                                           \
@@ -125,7 +131,9 @@ struct Expr {
 
 enum class StmtKind : uint8_t {
   Assign,  // locals[target] = value
-  Store,   // buffer[target][index .. index+lanes) = value
+  Store,   // buffer[target][index .. index+lanes) = value. With an i64 vector index of the
+           // value's lanes it is a scatter: lane l goes to buffer[index[l]], lanes in order
+           // 0, 1, ... (so of two lanes with one index the higher lane's value stays).
   For,     // for (locals[target] = begin; < end; += step) body. step is a positive constant.
   If,      // if (cond) body else else_body
   Region,  // body, labelled: the expansion of one reduction and the Order that produced it
@@ -149,15 +157,22 @@ enum class Extent : uint8_t {
   rows_by_cols,  // rows*N: one row per instance (x, y)
   cols,          // N: shared by every instance (weight, bias)
   rows,          // one element per instance (mean, rstd, var)
+  rows_by_fixed, // rows*K with K = Buffer::per_row fixed at compile time (attention: q is rows*Sq*D)
+  scratch,       // K = Buffer::per_row elements of working memory private to each program
+                 // instance, not an argument of the kernel. Its contents are unspecified when
+                 // the instance starts: gen/ writes an element before reading it.
 };
 std::string_view name(Extent e);
 
 struct Buffer {
   std::string name;
   ScalarType elem;
-  bool output = false;
+  bool output = false;  // written by the kernel (scratch buffers count as outputs)
   Extent extent = Extent::rows_by_cols;
+  int64_t per_row = 0;  // rows_by_fixed and scratch: the K above
 };
+// The kernel's arguments are its non-scratch buffers, which come first (the verifier checks).
+inline bool is_argument(const Buffer& b) { return b.extent != Extent::scratch; }
 
 struct Local {
   std::string name;
@@ -169,7 +184,10 @@ struct Kernel {
   std::vector<Buffer> buffers;
   std::vector<Local> locals;
   std::vector<std::vector<int64_t>> tables;  // constant i64 arrays, read by Op::Table
-  int grid_rank = 1;  // program_id(d) for d < grid_rank; extents are given at launch
+  int grid_rank = 1;  // program_id(d) for d < grid_rank
+  // Extents of grid dims 1 .. grid_rank-1 when they are fixed at compile time (attention's query
+  // blocks); dim 0 is the launch's row count. Empty: every extent is given at launch.
+  std::vector<int64_t> grid_fixed;
   std::vector<Stmt> body;
   std::string description;  // one line: op, shapes, dtypes, order name
 };
@@ -182,6 +200,8 @@ ExprRef var(const Kernel& k, int local);
 ExprRef program_id(int dim);
 ExprRef grid_extent(int dim);
 ExprRef load(const Kernel& k, int buffer, ExprRef index, int lanes = 1);
+ExprRef gather(const Kernel& k, int buffer, ExprRef indices);
+ExprRef iota(int lanes);
 ExprRef binary(Op op, ExprRef a, ExprRef b);
 ExprRef fma(ExprRef a, ExprRef b, ExprRef c);
 ExprRef unary(Op op, ExprRef a);
@@ -204,7 +224,7 @@ class Builder {
   explicit Builder(Kernel& k) : k_(k) { stack_.push_back(&k.body); }
   Kernel& kernel() { return k_; }
 
-  int buffer(std::string name, ScalarType elem, bool output, Extent extent);
+  int buffer(std::string name, ScalarType elem, bool output, Extent extent, int64_t per_row = 0);
   int local(std::string name, Type t);
   // A fresh local assigned `value` now; returns a read of it.
   ExprRef let(std::string name, ExprRef value);

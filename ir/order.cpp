@@ -58,3 +58,21 @@ std::string describe(const SoftmaxOrder& s) {
 }
 
 }  // namespace ordo::ir
+
+namespace ordo::ir {
+
+std::string describe(const AttentionOrder& a) {
+  const char* kind = a.kind == AttentionOrder::Kind::Materialized ? "materialized"
+                     : a.kind == AttentionOrder::Kind::ExactTiled ? "exact_tiled"
+                                                                  : "flash";
+  std::string s = fmt::format("{}(query_lanes={}", kind, a.query_lanes);
+  if (a.kind == AttentionOrder::Kind::Flash) s += fmt::format(", key_block={}{}", a.key_block, a.exp2 ? ", exp2" : "");
+  s += fmt::format(", dots=sequential{}, scale={}", a.dot_fma ? "+fma" : "", a.scale_divides ? "divide" : "multiply");
+  if (a.round_to_storage)
+    s += fmt::format(", round_to_storage, qk={}, pv={}", a.qk_round_each_step ? "round_each_step" : "round_once",
+                     a.pv_round_each_step ? "round_each_step" : "round_once");
+  if (a.kind != AttentionOrder::Kind::Flash) s += ", softmax=" + describe(a.softmax);
+  return s + ")";
+}
+
+}  // namespace ordo::ir

@@ -134,12 +134,54 @@ struct SoftmaxOrder {
   bool multiply_by_reciprocal = true;  // softmax: y = e * (1/s); otherwise y = e / s
 };
 
+// How scaled-dot-product attention over one (batch, head) is computed. Every kind holds
+// `query_lanes` query rows per program instance, one per vector lane, so every per-query value
+// (score, max, sum, probability) is a vector with one lane per query and is computed lane by
+// lane; the order of each dot product and reduction is what this struct states.
+struct AttentionOrder {
+  enum class Kind : uint8_t {
+    Materialized,  // eager `softmax(q @ k^T / sqrt(D)) @ v`: the scores of the instance's query
+                   // rows are computed once and kept (scratch, query_lanes x S_k), softmax runs
+                   // on each row exactly as the softmax op with `softmax`, then out = P @ v.
+    ExactTiled,    // the same bits as Materialized with O(D) scratch: pass 1 reduces the max,
+                   // pass 2 the sum of exponentials, pass 3 forms P and accumulates P @ v, each
+                   // pass recomputing the scores. The max and sum follow `softmax`'s lane tree
+                   // (key j in tree lane j mod lanes), so they equal the row-wise reductions.
+    Flash,         // FlashAttention-2 style online softmax over blocks of `key_block` keys: per
+                   // query a running max m and sum l; per block m' = max(m, block max),
+                   // l = l*exp(m - m') + sum_j exp(s_j - m'), acc = acc*exp(m - m') + sum_j p_j v_j
+                   // (keys in order); out = acc / l (or * (1/l)).
+  };
+  Kind kind = Kind::Materialized;
+  int query_lanes = 8;       // query rows per instance; no numerical effect
+  int key_block = 64;        // Flash: Bc
+  // Scores: s = sum_d q_d k_d sequentially from +0; with dot_fma each step is one fma. The same
+  // holds for out = sum_j p_j v_j.
+  bool dot_fma = false;
+  // The scaling: s / (float)(1/scale) (eager `/ math.sqrt(D)`; the divisor is (float)sqrt(D)
+  // when the scale is the default), or s * (float)scale. They round differently.
+  bool scale_divides = true;
+  // Flash: exponentials as 2^x with log2(e) folded into the scale (one multiply per score
+  // instead of one inside exp); ordo's own exp2 polynomial (gen/math.cpp).
+  bool exp2 = false;
+  // 16-bit storage, eager PyTorch 1.13 (docs/research/attention-torch1.13.md section 4): the
+  // scores and scaled scores are rounded to storage; q.k accumulates in storage precision with
+  // each product rounded when `qk_round_each_step` (its small-shape kernel), else in f32
+  // rounded once; p.v accumulates in storage precision with each product rounded when
+  // `pv_round_each_step`. Off for f32.
+  bool round_to_storage = false;
+  bool qk_round_each_step = false;
+  bool pv_round_each_step = false;
+  SoftmaxOrder softmax;      // Materialized, ExactTiled: the row softmax (TwoPass or Staged)
+};
+
 // The whole order of a normalization-family op.
 struct Order {
   MomentsOrder moments;      // layer_norm, var_mean
   SumOrder square_sum;       // rms_norm: sum of x*x
   AffineOrder affine;        // layer_norm, rms_norm (rms_norm uses only gamma)
   SoftmaxOrder softmax;      // softmax, log_softmax
+  AttentionOrder attention;  // attention
   // PyTorch 1.13's bf16 kernels round every intermediate of the statistics and of rstd to
   // the storage type. When set and the storage type is 16-bit, every such f32 result is
   // followed by a Cast to storage and back, visible in the IR. An f64 accumulation is
@@ -152,5 +194,6 @@ std::string describe(const SumOrder& s);
 std::string describe(const MomentsOrder& m);
 std::string describe(const AffineOrder& a);
 std::string describe(const SoftmaxOrder& s);
+std::string describe(const AttentionOrder& a);
 
 }  // namespace ordo::ir

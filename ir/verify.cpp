@@ -31,7 +31,7 @@ struct Verifier {
   }
 
   bool uniform(const Expr& e) const {
-    if (e.op == Op::ProgramId || e.op == Op::Load) return false;
+    if (e.op == Op::ProgramId || e.op == Op::Load || e.op == Op::Gather) return false;
     if (e.op == Op::Var && nonuniform[static_cast<size_t>(e.index)]) return false;
     if (is_float(e.type.scalar)) return false;
     for (const ExprRef& a : e.args)
@@ -74,9 +74,19 @@ struct Verifier {
         if (k.buffers[static_cast<size_t>(e.index)].elem != t.scalar) return fail(e, "type differs from the buffer's");
         if (arg_t(0) != Type{ScalarType::i64, 1}) return fail(e, "index must be a scalar i64");
         return true;
+      case Op::Gather: {
+        if (e.index < 0 || e.index >= static_cast<int64_t>(k.buffers.size())) return fail(e, "unknown buffer");
+        if (k.buffers[static_cast<size_t>(e.index)].elem != t.scalar) return fail(e, "type differs from the buffer's");
+        if (arg_t(0) != Type{ScalarType::i64, t.lanes}) return fail(e, "gather indices must be i64 with the result's lanes");
+        return true;
+      }
+      case Op::Iota:
+        if (t.scalar != ScalarType::i64) return fail(e, "iota is i64");
+        return true;
       case Op::Add: case Op::Sub: case Op::Mul: case Op::Div:
         if (!same(0, 1) || arg_t(0) != t) return fail(e, fmt::format("operand types {} and {} differ", to_string(arg_t(0)), to_string(arg_t(1))));
         if (t.scalar == ScalarType::i32 && e.op != Op::Div) return true;
+        if (t.scalar == ScalarType::i64 && e.op != Op::Div) return true;  // lane-wise two's complement
         if (!arith && !(t == Type{ScalarType::i64, 1})) return fail(e, fmt::format("arithmetic in {} (compute in f32 or f64; cast storage types)", to_string(t)));
         return true;
       case Op::Shl: case Op::Shr: case Op::BitAnd:
@@ -110,7 +120,7 @@ struct Verifier {
         return true;
       case Op::Min: case Op::Max:
         if (!same(0, 1) || arg_t(0) != t) return fail(e, "operand types differ");
-        if (!arith && !(t == Type{ScalarType::i64, 1})) return fail(e, "min/max need f32, f64 or i64");
+        if (!arith && t.scalar != ScalarType::i64) return fail(e, "min/max need f32, f64 or i64");
         return true;
       case Op::Lt: case Op::Le: case Op::Eq: case Op::Ne:
         if (!same(0, 1)) return fail(e, "compared types differ");
@@ -189,7 +199,8 @@ struct Verifier {
         const Buffer& b = k.buffers[static_cast<size_t>(s.target)];
         if (!b.output) return stmt_fail(s, fmt::format("buffer {} is an input", b.name));
         if (s.value->type.scalar != b.elem) return stmt_fail(s, fmt::format("stores {} into {}[]", to_string(s.value->type), name(b.elem)));
-        if (s.index->type != Type{ScalarType::i64, 1}) return stmt_fail(s, "index must be a scalar i64");
+        if (s.index->type != Type{ScalarType::i64, 1} && s.index->type != Type{ScalarType::i64, s.value->type.lanes})
+          return stmt_fail(s, "index must be a scalar i64, or an i64 vector of the value's lanes (a scatter)");
         return true;
       }
       case StmtKind::For: {
@@ -245,6 +256,18 @@ std::string verify(const Kernel& k) {
   v.nonuniform.assign(k.locals.size(), 0);
   v.loop_var.assign(k.locals.size(), 0);
   if (k.grid_rank < 1 || k.grid_rank > 3) return fmt::format("kernel {}: grid rank {} outside [1, 3]", k.name, k.grid_rank);
+  if (!k.grid_fixed.empty() && static_cast<int>(k.grid_fixed.size()) != k.grid_rank - 1)
+    return fmt::format("kernel {}: {} fixed grid extents for grid rank {}", k.name, k.grid_fixed.size(), k.grid_rank);
+  for (int64_t e : k.grid_fixed)
+    if (e < 1) return fmt::format("kernel {}: fixed grid extent {} is not positive", k.name, e);
+  bool seen_scratch = false;
+  for (const Buffer& b : k.buffers) {
+    const bool sized = b.extent == Extent::rows_by_fixed || b.extent == Extent::scratch;
+    if (sized && b.per_row < 1) return fmt::format("kernel {}: buffer {} needs a positive size per row, got {}", k.name, b.name, b.per_row);
+    if (b.extent == Extent::scratch && !b.output) return fmt::format("kernel {}: scratch buffer {} must be writable", k.name, b.name);
+    if (seen_scratch && is_argument(b)) return fmt::format("kernel {}: argument {} follows a scratch buffer", k.name, b.name);
+    seen_scratch |= !is_argument(b);
+  }
   for (size_t i = 0; i < k.locals.size(); ++i)
     if (is_float(k.locals[i].type.scalar) || k.locals[i].type.scalar == ScalarType::boolean) v.nonuniform[i] = 1;
   mark_nonuniform(v);

@@ -78,7 +78,7 @@ HostBuffers make_buffers(const CompiledKernel& k, int64_t rows, uint64_t seed, d
     if (a.output) h.bytes.emplace_back(static_cast<size_t>(n * size_bytes(a.dtype)), 0);
     else if (a.name == "weight") h.bytes.push_back(random_values(a.dtype, n, seed + 101, 1.0, 0.1));
     else if (a.name == "bias") h.bytes.push_back(random_values(a.dtype, n, seed + 202, 0.0, 0.1));
-    else h.bytes.push_back(random_values(a.dtype, n, seed, offset, scale));
+    else h.bytes.push_back(random_values(a.dtype, n, seed + 7919 * i, offset, scale));  // x (i = 0) keeps `seed`
   }
   return h;
 }

@@ -140,7 +140,8 @@ KernelHandle compile_uncached(const Request& r) {
   k->order_ = gen::resolve(r);
   k->kernel_ = gen::build(r, k->order_);
   if (std::string err = ir::verify(k->kernel_); !err.empty()) throw Error("internal: generated IR is malformed: " + err);
-  for (const ir::Buffer& b : k->kernel_.buffers) k->args_.push_back(ArgSpec{b.name, b.elem, b.output, b.extent});
+  for (const ir::Buffer& b : k->kernel_.buffers)
+    if (ir::is_argument(b)) k->args_.push_back(ArgSpec{b.name, b.elem, b.output, b.extent, b.per_row});
   if (r.target == Target::cpu) {
     llvm_backend::Options options;
     options.rows_in_flight = r.rows_in_flight;
@@ -228,7 +229,9 @@ void CompiledKernel::run(const std::vector<BufferRef>& buffers, int64_t rows, in
   std::vector<ir::BufferArg> views;
   for (size_t i = 0; i < args_.size(); ++i) {
     const ArgSpec& a = args_[i];
-    const int64_t need = a.elements(rows, request_.cols);
+    const std::optional<int64_t> checked = a.checked_elements(rows, request_.cols);
+    if (!checked) throw Error(fmt::format("{}: rows={} makes more than 2^63 elements", a.name, rows));
+    const int64_t need = *checked;
     if (buffers[i].dtype != a.dtype)
       throw Error(fmt::format("{}: dtype {} given, kernel expects {}", a.name, name(buffers[i].dtype), name(a.dtype)));
     if (buffers[i].elements != need)
@@ -239,11 +242,17 @@ void CompiledKernel::run(const std::vector<BufferRef>& buffers, int64_t rows, in
     views.push_back(ir::BufferArg{buffers[i].data, buffers[i].elements});
   }
   if (rows == 0) return;
+  // Dim 0 is the launch's rows; further dims (attention's query blocks) are fixed by the kernel.
+  std::vector<int64_t> extents{rows};
+  int64_t instances = rows;
+  for (int64_t e : kernel_.grid_fixed) {
+    extents.push_back(e);
+    if (__builtin_mul_overflow(instances, e, &instances)) throw Error(fmt::format("rows={} makes more than 2^63 program instances", rows));
+  }
   if (!entry_) {
-    ir::interpret(kernel_, views, {rows});
+    ir::interpret(kernel_, views, extents);
     return;
   }
-  const int64_t extents[1] = {rows};
   Entry entry = entry_;
   int64_t output_bytes = 0;
   for (const ArgSpec& a : args_)
@@ -251,9 +260,10 @@ void CompiledKernel::run(const std::vector<BufferRef>& buffers, int64_t rows, in
   const bool stream = stores == Stores::streaming || (stores == Stores::automatic && output_bytes > (int64_t(32) << 20));
   const int64_t flags = stream ? llvm_backend::kStreamOutputs : 0;
   // Enough rows per thread to amortize the hand-off; results do not depend on the split.
-  const int64_t work = rows * request_.cols;
+  int64_t work = 0;
+  for (const ArgSpec& a : args_) work = std::max(work, a.elements(rows, request_.cols));
   if (work < (int64_t(1) << 15)) threads = 1;
-  Pool::instance().parallel_for(rows, threads, [&](int64_t b, int64_t e) { entry(ptrs.data(), extents, b, e, flags); });
+  Pool::instance().parallel_for(instances, threads, [&](int64_t b, int64_t e) { entry(ptrs.data(), extents.data(), b, e, flags); });
 }
 
 }  // namespace ordo

@@ -52,6 +52,10 @@ usage:
 ops: layer_norm (in x, weight, bias; out y, mean, rstd), rms_norm (in x, weight; out y, rstd),
      var_mean (in x; out var, mean), softmax and log_softmax (in x; out y).
      x may have any rank; the op reduces its last dim N.
+     attention (in q [..., S_q, D], k, v [..., S_k, D]; out out, and lse when asked for):
+       ordo run attention --order NAME [--causal] [--scale S] --in q=Q.npy --in k=K.npy --in v=V.npy
+                          --out out=O.npy [--out lse=L.npy]
+       compare/bench/emit/build take --sq N --sk N --cols D [--causal] for attention.
 .npy dtypes: float32 '<f4', float16 '<f2', bfloat16 as uint16 bit patterns '<u2'.
 common options: --no-weight --no-bias --weight-dtype T --acc T --eps E --target T
                 --rows-in-flight R (CPU rows run in lock step; 0 = backend's choice; never changes bits)
@@ -135,10 +139,10 @@ ordo::ScalarType parse_dtype(const std::string& what, const std::string& s) {
 }
 
 ordo::OpKind parse_op_arg(const Args& a) {
-  if (a.positional.empty()) throw Error("missing the op: layer_norm, rms_norm, var_mean, softmax or log_softmax");
+  if (a.positional.empty()) throw Error("missing the op: layer_norm, rms_norm, var_mean, softmax, log_softmax or attention");
   if (a.positional.size() > 1) throw Error(fmt::format("unexpected argument '{}'", a.positional[1]));
   auto op = ordo::parse_op(a.positional[0]);
-  if (!op) throw Error(fmt::format("unknown op '{}'; ops: layer_norm, rms_norm, var_mean, softmax, log_softmax", a.positional[0]));
+  if (!op) throw Error(fmt::format("unknown op '{}'; ops: layer_norm, rms_norm, var_mean, softmax, log_softmax, attention", a.positional[0]));
   return *op;
 }
 
@@ -192,16 +196,103 @@ std::pair<std::string, std::string> name_file(const std::string& opt, const std:
   return {v.substr(0, eq), v.substr(eq + 1)};
 }
 
+// Reads the --in files named in `names`; every one must be given once.
+std::map<std::string, ordo::NpyArray> read_inputs(const Args& a, ordo::OpKind op, const std::vector<std::string>& names) {
+  std::map<std::string, ordo::NpyArray> inputs;
+  for (const std::string& v : a.all("in")) {
+    auto [n, file] = name_file("in", v);
+    if (std::find(names.begin(), names.end(), n) == names.end())
+      throw Error(fmt::format("{} has no input '{}'; inputs: {}", ordo::name(op), n, fmt::join(names, ", ")));
+    if (inputs.count(n)) throw Error(fmt::format("input '{}' given twice", n));
+    inputs.emplace(n, ordo::read_npy(file));
+  }
+  return inputs;
+}
+
+// Checks --out names against the kernel's outputs.
+std::map<std::string, std::string> output_files(const Args& a, const ordo::CompiledKernel& k) {
+  std::map<std::string, std::string> out_files;
+  for (const std::string& v : a.all("out")) {
+    auto [n, file] = name_file("out", v);
+    bool known = false;
+    std::string outs;
+    for (const ordo::ArgSpec& s : k.args())
+      if (s.output) {
+        known |= s.name == n;
+        outs += (outs.empty() ? "" : ", ") + s.name;
+      }
+    if (!known) throw Error(fmt::format("{} has no output '{}'; outputs: {}", ordo::name(k.request().op), n, outs));
+    if (out_files.count(n)) throw Error(fmt::format("output '{}' given twice", n));
+    out_files[n] = file;
+  }
+  if (out_files.empty()) throw Error("no --out NAME=FILE.npy given");
+  return out_files;
+}
+
+// ordo run attention: q [..., S_q, D], k and v [..., S_k, D] with the same leading dims; out is
+// shaped like q and lse like q without D.
+int run_attention(const Args& a, ordo::Request r, int threads) {
+  std::map<std::string, ordo::NpyArray> in = read_inputs(a, r.op, {"q", "k", "v"});
+  for (const char* n : {"q", "k", "v"})
+    if (!in.count(n)) throw Error(fmt::format("missing --in {}=FILE.npy", n));
+  const ordo::NpyArray &q = in.at("q"), &k = in.at("k"), &v = in.at("v");
+  for (const auto& [n, t] : in)
+    if (t.shape.size() < 2) throw Error(fmt::format("{} has shape {}; attention needs [..., S, D]", n, t.shape_text()));
+  if (k.shape != v.shape) throw Error(fmt::format("k has shape {} but v has {}; they must match", k.shape_text(), v.shape_text()));
+  if (!std::equal(q.shape.begin(), q.shape.end() - 2, k.shape.begin(), k.shape.end() - 2) || q.shape.size() != k.shape.size())
+    throw Error(fmt::format("q {} and k {} differ in their leading (batch, head) dims", q.shape_text(), k.shape_text()));
+  if (q.shape.back() != k.shape.back()) throw Error(fmt::format("q has D = {} but k has D = {}", q.shape.back(), k.shape.back()));
+  if (q.dtype != k.dtype || q.dtype != v.dtype)
+    throw Error(fmt::format("q, k and v must share one dtype; got {}, {}, {}", ordo::name(q.dtype), ordo::name(k.dtype), ordo::name(v.dtype)));
+  r.cols = q.shape.back();
+  r.seq_q = q.shape[q.shape.size() - 2];
+  r.seq_k = k.shape[k.shape.size() - 2];
+  r.x_dtype = q.dtype;
+  int64_t rows = 1;
+  for (size_t i = 0; i + 2 < q.shape.size(); ++i) rows *= q.shape[i];
+  if (auto s = a.get("scale")) r.scale = parse_double("--scale", *s);
+  r.causal = a.flag("causal");
+  bool want_lse = false;
+  for (const std::string& o : a.all("out")) want_lse |= name_file("out", o).first == "lse";
+  r.lse_output = want_lse;
+  ordo::KernelHandle kernel = ordo::compile(r);
+  std::map<std::string, std::string> out_files = output_files(a, *kernel);
+  std::vector<ordo::NpyArray> buffers;
+  std::vector<ordo::BufferRef> refs;
+  for (const ordo::ArgSpec& s : kernel->args()) {
+    ordo::NpyArray b;
+    if (!s.output) b = in.at(s.name);
+    else {
+      b.dtype = s.dtype;
+      b.shape = s.name == "out" ? q.shape : std::vector<int64_t>(q.shape.begin(), q.shape.end() - 1);
+      b.data.assign(static_cast<size_t>(s.elements(rows, r.cols) * ordo::size_bytes(s.dtype)), 0);
+    }
+    buffers.push_back(std::move(b));
+  }
+  for (ordo::NpyArray& b : buffers) refs.push_back(ordo::BufferRef{b.data.data(), b.elements(), b.dtype});
+  kernel->run(refs, rows, threads);
+  std::vector<std::pair<std::string, const ordo::NpyArray*>> files;
+  for (size_t i = 0; i < buffers.size(); ++i)
+    if (auto it = out_files.find(kernel->args()[i].name); it != out_files.end()) files.emplace_back(it->second, &buffers[i]);
+  ordo::write_npy_files_atomic(files);
+  return 0;
+}
+
 int cmd_run(int argc, char** argv) {
   std::vector<std::string> values = kRequestValues;
-  values.insert(values.end(), {"in", "out", "threads"});
-  Args a = Args::parse(argc, argv, 2, kRequestFlags, values);
+  values.insert(values.end(), {"in", "out", "threads", "scale"});
+  std::vector<std::string> flags = kRequestFlags;
+  flags.push_back("causal");
+  Args a = Args::parse(argc, argv, 2, flags, values);
   const ordo::OpKind op = parse_op_arg(a);
+  if (op != ordo::OpKind::attention && (a.get("scale") || a.flag("causal")))
+    throw Error(fmt::format("--scale and --causal are attention's; {} takes neither", ordo::name(op)));
   if (a.get("cols") || a.get("dtype") || a.get("weight-dtype") || a.flag("no-weight") || a.flag("no-bias"))
     throw Error("ordo run takes N, dtypes and which inputs exist from the --in files; drop --cols/--dtype/--weight-dtype/--no-weight/--no-bias");
   ordo::Request r = request_from(a, op);
   if (!a.get("order")) throw Error("missing --order NAME (see `ordo orders`)");
   const int threads = a.get("threads") ? static_cast<int>(parse_int("--threads", *a.get("threads"), 0, 1024)) : 0;
+  if (op == ordo::OpKind::attention) return run_attention(a, r, threads);
 
   const std::vector<std::string> in_names = op == ordo::OpKind::layer_norm ? std::vector<std::string>{"x", "weight", "bias"}
                                             : op == ordo::OpKind::rms_norm ? std::vector<std::string>{"x", "weight"}

@@ -136,6 +136,10 @@ Jit& jit() {
 
 int choose_rows_in_flight(const ir::Kernel& k, const Options& opt) {
   if (opt.rows_in_flight > 0) return opt.rows_in_flight;
+  // Kernels with scratch (attention) carry their own blocking; more instances would only
+  // multiply the scratch and the register pressure.
+  for (const ir::Buffer& b : k.buffers)
+    if (!ir::is_argument(b)) return 1;
   int max_lanes = 1;
   for (const ir::Local& l : k.locals) max_lanes = std::max(max_lanes, l.type.lanes);
   // A scalar kernel is one long dependency chain per row: interleave rows to hide latency. A

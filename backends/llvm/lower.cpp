@@ -25,7 +25,7 @@ struct Lowerer {
   llvm::IRBuilder<> B;
   llvm::Function* fn = nullptr;
   int R = 1;                                      // instances in lock step
-  std::vector<llvm::Value*> buffers;              // base pointers
+  std::vector<std::vector<llvm::Value*>> buffers;  // base pointers [buffer][instance]
   std::vector<llvm::GlobalVariable*> tables;      // Kernel::tables as private constants
   llvm::Value* stream_outputs = nullptr;          // i1: launch flag kStreamOutputs
   llvm::Value* extents_arg = nullptr;             // i64* grid extents
@@ -149,8 +149,26 @@ struct Lowerer {
           break;
         case Op::Load: {
           llvm::Type* elem = scalar(t.scalar);
-          llvm::Value* p = B.CreateGEP(elem, buffers[static_cast<size_t>(e.index)], A(0));
+          llvm::Value* p = B.CreateGEP(elem, buffers[static_cast<size_t>(e.index)][static_cast<size_t>(i)], A(0));
           v = B.CreateAlignedLoad(type(t), p, llvm::Align(static_cast<uint64_t>(size_bytes(t.scalar))));
+          break;
+        }
+        case Op::Gather: {
+          // Lane by lane; LLVM may form a hardware gather. Every lane is read: there is no mask.
+          llvm::Type* elem = scalar(t.scalar);
+          llvm::Value* base = buffers[static_cast<size_t>(e.index)][static_cast<size_t>(i)];
+          const llvm::Align align(static_cast<uint64_t>(size_bytes(t.scalar)));
+          v = llvm::PoisonValue::get(type(t));
+          for (int l = 0; l < t.lanes; ++l) {
+            llvm::Value* at = B.CreateExtractElement(A(0), uint64_t(l));
+            v = B.CreateInsertElement(v, B.CreateAlignedLoad(elem, B.CreateGEP(elem, base, at), align), uint64_t(l));
+          }
+          break;
+        }
+        case Op::Iota: {
+          std::vector<llvm::Constant*> lanes;
+          for (int l = 0; l < t.lanes; ++l) lanes.push_back(B.getInt64(uint64_t(l)));
+          v = t.lanes == 1 ? static_cast<llvm::Value*>(lanes[0]) : llvm::ConstantVector::get(lanes);
           break;
         }
         case Op::Add: v = fp ? B.CreateFAdd(A(0), A(1)) : B.CreateAdd(A(0), A(1)); break;
@@ -216,8 +234,16 @@ struct Lowerer {
         std::vector<llvm::Value*> idx = expr(*s.index), v = expr(*s.value);
         const ScalarType st = k.buffers[size_t(s.target)].elem;
         for (int i = 0; i < R; ++i) {
-          llvm::Value* p = B.CreateGEP(scalar(st), buffers[size_t(s.target)], idx[size_t(i)]);
           const llvm::Align align(static_cast<uint64_t>(size_bytes(st)));
+          if (s.index->type.lanes > 1) {  // scatter: lane by lane, in lane order
+            for (int l = 0; l < s.value->type.lanes; ++l) {
+              llvm::Value* at = B.CreateExtractElement(idx[size_t(i)], uint64_t(l));
+              llvm::Value* p = B.CreateGEP(scalar(st), buffers[size_t(s.target)][size_t(i)], at);
+              B.CreateAlignedStore(B.CreateExtractElement(v[size_t(i)], uint64_t(l)), p, align);
+            }
+            continue;
+          }
+          llvm::Value* p = B.CreateGEP(scalar(st), buffers[size_t(s.target)][size_t(i)], idx[size_t(i)]);
           if (s.value->type.lanes > 1 && k.buffers[size_t(s.target)].extent == Extent::rows_by_cols) {
             // Large outputs bypass the cache (non-temporal), chosen per launch; same bits.
             llvm::BasicBlock* stream_bb = llvm::BasicBlock::Create(ctx, "store.stream", fn);
@@ -356,10 +382,24 @@ llvm::Function* lower(llvm::Module& mod, const Kernel& k, const std::string& sym
   llvm::BasicBlock* entry = llvm::BasicBlock::Create(ctx, "entry", L.fn);
   L.B.SetInsertPoint(entry);
   L.stream_outputs = L.B.CreateICmpNE(L.B.CreateAnd(flags, L.B.getInt64(kStreamOutputs)), L.B.getInt64(0));
-  for (size_t b = 0; b < k.buffers.size(); ++b)
-    L.buffers.push_back(L.B.CreateLoad(ptr, L.B.CreateGEP(ptr, buffers, L.B.getInt64(b)), k.buffers[b].name));
-
+  // Arguments come first in the pointer array; each instance in flight has its own scratch.
   L.R = rows_in_flight;
+  for (size_t b = 0; b < k.buffers.size(); ++b) {
+    const Buffer& buf = k.buffers[b];
+    if (is_argument(buf)) {
+      llvm::Value* p = L.B.CreateLoad(ptr, L.B.CreateGEP(ptr, buffers, L.B.getInt64(b)), buf.name);
+      L.buffers.push_back(std::vector<llvm::Value*>(size_t(L.R), p));
+      continue;
+    }
+    std::vector<llvm::Value*> per_instance;
+    for (int i = 0; i < L.R; ++i) {
+      llvm::AllocaInst* a = L.B.CreateAlloca(L.scalar(buf.elem), L.B.getInt64(uint64_t(buf.per_row)), buf.name);
+      a->setAlignment(llvm::Align(64));
+      per_instance.push_back(a);
+    }
+    L.buffers.push_back(std::move(per_instance));
+  }
+
   L.allocate_locals(entry);
   L.instance_loop(extents, begin, end);
   L.B.CreateRetVoid();

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -23,9 +24,17 @@ struct ArgSpec {
   ScalarType dtype;
   bool output;
   ir::Extent extent;
-  int64_t elements(int64_t rows, int64_t cols) const {
-    return extent == ir::Extent::rows_by_cols ? rows * cols : extent == ir::Extent::cols ? cols : rows;
+  int64_t per_row = 0;  // Extent::rows_by_fixed: elements per row
+  // Elements for a launch of `rows` rows; nullopt when that overflows int64.
+  std::optional<int64_t> checked_elements(int64_t rows, int64_t cols) const {
+    if (extent == ir::Extent::cols) return cols;
+    const int64_t per = extent == ir::Extent::rows_by_cols ? cols : extent == ir::Extent::rows_by_fixed ? per_row : 1;
+    int64_t n = 0;
+    if (__builtin_mul_overflow(rows, per, &n)) return std::nullopt;
+    return n;
   }
+  // The same for sizes known to fit (buffers that exist).
+  int64_t elements(int64_t rows, int64_t cols) const { return checked_elements(rows, cols).value_or(INT64_MAX); }
 };
 
 struct BufferRef {

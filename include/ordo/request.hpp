@@ -10,7 +10,7 @@
 
 namespace ordo {
 
-enum class OpKind : uint8_t { layer_norm, rms_norm, var_mean, softmax, log_softmax };
+enum class OpKind : uint8_t { layer_norm, rms_norm, var_mean, softmax, log_softmax, attention };
 std::string_view name(OpKind op);
 std::optional<OpKind> parse_op(std::string_view s);
 
@@ -33,6 +33,12 @@ struct Request {
   bool has_bias = true;
   bool allow_mixed_dtypes = false;  // weight_dtype may differ from x_dtype only when set
   double eps = 1e-5;
+  // attention: q is [rows, seq_q, cols], k and v are [rows, seq_k, cols] and out is like q, where
+  // rows = batch*heads is the launch argument and cols = D, the head dim.
+  int64_t seq_q = 0, seq_k = 0;
+  bool causal = false;            // key j is visible to query i when j <= i (top-left aligned)
+  std::optional<double> scale;    // default 1/sqrt(D)
+  bool lse_output = false;        // also write the log-sum-exp of each query row
   std::string order = "fast";
   Target target = Target::cpu;
   // Program instances the CPU backend runs in lock step (0: its choice). Never changes bits.

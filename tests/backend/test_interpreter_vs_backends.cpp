@@ -185,3 +185,72 @@ TEST_CASE("launch-dependent rounding (torch-decomp-cpu-avx2, bf16) matches the i
     }
   }
 }
+
+// Attention: every order on shapes across the query-lane and key-group boundaries (S_q, S_k not
+// multiples of 8, S_q != S_k, one key, one query), causal and not, with the lse output, on
+// inputs that include a wide range, NaN and Inf.
+TEST_CASE("attention: every backend matches the interpreter bit for bit") {
+  struct Shape {
+    int64_t sq, sk, d;
+  };
+  const bool reduced = std::getenv("ORDO_BACKEND_SWEEP") && std::string(std::getenv("ORDO_BACKEND_SWEEP")) == "reduced";
+  std::vector<Shape> shapes = {{1, 1, 32}, {7, 17, 32}, {17, 7, 64}, {9, 70, 32}, {16, 16, 128}};
+  if (reduced) shapes = {{7, 17, 32}, {17, 7, 64}};
+  std::vector<std::pair<std::string, ScalarType>> orders;
+  for (const gen::NamedOrder& n : gen::named_orders())
+    for (OpKind o : n.ops)
+      if (o == OpKind::attention)
+        for (ScalarType t : n.dtypes) orders.emplace_back(std::string(n.name), t);
+  for (const char* p : {"flash(16)", "flash(bc=8,exp2=on,scale=multiply,fma=all)", "flash(bc=32,queries=4)"})
+    orders.emplace_back(p, ScalarType::f32);
+  constexpr int64_t kHeads = 3;
+  int cases = 0;
+  for (const auto& [order, dtype] : orders)
+    for (const Shape& s : shapes)
+      for (bool causal : {false, true}) {
+        Request r;
+        r.op = OpKind::attention;
+        r.cols = s.d;
+        r.seq_q = s.sq;
+        r.seq_k = s.sk;
+        r.causal = causal;
+        r.lse_output = true;
+        r.order = order;
+        r.x_dtype = dtype;
+        std::vector<std::vector<uint8_t>> outs[2];
+        int i = 0;
+        for (Target t : {Target::interpreter, Target::cpu}) {
+          r.target = t;
+          KernelHandle k = compile(r);
+          HostBuffers h = make_buffers(*k, kHeads, 11, 0, 2.0);
+          if (cases % 3 == 2) {  // specials in q and v
+            auto poke = [&](const char* name, int64_t at, float v) {
+              std::vector<uint8_t>& b = h.get(name);
+              if (dtype == ScalarType::f32) std::memcpy(b.data() + 4 * at, &v, 4);
+              else {
+                uint16_t bits = dtype == ScalarType::bf16 ? f32_to_bf16_bits(v) : f32_to_f16_bits(v);
+                std::memcpy(b.data() + 2 * at, &bits, 2);
+              }
+            };
+            poke("q", 3, NAN);
+            poke("v", s.d + 1, INFINITY);
+            poke("k", 0, 1e30f);
+          }
+          k->run(h.refs(kHeads, s.d), kHeads);
+          for (size_t a = 0; a < h.args.size(); ++a)
+            if (h.args[a].output) outs[i].push_back(h.bytes[a]);
+          ++i;
+        }
+        KernelHandle k = compile(r);
+        size_t o = 0;
+        for (const ArgSpec& a : k->args()) {
+          if (!a.output) continue;
+          INFO(fmt::format("attention order={} dtype={} Sq={} Sk={} D={} causal={} output={}", order, name(dtype), s.sq, s.sk, s.d,
+                           causal, a.name));
+          CHECK(count_identical(a.dtype, outs[1][o], outs[0][o]) == a.elements(kHeads, s.d));
+          ++o;
+        }
+        ++cases;
+      }
+  MESSAGE(fmt::format("attention: {} (order, dtype, shape, causal) cases compared bitwise", cases));
+}

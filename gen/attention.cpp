@@ -1,0 +1,373 @@
+// Scaled-dot-product attention forward, per (batch, head) = row of the launch:
+//   out[i] = sum_j p_ij v_j,  p_i = softmax_j(scale(q_i . k_j)), key j masked (-inf) when causal and j > i
+//   lse[i] = log(sum_j exp(scale(q_i . k_j)))   (optional output, f32)
+//
+// Program instance (row, block) holds the query rows block*L .. block*L + L-1 of its (batch,
+// head) in the L vector lanes of every per-query value, so all arithmetic is lane by lane and
+// one q.k or p.v step serves L queries. Lanes past the last query repeat the last query: they
+// compute the same bits and store them to the same addresses, so every launch shape is served
+// by one kernel with uniform control flow. The AttentionOrder (ir/order.hpp) decides the order
+// of each dot product and reduction; see it for the three kinds.
+#include <fmt/format.h>
+
+#include <cmath>
+#include <limits>
+
+#include "gen/gen.hpp"
+#include "gen/math.hpp"
+#include "gen/row.hpp"
+#include "ir/error.hpp"
+
+namespace ordo::gen {
+
+using namespace ordo::ir;
+
+namespace {
+
+constexpr float kInf = std::numeric_limits<float>::infinity();
+constexpr int kKeyGroup = 8;  // keys whose scores are computed together, interleaved over d
+
+ExprRef f32c(float v, int lanes) {
+  ExprRef c = constant(Type{ScalarType::f32, 1}, static_cast<double>(v));
+  return lanes > 1 ? broadcast(c, lanes) : c;
+}
+ExprRef idx(int64_t v) { return index_const(v); }
+
+struct Attention {
+  const Request& r;
+  const AttentionOrder& o;
+  Builder& b;
+  int64_t D, Sq, Sk;
+  int L;
+  ScalarType storage;
+  int q = -1, k = -1, v = -1, out = -1, lse = -1;  // arguments
+  int qt = -1;  // scratch f32[D*L]: qt[d*L + l] = q[query of lane l][d]
+  ExprRef query;          // i64 x L: the query row of each lane
+  ExprRef q_base, kv_base, lse_base;
+
+  Type vec() const { return Type{ScalarType::f32, L}; }
+  ExprRef splat(ExprRef s) const { return broadcast(std::move(s), L); }
+  // Rounds f32 to the storage type and back when the order keeps intermediates in storage.
+  ExprRef to_storage(ExprRef x) const {
+    if (storage == ScalarType::f32) return x;
+    return cast(cast(std::move(x), storage), ScalarType::f32);
+  }
+  ExprRef load_f32(int buffer, ExprRef at, int lanes = 1) const {
+    ExprRef x = load(b.kernel(), buffer, std::move(at), lanes);
+    return x->type.scalar == ScalarType::f32 ? x : cast(x, ScalarType::f32);
+  }
+  ExprRef stored(ExprRef x, int buffer) const {
+    const ScalarType t = b.kernel().buffers[size_t(buffer)].elem;
+    return t == ScalarType::f32 ? x : cast(std::move(x), t);
+  }
+
+  void setup() {
+    ExprRef first = mul(program_id(1), idx(L));
+    ExprRef lanes = add(splat(first), iota(L));
+    query = b.let("query", binary(Op::Min, lanes, splat(idx(Sq - 1))));
+    q_base = b.let("q_base", mul(program_id(0), idx(Sq * D)));
+    kv_base = b.let("kv_base", mul(program_id(0), idx(Sk * D)));
+    lse_base = b.let("lse_base", mul(program_id(0), idx(Sq)));
+  }
+
+  // qt: the instance's query rows, transposed into lanes once, read by every score.
+  void load_queries() {
+    qt = b.buffer("qt", ScalarType::f32, true, Extent::scratch, D * L);
+    ExprRef rows = b.let("q_rows", add(splat(q_base), mul(query, splat(idx(D)))));
+    b.for_range("d", idx(0), idx(D), 1, [&](ExprRef d) {
+      ExprRef x = gather(b.kernel(), q, add(rows, splat(d)));
+      b.store(qt, mul(d, idx(L)), x->type.scalar == ScalarType::f32 ? x : cast(x, ScalarType::f32));
+    });
+  }
+
+  // One step of a dot product accumulating in `acc`: per the order, in storage precision with
+  // the product rounded, with an fma, or as a rounded product added.
+  ExprRef dot_step(ExprRef acc, ExprRef a, ExprRef x, bool round_each_step) const {
+    if (round_each_step) return to_storage(add(std::move(acc), to_storage(mul(std::move(a), std::move(x)))));
+    if (o.dot_fma) return fma(std::move(a), std::move(x), std::move(acc));
+    return add(std::move(acc), mul(std::move(a), std::move(x)));
+  }
+
+  // The scaling of a raw score, as an f32 constant and whether it divides.
+  float scale_constant() const {
+    const double scale = r.scale.value_or(1.0 / std::sqrt(static_cast<double>(D)));
+    if (o.exp2) return static_cast<float>(scale * 1.4426950408889634);  // log2(e) folded in
+    if (!o.scale_divides) return static_cast<float>(scale);
+    // Eager `s / math.sqrt(D)`: the divisor is the double sqrt(D) rounded to f32 (to storage for
+    // 16-bit tensors, where the scalar is cast to the tensor's type first).
+    const float divisor = r.scale ? static_cast<float>(1.0 / *r.scale) : static_cast<float>(std::sqrt(static_cast<double>(D)));
+    return divisor;
+  }
+  ExprRef scale_constant_expr() const {
+    float c = scale_constant();
+    ExprRef e = constant(Type{ScalarType::f32, 1}, static_cast<double>(c));
+    if (o.round_to_storage) e = to_storage(e);
+    return splat(e);
+  }
+
+  // Scores of keys j0 .. j0+n-1 for the instance's queries, scaled and masked, in key order:
+  // use(t, score of key j0+t). The n dot products run interleaved over d, each sequential in d.
+  void scores(ExprRef j0, int n, const std::function<void(int, ExprRef)>& use) {
+    if (n == 0) return;
+    const bool each = o.round_to_storage && o.qk_round_each_step;
+    std::vector<int> acc(static_cast<size_t>(n), -1);
+    for (int t = 0; t < n; ++t) {
+      acc[size_t(t)] = b.local("s", vec());
+      b.assign(acc[size_t(t)], f32c(0.0f, L));
+    }
+    std::vector<ExprRef> key_rows;
+    for (int t = 0; t < n; ++t) key_rows.push_back(b.let("k_row", add(kv_base, mul(add(j0, idx(t)), idx(D)))));
+    b.for_range("d", idx(0), idx(D), 1, [&](ExprRef d) {
+      ExprRef qd = b.let("qd", load(b.kernel(), qt, mul(d, idx(L)), L));
+      for (int t = 0; t < n; ++t) {
+        ExprRef kd = splat(load_f32(k, add(key_rows[size_t(t)], d)));
+        b.assign(acc[size_t(t)], dot_step(b.get(acc[size_t(t)]), kd, qd, each));
+      }
+    });
+    ExprRef c = scale_constant_expr();
+    for (int t = 0; t < n; ++t) {
+      ExprRef s = b.get(acc[size_t(t)]);
+      if (o.round_to_storage) s = to_storage(s);
+      ExprRef sc = o.scale_divides && !o.exp2 ? div(s, c) : mul(s, c);
+      if (o.round_to_storage) sc = to_storage(sc);
+      if (r.causal) sc = select(binary(Op::Lt, query, splat(add(j0, idx(t)))), f32c(-kInf, L), sc);
+      use(t, b.let("score", sc));
+    }
+  }
+
+  // for every group of kKeyGroup keys in [begin, begin + count), then the remainder:
+  // body(first key, keys in the group).
+  void key_groups(ExprRef begin, int64_t count, const std::function<void(ExprRef, int)>& body) {
+    const int64_t full = count - count % kKeyGroup;
+    if (full > 0)
+      b.for_range("j", idx(0), idx(full), kKeyGroup, [&](ExprRef j) { body(b.let("j0", add(begin, j)), kKeyGroup); });
+    if (count % kKeyGroup) body(b.let("j0", add(begin, idx(full))), int(count % kKeyGroup));
+  }
+
+  // acc[d*L + l] (scratch) += p_t * v[j0 + t][d] for t = 0..n-1 in order, p_t = load(p, t*L):
+  // each output element sums its keys in key order.
+  void accumulate_pv(int acc, int p, ExprRef j0, int n, bool round_each_step) {
+    constexpr int kUnroll = 4;  // dims per loop step: independent chains
+    b.for_range("d", idx(0), idx(D), kUnroll, [&](ExprRef d) {
+      std::vector<int> a(kUnroll);
+      for (int u = 0; u < kUnroll; ++u) {
+        a[size_t(u)] = b.local("o", vec());
+        b.assign(a[size_t(u)], load(b.kernel(), acc, mul(add(d, idx(u)), idx(L)), L));
+      }
+      b.for_range("t", idx(0), idx(n), 1, [&](ExprRef t) {
+        ExprRef pt = b.let("p", load(b.kernel(), p, mul(t, idx(L)), L));
+        ExprRef v_row = b.let("v_row", add(kv_base, mul(add(j0, t), idx(D))));
+        for (int u = 0; u < kUnroll; ++u)
+          b.assign(a[size_t(u)], dot_step(b.get(a[size_t(u)]), pt, splat(load_f32(v, add(v_row, add(d, idx(u))))), round_each_step));
+      });
+      for (int u = 0; u < kUnroll; ++u) b.store(acc, mul(add(d, idx(u)), idx(L)), b.get(a[size_t(u)]));
+    });
+  }
+
+  void zero(int buffer, int64_t vectors) {
+    b.for_range("i", idx(0), idx(vectors), 1, [&](ExprRef i) { b.store(buffer, mul(i, idx(L)), f32c(0.0f, L)); });
+  }
+
+  // out[query][d] = acc[d*L + lane] * scale (or / divisor), rounded to storage.
+  void write_out(int acc, const std::function<ExprRef(ExprRef)>& finish) {
+    ExprRef rows = b.let("out_rows", add(splat(q_base), mul(query, splat(idx(D)))));
+    b.for_range("d", idx(0), idx(D), 1, [&](ExprRef d) {
+      b.store(out, add(rows, splat(d)), stored(finish(load(b.kernel(), acc, mul(d, idx(L)), L)), out));
+    });
+  }
+  void write_lse(ExprRef value) {
+    if (lse >= 0) b.store(lse, add(splat(lse_base), query), value);
+  }
+
+  // ----------------------------------------------------------------------------------------
+  // Materialized: scores kept per query row (scratch L x Sk, storage type), the softmax op's
+  // row code on each, then out = P @ v with d in lanes.
+  void materialized() {
+    load_queries();
+    const int sc = b.buffer("scores", storage, true, Extent::scratch, L * Sk);
+    ExprRef row_starts = b.let("score_rows", mul(iota(L), splat(idx(Sk))));
+    b.region("scores", "s = q.k per key, sequential in d; then scaled and masked", [&] {
+      key_groups(idx(0), Sk, [&](ExprRef j0, int n) {
+        scores(j0, n, [&](int t, ExprRef s) { b.store(sc, add(row_starts, splat(add(j0, idx(t)))), stored(s, sc)); });
+      });
+    });
+    b.for_range("l", idx(0), idx(L), 1, [&](ExprRef l) {
+      ExprRef q_row = b.let("q_row", binary(Op::Min, add(mul(program_id(1), idx(L)), l), idx(Sq - 1)));
+      ExprRef first = b.let("score_row", mul(l, idx(Sk)));
+      SoftmaxStats st;
+      b.region("softmax", describe(o.softmax), [&] { st = softmax_row(b, o.softmax, Row(b, Sk, first), sc, sc); });
+      if (lse >= 0) b.store(lse, add(lse_base, q_row), add(st.max, log_f32(b, o.softmax.log, st.sum)));
+      b.region("p@v", "out[d] = sum_j p_j v_j[d], j in order, d in lanes", [&] { pv_row(sc, first, q_row); });
+    });
+  }
+
+  // One query row of P @ v with dims in lanes: blocks of up to 8 vectors of 8 dims.
+  void pv_row(int sc, ExprRef first, ExprRef q_row) {
+    constexpr int V = 8;
+    const int U = static_cast<int>(std::min<int64_t>(D / V, 8));
+    const bool each = o.round_to_storage && o.pv_round_each_step;
+    ExprRef out_row = b.let("out_row", add(q_base, mul(q_row, idx(D))));
+    b.for_range("d", idx(0), idx(D), V * U, [&](ExprRef d0) {
+      std::vector<int> a(static_cast<size_t>(U), -1);
+      for (int u = 0; u < U; ++u) {
+        a[size_t(u)] = b.local("o", Type{ScalarType::f32, V});
+        b.assign(a[size_t(u)], f32c(0.0f, V));
+      }
+      b.for_range("j", idx(0), idx(Sk), 1, [&](ExprRef j) {
+        ExprRef p = b.let("p", broadcast(load_f32(sc, add(first, j)), V));
+        ExprRef v_at = b.let("v_at", add(add(kv_base, mul(j, idx(D))), d0));
+        for (int u = 0; u < U; ++u) {
+          ExprRef x = load_f32(v, add(v_at, idx(u * V)), V);
+          // eager p @ v: reference BLAS adds p*v to the sum; torch's bf16 kernel rounds v*p.
+          b.assign(a[size_t(u)], dot_step(b.get(a[size_t(u)]), x, p, each));
+        }
+      });
+      for (int u = 0; u < U; ++u) b.store(out, add(out_row, add(d0, idx(u * V))), stored(b.get(a[size_t(u)]), out));
+    });
+  }
+
+  // ----------------------------------------------------------------------------------------
+  // ExactTiled: the softmax op's TwoPass reduce_all in query-lane form. Key j feeds tree lane
+  // j mod V: for S_k >= V the first V keys start the lanes, later keys combine into their lane
+  // in key order, and the lanes fold by the order's LaneFold; shorter rows combine in key order.
+  ExprRef reduce_keys(const std::function<ExprRef(ExprRef)>& value, const std::function<ExprRef(ExprRef, ExprRef)>& op,
+                      const std::string& name) {
+    const int V = o.softmax.lanes;
+    int result = b.local(name, vec());
+    if (Sk < V) {
+      scores(idx(0), int(Sk), [&](int t, ExprRef s) {
+        ExprRef x = value(s);
+        b.assign(result, t == 0 ? x : op(b.get(result), x));
+      });
+      return b.get(result);
+    }
+    std::vector<int> lane(static_cast<size_t>(V), -1);
+    for (int t = 0; t < V; ++t) lane[size_t(t)] = b.local(name + ".lane", vec());
+    const int64_t full = Sk - Sk % V;
+    auto group = [&](ExprRef j0, int n, bool first) {
+      for (int c = 0; c < n; c += kKeyGroup)
+        scores(c == 0 ? j0 : b.let("j0", add(j0, idx(c))), std::min(kKeyGroup, n - c), [&](int t, ExprRef s) {
+          const int l = c + t;
+          ExprRef x = value(s);
+          b.assign(lane[size_t(l)], first ? x : op(b.get(lane[size_t(l)]), x));
+        });
+    };
+    group(idx(0), V, true);
+    if (full > V) b.for_range("j", idx(V), idx(full), V, [&](ExprRef j0) { group(j0, V, false); });
+    if (Sk % V) group(idx(full), int(Sk % V), false);
+    std::vector<ExprRef> lanes;
+    for (int t = 0; t < V; ++t) lanes.push_back(b.get(lane[size_t(t)]));
+    b.assign(result, fold_lanes(b, std::move(lanes), o.softmax.fold, op, name + ".fold"));
+    return b.get(result);
+  }
+
+  void exact_tiled() {
+    const SoftmaxOrder& so = o.softmax;
+    if (so.kind != SoftmaxOrder::Kind::TwoPass) throw Error("internal: exact-tiled attention needs a two-pass softmax order");
+    load_queries();
+    ExprRef mx, sum;
+    b.region("max", "pass 1: " + describe(so), [&] {
+      mx = b.let("max", reduce_keys([](ExprRef s) { return s; }, softmax_max, "max"));
+    });
+    b.region("sum", "pass 2: sum of exp(s - max), same tree", [&] {
+      sum = b.let("sum", reduce_keys([&](ExprRef s) { return exp_f32(b, so.exp, sub(s, mx)); },
+                                     [](ExprRef a, ExprRef c) { return add(a, c); }, "sum"));
+    });
+    ExprRef inv = so.multiply_by_reciprocal ? b.let("inv_sum", div(f32c(1.0f, L), sum)) : nullptr;
+    const int acc = b.buffer("acc", ScalarType::f32, true, Extent::scratch, D * L);
+    const int p = b.buffer("p", ScalarType::f32, true, Extent::scratch, kKeyGroup * L);
+    b.region("p@v", "pass 3: p = exp(s - max) * (1/sum); out[d] = sum_j p_j v_j[d], j in order", [&] {
+      zero(acc, D);
+      key_groups(idx(0), Sk, [&](ExprRef j0, int n) {
+        scores(j0, n, [&](int t, ExprRef s) {
+          ExprRef e = exp_f32(b, so.exp, sub(s, mx));
+          b.store(p, idx(t * L), inv ? mul(e, inv) : div(e, sum));
+        });
+        accumulate_pv(acc, p, j0, n, false);
+      });
+      write_out(acc, [](ExprRef x) { return x; });
+    });
+    write_lse(add(mx, log_f32(b, so.log, sum)));
+  }
+
+  // ----------------------------------------------------------------------------------------
+  // Flash: online softmax over key blocks.
+  ExprRef expo(ExprRef x) { return o.exp2 ? exp2_f32(b, std::move(x)) : exp_f32(b, MathImpl::SleefU10, std::move(x)); }
+
+  void flash() {
+    load_queries();
+    const int64_t Bc = std::min<int64_t>(o.key_block, Sk);
+    const int acc = b.buffer("acc", ScalarType::f32, true, Extent::scratch, D * L);
+    const int sblk = b.buffer("block", ScalarType::f32, true, Extent::scratch, Bc * L);
+    const int m = b.local("max", vec()), l = b.local("sum", vec());
+    b.assign(m, f32c(-kInf, L));
+    b.assign(l, f32c(0.0f, L));
+    zero(acc, D);
+    auto block = [&](ExprRef begin, int64_t count) {
+      int bm = b.local("block_max", vec());
+      b.assign(bm, f32c(-kInf, L));
+      key_groups(begin, count, [&](ExprRef j0, int n) {
+        ExprRef slot = b.let("slot", sub(j0, begin));
+        scores(j0, n, [&](int t, ExprRef s) {
+          b.store(sblk, mul(add(slot, idx(t)), idx(L)), s);
+          b.assign(bm, binary(Op::Max, b.get(bm), s));
+        });
+      });
+      ExprRef m_new = b.let("max.new", binary(Op::Max, b.get(m), b.get(bm)));
+      // exp(m - m') moves the sums taken under m to m'; exactly 1 when they are equal (also
+      // when both are still -inf, where m - m' is NaN).
+      ExprRef alpha = b.let("alpha", select(binary(Op::Eq, b.get(m), m_new), f32c(1.0f, L), expo(sub(b.get(m), m_new))));
+      b.assign(l, mul(b.get(l), alpha));
+      b.for_range("t", idx(0), idx(count), 1, [&](ExprRef t) {
+        ExprRef s = b.let("s", load(b.kernel(), sblk, mul(t, idx(L)), L));
+        // A masked key adds exactly 0, even while m' is -inf.
+        ExprRef pt = b.let("p", select(binary(Op::Eq, s, f32c(-kInf, L)), f32c(0.0f, L), expo(sub(s, m_new))));
+        b.store(sblk, mul(t, idx(L)), pt);
+        b.assign(l, add(b.get(l), pt));
+      });
+      b.for_range("d", idx(0), idx(D), 1, [&](ExprRef d) {
+        b.store(acc, mul(d, idx(L)), mul(load(b.kernel(), acc, mul(d, idx(L)), L), alpha));
+      });
+      accumulate_pv(acc, sblk, begin, int(count), false);
+      b.assign(m, m_new);
+    };
+    const int64_t full = Sk - Sk % Bc;
+    b.region("flash", describe(o), [&] {
+      b.for_range("kb", idx(0), idx(full), Bc, [&](ExprRef kb) { block(kb, Bc); });
+      if (Sk % Bc) block(idx(full), Sk % Bc);
+      ExprRef inv = b.let("inv_sum", div(f32c(1.0f, L), b.get(l)));
+      write_out(acc, [&](ExprRef x) { return mul(x, inv); });
+    });
+    // lse in natural-log units; with exp2 the running max is in log2 units.
+    ExprRef mx = o.exp2 ? mul(b.get(m), f32c(static_cast<float>(std::log(2.0)), L)) : b.get(m);
+    write_lse(add(mx, log_f32(b, MathImpl::SleefU10, b.get(l))));
+  }
+};
+
+}  // namespace
+
+Kernel build_attention(const Request& r, const Order& order) {
+  const AttentionOrder& o = order.attention;
+  Kernel k;
+  k.name = "attention";
+  Builder b(k);
+  Attention a{r, o, b, r.cols, r.seq_q, r.seq_k, o.query_lanes, r.x_dtype};
+  a.q = b.buffer("q", r.x_dtype, false, Extent::rows_by_fixed, r.seq_q * r.cols);
+  a.k = b.buffer("k", r.x_dtype, false, Extent::rows_by_fixed, r.seq_k * r.cols);
+  a.v = b.buffer("v", r.x_dtype, false, Extent::rows_by_fixed, r.seq_k * r.cols);
+  a.out = b.buffer("out", r.x_dtype, true, Extent::rows_by_fixed, r.seq_q * r.cols);
+  if (r.lse_output) a.lse = b.buffer("lse", ScalarType::f32, true, Extent::rows_by_fixed, r.seq_q);
+  k.grid_rank = 2;
+  k.grid_fixed = {(r.seq_q + o.query_lanes - 1) / o.query_lanes};
+  b.region("attention", describe(o), [&] {
+    a.setup();
+    switch (o.kind) {
+      case AttentionOrder::Kind::Materialized: a.materialized(); break;
+      case AttentionOrder::Kind::ExactTiled: a.exact_tiled(); break;
+      case AttentionOrder::Kind::Flash: a.flash(); break;
+    }
+  });
+  return k;
+}
+
+}  // namespace ordo::gen
