@@ -114,7 +114,39 @@ int64_t count_identical(ScalarType t, const std::vector<uint8_t>& a, const std::
   return same;
 }
 
+namespace {
+// Attention in float64 from the stored inputs: exact scaling, the causal mask, softmax, P @ v.
+std::map<std::string, std::vector<double>> attention_f64(const Request& r, const HostBuffers& in, int64_t rows) {
+  const int64_t D = r.cols, Sq = r.seq_q, Sk = r.seq_k;
+  const ScalarType t = r.x_dtype;
+  const uint8_t *q = in.get("q").data(), *k = in.get("k").data(), *v = in.get("v").data();
+  const double scale = r.scale.value_or(1.0 / std::sqrt(static_cast<double>(D)));
+  std::map<std::string, std::vector<double>> out;
+  std::vector<double> s(static_cast<size_t>(Sk));
+  for (int64_t bh = 0; bh < rows; ++bh)
+    for (int64_t i = 0; i < Sq; ++i) {
+      double mx = -INFINITY;
+      for (int64_t j = 0; j < Sk; ++j) {
+        double dot = 0;
+        for (int64_t d = 0; d < D; ++d) dot += value_at(t, q, (bh * Sq + i) * D + d) * value_at(t, k, (bh * Sk + j) * D + d);
+        s[size_t(j)] = r.causal && j > i ? -INFINITY : dot * scale;
+        mx = std::max(mx, s[size_t(j)]);
+      }
+      double sum = 0;
+      for (int64_t j = 0; j < Sk; ++j) sum += std::exp(s[size_t(j)] - mx);
+      for (int64_t d = 0; d < D; ++d) {
+        double o = 0;
+        for (int64_t j = 0; j < Sk; ++j) o += std::exp(s[size_t(j)] - mx) / sum * value_at(t, v, (bh * Sk + j) * D + d);
+        out["out"].push_back(o);
+      }
+      out["lse"].push_back(mx + std::log(sum));
+    }
+  return out;
+}
+}  // namespace
+
 std::map<std::string, std::vector<double>> reference_f64(const Request& r, const HostBuffers& in, int64_t rows) {
+  if (r.op == OpKind::attention) return attention_f64(r, in, rows);
   const int64_t N = r.cols;
   const ScalarType xt = r.x_dtype, wt = r.weight_type();
   const uint8_t* x = in.get("x").data();
@@ -179,6 +211,7 @@ std::map<std::string, std::vector<double>> reference_f64(const Request& r, const
         }
         break;
       }
+      case OpKind::attention: break;  // attention_f64
     }
   }
   return out;
@@ -187,7 +220,7 @@ std::map<std::string, std::vector<double>> reference_f64(const Request& r, const
 CompareReport compare_orders(const CompareOptions& opt) {
   CompareReport rep;
   rep.options = opt;
-  rep.primary = opt.base.op == OpKind::var_mean ? "var" : "y";
+  rep.primary = opt.base.op == OpKind::var_mean ? "var" : opt.base.op == OpKind::attention ? "out" : "y";
   std::map<std::string, std::vector<double>> ref;
   for (const std::string& name : opt.orders) {
     if (opt.progress) opt.progress(rep.results.size(), opt.orders.size(), name);
@@ -256,6 +289,10 @@ std::string format_report(const CompareReport& rep) {
   const CompareOptions& o = rep.options;
   std::string s = fmt::format("{} rows={} N={} dtype={} input=N({}, {}^2) seed={} target={}\n", name(o.base.op), o.rows, o.base.cols,
                               name(o.base.x_dtype), o.offset, o.scale, o.seed, name(o.base.target));
+  if (o.base.op == OpKind::attention)
+    s = fmt::format("attention batch*heads={} S_q={} S_k={} D={}{} dtype={} q,k,v=N({}, {}^2) seed={} target={}\n", o.rows, o.base.seq_q,
+                    o.base.seq_k, o.base.cols, o.base.causal ? " causal" : "", name(o.base.x_dtype), o.offset, o.scale, o.seed,
+                    name(o.base.target));
   std::vector<std::string> outs;
   for (const OrderResult& r : rep.results)
     if (r.error.empty()) {

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include <spawn.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -27,6 +28,7 @@
 #include "ordo/disk_cache.hpp"
 #include "ordo/npy.hpp"
 #include "ordo/ordo.hpp"
+#include "ordo/peak.hpp"
 #include "ordo/plot.hpp"
 
 namespace {
@@ -146,8 +148,9 @@ ordo::OpKind parse_op_arg(const Args& a) {
   return *op;
 }
 
-const std::vector<std::string> kRequestValues = {"order", "eps", "acc", "target", "weight-dtype", "cols", "dtype", "rows-in-flight"};
-const std::vector<std::string> kRequestFlags = {"allow-mixed-dtypes", "no-weight", "no-bias"};
+const std::vector<std::string> kRequestValues = {"order", "eps", "acc", "target", "weight-dtype", "cols", "dtype", "rows-in-flight",
+                                                 "sq", "sk"};
+const std::vector<std::string> kRequestFlags = {"allow-mixed-dtypes", "no-weight", "no-bias", "causal", "lse"};
 
 // Fields every subcommand shares.
 ordo::Request request_from(const Args& a, ordo::OpKind op) {
@@ -170,6 +173,15 @@ ordo::Request request_from(const Args& a, ordo::OpKind op) {
   if (auto v = a.get("cols")) r.cols = parse_int("--cols", *v, 0, int64_t(1) << 40);
   if (auto v = a.get("rows-in-flight")) r.rows_in_flight = static_cast<int>(parse_int("--rows-in-flight", *v, 0, 16));
   r.allow_mixed_dtypes = a.flag("allow-mixed-dtypes");
+  // attention's shape (rows are batch*heads); other ops reject these in resolve().
+  if (auto v = a.get("sq")) r.seq_q = parse_int("--sq", *v, 1, int64_t(1) << 24);
+  if (auto v = a.get("sk")) r.seq_k = parse_int("--sk", *v, 1, int64_t(1) << 24);
+  r.causal = a.flag("causal");
+  r.lse_output = a.flag("lse");
+  if (op == ordo::OpKind::attention) {
+    if (!r.seq_q) r.seq_q = r.seq_k ? r.seq_k : 1024;
+    if (!r.seq_k) r.seq_k = r.seq_q;
+  }
   r.has_weight = (op == ordo::OpKind::layer_norm || op == ordo::OpKind::rms_norm) && !a.flag("no-weight");
   r.has_bias = op == ordo::OpKind::layer_norm && !a.flag("no-bias");
   return r;
@@ -281,10 +293,10 @@ int run_attention(const Args& a, ordo::Request r, int threads) {
 int cmd_run(int argc, char** argv) {
   std::vector<std::string> values = kRequestValues;
   values.insert(values.end(), {"in", "out", "threads", "scale"});
-  std::vector<std::string> flags = kRequestFlags;
-  flags.push_back("causal");
-  Args a = Args::parse(argc, argv, 2, flags, values);
+  Args a = Args::parse(argc, argv, 2, kRequestFlags, values);
   const ordo::OpKind op = parse_op_arg(a);
+  if (a.get("sq") || a.get("sk") || a.flag("lse"))
+    throw Error("ordo run takes attention's shape from the --in files and writes lse when --out lse= names it; drop --sq/--sk/--lse");
   if (op != ordo::OpKind::attention && (a.get("scale") || a.flag("causal")))
     throw Error(fmt::format("--scale and --causal are attention's; {} takes neither", ordo::name(op)));
   if (a.get("cols") || a.get("dtype") || a.get("weight-dtype") || a.flag("no-weight") || a.flag("no-bias"))
@@ -428,7 +440,16 @@ int compare(const Args& a, ordo::OpKind op, int64_t default_rows) {
   if (auto v = a.get("offset")) o.offset = parse_double("--offset", *v);
   if (auto v = a.get("scale")) o.scale = parse_double("--scale", *v);
   if (auto v = a.get("repeats")) o.repeats = static_cast<int>(parse_int("--repeats", *v, 1, 1000));
-  o.orders = a.get("orders") ? split(*a.get("orders"), ',') : default_orders(op);
+  o.orders = a.get("orders") ? split(*a.get("orders"), ',')
+             : op == ordo::OpKind::attention
+                 ? std::vector<std::string>{"torch1.13-cpu-math", "exact-tiled", "flash(16)", "flash(32)", "flash(64)", "flash(128)",
+                                            "flash(256)", "fast"}
+                 : default_orders(op);
+  if (op == ordo::OpKind::attention) {  // a drift study that runs in seconds, float64 reference included
+    if (!a.get("cols")) o.base.cols = 64;
+    if (!a.get("sq") && !a.get("sk")) o.base.seq_q = o.base.seq_k = 512;
+    if (!a.get("rows")) o.rows = 4;
+  }
   // Bad orders fail the command up front rather than appearing as a row of the table.
   for (const std::string& name : o.orders) {
     ordo::Request r = o.base;
@@ -686,14 +707,64 @@ int cmd_build(int argc, char** argv) {
   return 0;
 }
 
+// ordo bench attention: GFLOP/s of one order (4*S_q*S_k*D flops per head, the materialized
+// count; causal runs compute every score, so the same count applies), next to the machine's fma
+// peak measured in this process, the cold compile, and the process's peak RSS (inputs included).
+int bench_attention(const Args& a, ordo::Request r) {
+  using clock = std::chrono::steady_clock;
+  auto since = [](clock::time_point t) { return std::chrono::duration<double>(clock::now() - t).count(); };
+  if (!a.get("cols")) r.cols = 64;
+  const int64_t rows = a.get("rows") ? parse_int("--rows", *a.get("rows"), 1, int64_t(1) << 20) : 8;
+  const int threads = a.get("threads") ? static_cast<int>(parse_int("--threads", *a.get("threads"), 0, 1024)) : 0;
+  const double budget = a.get("seconds") ? parse_double("--seconds", *a.get("seconds")) : 2.0;
+  const auto t_compile = clock::now();
+  ordo::KernelHandle k = ordo::compile_uncached(r);
+  const double compile_ms = since(t_compile) * 1e3;
+  ordo::HostBuffers h = ordo::make_buffers(*k, rows, 1, 0.0, 1.0);
+  std::vector<ordo::BufferRef> refs = h.refs(rows, r.cols);
+  k->run(refs, rows, threads);  // warm up
+  std::vector<double> ts;
+  const auto start = clock::now();
+  while (ts.size() < 3 || (since(start) < budget && ts.size() < 200)) {
+    auto t = clock::now();
+    k->run(refs, rows, threads);
+    ts.push_back(since(t));
+  }
+  const double tmin = *std::min_element(ts.begin(), ts.end());
+  const double flops = 4.0 * static_cast<double>(rows) * static_cast<double>(r.seq_q) * static_cast<double>(r.seq_k) *
+                       static_cast<double>(r.cols);
+  const ordo::PeakFlops peak = a.flag("no-peak") ? ordo::PeakFlops{} : ordo::measure_fma_peak(threads);
+  struct rusage ru {};
+  getrusage(RUSAGE_SELF, &ru);
+  fmt::print(
+      "{{\"op\": \"attention\", \"order\": \"{}\", \"batch_heads\": {}, \"seq_q\": {}, \"seq_k\": {}, \"head_dim\": {}, "
+      "\"causal\": {}, \"dtype\": \"{}\", \"threads\": {}, \"seconds_min\": {:.6g}, \"seconds_median\": {:.6g}, \"runs\": {}, "
+      "\"gflops\": {:.3f}, \"peak_fma_gflops\": {}, \"fraction_of_peak\": {}, \"compile_ms_cold\": {:.3f}, "
+      "\"peak_rss_mb\": {:.1f}, \"input_output_mb\": {:.1f}}}\n",
+      r.order, rows, r.seq_q, r.seq_k, r.cols, r.causal, ordo::name(r.x_dtype), threads, tmin, median(ts), ts.size(), flops / tmin / 1e9,
+      peak.available ? fmt::format("{:.3f}", peak.gflops) : "null",
+      peak.available ? fmt::format("{:.4f}", flops / tmin / 1e9 / peak.gflops) : "null", compile_ms, ru.ru_maxrss / 1024.0,
+      [&] {
+        double b = 0;
+        for (const auto& x : h.bytes) b += static_cast<double>(x.size());
+        return b / (1 << 20);
+      }());
+  return 0;
+}
+
 int cmd_bench(int argc, char** argv) {
   std::vector<std::string> values = kRequestValues;
   values.insert(values.end(), {"rows", "threads", "baseline", "seconds"});
   auto flags = kRequestFlags;
-  flags.push_back("json");
+  flags.insert(flags.end(), {"json", "no-peak"});
   Args a = Args::parse(argc, argv, 2, flags, values);
   const ordo::OpKind op = parse_op_arg(a);
   ordo::Request r = request_from(a, op);
+  if (op == ordo::OpKind::attention) {
+    if (!a.get("order")) throw Error("missing --order NAME");
+    if (!a.flag("json")) throw Error("bench prints JSON only: add --json");
+    return bench_attention(a, r);
+  }
   if (r.cols == 0 && !a.get("cols")) r.cols = 4096;
   if (!a.get("order")) throw Error("missing --order NAME");
   if (!a.flag("json")) throw Error("bench prints JSON only: add --json");
