@@ -163,6 +163,25 @@ PYBIND11_MODULE(_ordo, m) {
      py::arg("eps") = 1e-5, py::arg("weight") = false, py::arg("bias") = false, py::arg("allow_mixed_dtypes") = false,
      py::arg("acc") = "");
 
+  m.def("compile_attention", [](int64_t head_dim, int64_t seq_q, int64_t seq_k, const std::string& dtype, const std::string& order,
+                                bool causal, std::optional<double> scale, bool lse) {
+    return translate([&] {
+      ordo::Request r;
+      r.op = ordo::OpKind::attention;
+      r.cols = head_dim;
+      r.seq_q = seq_q;
+      r.seq_k = seq_k;
+      r.x_dtype = dtype_named(dtype);
+      r.order = order;
+      r.causal = causal;
+      r.scale = scale;
+      r.lse_output = lse;
+      r.has_weight = r.has_bias = false;
+      return std::const_pointer_cast<ordo::CompiledKernel>(ordo::compile(r));
+    });
+  }, py::arg("head_dim"), py::arg("seq_q"), py::arg("seq_k"), py::arg("dtype"), py::arg("order"), py::arg("causal") = false,
+     py::arg("scale") = std::nullopt, py::arg("lse") = false);
+
   m.def("orders", [] {
     py::list out;
     for (const ordo::gen::NamedOrder& n : ordo::gen::named_orders()) {

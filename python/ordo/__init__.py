@@ -1,4 +1,4 @@
-"""ordo from Python: normalization and softmax kernels whose reduction order you choose.
+"""ordo from Python: normalization, softmax and attention kernels whose reduction order you choose.
 
     import ordo
     y, mean, rstd = ordo.layer_norm(x, weight, bias, eps=1e-5, order="torch1.13-cpu-avx2")
@@ -111,9 +111,37 @@ def log_softmax(x, order="fast", **kw):
     return _run("log_softmax", x, {}, None, order, **kw)["y"]
 
 
-def attention(q, k, v, **kw):
-    """Not built yet: attention is a separate capability (see the project's issues)."""
-    raise NotImplementedError("ordo.attention is not built yet; layer_norm, rms_norm, var_mean, softmax and log_softmax are")
+def attention(q, k, v, order="fast", causal=False, scale=None, return_lse=False, dtype=None, threads=0):
+    """Scaled-dot-product attention: softmax(q k^T * scale [causal]) v over the last two dims.
+
+    q is [..., S_q, D], k and v are [..., S_k, D] with the same leading (batch, head) dims and one
+    dtype. scale defaults to 1/sqrt(D); causal hides key j from query i when j > i. Returns out
+    (shaped like q), and with return_lse=True also the float32 log-sum-exp of each query row.
+    order: "torch1.13-cpu-math" and "exact-tiled" reproduce eager PyTorch 1.13 bit for bit;
+    "flash" / "flash(Bc)" is the tiled online softmax; "fast" the fastest."""
+    for name, a in (("q", q), ("k", k), ("v", v)):
+        if not hasattr(a, "shape") or len(a.shape) < 2:
+            raise ValueError(f"{name} must be [..., S, D]")
+    if tuple(k.shape) != tuple(v.shape):
+        raise ValueError(f"k has shape {tuple(k.shape)} but v has {tuple(v.shape)}")
+    if tuple(q.shape[:-2]) != tuple(k.shape[:-2]) or q.shape[-1] != k.shape[-1]:
+        raise ValueError(f"q {tuple(q.shape)} and k {tuple(k.shape)} differ in leading dims or D")
+    qd = _dtype_of(q, dtype)
+    for name, a in (("k", k), ("v", v)):
+        if _dtype_of(a, dtype) != qd:
+            raise ValueError(f"q is {qd} but {name} is {_dtype_of(a, dtype)}; they must match")
+    d, sq, sk = int(q.shape[-1]), int(q.shape[-2]), int(k.shape[-2])
+    rows = math.prod(int(s) for s in q.shape[:-2])
+    kernel = _ordo.compile_attention(d, sq, sk, qd, order, bool(causal), None if scale is None else float(scale), bool(return_lse))
+    outs, tensors = {}, []
+    for name, dt, is_out, extent in kernel.args:
+        if not is_out:
+            tensors.append(_capsule({"q": q, "k": k, "v": v}[name]))
+            continue
+        outs[name] = _empty_like_kind(q, tuple(q.shape) if name == "out" else tuple(q.shape[:-1]), dt)
+        tensors.append(_capsule(outs[name]))
+    kernel.run(tensors, rows, threads)
+    return (outs["out"], outs["lse"]) if return_lse else outs["out"]
 
 
 def orders():

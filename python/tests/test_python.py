@@ -87,6 +87,30 @@ for what, call, expect in [
     except (ValueError, TypeError) as e:
         check(expect in str(e), f"{what}: message {str(e)!r} lacks {expect!r}")
 
+# attention: torch in, torch out, bit-identical to eager with the pinned orders (the installed
+# torch runs its avx2 kernels by default here); numpy in, numpy out; lse on request.
+import math
+import torch
+g = torch.Generator().manual_seed(3)
+q, k, v = (torch.randn(2, 3, 19, 64, generator=g) for _ in range(3))
+eager = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(64), -1) @ v
+for order in ("torch1.13-cpu-math", "exact-tiled"):
+    got = ordo.attention(q, k, v, order=order)
+    check(isinstance(got, torch.Tensor) and same_bits(got.numpy(), eager.numpy()), f"attention {order} matches eager bit for bit")
+got, lse = ordo.attention(q.numpy(), k.numpy(), v.numpy(), order="flash(16)", return_lse=True)
+ref_lse = torch.logsumexp(q.double() @ k.double().transpose(-2, -1) / 8, -1).numpy()
+check(isinstance(got, np.ndarray) and got.shape == (2, 3, 19, 64) and np.abs(got - eager.numpy()).max() < 1e-5
+      and lse.shape == (2, 3, 19) and np.abs(lse - ref_lse).max() < 1e-5, "attention flash: numpy out, close, lse")
+for what, call, expect in [
+    ("attention shapes", lambda: ordo.attention(q, k[..., :32], v[..., :32]), "differ"),
+    ("attention D", lambda: ordo.attention(q[..., :12], k[..., :12], v[..., :12]), "head dim"),
+]:
+    try:
+        call()
+        check(False, f"{what}: no error")
+    except ValueError as e:
+        check(expect in str(e), f"{what}: message {str(e)!r} lacks {expect!r}")
+
 names = {o["name"]: o for o in ordo.orders()}
 check(names["torch1.13-cpu-avx2"]["exact"] and names["torch1.13-cpu-avx512"]["unverified"], "orders() marks exact/unverified")
 table = ordo.compare("softmax", cols=300, rows=8, orders=["fast", "online", "torch1.13-cpu-avx2"])
