@@ -2,15 +2,15 @@
 """ordo inside a PyTorch model: pin the order and the output is eager's, bit for bit; choose
 `fast` and see how far it moves.
 
-A small transformer block (LayerNorm, single-head attention with a materialized softmax, a
-feed-forward Linear, a final LayerNorm) runs three ways on the same input:
-  eager        PyTorch's own kernels;
-  pinned       LayerNorm and the attention softmax replaced by ordo kernels with the orders
-               that reproduce PyTorch 1.13 on this CPU (torch1.13-cpu-<capability>);
-  fast         the same replacement with ordo's `fast` orders.
-The replacement is a `torch.library` custom op (ordo::layer_norm, ordo::softmax), so the model
-code calls torch.ops.ordo.*. ordo's attention op itself is not built yet; the softmax inside
-the attention is what ordo replaces there.
+A small transformer block (LayerNorm, single-head attention, a feed-forward Linear, a final
+LayerNorm) runs three ways on the same input:
+  eager        PyTorch's own kernels, attention materialized: softmax(q @ k^T / sqrt(D)) @ v;
+  pinned       LayerNorm and the whole attention replaced by ordo kernels with the orders that
+               reproduce PyTorch 1.13 on this CPU (torch1.13-cpu-<capability>, and for attention
+               exact-tiled, which never keeps the score matrix);
+  fast         the same replacement with ordo's `fast` orders (attention: a flash kernel).
+The replacement is a `torch.library` custom op (ordo::layer_norm, ordo::attention), so the
+model code calls torch.ops.ordo.*.
 
     PYTHONPATH=build/python ATEN_CPU_CAPABILITY=avx2 /usr/bin/python3 examples/torch_model.py
 
@@ -30,9 +30,9 @@ if CAPABILITY not in ("default", "avx2"):
 # The custom ops: the order is an argument, so one registration serves both variants.
 lib = torch.library.Library("ordo", "DEF")
 lib.define("layer_norm(Tensor x, Tensor weight, Tensor bias, float eps, str order) -> Tensor")
-lib.define("softmax(Tensor x, str order) -> Tensor")
+lib.define("attention(Tensor q, Tensor k, Tensor v, str order) -> Tensor")
 lib.impl("layer_norm", lambda x, w, b, eps, order: ordo.layer_norm(x.contiguous(), w, b, eps=eps, order=order)[0], "CPU")
-lib.impl("softmax", lambda x, order: ordo.softmax(x.contiguous(), order=order), "CPU")
+lib.impl("attention", lambda q, k, v, order: ordo.attention(q.contiguous(), k.contiguous(), v.contiguous(), order=order), "CPU")
 
 
 class Block(torch.nn.Module):
@@ -48,14 +48,15 @@ class Block(torch.nn.Module):
             return m(x)
         return torch.ops.ordo.layer_norm(x, m.weight, m.bias, m.eps, self.order["layer_norm"])
 
-    def softmax(self, s):
-        return torch.softmax(s, -1) if self.order is None else torch.ops.ordo.softmax(s, self.order["softmax"])
+    def attention(self, q, k, v):
+        if self.order is None:
+            return torch.softmax(q @ k.transpose(-2, -1) / (q.shape[-1] ** 0.5), -1) @ v
+        return torch.ops.ordo.attention(q, k, v, self.order["attention"])
 
     def forward(self, x):
         h = self.layer_norm(self.norm1, x)
         q, k, v = self.qkv(h).chunk(3, dim=-1)
-        scores = q @ k.transpose(-2, -1) / (q.shape[-1] ** 0.5)
-        h = x + self.softmax(scores) @ v
+        h = x + self.attention(q, k, v)
         return self.layer_norm(self.norm2, h + self.ff(h))
 
 
@@ -65,8 +66,8 @@ def main():
     dim, seq = 256, 128
     x = torch.randn(4, seq, dim) * 2 + 0.5
     eager = Block(dim).eval()
-    pinned_orders = {"layer_norm": f"torch1.13-cpu-{CAPABILITY}", "softmax": f"torch1.13-cpu-{CAPABILITY}"}
-    variants = {"pinned": pinned_orders, "fast": {"layer_norm": "fast", "softmax": "fast"}}
+    pinned_orders = {"layer_norm": f"torch1.13-cpu-{CAPABILITY}", "attention": "exact-tiled" + ("-default" if CAPABILITY == "default" else "")}
+    variants = {"pinned": pinned_orders, "fast": {"layer_norm": "fast", "attention": "fast"}}
     with torch.no_grad():
         want = eager(x)
         results = {}
