@@ -83,7 +83,7 @@ ordo_request* ordo_request_new(const char* op) {
   guarded([&] {
     const std::string name = text(op, "op");
     auto kind = ordo::parse_op(name);
-    if (!kind) throw ordo::Error(fmt::format("unknown op '{}'; ops: layer_norm, rms_norm, var_mean, softmax, log_softmax", name));
+    if (!kind) throw ordo::Error(fmt::format("unknown op '{}'; ops: layer_norm, rms_norm, var_mean, softmax, log_softmax, attention", name));
     out = new ordo_request{};
     out->r.op = *kind;
     out->r.has_weight = *kind == ordo::OpKind::layer_norm || *kind == ordo::OpKind::rms_norm;
@@ -118,9 +118,23 @@ int ordo_request_set(ordo_request* req, const char* key_c, const char* value_c) 
     else if (key == "bias") r.has_bias = flag(v, key);
     else if (key == "allow_mixed_dtypes") r.allow_mixed_dtypes = flag(v, key);
     else if (key == "rows_in_flight") r.rows_in_flight = static_cast<int>(integer(v, key));
-    else
+    else if (key == "seq_q") r.seq_q = integer(v, key);
+    else if (key == "seq_k") r.seq_k = integer(v, key);
+    else if (key == "causal") r.causal = flag(v, key);
+    else if (key == "lse") r.lse_output = flag(v, key);
+    else if (key == "scale") {
+      size_t used = 0;
+      double s = 0;
+      try {
+        s = std::stod(v, &used);
+      } catch (const std::exception&) {
+        used = 0;
+      }
+      if (v.empty() || used != v.size()) throw ordo::Error(fmt::format("scale: '{}' is not a number", v));
+      r.scale = s;
+    } else
       throw ordo::Error(fmt::format("unknown request key '{}' (cols, dtype, weight_dtype, acc, order, eps, target, weight, bias, "
-                                    "allow_mixed_dtypes, rows_in_flight)", key));
+                                    "allow_mixed_dtypes, rows_in_flight; attention: seq_q, seq_k, causal, scale, lse)", key));
   });
 }
 
@@ -157,6 +171,19 @@ int ordo_kernel_arg(const ordo_kernel* k, int i, const char** name, int* dt, int
     if (dt) *dt = c_dtype(a.dtype);
     if (is_output) *is_output = a.output ? 1 : 0;
     if (extent) *extent = static_cast<int>(a.extent);
+  });
+}
+
+int ordo_kernel_arg_elements(const ordo_kernel* k, int i, int64_t rows, int64_t* elements) {
+  return guarded([&] {
+    if (!k) throw ordo::Error("kernel is NULL");
+    const auto& args = k->k->args();
+    if (i < 0 || i >= static_cast<int>(args.size()))
+      throw ordo::Error(fmt::format("argument {} out of range [0, {})", i, args.size()));
+    if (rows < 0) throw ordo::Error(fmt::format("rows must be >= 0, got {}", rows));
+    const std::optional<int64_t> n = args[static_cast<size_t>(i)].checked_elements(rows, k->k->request().cols);
+    if (!n) throw ordo::Error(fmt::format("rows={} makes more than 2^63 elements", rows));
+    if (elements) *elements = *n;
   });
 }
 

@@ -34,7 +34,7 @@ enum {
 /* Element types, as ordo names them: "f32", "bf16", "f16" (bf16 buffers hold uint16 bit patterns). */
 enum { ORDO_F64 = 0, ORDO_F32 = 1, ORDO_F16 = 2, ORDO_BF16 = 3 };
 /* How long an argument is, for a launch over `rows` rows of N columns. */
-enum { ORDO_EXTENT_ROWS_BY_COLS = 0, ORDO_EXTENT_COLS = 1, ORDO_EXTENT_ROWS = 2 };
+enum { ORDO_EXTENT_ROWS_BY_COLS = 0, ORDO_EXTENT_COLS = 1, ORDO_EXTENT_ROWS = 2, ORDO_EXTENT_ROWS_BY_FIXED = 3 };
 
 typedef struct ordo_request ordo_request;
 typedef struct ordo_kernel ordo_kernel;
@@ -43,11 +43,14 @@ typedef struct ordo_kernel ordo_kernel;
  * on this thread. */
 const char* ordo_last_error(void);
 
-/* A request for `op`: layer_norm, rms_norm, var_mean, softmax, log_softmax. NULL if unknown. */
+/* A request for `op`: layer_norm, rms_norm, var_mean, softmax, log_softmax, attention. NULL if unknown.
+ * attention: cols is the head dim D; rows (at run time) is batch*heads; q is [rows, seq_q, D], k and v
+ * [rows, seq_k, D], out like q, lse [rows, seq_q] (float32, when lse=1). */
 ordo_request* ordo_request_new(const char* op);
 /* Sets one field by name, with the CLI's spelling of the value:
  *   cols (N), dtype, weight_dtype, acc (f32|f64), order, eps, target (cpu|interpreter),
- *   weight, bias, allow_mixed_dtypes (0|1), rows_in_flight.
+ *   weight, bias, allow_mixed_dtypes (0|1), rows_in_flight;
+ *   attention: seq_q, seq_k, causal (0|1), scale, lse (0|1).
  * Values are checked when the request is compiled; an unknown key or a malformed number fails here. */
 int ordo_request_set(ordo_request* r, const char* key, const char* value);
 void ordo_request_free(ordo_request* r);
@@ -59,6 +62,8 @@ void ordo_kernel_release(ordo_kernel* k);
 int ordo_kernel_num_args(const ordo_kernel* k);
 /* Argument i: its name ("x", "weight", "y", ...), element type, whether it is written, and its extent. */
 int ordo_kernel_arg(const ordo_kernel* k, int i, const char** name, int* dtype, int* is_output, int* extent);
+/* The number of elements argument i has in a launch of `rows` rows. */
+int ordo_kernel_arg_elements(const ordo_kernel* k, int i, int64_t rows, int64_t* elements);
 /* Runs `rows` rows. buffers[i] and elements[i] follow the argument order; each length is
  * checked against the argument's extent. threads = 0 uses every core; results never depend on it. */
 int ordo_kernel_run(const ordo_kernel* k, void* const* buffers, const int64_t* elements, int64_t rows, int threads);

@@ -92,6 +92,32 @@ int main(void) {
   CHECK(ordo_kernel_run(NULL, bufs, right, 2, 1) == ORDO_ERROR_INVALID, "NULL kernel");
   CHECK(ordo_kernel_arg(sm, 9, &name, NULL, NULL, NULL) == ORDO_ERROR_INVALID && strstr(ordo_last_error(), "9"), "arg out of range");
 
+  /* attention through the C API: one head, every query attends to two keys with equal scores
+   * (q = 0), so out is the mean of the two value rows. */
+  ordo_request* ar = ordo_request_new("attention");
+  CHECK(ar && ordo_request_set(ar, "cols", "8") == ORDO_OK && ordo_request_set(ar, "seq_q", "3") == ORDO_OK &&
+            ordo_request_set(ar, "seq_k", "2") == ORDO_OK && ordo_request_set(ar, "order", "exact-tiled") == ORDO_OK,
+        "attention request");
+  CHECK(ordo_request_set(ar, "scale", "x1") == ORDO_ERROR_INVALID && strstr(ordo_last_error(), "x1"), "bad scale");
+  ordo_kernel* at = ordo_compile(ar);
+  CHECK(at != NULL, "attention compiles: %s", ordo_last_error());
+  ordo_request_free(ar);
+  if (at) {
+    int64_t n[4];
+    for (int i = 0; i < 4; ++i) CHECK(ordo_kernel_arg_elements(at, i, 1, &n[i]) == ORDO_OK, "elements of arg %d", i);
+    CHECK(n[0] == 24 && n[1] == 16 && n[2] == 16 && n[3] == 24, "q, k, v, out elements 24 16 16 24 (got %lld %lld %lld %lld)",
+          (long long)n[0], (long long)n[1], (long long)n[2], (long long)n[3]);
+    float q[24] = {0}, kk[16], v[16], o[24];
+    for (int i = 0; i < 16; ++i) {
+      kk[i] = (float)i;
+      v[i] = i < 8 ? 1.0f : 3.0f;
+    }
+    void* ab[4] = {q, kk, v, o};
+    CHECK(ordo_kernel_run(at, ab, n, 1, 1) == ORDO_OK, "attention runs");
+    CHECK(o[0] == 2.0f && o[23] == 2.0f, "out is the mean of the value rows (got %g, %g)", (double)o[0], (double)o[23]);
+    ordo_kernel_release(at);
+  }
+
   ordo_kernel_release(sm);
   ordo_kernel_release(jit);
   ordo_kernel_release(spec);
