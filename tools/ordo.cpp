@@ -625,6 +625,8 @@ int cmd_build(int argc, char** argv) {
     options.rows_in_flight = r.rows_in_flight;
     options.position_independent = true;
     options.symbol = fmt::format("ordo_{}_{}_n{}_{}", ordo::name(op), c_identifier(order), r.cols, ordo::name(r.x_dtype));
+    if (op == ordo::OpKind::attention)  // one library may hold several shapes
+      options.symbol += fmt::format("_sq{}_sk{}{}", r.seq_q, r.seq_k, r.causal ? "_causal" : "");
     for (const Built& b : kernels)
       if (b.name == options.symbol) throw Error(fmt::format("order '{}' is listed twice", order));
     kernels.push_back({options.symbol, r, k, ordo::llvm_backend::compile_object(k, options)});
@@ -665,25 +667,36 @@ int cmd_build(int argc, char** argv) {
       std::string arg_doc, arg_json;
       for (size_t j = 0; j < b.kernel.buffers.size(); ++j) {
         const ordo::ir::Buffer& buf = b.kernel.buffers[j];
-        const std::string len = buf.extent == ordo::ir::Extent::rows_by_cols ? fmt::format("rows*{}", b.request.cols)
-                                : buf.extent == ordo::ir::Extent::cols       ? fmt::format("{}", b.request.cols)
-                                                                             : "rows";
+        if (!ordo::ir::is_argument(buf)) continue;  // scratch lives on the kernel's stack
+        const std::string len = buf.extent == ordo::ir::Extent::rows_by_cols    ? fmt::format("rows*{}", b.request.cols)
+                                : buf.extent == ordo::ir::Extent::cols          ? fmt::format("{}", b.request.cols)
+                                : buf.extent == ordo::ir::Extent::rows_by_fixed ? fmt::format("rows*{}", buf.per_row)
+                                                                                : "rows";
         arg_doc += fmt::format(" *   buffers[{}] {:<7} {}[{}] {}\n", j, buf.name, ordo::name(buf.elem), len, buf.output ? "out" : "in");
         arg_json += fmt::format("{}\n        {{\"name\": {}, \"dtype\": \"{}\", \"elements\": \"{}\", \"output\": {}}}", j ? "," : "",
                                 json_string(buf.name), ordo::name(buf.elem), len, buf.output ? "true" : "false");
+      }
+      // Grid: dim 0 is the rows; attention adds its fixed query blocks. Instances run in
+      // row-major order over [0, rows * blocks).
+      std::string extents = "rows", grid = "\"rows\"", instances = "rows";
+      for (int64_t e : b.kernel.grid_fixed) {
+        extents += fmt::format(", {}", e);
+        grid += fmt::format(", {}", e);
+        instances += fmt::format(" * {}", e);
       }
       h += fmt::format(
           "\n/* {} with order {}: N = {}, x {}.\n{} */\n"
           "void {}(void* const* buffers, const int64_t* extents, int64_t begin, int64_t end, int64_t flags);\n"
           "static inline void {}_run(void* const* buffers, int64_t rows) {{\n"
-          "  int64_t extents[1] = {{rows}};\n  {}(buffers, extents, 0, rows, 0);\n}}\n",
-          ordo::name(op), b.request.order, b.request.cols, ordo::name(b.request.x_dtype), arg_doc, b.name, b.name, b.name);
+          "  int64_t extents[{}] = {{{}}};\n  {}(buffers, extents, 0, {}, 0);\n}}\n",
+          ordo::name(op), b.request.order, b.request.cols, ordo::name(b.request.x_dtype), arg_doc, b.name, b.name,
+          1 + b.kernel.grid_fixed.size(), extents, b.name, instances);
       m += fmt::format(
           "{}\n    {{\n      \"name\": {},\n      \"signature\": \"void(void* const* buffers, const int64_t* extents, int64_t begin, "
-          "int64_t end, int64_t flags)\",\n      \"launch\": {{\"grid\": [\"rows\"], \"rows_in_flight\": {}, \"flags\": {{\"1\": "
+          "int64_t end, int64_t flags)\",\n      \"launch\": {{\"grid\": [{}], \"rows_in_flight\": {}, \"flags\": {{\"1\": "
           "\"non-temporal stores for per-row outputs\"}}}},\n      \"args\": [{}\n      ],\n      \"request\": {{\"op\": \"{}\", \"order\": "
           "{}, \"cols\": {}, \"x_dtype\": \"{}\", \"weight_dtype\": \"{}\", \"eps\": {}, \"key\": {}}}\n    }}",
-          i ? "," : "", json_string(b.name), b.object.rows_in_flight, arg_json, ordo::name(op), json_string(b.request.order),
+          i ? "," : "", json_string(b.name), grid, b.object.rows_in_flight, arg_json, ordo::name(op), json_string(b.request.order),
           b.request.cols, ordo::name(b.request.x_dtype), ordo::name(b.request.weight_type()), b.request.eps, json_string(b.request.key()));
     }
     h += "\n#ifdef __cplusplus\n}\n#endif\n\n#endif\n";
@@ -717,9 +730,13 @@ int bench_attention(const Args& a, ordo::Request r) {
   const int64_t rows = a.get("rows") ? parse_int("--rows", *a.get("rows"), 1, int64_t(1) << 20) : 8;
   const int threads = a.get("threads") ? static_cast<int>(parse_int("--threads", *a.get("threads"), 0, 1024)) : 0;
   const double budget = a.get("seconds") ? parse_double("--seconds", *a.get("seconds")) : 2.0;
+  // A cold compile: the persistent cache is bypassed (and the environment restored).
+  const std::optional<std::string> saved_cache = env("ORDO_CACHE");
+  ::setenv("ORDO_CACHE", "0", 1);
   const auto t_compile = clock::now();
   ordo::KernelHandle k = ordo::compile_uncached(r);
   const double compile_ms = since(t_compile) * 1e3;
+  restore_env("ORDO_CACHE", saved_cache);
   ordo::HostBuffers h = ordo::make_buffers(*k, rows, 1, 0.0, 1.0);
   std::vector<ordo::BufferRef> refs = h.refs(rows, r.cols);
   k->run(refs, rows, threads);  // warm up
