@@ -261,30 +261,94 @@ struct Attention {
     return b.get(result);
   }
 
+  // The bf16 softmax (SoftmaxOrder::Kind::Staged) in query-lane form: the max over pairs of
+  // V-key vectors from -inf lanes (key j in lane j mod V), folded, then the keys past the last
+  // pair by std::max in order; the sum over full V-key vectors from zero lanes, folded, then the
+  // remaining keys in order with the tail's exp. Same bits as softmax_row on the stored row.
+  ExprRef staged_max() {
+    const int V = o.softmax.lanes;
+    const int64_t pairs_end = Sk - Sk % (2 * V);
+    std::vector<int> lane(static_cast<size_t>(V), -1);
+    for (int l = 0; l < V; ++l) {
+      lane[size_t(l)] = b.local("max.lane", vec());
+      b.assign(lane[size_t(l)], f32c(-kInf, L));
+    }
+    if (pairs_end > 0)
+      b.for_range("j", idx(0), idx(pairs_end), 2 * V, [&](ExprRef j0) {
+        for (int c = 0; c < 2 * V; c += kKeyGroup)
+          scores(b.let("j0", add(j0, idx(c))), kKeyGroup, [&](int t, ExprRef sc) {
+            const int l = (c + t) % V;
+            b.assign(lane[size_t(l)], softmax_max(b.get(lane[size_t(l)]), sc));
+          });
+      });
+    std::vector<ExprRef> lanes;
+    for (int l = 0; l < V; ++l) lanes.push_back(b.get(lane[size_t(l)]));
+    int mx = b.local("max", vec());
+    b.assign(mx, fold_lanes(b, std::move(lanes), o.softmax.fold, softmax_max, "max.fold"));
+    key_groups(idx(pairs_end), Sk - pairs_end, [&](ExprRef j0, int n) {
+      scores(j0, n, [&](int, ExprRef sc) { b.assign(mx, softmax_scalar_max(b.get(mx), sc)); });
+    });
+    return b.get(mx);
+  }
+  ExprRef staged_sum(const ExprRef& mx) {
+    const int V = o.softmax.lanes;
+    const int64_t full_end = Sk - Sk % V;
+    std::vector<int> lane(static_cast<size_t>(V), -1);
+    for (int l = 0; l < V; ++l) {
+      lane[size_t(l)] = b.local("sum.lane", vec());
+      b.assign(lane[size_t(l)], f32c(0.0f, L));
+    }
+    if (full_end > 0)
+      b.for_range("j", idx(0), idx(full_end), V, [&](ExprRef j0) {
+        for (int c = 0; c < V; c += kKeyGroup)
+          scores(c ? b.let("j0", add(j0, idx(c))) : j0, std::min(kKeyGroup, V - c), [&](int t, ExprRef sc) {
+            const int l = c + t;
+            b.assign(lane[size_t(l)], add(b.get(lane[size_t(l)]), exp_f32(b, o.softmax.exp, sub(sc, mx))));
+          });
+      });
+    std::vector<ExprRef> lanes;
+    for (int l = 0; l < V; ++l) lanes.push_back(b.get(lane[size_t(l)]));
+    int sum = b.local("sum", vec());
+    b.assign(sum, fold_lanes(b, std::move(lanes), o.softmax.fold, [](ExprRef a, ExprRef c) { return add(a, c); }, "sum.fold"));
+    key_groups(idx(full_end), Sk - full_end, [&](ExprRef j0, int n) {
+      scores(j0, n, [&](int, ExprRef sc) { b.assign(sum, add(b.get(sum), exp_f32(b, o.softmax.tail_exp, sub(sc, mx)))); });
+    });
+    return b.get(sum);
+  }
+
   void exact_tiled() {
     const SoftmaxOrder& so = o.softmax;
-    if (so.kind != SoftmaxOrder::Kind::TwoPass) throw Error("internal: exact-tiled attention needs a two-pass softmax order");
+    const bool staged = so.kind == SoftmaxOrder::Kind::Staged;
+    if (so.kind == SoftmaxOrder::Kind::Online) throw Error("internal: exact-tiled attention needs a two-pass or staged softmax order");
     load_queries();
     ExprRef mx, sum;
     b.region("max", "pass 1: " + describe(so), [&] {
-      mx = b.let("max", reduce_keys([](ExprRef s) { return s; }, softmax_max, "max"));
+      mx = b.let("max", staged ? staged_max() : reduce_keys([](ExprRef s) { return s; }, softmax_max, "max"));
     });
     b.region("sum", "pass 2: sum of exp(s - max), same tree", [&] {
-      sum = b.let("sum", reduce_keys([&](ExprRef s) { return exp_f32(b, so.exp, sub(s, mx)); },
-                                     [](ExprRef a, ExprRef c) { return add(a, c); }, "sum"));
+      sum = b.let("sum", staged ? staged_sum(mx)
+                                : reduce_keys([&](ExprRef s) { return exp_f32(b, so.exp, sub(s, mx)); },
+                                              [](ExprRef a, ExprRef c) { return add(a, c); }, "sum"));
     });
     ExprRef inv = so.multiply_by_reciprocal ? b.let("inv_sum", div(f32c(1.0f, L), sum)) : nullptr;
     const int acc = b.buffer("acc", ScalarType::f32, true, Extent::scratch, D * L);
     const int p = b.buffer("p", ScalarType::f32, true, Extent::scratch, kKeyGroup * L);
+    // Staged: keys past the last full V-key vector take the tail's exp, as in the row softmax.
+    const int64_t vector_end = staged ? Sk - Sk % so.lanes : Sk;
     b.region("p@v", "pass 3: p = exp(s - max) * (1/sum); out[d] = sum_j p_j v_j[d], j in order", [&] {
       zero(acc, D);
-      key_groups(idx(0), Sk, [&](ExprRef j0, int n) {
-        scores(j0, n, [&](int t, ExprRef s) {
-          ExprRef e = exp_f32(b, so.exp, sub(s, mx));
-          b.store(p, idx(t * L), inv ? mul(e, inv) : div(e, sum));
+      auto pass = [&](ExprRef begin, int64_t count, MathImpl exp_impl) {
+        key_groups(begin, count, [&](ExprRef j0, int n) {
+          scores(j0, n, [&](int t, ExprRef s) {
+            ExprRef e = exp_f32(b, exp_impl, sub(s, mx));
+            ExprRef pt = inv ? mul(e, inv) : div(e, sum);
+            b.store(p, idx(t * L), o.round_to_storage ? to_storage(pt) : pt);
+          });
+          accumulate_pv(acc, p, j0, n, o.round_to_storage && o.pv_round_each_step);
         });
-        accumulate_pv(acc, p, j0, n, false);
-      });
+      };
+      pass(idx(0), vector_end, so.exp);
+      if (vector_end < Sk) pass(idx(vector_end), Sk - vector_end, so.tail_exp);
       write_out(acc, [](ExprRef x) { return x; });
     });
     write_lse(add(mx, log_f32(b, so.log, sum)));

@@ -142,13 +142,13 @@ std::vector<NamedOrder> make_table() {
                }});
   t.push_back({"exact-tiled",
                "the bits of torch1.13-cpu-math without keeping scores: max, sum and P@v passes recompute q.k (O(D) memory)",
-               {OpKind::attention}, {f32}, true, true, [](ScalarType s, ScalarType, const Request& r) {
+               {OpKind::attention}, {f32, bf16}, true, true, [](ScalarType s, ScalarType, const Request& r) {
                  Order o;
                  o.attention = torch113_attention(s, Capability::avx2, r, AK::ExactTiled);
                  return o;
                }});
   t.push_back({"exact-tiled-default", "exact-tiled with the ATEN_CPU_CAPABILITY=default softmax",
-               {OpKind::attention}, {f32}, true, true, [](ScalarType s, ScalarType, const Request& r) {
+               {OpKind::attention}, {f32, bf16}, true, true, [](ScalarType s, ScalarType, const Request& r) {
                  Order o;
                  o.attention = torch113_attention(s, Capability::base, r, AK::ExactTiled);
                  return o;

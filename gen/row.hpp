@@ -51,6 +51,8 @@ SoftmaxStats softmax_row(ir::Builder& b, const ir::SoftmaxOrder& o, const Row& r
 // PyTorch's vectorized max (keeps b when a == b; NaN when a is NaN), and folding values by a
 // LaneFold, each combination bound to a local.
 ir::ExprRef softmax_max(ir::ExprRef a, ir::ExprRef b);
+// std::max(m, x) as PyTorch's scalar tails use it: m < x ? x : m (a NaN x is skipped).
+ir::ExprRef softmax_scalar_max(ir::ExprRef m, ir::ExprRef x);
 ir::ExprRef fold_lanes(ir::Builder& b, std::vector<ir::ExprRef> v, ir::LaneFold f,
                        const std::function<ir::ExprRef(ir::ExprRef, ir::ExprRef)>& op, const std::string& name);
 

@@ -272,6 +272,7 @@ struct Softmax {
 }  // namespace
 
 ExprRef softmax_max(ExprRef a, ExprRef c) { return eager_max(std::move(a), std::move(c)); }
+ExprRef softmax_scalar_max(ExprRef m, ExprRef x) { return scalar_max(std::move(m), std::move(x)); }
 ExprRef fold_lanes(Builder& b, std::vector<ExprRef> v, LaneFold f, const std::function<ExprRef(ExprRef, ExprRef)>& op,
                    const std::string& name) {
   return fold(b, std::move(v), f, op, name);

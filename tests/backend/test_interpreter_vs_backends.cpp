@@ -254,3 +254,26 @@ TEST_CASE("attention: every backend matches the interpreter bit for bit") {
       }
   MESSAGE(fmt::format("attention: {} (order, dtype, shape, causal) cases compared bitwise", cases));
 }
+
+// Instances (batch, head, query block) are independent, so the thread count cannot change bits.
+TEST_CASE("attention: results do not depend on the thread count") {
+  for (const char* order : {"fast", "exact-tiled", "torch1.13-cpu-math"}) {
+    Request r;
+    r.op = OpKind::attention;
+    r.cols = 64;
+    r.seq_q = 70;
+    r.seq_k = 90;
+    r.causal = true;
+    r.order = order;
+    KernelHandle k = compile(r);
+    std::vector<uint8_t> outs[3];
+    for (int threads : {1, 2, 3}) {
+      HostBuffers h = make_buffers(*k, 5, 3, 0, 1.5);
+      k->run(h.refs(5, r.cols), 5, threads);
+      outs[threads - 1] = h.get("out");
+    }
+    INFO(order);
+    CHECK(outs[0] == outs[1]);
+    CHECK(outs[0] == outs[2]);
+  }
+}
