@@ -63,6 +63,17 @@ def make_inputs(d):
     open(f"{d}/x_trunc_data.npy", "wb").write(good[:-5])
     open(f"{d}/x_trunc_header.npy", "wb").write(good[:30])
     open(f"{d}/not_npy.npy", "w").write("x,y\n1,2\n")
+    # attention: q [2, 3, 5, 8], k and v [2, 3, 7, 8], and wrong variants.
+    np.save(f"{d}/q.npy", rng.standard_normal((2, 3, 5, 8)).astype("<f4"))
+    np.save(f"{d}/k.npy", rng.standard_normal((2, 3, 7, 8)).astype("<f4"))
+    np.save(f"{d}/v.npy", rng.standard_normal((2, 3, 7, 8)).astype("<f4"))
+    np.save(f"{d}/v_short.npy", rng.standard_normal((2, 3, 6, 8)).astype("<f4"))
+    np.save(f"{d}/k_heads.npy", rng.standard_normal((2, 4, 7, 8)).astype("<f4"))
+    np.save(f"{d}/q_d6.npy", rng.standard_normal((2, 3, 5, 6)).astype("<f4"))
+    np.save(f"{d}/k_d6.npy", rng.standard_normal((2, 3, 7, 6)).astype("<f4"))
+    np.save(f"{d}/v_d6.npy", rng.standard_normal((2, 3, 7, 6)).astype("<f4"))
+    np.save(f"{d}/k_f16.npy", rng.standard_normal((2, 3, 7, 8)).astype("<f2"))
+    np.save(f"{d}/q_1d.npy", rng.standard_normal(8).astype("<f4"))
     assert np.load(f"{d}/x_fortran.npy").flags.f_contiguous and not np.load(f"{d}/x_fortran.npy").flags.c_contiguous
 
 
@@ -125,6 +136,26 @@ def layer_norm_values(ind, with_affine):
     return check
 
 
+def attn(*extra, order="exact-tiled", q="q.npy", k="k.npy", v="v.npy", out=("out",)):
+    argv = ["run", "attention", "--order", order, "--in", "q={in}/" + q, "--in", "k={in}/" + k, "--in", "v={in}/" + v]
+    argv += list(extra)
+    for o in out:
+        argv += ["--out", f"{o}={{out}}/{o}.npy"]
+    return argv
+
+
+def attention_values(ind):
+    def check(out):
+        q, k, v = (np.load(f"{ind}/{n}.npy").astype(np.float64) for n in "qkv")
+        s = q @ np.swapaxes(k, -1, -2) / np.sqrt(8)
+        e = np.exp(s - s.max(-1, keepdims=True))
+        o = (e / e.sum(-1, keepdims=True)) @ v
+        if not np.allclose(np.load(f"{out}/out.npy"), o, rtol=1e-5, atol=1e-6):
+            return "attention out differs from numpy"
+        return None
+    return check
+
+
 def cases(ind):
     AVX2 = "torch1.13-cpu-avx2"
     W, B = "weight={in}/w.npy", "bias={in}/b.npy"
@@ -141,6 +172,25 @@ def cases(ind):
         Case("mixed dtypes with --allow-mixed-dtypes",
              ln("--allow-mixed-dtypes", "--in", "weight={in}/w_f16.npy"), None,
              expect_outputs([("y", (ROWS, N), "<f4")], ind)),
+
+        Case("valid attention with lse", attn(out=("out", "lse")), None,
+             expect_outputs([("out", (2, 3, 5, 8), "<f4"), ("lse", (2, 3, 5), "<f4")], ind, attention_values(ind))),
+
+        # Attention's own inputs.
+        Case("attention: k and v differ", attn(v="v_short.npy"), ["k has shape", "v has"]),
+        Case("attention: heads differ", attn(k="k_heads.npy", v="k_heads.npy"), ["leading"]),
+        Case("attention: D not a multiple of 8", attn(q="q_d6.npy", k="k_d6.npy", v="v_d6.npy"), ["D = 6"]),
+        Case("attention: mixed dtypes", attn(k="k_f16.npy"), ["one dtype", "f16"]),
+        Case("attention: q without S", attn(q="q_1d.npy"), ["q has shape", "[..., S, D]"]),
+        Case("attention: missing v", ["run", "attention", "--order", "flash", "--in", "q={in}/q.npy", "--in", "k={in}/k.npy",
+                                      "--out", "out={out}/out.npy"], ["missing --in v"]),
+        Case("attention: bad scale", attn("--scale", "-1"), ["scale", "-1"]),
+        Case("attention: unknown output", attn(out=("o",)), ["no output 'o'"]),
+        Case("attention: bad flash block", attn(order="flash(0)"), ["bc=0"]),
+        Case("attention: exp2 with division", attn(order="flash(exp2=on,scale=divide)"), ["exp2", "scale=multiply"]),
+        Case("attention: reference order with parameters", attn(order="exact-tiled(bc=8)"), ["exact-tiled", "no parameters"]),
+        Case("attention: causal on layer_norm", ln("--causal"), ["--causal", "layer_norm"]),
+        Case("attention: f16 for an eager order", attn(q="q.npy", k="k_f16.npy", v="k_f16.npy"), ["one dtype"]),
 
         # Op and order.
         Case("unknown op", ln(op="layer_nrom"), ["unknown op 'layer_nrom'"]),
