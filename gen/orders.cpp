@@ -117,7 +117,7 @@ Order two_pass(SumOrder sum, ScalarType acc) {
 
 std::vector<NamedOrder> make_table() {
   std::vector<NamedOrder> t;
-  t.push_back({"fast", "the fastest order ordo has: two-pass, 4x8-lane fma sums, fused affine (no reference)",
+  t.push_back({"fast", "the fastest order ordo has: two-pass, 4x8-lane fma sums, fused affine; attention: flash(bc=128,exp2=on,fma=all) (no reference)",
                kAllOps, kAllStorage, false, false, [](ScalarType, ScalarType acc, const Request&) {
                  Order o = two_pass(lane_tree(8, 4, true), acc);
                  o.affine = {F::ScaleBias, true};

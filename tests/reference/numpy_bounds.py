@@ -451,6 +451,8 @@ def run_all(args, named, orders, rng, tmp, t0):
     cases = []
     for order in orders:
         for op in named[order.partition("(")[0]]:
+            if op == "attention":  # its float64 bounds are tests/reference/flash_bounds.py
+                continue
             try:
                 model = softmax_model(order) if op in SOFTMAX_OPS else model_of(order)
             except KeyError as ex:
