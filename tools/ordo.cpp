@@ -20,6 +20,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "backends/cuda/cuda_backend.hpp"
 #include "backends/llvm/llvm_backend.hpp"
 #include "gen/gen.hpp"
 #include "ir/error.hpp"
@@ -36,12 +37,13 @@ using ordo::Error;
 const char* kUsage = R"(ordo: reduction orders as data, compiled to kernels
 
 usage:
-  ordo run <op> --order NAME [--eps E] [--acc f32|f64] [--allow-mixed-dtypes] [--target cpu|interpreter]
+  ordo run <op> --order NAME [--eps E] [--acc f32|f64] [--allow-mixed-dtypes] [--target cpu|interpreter|cuda|cuda-emu]
                 --in NAME=FILE.npy ... --out NAME=FILE.npy ...
   ordo orders [op]
   ordo compare <op> [--orders a,b,...] [--rows R --cols N --dtype T --seed S --offset O --scale S]
                    [--plot FILE.png]  (a histogram of ULP distances from float64, one panel per order)
-  ordo emit --ir|--llvm <op> --order NAME [--cols N --dtype T]
+  ordo emit --ir|--llvm|--cuda|--ptx <op> --order NAME [--cols N --dtype T --arch sm_90]
+                   --cuda: the CUDA C++ source, --ptx: NVRTC's PTX; both end with ptxas's register/spill line
   ordo bench <op> --order NAME [--rows R --cols N --dtype T --threads T] [--baseline copy] --json
   ordo demo        layer_norm in every order on one default input: distance, agreement, time
   ordo build <op> --order NAME|--orders a,b --cols N [--dtype T ...] [--target cpu] -o libNAME.so
@@ -55,6 +57,7 @@ ops: layer_norm (in x, weight, bias; out y, mean, rstd), rms_norm (in x, weight;
 .npy dtypes: float32 '<f4', float16 '<f2', bfloat16 as uint16 bit patterns '<u2'.
 common options: --no-weight --no-bias --weight-dtype T --acc T --eps E --target T
                 --rows-in-flight R (CPU rows run in lock step; 0 = backend's choice; never changes bits)
+                --arch sm_80|sm_86|sm_89|sm_90 (target cuda; default sm_90)
 )";
 
 // Command-line options after the subcommand: flags, key-value options, and positionals.
@@ -142,7 +145,7 @@ ordo::OpKind parse_op_arg(const Args& a) {
   return *op;
 }
 
-const std::vector<std::string> kRequestValues = {"order", "eps", "acc", "target", "weight-dtype", "cols", "dtype", "rows-in-flight"};
+const std::vector<std::string> kRequestValues = {"order", "eps", "acc", "target", "weight-dtype", "cols", "dtype", "rows-in-flight", "arch"};
 const std::vector<std::string> kRequestFlags = {"allow-mixed-dtypes", "no-weight", "no-bias"};
 
 // Fields every subcommand shares.
@@ -158,8 +161,13 @@ ordo::Request request_from(const Args& a, ordo::OpKind op) {
   }
   if (auto v = a.get("target")) {
     auto t = ordo::parse_target(*v);
-    if (!t) throw Error(fmt::format("--target '{}' is not cpu or interpreter (the CUDA backend is not built yet)", *v));
+    if (!t) throw Error(fmt::format("--target '{}' is not cpu, interpreter, cuda or cuda-emu", *v));
     r.target = *t;
+  }
+  if (auto v = a.get("arch")) {
+    if (v->rfind("sm_", 0) != 0) throw Error(fmt::format("--arch '{}' is not sm_80, sm_86, sm_89 or sm_90", *v));
+    r.cuda_arch = static_cast<int>(parse_int("--arch", v->substr(3), 0, 1000));
+    if (!ordo::cuda_backend::supported_arch(r.cuda_arch)) throw Error(fmt::format("--arch '{}' is not sm_80, sm_86, sm_89 or sm_90", *v));
   }
   if (auto v = a.get("dtype")) r.x_dtype = parse_dtype("--dtype", *v);
   if (auto v = a.get("weight-dtype")) r.weight_dtype = parse_dtype("--weight-dtype", *v);
@@ -385,16 +393,29 @@ int cmd_demo(int argc, char** argv) {
 int cmd_emit(int argc, char** argv) {
   Args a = Args::parse(argc, argv, 2, [] {
     auto f = kRequestFlags;
-    f.insert(f.end(), {"ir", "llvm"});
+    f.insert(f.end(), {"ir", "llvm", "cuda", "ptx"});
     return f;
   }(), kRequestValues);
   const ordo::OpKind op = parse_op_arg(a);
   ordo::Request r = request_from(a, op);
   if (r.cols == 0 && !a.get("cols")) r.cols = 1024;
-  if (a.flag("ir") == a.flag("llvm")) throw Error("emit needs exactly one of --ir or --llvm");
+  if (a.flag("ir") + a.flag("llvm") + a.flag("cuda") + a.flag("ptx") != 1)
+    throw Error("emit needs exactly one of --ir, --llvm, --cuda or --ptx");
   ordo::ir::Order order = ordo::gen::resolve(r);
   ordo::ir::Kernel k = ordo::gen::build(r, order);
   if (std::string err = ordo::ir::verify(k); !err.empty()) throw Error("internal: " + err);
+  if (a.flag("cuda") || a.flag("ptx")) {
+    // The CUDA source (or NVRTC's PTX for sm_<arch>), then ptxas's register and spill line.
+    const ordo::cuda_backend::Source src = ordo::cuda_backend::render(k);
+    if (!ordo::cuda_backend::nvrtc_available()) {
+      if (a.flag("ptx")) ordo::cuda_backend::compile(src, r.cuda_arch, false, true);  // throws: says what is missing
+      fmt::print("{}// ptxas: not run (this ordo was built without NVRTC)\n", src.text);
+      return 0;
+    }
+    const ordo::cuda_backend::Compiled c = ordo::cuda_backend::compile(src, r.cuda_arch, true, true);
+    fmt::print("{}// sm_{} {}\n", a.flag("cuda") ? src.text : c.ptx, r.cuda_arch, c.ptxas.line);
+    return 0;
+  }
   ordo::llvm_backend::Options options;
   options.rows_in_flight = r.rows_in_flight;
   fmt::print("{}", a.flag("ir") ? ordo::ir::print(k) : ordo::llvm_backend::emit_llvm_ir(k, options));
