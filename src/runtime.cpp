@@ -182,9 +182,27 @@ KernelHandle compile_uncached(const Request& r) {
       k->cuda_device_ = std::make_shared<cuda_backend::DeviceKernel>(std::move(src), c->cubin, r.cuda_arch);
       k->cuda_compiled_ = std::move(c);
     } else {
-      auto e = std::make_shared<cuda_backend::EmuKernel>(cuda_backend::compile_emu(src));
-      k->codegen_ms_ = e->compile_ms();
-      k->cuda_emu_ = std::move(e);
+      // The host compiler takes about a second per kernel; the shared object is kept in the
+      // disk cache, keyed by everything it depends on.
+      const bool use_disk = disk_cache::settings().enabled;
+      const std::string disk_key =
+          use_disk ? disk_cache::key(fmt::format("ordo {}\n{}\n{}", kOrdoVersion, cuda_backend::emu_fingerprint(), src.text)) : "";
+      std::optional<disk_cache::Entry> e = use_disk ? disk_cache::load(disk_key) : std::nullopt;
+      if (e) {
+        try {
+          k->cuda_emu_ = std::make_shared<cuda_backend::EmuKernel>(cuda_backend::load_emu(src, e->object));
+          k->from_disk_cache_ = true;
+        } catch (const Error&) {
+          disk_cache::discard(disk_key);  // intact but unloadable: rebuild below
+        }
+      }
+      if (!k->cuda_emu_) {
+        const auto t = std::chrono::steady_clock::now();
+        std::string object = cuda_backend::compile_emu_object(src);
+        k->codegen_ms_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
+        k->cuda_emu_ = std::make_shared<cuda_backend::EmuKernel>(cuda_backend::load_emu(src, object, k->codegen_ms_));
+        if (use_disk) disk_cache::store(disk_key, disk_cache::Entry{std::move(object), "ordo_emu_run", 1});
+      }
     }
   }
   k->compile_ms_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();

@@ -77,28 +77,30 @@ ORDO_FN i64 maximum(i64 a, i64 b) { return a > b ? a : b; }
 
 // IEEE 754-2019 maximum/minimum: NaN if either operand is NaN (the interpreter returns a + b),
 // and -0 < +0. Written out: fmaxf/fminf are maxNum/minNum (they drop NaN).
-template <class T>
-ORDO_FN bool is_nan(T a) { return !(a == a); }
-ORDO_FN bool sign_bit(float a) { return __float_as_int(a) < 0; }
-ORDO_FN bool sign_bit(double a) { return __double_as_longlong(a) < 0; }
-template <class T>
-ORDO_FN T maximum(T a, T b) {
-  if (is_nan(a) || is_nan(b)) return add(a, b);
-  if (a == b) return sign_bit(a) ? b : a;
-  return a > b ? a : b;
-}
-template <class T>
-ORDO_FN T minimum(T a, T b) {
-  if (is_nan(a) || is_nan(b)) return add(a, b);
-  if (a == b) return sign_bit(a) ? a : b;
-  return a < b ? a : b;
-}
+#define ORDO_MINMAX(T, SIGN)                                \
+  ORDO_FN T maximum(T a, T b) {                             \
+    if (!(a == a) || !(b == b)) return add(a, b);           \
+    if (a == b) return SIGN(a) < 0 ? b : a;                 \
+    return a > b ? a : b;                                   \
+  }                                                         \
+  ORDO_FN T minimum(T a, T b) {                             \
+    if (!(a == a) || !(b == b)) return add(a, b);           \
+    if (a == b) return SIGN(a) < 0 ? a : b;                 \
+    return a < b ? a : b;                                   \
+  }
+ORDO_MINMAX(float, __float_as_int)
+ORDO_MINMAX(double, __double_as_longlong)
+#undef ORDO_MINMAX
 
-// Comparisons: false with a NaN operand, except ne.
-template <class T> ORDO_FN bool lt(T a, T b) { return a < b; }
-template <class T> ORDO_FN bool le(T a, T b) { return a <= b; }
-template <class T> ORDO_FN bool eq(T a, T b) { return a == b; }
-template <class T> ORDO_FN bool ne(T a, T b) { return a != b; }
+// Comparisons: false with a NaN operand, except ne. Overloads, not templates, so that the
+// lane-wise templates below are the only candidates for vectors.
+#define ORDO_COMPARE(T)                                     \
+  ORDO_FN bool lt(T a, T b) { return a < b; }               \
+  ORDO_FN bool le(T a, T b) { return a <= b; }              \
+  ORDO_FN bool eq(T a, T b) { return a == b; }              \
+  ORDO_FN bool ne(T a, T b) { return a != b; }
+ORDO_COMPARE(float) ORDO_COMPARE(double) ORDO_COMPARE(int) ORDO_COMPARE(i64)
+#undef ORDO_COMPARE
 ORDO_FN bool and_(bool a, bool b) { return a && b; }
 ORDO_FN bool or_(bool a, bool b) { return a || b; }
 template <class T> ORDO_FN T select(bool c, T a, T b) { return c ? a : b; }

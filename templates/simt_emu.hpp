@@ -15,13 +15,12 @@
 // one copy per host thread, shared by the fibers of the block that host thread is running.
 #pragma once
 
+// C headers only: each kernel is a separate compile, and C++ library headers would cost more
+// to parse than the kernel itself.
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <ucontext.h>
-
-#include <cstdio>
-#include <cstdlib>
-#include <cstring>
-#include <memory>
-#include <vector>
 
 #if !defined(__x86_64__) && !defined(__aarch64__)
 #error "simt_emu.hpp: only x86-64 (SSE) and AArch64 hosts are supported"
@@ -71,22 +70,22 @@ inline double __fma_rn(double a, double b, double c) { return __builtin_fma(a, b
 
 inline int __float_as_int(float a) {
   int r;
-  std::memcpy(&r, &a, 4);
+  memcpy(&r, &a, 4);
   return r;
 }
 inline float __int_as_float(int a) {
   float r;
-  std::memcpy(&r, &a, 4);
+  memcpy(&r, &a, 4);
   return r;
 }
 inline long long __double_as_longlong(double a) {
   long long r;
-  std::memcpy(&r, &a, 8);
+  memcpy(&r, &a, 8);
   return r;
 }
 inline double __longlong_as_double(long long a) {
   double r;
-  std::memcpy(&r, &a, 8);
+  memcpy(&r, &a, 8);
   return r;
 }
 // Conversions. The host's default rounding mode is to nearest even, which these rely on.
@@ -108,9 +107,9 @@ struct Fiber {
 
 struct Block {
   ucontext_t scheduler;
-  std::vector<Fiber> fibers;
-  std::unique_ptr<char[]> stacks;  // not value-initialized: only the part a fiber touches is paged in
-  size_t stack_threads = 0;
+  Fiber* fibers = nullptr;  // `threads` of them
+  unsigned threads = 0, capacity = 0;
+  char* stacks = nullptr;  // malloc'ed, not cleared: only the part a fiber touches is paged in
   unsigned current = 0;
   void (*body)(void*) = nullptr;
   void* arg = nullptr;
@@ -129,8 +128,8 @@ inline void fiber_main() {
 inline void wait(Fiber::State why) {
   Block* b = current_block;
   if (!b) {
-    std::fprintf(stderr, "simt_emu: a barrier or shuffle in a kernel rendered without fibers (ORDO_EMU_BARRIERS 0)\n");
-    std::abort();
+    fprintf(stderr, "simt_emu: a barrier or shuffle in a kernel rendered without fibers (ORDO_EMU_BARRIERS 0)\n");
+    abort();
   }
   Fiber& f = b->fibers[b->current];
   f.state = why;
@@ -140,7 +139,7 @@ inline void wait(Fiber::State why) {
 // Opens the barriers that every live thread of their scope has reached. Returns false when no
 // thread can run (a deadlock: some threads wait at a barrier others never reach).
 inline bool release(Block& b) {
-  const unsigned n = static_cast<unsigned>(b.fibers.size());
+  const unsigned n = b.threads;
   bool any = false;
   for (unsigned w = 0; w < n; w += 32) {
     bool all = true, some = false;
@@ -157,15 +156,15 @@ inline bool release(Block& b) {
   }
   if (any) return true;
   bool all = true, some = false;
-  for (Fiber& f : b.fibers) {
-    if (f.state == Fiber::done) continue;
-    all &= f.state == Fiber::block_barrier;
+  for (unsigned t = 0; t < n; ++t) {
+    if (b.fibers[t].state == Fiber::done) continue;
+    all &= b.fibers[t].state == Fiber::block_barrier;
     some = true;
   }
   if (!some) return true;
   if (!all) return false;
-  for (Fiber& f : b.fibers)
-    if (f.state == Fiber::block_barrier) f.state = Fiber::runnable;
+  for (unsigned t = 0; t < n; ++t)
+    if (b.fibers[t].state == Fiber::block_barrier) b.fibers[t].state = Fiber::runnable;
   return true;
 }
 
@@ -184,12 +183,24 @@ void run_block(unsigned threads, bool fibers, F&& body) {
     }
     return;
   }
-  static thread_local Block b;
-  b.fibers.assign(threads, Fiber{});
-  if (b.stack_threads < threads) {
-    b.stacks.reset(new char[threads * kFiberStack]);
-    b.stack_threads = threads;
+  if (threads > 1024) {
+    fprintf(stderr, "simt_emu: %u threads per block (CUDA allows 1024)\n", threads);
+    abort();
   }
+  static thread_local Block b;
+  if (b.capacity < threads) {
+    delete[] b.fibers;
+    free(b.stacks);
+    b.fibers = new Fiber[threads];
+    b.stacks = static_cast<char*>(malloc(threads * kFiberStack));
+    if (!b.stacks) {
+      fprintf(stderr, "simt_emu: cannot allocate fiber stacks for %u threads\n", threads);
+      abort();
+    }
+    b.capacity = threads;
+  }
+  b.threads = threads;
+  for (unsigned t = 0; t < threads; ++t) b.fibers[t] = Fiber{};
   b.body = &fiber_trampoline<F>;
   b.arg = &body;
   Block* saved = current_block;
@@ -198,7 +209,7 @@ void run_block(unsigned threads, bool fibers, F&& body) {
     Fiber& f = b.fibers[t];
     f.tid = t;
     getcontext(&f.ctx);
-    f.ctx.uc_stack.ss_sp = b.stacks.get() + t * kFiberStack;
+    f.ctx.uc_stack.ss_sp = b.stacks + t * kFiberStack;
     f.ctx.uc_stack.ss_size = kFiberStack;
     f.ctx.uc_link = &b.scheduler;
     makecontext(&f.ctx, fiber_main, 0);
@@ -216,8 +227,8 @@ void run_block(unsigned threads, bool fibers, F&& body) {
     }
     if (!left) break;
     if (!ran && !release(b)) {
-      std::fprintf(stderr, "simt_emu: deadlock in block %u: threads wait at a barrier others never reach\n", blockIdx.x);
-      std::abort();
+      fprintf(stderr, "simt_emu: deadlock in block %u: threads wait at a barrier others never reach\n", blockIdx.x);
+      abort();
     }
   }
   current_block = saved;
@@ -232,11 +243,11 @@ T shuffle(T v, int src_lane) {
   if (!b) wait(Fiber::warp_barrier);  // reports the missing fibers and aborts
   const unsigned tid = b->current, base = tid & ~31u;
   unsigned long long slot = 0;
-  std::memcpy(&slot, &v, sizeof(T));
+  memcpy(&slot, &v, sizeof(T));
   b->exchange[tid] = slot;
   wait(Fiber::warp_barrier);
   T r;
-  std::memcpy(&r, &b->exchange[base + static_cast<unsigned>(src_lane)], sizeof(T));
+  memcpy(&r, &b->exchange[base + static_cast<unsigned>(src_lane)], sizeof(T));
   wait(Fiber::warp_barrier);
   return r;
 }

@@ -122,7 +122,13 @@ class EmuKernel {
 // Compiles with $ORDO_EMU_CXX (default c++) -std=c++17 -O2 -ffp-contract=off into a shared
 // object and loads it (it stays loaded for the life of the process). Thread-safe.
 EmuKernel compile_emu(const Source& s);
-// The host compiler command line used for cuda-emu, for cache keys and reports.
+// The two halves, for the disk cache: the shared object's bytes, and loading them.
+std::string compile_emu_object(const Source& s);
+EmuKernel load_emu(const Source& s, const std::string& object, double compile_ms = 0);
+// The host compiler command line used for cuda-emu.
 std::vector<std::string> emu_compiler_command();
+// What an emulation object depends on besides the source: the compiler's command line and
+// version, and the embedded headers. Part of the disk-cache key.
+std::string emu_fingerprint();
 
 }  // namespace ordo::cuda_backend

@@ -88,19 +88,24 @@ std::vector<std::string> emu_compiler_command() {
           "-fno-strict-aliasing", "-fPIC", "-shared", "-w"};
 }
 
-EmuKernel compile_emu(const Source& s) {
-  namespace fs = std::filesystem;
-  const auto t0 = std::chrono::steady_clock::now();
-  std::string tmpl = (fs::temp_directory_path() / "ordo-emu-XXXXXX").string();
-  if (!mkdtemp(tmpl.data())) throw Error(fmt::format("cuda-emu: cannot create a directory like {}", tmpl));
-  const fs::path dir = tmpl;
-  struct Cleanup {
-    fs::path dir;
-    ~Cleanup() {
-      std::error_code ec;
-      fs::remove_all(dir, ec);
-    }
-  } cleanup{dir};
+namespace {
+struct TempDir {
+  std::filesystem::path dir;
+  TempDir() {
+    std::string tmpl = (std::filesystem::temp_directory_path() / "ordo-emu-XXXXXX").string();
+    if (!mkdtemp(tmpl.data())) throw Error(fmt::format("cuda-emu: cannot create a directory like {}", tmpl));
+    dir = tmpl;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(dir, ec);
+  }
+};
+}  // namespace
+
+std::string compile_emu_object(const Source& s) {
+  TempDir t;
+  const std::filesystem::path& dir = t.dir;
   write_file(dir / "ordo_rt.cuh", ordo_rt_cuh());
   write_file(dir / "simt_emu.hpp", simt_emu_hpp());
   write_file(dir / "kernel.cu", s.text);
@@ -114,12 +119,39 @@ EmuKernel compile_emu(const Source& s) {
     throw Error(fmt::format("cuda-emu: the host compiler failed on {} (exit {}{}): {}\n{}", s.entry, status,
                             status == -1 ? ", could not run it; set ORDO_EMU_CXX" : "", line, read_file(dir / "log.txt")));
   }
-  // The mapping outlives the file; the handle stays open for the life of the process, like JIT code.
-  void* h = dlopen((dir / "kernel.so").c_str(), RTLD_NOW | RTLD_LOCAL);
+  return read_file(dir / "kernel.so");
+}
+
+EmuKernel load_emu(const Source& s, const std::string& object, double compile_ms) {
+  // dlopen needs a file; the mapping outlives it. The handle stays open for the life of the
+  // process, like JIT code.
+  TempDir t;
+  const std::filesystem::path so = t.dir / "kernel.so";
+  write_file(so, object);
+  void* h = dlopen(so.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (!h) throw Error(fmt::format("cuda-emu: dlopen of the compiled kernel failed: {}", dlerror()));
   auto fn = reinterpret_cast<EmuKernel::RunFn>(dlsym(h, "ordo_emu_run"));
   if (!fn) throw Error("cuda-emu: the compiled kernel has no ordo_emu_run");
-  return EmuKernel(s, fn, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+  return EmuKernel(s, fn, compile_ms);
+}
+
+EmuKernel compile_emu(const Source& s) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::string object = compile_emu_object(s);
+  return load_emu(s, object, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+}
+
+std::string emu_fingerprint() {
+  static const std::string version = [] {
+    TempDir t;
+    std::vector<std::string> cmd = {emu_compiler_command()[0], "--version"};
+    const int status = run(cmd, t.dir / "version.txt");
+    std::string v = read_file(t.dir / "version.txt");
+    return status == 0 ? v.substr(0, v.find('\n')) : std::string("unknown compiler");
+  }();
+  std::string cmd;
+  for (const std::string& c : emu_compiler_command()) cmd += c + " ";
+  return fmt::format("cuda-emu; {}; {}\n{}\n{}", version, cmd, ordo_rt_cuh(), simt_emu_hpp());
 }
 
 }  // namespace ordo::cuda_backend
