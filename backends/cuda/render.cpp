@@ -321,8 +321,8 @@ Source render(const Kernel& k) {
   if (std::vector<std::string> calls = host_library_calls(k); !calls.empty()) {
     std::string list;
     for (const std::string& c : calls) list += (list.empty() ? "" : ", ") + c;
-    throw Error(fmt::format("{}: the order calls the host C library's {} (IR op call), which has no bit-exact CUDA "
-                            "equivalent; it runs on targets cpu and interpreter only",
+    throw Error(fmt::format("{}: the order calls {} (IR op call: the host C library's function), which has no bit-exact "
+                            "CUDA equivalent; it runs on targets cpu and interpreter only",
                             k.description.empty() ? k.name : k.description, list));
   }
   if (k.grid_rank < 1 || k.grid_rank > 3) throw Error(fmt::format("internal: cuda: grid rank {} (1 to 3 supported)", k.grid_rank));
