@@ -46,7 +46,7 @@ const char* ordo_last_error(void);
 /* A request for `op`: layer_norm, rms_norm, var_mean, softmax, log_softmax. NULL if unknown. */
 ordo_request* ordo_request_new(const char* op);
 /* Sets one field by name, with the CLI's spelling of the value:
- *   cols (N), dtype, weight_dtype, acc (f32|f64), order, eps, target (cpu|interpreter),
+ *   cols (N), dtype, weight_dtype, acc (f32|f64), order, eps, target (cpu|interpreter|cuda|cuda-emu),
  *   weight, bias, allow_mixed_dtypes (0|1), rows_in_flight.
  * Values are checked when the request is compiled; an unknown key or a malformed number fails here. */
 int ordo_request_set(ordo_request* r, const char* key, const char* value);
