@@ -422,6 +422,8 @@ Order resolve(const Request& r) {
                             name(r.x_dtype), name(wt)));
   if (r.rows_in_flight < 0 || r.rows_in_flight > 16)
     throw Error(fmt::format("rows in flight {} outside [0, 16]", r.rows_in_flight));
+  if (r.target == Target::cuda && r.cuda_arch != 80 && r.cuda_arch != 86 && r.cuda_arch != 89 && r.cuda_arch != 90)
+    throw Error(fmt::format("CUDA arch sm_{} is not supported; arch: sm_80, sm_86, sm_89, sm_90", r.cuda_arch));
   if (r.acc_dtype && *r.acc_dtype != f32 && *r.acc_dtype != f64)
     throw Error(fmt::format("accumulation dtype {} is not f32 or f64", name(*r.acc_dtype)));
 

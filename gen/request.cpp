@@ -21,10 +21,18 @@ std::optional<OpKind> parse_op(std::string_view s) {
     if (s == name(o)) return o;
   return std::nullopt;
 }
-std::string_view name(Target t) { return t == Target::cpu ? "cpu" : "interpreter"; }
+std::string_view name(Target t) {
+  switch (t) {
+    case Target::cpu: return "cpu";
+    case Target::interpreter: return "interpreter";
+    case Target::cuda: return "cuda";
+    case Target::cuda_emu: return "cuda-emu";
+  }
+  return "?";
+}
 std::optional<Target> parse_target(std::string_view s) {
-  if (s == "cpu") return Target::cpu;
-  if (s == "interpreter") return Target::interpreter;
+  for (Target t : {Target::cpu, Target::interpreter, Target::cuda, Target::cuda_emu})
+    if (s == name(t)) return t;
   return std::nullopt;
 }
 
@@ -32,6 +40,7 @@ std::string Request::key() const {
   std::string k = fmt::format("{}|N={}|x={}|w={}|acc={}|weight={}|bias={}|mixed={}|eps={:a}|order={}|target={}|rif={}", name(op),
                               cols, name(x_dtype), name(weight_type()), acc_dtype ? name(*acc_dtype) : "default", has_weight,
                               has_bias, allow_mixed_dtypes, eps, order, name(target), rows_in_flight);
+  if (target == Target::cuda) k += fmt::format("|arch=sm_{}", cuda_arch);
   if (op == OpKind::attention)
     k += fmt::format("|sq={}|sk={}|causal={}|scale={}|lse={}", seq_q, seq_k, causal, scale ? fmt::format("{:a}", *scale) : "default",
                      lse_output);

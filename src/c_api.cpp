@@ -112,7 +112,7 @@ int ordo_request_set(ordo_request* req, const char* key_c, const char* value_c) 
       if (v.empty() || used != v.size()) throw ordo::Error(fmt::format("eps: '{}' is not a number", v));
     } else if (key == "target") {
       auto t = ordo::parse_target(v);
-      if (!t) throw ordo::Error(fmt::format("target: '{}' is not cpu or interpreter", v));
+      if (!t) throw ordo::Error(fmt::format("target: '{}' is not cpu, interpreter, cuda or cuda-emu", v));
       r.target = *t;
     } else if (key == "weight") r.has_weight = flag(v, key);
     else if (key == "bias") r.has_bias = flag(v, key);

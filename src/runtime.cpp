@@ -14,6 +14,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "backends/cuda/cuda_backend.hpp"
 #include "backends/llvm/llvm_backend.hpp"
 #include "gen/gen.hpp"
 #include "ir/error.hpp"
@@ -173,6 +174,38 @@ KernelHandle compile_uncached(const Request& r) {
       if (use_disk) disk_cache::store(disk_key, disk_cache::Entry{std::move(o.bytes), o.symbol, o.rows_in_flight});
     }
   }
+  if (r.target == Target::cuda || r.target == Target::cuda_emu) {
+    cuda_backend::Source src = cuda_backend::render(k->kernel_);  // refuses Op::Call with a clear error
+    k->cuda_source_ = src.text;
+    if (r.target == Target::cuda) {
+      auto c = std::make_shared<cuda_backend::Compiled>(cuda_backend::compile(src, r.cuda_arch, true, false));
+      k->codegen_ms_ = c->nvrtc_ms;
+      k->cuda_device_ = std::make_shared<cuda_backend::DeviceKernel>(std::move(src), c->cubin, r.cuda_arch);
+      k->cuda_compiled_ = std::move(c);
+    } else {
+      // The host compiler takes about a second per kernel; the shared object is kept in the
+      // disk cache, keyed by everything it depends on.
+      const bool use_disk = disk_cache::settings().enabled;
+      const std::string disk_key =
+          use_disk ? disk_cache::key(fmt::format("ordo {}\n{}\n{}", kOrdoVersion, cuda_backend::emu_fingerprint(), src.text)) : "";
+      std::optional<disk_cache::Entry> e = use_disk ? disk_cache::load(disk_key) : std::nullopt;
+      if (e) {
+        try {
+          k->cuda_emu_ = std::make_shared<cuda_backend::EmuKernel>(cuda_backend::load_emu(src, e->object));
+          k->from_disk_cache_ = true;
+        } catch (const Error&) {
+          disk_cache::discard(disk_key);  // intact but unloadable: rebuild below
+        }
+      }
+      if (!k->cuda_emu_) {
+        const auto t = std::chrono::steady_clock::now();
+        std::string object = cuda_backend::compile_emu_object(src);
+        k->codegen_ms_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
+        k->cuda_emu_ = std::make_shared<cuda_backend::EmuKernel>(cuda_backend::load_emu(src, object, k->codegen_ms_));
+        if (use_disk) disk_cache::store(disk_key, disk_cache::Entry{std::move(object), "ordo_emu_run", 1});
+      }
+    }
+  }
   k->compile_ms_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   dump_stages(r, k->kernel_, k->rows_in_flight_);
   return k;
@@ -248,6 +281,24 @@ void CompiledKernel::run(const std::vector<BufferRef>& buffers, int64_t rows, in
   for (int64_t e : kernel_.grid_fixed) {
     extents.push_back(e);
     if (__builtin_mul_overflow(instances, e, &instances)) throw Error(fmt::format("rows={} makes more than 2^63 program instances", rows));
+  }
+  if (cuda_device_ || cuda_emu_) {
+    std::vector<cuda_backend::BufferView> views_cuda;
+    std::vector<std::string> names;
+    for (size_t i = 0; i < args_.size(); ++i) {
+      views_cuda.push_back({buffers[i].data, buffers[i].elements * size_bytes(args_[i].dtype), args_[i].output});
+      names.push_back(args_[i].name);
+    }
+    if (cuda_device_) return cuda_device_->launch(views_cuda, extents);
+    // cuda-emu: the host runs blocks of kBlockSize threads; blocks are independent, so any split
+    // over the pool gives the same bits. Vector accesses need the alignment the GPU would.
+    cuda_backend::check_alignment(cuda_emu_->source(), names, views_cuda);
+    const std::vector<long long> emu_extents(extents.begin(), extents.end());
+    const int64_t blocks = (instances + cuda_backend::kBlockSize - 1) / cuda_backend::kBlockSize;
+    if (rows * request_.cols < (int64_t(1) << 15)) threads = 1;
+    auto fn = cuda_emu_->run();
+    Pool::instance().parallel_for(blocks, threads, [&](int64_t b, int64_t e) { fn(ptrs.data(), emu_extents.data(), instances, b, e); });
+    return;
   }
   if (!entry_) {
     ir::interpret(kernel_, views, extents);

@@ -21,6 +21,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "backends/cuda/cuda_backend.hpp"
 #include "backends/llvm/llvm_backend.hpp"
 #include "gen/gen.hpp"
 #include "ir/error.hpp"
@@ -38,16 +39,19 @@ using ordo::Error;
 const char* kUsage = R"(ordo: reduction orders as data, compiled to kernels
 
 usage:
-  ordo run <op> --order NAME [--eps E] [--acc f32|f64] [--allow-mixed-dtypes] [--target cpu|interpreter]
+  ordo run <op> --order NAME [--eps E] [--acc f32|f64] [--allow-mixed-dtypes] [--target cpu|interpreter|cuda|cuda-emu]
                 --in NAME=FILE.npy ... --out NAME=FILE.npy ...
   ordo orders [op]
   ordo compare <op> [--orders a,b,...] [--rows R --cols N --dtype T --seed S --offset O --scale S]
                    [--plot FILE.png]  (a histogram of ULP distances from float64, one panel per order)
-  ordo emit --ir|--llvm <op> --order NAME [--cols N --dtype T]
+  ordo emit --ir|--llvm|--cuda|--ptx <op> --order NAME [--cols N --dtype T --arch sm_90]
+                   --cuda: the CUDA C++ source, --ptx: NVRTC's PTX; both end with ptxas's register/spill line
   ordo bench <op> --order NAME [--rows R --cols N --dtype T --threads T] [--baseline copy] --json
   ordo demo        layer_norm in every order on one default input: distance, agreement, time
   ordo build <op> --order NAME|--orders a,b --cols N [--dtype T ...] [--target cpu] -o libNAME.so
                    offline: a shared library (no LLVM needed to use it), libNAME.h and libNAME.json
+  ordo build <op> --order NAME --cols N [--dtype T ...] --target cuda [--arch sm_90] -o k.cubin | --ptx -o k.ptx
+                   offline CUDA: NVRTC's cubin or PTX and k.json (entry, launch, parameters, ptxas, request)
   ordo cache stats|clear   the persistent kernel cache ($ORDO_CACHE_DIR, else $XDG_CACHE_HOME/ordo,
                    else ~/.cache/ordo; ORDO_CACHE=0 disables it, ORDO_CACHE_MAX_MB bounds it)
 
@@ -61,6 +65,7 @@ ops: layer_norm (in x, weight, bias; out y, mean, rstd), rms_norm (in x, weight;
 .npy dtypes: float32 '<f4', float16 '<f2', bfloat16 as uint16 bit patterns '<u2'.
 common options: --no-weight --no-bias --weight-dtype T --acc T --eps E --target T
                 --rows-in-flight R (CPU rows run in lock step; 0 = backend's choice; never changes bits)
+                --arch sm_80|sm_86|sm_89|sm_90 (target cuda; default sm_90)
 )";
 
 // Command-line options after the subcommand: flags, key-value options, and positionals.
@@ -149,7 +154,7 @@ ordo::OpKind parse_op_arg(const Args& a) {
 }
 
 const std::vector<std::string> kRequestValues = {"order", "eps", "acc", "target", "weight-dtype", "cols", "dtype", "rows-in-flight",
-                                                 "sq", "sk"};
+                                                 "arch", "sq", "sk"};
 const std::vector<std::string> kRequestFlags = {"allow-mixed-dtypes", "no-weight", "no-bias", "causal", "lse"};
 
 // Fields every subcommand shares.
@@ -165,8 +170,13 @@ ordo::Request request_from(const Args& a, ordo::OpKind op) {
   }
   if (auto v = a.get("target")) {
     auto t = ordo::parse_target(*v);
-    if (!t) throw Error(fmt::format("--target '{}' is not cpu or interpreter (the CUDA backend is not built yet)", *v));
+    if (!t) throw Error(fmt::format("--target '{}' is not cpu, interpreter, cuda or cuda-emu", *v));
     r.target = *t;
+  }
+  if (auto v = a.get("arch")) {
+    if (v->rfind("sm_", 0) != 0) throw Error(fmt::format("--arch '{}' is not sm_80, sm_86, sm_89 or sm_90", *v));
+    r.cuda_arch = static_cast<int>(parse_int("--arch", v->substr(3), 0, 1000));
+    if (!ordo::cuda_backend::supported_arch(r.cuda_arch)) throw Error(fmt::format("--arch '{}' is not sm_80, sm_86, sm_89 or sm_90", *v));
   }
   if (auto v = a.get("dtype")) r.x_dtype = parse_dtype("--dtype", *v);
   if (auto v = a.get("weight-dtype")) r.weight_dtype = parse_dtype("--weight-dtype", *v);
@@ -497,16 +507,29 @@ int cmd_demo(int argc, char** argv) {
 int cmd_emit(int argc, char** argv) {
   Args a = Args::parse(argc, argv, 2, [] {
     auto f = kRequestFlags;
-    f.insert(f.end(), {"ir", "llvm"});
+    f.insert(f.end(), {"ir", "llvm", "cuda", "ptx"});
     return f;
   }(), kRequestValues);
   const ordo::OpKind op = parse_op_arg(a);
   ordo::Request r = request_from(a, op);
   if (r.cols == 0 && !a.get("cols")) r.cols = 1024;
-  if (a.flag("ir") == a.flag("llvm")) throw Error("emit needs exactly one of --ir or --llvm");
+  if (a.flag("ir") + a.flag("llvm") + a.flag("cuda") + a.flag("ptx") != 1)
+    throw Error("emit needs exactly one of --ir, --llvm, --cuda or --ptx");
   ordo::ir::Order order = ordo::gen::resolve(r);
   ordo::ir::Kernel k = ordo::gen::build(r, order);
   if (std::string err = ordo::ir::verify(k); !err.empty()) throw Error("internal: " + err);
+  if (a.flag("cuda") || a.flag("ptx")) {
+    // The CUDA source (or NVRTC's PTX for sm_<arch>), then ptxas's register and spill line.
+    const ordo::cuda_backend::Source src = ordo::cuda_backend::render(k);
+    if (!ordo::cuda_backend::nvrtc_available()) {
+      if (a.flag("ptx")) ordo::cuda_backend::compile(src, r.cuda_arch, false, true);  // throws: says what is missing
+      fmt::print("{}// ptxas: not run (this ordo was built without NVRTC)\n", src.text);
+      return 0;
+    }
+    const ordo::cuda_backend::Compiled c = ordo::cuda_backend::compile(src, r.cuda_arch, true, true);
+    fmt::print("{}// sm_{} {}\n", a.flag("cuda") ? src.text : c.ptx, r.cuda_arch, c.ptxas.line);
+    return 0;
+  }
   ordo::llvm_backend::Options options;
   options.rows_in_flight = r.rows_in_flight;
   fmt::print("{}", a.flag("ir") ? ordo::ir::print(k) : ordo::llvm_backend::emit_llvm_ir(k, options));
@@ -574,6 +597,90 @@ int run_program(const std::vector<std::string>& args) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
+// Writes each (path, bytes) to a temporary beside it, then renames them all into place: every
+// file appears, or (on any failure) none.
+void write_files_atomic(const std::vector<std::pair<std::filesystem::path, std::string>>& files) {
+  namespace fs = std::filesystem;
+  const std::string tag = fmt::format(".tmp.{}", ::getpid());
+  std::vector<fs::path> temps;
+  try {
+    for (const auto& [path, bytes] : files) {
+      temps.push_back(path.string() + tag);
+      std::ofstream out(temps.back(), std::ios::binary);
+      out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+      if (!out) throw Error(fmt::format("cannot write {}", path.string()));
+    }
+    for (size_t i = 0; i < files.size(); ++i) fs::rename(temps[i], files[i].first);
+  } catch (...) {
+    std::error_code ec;
+    for (const fs::path& t : temps) fs::remove(t, ec);
+    throw;
+  }
+}
+
+// ordo build <op> --order NAME --cols N ... --target cuda [--arch sm_90] -o k.cubin (or --ptx
+// -o k.ptx): NVRTC's cubin (or PTX) of one kernel, and k.json beside it: the entry name, the
+// launch configuration, the parameters in order with their C types and lengths, ptxas's
+// register and spill counts, and the request. Both files appear together or not at all.
+int build_cuda(Args& a, ordo::OpKind op) {
+  namespace fs = std::filesystem;
+  const bool ptx = a.flag("ptx");
+  const char* ext = ptx ? ".ptx" : ".cubin";
+  if (!a.get("o")) throw Error(fmt::format("missing -o NAME{}", ext));
+  const fs::path bin = *a.get("o");
+  if (bin.extension() != ext)
+    throw Error(fmt::format("-o {}: {} output must end in {}", bin.string(), ptx ? "PTX (--ptx)" : "cubin", ext));
+  check_output_path("-o", bin.string());
+  if (a.get("orders")) throw Error("--target cuda builds one kernel per file: give --order NAME");
+  ordo::Request r = request_from(a, op);
+  if (!a.get("cols")) throw Error("missing --cols N (the reduced dim is fixed at compile time)");
+  if (!a.get("order")) throw Error("missing --order NAME");
+  ordo::ir::Order o = ordo::gen::resolve(r);
+  ordo::ir::Kernel k = ordo::gen::build(r, o);
+  if (std::string err = ordo::ir::verify(k); !err.empty()) throw Error("internal: " + err);
+  const ordo::cuda_backend::Source src = ordo::cuda_backend::render(k);
+  const ordo::cuda_backend::Compiled c = ordo::cuda_backend::compile(src, r.cuda_arch, !ptx, true);
+
+  std::string params;
+  for (size_t i = 0; i < src.params.size(); ++i) {
+    const std::string& decl = src.params[i];
+    const std::string pname = decl.substr(decl.rfind(' ') + 1);
+    std::string what;
+    if (i < k.buffers.size()) {
+      const ordo::ir::Buffer& b = k.buffers[i];
+      const std::string len = b.extent == ordo::ir::Extent::rows_by_cols ? fmt::format("rows*{}", r.cols)
+                              : b.extent == ordo::ir::Extent::cols       ? fmt::format("{}", r.cols)
+                                                                         : "rows";
+      what = fmt::format("\"buffer\": {}, \"dtype\": \"{}\", \"elements\": \"{}\", \"output\": {}, \"align_bytes\": {}",
+                         json_string(b.name), ordo::name(b.elem), len, b.output ? "true" : "false", src.buffer_align[i]);
+    } else {
+      what = "\"value\": \"rows\"";  // the grid extent and the instance count, for a one-dimensional grid
+    }
+    params += fmt::format("{}\n        {{\"name\": {}, \"c_type\": {}, {}}}", i ? "," : "", json_string(pname),
+                          json_string(src.param_types[i]), what);
+  }
+  std::string options;
+  for (const std::string& opt : c.options) options += (options.empty() ? "" : ", ") + json_string(opt);
+  const fs::path manifest = fs::path(bin).replace_extension(".json");
+  const std::string m = fmt::format(
+      "{{\n  \"binary\": {},\n  \"format\": \"{}\",\n  \"target\": \"cuda\",\n  \"arch\": \"sm_{}\",\n  \"nvrtc\": \"{}\",\n"
+      "  \"nvrtc_options\": [{}],\n  \"kernels\": [\n    {{\n      \"name\": {},\n"
+      "      \"launch\": {{\"block\": [{}, 1, 1], \"grid\": [\"ceil(rows / {})\", 1, 1], \"shared_bytes\": 0, "
+      "\"mapping\": \"one thread per row: row = blockIdx.x * blockDim.x + threadIdx.x, rows >= 1\"}},\n"
+      "      \"params\": [{}\n      ],\n"
+      "      \"ptxas\": {{\"registers\": {}, \"stack_frame_bytes\": {}, \"spill_stores_bytes\": {}, \"spill_loads_bytes\": {}}},\n"
+      "      \"request\": {{\"op\": \"{}\", \"order\": {}, \"cols\": {}, \"x_dtype\": \"{}\", \"weight_dtype\": \"{}\", "
+      "\"eps\": {}, \"key\": {}}}\n    }}\n  ]\n}}\n",
+      json_string(bin.filename().string()), ptx ? "ptx" : "cubin", r.cuda_arch, ordo::cuda_backend::nvrtc_version(), options,
+      json_string(src.entry), ordo::cuda_backend::kBlockSize, ordo::cuda_backend::kBlockSize, params, c.ptxas.registers,
+      c.ptxas.stack_frame, c.ptxas.spill_stores, c.ptxas.spill_loads, ordo::name(op), json_string(r.order), r.cols,
+      ordo::name(r.x_dtype), ordo::name(r.weight_type()), r.eps, json_string(r.key()));
+  write_files_atomic({{bin, ptx ? c.ptx : c.cubin}, {manifest, m}});
+  fmt::print("wrote {} ({} for sm_{}, entry {}), {}; {}\n", bin.string(), ptx ? "PTX" : "cubin", r.cuda_arch, src.entry,
+             manifest.string(), c.ptxas.line);
+  return 0;
+}
+
 // ordo build <op> --orders a,b --cols N ... --target cpu -o libNAME.so: machine code for the
 // host, linked into a shared library that needs no LLVM, with a C header declaring each
 // kernel and a JSON manifest (launch, arguments, request) beside it. All three files appear
@@ -587,12 +694,15 @@ int cmd_build(int argc, char** argv) {
     if (w == "-o") w = "--o";
     args.push_back(w.data());
   }
-  Args a = Args::parse(argc, args.data(), 2, kRequestFlags, values);
+  std::vector<std::string> flags = kRequestFlags;
+  flags.push_back("ptx");
+  Args a = Args::parse(argc, args.data(), 2, flags, values);
   const ordo::OpKind op = parse_op_arg(a);
-  if (!a.get("o")) throw Error("missing -o libNAME.so");
   const std::string target = a.get("target").value_or("cpu");
-  if (target != "cpu")
-    throw Error(fmt::format("build --target '{}': only cpu is built (a .so); the CUDA backend does not exist yet", target));
+  if (target == "cuda") return build_cuda(a, op);
+  if (!a.get("o")) throw Error("missing -o libNAME.so");
+  if (target != "cpu") throw Error(fmt::format("build --target '{}': cpu (a .so) or cuda (a .cubin or .ptx)", target));
+  if (a.flag("ptx")) throw Error("--ptx is for --target cuda");
   a.values.erase("target");
   ordo::Request base = request_from(a, op);
   if (!a.get("cols")) throw Error("missing --cols N (the reduced dim is fixed at compile time)");

@@ -48,7 +48,7 @@ const char* ordo_last_error(void);
  * [rows, seq_k, D], out like q, lse [rows, seq_q] (float32, when lse=1). */
 ordo_request* ordo_request_new(const char* op);
 /* Sets one field by name, with the CLI's spelling of the value:
- *   cols (N), dtype, weight_dtype, acc (f32|f64), order, eps, target (cpu|interpreter),
+ *   cols (N), dtype, weight_dtype, acc (f32|f64), order, eps, target (cpu|interpreter|cuda|cuda-emu),
  *   weight, bias, allow_mixed_dtypes (0|1), rows_in_flight;
  *   attention: seq_q, seq_k, causal (0|1), scale, lse (0|1).
  * Values are checked when the request is compiled; an unknown key or a malformed number fails here. */

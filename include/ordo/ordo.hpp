@@ -18,6 +18,12 @@
 
 namespace ordo {
 
+namespace cuda_backend {
+class DeviceKernel;
+class EmuKernel;
+struct Compiled;
+}  // namespace cuda_backend
+
 // One argument of a kernel, in the order run() takes them.
 struct ArgSpec {
   std::string name;
@@ -58,6 +64,10 @@ class CompiledKernel {
   // The machine code came from the persistent disk cache (include/ordo/disk_cache.hpp); the
   // lower/optimize/codegen times are then 0.
   bool from_disk_cache() const { return from_disk_cache_; }
+  // Targets cuda and cuda-emu: the CUDA C++ source (what NVRTC and the host compiler compile).
+  const std::string& cuda_source() const { return cuda_source_; }
+  // Target cuda: NVRTC's output (PTX, cubin, ptxas's register and spill counts).
+  const cuda_backend::Compiled* cuda_compiled() const { return cuda_compiled_.get(); }
 
   // How outputs are stored. Never changes results. automatic streams (non-temporal stores)
   // when the per-row outputs of the launch exceed 32 MiB, far more than stays in cache.
@@ -74,7 +84,11 @@ class CompiledKernel {
   ir::Order order_;
   ir::Kernel kernel_;
   std::vector<ArgSpec> args_;
-  Entry entry_ = nullptr;  // null for the interpreter target
+  Entry entry_ = nullptr;  // null for the interpreter and CUDA targets
+  std::string cuda_source_;
+  std::shared_ptr<const cuda_backend::Compiled> cuda_compiled_;
+  std::shared_ptr<const cuda_backend::DeviceKernel> cuda_device_;  // target cuda
+  std::shared_ptr<const cuda_backend::EmuKernel> cuda_emu_;        // target cuda-emu
   double compile_ms_ = 0, lower_ms_ = 0, optimize_ms_ = 0, codegen_ms_ = 0;
   int rows_in_flight_ = 1;
   bool from_disk_cache_ = false;

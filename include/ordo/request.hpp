@@ -17,6 +17,8 @@ std::optional<OpKind> parse_op(std::string_view s);
 enum class Target : uint8_t {
   cpu,          // LLVM, ORC JIT for the host CPU
   interpreter,  // the IR interpreter: the specification, slow
+  cuda,         // CUDA C++ -> NVRTC -> cubin for sm_<cuda_arch>, launched through the driver
+  cuda_emu,     // the same CUDA C++, compiled by the host C++ compiler over a SIMT emulation
 };
 std::string_view name(Target t);
 std::optional<Target> parse_target(std::string_view s);
@@ -43,6 +45,8 @@ struct Request {
   Target target = Target::cpu;
   // Program instances the CPU backend runs in lock step (0: its choice). Never changes bits.
   int rows_in_flight = 0;
+  // Target cuda: the GPU architecture, sm_<cuda_arch>: 80, 86, 89 or 90.
+  int cuda_arch = 90;
 
   ScalarType weight_type() const { return weight_dtype.value_or(x_dtype); }
   // Canonical text of every field; the in-memory cache key.

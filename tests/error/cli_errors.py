@@ -234,7 +234,11 @@ def cases(ind):
         Case("--in without '='", ["run", "layer_norm", "--order", "fast", "--in", "{in}/x.npy", "--out", "y={out}/y.npy"],
              ["--in", "x.npy", "NAME=FILE.npy"]),
         Case("unknown option", ln("--frobnicate"), ["'--frobnicate'"]),
-        Case("bad --target", ln("--target", "cuda"), ["--target", "'cuda'"]),
+        Case("bad --target", ln("--target", "gpu"), ["--target", "'gpu'"]),
+        Case("bad --arch", ln("--target", "cuda", "--arch", "sm_75"), ["--arch", "'sm_75'"]),
+        Case("valid run on cuda-emu", ln("--target", "cuda-emu"), None),
+        Case("host libm order on cuda-emu", ln("--target", "cuda-emu", op="softmax", order="torch1.13-cpu-default"),
+             ["libm.expf", "no bit-exact CUDA equivalent"], note="glibc's expf has no exact device lowering: refused, not approximated"),
         Case("--in x given twice", ln("--in", "x={in}/x.npy"), ["'x'", "twice"]),
 
         # Output failures: the kernel runs fine, so these test that writing is all-or-nothing.

@@ -1,0 +1,157 @@
+// cuda-emu: the CUDA source NVRTC compiles, compiled instead by the host C++ compiler on top of
+// templates/simt_emu.hpp, into a shared object loaded with dlopen. A generated launcher runs a
+// range of blocks; the runtime spreads blocks over its thread pool (blocks are independent).
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "backends/cuda/cuda_backend.hpp"
+#include "ir/error.hpp"
+
+extern char** environ;
+
+namespace ordo::cuda_backend {
+
+namespace {
+
+void write_file(const std::filesystem::path& p, const std::string& text) {
+  std::ofstream f(p, std::ios::binary);
+  f << text;
+  if (!f) throw Error(fmt::format("cuda-emu: cannot write {}", p.string()));
+}
+
+std::string read_file(const std::filesystem::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  std::stringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+// Runs argv without a shell, stdout and stderr to `log`; returns the exit status (-1: not run).
+int run(const std::vector<std::string>& args, const std::filesystem::path& log) {
+  std::vector<char*> argv;
+  for (const std::string& s : args) argv.push_back(const_cast<char*>(s.c_str()));
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_adddup2(&fa, 1, 2);
+  pid_t pid = 0;
+  const int started = posix_spawnp(&pid, argv[0], &fa, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  if (started != 0) return -1;
+  int status = 0;
+  if (waitpid(pid, &status, 0) < 0) return -1;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+// The launcher: blocks [begin, end) of kBlockSize threads, each thread the kernel itself.
+std::string launcher(const Source& s) {
+  std::string args;
+  const size_t buffers = s.param_types.size() - static_cast<size_t>(s.grid_rank) - 1;
+  for (size_t i = 0; i < buffers; ++i) args += fmt::format("{}static_cast<{}>(buffers[{}])", i ? ", " : "", s.param_types[i], i);
+  for (int d = 0; d < s.grid_rank; ++d) args += fmt::format(", extents[{}]", d);
+  args += ", instances";
+  return fmt::format(
+      "// cuda-emu launcher (generated): the kernel below is the exact source NVRTC compiles.\n"
+      "#include \"simt_emu.hpp\"\n"
+      "#include \"kernel.cu\"\n\n"
+      "extern \"C\" __attribute__((visibility(\"default\"))) void ordo_emu_run(void* const* buffers, const long long* extents,\n"
+      "    long long instances, long long block_begin, long long block_end) {{\n"
+      "  blockDim.x = {0};\n"
+      "  gridDim.x = static_cast<unsigned>((instances + {0} - 1) / {0});\n"
+      "  for (long long b = block_begin; b < block_end; ++b) {{\n"
+      "    blockIdx.x = static_cast<unsigned>(b);\n"
+      "    ordo_emu::run_block({0}, {1}, [&] {{ {2}({3}); }});\n"
+      "  }}\n"
+      "}}\n",
+      kBlockSize, s.uses_barriers ? "true" : "false", s.entry, args);
+}
+
+}  // namespace
+
+std::vector<std::string> emu_compiler_command() {
+  const char* cxx = std::getenv("ORDO_EMU_CXX");
+  // -ffp-contract=off: a*b+c stays two roundings (fma only where the source says __fmaf_rn).
+  // -fno-fast-math keeps IEEE semantics; -fno-math-errno only lets sqrt inline (same result).
+  // -fno-strict-aliasing: ordo_rt.cuh moves vector chunks through pointer casts, as CUDA code does.
+  return {cxx && *cxx ? cxx : "c++", "-std=c++17", "-O2", "-ffp-contract=off", "-fno-fast-math", "-fno-math-errno",
+          "-fno-strict-aliasing", "-fPIC", "-shared", "-w"};
+}
+
+namespace {
+struct TempDir {
+  std::filesystem::path dir;
+  TempDir() {
+    std::string tmpl = (std::filesystem::temp_directory_path() / "ordo-emu-XXXXXX").string();
+    if (!mkdtemp(tmpl.data())) throw Error(fmt::format("cuda-emu: cannot create a directory like {}", tmpl));
+    dir = tmpl;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(dir, ec);
+  }
+};
+}  // namespace
+
+std::string compile_emu_object(const Source& s) {
+  TempDir t;
+  const std::filesystem::path& dir = t.dir;
+  write_file(dir / "ordo_rt.cuh", ordo_rt_cuh());
+  write_file(dir / "simt_emu.hpp", simt_emu_hpp());
+  write_file(dir / "kernel.cu", s.text);
+  write_file(dir / "launch.cpp", launcher(s));
+  std::vector<std::string> cmd = emu_compiler_command();
+  cmd.insert(cmd.end(), {"-I" + dir.string(), "-o", (dir / "kernel.so").string(), (dir / "launch.cpp").string(), "-lm"});
+  const int status = run(cmd, dir / "log.txt");
+  if (status != 0) {
+    std::string line;
+    for (const std::string& c : cmd) line += (line.empty() ? "" : " ") + c;
+    throw Error(fmt::format("cuda-emu: the host compiler failed on {} (exit {}{}): {}\n{}", s.entry, status,
+                            status == -1 ? ", could not run it; set ORDO_EMU_CXX" : "", line, read_file(dir / "log.txt")));
+  }
+  return read_file(dir / "kernel.so");
+}
+
+EmuKernel load_emu(const Source& s, const std::string& object, double compile_ms) {
+  // dlopen needs a file; the mapping outlives it. The handle stays open for the life of the
+  // process, like JIT code.
+  TempDir t;
+  const std::filesystem::path so = t.dir / "kernel.so";
+  write_file(so, object);
+  void* h = dlopen(so.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!h) throw Error(fmt::format("cuda-emu: dlopen of the compiled kernel failed: {}", dlerror()));
+  auto fn = reinterpret_cast<EmuKernel::RunFn>(dlsym(h, "ordo_emu_run"));
+  if (!fn) throw Error("cuda-emu: the compiled kernel has no ordo_emu_run");
+  return EmuKernel(s, fn, compile_ms);
+}
+
+EmuKernel compile_emu(const Source& s) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::string object = compile_emu_object(s);
+  return load_emu(s, object, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+}
+
+std::string emu_fingerprint() {
+  static const std::string version = [] {
+    TempDir t;
+    std::vector<std::string> cmd = {emu_compiler_command()[0], "--version"};
+    const int status = run(cmd, t.dir / "version.txt");
+    std::string v = read_file(t.dir / "version.txt");
+    return status == 0 ? v.substr(0, v.find('\n')) : std::string("unknown compiler");
+  }();
+  std::string cmd;
+  for (const std::string& c : emu_compiler_command()) cmd += c + " ";
+  return fmt::format("cuda-emu; {}; {}\n{}\n{}", version, cmd, ordo_rt_cuh(), simt_emu_hpp());
+}
+
+}  // namespace ordo::cuda_backend

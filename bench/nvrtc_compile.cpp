@@ -1,0 +1,66 @@
+// NVRTC compile latency: request -> IR -> CUDA source -> cubin for sm_90, cold each time (a
+// fresh NVRTC program; ordo's caches bypassed), median over repeated runs. The target is at
+// most 150 ms for layer_norm. Prints one JSON line per kernel.
+//   bench_nvrtc [--runs R] [--arch 90]
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "backends/cuda/cuda_backend.hpp"
+#include "gen/gen.hpp"
+#include "ir/error.hpp"
+
+int main(int argc, char** argv) {
+  int runs = 15, arch = 90;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    if (!std::strcmp(argv[i], "--runs")) runs = std::max(1, std::atoi(argv[i + 1]));
+    else if (!std::strcmp(argv[i], "--arch")) arch = std::atoi(argv[i + 1]);
+  }
+  using clock = std::chrono::steady_clock;
+  struct Case {
+    ordo::OpKind op;
+    const char* order;
+    ordo::ScalarType dtype;
+  };
+  const Case cases[] = {{ordo::OpKind::layer_norm, "fast", ordo::ScalarType::f32},
+                        {ordo::OpKind::layer_norm, "torch1.13-cpu-avx2", ordo::ScalarType::f32},
+                        {ordo::OpKind::layer_norm, "torch1.13-cpu-avx2", ordo::ScalarType::bf16},
+                        {ordo::OpKind::softmax, "torch1.13-cpu-avx2", ordo::ScalarType::f32}};
+  try {
+    ordo::cuda_backend::compile(ordo::cuda_backend::Source{"extern \"C\" __global__ void warm() {}", "warm"}, arch, true,
+                                false);  // loads NVRTC's libraries once, outside the timing
+    for (const Case& c : cases) {
+      ordo::Request r;
+      r.op = c.op;
+      r.cols = 4096;
+      r.order = c.order;
+      r.x_dtype = c.dtype;
+      r.has_weight = r.has_bias = c.op == ordo::OpKind::layer_norm;
+      std::vector<double> total, nvrtc;
+      size_t cubin = 0;
+      for (int i = 0; i < runs; ++i) {
+        const auto t0 = clock::now();
+        const ordo::ir::Kernel k = ordo::gen::build(r, ordo::gen::resolve(r));
+        const ordo::cuda_backend::Compiled out = ordo::cuda_backend::compile(ordo::cuda_backend::render(k), arch, true, false);
+        total.push_back(std::chrono::duration<double, std::milli>(clock::now() - t0).count());
+        nvrtc.push_back(out.nvrtc_ms);
+        cubin = out.cubin.size();
+      }
+      std::sort(total.begin(), total.end());
+      std::sort(nvrtc.begin(), nvrtc.end());
+      fmt::print("{{\"op\": \"{}\", \"order\": \"{}\", \"dtype\": \"{}\", \"cols\": 4096, \"arch\": \"sm_{}\", \"runs\": {}, "
+                 "\"median_ms\": {:.1f}, \"min_ms\": {:.1f}, \"max_ms\": {:.1f}, \"nvrtc_median_ms\": {:.1f}, \"cubin_bytes\": {}, "
+                 "\"target_ms\": 150}}\n",
+                 ordo::name(c.op), c.order, ordo::name(c.dtype), arch, runs, total[total.size() / 2], total.front(),
+                 total.back(), nvrtc[nvrtc.size() / 2], cubin);
+    }
+  } catch (const ordo::Error& e) {
+    fmt::print(stderr, "bench_nvrtc: {}\n", e.what());
+    return 2;
+  }
+  return 0;
+}

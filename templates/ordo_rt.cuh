@@ -1,0 +1,284 @@
+// ordo_rt.cuh: the helpers every kernel rendered by backends/cuda includes. Each function is the
+// exact lowering of one IR node (ir/ir.hpp); none decides numerics.
+//
+// The same text is compiled two ways: by NVRTC for the GPU, and by the host C++ compiler on
+// top of templates/simt_emu.hpp (target cuda-emu), which defines the CUDA intrinsics used here
+// with the same IEEE meaning. So this file uses only: __fadd_rn-style intrinsics (one rounding,
+// never contracted), __float_as_int-style bit casts, __float2int_rn, __ll2float_rn-style
+// conversions, and plain integer and comparison operators.
+//
+// Vectors: vec<T, N> is N lanes in a plain array. Every operation is lane by lane and unrolled,
+// so the lanes of a register-resident vec become N scalar registers on the GPU.
+#pragma once
+
+#if defined(__CUDACC__)
+#define ORDO_FN __device__ __forceinline__
+#define ORDO_UNROLL _Pragma("unroll")
+// An IR loop: its unrolling is the one the IR states, so the compiler adds none (and the PTX
+// holds exactly one instruction per lane of each IR node).
+#define ORDO_LOOP _Pragma("unroll 1")
+#else  // the host, through simt_emu.hpp
+#define ORDO_FN inline __attribute__((always_inline))
+#define ORDO_UNROLL
+#define ORDO_LOOP
+#endif
+
+namespace ordo_rt {
+
+typedef long long i64;
+typedef unsigned long long u64;
+
+// Storage types: a bit pattern, converted only by the explicit algorithms below.
+struct bf16 {
+  unsigned short bits;
+};
+struct f16 {
+  unsigned short bits;
+};
+
+template <class T, int N>
+struct vec {
+  T v[N];
+};
+
+// ---- arithmetic: one IEEE operation, rounded to nearest even, never fused -------------------
+ORDO_FN float add(float a, float b) { return __fadd_rn(a, b); }
+ORDO_FN float sub(float a, float b) { return __fsub_rn(a, b); }
+ORDO_FN float mul(float a, float b) { return __fmul_rn(a, b); }
+ORDO_FN float div(float a, float b) { return __fdiv_rn(a, b); }
+ORDO_FN float fma(float a, float b, float c) { return __fmaf_rn(a, b, c); }
+ORDO_FN float sqrt(float a) { return __fsqrt_rn(a); }
+ORDO_FN float neg(float a) { return -a; }
+ORDO_FN double add(double a, double b) { return __dadd_rn(a, b); }
+ORDO_FN double sub(double a, double b) { return __dsub_rn(a, b); }
+ORDO_FN double mul(double a, double b) { return __dmul_rn(a, b); }
+ORDO_FN double div(double a, double b) { return __ddiv_rn(a, b); }
+ORDO_FN double fma(double a, double b, double c) { return __fma_rn(a, b, c); }
+ORDO_FN double sqrt(double a) { return __dsqrt_rn(a); }
+ORDO_FN double neg(double a) { return -a; }
+
+// i32 (math-library bit manipulation): two's complement, wrapping; computed unsigned because
+// signed overflow is undefined in C++.
+ORDO_FN int add(int a, int b) { return (int)((unsigned)a + (unsigned)b); }
+ORDO_FN int sub(int a, int b) { return (int)((unsigned)a - (unsigned)b); }
+ORDO_FN int mul(int a, int b) { return (int)((unsigned)a * (unsigned)b); }
+ORDO_FN int shl(int a, int n) { return (int)((unsigned)a << n); }
+ORDO_FN int shr(int a, int n) { return a >> n; }  // arithmetic (sign-filling) on every compiler ordo uses
+ORDO_FN int bitand_(int a, int b) { return a & b; }
+
+// i64 (indices): operands stay far from overflow; Div and Rem truncate (operands >= 0).
+ORDO_FN i64 add(i64 a, i64 b) { return a + b; }
+ORDO_FN i64 sub(i64 a, i64 b) { return a - b; }
+ORDO_FN i64 mul(i64 a, i64 b) { return a * b; }
+ORDO_FN i64 div(i64 a, i64 b) { return a / b; }
+ORDO_FN i64 rem(i64 a, i64 b) { return a % b; }
+ORDO_FN i64 minimum(i64 a, i64 b) { return a < b ? a : b; }
+ORDO_FN i64 maximum(i64 a, i64 b) { return a > b ? a : b; }
+
+// IEEE 754-2019 maximum/minimum: NaN if either operand is NaN (the interpreter returns a + b),
+// and -0 < +0. Written out: fmaxf/fminf are maxNum/minNum (they drop NaN).
+#define ORDO_MINMAX(T, SIGN)                                \
+  ORDO_FN T maximum(T a, T b) {                             \
+    if (!(a == a) || !(b == b)) return add(a, b);           \
+    if (a == b) return SIGN(a) < 0 ? b : a;                 \
+    return a > b ? a : b;                                   \
+  }                                                         \
+  ORDO_FN T minimum(T a, T b) {                             \
+    if (!(a == a) || !(b == b)) return add(a, b);           \
+    if (a == b) return SIGN(a) < 0 ? a : b;                 \
+    return a < b ? a : b;                                   \
+  }
+ORDO_MINMAX(float, __float_as_int)
+ORDO_MINMAX(double, __double_as_longlong)
+#undef ORDO_MINMAX
+
+// Comparisons: false with a NaN operand, except ne. Overloads, not templates, so that the
+// lane-wise templates below are the only candidates for vectors.
+#define ORDO_COMPARE(T)                                     \
+  ORDO_FN bool lt(T a, T b) { return a < b; }               \
+  ORDO_FN bool le(T a, T b) { return a <= b; }              \
+  ORDO_FN bool eq(T a, T b) { return a == b; }              \
+  ORDO_FN bool ne(T a, T b) { return a != b; }
+ORDO_COMPARE(float) ORDO_COMPARE(double) ORDO_COMPARE(int) ORDO_COMPARE(i64)
+#undef ORDO_COMPARE
+ORDO_FN bool and_(bool a, bool b) { return a && b; }
+ORDO_FN bool or_(bool a, bool b) { return a || b; }
+template <class T> ORDO_FN T select(bool c, T a, T b) { return c ? a : b; }
+
+// ---- bit casts (exact) ------------------------------------------------------------------------
+ORDO_FN int bitcast_i32(float a) { return __float_as_int(a); }
+ORDO_FN float bitcast_f32(int a) { return __int_as_float(a); }
+
+// ---- conversions (ir.hpp, Op::Cast) -------------------------------------------------------------
+// f32 -> bf16, round to nearest even; NaN stays a (quiet) NaN. ir/float_bits.hpp's algorithm.
+ORDO_FN bf16 to_bf16(float f) {
+  const unsigned x = (unsigned)__float_as_int(f);
+  bf16 r;
+  if ((x & 0x7fffffffu) > 0x7f800000u) r.bits = (unsigned short)((x >> 16) | 0x40u);
+  else r.bits = (unsigned short)((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
+  return r;
+}
+ORDO_FN float to_f32(bf16 h) { return __int_as_float((int)((unsigned)h.bits << 16)); }
+
+// f32 -> f16, round to nearest even. ir/float_bits.hpp's algorithm.
+ORDO_FN f16 to_f16(float f) {
+  const unsigned x = (unsigned)__float_as_int(f);
+  const unsigned sign = (x >> 16) & 0x8000u;
+  const unsigned ax = x & 0x7fffffffu;
+  f16 r;
+  if (ax > 0x7f800000u) r.bits = (unsigned short)(sign | 0x7e00u | ((ax >> 13) & 0x3ffu));
+  else if (ax >= 0x477ff000u) r.bits = (unsigned short)(sign | 0x7c00u);  // >= 65520 rounds to inf
+  else if (ax >= 0x38800000u) r.bits = (unsigned short)(sign | ((ax + 0xfffu + ((ax >> 13) & 1u) - 0x38000000u) >> 13));
+  else {
+    // Subnormal half (unit 2^-24) or zero: the scaling by 2^24 is exact (the result is below
+    // 2^10), then round to the nearest integer, ties to even.
+    const float scaled = __fmul_rn(__int_as_float((int)ax), 16777216.0f);
+    r.bits = (unsigned short)(sign | (unsigned)__float2int_rn(scaled));
+  }
+  return r;
+}
+ORDO_FN float to_f32(f16 h) {
+  const unsigned sign = (unsigned)(h.bits & 0x8000u) << 16;
+  const unsigned e = (h.bits >> 10) & 0x1fu;
+  const unsigned mant = h.bits & 0x3ffu;
+  if (e == 0x1fu) return __int_as_float((int)(sign | 0x7f800000u | (mant << 13)));
+  if (e == 0) {  // zero or subnormal: mant * 2^-24, exact in f32
+    const float v = __fmul_rn(__int2float_rn((int)mant), 5.9604644775390625e-8f);
+    return sign ? -v : v;
+  }
+  return __int_as_float((int)(sign | ((e + 112u) << 23) | (mant << 13)));
+}
+ORDO_FN float to_f32(double a) { return __double2float_rn(a); }
+ORDO_FN float to_f32(i64 a) { return __ll2float_rn(a); }
+ORDO_FN float to_f32(int a) { return __int2float_rn(a); }
+ORDO_FN double to_f64(float a) { return (double)a; }  // exact
+ORDO_FN double to_f64(bf16 a) { return (double)to_f32(a); }
+ORDO_FN double to_f64(f16 a) { return (double)to_f32(a); }
+ORDO_FN double to_f64(i64 a) { return __ll2double_rn(a); }
+// f32 -> i32: nearest, ties to even; NaN and values outside the i32 range give INT32_MIN (the
+// x86 cvtps2dq result). Every f32 of magnitude >= 2^23 is an integer, so "rounds into range"
+// is "lies in [-2^31, 2^31)", and NaN fails both comparisons.
+ORDO_FN int to_i32(float a) {
+  return (a >= -2147483648.0f && a < 2147483648.0f) ? __float2int_rn(a) : (int)0x80000000u;
+}
+ORDO_FN bf16 to_bf16(bf16 a) { return a; }
+ORDO_FN f16 to_f16(f16 a) { return a; }
+
+// ---- vectors, lane by lane ------------------------------------------------------------------------
+#define ORDO_LANES1(fn)                                                            \
+  template <class A, int N>                                                        \
+  ORDO_FN auto fn(const vec<A, N>& a)->vec<decltype(fn(a.v[0])), N> {              \
+    vec<decltype(fn(a.v[0])), N> r;                                                \
+    ORDO_UNROLL for (int i = 0; i < N; ++i) r.v[i] = fn(a.v[i]);                   \
+    return r;                                                                      \
+  }
+#define ORDO_LANES2(fn)                                                            \
+  template <class A, class B, int N>                                               \
+  ORDO_FN auto fn(const vec<A, N>& a, const vec<B, N>& b)->vec<decltype(fn(a.v[0], b.v[0])), N> { \
+    vec<decltype(fn(a.v[0], b.v[0])), N> r;                                        \
+    ORDO_UNROLL for (int i = 0; i < N; ++i) r.v[i] = fn(a.v[i], b.v[i]);           \
+    return r;                                                                      \
+  }
+ORDO_LANES2(add) ORDO_LANES2(sub) ORDO_LANES2(mul) ORDO_LANES2(div) ORDO_LANES2(rem)
+ORDO_LANES2(minimum) ORDO_LANES2(maximum)
+ORDO_LANES2(lt) ORDO_LANES2(le) ORDO_LANES2(eq) ORDO_LANES2(ne) ORDO_LANES2(and_) ORDO_LANES2(or_)
+ORDO_LANES2(shl) ORDO_LANES2(shr) ORDO_LANES2(bitand_)
+ORDO_LANES1(sqrt) ORDO_LANES1(neg) ORDO_LANES1(bitcast_i32) ORDO_LANES1(bitcast_f32)
+ORDO_LANES1(to_bf16) ORDO_LANES1(to_f16) ORDO_LANES1(to_f32) ORDO_LANES1(to_f64) ORDO_LANES1(to_i32)
+#undef ORDO_LANES1
+#undef ORDO_LANES2
+
+template <class T, int N>
+ORDO_FN vec<T, N> fma(const vec<T, N>& a, const vec<T, N>& b, const vec<T, N>& c) {
+  vec<T, N> r;
+  ORDO_UNROLL for (int i = 0; i < N; ++i) r.v[i] = fma(a.v[i], b.v[i], c.v[i]);
+  return r;
+}
+template <class T, int N>
+ORDO_FN vec<T, N> select(const vec<bool, N>& c, const vec<T, N>& a, const vec<T, N>& b) {
+  vec<T, N> r;
+  ORDO_UNROLL for (int i = 0; i < N; ++i) r.v[i] = c.v[i] ? a.v[i] : b.v[i];
+  return r;
+}
+template <int N, class T>
+ORDO_FN vec<T, N> broadcast(T a) {
+  vec<T, N> r;
+  ORDO_UNROLL for (int i = 0; i < N; ++i) r.v[i] = a;
+  return r;
+}
+
+// ---- memory ------------------------------------------------------------------------------------
+// A vector access of N elements at p + i, where the renderer proved (p + i) is aligned to A
+// bytes given that the buffer's base is (checked at launch). It moves the largest chunks both
+// the alignment and the size allow: 16 bytes (one 128-bit ld/st.global.v4), 8 or 4; else one
+// element at a time. Chunks are copied bit for bit through a union, which the host compiler
+// and NVRTC both define.
+template <int Bytes> struct chunk;
+template <> struct chunk<16> { typedef uint4 type; };
+template <> struct chunk<8> { typedef uint2 type; };
+template <> struct chunk<4> { typedef unsigned type; };
+
+__host__ __device__ constexpr int chunk_bytes(int align, int bytes, int elem) {
+  return (align % 16 == 0 && bytes % 16 == 0) ? 16
+         : (align % 8 == 0 && bytes % 8 == 0) ? 8
+         : (align % 4 == 0 && bytes % 4 == 0 && elem <= 4) ? 4
+                                                             : 0;
+}
+
+template <int N, int A, class T>
+ORDO_FN vec<T, N> load(const T* p, i64 i) {
+  constexpr int bytes = N * (int)sizeof(T);
+  constexpr int cb = chunk_bytes(A, bytes, (int)sizeof(T));
+  vec<T, N> r;
+  if constexpr (cb == 0) {
+    ORDO_UNROLL for (int l = 0; l < N; ++l) r.v[l] = p[i + l];
+  } else {
+    typedef typename chunk<cb>::type C;
+    union {
+      C c[bytes / cb];
+      vec<T, N> v;
+    } u;
+    const C* src = reinterpret_cast<const C*>(p + i);
+    ORDO_UNROLL for (int c = 0; c < bytes / cb; ++c) u.c[c] = src[c];
+    r = u.v;
+  }
+  return r;
+}
+template <int A, class T, int N>
+ORDO_FN void store(T* p, i64 i, const vec<T, N>& v) {
+  constexpr int bytes = N * (int)sizeof(T);
+  constexpr int cb = chunk_bytes(A, bytes, (int)sizeof(T));
+  if constexpr (cb == 0) {
+    ORDO_UNROLL for (int l = 0; l < N; ++l) p[i + l] = v.v[l];
+  } else {
+    typedef typename chunk<cb>::type C;
+    union {
+      C c[bytes / cb];
+      vec<T, N> v;
+    } u;
+    u.v = v;
+    C* dst = reinterpret_cast<C*>(p + i);
+    ORDO_UNROLL for (int c = 0; c < bytes / cb; ++c) dst[c] = u.c[c];
+  }
+}
+
+// Gather and scatter (attention keeps one query per lane): lane l reads or writes element i.v[l].
+// A scatter writes its lanes in order, so of two lanes with one index the higher lane's value stays.
+template <class T, int N>
+ORDO_FN vec<T, N> gather(const T* p, const vec<i64, N>& i) {
+  vec<T, N> r;
+  ORDO_UNROLL for (int l = 0; l < N; ++l) r.v[l] = p[i.v[l]];
+  return r;
+}
+template <class T, int N>
+ORDO_FN void scatter(T* p, const vec<i64, N>& i, const vec<T, N>& v) {
+  ORDO_UNROLL for (int l = 0; l < N; ++l) p[i.v[l]] = v.v[l];
+}
+template <int N>
+ORDO_FN vec<i64, N> iota() {
+  vec<i64, N> r;
+  ORDO_UNROLL for (int l = 0; l < N; ++l) r.v[l] = l;
+  return r;
+}
+
+}  // namespace ordo_rt

@@ -1,0 +1,186 @@
+// The backend sweep shared by every backend's test: which N, which input rows, which order
+// variants, and running one request on one target. test_interpreter_vs_backends.cpp (cpu) and
+// test_cuda_emu.cpp (cuda-emu) compare the same cases against the interpreter.
+#pragma once
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "gen/gen.hpp"
+#include "ir/float_bits.hpp"
+#include "ordo/compare.hpp"
+#include "ordo/ordo.hpp"
+
+namespace ordo::backend_sweep {
+
+inline const std::vector<int64_t> kFullSweepN = {1, 2, 7, 8, 9, 15, 16, 17, 127, 128, 129, 255, 256, 4095, 4096, 4097, 65537};
+// ORDO_BACKEND_SWEEP=reduced (the sanitizer build in scripts/hardening, whose interpreter runs
+// ~10x slower): one N per regime (below a vector, exact vectors, a tail, several chunks, a
+// long row with a tail) instead of every boundary.
+inline const std::vector<int64_t> kReducedSweepN = {1, 7, 8, 17, 129, 4097};
+inline const std::vector<int64_t>& sweep_n() {
+  const char* v = std::getenv("ORDO_BACKEND_SWEEP");
+  return v && std::string(v) == "reduced" ? kReducedSweepN : kFullSweepN;
+}
+constexpr int64_t kRows = 7;  // not a multiple of 2 or 4: both the rows-in-flight groups and the remainder run
+
+// Row r of x: 0 N(0,1); 1 offset 1e4, spread 1e-3; 2 spread 1e3 with zeros of both signs;
+// 3 tiny values (squares underflow to subnormals); 4 NaN and Inf; 5 all equal; 6 N(-3, 0.5).
+inline std::vector<uint8_t> sweep_x(ScalarType t, int64_t n) {
+  std::vector<uint8_t> x;
+  const double params[kRows][2] = {{0, 1}, {1e4, 1e-3}, {0, 1e3}, {0, 1e-20}, {0, 1}, {2.5, 0}, {-3, 0.5}};
+  for (int64_t r = 0; r < kRows; ++r) {
+    std::vector<uint8_t> row = random_values(t, n, static_cast<uint64_t>(r + 1), params[r][0], params[r][1]);
+    auto set = [&](int64_t i, float v) {
+      if (i >= n) return;
+      if (t == ScalarType::f32) std::memcpy(row.data() + 4 * i, &v, 4);
+      else {
+        uint16_t h = t == ScalarType::bf16 ? f32_to_bf16_bits(v) : f32_to_f16_bits(v);
+        std::memcpy(row.data() + 2 * i, &h, 2);
+      }
+    };
+    if (r == 2) { set(0, 0.0f); set(n / 2, -0.0f); }
+    if (r == 4) { set(n / 3, NAN); set(n - 1, INFINITY); }
+    x.insert(x.end(), row.begin(), row.end());
+  }
+  return x;
+}
+
+struct Variant {
+  std::string order;
+  ScalarType dtype;
+  std::optional<ScalarType> weight_dtype;
+  bool weight, bias;
+  int rows_in_flight = 0;  // 0: the backend's choice
+};
+
+inline std::vector<Variant> variants(OpKind op) {
+  std::vector<Variant> out;
+  std::vector<std::string> names;
+  for (const gen::NamedOrder& n : gen::named_orders())
+    for (OpKind o : n.ops)
+      if (o == op) {
+        for (ScalarType t : n.dtypes) out.push_back({std::string(n.name), t, std::nullopt, true, true});
+        names.emplace_back(n.name);
+      }
+  // Parameterized variants: fused updates, other lane counts, f64 accumulation.
+  const bool softmax = op == OpKind::softmax || op == OpKind::log_softmax;
+  const std::vector<std::string> params =
+      softmax ? std::vector<std::string>{"online(lanes=4)", "online(lanes=1)", "fast(lanes=8)"}
+      : op == OpKind::rms_norm
+          ? std::vector<std::string>{"two-pass-lanes(accumulators=3,fma=all)", "two-pass-pairwise(lanes=4,block=64)",
+                                     "two-pass-lanes(acc=f64)"}
+          : std::vector<std::string>{"lane-welford(fma=all)", "lane-welford(lanes=16,chunk=4,acc=f64)",
+                                     "sequential-welford(acc=f64)", "two-pass-lanes(accumulators=3,fma=all)",
+                                     "two-pass-pairwise(lanes=4,block=64)"};
+  for (const std::string& p : params) out.push_back({p, ScalarType::f32, std::nullopt, true, true});
+  if (op == OpKind::layer_norm || op == OpKind::rms_norm) {
+    out.push_back({"fast", ScalarType::bf16, ScalarType::f32, true, op == OpKind::layer_norm});  // mixed dtypes
+    out.push_back({"fast", ScalarType::f32, std::nullopt, false, false});
+  }
+  // Rows in lock step, including a group size that does not divide kRows (the clamped tail).
+  const std::string lane_order = op == OpKind::rms_norm ? "fast" : softmax ? "torch1.13-cpu-default" : "lane-welford";
+  out.push_back({lane_order, ScalarType::f32, std::nullopt, true, op == OpKind::layer_norm, 2});
+  out.push_back({lane_order, ScalarType::bf16, std::nullopt, true, op == OpKind::layer_norm, 3});
+  out.push_back({softmax ? "torch1.13-cpu-avx2" : "two-pass-sequential", ScalarType::f32, std::nullopt, true, op == OpKind::layer_norm, 1});
+  if (op == OpKind::layer_norm) {
+    out.push_back({"torch1.13-cpu-avx2", ScalarType::f32, std::nullopt, true, true, 3});
+    out.push_back({"torch1.13-cpu-avx2", ScalarType::f32, std::nullopt, false, false});
+    out.push_back({"torch1.13-cpu-default", ScalarType::f32, std::nullopt, true, false});
+  }
+  return out;
+}
+
+// Runs one request on `target`; returns every output.
+inline std::vector<std::vector<uint8_t>> run_on(Request r, Target target, const std::vector<uint8_t>& x,
+                                         CompiledKernel::Stores stores = CompiledKernel::Stores::automatic) {
+  r.target = target;
+  KernelHandle k = compile(r);
+  HostBuffers h = make_buffers(*k, kRows, 9, 0, 1);
+  h.get("x") = x;
+  k->run(h.refs(kRows, r.cols), kRows, 0, stores);
+  std::vector<std::vector<uint8_t>> outs;
+  for (size_t i = 0; i < h.args.size(); ++i)
+    if (h.args[i].output) outs.push_back(h.bytes[i]);
+  return outs;
+}
+
+// Attention on `target` against the interpreter: every order (and flash variants) the target can
+// run, on shapes across the query-lane and key-group boundaries (S_q, S_k not multiples of 8,
+// S_q != S_k, one key, one query), causal and not, with the lse output, on inputs that include a
+// wide range, NaN and Inf. `runs(request)` says whether the target lowers the request (cuda-emu
+// refuses orders that call the host C library). Returns the number of cases compared.
+template <class Runs>
+int attention_vs_interpreter(Target target, bool reduced, const Runs& runs) {
+  struct Shape {
+    int64_t sq, sk, d;
+  };
+  std::vector<Shape> shapes = {{1, 1, 32}, {7, 17, 32}, {17, 7, 64}, {9, 70, 32}, {16, 16, 128}};
+  if (reduced) shapes = {{7, 17, 32}, {17, 7, 64}};
+  std::vector<std::pair<std::string, ScalarType>> orders;
+  for (const gen::NamedOrder& n : gen::named_orders())
+    for (OpKind o : n.ops)
+      if (o == OpKind::attention)
+        for (ScalarType t : n.dtypes) orders.emplace_back(std::string(n.name), t);
+  for (const char* p : {"flash(16)", "flash(bc=8,exp2=on,scale=multiply,fma=all)", "flash(bc=32,queries=4)"})
+    orders.emplace_back(p, ScalarType::f32);
+  constexpr int64_t kHeads = 3;
+  int cases = 0;
+  for (const auto& [order, dtype] : orders)
+    for (const Shape& s : shapes)
+      for (bool causal : {false, true}) {
+        Request r;
+        r.op = OpKind::attention;
+        r.cols = s.d;
+        r.seq_q = s.sq;
+        r.seq_k = s.sk;
+        r.causal = causal;
+        r.lse_output = true;
+        r.order = order;
+        r.x_dtype = dtype;
+        if (!runs(r)) continue;
+        std::vector<std::vector<uint8_t>> outs[2];
+        int i = 0;
+        for (Target t : {Target::interpreter, target}) {
+          r.target = t;
+          KernelHandle k = compile(r);
+          HostBuffers h = make_buffers(*k, kHeads, 11, 0, 2.0);
+          if (cases % 3 == 2) {  // specials in q, k and v
+            auto poke = [&](const char* name, int64_t at, float v) {
+              std::vector<uint8_t>& b = h.get(name);
+              if (dtype == ScalarType::f32) std::memcpy(b.data() + 4 * at, &v, 4);
+              else {
+                uint16_t bits = dtype == ScalarType::bf16 ? f32_to_bf16_bits(v) : f32_to_f16_bits(v);
+                std::memcpy(b.data() + 2 * at, &bits, 2);
+              }
+            };
+            poke("q", 3, NAN);
+            poke("v", s.d + 1, INFINITY);
+            poke("k", 0, 1e30f);
+          }
+          k->run(h.refs(kHeads, s.d), kHeads);
+          for (size_t a = 0; a < h.args.size(); ++a)
+            if (h.args[a].output) outs[i].push_back(h.bytes[a]);
+          ++i;
+        }
+        KernelHandle k = compile(r);
+        size_t o = 0;
+        for (const ArgSpec& a : k->args()) {
+          if (!a.output) continue;
+          INFO(fmt::format("attention order={} dtype={} Sq={} Sk={} D={} causal={} target={} output={}", order, name(dtype), s.sq,
+                           s.sk, s.d, causal, name(target), a.name));
+          CHECK(count_identical(a.dtype, outs[1][o], outs[0][o]) == a.elements(kHeads, s.d));
+          ++o;
+        }
+        ++cases;
+      }
+  return cases;
+}
+
+}  // namespace ordo::backend_sweep
