@@ -404,6 +404,28 @@ int cmd_orders(int argc, char** argv) {
     for (ordo::ScalarType t : n.dtypes) dtypes.emplace_back(ordo::name(t));
     fmt::print("{:<22} {:<10} [{}] [{}]\n    {}\n", n.name, n.unverified ? "unverified" : n.reproduces_reference ? "exact" : "", fmt::join(ops, ","),
                fmt::join(dtypes, ","), n.description);
+    // Which (op, dtype) kernels call the host C library: those run on cpu and interpreter only,
+    // since CUDA has no bit-exact equivalent of glibc's expf/logf.
+    std::vector<std::string> cpu_only;
+    std::string calls;
+    for (ordo::OpKind o : n.ops)
+      for (ordo::ScalarType t : n.dtypes) {
+        ordo::Request r;
+        r.op = o;
+        r.cols = o == ordo::OpKind::attention ? 32 : 17;
+        r.seq_q = r.seq_k = o == ordo::OpKind::attention ? 9 : 0;
+        r.x_dtype = t;
+        r.order = std::string(n.name);
+        r.has_weight = o == ordo::OpKind::layer_norm || o == ordo::OpKind::rms_norm;
+        r.has_bias = o == ordo::OpKind::layer_norm;
+        std::vector<std::string> c = ordo::cuda_backend::host_library_calls(ordo::gen::build(r, ordo::gen::resolve(r)));
+        if (c.empty()) continue;
+        cpu_only.push_back(fmt::format("{} {}", ordo::name(o), ordo::name(t)));
+        for (const std::string& f : c)
+          if (calls.find(f) == std::string::npos) calls += (calls.empty() ? "" : ", ") + f;
+      }
+    if (!cpu_only.empty())
+      fmt::print("    cpu-only (calls {}, which CUDA cannot reproduce bit for bit): {}\n", calls, fmt::join(cpu_only, "; "));
   }
   return 0;
 }
