@@ -17,12 +17,18 @@
 
 namespace ordo {
 
+// The most elements (rows*N) one launch may cover: 2^59, so that every buffer's length in
+// bytes (at most 8 per element), and the sum of a few of them, fit in int64_t. run() rejects a
+// larger launch; below it, ArgSpec::elements and byte counts cannot overflow.
+constexpr int64_t kMaxElements = int64_t(1) << 59;
+
 // One argument of a kernel, in the order run() takes them.
 struct ArgSpec {
   std::string name;
   ScalarType dtype;
   bool output;
   ir::Extent extent;
+  // Callers keep rows*cols within kMaxElements (run() checks it), so this does not overflow.
   int64_t elements(int64_t rows, int64_t cols) const {
     return extent == ir::Extent::rows_by_cols ? rows * cols : extent == ir::Extent::cols ? cols : rows;
   }
