@@ -139,26 +139,15 @@ std::optional<Entry> load(const std::string& key) {
     fs::remove(path, ec);
     return std::nullopt;
   };
-  if (file.size() < kHeader || std::memcmp(file.data(), kMagic, 8) != 0) return reject();
-  uint64_t length = 0;
-  std::memcpy(&length, file.data() + 8, 8);
-  if (length != file.size() - kHeader) return reject();
-  const std::string payload = file.substr(kHeader);
-  if (sha256(payload) != file.substr(16, 32)) return reject();
-  Reader r{payload};
-  Entry e;
-  e.symbol = r.bytes(r.get<uint32_t>());
-  e.rows_in_flight = r.get<int32_t>();
-  e.object = r.bytes(r.get<uint64_t>());
-  if (!r.ok || r.at != payload.size() || e.symbol.empty() || e.object.empty() || e.rows_in_flight < 1) return reject();
+  std::optional<Entry> e = decode(file);
+  if (!e) return reject();
   std::error_code ec;
   fs::last_write_time(path, fs::file_time_type::clock::now(), ec);  // recently used: evicted last
   ++hits;
   return e;
 }
 
-void store(const std::string& key, const Entry& e) {
-  const Settings st = settings();
+std::string encode(const Entry& e) {
   std::string payload;
   put_u32(payload, static_cast<uint32_t>(e.symbol.size()));
   payload += e.symbol;
@@ -169,6 +158,28 @@ void store(const std::string& key, const Entry& e) {
   put_u64(file, payload.size());
   file += sha256(payload);
   file += payload;
+  return file;
+}
+
+std::optional<Entry> decode(const std::string& file) {
+  if (file.size() < kHeader || std::memcmp(file.data(), kMagic, 8) != 0) return std::nullopt;
+  uint64_t length = 0;
+  std::memcpy(&length, file.data() + 8, 8);
+  if (length != file.size() - kHeader) return std::nullopt;
+  const std::string payload = file.substr(kHeader);
+  if (sha256(payload) != file.substr(16, 32)) return std::nullopt;
+  Reader r{payload};
+  Entry e;
+  e.symbol = r.bytes(r.get<uint32_t>());
+  e.rows_in_flight = r.get<int32_t>();
+  e.object = r.bytes(r.get<uint64_t>());
+  if (!r.ok || r.at != payload.size() || e.symbol.empty() || e.object.empty() || e.rows_in_flight < 1) return std::nullopt;
+  return e;
+}
+
+void store(const std::string& key, const Entry& e) {
+  const Settings st = settings();
+  const std::string file = encode(e);
 
   std::error_code ec;
   fs::create_directories(st.dir, ec);

@@ -33,6 +33,14 @@ struct Settings {
 };
 Settings settings();
 
+// An entry file's bytes, and back (the layout is in src/disk_cache.cpp). decode returns nothing
+// for anything encode did not write: a wrong magic or length, a SHA-256 that does not match, a
+// field running past the payload, bytes left over, an empty symbol or object, rows in flight
+// below 1. It reads only `file`, and never throws for any bytes. load() is a file read, decode,
+// and the removal of a rejected file.
+std::string encode(const Entry& e);
+std::optional<Entry> decode(const std::string& file);
+
 // The cache key for `material`: its SHA-256 in hex.
 std::string key(const std::string& material);
 
