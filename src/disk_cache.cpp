@@ -7,9 +7,12 @@
 //   payload: u32 symbol length, symbol, i32 rows in flight, u64 object length, object
 #include "ordo/disk_cache.hpp"
 
+#include <fcntl.h>
 #include <fmt/format.h>
+#include <sys/file.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -32,6 +35,7 @@ namespace {
 constexpr char kMagic[8] = {'O', 'R', 'D', 'O', 'O', 'B', 'J', '1'};
 constexpr size_t kHeader = 8 + 8 + 32;
 constexpr const char* kSuffix = ".ordo";
+constexpr const char* kLockSuffix = ".lock";  // KeyLock's file, beside the entry of the same key
 
 std::atomic<uint64_t> hits{0}, misses{0}, rejected{0}, writes{0}, write_failures{0}, evictions{0};
 std::mutex evict_mu;  // one eviction pass at a time in this process
@@ -93,6 +97,10 @@ void evict_past_bound() {
   for (const File& f : files) {
     if (total <= st.max_bytes) break;
     if (fs::remove(f.path, ec)) ++evictions;
+    // Its lock file too, so they do not pile up. A process that still waits on the removed file
+    // may then compile the key alongside another one: slower, never wrong.
+    fs::path lock = f.path;
+    fs::remove(lock.replace_extension(kLockSuffix), ec);
     total -= f.size;
   }
 }
@@ -206,6 +214,25 @@ void store(const std::string& key, const Entry& e) {
   evict_past_bound();
 }
 
+KeyLock::KeyLock(const std::string& key) {
+  const Settings st = settings();
+  std::error_code ec;
+  fs::create_directories(st.dir, ec);
+  fd_ = ::open((fs::path(st.dir) / (key + kLockSuffix)).c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd_ < 0) return;
+  int rc;
+  do rc = ::flock(fd_, LOCK_EX);  // waits while another thread or process holds the key
+  while (rc != 0 && errno == EINTR);
+  if (rc != 0) {
+    ::close(fd_);
+    fd_ = -1;
+  }
+}
+
+KeyLock::~KeyLock() {
+  if (fd_ >= 0) ::close(fd_);  // closing the last descriptor of the open file releases the lock
+}
+
 void discard(const std::string& key) {
   std::error_code ec;
   fs::remove(entry_path(key), ec);
@@ -233,9 +260,11 @@ uint64_t clear() {
   std::error_code ec;
   std::vector<fs::path> victims;
   for (const fs::directory_entry& e : fs::directory_iterator(settings().dir, ec))
-    if (e.path().extension() == kSuffix || e.path().filename().string().find(".tmp.") != std::string::npos) victims.push_back(e.path());
+    if (e.path().extension() == kSuffix || e.path().extension() == kLockSuffix ||
+        e.path().filename().string().find(".tmp.") != std::string::npos)
+      victims.push_back(e.path());
   for (const fs::path& p : victims)
-    if (fs::remove(p, ec)) ++n;
+    if (fs::remove(p, ec) && p.extension() == kSuffix) ++n;
   return n;
 }
 

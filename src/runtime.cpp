@@ -150,6 +150,10 @@ KernelHandle compile_uncached(const Request& r) {
         use_disk ? disk_cache::key(fmt::format("ordo {}\n{}\n{}\n{}", kOrdoVersion, llvm_backend::fingerprint(), r.key(),
                                                ir::print(k->kernel_)))
                  : std::string();
+    // Held while this key is loaded, or compiled and stored: a thread or process that asks for
+    // the same new kernel meanwhile waits, then loads it (include/ordo/disk_cache.hpp).
+    std::optional<disk_cache::KeyLock> key_lock;
+    if (use_disk) key_lock.emplace(disk_key);
     if (use_disk) {
       if (std::optional<disk_cache::Entry> e = disk_cache::load(disk_key)) {
         try {

@@ -52,6 +52,24 @@ void store(const std::string& key, const Entry& e);
 // Removes an entry that loaded but that the backend then rejected.
 void discard(const std::string& key);
 
+// An exclusive lock on one key among every thread and process that shares the cache directory,
+// held for the object's lifetime: flock(2) on an empty file <key>.lock beside the entry.
+// compile_uncached holds it while it loads a key, or compiles and stores it, so that threads and
+// processes asking for one new kernel at once compile it once: the others wait, then load it.
+// Where no lock file can be made (no directory, a read-only one) nothing is held, and a key may
+// be compiled more than once, which is slower but no less correct.
+class KeyLock {
+ public:
+  explicit KeyLock(const std::string& key);
+  ~KeyLock();
+  KeyLock(const KeyLock&) = delete;
+  KeyLock& operator=(const KeyLock&) = delete;
+  bool held() const { return fd_ >= 0; }
+
+ private:
+  int fd_ = -1;
+};
+
 // This process's counters.
 struct Counters {
   uint64_t hits = 0, misses = 0, rejected = 0, writes = 0, write_failures = 0, evictions = 0;
