@@ -51,7 +51,8 @@ std::string to_string(Type t);
   X(GridExtent, 0, "grid_extent")                                                            \
   /* Elements [i, i+lanes) of buffer Expr::index; i is args[0] (i64), in elements. */         \
   X(Load, 1, "load")                                                                         \
-  /* f32/f64: IEEE with RNE. i64: two's complement; Div/Rem truncate (operands >= 0).        \
+  /* f32/f64: IEEE with RNE. i64: two's complement, wrapping; Div/Rem truncate, defined for  \
+     a dividend >= 0 and a divisor > 0 only (the interpreter reports any other as an error). \
      i32 (Add, Sub, Mul only): two's complement, wrapping. */                                \
   X(Add, 2, "add")                                                                           \
   X(Sub, 2, "sub")                                                                           \
@@ -126,7 +127,10 @@ struct Expr {
 enum class StmtKind : uint8_t {
   Assign,  // locals[target] = value
   Store,   // buffer[target][index .. index+lanes) = value
-  For,     // for (locals[target] = begin; < end; += step) body. step is a positive constant.
+  For,     // for (locals[target] = begin; < end; += step) body. step is a positive constant. The
+           // variable takes begin + j*step, j = 0, 1, ..., while that value, computed exactly, is
+           // below end: it never wraps around INT64_MAX. After a loop that ran no trip it is
+           // unassigned.
   If,      // if (cond) body else else_body
   Region,  // body, labelled: the expansion of one reduction and the Order that produced it
 };
@@ -154,7 +158,7 @@ std::string_view name(Extent e);
 
 struct Buffer {
   std::string name;
-  ScalarType elem;
+  ScalarType elem;  // any type but bool (the verifier's rule: a bool has no layout in memory)
   bool output = false;
   Extent extent = Extent::rows_by_cols;
 };

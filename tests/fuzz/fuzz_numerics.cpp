@@ -34,6 +34,8 @@ namespace {
 
 using namespace ordo;
 
+// The ops whose inputs this target knows how to fill (x, weight, bias over N). A new op joins
+// here with its inputs.
 constexpr OpKind kOps[] = {OpKind::layer_norm, OpKind::rms_norm, OpKind::var_mean, OpKind::softmax, OpKind::log_softmax};
 constexpr ScalarType kStorage[] = {ScalarType::f32, ScalarType::bf16, ScalarType::f16};
 // N: lane (8, 16, 32), chunk (16 vectors of 8 or 16 lanes), pairwise block (128) and numpy's
@@ -219,6 +221,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   } catch (const std::exception& e) {
     fuzz::broken(fmt::format("a launch failed: {}: {}", r.key(), e.what()));
   }
+  // ORDO_FUZZ_TRACE=1 names every compared case on stderr: what a run covered.
+  static const bool trace = std::getenv("ORDO_FUZZ_TRACE") != nullptr;
+  if (trace) fmt::print(stderr, "compared {} rows={} threads={}\n", r.key(), rows, threads);
   for (size_t i = 0; i < a.args.size(); ++i) {
     const ArgSpec& arg = a.args[i];
     if (!arg.output) continue;
