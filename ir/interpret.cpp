@@ -76,6 +76,12 @@ double to_double(ScalarType t, Lane l) {
   }
 }
 
+// Elements [at, at + n) lie inside [0, elements), tested without computing at + n, which could
+// overflow.
+bool in_bounds(int64_t at, int n, int64_t elements) { return at >= 0 && n <= elements && at <= elements - n; }
+// The end of [at, at + n) for a message, also where at + n would overflow.
+std::string end_text(int64_t at, int n) { return at <= INT64_MAX - n ? fmt::format("{}", at + n) : fmt::format("{}+{}", at, n); }
+
 struct Machine {
   const Kernel& k;
   std::vector<BufferArg> buffers;  // the arguments, then each scratch buffer's storage
@@ -110,8 +116,8 @@ struct Machine {
       case Op::Load: {
         const BufferArg& b = buffers[static_cast<size_t>(e.index)];
         int64_t at = eval(*e.args[0]).lane[0].i;
-        if (at < 0 || at + n > b.elements)
-          throw Error(fmt::format("interpreter: load {}[{}..{}) outside [0, {})", k.buffers[static_cast<size_t>(e.index)].name, at, at + n, b.elements));
+        if (!in_bounds(at, n, b.elements))
+          throw Error(fmt::format("interpreter: load {}[{}..{}) outside [0, {})", k.buffers[static_cast<size_t>(e.index)].name, at, end_text(at, n), b.elements));
         const int sz = size_bytes(t);
         for (int i = 0; i < n; ++i) {
           const char* p = static_cast<const char*>(b.data) + (at + i) * sz;
@@ -148,11 +154,17 @@ struct Machine {
             v.lane[i].i = static_cast<int32_t>(r);
           } else {
             int64_t x = a.lane[i].i, y = b.lane[i].i;
-            if ((e.op == Op::Div || e.op == Op::Rem) && y == 0) throw Error("interpreter: integer division by zero");
+            // Div and Rem are defined for x >= 0 and y > 0 only (ir.hpp): the backends emit a
+            // signed division, which traps or is undefined outside that range.
+            if ((e.op == Op::Div || e.op == Op::Rem) && (x < 0 || y <= 0))
+              throw Error(fmt::format("interpreter: i64 {}({}, {}) needs a dividend >= 0 and a divisor > 0", spelling(e.op), x, y));
+            // Add, Sub and Mul wrap around (two's complement), computed in unsigned arithmetic,
+            // where wrapping is defined in C++, as it is for LLVM's add/sub/mul without nsw.
+            const uint64_t ux = static_cast<uint64_t>(x), uy = static_cast<uint64_t>(y);
             switch (e.op) {
-              case Op::Add: v.lane[i].i = x + y; break;
-              case Op::Sub: v.lane[i].i = x - y; break;
-              case Op::Mul: v.lane[i].i = x * y; break;
+              case Op::Add: v.lane[i].i = static_cast<int64_t>(ux + uy); break;
+              case Op::Sub: v.lane[i].i = static_cast<int64_t>(ux - uy); break;
+              case Op::Mul: v.lane[i].i = static_cast<int64_t>(ux * uy); break;
               case Op::Div: v.lane[i].i = x / y; break;
               case Op::Rem: v.lane[i].i = x % y; break;
               case Op::Min: v.lane[i].i = std::min(x, y); break;
@@ -293,20 +305,28 @@ struct Machine {
             break;
           }
           const int64_t at = index.lane[0].i;
-          if (at < 0 || at + n > b.elements)
-            throw Error(fmt::format("interpreter: store {}[{}..{}) outside [0, {})", k.buffers[static_cast<size_t>(s.target)].name, at, at + n, b.elements));
+          if (!in_bounds(at, n, b.elements))
+            throw Error(fmt::format("interpreter: store {}[{}..{}) outside [0, {})", k.buffers[static_cast<size_t>(s.target)].name, at, end_text(at, n), b.elements));
           for (int i = 0; i < n; ++i)
             std::memcpy(static_cast<char*>(b.data) + (at + i) * sz, &v.lane[i], static_cast<size_t>(sz));
           break;
         }
         case StmtKind::For: {
+          // The variable takes begin, begin + step, ... while that value, computed exactly, is
+          // below end. It never wraps around: the loop ends where the next value would pass
+          // INT64_MAX. After the loop it holds its last value; after a loop that ran no
+          // iteration it is unassigned, as a local assigned only inside the body would be.
           const int64_t begin = eval(*s.begin).lane[0].i, end = eval(*s.end).lane[0].i;
           Value& iv = locals[static_cast<size_t>(s.target)];
           iv.type = Type{ScalarType::i64, 1};
-          assigned[static_cast<size_t>(s.target)] = 1;
-          for (int64_t i = begin; i < end; i += s.step) {
+          const uint64_t step = static_cast<uint64_t>(s.step);
+          for (int64_t i = begin; i < end;) {
             iv.lane[0].i = i;
+            assigned[static_cast<size_t>(s.target)] = 1;
             run(s.body);
+            // end - i is positive here, and exact as an unsigned number.
+            if (static_cast<uint64_t>(end) - static_cast<uint64_t>(i) <= step) break;
+            i = static_cast<int64_t>(static_cast<uint64_t>(i) + step);
           }
           break;
         }
@@ -343,7 +363,11 @@ void interpret(const Kernel& k, const std::vector<BufferArg>& buffers, const std
   // Instances are independent; run them in row-major grid order.
   std::vector<int64_t>& p = m.pid;
   int64_t total = 1;
-  for (int64_t e : extents) total *= e;
+  for (int64_t e : extents) {
+    if (e < 0) throw Error(fmt::format("interpreter: grid extent {} is negative", e));
+    if (e != 0 && total > INT64_MAX / e) throw Error("interpreter: the grid has more than INT64_MAX instances");
+    total *= e;
+  }
   for (int64_t flat = 0; flat < total; ++flat) {
     int64_t rest = flat;
     for (int d = k.grid_rank - 1; d >= 0; --d) {

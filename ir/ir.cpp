@@ -173,8 +173,23 @@ void Builder::store(int buffer, ExprRef index, ExprRef value) {
 // ---------------------------------------------------------------------------------------------
 // Printer
 
+// The printer is total: the verifier prints the nodes it rejects, so a malformed kernel (null
+// operands, unknown locals, buffers or tables, operand counts that differ from the op's arity)
+// must print too, with "?" in the place of what is missing, and never throw.
+namespace {
+std::string local_name(const Kernel& k, int64_t id) {
+  if (id < 0 || id >= static_cast<int64_t>(k.locals.size())) return fmt::format("?local{}", id);
+  return k.locals[static_cast<size_t>(id)].name;
+}
+std::string buffer_name(const Kernel& k, int64_t id) {
+  if (id < 0 || id >= static_cast<int64_t>(k.buffers.size())) return fmt::format("?buffer{}", id);
+  return k.buffers[static_cast<size_t>(id)].name;
+}
+std::string print_ref(const ExprRef& e, const Kernel& k) { return e ? print(*e, k) : std::string("?null"); }
+}  // namespace
+
 std::string print(const Expr& e, const Kernel& k) {
-  auto arg = [&](size_t i) { return print(*e.args[i], k); };
+  auto arg = [&](size_t i) { return i < e.args.size() ? print_ref(e.args[i], k) : std::string("?missing"); };
   switch (e.op) {
     case Op::Const:
       if (is_float(e.type.scalar)) {
@@ -186,15 +201,15 @@ std::string print(const Expr& e, const Kernel& k) {
       if (e.type.scalar == ScalarType::boolean) return e.imm_i ? "true" : "false";
       return fmt::format("{}", e.imm_i);
     case Op::Var:
-      return "%" + k.locals.at(static_cast<size_t>(e.index)).name;
+      return fmt::format("%{}", local_name(k, e.index));
     case Op::ProgramId:
       return fmt::format("program_id({})", e.index);
     case Op::GridExtent:
       return fmt::format("grid_extent({})", e.index);
     case Op::Load:
-      return fmt::format("load.{}({}[{}])", to_string(e.type), k.buffers.at(static_cast<size_t>(e.index)).name, arg(0));
+      return fmt::format("load.{}({}[{}])", to_string(e.type), buffer_name(k, e.index), arg(0));
     case Op::Gather:
-      return fmt::format("gather.{}({}[{}])", to_string(e.type), k.buffers.at(static_cast<size_t>(e.index)).name, arg(0));
+      return fmt::format("gather.{}({}[{}])", to_string(e.type), buffer_name(k, e.index), arg(0));
     case Op::Iota:
       return fmt::format("iota.{}", to_string(e.type));
     case Op::Extract:
@@ -221,22 +236,22 @@ void print_stmts(const std::vector<Stmt>& body, const Kernel& k, int depth, std:
   for (const Stmt& s : body) {
     switch (s.kind) {
       case StmtKind::Assign: {
-        const Local& l = k.locals.at(static_cast<size_t>(s.target));
-        out += fmt::format("{}%{}: {} = {}\n", pad, l.name, to_string(l.type), print(*s.value, k));
+        const bool known = s.target >= 0 && s.target < static_cast<int>(k.locals.size());
+        out += fmt::format("{}%{}: {} = {}\n", pad, local_name(k, s.target),
+                           known ? to_string(k.locals[static_cast<size_t>(s.target)].type) : "?", print_ref(s.value, k));
         break;
       }
       case StmtKind::Store:
-        out += fmt::format("{}store {}[{}] = {}\n", pad, k.buffers.at(static_cast<size_t>(s.target)).name,
-                           print(*s.index, k), print(*s.value, k));
+        out += fmt::format("{}store {}[{}] = {}\n", pad, buffer_name(k, s.target), print_ref(s.index, k), print_ref(s.value, k));
         break;
       case StmtKind::For:
-        out += fmt::format("{}for %{} in [{}, {}) step {} {{\n", pad, k.locals.at(static_cast<size_t>(s.target)).name,
-                           print(*s.begin, k), print(*s.end, k), s.step);
+        out += fmt::format("{}for %{} in [{}, {}) step {} {{\n", pad, local_name(k, s.target), print_ref(s.begin, k),
+                           print_ref(s.end, k), s.step);
         print_stmts(s.body, k, depth + 1, out);
         out += pad + "}\n";
         break;
       case StmtKind::If:
-        out += fmt::format("{}if {} {{\n", pad, print(*s.value, k));
+        out += fmt::format("{}if {} {{\n", pad, print_ref(s.value, k));
         print_stmts(s.body, k, depth + 1, out);
         if (!s.else_body.empty()) {
           out += pad + "} else {\n";

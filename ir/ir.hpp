@@ -56,8 +56,9 @@ std::string to_string(Type t);
   X(Gather, 1, "gather")                                                                     \
   /* The i64 vector 0, 1, ..., lanes-1: which lane is which, for lane-dependent indices. */   \
   X(Iota, 0, "iota")                                                                         \
-  /* f32/f64: IEEE with RNE. i64: two's complement, lane-wise on vectors (Add, Sub, Mul,     \
-     Min, Max); Div/Rem truncate (scalar operands >= 0).                                      \
+  /* f32/f64: IEEE with RNE. i64: two's complement, wrapping, lane-wise on vectors (Add, Sub, \
+     Mul, Min, Max); Div/Rem are scalar and truncate, defined for a dividend >= 0 and a       \
+     divisor > 0 only (the interpreter reports any other as an error).                        \
      i32 (Add, Sub, Mul only): two's complement, wrapping. */                                \
   X(Add, 2, "add")                                                                           \
   X(Sub, 2, "sub")                                                                           \
@@ -134,7 +135,10 @@ enum class StmtKind : uint8_t {
   Store,   // buffer[target][index .. index+lanes) = value. With an i64 vector index of the
            // value's lanes it is a scatter: lane l goes to buffer[index[l]], lanes in order
            // 0, 1, ... (so of two lanes with one index the higher lane's value stays).
-  For,     // for (locals[target] = begin; < end; += step) body. step is a positive constant.
+  For,     // for (locals[target] = begin; < end; += step) body. step is a positive constant. The
+           // variable takes begin + j*step, j = 0, 1, ..., while that value, computed exactly, is
+           // below end: it never wraps around INT64_MAX. After a loop that ran no trip it is
+           // unassigned.
   If,      // if (cond) body else else_body
   Region,  // body, labelled: the expansion of one reduction and the Order that produced it
 };
@@ -166,7 +170,7 @@ std::string_view name(Extent e);
 
 struct Buffer {
   std::string name;
-  ScalarType elem;
+  ScalarType elem;  // any type but bool (the verifier's rule: a bool has no layout in memory)
   bool output = false;  // written by the kernel (scratch buffers count as outputs)
   Extent extent = Extent::rows_by_cols;
   int64_t per_row = 0;  // rows_by_fixed and scratch: the K above

@@ -30,12 +30,17 @@ struct Verifier {
     return false;
   }
 
+  // Whether e is the same in every program instance. Also called (by mark_nonuniform) on
+  // expressions not yet checked, so it must not trust them: a null operand or an unknown local
+  // counts as non-uniform here, and expr() reports it when it reaches it.
   bool uniform(const Expr& e) const {
     if (e.op == Op::ProgramId || e.op == Op::Load || e.op == Op::Gather) return false;
-    if (e.op == Op::Var && nonuniform[static_cast<size_t>(e.index)]) return false;
+    if (e.op == Op::Var && (e.index < 0 || e.index >= static_cast<int64_t>(nonuniform.size()) ||
+                            nonuniform[static_cast<size_t>(e.index)]))
+      return false;
     if (is_float(e.type.scalar)) return false;
     for (const ExprRef& a : e.args)
-      if (!uniform(*a)) return false;
+      if (!a || !uniform(*a)) return false;
     return true;
   }
 
@@ -186,7 +191,8 @@ struct Verifier {
     switch (s.kind) {
       case StmtKind::Assign: {
         if (s.target < 0 || s.target >= static_cast<int>(k.locals.size())) return stmt_fail(s, "unknown local");
-        if (!s.value || !expr(*s.value)) return false;
+        if (!s.value) return stmt_fail(s, "assignment has no value");
+        if (!expr(*s.value)) return false;
         if (loop_var[static_cast<size_t>(s.target)]) return stmt_fail(s, "assigns a loop variable");
         const Type lt = k.locals[static_cast<size_t>(s.target)].type;
         if (s.value->type != lt) return stmt_fail(s, fmt::format("value is {}, local is {}", to_string(s.value->type), to_string(lt)));
@@ -195,7 +201,8 @@ struct Verifier {
       }
       case StmtKind::Store: {
         if (s.target < 0 || s.target >= static_cast<int>(k.buffers.size())) return stmt_fail(s, "unknown buffer");
-        if (!s.index || !s.value || !expr(*s.index) || !expr(*s.value)) return false;
+        if (!s.index || !s.value) return stmt_fail(s, "store needs an index and a value");
+        if (!expr(*s.index) || !expr(*s.value)) return false;
         const Buffer& b = k.buffers[static_cast<size_t>(s.target)];
         if (!b.output) return stmt_fail(s, fmt::format("buffer {} is an input", b.name));
         if (s.value->type.scalar != b.elem) return stmt_fail(s, fmt::format("stores {} into {}[]", to_string(s.value->type), name(b.elem)));
@@ -205,7 +212,8 @@ struct Verifier {
       }
       case StmtKind::For: {
         if (s.target < 0 || s.target >= static_cast<int>(k.locals.size())) return stmt_fail(s, "unknown loop variable");
-        if (!s.begin || !s.end || !expr(*s.begin) || !expr(*s.end)) return false;
+        if (!s.begin || !s.end) return stmt_fail(s, "loop needs a begin and an end");
+        if (!expr(*s.begin) || !expr(*s.end)) return false;
         if (k.locals[static_cast<size_t>(s.target)].type != Type{ScalarType::i64, 1}) return stmt_fail(s, "loop variable must be i64");
         if (s.begin->type != Type{ScalarType::i64, 1} || s.end->type != Type{ScalarType::i64, 1}) return stmt_fail(s, "loop bounds must be i64");
         if (!uniform(*s.begin) || !uniform(*s.end)) return stmt_fail(s, "loop bounds depend on program_id or data");
@@ -216,7 +224,8 @@ struct Verifier {
         return stmts(s.body);
       }
       case StmtKind::If:
-        if (!s.value || !expr(*s.value)) return false;
+        if (!s.value) return stmt_fail(s, "if has no condition");
+        if (!expr(*s.value)) return false;
         if (s.value->type != Type{ScalarType::boolean, 1}) return stmt_fail(s, "condition must be a scalar bool");
         if (!uniform(*s.value)) return stmt_fail(s, "condition depends on program_id or data");
         return stmts(s.body) && stmts(s.else_body);
@@ -268,6 +277,10 @@ std::string verify(const Kernel& k) {
     if (seen_scratch && is_argument(b)) return fmt::format("kernel {}: argument {} follows a scratch buffer", k.name, b.name);
     seen_scratch |= !is_argument(b);
   }
+  // Memory holds numbers only. A bool has no agreed layout in memory: the interpreter keeps one
+  // byte per lane, while LLVM packs a vector of i1 into bits.
+  for (const Buffer& b : k.buffers)
+    if (b.elem == ScalarType::boolean) return fmt::format("kernel {}: buffer {} has element type bool; buffers hold numbers", k.name, b.name);
   for (size_t i = 0; i < k.locals.size(); ++i)
     if (is_float(k.locals[i].type.scalar) || k.locals[i].type.scalar == ScalarType::boolean) v.nonuniform[i] = 1;
   mark_nonuniform(v);

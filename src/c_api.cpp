@@ -117,7 +117,12 @@ int ordo_request_set(ordo_request* req, const char* key_c, const char* value_c) 
     } else if (key == "weight") r.has_weight = flag(v, key);
     else if (key == "bias") r.has_bias = flag(v, key);
     else if (key == "allow_mixed_dtypes") r.allow_mixed_dtypes = flag(v, key);
-    else if (key == "rows_in_flight") r.rows_in_flight = static_cast<int>(integer(v, key));
+    else if (key == "rows_in_flight") {
+      // Range-checked before it narrows to int: a value past INT_MAX must not wrap into range.
+      const int64_t n = integer(v, key);
+      if (n < 0 || n > 16) throw ordo::Error(fmt::format("rows_in_flight: {} outside [0, 16]", n));
+      r.rows_in_flight = static_cast<int>(n);
+    }
     else if (key == "seq_q") r.seq_q = integer(v, key);
     else if (key == "seq_k") r.seq_k = integer(v, key);
     else if (key == "causal") r.causal = flag(v, key);

@@ -1,6 +1,7 @@
 #include "ordo/compare.hpp"
 
 #include <fmt/format.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <bit>
@@ -72,6 +73,17 @@ HostBuffers make_buffers(const CompiledKernel& k, int64_t rows, uint64_t seed, d
   HostBuffers h;
   h.args = k.args();
   const int64_t cols = k.request().cols;
+  // Refuse, before allocating, a launch whose buffers could not fit in this machine's memory:
+  // the allocation would fail with std::bad_alloc, or succeed (overcommit) and be killed later.
+  if (rows < 0) throw Error(fmt::format("rows must be >= 0, got {}", rows));
+  if (rows > 0 && cols > kMaxElements / rows)
+    throw Error(fmt::format("rows={} with N={}: rows*N exceeds the {} elements a launch may have", rows, cols, kMaxElements));
+  double total = 0;  // bytes of every buffer; a double, as a sum of int64_t could overflow
+  for (const ArgSpec& a : h.args) total += static_cast<double>(a.elements(rows, cols)) * size_bytes(a.dtype);
+  const double physical = static_cast<double>(::sysconf(_SC_PHYS_PAGES)) * static_cast<double>(::sysconf(_SC_PAGE_SIZE));
+  if (physical > 0 && total > physical)
+    throw Error(fmt::format("rows={} with N={} needs {:.1f} GiB of buffers; this machine has {:.1f} GiB of memory", rows, cols,
+                            total / (1 << 30), physical / (1 << 30)));
   for (size_t i = 0; i < h.args.size(); ++i) {
     const ArgSpec& a = h.args[i];
     const int64_t n = a.elements(rows, cols);

@@ -7,9 +7,12 @@
 //   payload: u32 symbol length, symbol, i32 rows in flight, u64 object length, object
 #include "ordo/disk_cache.hpp"
 
+#include <fcntl.h>
 #include <fmt/format.h>
+#include <sys/file.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -32,6 +35,7 @@ namespace {
 constexpr char kMagic[8] = {'O', 'R', 'D', 'O', 'O', 'B', 'J', '1'};
 constexpr size_t kHeader = 8 + 8 + 32;
 constexpr const char* kSuffix = ".ordo";
+constexpr const char* kLockSuffix = ".lock";  // KeyLock's file, beside the entry of the same key
 
 std::atomic<uint64_t> hits{0}, misses{0}, rejected{0}, writes{0}, write_failures{0}, evictions{0};
 std::mutex evict_mu;  // one eviction pass at a time in this process
@@ -93,6 +97,10 @@ void evict_past_bound() {
   for (const File& f : files) {
     if (total <= st.max_bytes) break;
     if (fs::remove(f.path, ec)) ++evictions;
+    // Its lock file too, so they do not pile up. A process that still waits on the removed file
+    // may then compile the key alongside another one: slower, never wrong.
+    fs::path lock = f.path;
+    fs::remove(lock.replace_extension(kLockSuffix), ec);
     total -= f.size;
   }
 }
@@ -139,26 +147,15 @@ std::optional<Entry> load(const std::string& key) {
     fs::remove(path, ec);
     return std::nullopt;
   };
-  if (file.size() < kHeader || std::memcmp(file.data(), kMagic, 8) != 0) return reject();
-  uint64_t length = 0;
-  std::memcpy(&length, file.data() + 8, 8);
-  if (length != file.size() - kHeader) return reject();
-  const std::string payload = file.substr(kHeader);
-  if (sha256(payload) != file.substr(16, 32)) return reject();
-  Reader r{payload};
-  Entry e;
-  e.symbol = r.bytes(r.get<uint32_t>());
-  e.rows_in_flight = r.get<int32_t>();
-  e.object = r.bytes(r.get<uint64_t>());
-  if (!r.ok || r.at != payload.size() || e.symbol.empty() || e.object.empty() || e.rows_in_flight < 1) return reject();
+  std::optional<Entry> e = decode(file);
+  if (!e) return reject();
   std::error_code ec;
   fs::last_write_time(path, fs::file_time_type::clock::now(), ec);  // recently used: evicted last
   ++hits;
   return e;
 }
 
-void store(const std::string& key, const Entry& e) {
-  const Settings st = settings();
+std::string encode(const Entry& e) {
   std::string payload;
   put_u32(payload, static_cast<uint32_t>(e.symbol.size()));
   payload += e.symbol;
@@ -169,6 +166,28 @@ void store(const std::string& key, const Entry& e) {
   put_u64(file, payload.size());
   file += sha256(payload);
   file += payload;
+  return file;
+}
+
+std::optional<Entry> decode(const std::string& file) {
+  if (file.size() < kHeader || std::memcmp(file.data(), kMagic, 8) != 0) return std::nullopt;
+  uint64_t length = 0;
+  std::memcpy(&length, file.data() + 8, 8);
+  if (length != file.size() - kHeader) return std::nullopt;
+  const std::string payload = file.substr(kHeader);
+  if (sha256(payload) != file.substr(16, 32)) return std::nullopt;
+  Reader r{payload};
+  Entry e;
+  e.symbol = r.bytes(r.get<uint32_t>());
+  e.rows_in_flight = r.get<int32_t>();
+  e.object = r.bytes(r.get<uint64_t>());
+  if (!r.ok || r.at != payload.size() || e.symbol.empty() || e.object.empty() || e.rows_in_flight < 1) return std::nullopt;
+  return e;
+}
+
+void store(const std::string& key, const Entry& e) {
+  const Settings st = settings();
+  const std::string file = encode(e);
 
   std::error_code ec;
   fs::create_directories(st.dir, ec);
@@ -193,6 +212,25 @@ void store(const std::string& key, const Entry& e) {
   }
   ++writes;
   evict_past_bound();
+}
+
+KeyLock::KeyLock(const std::string& key) {
+  const Settings st = settings();
+  std::error_code ec;
+  fs::create_directories(st.dir, ec);
+  fd_ = ::open((fs::path(st.dir) / (key + kLockSuffix)).c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd_ < 0) return;
+  int rc;
+  do rc = ::flock(fd_, LOCK_EX);  // waits while another thread or process holds the key
+  while (rc != 0 && errno == EINTR);
+  if (rc != 0) {
+    ::close(fd_);
+    fd_ = -1;
+  }
+}
+
+KeyLock::~KeyLock() {
+  if (fd_ >= 0) ::close(fd_);  // closing the last descriptor of the open file releases the lock
 }
 
 void discard(const std::string& key) {
@@ -222,9 +260,11 @@ uint64_t clear() {
   std::error_code ec;
   std::vector<fs::path> victims;
   for (const fs::directory_entry& e : fs::directory_iterator(settings().dir, ec))
-    if (e.path().extension() == kSuffix || e.path().filename().string().find(".tmp.") != std::string::npos) victims.push_back(e.path());
+    if (e.path().extension() == kSuffix || e.path().extension() == kLockSuffix ||
+        e.path().filename().string().find(".tmp.") != std::string::npos)
+      victims.push_back(e.path());
   for (const fs::path& p : victims)
-    if (fs::remove(p, ec)) ++n;
+    if (fs::remove(p, ec) && p.extension() == kSuffix) ++n;
   return n;
 }
 

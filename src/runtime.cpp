@@ -152,6 +152,10 @@ KernelHandle compile_uncached(const Request& r) {
         use_disk ? disk_cache::key(fmt::format("ordo {}\n{}\n{}\n{}", kOrdoVersion, llvm_backend::fingerprint(), r.key(),
                                                ir::print(k->kernel_)))
                  : std::string();
+    // Held while this key is loaded, or compiled and stored: a thread or process that asks for
+    // the same new kernel meanwhile waits, then loads it (include/ordo/disk_cache.hpp).
+    std::optional<disk_cache::KeyLock> key_lock;
+    if (use_disk) key_lock.emplace(disk_key);
     if (use_disk) {
       if (std::optional<disk_cache::Entry> e = disk_cache::load(disk_key)) {
         try {
@@ -253,6 +257,12 @@ CacheStats cache_stats() {
 
 void CompiledKernel::run(const std::vector<BufferRef>& buffers, int64_t rows, int threads, Stores stores) const {
   if (rows < 0) throw Error(fmt::format("rows must be >= 0, got {}", rows));
+  // Lengths and offsets are 64-bit everywhere (the IR's index type is i64, and so are the
+  // LLVM backend's addresses), so rows*N beyond 2^31 runs. Past kMaxElements, rows*N, or the
+  // bytes of a buffer of it, would overflow int64_t: such a launch is rejected here, before any
+  // length is computed from it.
+  if (rows > 0 && request_.cols > kMaxElements / rows)
+    throw Error(fmt::format("rows={} with N={}: rows*N exceeds the {} elements a launch may have", rows, request_.cols, kMaxElements));
   if (buffers.size() != args_.size()) {
     std::string names;
     for (const ArgSpec& a : args_) names += (names.empty() ? "" : ", ") + a.name;
@@ -306,9 +316,11 @@ void CompiledKernel::run(const std::vector<BufferRef>& buffers, int64_t rows, in
   }
   Entry entry = entry_;
   int64_t output_bytes = 0;
-  for (const ArgSpec& a : args_)
-    if (a.output && a.extent == ir::Extent::rows_by_cols) output_bytes += a.elements(rows, request_.cols) * size_bytes(a.dtype);
-  const bool stream = stores == Stores::streaming || (stores == Stores::automatic && output_bytes > (int64_t(32) << 20));
+  constexpr int64_t kStreamAbove = int64_t(32) << 20;
+  for (const ArgSpec& a : args_)  // each term is at most 2^62 bytes (kMaxElements); stop before a sum could overflow
+    if (a.output && a.extent == ir::Extent::rows_by_cols && output_bytes <= kStreamAbove)
+      output_bytes += a.elements(rows, request_.cols) * size_bytes(a.dtype);
+  const bool stream = stores == Stores::streaming || (stores == Stores::automatic && output_bytes > kStreamAbove);
   const int64_t flags = stream ? llvm_backend::kStreamOutputs : 0;
   // Enough rows per thread to amortize the hand-off; results do not depend on the split.
   int64_t work = 0;

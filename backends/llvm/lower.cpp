@@ -6,7 +6,10 @@
 #include <llvm/IR/Verifier.h>
 #include <llvm/Support/raw_ostream.h>
 
+#include <algorithm>
 #include <climits>
+#include <functional>
+#include <optional>
 #include <unordered_map>
 
 #include "backends/llvm/llvm_backend.hpp"
@@ -33,7 +36,87 @@ struct Lowerer {
   std::vector<std::vector<llvm::AllocaInst*>> locals;  // [local][instance]
   std::unordered_map<const Expr*, std::vector<llvm::Value*>> memo;  // within one statement
 
+  // Bounds on |value| of i64 locals (nullopt: unknown), for loop ends: see magnitude().
+  std::vector<std::optional<uint64_t>> local_bound;
+
   Lowerer(llvm::LLVMContext& c, const Kernel& kernel) : ctx(c), k(kernel), B(c) {}
+
+  // An upper bound on |e| for an i64 expression built from constants, tables, locals and
+  // arithmetic, or nullopt. Bounds stay below 2^62, so adding two never overflows; anything
+  // larger, and anything that depends on the launch (program_id, grid_extent) or on memory, is
+  // unknown. Sound for kernels the interpreter runs to the end (an i64 div/rem there has
+  // operands >= 0, so its result is at most its dividend). counted_loop uses it to keep the
+  // plain loop form where iv + step cannot overflow.
+  static constexpr uint64_t kBoundLimit = uint64_t(1) << 62;
+  std::optional<uint64_t> magnitude(const Expr& e) const {
+    auto known = [](uint64_t v) { return v < kBoundLimit ? std::optional<uint64_t>(v) : std::nullopt; };
+    auto arg = [&](size_t i) { return magnitude(*e.args[i]); };
+    if (e.type != Type{ScalarType::i64, 1}) return std::nullopt;
+    switch (e.op) {
+      case Op::Const: return known(e.imm_i < 0 ? 0 - static_cast<uint64_t>(e.imm_i) : static_cast<uint64_t>(e.imm_i));
+      case Op::Table: {
+        uint64_t m = 0;
+        for (int64_t v : k.tables[static_cast<size_t>(e.index)]) m = std::max(m, v < 0 ? 0 - static_cast<uint64_t>(v) : static_cast<uint64_t>(v));
+        return known(m);
+      }
+      case Op::Var: return local_bound[static_cast<size_t>(e.index)];
+      case Op::Add: case Op::Sub: {
+        auto a = arg(0), b = arg(1);
+        return a && b ? known(*a + *b) : std::nullopt;
+      }
+      case Op::Mul: {
+        auto a = arg(0), b = arg(1);
+        if (!a || !b) return std::nullopt;
+        return *b == 0 || *a <= kBoundLimit / *b ? known(*a * *b) : std::nullopt;
+      }
+      case Op::Div: case Op::Rem: return arg(0);
+      case Op::Min: case Op::Max: {
+        auto a = arg(0), b = arg(1);
+        return a && b ? std::optional<uint64_t>(std::max(*a, *b)) : std::nullopt;
+      }
+      case Op::Select: {
+        auto a = arg(1), b = arg(2);
+        return a && b ? std::optional<uint64_t>(std::max(*a, *b)) : std::nullopt;
+      }
+      default: return std::nullopt;
+    }
+  }
+
+  // local_bound for every local: the largest bound over its assignments (a loop variable: over
+  // its begin and end), to a fixed point. A local whose bound still grows after many rounds
+  // (n = n + 1 in a loop) becomes unknown; unknowns only spread, so this ends.
+  void bound_locals() {
+    local_bound.assign(k.locals.size(), uint64_t{0});
+    std::vector<int> grew(k.locals.size(), 0);
+    bool changed = true;
+    std::function<void(const std::vector<Stmt>&)> walk = [&](const std::vector<Stmt>& body) {
+      for (const Stmt& s : body) {
+        auto widen = [&](int local, std::optional<uint64_t> v) {
+          std::optional<uint64_t>& b = local_bound[static_cast<size_t>(local)];
+          if (!b) return;
+          if (!v || grew[static_cast<size_t>(local)] > 64) {
+            b = std::nullopt;
+            changed = true;
+          } else if (*v > *b) {
+            b = *v;
+            ++grew[static_cast<size_t>(local)];
+            changed = true;
+          }
+        };
+        if (s.kind == StmtKind::Assign) widen(s.target, magnitude(*s.value));
+        if (s.kind == StmtKind::For) {
+          auto b = magnitude(*s.begin), e = magnitude(*s.end);
+          widen(s.target, b && e ? std::optional<uint64_t>(std::max(*b, *e)) : std::nullopt);
+        }
+        walk(s.body);
+        walk(s.else_body);
+      }
+    };
+    while (changed) {
+      changed = false;
+      walk(k.body);
+    }
+  }
 
   llvm::Type* scalar(ScalarType t) {
     switch (t) {
@@ -204,8 +287,12 @@ struct Lowerer {
         case Op::Call: v = libm_call(static_cast<MathFn>(e.index), A(0), t); break;
         case Op::Select: v = B.CreateSelect(A(0), A(1), A(2)); break;
         case Op::Cast: v = cast(A(0), e.args[0]->type, t); break;
-        case Op::Broadcast: v = B.CreateVectorSplat(static_cast<unsigned>(t.lanes), A(0)); break;
-        case Op::Extract: v = B.CreateExtractElement(A(0), static_cast<uint64_t>(e.index)); break;
+        // A 1-lane value is an LLVM scalar, not a vector: broadcasting to one lane, or extracting
+        // lane 0 of a scalar, is the value itself.
+        case Op::Broadcast: v = t.lanes == 1 ? A(0) : B.CreateVectorSplat(static_cast<unsigned>(t.lanes), A(0)); break;
+        case Op::Extract:
+          v = e.args[0]->type.lanes == 1 ? A(0) : B.CreateExtractElement(A(0), static_cast<uint64_t>(e.index));
+          break;
         case Op::Table: {
           llvm::GlobalVariable* g = tables[static_cast<size_t>(e.index)];
           v = B.CreateLoad(B.getInt64Ty(), B.CreateGEP(g->getValueType(), g, {B.getInt64(0), A(0)}));
@@ -271,7 +358,9 @@ struct Lowerer {
         llvm::Value* begin = expr(*s.begin)[0];
         llvm::Value* end = expr(*s.end)[0];
         memo.clear();
-        counted_loop("for", begin, end, s.step, [&](llvm::Value* iv) {
+        const std::optional<uint64_t> end_bound = magnitude(*s.end);
+        const bool end_fits = end_bound && *end_bound <= static_cast<uint64_t>(INT64_MAX - s.step + 1);
+        counted_loop("for", begin, end, s.step, end_fits, [&](llvm::Value* iv) {
           for (int i = 0; i < R; ++i) B.CreateStore(iv, locals[size_t(s.target)][size_t(i)]);
           stmts(s.body);
           memo.clear();
@@ -330,21 +419,47 @@ struct Lowerer {
         locals[l].push_back(EB.CreateAlloca(type(k.locals[l].type), nullptr, k.locals[l].name));
   }
 
-  // for (iv = begin; iv < end; iv += step) body(iv), with the induction variable as a phi.
+  // for (iv = begin; iv < end; iv += step) body(iv), with the IR's meaning (ir/interpret.cpp):
+  // iv takes the values begin + j*step that are below end, computed exactly, and never wraps
+  // around. The plain loop (test iv < end, then iv += step) means exactly that when iv + step
+  // cannot overflow, that is when end <= INT64_MAX - step + 1: then every iv below end has room.
+  // That holds for an end whose magnitude() is below that bound (every loop gen/ writes: their
+  // ends come from constants and tables), and for the rows of a launch (the runtime keeps them
+  // far below 2^63); the caller says so with `end_fits`. Any other end, where a
+  // wrapping iv + step would restart below end and loop (nearly) forever, gets a loop that
+  // counts its trips instead:
+  //   trips = end > begin ? (end - begin - 1) / step + 1 : 0
+  // where end - begin, for end > begin, is exact as an unsigned 64-bit number; iv follows as a
+  // second induction variable, whose increment after the last trip may wrap and is never used.
   template <class F>
-  void counted_loop(const char* name, llvm::Value* begin, llvm::Value* end, int64_t step, F&& body) {
+  void counted_loop(const char* name, llvm::Value* begin, llvm::Value* end, int64_t step, bool end_fits, F&& body) {
+    llvm::Value* step_v = B.getInt64(static_cast<uint64_t>(step));
+    llvm::Value* trips = nullptr;
+    if (!end_fits) {
+      llvm::Value* span = B.CreateSub(end, begin);
+      trips = B.CreateSelect(B.CreateICmpSGT(end, begin),
+                             B.CreateAdd(B.CreateUDiv(B.CreateSub(span, B.getInt64(1)), step_v), B.getInt64(1)), B.getInt64(0),
+                             std::string(name) + ".trips");
+    }
     llvm::BasicBlock* pre = B.GetInsertBlock();
     llvm::BasicBlock* head = llvm::BasicBlock::Create(ctx, std::string(name) + ".head", fn);
     llvm::BasicBlock* body_bb = llvm::BasicBlock::Create(ctx, std::string(name) + ".body", fn);
     llvm::BasicBlock* exit = llvm::BasicBlock::Create(ctx, std::string(name) + ".exit", fn);
     B.CreateBr(head);
     B.SetInsertPoint(head);
+    llvm::PHINode* trip = trips ? B.CreatePHI(B.getInt64Ty(), 2, std::string(name) + ".trip") : nullptr;
     llvm::PHINode* iv = B.CreatePHI(B.getInt64Ty(), 2, name);
     iv->addIncoming(begin, pre);
-    B.CreateCondBr(B.CreateICmpSLT(iv, end), body_bb, exit);
+    if (trip) {
+      trip->addIncoming(B.getInt64(0), pre);
+      B.CreateCondBr(B.CreateICmpULT(trip, trips), body_bb, exit);
+    } else {
+      B.CreateCondBr(B.CreateICmpSLT(iv, end), body_bb, exit);
+    }
     B.SetInsertPoint(body_bb);
     body(iv);
-    iv->addIncoming(B.CreateAdd(iv, B.getInt64(static_cast<uint64_t>(step))), B.GetInsertBlock());
+    if (trip) trip->addIncoming(B.CreateAdd(trip, B.getInt64(1), "", /*HasNUW=*/true, /*HasNSW=*/true), B.GetInsertBlock());
+    iv->addIncoming(B.CreateAdd(iv, step_v), B.GetInsertBlock());
     B.CreateBr(head);
     B.SetInsertPoint(exit);
   }
@@ -352,7 +467,8 @@ struct Lowerer {
   // for (f = begin; f < end; f += R) { R instances }
   void instance_loop(llvm::Value* extents, llvm::Value* begin, llvm::Value* end) {
     llvm::Value* last = B.CreateSub(end, B.getInt64(1));
-    counted_loop("rows", begin, end, R, [&](llvm::Value* f) { instances(extents, f, last); });
+    // end <= rows of the launch <= kMaxElements (ordo/ordo.hpp), far from INT64_MAX.
+    counted_loop("rows", begin, end, R, /*end_fits=*/true, [&](llvm::Value* f) { instances(extents, f, last); });
   }
 };
 
@@ -399,7 +515,7 @@ llvm::Function* lower(llvm::Module& mod, const Kernel& k, const std::string& sym
     }
     L.buffers.push_back(std::move(per_instance));
   }
-
+  L.bound_locals();
   L.allocate_locals(entry);
   L.instance_loop(extents, begin, end);
   L.B.CreateRetVoid();

@@ -33,6 +33,14 @@ struct Settings {
 };
 Settings settings();
 
+// An entry file's bytes, and back (the layout is in src/disk_cache.cpp). decode returns nothing
+// for anything encode did not write: a wrong magic or length, a SHA-256 that does not match, a
+// field running past the payload, bytes left over, an empty symbol or object, rows in flight
+// below 1. It reads only `file`, and never throws for any bytes. load() is a file read, decode,
+// and the removal of a rejected file.
+std::string encode(const Entry& e);
+std::optional<Entry> decode(const std::string& file);
+
 // The cache key for `material`: its SHA-256 in hex.
 std::string key(const std::string& material);
 
@@ -43,6 +51,24 @@ std::optional<Entry> load(const std::string& key);
 void store(const std::string& key, const Entry& e);
 // Removes an entry that loaded but that the backend then rejected.
 void discard(const std::string& key);
+
+// An exclusive lock on one key among every thread and process that shares the cache directory,
+// held for the object's lifetime: flock(2) on an empty file <key>.lock beside the entry.
+// compile_uncached holds it while it loads a key, or compiles and stores it, so that threads and
+// processes asking for one new kernel at once compile it once: the others wait, then load it.
+// Where no lock file can be made (no directory, a read-only one) nothing is held, and a key may
+// be compiled more than once, which is slower but no less correct.
+class KeyLock {
+ public:
+  explicit KeyLock(const std::string& key);
+  ~KeyLock();
+  KeyLock(const KeyLock&) = delete;
+  KeyLock& operator=(const KeyLock&) = delete;
+  bool held() const { return fd_ >= 0; }
+
+ private:
+  int fd_ = -1;
+};
 
 // This process's counters.
 struct Counters {

@@ -24,6 +24,11 @@ class EmuKernel;
 struct Compiled;
 }  // namespace cuda_backend
 
+// The most elements (rows*N) one launch may cover: 2^59, so that every buffer's length in
+// bytes (at most 8 per element), and the sum of a few of them, fit in int64_t. run() rejects a
+// larger launch; below it, ArgSpec::elements and byte counts cannot overflow.
+constexpr int64_t kMaxElements = int64_t(1) << 59;
+
 // One argument of a kernel, in the order run() takes them.
 struct ArgSpec {
   std::string name;

@@ -4,6 +4,16 @@
 #include <doctest/doctest.h>
 #include <fmt/format.h>
 
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+
+#include "backends/llvm/llvm_backend.hpp"
+#include "gen/gen.hpp"
+#include "ir/interpret.hpp"
+#include "ir/float_bits.hpp"
+#include "ordo/compare.hpp"
+#include "ordo/ordo.hpp"
 #include "sweep.hpp"
 
 using namespace ordo;
@@ -115,5 +125,56 @@ TEST_CASE("attention: results do not depend on the thread count") {
     INFO(order);
     CHECK(outs[0] == outs[1]);
     CHECK(outs[0] == outs[2]);
+  }
+}
+
+// Hand-built kernels at the edges of the IR's integer and lane semantics (ir.hpp), where the
+// LLVM lowering once differed from the interpreter or failed (found by tests/fuzz/fuzz_ir.cpp):
+// a loop within `step` of INT64_MAX must end, not wrap; i64 arithmetic wraps; a broadcast to one
+// lane and an extract from a one-lane value are the value itself. Each kernel writes a few i64
+// results; the JIT's must equal the interpreter's, and both the stated values.
+TEST_CASE("LLVM lowering: loops near INT64_MAX end, i64 wraps, one-lane broadcast and extract") {
+  using namespace ordo::ir;
+  const Type i64{ScalarType::i64, 1};
+  Kernel k;
+  k.name = std::string("edges");
+  Builder b(k);
+  const int out = b.buffer("out", ScalarType::i64, true, Extent::rows_by_cols);  // one row: the results
+  auto count_trips = [&](int64_t begin, int64_t end, int64_t step) {
+    int n = b.local("n", i64);
+    b.assign(n, index_const(0));
+    b.for_range("i", index_const(begin), index_const(end), step, [&](ExprRef) { b.assign(n, add(b.get(n), index_const(1))); });
+    return b.get(n);
+  };
+  const std::vector<std::pair<ExprRef, int64_t>> results = {
+      {count_trips(INT64_MAX - 3, INT64_MAX, 4), 1},
+      {count_trips(INT64_MAX - 5, INT64_MAX, 2), 3},
+      {count_trips(INT64_MIN, INT64_MIN + 10, 3), 4},
+      {count_trips(7, -7, 1), 0},
+      {mul(index_const(INT64_MAX), index_const(-4)), 4},
+      {add(index_const(INT64_MAX), index_const(2)), INT64_MIN + 1},
+      {extract(broadcast(index_const(42), 1), 0), 42},
+      {select(extract(binary(Op::Lt, index_const(1), index_const(2)), 0), index_const(5), index_const(6)), 5},
+  };
+  const int64_t per_row = static_cast<int64_t>(results.size());
+  for (int64_t i = 0; i < per_row; ++i) b.store(out, add(mul(program_id(0), index_const(per_row)), index_const(i)), results[size_t(i)].first);
+  REQUIRE(verify(k).empty());
+  constexpr int64_t rows = 3;
+  const size_t n = results.size() * rows;
+  std::vector<int64_t> interpreted(n, -1);
+  interpret(k, {{interpreted.data(), int64_t(n)}}, {rows});
+  for (int rif : {1, 2, 4}) {
+    llvm_backend::Options options;
+    options.rows_in_flight = rif;
+    const llvm_backend::Compiled c = llvm_backend::compile(k, options);
+    std::vector<int64_t> jit(n, -1);
+    void* buffers[1] = {jit.data()};
+    const int64_t extents[1] = {rows};
+    c.entry(buffers, extents, 0, rows, 0);
+    for (size_t i = 0; i < n; ++i) {
+      INFO(fmt::format("rows in flight {}, result {} of row {}", rif, i % results.size(), i / results.size()));
+      CHECK(jit[i] == interpreted[i]);
+      CHECK(interpreted[i] == results[i % results.size()].second);
+    }
   }
 }

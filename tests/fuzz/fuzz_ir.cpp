@@ -13,21 +13,34 @@
 //    buffers either to the end or to an ordo::Error (an out-of-bounds access, a read of an
 //    unassigned local, an integer division by zero); never a crash, a sanitizer report or
 //    another exception.
-//  * A kernel that verifies lowers to a function LLVM's verifier accepts (only the lowering:
-//    nothing is JIT-compiled or run).
+//  * A kernel that verifies lowers to a function LLVM's verifier accepts, for 1 to 4 rows in
+//    flight.
+//  * A kernel that runs on the interpreter to the end also runs JIT-compiled (one row in flight,
+//    one thread) on the same inputs, and leaves every buffer bit-identical to the interpreter's,
+//    NaN equal to NaN (ir.hpp). The interpreter finishing is what makes running it safe: every
+//    access was in bounds, every local read was assigned, every division was defined. One row in
+//    flight runs the instances one after another in the interpreter's order, so even kernels
+//    whose instances write the same element (which the IR leaves unordered) must agree. JIT code
+//    stays loaded for the life of the process, and a JIT compile costs far more than the rest of an
+//    input, so one input in sixteen (by its first byte) runs, at most kMaxJitRuns per process.
 #include <fuzzer/FuzzedDataProvider.h>
 #include <llvm/IR/LLVMContext.h>
 #include <llvm/IR/Module.h>
 
 #include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstring>
 #include <climits>
 #include <cstdint>
 #include <limits>
 #include <string>
 #include <vector>
 
+#include "backends/llvm/llvm_backend.hpp"
 #include "backends/llvm/lower.hpp"
 #include "fuzz_common.hpp"
+#include "ir/float_bits.hpp"
 
 namespace {
 
@@ -39,6 +52,7 @@ constexpr ScalarType kScalars[] = {ScalarType::f32, ScalarType::f64, ScalarType:
 constexpr int kMaxStatements = 40;
 constexpr int kMaxExprDepth = 6;
 constexpr int kMaxLoopDepth = 3;
+constexpr int kMaxJitRuns = 3000;
 
 class KernelGen {
  public:
@@ -385,11 +399,31 @@ int64_t elements(Extent e, int64_t rows, int64_t cols) {
   return e == Extent::rows_by_cols ? rows * cols : e == Extent::cols ? cols : rows;
 }
 
+// Element i of a buffer of t as bits, every NaN mapped to one value (ir.hpp: NaN payloads are
+// not specified).
+uint64_t canonical_bits(ScalarType t, const void* data, int64_t i) {
+  const auto* p = static_cast<const uint8_t*>(data);
+  uint64_t bits = 0;
+  std::memcpy(&bits, p + i * size_bytes(t), static_cast<size_t>(size_bytes(t)));
+  switch (t) {
+    case ScalarType::f64: return std::isnan(std::bit_cast<double>(bits)) ? 1 : bits << 1;
+    case ScalarType::f32: return std::isnan(std::bit_cast<float>(static_cast<uint32_t>(bits))) ? 1 : bits << 1;
+    case ScalarType::f16: return std::isnan(f16_bits_to_f32(static_cast<uint16_t>(bits))) ? 1 : bits << 1;
+    case ScalarType::bf16: return std::isnan(bf16_bits_to_f32(static_cast<uint16_t>(bits))) ? 1 : bits << 1;
+    default: return bits;
+  }
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   FuzzedDataProvider in(data, size);
-  const int rows_in_flight = in.ConsumeIntegralInRange(1, 4);
+  // One byte: rows in flight for the lowering (1 + its low two bits, as ConsumeIntegralInRange(1, 4)
+  // read it), and whether this kernel also runs JIT-compiled (one in sixteen: a JIT compile costs
+  // far more than the rest of an input).
+  const uint8_t head = in.ConsumeIntegral<uint8_t>();
+  const int rows_in_flight = 1 + head % 4;
+  const bool run_jit = (head >> 2) % 16 == 0;
   KernelGen g(in);
   g.generate();
   const Kernel& k = g.kernel;
@@ -415,10 +449,33 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (bytes > 0 && !fill.empty()) std::memcpy(storage.back().data(), fill.data(), std::min(bytes, fill.size()));
     args.push_back(BufferArg{storage.back().data(), n});
   }
+  const std::vector<std::vector<uint64_t>> initial = storage;
+  bool interpreted = true;
   try {
     interpret(k, args, g.extents);
   } catch (const Error&) {
-    // a documented run-time error of the interpreter
+    interpreted = false;  // a documented run-time error of the interpreter
+  }
+
+  static int jit_runs = 0;
+  if (run_jit && interpreted && rows > 0 && jit_runs < kMaxJitRuns) {
+    ++jit_runs;
+    std::vector<std::vector<uint64_t>> jit_storage = initial;
+    std::vector<void*> ptrs;
+    for (std::vector<uint64_t>& s : jit_storage) ptrs.push_back(s.data());
+    llvm_backend::Options options;
+    options.rows_in_flight = 1;
+    llvm_backend::EntryFn entry = nullptr;
+    try {
+      entry = llvm_backend::compile(k, options).entry;
+    } catch (const std::exception& e) {
+      fuzz::broken(fmt::format("a kernel that verifies does not JIT-compile: {}\n{}", e.what(), print(k)));
+    }
+    entry(ptrs.data(), g.extents.data(), 0, rows, 0);
+    for (size_t b = 0; b < k.buffers.size(); ++b)
+      for (int64_t i = 0; i < args[b].elements; ++i)
+        if (canonical_bits(k.buffers[b].elem, storage[b].data(), i) != canonical_bits(k.buffers[b].elem, jit_storage[b].data(), i))
+          fuzz::broken(fmt::format("JIT-compiled code and the interpreter disagree on {}[{}]\n{}", k.buffers[b].name, i, print(k)));
   }
 
   llvm::LLVMContext ctx;

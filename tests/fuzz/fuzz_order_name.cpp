@@ -1,10 +1,11 @@
 // Fuzz target: order names, including parameters such as `lane-welford(lanes=16,chunk=4)`
 // (gen/orders.cpp: resolve, find_order, apply_parameters).
 //
-// Input: one byte choosing the op, the storage dtype and the accumulation type, one byte choosing
+// Input: one byte choosing the op (of those in the order table), the storage dtype and the accumulation type, one byte choosing
 // N from sizes around lane and chunk boundaries, then the order name. Every name must either be
 // rejected with ordo::Error or give an Order whose kernel builds, verifies and runs on the
 // interpreter (fuzz_common.hpp).
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -14,8 +15,18 @@
 namespace {
 constexpr int64_t kCols[] = {1, 2, 3, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64, 65, 100, 127, 128, 129, 255, 256, 257,
                              300, 1000, 4096, 8193, 65537, 0, -1, (int64_t(1) << 31) + 1};
-constexpr ordo::OpKind kOps[] = {ordo::OpKind::layer_norm, ordo::OpKind::rms_norm, ordo::OpKind::var_mean,
-                                 ordo::OpKind::softmax, ordo::OpKind::log_softmax};
+// Every op some named order is defined for, in table order: an op added to the table (attention,
+// with its flash(64)-style names) is fuzzed without a change here.
+const std::vector<ordo::OpKind>& ops() {
+  static const std::vector<ordo::OpKind> list = [] {
+    std::vector<ordo::OpKind> out;
+    for (const ordo::gen::NamedOrder& n : ordo::gen::named_orders())
+      for (ordo::OpKind o : n.ops)
+        if (std::find(out.begin(), out.end(), o) == out.end()) out.push_back(o);
+    return out;
+  }();
+  return list;
+}
 constexpr ordo::ScalarType kStorage[] = {ordo::ScalarType::f32, ordo::ScalarType::bf16, ordo::ScalarType::f16};
 }  // namespace
 
@@ -23,7 +34,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 2) return 0;
   ordo::Request r;
   const uint8_t shape = data[0];
-  r.op = kOps[shape % 5];
+  r.op = ops()[shape % ops().size()];
   r.x_dtype = kStorage[(shape / 5) % 3];
   const int acc = (shape / 15) % 3;  // the order's own, f32, f64
   if (acc) r.acc_dtype = acc == 1 ? ordo::ScalarType::f32 : ordo::ScalarType::f64;

@@ -221,3 +221,120 @@ TEST_CASE("lane folds have the documented shapes") {
   gen::Arith rounding{ScalarType::f32, ScalarType::bf16};
   CHECK(print(*rounding.add(lanes[0], lanes[1]), k) == "cast.f32(cast.bf16(add(%a0, %a1)))");
 }
+
+// Found by tests/fuzz/fuzz_ir.cpp (its corpus/ir/regression-* inputs): the verifier printed the
+// node it rejected with a printer that assumed a well-formed node, and checked uniformity before
+// it checked operands, so malformed kernels crashed it or made it throw; and it accepted
+// statements with missing fields, which the interpreter then dereferenced.
+TEST_CASE("verifier: malformed nodes and statements get a message; it never crashes or throws") {
+  auto verdict = [](const Kernel& k) {
+    std::string err;
+    CHECK_NOTHROW(err = verify(k));
+    return err;
+  };
+  Kernel null_operand = row_kernel([](Builder& b, int, int out) {
+    auto e = std::make_shared<Expr>(*add(constant(f32, 1), constant(f32, 2)));
+    e->args[1] = nullptr;
+    b.store(out, program_id(0), e);
+  });
+  CHECK(verdict(null_operand) == "kernel t: node `add(1:f32, ?null)`: null operand");
+
+  Kernel unknown_local = row_kernel([](Builder& b, int, int out) {
+    auto v = std::make_shared<Expr>();
+    v->op = Op::Var;
+    v->type = f32;
+    v->index = -1000;
+    b.store(out, program_id(0), v);
+  });
+  CHECK(verdict(unknown_local) == "kernel t: node `%?local-1000`: unknown local");
+
+  Kernel null_in_uniformity = row_kernel([](Builder& b, int, int out) {
+    int l = b.local("n", i64);
+    auto e = std::make_shared<Expr>(*add(index_const(1), index_const(2)));
+    e->args[0] = nullptr;
+    b.assign(l, e);  // mark_nonuniform looks at this before the operands are checked
+    b.store(out, program_id(0), constant(f32, 0));
+  });
+  CHECK(verdict(null_in_uniformity) == "kernel t: node `add(?null, 2)`: null operand");
+
+  Kernel loop_without_begin = row_kernel([](Builder& b, int, int out) {
+    b.for_range("i", index_const(0), index_const(2), 1, [&](ExprRef) { b.store(out, program_id(0), constant(f32, 0)); });
+    b.kernel().body.back().begin = nullptr;
+  });
+  CHECK(verdict(loop_without_begin) == "kernel t: statement `for %i in [?null, 2) step 1 {`: loop needs a begin and an end");
+
+  Kernel if_without_condition = row_kernel([](Builder& b, int, int out) {
+    b.if_(constant(Type{ScalarType::boolean, 1}, 1), [&] { b.store(out, program_id(0), constant(f32, 0)); });
+    b.kernel().body.back().value = nullptr;
+  });
+  CHECK(verdict(if_without_condition) == "kernel t: statement `if ?null {`: if has no condition");
+
+  Kernel store_to_unknown = row_kernel([](Builder& b, int, int) { b.store(7, program_id(0), constant(f32, 0)); });
+  CHECK(verdict(store_to_unknown) == "kernel t: statement `store ?buffer7[program_id(0)] = 0:f32`: unknown buffer");
+
+  Kernel bool_buffer = row_kernel([](Builder& b, int, int) { b.buffer("flags", ScalarType::boolean, true, Extent::rows); });
+  CHECK(verdict(bool_buffer) == "kernel t: buffer flags has element type bool; buffers hold numbers");
+}
+
+TEST_CASE("interpreter: i64 add, sub and mul wrap around; div and rem outside x >= 0, y > 0 are errors") {
+  auto run = [](Op op, int64_t x, int64_t y) {
+    Kernel k;
+    k.name = std::string("t");
+    Builder b(k);
+    int out = b.buffer("out", ScalarType::i64, true, Extent::rows);
+    b.store(out, program_id(0), binary(op, index_const(x), index_const(y)));
+    REQUIRE(verify(k).empty());
+    int64_t r = 0;
+    interpret(k, {{&r, 1}}, {1});
+    return r;
+  };
+  CHECK(run(Op::Add, INT64_MAX, 1) == INT64_MIN);
+  CHECK(run(Op::Sub, INT64_MIN, 1) == INT64_MAX);
+  CHECK(run(Op::Mul, INT64_MAX, -4) == 4);  // -4 * (2^63 - 1) = 4 - 2^65, which is 4 modulo 2^64
+  CHECK(run(Op::Div, 7, 2) == 3);
+  CHECK(run(Op::Rem, 7, 2) == 1);
+  CHECK_THROWS_WITH_AS(run(Op::Div, INT64_MIN, -1), "interpreter: i64 div(-9223372036854775808, -1) needs a dividend >= 0 and a divisor > 0", Error);
+  CHECK_THROWS_WITH_AS(run(Op::Rem, 5, 0), "interpreter: i64 rem(5, 0) needs a dividend >= 0 and a divisor > 0", Error);
+}
+
+TEST_CASE("interpreter: loops and bounds at the top of the i64 range") {
+  // for i in [begin, end) step s: one store per trip into its own element; the loop must end
+  // where i + s would pass INT64_MAX, never wrap around.
+  auto trips = [](int64_t begin, int64_t end, int64_t step) {
+    Kernel k;
+    k.name = std::string("t");
+    Builder b(k);
+    int out = b.buffer("out", ScalarType::i64, true, Extent::rows);
+    int n = b.local("n", i64);
+    b.assign(n, index_const(0));
+    b.for_range("i", index_const(begin), index_const(end), step, [&](ExprRef) { b.assign(n, add(b.get(n), index_const(1))); });
+    b.store(out, program_id(0), b.get(n));
+    REQUIRE(verify(k).empty());
+    int64_t r = -1;
+    interpret(k, {{&r, 1}}, {1});
+    return r;
+  };
+  CHECK(trips(INT64_MAX - 3, INT64_MAX, 4) == 1);
+  CHECK(trips(INT64_MAX - 5, INT64_MAX, 2) == 3);  // MAX-5, MAX-3, MAX-1
+  CHECK(trips(INT64_MIN, INT64_MIN + 10, 3) == 4);
+  CHECK(trips(5, 5, 1) == 0);
+  CHECK(trips(-3, 4, 7) == 1);
+
+  // A load whose last lane lies past INT64_MAX is out of bounds, reported without overflow.
+  Kernel k = row_kernel([](Builder& b, int x, int out) {
+    b.store(out, program_id(0), extract(load(b.kernel(), x, index_const(INT64_MAX - 1), 4), 0));
+  });
+  REQUIRE(verify(k).empty());
+  float x[2] = {1, 2}, r = 0;
+  CHECK_THROWS_WITH_AS(interpret(k, {{x, 2}, {&r, 1}}, {1}), "interpreter: load x[9223372036854775806..9223372036854775806+4) outside [0, 2)", Error);
+
+  // The loop variable of a loop that ran no trip is unassigned after it, as a local assigned only
+  // in the body would be.
+  Kernel empty = row_kernel([](Builder& b, int, int out) {
+    int i = -1;
+    b.for_range("i", index_const(3), index_const(3), 1, [&](ExprRef v) { i = static_cast<int>(v->index); });
+    b.store(out, program_id(0), cast(b.get(i), ScalarType::f32));
+  });
+  REQUIRE(verify(empty).empty());
+  CHECK_THROWS_WITH_AS(interpret(empty, {{x, 2}, {&r, 1}}, {1}), "interpreter: local %i read before assignment", Error);
+}

@@ -74,6 +74,10 @@ int main(void) {
   CHECK(ordo_request_set(r, "colz", "8") == ORDO_ERROR_INVALID && strstr(ordo_last_error(), "colz"), "unknown key");
   CHECK(ordo_request_set(r, "cols", "8x") == ORDO_ERROR_INVALID && strstr(ordo_last_error(), "8x"), "bad integer");
   CHECK(ordo_request_set(r, "cols", "8") == ORDO_OK, "cols");
+  /* 2^32 + 1 would be 1 once narrowed to int: it must be rejected, not wrapped into range. */
+  CHECK(ordo_request_set(r, "rows_in_flight", "4294967297") == ORDO_ERROR_INVALID &&
+            strcmp(ordo_last_error(), "rows_in_flight: 4294967297 outside [0, 16]") == 0,
+        "rows_in_flight past INT_MAX (got '%s')", ordo_last_error());
   CHECK(ordo_request_set(r, "order", "no-such-order") == ORDO_OK, "order is checked at compile");
   CHECK(ordo_compile(r) == NULL && strstr(ordo_last_error(), "no-such-order"), "unknown order");
   CHECK(ordo_request_set(r, "order", "torch1.13-cpu-avx2") == ORDO_OK, "order");

@@ -35,10 +35,13 @@ struct ScopedCacheDir {
     ::unsetenv("ORDO_CACHE");
     ::unsetenv("ORDO_CACHE_MAX_MB");
   }
+  // Every file but the empty <key>.lock files of disk_cache::KeyLock: entries, and any
+  // temporary file a write left behind.
   std::vector<fs::path> entries() const {
     std::vector<fs::path> out;
     std::error_code ec;
-    for (const auto& e : fs::directory_iterator(dir, ec)) out.push_back(e.path());
+    for (const auto& e : fs::directory_iterator(dir, ec))
+      if (e.path().extension() != ".lock") out.push_back(e.path());
     return out;
   }
 };
