@@ -188,7 +188,7 @@ struct Renderer {
       case Op::Var: return locals[static_cast<size_t>(e.index)];
       case Op::ProgramId: return fmt::format("pid{}", e.index);
       case Op::GridExtent: return fmt::format("ext{}", e.index);
-      case Op::Iota: return temp(e, fmt::format("ordo_rt::iota<{}>()", n));
+      case Op::Iota: return n == 1 ? std::string("0LL") : temp(e, fmt::format("ordo_rt::iota<{}>()", n));
       default: break;
     }
     std::vector<std::string> a;
@@ -208,7 +208,9 @@ struct Renderer {
         const int al = access_align(static_cast<int>(e.index), *e.args[0], n);
         return temp(e, fmt::format("ordo_rt::load<{}, {}>({}, {})", n, al, b, a[0]));
       }
-      case Op::Gather: return temp(e, fmt::format("ordo_rt::gather({}, {})", buffers[static_cast<size_t>(e.index)], a[0]));
+      case Op::Gather:  // one lane: a scalar index and a plain load
+        if (n == 1) return temp(e, fmt::format("{}[{}]", buffers[static_cast<size_t>(e.index)], a[0]));
+        return temp(e, fmt::format("ordo_rt::gather({}, {})", buffers[static_cast<size_t>(e.index)], a[0]));
       case Op::Add: return temp(e, call("add"));
       case Op::Sub: return temp(e, call("sub"));
       case Op::Mul: return temp(e, call("mul"));
@@ -240,8 +242,10 @@ struct Renderer {
           default: throw Error(fmt::format("internal: cuda: cast to {}", name(e.type.scalar)));
         }
       }
-      case Op::Broadcast: return temp(e, fmt::format("ordo_rt::broadcast<{}>({})", n, a[0]));
-      case Op::Extract: return temp(e, fmt::format("{}.v[{}]", a[0], e.index));
+      // A one-lane value is a C++ scalar: broadcasting to one lane, or extracting from a
+      // one-lane value, is the value itself.
+      case Op::Broadcast: return n == 1 ? a[0] : temp(e, fmt::format("ordo_rt::broadcast<{}>({})", n, a[0]));
+      case Op::Extract: return e.args[0]->type.lanes == 1 ? a[0] : temp(e, fmt::format("{}.v[{}]", a[0], e.index));
       case Op::Table: return temp(e, fmt::format("ordo_table{}[{}]", e.index, a[0]));
       case Op::Call:
         throw Error(fmt::format("internal: cuda: call {} reached the renderer", name(static_cast<MathFn>(e.index))));

@@ -241,6 +241,10 @@ struct Lowerer {
           llvm::Type* elem = scalar(t.scalar);
           llvm::Value* base = buffers[static_cast<size_t>(e.index)][static_cast<size_t>(i)];
           const llvm::Align align(static_cast<uint64_t>(size_bytes(t.scalar)));
+          if (t.lanes == 1) {  // a one-lane value is an LLVM scalar: one load
+            v = B.CreateAlignedLoad(elem, B.CreateGEP(elem, base, A(0)), align);
+            break;
+          }
           v = llvm::PoisonValue::get(type(t));
           for (int l = 0; l < t.lanes; ++l) {
             llvm::Value* at = B.CreateExtractElement(A(0), uint64_t(l));

@@ -128,7 +128,7 @@ int attention_vs_interpreter(Target target, bool reduced, const Runs& runs) {
     for (OpKind o : n.ops)
       if (o == OpKind::attention)
         for (ScalarType t : n.dtypes) orders.emplace_back(std::string(n.name), t);
-  for (const char* p : {"flash(16)", "flash(bc=8,exp2=on,scale=multiply,fma=all)", "flash(bc=32,queries=4)"})
+  for (const char* p : {"flash(16)", "flash(bc=8,exp2=on,scale=multiply,fma=all)", "flash(bc=32,queries=4)", "flash(bc=16,queries=1)"})
     orders.emplace_back(p, ScalarType::f32);
   constexpr int64_t kHeads = 3;
   int cases = 0;

@@ -34,9 +34,10 @@ namespace {
 
 using namespace ordo;
 
-// The ops whose inputs this target knows how to fill (x, weight, bias over N). A new op joins
-// here with its inputs.
-constexpr OpKind kOps[] = {OpKind::layer_norm, OpKind::rms_norm, OpKind::var_mean, OpKind::softmax, OpKind::log_softmax};
+// The ops whose inputs this target knows how to fill (x, weight, bias over N; attention's q, k,
+// v as whole buffers). A new op joins here with its inputs.
+constexpr OpKind kOps[] = {OpKind::layer_norm, OpKind::rms_norm, OpKind::var_mean, OpKind::softmax, OpKind::log_softmax,
+                           OpKind::attention};
 constexpr ScalarType kStorage[] = {ScalarType::f32, ScalarType::bf16, ScalarType::f16};
 // N: lane (8, 16, 32), chunk (16 vectors of 8 or 16 lanes), pairwise block (128) and numpy's
 // 8192-element chunk boundaries.
@@ -116,6 +117,22 @@ std::string order_name(FuzzedDataProvider& in, OpKind op, ScalarType dtype) {
   const gen::NamedOrder& n = *rows[in.ConsumeIntegralInRange<size_t>(0, rows.size() - 1)];
   std::string name(n.name);
   if (n.reproduces_reference || !in.ConsumeBool()) return name;
+  if (op == OpKind::attention) {  // the flash parameters (gen/orders.cpp, apply_parameters)
+    std::vector<std::string> params;
+    const int count = in.ConsumeIntegralInRange(1, 3);
+    for (int i = 0; i < count; ++i) {
+      switch (in.ConsumeIntegralInRange(0, 4)) {
+        case 0: params.push_back(fmt::format("bc={}", in.ConsumeIntegralInRange(1, 80))); break;
+        case 1: params.push_back(fmt::format("queries={}", in.ConsumeIntegralInRange(1, 16))); break;
+        case 2: params.push_back(in.ConsumeBool() ? "fma=all" : "fma=none"); break;
+        case 3: params.push_back(in.ConsumeBool() ? "exp2=on" : "exp2=off"); break;
+        default: params.push_back(in.ConsumeBool() ? "scale=multiply" : "scale=divide"); break;
+      }
+    }
+    std::string joined;
+    for (const std::string& p : params) joined += (joined.empty() ? "" : ",") + p;
+    return name + "(" + joined + ")";
+  }
   // Parameters the table's rows take (gen/orders.cpp, apply_parameters), each from its range.
   static constexpr const char* kFma[] = {"none", "update", "merge", "all"};
   static constexpr const char* kAffine[] = {"scale-bias", "center-scale", "center-divide"};
@@ -158,7 +175,7 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   FuzzedDataProvider in(data, size);
   Request r;
-  r.op = kOps[in.ConsumeIntegralInRange(0, 4)];
+  r.op = kOps[in.ConsumeIntegralInRange(0, 5)];
   r.x_dtype = kStorage[in.ConsumeIntegralInRange(0, 2)];
   const bool norm_with_weight = r.op == OpKind::layer_norm || r.op == OpKind::rms_norm;
   r.has_weight = norm_with_weight && in.ConsumeIntegralInRange(0, 3) != 0;
@@ -176,10 +193,23 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   r.rows_in_flight = in.ConsumeIntegralInRange(0, 7) == 0 ? in.ConsumeIntegralInRange(1, 5) : 0;
   r.cols = in.ConsumeIntegralInRange(0, 3) == 0 ? in.ConsumeIntegralInRange<int64_t>(1, 600)
                                                  : kCols[in.ConsumeIntegralInRange<size_t>(0, sizeof kCols / sizeof kCols[0] - 1)];
+  if (r.op == OpKind::attention) {  // small heads: the interpreter runs S_q*S_k*D steps per head
+    static constexpr int64_t kHeadDims[] = {8, 16, 24, 32, 64};
+    static constexpr double kScales[] = {0.1, 0.37, 2.0, 1e-3};
+    r.acc_dtype.reset();
+    r.cols = kHeadDims[in.ConsumeIntegralInRange(0, 4)];
+    r.seq_q = in.ConsumeIntegralInRange<int64_t>(1, 20);
+    r.seq_k = in.ConsumeIntegralInRange<int64_t>(1, 40);
+    r.causal = in.ConsumeBool();
+    r.lse_output = in.ConsumeBool();
+    if (in.ConsumeIntegralInRange(0, 3) == 0) r.scale = kScales[in.ConsumeIntegralInRange(0, 3)];
+  }
   r.order = order_name(in, r.op, r.x_dtype);
   // The interpreter is slow (and slower under ASan): long rows run one at a time.
-  const int64_t rows = r.cols > 1100 ? 1 : r.cols <= 64 && in.ConsumeIntegralInRange(0, 3) == 0 ? in.ConsumeIntegralInRange(1, 40)
-                                                                                                  : in.ConsumeIntegralInRange(1, 4);
+  const int64_t rows = r.op == OpKind::attention ? in.ConsumeIntegralInRange(1, 3)
+                       : r.cols > 1100           ? 1
+                       : r.cols <= 64 && in.ConsumeIntegralInRange(0, 3) == 0 ? in.ConsumeIntegralInRange(1, 40)
+                                                                                : in.ConsumeIntegralInRange(1, 4);
   const int threads = in.ConsumeIntegralInRange(0, 2);
   const auto stores = in.ConsumeBool() ? CompiledKernel::Stores::streaming : CompiledKernel::Stores::cached;
 
@@ -189,6 +219,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   } catch (const Error&) {
     return 0;  // rejected with a message: not this target's concern
   }
+  // ORDO_FUZZ_TRACE=1 names every case on stderr before it runs (then again once compared).
+  static const bool trace = std::getenv("ORDO_FUZZ_TRACE") != nullptr;
+  if (trace) fmt::print(stderr, "running {} rows={}\n", r.key(), rows);
   try {
     Request ri = r;
     ri.target = Target::interpreter;
@@ -205,6 +238,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const ArgSpec& arg = a.args[i];
     if (arg.output) {
       std::fill(a.bytes[i].begin(), a.bytes[i].end(), uint8_t{0x5a});
+    } else if (r.op == OpKind::attention) {  // q, k, v: whole buffers, one value profile each
+      fill(in, arg.dtype, a.bytes[i].data(), 0, arg.elements(rows, r.cols), 0.0, 1.0);
     } else if (arg.name == "x") {
       for (int64_t row = 0; row < rows; ++row) fill(in, arg.dtype, a.bytes[i].data(), row * r.cols, r.cols, 0.0, 1.0);
     } else {
@@ -221,8 +256,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   } catch (const std::exception& e) {
     fuzz::broken(fmt::format("a launch failed: {}: {}", r.key(), e.what()));
   }
-  // ORDO_FUZZ_TRACE=1 names every compared case on stderr: what a run covered.
-  static const bool trace = std::getenv("ORDO_FUZZ_TRACE") != nullptr;
   if (trace) fmt::print(stderr, "compared {} rows={} threads={}\n", r.key(), rows, threads);
   for (size_t i = 0; i < a.args.size(); ++i) {
     const ArgSpec& arg = a.args[i];
@@ -230,7 +263,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const int64_t n = static_cast<int64_t>(a.bytes[i].size()) / size_bytes(arg.dtype);
     for (int64_t e = 0; e < n; ++e) {
       if (same_bits(arg.dtype, a.bytes[i].data(), b.bytes[i].data(), e)) continue;
-      const int64_t per_row = arg.extent == ir::Extent::rows_by_cols ? r.cols : 1;
+      const int64_t per_row = arg.extent == ir::Extent::rows_by_cols ? r.cols : arg.extent == ir::Extent::rows_by_fixed ? arg.per_row : 1;
       fuzz::broken(fmt::format("interpreter and cpu differ: {} rows={}\n  {}[{}] (row {}, element {}): interpreter {}, cpu {}", r.key(),
                                rows, arg.name, e, e / per_row, e % per_row, hex_bits(arg.dtype, a.bytes[i], e),
                                hex_bits(arg.dtype, b.bytes[i], e)));
