@@ -81,6 +81,37 @@ class KernelGen {
       b_.table(values);
     }
     statements(0);
+    if (one_in(4)) lanes_block();
+  }
+
+  // Attention's nodes in well-typed form, on buffers of their own appended to the kernel: an
+  // input and an output of rows*K elements and a scratch buffer (the last buffer, as the
+  // verifier requires). Lane l of a vector index is (program_id(0)*K + iota*stride + offset),
+  // clamped to the row, so gathers and scatters stay in bounds; the scatter may write one
+  // element from several lanes (the higher lane's value stays).
+  void lanes_block() {
+    const int L = std::vector<int>{1, 2, 4, 8, 16}[in_.ConsumeIntegralInRange<size_t>(0, 4)];
+    const int64_t K = in_.ConsumeIntegralInRange<int64_t>(1, 40);
+    const ScalarType t = std::vector<ScalarType>{ScalarType::f32, ScalarType::bf16, ScalarType::f64}[in_.ConsumeIntegralInRange<size_t>(0, 2)];
+    const int src = b_.buffer("fixed_in", t, false, Extent::rows_by_fixed, K);
+    const int dst = b_.buffer("fixed_out", t, true, Extent::rows_by_fixed, K);
+    const int scratch = b_.buffer("scratch", t, true, Extent::scratch, K);
+    const Type iv{ScalarType::i64, L};
+    auto lane_index = [&]() {
+      ExprRef stride = broadcast(index_const(in_.ConsumeIntegralInRange<int64_t>(0, 5)), L);
+      ExprRef offset = broadcast(index_const(in_.ConsumeIntegralInRange<int64_t>(0, K - 1)), L);
+      ExprRef within = binary(Op::Min, add(mul(iota(L), stride), offset), broadcast(index_const(K - 1), L));
+      return b_.let("lanes", within);
+    };
+    ExprRef base = b_.let("fixed_row", mul(program_id(0), index_const(K)));
+    // Scratch is written before it is read: fill it from the input, element by element.
+    b_.for_range("i", index_const(0), index_const(K), 1, [&](ExprRef i) { b_.store(scratch, i, load(kernel, src, add(base, i))); });
+    ExprRef idx = lane_index();
+    ExprRef g = b_.let("gathered", gather(kernel, scratch, idx));
+    b_.store(scratch, lane_index(), g);  // a scatter inside scratch
+    ExprRef from_input = gather(kernel, src, add(broadcast(base, L), lane_index()));
+    b_.store(dst, add(broadcast(base, L), lane_index()), in_.ConsumeBool() ? from_input : gather(kernel, scratch, lane_index()));
+    (void)iv;
   }
 
  private:
@@ -395,8 +426,9 @@ class KernelGen {
 };
 
 // Element counts of the launch's buffers, by extent.
-int64_t elements(Extent e, int64_t rows, int64_t cols) {
-  return e == Extent::rows_by_cols ? rows * cols : e == Extent::cols ? cols : rows;
+int64_t elements(const Buffer& b, int64_t rows, int64_t cols) {
+  const Extent e = b.extent;
+  return e == Extent::rows_by_cols ? rows * cols : e == Extent::cols ? cols : e == Extent::rows_by_fixed ? rows * b.per_row : rows;
 }
 
 // Element i of a buffer of t as bits, every NaN mapped to one value (ir.hpp: NaN payloads are
@@ -443,7 +475,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::vector<BufferArg> args;
   const std::vector<uint8_t> fill = in.ConsumeRemainingBytes<uint8_t>();
   for (const Buffer& b : k.buffers) {
-    const int64_t n = elements(b.extent, rows, g.cols);
+    if (!is_argument(b)) continue;  // scratch: the kernel's own
+    const int64_t n = elements(b, rows, g.cols);
     const size_t bytes = static_cast<size_t>(n * size_bytes(b.elem));
     storage.emplace_back((bytes + 7) / 8, 0x3ff0000000000000ull);
     if (bytes > 0 && !fill.empty()) std::memcpy(storage.back().data(), fill.data(), std::min(bytes, fill.size()));
@@ -472,7 +505,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       fuzz::broken(fmt::format("a kernel that verifies does not JIT-compile: {}\n{}", e.what(), print(k)));
     }
     entry(ptrs.data(), g.extents.data(), 0, rows, 0);
-    for (size_t b = 0; b < k.buffers.size(); ++b)
+    for (size_t b = 0; b < args.size(); ++b)
       for (int64_t i = 0; i < args[b].elements; ++i)
         if (canonical_bits(k.buffers[b].elem, storage[b].data(), i) != canonical_bits(k.buffers[b].elem, jit_storage[b].data(), i))
           fuzz::broken(fmt::format("JIT-compiled code and the interpreter disagree on {}[{}]\n{}", k.buffers[b].name, i, print(k)));
