@@ -168,7 +168,8 @@ struct Attention {
     b.for_range("i", idx(0), idx(vectors), 1, [&](ExprRef i) { b.store(buffer, mul(i, idx(L)), f32c(0.0f, L)); });
   }
 
-  // out[query][d] = acc[d*L + lane] * scale (or / divisor), rounded to storage.
+  // out[query][d] = finish(acc[d*L + lane]), rounded to storage; finish is the identity for the
+  // eager orders and the multiply by 1/l for flash.
   void write_out(int acc, const std::function<ExprRef(ExprRef)>& finish) {
     ExprRef rows = b.let("out_rows", add(splat(q_base), mul(query, splat(idx(D)))));
     b.for_range("d", idx(0), idx(D), 1, [&](ExprRef d) {

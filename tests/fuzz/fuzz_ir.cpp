@@ -96,7 +96,6 @@ class KernelGen {
     const int src = b_.buffer("fixed_in", t, false, Extent::rows_by_fixed, K);
     const int dst = b_.buffer("fixed_out", t, true, Extent::rows_by_fixed, K);
     const int scratch = b_.buffer("scratch", t, true, Extent::scratch, K);
-    const Type iv{ScalarType::i64, L};
     auto lane_index = [&]() {
       ExprRef stride = broadcast(index_const(in_.ConsumeIntegralInRange<int64_t>(0, 5)), L);
       ExprRef offset = broadcast(index_const(in_.ConsumeIntegralInRange<int64_t>(0, K - 1)), L);
@@ -111,7 +110,6 @@ class KernelGen {
     b_.store(scratch, lane_index(), g);  // a scatter inside scratch
     ExprRef from_input = gather(kernel, src, add(broadcast(base, L), lane_index()));
     b_.store(dst, add(broadcast(base, L), lane_index()), in_.ConsumeBool() ? from_input : gather(kernel, scratch, lane_index()));
-    (void)iv;
   }
 
  private:
