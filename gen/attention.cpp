@@ -176,8 +176,9 @@ struct Attention {
       b.store(out, add(rows, splat(d)), stored(finish(load(b.kernel(), acc, mul(d, idx(L)), L)), out));
     });
   }
-  void write_lse(ExprRef value) {
-    if (lse >= 0) b.store(lse, add(splat(lse_base), query), value);
+  // The log-sum-exp, built only when the request asks for it (its log is many IR nodes).
+  void write_lse(const std::function<ExprRef()>& value) {
+    if (lse >= 0) b.store(lse, add(splat(lse_base), query), value());
   }
 
   // ----------------------------------------------------------------------------------------
@@ -352,7 +353,7 @@ struct Attention {
       if (vector_end < Sk) pass(idx(vector_end), Sk - vector_end, so.tail_exp);
       write_out(acc, [](ExprRef x) { return x; });
     });
-    write_lse(add(mx, log_f32(b, so.log, sum)));
+    write_lse([&] { return add(mx, log_f32(b, so.log, sum)); });
   }
 
   // ----------------------------------------------------------------------------------------
@@ -404,8 +405,10 @@ struct Attention {
       write_out(acc, [&](ExprRef x) { return mul(x, inv); });
     });
     // lse in natural-log units; with exp2 the running max is in log2 units.
-    ExprRef mx = o.exp2 ? mul(b.get(m), f32c(static_cast<float>(std::log(2.0)), L)) : b.get(m);
-    write_lse(add(mx, log_f32(b, MathImpl::SleefU10, b.get(l))));
+    write_lse([&] {
+      ExprRef mx = o.exp2 ? mul(b.get(m), f32c(static_cast<float>(std::log(2.0)), L)) : b.get(m);
+      return add(mx, log_f32(b, MathImpl::SleefU10, b.get(l)));
+    });
   }
 };
 

@@ -47,7 +47,8 @@ int64_t count(const std::string& text, const std::string& pattern) {
   return std::distance(std::sregex_iterator(text.begin(), text.end(), re), std::sregex_iterator());
 }
 
-// Every op and named order for f32 and bf16 whose IR has an exact CUDA lowering.
+// Every op and named order for f32 and bf16 whose IR has an exact CUDA lowering. Attention
+// takes `n` as its sequence length, with D = 32 (short) or 64 (long).
 std::vector<Request> shipped(int64_t n) {
   std::vector<Request> out;
   for (const gen::NamedOrder& o : gen::named_orders())
@@ -61,13 +62,27 @@ std::vector<Request> shipped(int64_t n) {
         r.x_dtype = t;
         r.has_weight = op == OpKind::layer_norm || op == OpKind::rms_norm;
         r.has_bias = op == OpKind::layer_norm;
+        if (op == OpKind::attention) {
+          r.cols = n < 64 ? 32 : 64;
+          r.seq_q = r.seq_k = std::min<int64_t>(n, 128);
+        }
         if (cuda_backend::host_library_calls(kernel_for(r)).empty()) out.push_back(r);
       }
   return out;
 }
 
 std::string describe(const Request& r) {
+  if (r.op == OpKind::attention)
+    return fmt::format("attention order={} dtype={} D={} S={}", r.order, name(r.x_dtype), r.cols, r.seq_q);
   return fmt::format("{} order={} dtype={} N={}", name(r.op), r.order, name(r.x_dtype), r.cols);
+}
+
+// Scratch buffers (attention) are per-thread arrays by design: they make a stack frame that is
+// not a spill.
+bool has_scratch(const ir::Kernel& k) {
+  for (const ir::Buffer& b : k.buffers)
+    if (!ir::is_argument(b)) return true;
+  return false;
 }
 
 // The kernels allowed to spill at sm_90, each with its reason; every other one must not, and
@@ -94,7 +109,8 @@ TEST_CASE("NVRTC: the PTX holds exactly the IR's fmas, and ptxas spills nothing 
       CHECK(count(c.ptx, R"(\bfma\.rn\.f64\b)") == ir_fma_lanes(k.body, ScalarType::f64));
       CHECK(count(c.ptx, R"(\bmad\.[a-z.]*f(32|64)\b)") == 0);  // --fmad=false: no contraction
       CHECK(c.ptxas.registers > 0);  // the log was parsed
-      const bool spills = c.ptxas.spill_stores != 0 || c.ptxas.spill_loads != 0 || c.ptxas.stack_frame != 0;
+      const bool spills =
+          c.ptxas.spill_stores != 0 || c.ptxas.spill_loads != 0 || (c.ptxas.stack_frame != 0 && !has_scratch(k));
       CHECK(spills == (kSpilling.count(describe(r)) > 0));
       if (spills) spilling.push_back(fmt::format("{} ({})", describe(r), c.ptxas.line));
       if (c.ptxas.registers > max_registers) {
