@@ -1,6 +1,8 @@
 // Differential fuzzing of numerics: random requests and random inputs through the interpreter
-// (the specification) and every backend built here (Target::cpu, the LLVM JIT), whose outputs
-// must be bit-identical, every NaN equal to every NaN (ir/ir.hpp).
+// (the specification) and every backend built here: Target::cpu (the LLVM JIT) on every input,
+// and Target::cuda_emu (the CUDA source, compiled by the host compiler) on one input in eight
+// whose order has a CUDA lowering, since each of its kernels is a compiler run of about a
+// second. Outputs must be bit-identical, every NaN equal to every NaN (ir/ir.hpp).
 //
 // The input drives, through FuzzedDataProvider:
 //  * the request: op; x dtype (f32, bf16, f16); sometimes a different weight dtype (mixed); an
@@ -22,10 +24,13 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "backends/cuda/cuda_backend.hpp"
 #include "fuzz_common.hpp"
+#include "gen/gen.hpp"
 #include "ir/float_bits.hpp"
 #include "ordo/compare.hpp"
 #include "ordo/ordo.hpp"
@@ -212,6 +217,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                                                                                 : in.ConsumeIntegralInRange(1, 4);
   const int threads = in.ConsumeIntegralInRange(0, 2);
   const auto stores = in.ConsumeBool() ? CompiledKernel::Stores::streaming : CompiledKernel::Stores::cached;
+  const bool try_emu = in.ConsumeIntegralInRange(0, 7) == 0;
 
   KernelHandle spec, cpu;
   try {
@@ -256,11 +262,31 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   } catch (const std::exception& e) {
     fuzz::broken(fmt::format("a launch failed: {}: {}", r.key(), e.what()));
   }
-  if (trace) fmt::print(stderr, "compared {} rows={} threads={}\n", r.key(), rows, threads);
+  // cuda-emu, for orders whose kernel calls no host libm function (those are refused on CUDA).
+  std::optional<HostBuffers> emu_out;
+  if (try_emu && cuda_backend::host_library_calls(spec->kernel()).empty()) {
+    Request re = r;
+    re.target = Target::cuda_emu;
+    re.rows_in_flight = 0;  // a CPU-backend choice; cuda-emu runs one thread per instance
+    HostBuffers c = a;
+    for (size_t i = 0; i < c.args.size(); ++i)
+      if (c.args[i].output) std::fill(c.bytes[i].begin(), c.bytes[i].end(), uint8_t{0x3c});
+    try {
+      compile(re)->run(c.refs(rows, r.cols), rows, threads);
+    } catch (const std::exception& e) {
+      fuzz::broken(fmt::format("cuda-emu failed on an accepted request: {}: {}", re.key(), e.what()));
+    }
+    emu_out = std::move(c);
+  }
+  if (trace) fmt::print(stderr, "compared {} rows={} threads={}{}\n", r.key(), rows, threads, emu_out ? " (and cuda-emu)" : "");
   for (size_t i = 0; i < a.args.size(); ++i) {
     const ArgSpec& arg = a.args[i];
     if (!arg.output) continue;
     const int64_t n = static_cast<int64_t>(a.bytes[i].size()) / size_bytes(arg.dtype);
+    for (int64_t e = 0; emu_out && e < n; ++e)
+      if (!same_bits(arg.dtype, a.bytes[i].data(), emu_out->bytes[i].data(), e))
+        fuzz::broken(fmt::format("interpreter and cuda-emu differ: {} rows={}\n  {}[{}]: interpreter {}, cuda-emu {}", r.key(), rows,
+                                 arg.name, e, hex_bits(arg.dtype, a.bytes[i], e), hex_bits(arg.dtype, emu_out->bytes[i], e)));
     for (int64_t e = 0; e < n; ++e) {
       if (same_bits(arg.dtype, a.bytes[i].data(), b.bytes[i].data(), e)) continue;
       const int64_t per_row = arg.extent == ir::Extent::rows_by_cols ? r.cols : arg.extent == ir::Extent::rows_by_fixed ? arg.per_row : 1;
