@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -50,7 +51,9 @@ int run(const std::vector<std::string>& args, const std::filesystem::path& log) 
   posix_spawn_file_actions_destroy(&fa);
   if (started != 0) return -1;
   int status = 0;
-  if (waitpid(pid, &status, 0) < 0) return -1;
+  // A signal to this process (a profiler's or libFuzzer's timer) interrupts waitpid: wait again.
+  while (waitpid(pid, &status, 0) < 0)
+    if (errno != EINTR) return -1;
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
