@@ -252,6 +252,32 @@ std::map<std::string, std::string> output_files(const Args& a, const ordo::Compi
   return out_files;
 }
 
+// Runs `k` on `rows` rows with the inputs named by its arguments and outputs shaped by
+// out_shape, then writes the outputs named in out_files: only after everything has succeeded,
+// all of them or none.
+void run_and_write(const ordo::CompiledKernel& k, const std::map<std::string, ordo::NpyArray>& inputs,
+                   const std::map<std::string, std::string>& out_files, int64_t rows, int threads,
+                   const std::function<std::vector<int64_t>(const ordo::ArgSpec&)>& out_shape) {
+  std::vector<ordo::NpyArray> buffers;
+  for (const ordo::ArgSpec& s : k.args()) {
+    ordo::NpyArray b;
+    if (!s.output) b = inputs.at(s.name);
+    else {
+      b.dtype = s.dtype;
+      b.shape = out_shape(s);
+      b.data.assign(static_cast<size_t>(s.elements(rows, k.request().cols) * ordo::size_bytes(s.dtype)), 0);
+    }
+    buffers.push_back(std::move(b));
+  }
+  std::vector<ordo::BufferRef> refs;
+  for (ordo::NpyArray& b : buffers) refs.push_back(ordo::BufferRef{b.data.data(), b.elements(), b.dtype});
+  k.run(refs, rows, threads);
+  std::vector<std::pair<std::string, const ordo::NpyArray*>> files;
+  for (size_t i = 0; i < buffers.size(); ++i)
+    if (auto it = out_files.find(k.args()[i].name); it != out_files.end()) files.emplace_back(it->second, &buffers[i]);
+  ordo::write_npy_files_atomic(files);
+}
+
 // ordo run attention: q [..., S_q, D], k and v [..., S_k, D] with the same leading dims; out is
 // shaped like q and lse like q without D.
 int run_attention(const Args& a, ordo::Request r, int threads) {
@@ -279,25 +305,9 @@ int run_attention(const Args& a, ordo::Request r, int threads) {
   for (const std::string& o : a.all("out")) want_lse |= name_file("out", o).first == "lse";
   r.lse_output = want_lse;
   ordo::KernelHandle kernel = ordo::compile(r);
-  std::map<std::string, std::string> out_files = output_files(a, *kernel);
-  std::vector<ordo::NpyArray> buffers;
-  std::vector<ordo::BufferRef> refs;
-  for (const ordo::ArgSpec& s : kernel->args()) {
-    ordo::NpyArray b;
-    if (!s.output) b = in.at(s.name);
-    else {
-      b.dtype = s.dtype;
-      b.shape = s.name == "out" ? q.shape : std::vector<int64_t>(q.shape.begin(), q.shape.end() - 1);
-      b.data.assign(static_cast<size_t>(s.elements(rows, r.cols) * ordo::size_bytes(s.dtype)), 0);
-    }
-    buffers.push_back(std::move(b));
-  }
-  for (ordo::NpyArray& b : buffers) refs.push_back(ordo::BufferRef{b.data.data(), b.elements(), b.dtype});
-  kernel->run(refs, rows, threads);
-  std::vector<std::pair<std::string, const ordo::NpyArray*>> files;
-  for (size_t i = 0; i < buffers.size(); ++i)
-    if (auto it = out_files.find(kernel->args()[i].name); it != out_files.end()) files.emplace_back(it->second, &buffers[i]);
-  ordo::write_npy_files_atomic(files);
+  run_and_write(*kernel, in, output_files(a, *kernel), rows, threads, [&](const ordo::ArgSpec& s) {
+    return s.name == "out" ? q.shape : std::vector<int64_t>(q.shape.begin(), q.shape.end() - 1);
+  });
   return 0;
 }
 
@@ -317,17 +327,10 @@ int cmd_run(int argc, char** argv) {
   const int threads = a.get("threads") ? static_cast<int>(parse_int("--threads", *a.get("threads"), 0, 1024)) : 0;
   if (op == ordo::OpKind::attention) return run_attention(a, r, threads);
 
-  const std::vector<std::string> in_names = op == ordo::OpKind::layer_norm ? std::vector<std::string>{"x", "weight", "bias"}
-                                            : op == ordo::OpKind::rms_norm ? std::vector<std::string>{"x", "weight"}
-                                                                           : std::vector<std::string>{"x"};
-  std::map<std::string, ordo::NpyArray> inputs;
-  for (const std::string& v : a.all("in")) {
-    auto [n, file] = name_file("in", v);
-    if (std::find(in_names.begin(), in_names.end(), n) == in_names.end())
-      throw Error(fmt::format("{} has no input '{}'; inputs: {}", ordo::name(op), n, fmt::join(in_names, ", ")));
-    if (inputs.count(n)) throw Error(fmt::format("input '{}' given twice", n));
-    inputs.emplace(n, ordo::read_npy(file));
-  }
+  const std::map<std::string, ordo::NpyArray> inputs =
+      read_inputs(a, op, op == ordo::OpKind::layer_norm ? std::vector<std::string>{"x", "weight", "bias"}
+                         : op == ordo::OpKind::rms_norm ? std::vector<std::string>{"x", "weight"}
+                                                        : std::vector<std::string>{"x"});
   if (!inputs.count("x")) throw Error("missing --in x=FILE.npy");
   const ordo::NpyArray& x = inputs.at("x");
   if (x.shape.empty()) throw Error(fmt::format("x has shape (), it needs at least one dim"));
@@ -351,42 +354,9 @@ int cmd_run(int argc, char** argv) {
   }
 
   ordo::KernelHandle k = ordo::compile(r);
-  std::map<std::string, std::string> out_files;
-  for (const std::string& v : a.all("out")) {
-    auto [n, file] = name_file("out", v);
-    bool known = false;
-    std::string outs;
-    for (const ordo::ArgSpec& s : k->args())
-      if (s.output) {
-        known |= s.name == n;
-        outs += (outs.empty() ? "" : ", ") + s.name;
-      }
-    if (!known) throw Error(fmt::format("{} has no output '{}'; outputs: {}", ordo::name(op), n, outs));
-    if (out_files.count(n)) throw Error(fmt::format("output '{}' given twice", n));
-    out_files[n] = file;
-  }
-  if (out_files.empty()) throw Error("no --out NAME=FILE.npy given");
-
-  std::vector<ordo::NpyArray> buffers;
-  std::vector<ordo::BufferRef> refs;
-  for (const ordo::ArgSpec& s : k->args()) {
-    ordo::NpyArray b;
-    if (!s.output) b = inputs.at(s.name);
-    else {
-      b.dtype = s.dtype;
-      b.shape = s.extent == ordo::ir::Extent::rows_by_cols ? x.shape : std::vector<int64_t>(x.shape.begin(), x.shape.end() - 1);
-      b.data.assign(static_cast<size_t>(s.elements(rows, r.cols) * ordo::size_bytes(s.dtype)), 0);
-    }
-    buffers.push_back(std::move(b));
-  }
-  for (size_t i = 0; i < buffers.size(); ++i)
-    refs.push_back(ordo::BufferRef{buffers[i].data.data(), buffers[i].elements(), buffers[i].dtype});
-  k->run(refs, rows, threads);
-  // Everything has succeeded; only now is anything written, all outputs or none.
-  std::vector<std::pair<std::string, const ordo::NpyArray*>> files;
-  for (size_t i = 0; i < buffers.size(); ++i)
-    if (auto it = out_files.find(k->args()[i].name); it != out_files.end()) files.emplace_back(it->second, &buffers[i]);
-  ordo::write_npy_files_atomic(files);
+  run_and_write(*k, inputs, output_files(a, *k), rows, threads, [&](const ordo::ArgSpec& s) {
+    return s.extent == ordo::ir::Extent::rows_by_cols ? x.shape : std::vector<int64_t>(x.shape.begin(), x.shape.end() - 1);
+  });
   return 0;
 }
 
