@@ -145,10 +145,13 @@ std::map<std::string, std::vector<double>> attention_f64(const Request& r, const
         mx = std::max(mx, s[size_t(j)]);
       }
       double sum = 0;
-      for (int64_t j = 0; j < Sk; ++j) sum += std::exp(s[size_t(j)] - mx);
+      for (int64_t j = 0; j < Sk; ++j) {  // the scores become their exponentials
+        s[size_t(j)] = std::exp(s[size_t(j)] - mx);
+        sum += s[size_t(j)];
+      }
       for (int64_t d = 0; d < D; ++d) {
         double o = 0;
-        for (int64_t j = 0; j < Sk; ++j) o += std::exp(s[size_t(j)] - mx) / sum * value_at(t, v, (bh * Sk + j) * D + d);
+        for (int64_t j = 0; j < Sk; ++j) o += s[size_t(j)] / sum * value_at(t, v, (bh * Sk + j) * D + d);
         out["out"].push_back(o);
       }
       out["lse"].push_back(mx + std::log(sum));

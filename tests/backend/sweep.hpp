@@ -111,6 +111,36 @@ inline std::vector<std::vector<uint8_t>> run_on(Request r, Target target, const 
   return outs;
 }
 
+// Orders whose rounding depends on the launch's row count (grid_extent): torch-decomp-cpu-avx2
+// in bf16 rounds its rsqrt once inside 16-row vectors. `target` against the interpreter, bitwise,
+// for each row count in `rows_list` (both sides of the boundary) and three N.
+inline void launch_dependent_vs_interpreter(Target target, const std::vector<int64_t>& rows_list) {
+  for (int64_t rows : rows_list) {
+    for (int64_t n : {7, 64, 1000}) {
+      Request r;
+      r.op = OpKind::layer_norm;
+      r.cols = n;
+      r.order = "torch-decomp-cpu-avx2";
+      r.x_dtype = ScalarType::bf16;
+      std::vector<std::vector<uint8_t>> outs[2];
+      int i = 0;
+      for (Target t : {Target::interpreter, target}) {
+        r.target = t;
+        KernelHandle k = compile(r);
+        HostBuffers h = make_buffers(*k, rows, 5, 0.5, 2.0);
+        k->run(h.refs(rows, n), rows);
+        for (size_t a = 0; a < h.args.size(); ++a)
+          if (h.args[a].output) outs[i].push_back(h.bytes[a]);
+        ++i;
+      }
+      for (size_t o = 0; o < outs[0].size(); ++o) {
+        INFO(fmt::format("rows={} N={} target={} output {}", rows, n, name(target), o));
+        CHECK(count_identical(ScalarType::bf16, outs[0][o], outs[1][o]) == static_cast<int64_t>(outs[0][o].size() / 2));
+      }
+    }
+  }
+}
+
 // Attention on `target` against the interpreter: every order (and flash variants) the target can
 // run, on shapes across the query-lane and key-group boundaries (S_q, S_k not multiples of 8,
 // S_q != S_k, one key, one query), causal and not, with the lse output, on inputs that include a

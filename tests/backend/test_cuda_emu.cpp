@@ -104,30 +104,7 @@ TEST_CASE("log_softmax: cuda-emu matches the interpreter bit for bit") { sweep_e
 
 TEST_CASE("cuda-emu: grid_extent-dependent rounding (torch-decomp-cpu-avx2, bf16) matches the interpreter") {
   // Row counts on both sides of the 16-row vector boundary and over one 128-thread block.
-  for (int64_t rows : {15, 16, 37, 300}) {
-    for (int64_t n : {7, 64, 1000}) {
-      Request r;
-      r.op = OpKind::layer_norm;
-      r.cols = n;
-      r.order = "torch-decomp-cpu-avx2";
-      r.x_dtype = ScalarType::bf16;
-      std::vector<std::vector<uint8_t>> outs[2];
-      int i = 0;
-      for (Target t : {Target::interpreter, Target::cuda_emu}) {
-        r.target = t;
-        KernelHandle k = compile(r);
-        HostBuffers h = make_buffers(*k, rows, 5, 0.5, 2.0);
-        k->run(h.refs(rows, n), rows);
-        for (size_t a = 0; a < h.args.size(); ++a)
-          if (h.args[a].output) outs[i].push_back(h.bytes[a]);
-        ++i;
-      }
-      for (size_t o = 0; o < outs[0].size(); ++o) {
-        INFO(fmt::format("rows={} N={} output {}", rows, n, o));
-        CHECK(count_identical(ScalarType::bf16, outs[0][o], outs[1][o]) == static_cast<int64_t>(outs[0][o].size() / 2));
-      }
-    }
-  }
+  launch_dependent_vs_interpreter(Target::cuda_emu, {15, 16, 37, 300});
 }
 
 TEST_CASE("cuda-emu: a misaligned buffer is refused, naming it") {
