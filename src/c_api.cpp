@@ -57,6 +57,18 @@ int64_t integer(const std::string& v, const std::string& key) {
   return out;
 }
 
+double number(const std::string& v, const std::string& key) {
+  size_t used = 0;
+  double d = 0;
+  try {
+    d = std::stod(v, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (v.empty() || used != v.size()) throw ordo::Error(fmt::format("{}: '{}' is not a number", key, v));
+  return d;
+}
+
 bool flag(const std::string& v, const std::string& key) {
   if (v == "0" || v == "1") return v == "1";
   throw ordo::Error(fmt::format("{}: '{}' is not 0 or 1", key, v));
@@ -102,15 +114,8 @@ int ordo_request_set(ordo_request* req, const char* key_c, const char* value_c) 
     else if (key == "weight_dtype") r.weight_dtype = dtype(v, key);
     else if (key == "acc") r.acc_dtype = dtype(v, key);
     else if (key == "order") r.order = v;
-    else if (key == "eps") {
-      size_t used = 0;
-      try {
-        r.eps = std::stod(v, &used);
-      } catch (const std::exception&) {
-        used = 0;
-      }
-      if (v.empty() || used != v.size()) throw ordo::Error(fmt::format("eps: '{}' is not a number", v));
-    } else if (key == "target") {
+    else if (key == "eps") r.eps = number(v, key);
+    else if (key == "target") {
       auto t = ordo::parse_target(v);
       if (!t) throw ordo::Error(fmt::format("target: '{}' is not cpu, interpreter, cuda or cuda-emu", v));
       r.target = *t;
@@ -127,17 +132,8 @@ int ordo_request_set(ordo_request* req, const char* key_c, const char* value_c) 
     else if (key == "seq_k") r.seq_k = integer(v, key);
     else if (key == "causal") r.causal = flag(v, key);
     else if (key == "lse") r.lse_output = flag(v, key);
-    else if (key == "scale") {
-      size_t used = 0;
-      double s = 0;
-      try {
-        s = std::stod(v, &used);
-      } catch (const std::exception&) {
-        used = 0;
-      }
-      if (v.empty() || used != v.size()) throw ordo::Error(fmt::format("scale: '{}' is not a number", v));
-      r.scale = s;
-    } else
+    else if (key == "scale") r.scale = number(v, key);
+    else
       throw ordo::Error(fmt::format("unknown request key '{}' (cols, dtype, weight_dtype, acc, order, eps, target, weight, bias, "
                                     "allow_mixed_dtypes, rows_in_flight; attention: seq_q, seq_k, causal, scale, lse)", key));
   });
