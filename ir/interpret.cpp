@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <array>
 #include <bit>
 #include <climits>
@@ -82,6 +83,13 @@ bool in_bounds(int64_t at, int n, int64_t elements) { return at >= 0 && n <= ele
 // The end of [at, at + n) for a message, also where at + n would overflow.
 std::string end_text(int64_t at, int n) { return at <= INT64_MAX - n ? fmt::format("{}", at + n) : fmt::format("{}+{}", at, n); }
 
+// Team memory's race check: which thread last stored an element, in which execution of a Team
+// statement. Another thread touching the element in the same execution is a race the IR forbids.
+struct Writer {
+  int64_t phase = -1;
+  int thread = -1;
+};
+
 struct Machine {
   const Kernel& k;
   std::vector<BufferArg> buffers;  // the arguments, then each scratch buffer's storage
@@ -89,6 +97,37 @@ struct Machine {
   std::vector<int64_t> extents;
   std::vector<Value> locals;
   std::vector<char> assigned;
+  // Team kernels: per-thread locals live in thread_locals[thread * locals + id].
+  std::vector<char> per_thread = per_thread_locals(k);
+  std::vector<Value> thread_locals;
+  std::vector<char> thread_assigned;
+  int thread = -1;     // the running thread inside a Team statement, else -1
+  int64_t phase = 0;   // executions of Team statements so far, for the race check
+  std::vector<std::vector<Writer>> writers;  // per buffer (scratch of team kernels only)
+  // The values shuffles read: per shuffled local, every thread's value when the Team statement
+  // began (and whether it was assigned).
+  std::vector<int64_t> snapshot_local;
+  std::vector<std::vector<Value>> snapshot;
+  std::vector<std::vector<char>> snapshot_assigned;
+
+  Value& slot(int64_t id) {
+    const size_t i = static_cast<size_t>(id);
+    return per_thread[i] ? thread_locals[static_cast<size_t>(thread) * k.locals.size() + i] : locals[i];
+  }
+  char& slot_assigned(int64_t id) {
+    const size_t i = static_cast<size_t>(id);
+    return per_thread[i] ? thread_assigned[static_cast<size_t>(thread) * k.locals.size() + i] : assigned[i];
+  }
+  // Team memory: element j of buffer b read (write = false) or stored by the running thread.
+  void touch(int64_t b, int64_t j, bool write) {
+    std::vector<Writer>& w = writers[static_cast<size_t>(b)];
+    if (w.empty() || thread < 0) return;
+    Writer& e = w[static_cast<size_t>(j)];
+    if (e.phase == phase && e.thread != thread)
+      throw Error(fmt::format("interpreter: race on team memory {}[{}]: thread {} {} it in the team statement where thread {} stored it",
+                              k.buffers[static_cast<size_t>(b)].name, j, thread, write ? "stores" : "reads", e.thread));
+    if (write) e = Writer{phase, thread};
+  }
 
   Value eval(const Expr& e) {
     Value v;
@@ -104,9 +143,26 @@ struct Machine {
         }
         return v;
       case Op::Var:
-        if (!assigned[static_cast<size_t>(e.index)])
+        if (!slot_assigned(e.index))
           throw Error(fmt::format("interpreter: local %{} read before assignment", k.locals[static_cast<size_t>(e.index)].name));
-        return locals[static_cast<size_t>(e.index)];
+        return slot(e.index);
+      case Op::ThreadId:
+        v.lane[0].i = thread;
+        return v;
+      case Op::ShuffleDown:
+      case Op::ShuffleXor: {
+        const int64_t from = e.op == Op::ShuffleDown ? thread + e.imm_i : thread ^ e.imm_i;
+        // CUDA's rule: a source outside the reading thread's warp reads the thread's own value.
+        const int source = from / 32 == thread / 32 && from < k.team ? static_cast<int>(from) : thread;
+        for (size_t i = 0; i < snapshot.size(); ++i)
+          if (snapshot_local[i] == e.index) {
+            if (!snapshot_assigned[i][static_cast<size_t>(source)])
+              throw Error(fmt::format("interpreter: thread {} shuffles %{} of thread {}, which has not assigned it", thread,
+                                      k.locals[static_cast<size_t>(e.index)].name, source));
+            return snapshot[i][static_cast<size_t>(source)];
+          }
+        throw Error("internal: interpreter: shuffle of a local without a snapshot");
+      }
       case Op::ProgramId:
         v.lane[0].i = pid[static_cast<size_t>(e.index)];
         return v;
@@ -119,6 +175,7 @@ struct Machine {
         if (!in_bounds(at, n, b.elements))
           throw Error(fmt::format("interpreter: load {}[{}..{}) outside [0, {})", k.buffers[static_cast<size_t>(e.index)].name, at, end_text(at, n), b.elements));
         const int sz = size_bytes(t);
+        for (int i = 0; i < n; ++i) touch(e.index, at + i, false);
         for (int i = 0; i < n; ++i) {
           const char* p = static_cast<const char*>(b.data) + (at + i) * sz;
           v.lane[i].i = 0;
@@ -134,6 +191,7 @@ struct Machine {
           const int64_t j = at.lane[i].i;
           if (j < 0 || j >= b.elements)
             throw Error(fmt::format("interpreter: gather {}[{}] outside [0, {})", k.buffers[static_cast<size_t>(e.index)].name, j, b.elements));
+          touch(e.index, j, false);
           v.lane[i].i = 0;
           std::memcpy(&v.lane[i], static_cast<const char*>(b.data) + j * sz, static_cast<size_t>(sz));
         }
@@ -225,6 +283,10 @@ struct Machine {
         return v;
       }
       case Op::Call: {
+        if (device_only(static_cast<MathFn>(e.index)))
+          throw Error(fmt::format("interpreter: {} is device-only (CUDA's own approximation, with no definition off the GPU); "
+                                  "this order runs on target cuda only",
+                                  name(static_cast<MathFn>(e.index))));
         Value a = eval(*e.args[0]);
         for (int i = 0; i < n; ++i)
           v.lane[i].f32 = static_cast<MathFn>(e.index) == MathFn::expf ? ::expf(a.lane[i].f32) : ::logf(a.lane[i].f32);
@@ -282,13 +344,38 @@ struct Machine {
     throw Error("interpreter: unknown op");
   }
 
+  static void shuffled_locals(const Expr& e, std::vector<int64_t>& out) {
+    if ((e.op == Op::ShuffleDown || e.op == Op::ShuffleXor) && std::find(out.begin(), out.end(), e.index) == out.end())
+      out.push_back(e.index);
+    for (const ExprRef& a : e.args) shuffled_locals(*a, out);
+  }
+
+  // The threads one after another, thread order. Shuffles read the snapshot taken here.
+  void run_team(const Stmt& team) {
+    ++phase;
+    snapshot_local.clear();
+    for (const Stmt& s : team.body)
+      if (s.kind == StmtKind::Assign) shuffled_locals(*s.value, snapshot_local);
+    snapshot.assign(snapshot_local.size(), std::vector<Value>(static_cast<size_t>(k.team)));
+    snapshot_assigned.assign(snapshot_local.size(), std::vector<char>(static_cast<size_t>(k.team)));
+    for (size_t i = 0; i < snapshot_local.size(); ++i)
+      for (thread = 0; thread < k.team; ++thread) {
+        snapshot[i][static_cast<size_t>(thread)] = slot(snapshot_local[i]);
+        snapshot_assigned[i][static_cast<size_t>(thread)] = slot_assigned(snapshot_local[i]);
+      }
+    for (thread = 0; thread < k.team; ++thread) run(team.body);
+    thread = -1;
+  }
+
   void run(const std::vector<Stmt>& body) {
     for (const Stmt& s : body) {
       switch (s.kind) {
-        case StmtKind::Assign:
-          locals[static_cast<size_t>(s.target)] = eval(*s.value);
-          assigned[static_cast<size_t>(s.target)] = 1;
+        case StmtKind::Assign: {
+          Value v = eval(*s.value);
+          slot(s.target) = v;
+          slot_assigned(s.target) = 1;
           break;
+        }
         case StmtKind::Store: {
           const BufferArg& b = buffers[static_cast<size_t>(s.target)];
           Value index = eval(*s.index);
@@ -300,6 +387,7 @@ struct Machine {
               const int64_t j = index.lane[i].i;
               if (j < 0 || j >= b.elements)
                 throw Error(fmt::format("interpreter: scatter {}[{}] outside [0, {})", k.buffers[static_cast<size_t>(s.target)].name, j, b.elements));
+              touch(s.target, j, true);
               std::memcpy(static_cast<char*>(b.data) + j * sz, &v.lane[i], static_cast<size_t>(sz));
             }
             break;
@@ -307,6 +395,7 @@ struct Machine {
           const int64_t at = index.lane[0].i;
           if (!in_bounds(at, n, b.elements))
             throw Error(fmt::format("interpreter: store {}[{}..{}) outside [0, {})", k.buffers[static_cast<size_t>(s.target)].name, at, end_text(at, n), b.elements));
+          for (int i = 0; i < n; ++i) touch(s.target, at + i, true);
           for (int i = 0; i < n; ++i)
             std::memcpy(static_cast<char*>(b.data) + (at + i) * sz, &v.lane[i], static_cast<size_t>(sz));
           break;
@@ -317,12 +406,12 @@ struct Machine {
           // INT64_MAX. After the loop it holds its last value; after a loop that ran no
           // iteration it is unassigned, as a local assigned only inside the body would be.
           const int64_t begin = eval(*s.begin).lane[0].i, end = eval(*s.end).lane[0].i;
-          Value& iv = locals[static_cast<size_t>(s.target)];
+          Value& iv = slot(s.target);
           iv.type = Type{ScalarType::i64, 1};
           const uint64_t step = static_cast<uint64_t>(s.step);
           for (int64_t i = begin; i < end;) {
             iv.lane[0].i = i;
-            assigned[static_cast<size_t>(s.target)] = 1;
+            slot_assigned(s.target) = 1;
             run(s.body);
             // end - i is positive here, and exact as an unsigned number.
             if (static_cast<uint64_t>(end) - static_cast<uint64_t>(i) <= step) break;
@@ -336,6 +425,9 @@ struct Machine {
           break;
         case StmtKind::Region:
           run(s.body);
+          break;
+        case StmtKind::Team:
+          run_team(s);
           break;
       }
     }
@@ -361,6 +453,14 @@ void interpret(const Kernel& k, const std::vector<BufferArg>& buffers, const std
     throw Error(fmt::format("interpreter: kernel {} has grid rank {}, got {} extents", k.name, k.grid_rank, extents.size()));
   Machine m{k, all, std::vector<int64_t>(extents.size(), 0), extents, std::vector<Value>(k.locals.size()), {}};
   // Instances are independent; run them in row-major grid order.
+  if (k.team > 1) {
+    m.thread_locals.resize(k.locals.size() * static_cast<size_t>(k.team));
+    m.writers.resize(k.buffers.size());
+    for (size_t b = 0; b < k.buffers.size(); ++b)
+      if (!is_argument(k.buffers[b])) m.writers[b].resize(static_cast<size_t>(k.buffers[b].per_row));
+  } else {
+    m.writers.resize(k.buffers.size());  // all empty: no race check without a team
+  }
   std::vector<int64_t>& p = m.pid;
   int64_t total = 1;
   for (int64_t e : extents) {
@@ -375,6 +475,8 @@ void interpret(const Kernel& k, const std::vector<BufferArg>& buffers, const std
       rest /= extents[static_cast<size_t>(d)];
     }
     m.assigned.assign(k.locals.size(), 0);
+    m.thread_assigned.assign(k.team > 1 ? k.locals.size() * static_cast<size_t>(k.team) : 0, 0);
+    for (std::vector<Writer>& w : m.writers) std::fill(w.begin(), w.end(), Writer{});
     // Scratch starts unspecified; all-ones bytes (NaN, -1) make a read before a write visible.
     for (std::vector<char>& s : scratch) std::fill(s.begin(), s.end(), char(-1));
     m.run(k.body);

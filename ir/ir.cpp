@@ -112,10 +112,24 @@ ExprRef call(MathFn f, ExprRef a) {
   return make(Op::Call, t, {std::move(a)}, static_cast<int64_t>(f));
 }
 
+ExprRef thread_id() { return make(Op::ThreadId, Type{ScalarType::i64, 1}, {}); }
+namespace {
+ExprRef shuffle(Op op, const Kernel& k, int local, int offset) {
+  ExprRef e = make(op, k.locals.at(static_cast<size_t>(local)).type, {}, local);
+  const_cast<Expr&>(*e).imm_i = offset;
+  return e;
+}
+}  // namespace
+ExprRef shuffle_down(const Kernel& k, int local, int delta) { return shuffle(Op::ShuffleDown, k, local, delta); }
+ExprRef shuffle_xor(const Kernel& k, int local, int mask) { return shuffle(Op::ShuffleXor, k, local, mask); }
+
 std::string_view name(MathFn f) {
   switch (f) {
     case MathFn::expf: return "libm.expf";
     case MathFn::logf: return "libm.logf";
+    case MathFn::device_rsqrtf: return "cuda.rsqrtf";
+    case MathFn::device_expf: return "cuda.expf";
+    case MathFn::device_logf: return "cuda.logf";
   }
   return "?";
 }
@@ -177,6 +191,25 @@ void Builder::store(int buffer, ExprRef index, ExprRef value) {
 // operands, unknown locals, buffers or tables, operand counts that differ from the op's arity)
 // must print too, with "?" in the place of what is missing, and never throw.
 namespace {
+void mark_per_thread(const std::vector<Stmt>& body, bool in_team, std::vector<char>& out) {
+  for (const Stmt& s : body) {
+    if (in_team && (s.kind == StmtKind::Assign || s.kind == StmtKind::For) && s.target >= 0 &&
+        s.target < static_cast<int>(out.size()))
+      out[static_cast<size_t>(s.target)] = 1;
+    const bool inner = in_team || s.kind == StmtKind::Team;
+    mark_per_thread(s.body, inner, out);
+    mark_per_thread(s.else_body, inner, out);
+  }
+}
+}  // namespace
+
+std::vector<char> per_thread_locals(const Kernel& k) {
+  std::vector<char> out(k.locals.size(), 0);
+  mark_per_thread(k.body, false, out);
+  return out;
+}
+
+namespace {
 std::string local_name(const Kernel& k, int64_t id) {
   if (id < 0 || id >= static_cast<int64_t>(k.locals.size())) return fmt::format("?local{}", id);
   return k.locals[static_cast<size_t>(id)].name;
@@ -206,6 +239,11 @@ std::string print(const Expr& e, const Kernel& k) {
       return fmt::format("program_id({})", e.index);
     case Op::GridExtent:
       return fmt::format("grid_extent({})", e.index);
+    case Op::ThreadId:
+      return "thread_id";
+    case Op::ShuffleDown:
+    case Op::ShuffleXor:
+      return fmt::format("{}(%{}, {})", spelling(e.op), local_name(k, e.index), e.imm_i);
     case Op::Load:
       return fmt::format("load.{}({}[{}])", to_string(e.type), buffer_name(k, e.index), arg(0));
     case Op::Gather:
@@ -264,6 +302,11 @@ void print_stmts(const std::vector<Stmt>& body, const Kernel& k, int depth, std:
         print_stmts(s.body, k, depth + 1, out);
         out += pad + "}\n";
         break;
+      case StmtKind::Team:
+        out += fmt::format("{}team x{} {{\n", pad, k.team);
+        print_stmts(s.body, k, depth + 1, out);
+        out += pad + "}\n";
+        break;
     }
   }
 }
@@ -285,7 +328,8 @@ std::string print(const Kernel& k) {
   }
   std::string fixed;
   for (int64_t e : k.grid_fixed) fixed += fmt::format(" x {}", e);
-  out += fmt::format("  grid rank {}{}\n{{\n", k.grid_rank, fixed.empty() ? "" : " (rows" + fixed + ")");
+  out += fmt::format("  grid rank {}{}{}\n{{\n", k.grid_rank, fixed.empty() ? "" : " (rows" + fixed + ")",
+                     k.team > 1 ? fmt::format(", team of {} threads", k.team) : "");
   print_stmts(k.body, k, 1, out);
   out += "}\n";
   return out;

@@ -20,6 +20,21 @@
 // Control flow (For bounds, If conditions) is uniform: it may depend only on constants and
 // loop variables, never on program_id, loaded data or floating-point values. The verifier
 // enforces this; backends rely on it to run several instances in lock step.
+//
+// Teams (the CUDA-native orders). A kernel with Kernel::team = T > 1 runs each program instance
+// with T threads. Its body is uniform code, executed alike by every thread, around Team
+// statements; a Team statement runs its body once per thread, thread_id = 0 .. T-1, and the
+// threads of one Team statement are independent: they communicate only through
+//  * scratch buffers, which in a team kernel are shared by the instance's threads: a value
+//    stored in one Team statement is read by other threads in a later one (consecutive Team
+//    statements are separated by a barrier), and
+//  * shuffles, which read another thread's value of a per-thread local as it was when the Team
+//    statement began (a warp shuffle; the verifier keeps the local unassigned before the
+//    shuffle in that statement, so "when it began" and "now" are the same on a GPU).
+// Locals assigned inside Team statements are per-thread and keep their value from one Team
+// statement to the next; locals assigned outside are uniform and read-only inside. Inside a Team
+// body, loop bounds and If conditions may depend on thread_id (never on data or program_id).
+// The interpreter runs the threads of a Team statement one after another in thread order.
 #pragma once
 
 #include <cstdint>
@@ -49,6 +64,14 @@ std::string to_string(Type t);
   X(ProgramId, 0, "program_id")                                                              \
   /* The launch's extent of grid dimension Expr::index (i64; the same for every instance). */ \
   X(GridExtent, 0, "grid_extent")                                                            \
+  /* Team kernels, inside a Team statement: this thread's index in [0, Kernel::team) (i64). */ \
+  X(ThreadId, 0, "thread_id")                                                                \
+  /* Team kernels, a top-level statement of a Team body: per-thread local Expr::index (a      \
+     scalar) of thread s as it was when the Team statement began, s = thread_id + imm_i       \
+     (ShuffleDown) or thread_id ^ imm_i (ShuffleXor), imm_i in [1, 31]. A source outside the   \
+     reading thread's warp of 32 threads reads the thread's own value (CUDA's shfl rule). */   \
+  X(ShuffleDown, 0, "shuffle_down")                                                          \
+  X(ShuffleXor, 0, "shuffle_xor")                                                            \
   /* Elements [i, i+lanes) of buffer Expr::index; i is args[0] (i64), in elements. */         \
   X(Load, 1, "load")                                                                         \
   /* Lane l is element args[0][l] of buffer Expr::index; args[0] is an i64 vector whose       \
@@ -107,8 +130,13 @@ std::string to_string(Type t);
 
 // The library functions Op::Call may name. The interpreter and the CPU backends call the
 // host C library (glibc here), so they agree with each other and with eager code built on it.
-enum class MathFn : uint8_t { expf, logf };
+// The device functions are CUDA's (rsqrtf is rsqrt.approx.f32; expf and logf are CUDA's
+// libdevice versions): they have no definition off the GPU, so only target cuda lowers them,
+// and the interpreter, cpu and cuda-emu refuse kernels that call them ("device-only").
+enum class MathFn : uint8_t { expf, logf, device_rsqrtf, device_expf, device_logf };
+constexpr MathFn kLastMathFn = MathFn::device_logf;
 std::string_view name(MathFn f);
+inline bool device_only(MathFn f) { return f >= MathFn::device_rsqrtf; }
 
 enum class Op : uint8_t {
 #define ORDO_X(name, arity, spelling) name,
@@ -141,6 +169,7 @@ enum class StmtKind : uint8_t {
            // unassigned.
   If,      // if (cond) body else else_body
   Region,  // body, labelled: the expansion of one reduction and the Order that produced it
+  Team,    // body once per thread of the instance's team (team kernels; see the top of this file)
 };
 
 struct Stmt {
@@ -163,8 +192,9 @@ enum class Extent : uint8_t {
   rows,          // one element per instance (mean, rstd, var)
   rows_by_fixed, // rows*K with K = Buffer::per_row fixed at compile time (attention: q is rows*Sq*D)
   scratch,       // K = Buffer::per_row elements of working memory private to each program
-                 // instance, not an argument of the kernel. Its contents are unspecified when
-                 // the instance starts: gen/ writes an element before reading it.
+                 // instance (shared by its threads in a team kernel: CUDA shared memory), not
+                 // an argument of the kernel. Its contents are unspecified when the instance
+                 // starts: gen/ writes an element before reading it.
 };
 std::string_view name(Extent e);
 
@@ -192,6 +222,9 @@ struct Kernel {
   // Extents of grid dims 1 .. grid_rank-1 when they are fixed at compile time (attention's query
   // blocks); dim 0 is the launch's row count. Empty: every extent is given at launch.
   std::vector<int64_t> grid_fixed;
+  // Threads per program instance. 1: the body is one thread's program. > 1: a team kernel (see
+  // the top of this file); CUDA runs an instance as one block of `team` threads.
+  int team = 1;
   std::vector<Stmt> body;
   std::string description;  // one line: op, shapes, dtypes, order name
 };
@@ -216,6 +249,9 @@ ExprRef extract(ExprRef a, int lane);
 ExprRef table(int id, ExprRef index);
 ExprRef bitcast(ExprRef a, ScalarType to);
 ExprRef call(MathFn f, ExprRef a);
+ExprRef thread_id();
+ExprRef shuffle_down(const Kernel& k, int local, int delta);
+ExprRef shuffle_xor(const Kernel& k, int local, int mask);
 
 inline ExprRef add(ExprRef a, ExprRef b) { return binary(Op::Add, std::move(a), std::move(b)); }
 inline ExprRef sub(ExprRef a, ExprRef b) { return binary(Op::Sub, std::move(a), std::move(b)); }
@@ -274,6 +310,14 @@ class Builder {
     otherwise();
     stack_.pop_back();
   }
+  // A Team statement: body(read of thread_id) once per thread.
+  template <class F>
+  void team(F&& body) {
+    stack_.back()->push_back(Stmt{StmtKind::Team});
+    stack_.push_back(&stack_.back()->back().body);
+    body(thread_id());
+    stack_.pop_back();
+  }
   template <class F>
   void region(std::string label, std::string note, F&& body) {
     Stmt s{StmtKind::Region};
@@ -293,6 +337,10 @@ class Builder {
 // The printer: one node per line, nested by indentation. Stable: tests compare it.
 std::string print(const Kernel& k);
 std::string print(const Expr& e, const Kernel& k);
+
+// Per local: 1 if it is assigned (or is a loop variable) inside a Team statement, which makes
+// it per-thread in a team kernel.
+std::vector<char> per_thread_locals(const Kernel& k);
 
 // The verifier: returns an empty string, or a message naming the first malformed node.
 std::string verify(const Kernel& k);

@@ -18,6 +18,11 @@ struct Verifier {
   std::vector<char> assigned;      // local has been assigned somewhere before this point
   std::vector<char> nonuniform;    // local may differ between program instances
   std::vector<char> loop_var;
+  std::vector<char> per_thread;      // assigned inside Team statements (ir::per_thread_locals)
+  std::vector<char> thread_varying;  // may differ between the threads of a team (not by data)
+  bool in_team = false;              // checking a Team statement's body
+  bool shuffle_allowed = false;      // checking an Assign at the top level of a Team body
+  std::vector<char> assigned_in_team;  // assigned by earlier statements of the current Team body
   std::string error;
 
   std::string where(const Expr& e) {
@@ -33,15 +38,25 @@ struct Verifier {
   // Whether e is the same in every program instance. Also called (by mark_nonuniform) on
   // expressions not yet checked, so it must not trust them: a null operand or an unknown local
   // counts as non-uniform here, and expr() reports it when it reaches it.
-  bool uniform(const Expr& e) const {
-    if (e.op == Op::ProgramId || e.op == Op::Load || e.op == Op::Gather) return false;
+  // With `allow_thread`, the same in every program instance but possibly different per thread of
+  // a team (thread_id and locals computed from it): the rule inside Team bodies.
+  bool uniform(const Expr& e, bool allow_thread = false) const {
+    if (e.op == Op::ProgramId || e.op == Op::Load || e.op == Op::Gather || e.op == Op::ShuffleDown ||
+        e.op == Op::ShuffleXor)
+      return false;
+    if (e.op == Op::ThreadId) return allow_thread;
     if (e.op == Op::Var && (e.index < 0 || e.index >= static_cast<int64_t>(nonuniform.size()) ||
-                            nonuniform[static_cast<size_t>(e.index)]))
+                            nonuniform[static_cast<size_t>(e.index)] ||
+                            (!allow_thread && thread_varying[static_cast<size_t>(e.index)])))
       return false;
     if (is_float(e.type.scalar)) return false;
     for (const ExprRef& a : e.args)
-      if (!a || !uniform(*a)) return false;
+      if (!a || !uniform(*a, allow_thread)) return false;
     return true;
+  }
+
+  bool team_memory_ok(const Expr& load) const {
+    return k.team <= 1 || in_team || is_argument(k.buffers[static_cast<size_t>(load.index)]);
   }
 
   bool expr(const Expr& e) {
@@ -69,7 +84,26 @@ struct Verifier {
         if (e.index < 0 || e.index >= static_cast<int64_t>(k.locals.size())) return fail(e, "unknown local");
         if (!assigned[static_cast<size_t>(e.index)]) return fail(e, "local read before it is assigned");
         if (k.locals[static_cast<size_t>(e.index)].type != t) return fail(e, "type differs from the local's");
+        if (per_thread[static_cast<size_t>(e.index)] && !in_team) return fail(e, "per-thread local read outside a team statement");
         return true;
+      case Op::ThreadId:
+        if (!in_team) return fail(e, "thread_id outside a team statement");
+        if (t != Type{ScalarType::i64, 1}) return fail(e, "thread_id is a scalar i64");
+        return true;
+      case Op::ShuffleDown:
+      case Op::ShuffleXor: {
+        if (e.index < 0 || e.index >= static_cast<int64_t>(k.locals.size())) return fail(e, "unknown local");
+        const size_t l = static_cast<size_t>(e.index);
+        if (!in_team || !shuffle_allowed)
+          return fail(e, "a shuffle must be in an assignment at the top level of a team statement (every thread of the warp runs it)");
+        if (k.team % 32 != 0) return fail(e, fmt::format("shuffles need a team of whole warps (a multiple of 32), not {}", k.team));
+        if (e.imm_i < 1 || e.imm_i > 31) return fail(e, fmt::format("shuffle offset {} outside [1, 31]", e.imm_i));
+        if (!per_thread[l]) return fail(e, "shuffles read per-thread locals");
+        if (!assigned[l]) return fail(e, "local read before it is assigned");
+        if (k.locals[l].type != t || t.lanes != 1 || t.scalar == ScalarType::boolean) return fail(e, "shuffles move a scalar number of the local's type");
+        if (assigned_in_team[l]) return fail(e, "the local is assigned earlier in this team statement; a shuffle reads its value from the statement's start");
+        return true;
+      }
       case Op::ProgramId:
       case Op::GridExtent:
         if (e.index < 0 || e.index >= k.grid_rank) return fail(e, fmt::format("grid has rank {}", k.grid_rank));
@@ -78,11 +112,13 @@ struct Verifier {
         if (e.index < 0 || e.index >= static_cast<int64_t>(k.buffers.size())) return fail(e, "unknown buffer");
         if (k.buffers[static_cast<size_t>(e.index)].elem != t.scalar) return fail(e, "type differs from the buffer's");
         if (arg_t(0) != Type{ScalarType::i64, 1}) return fail(e, "index must be a scalar i64");
+        if (!team_memory_ok(e)) return fail(e, "a team kernel reads its scratch (team memory) only inside team statements");
         return true;
       case Op::Gather: {
         if (e.index < 0 || e.index >= static_cast<int64_t>(k.buffers.size())) return fail(e, "unknown buffer");
         if (k.buffers[static_cast<size_t>(e.index)].elem != t.scalar) return fail(e, "type differs from the buffer's");
         if (arg_t(0) != Type{ScalarType::i64, t.lanes}) return fail(e, "gather indices must be i64 with the result's lanes");
+        if (!team_memory_ok(e)) return fail(e, "a team kernel reads its scratch (team memory) only inside team statements");
         return true;
       }
       case Op::Iota:
@@ -110,7 +146,7 @@ struct Verifier {
         return true;
       }
       case Op::Call:
-        if (e.index < 0 || e.index > static_cast<int64_t>(MathFn::logf)) return fail(e, "unknown library function");
+        if (e.index < 0 || e.index > static_cast<int64_t>(kLastMathFn)) return fail(e, "unknown library function");
         if (arg_t(0) != t || t.scalar != ScalarType::f32) return fail(e, "library functions take and return f32");
         return true;
       case Op::Rem:
@@ -164,6 +200,13 @@ struct Verifier {
     return fail(e, "unknown op");
   }
 
+  static void mark_assigned(const Stmt& s, std::vector<char>& out) {
+    if ((s.kind == StmtKind::Assign || s.kind == StmtKind::For) && s.target >= 0 && s.target < static_cast<int>(out.size()))
+      out[static_cast<size_t>(s.target)] = 1;
+    for (const Stmt& inner : s.body) mark_assigned(inner, out);
+    for (const Stmt& inner : s.else_body) mark_assigned(inner, out);
+  }
+
   bool stmts(const std::vector<Stmt>& body) {
     for (const Stmt& s : body)
       if (!stmt(s)) return false;
@@ -194,6 +237,8 @@ struct Verifier {
         if (!s.value) return stmt_fail(s, "assignment has no value");
         if (!expr(*s.value)) return false;
         if (loop_var[static_cast<size_t>(s.target)]) return stmt_fail(s, "assigns a loop variable");
+        if (k.team > 1 && !in_team && per_thread[static_cast<size_t>(s.target)])
+          return stmt_fail(s, "a per-thread local (assigned in a team statement) is assigned outside one");
         const Type lt = k.locals[static_cast<size_t>(s.target)].type;
         if (s.value->type != lt) return stmt_fail(s, fmt::format("value is {}, local is {}", to_string(s.value->type), to_string(lt)));
         assigned[static_cast<size_t>(s.target)] = 1;
@@ -205,6 +250,7 @@ struct Verifier {
         if (!expr(*s.index) || !expr(*s.value)) return false;
         const Buffer& b = k.buffers[static_cast<size_t>(s.target)];
         if (!b.output) return stmt_fail(s, fmt::format("buffer {} is an input", b.name));
+        if (k.team > 1 && !in_team) return stmt_fail(s, "a team kernel stores only inside team statements");
         if (s.value->type.scalar != b.elem) return stmt_fail(s, fmt::format("stores {} into {}[]", to_string(s.value->type), name(b.elem)));
         if (s.index->type != Type{ScalarType::i64, 1} && s.index->type != Type{ScalarType::i64, s.value->type.lanes})
           return stmt_fail(s, "index must be a scalar i64, or an i64 vector of the value's lanes (a scatter)");
@@ -216,7 +262,9 @@ struct Verifier {
         if (!expr(*s.begin) || !expr(*s.end)) return false;
         if (k.locals[static_cast<size_t>(s.target)].type != Type{ScalarType::i64, 1}) return stmt_fail(s, "loop variable must be i64");
         if (s.begin->type != Type{ScalarType::i64, 1} || s.end->type != Type{ScalarType::i64, 1}) return stmt_fail(s, "loop bounds must be i64");
-        if (!uniform(*s.begin) || !uniform(*s.end)) return stmt_fail(s, "loop bounds depend on program_id or data");
+        if (!uniform(*s.begin, in_team) || !uniform(*s.end, in_team)) return stmt_fail(s, "loop bounds depend on program_id or data");
+        if (k.team > 1 && !in_team && per_thread[static_cast<size_t>(s.target)])
+          return stmt_fail(s, "a per-thread local (assigned in a team statement) is a loop variable outside one");
         if (s.step <= 0) return stmt_fail(s, fmt::format("step {} is not positive", s.step));
         if (assigned[static_cast<size_t>(s.target)]) return stmt_fail(s, "loop variable is reused");
         assigned[static_cast<size_t>(s.target)] = 1;
@@ -227,24 +275,45 @@ struct Verifier {
         if (!s.value) return stmt_fail(s, "if has no condition");
         if (!expr(*s.value)) return false;
         if (s.value->type != Type{ScalarType::boolean, 1}) return stmt_fail(s, "condition must be a scalar bool");
-        if (!uniform(*s.value)) return stmt_fail(s, "condition depends on program_id or data");
+        if (!uniform(*s.value, in_team)) return stmt_fail(s, "condition depends on program_id or data");
         return stmts(s.body) && stmts(s.else_body);
       case StmtKind::Region:
         return stmts(s.body);
+      case StmtKind::Team: {
+        if (k.team <= 1) return stmt_fail(s, "team statement in a kernel with a team of 1 thread");
+        if (in_team) return stmt_fail(s, "team statements do not nest");
+        in_team = true;
+        assigned_in_team.assign(k.locals.size(), 0);
+        for (const Stmt& inner : s.body) {
+          shuffle_allowed = inner.kind == StmtKind::Assign;
+          const bool ok = stmt(inner);
+          shuffle_allowed = false;
+          if (!ok) return false;
+          mark_assigned(inner, assigned_in_team);
+        }
+        in_team = false;
+        return true;
+      }
     }
     return stmt_fail(s, "unknown statement");
   }
 };
 
-// A local is non-uniform when any assignment to it is. Iterate to a fixed point.
-void mark_nonuniform(Verifier& v) {
+// A local is non-uniform when any assignment to it is. Iterate to a fixed point: first the
+// locals that depend on data or program_id, then those that depend on thread_id only (loop
+// variables of loops with thread-dependent bounds included).
+void mark_nonuniform(Verifier& v, bool thread) {
+  std::vector<char>& flag = thread ? v.thread_varying : v.nonuniform;
   bool changed = true;
+  auto valid = [&](int target) { return target >= 0 && target < static_cast<int>(v.k.locals.size()); };
   std::function<void(const std::vector<Stmt>&)> walk = [&](const std::vector<Stmt>& body) {
     for (const Stmt& s : body) {
-      if (s.kind == StmtKind::Assign && s.value && s.target >= 0 &&
-          s.target < static_cast<int>(v.k.locals.size()) && !v.nonuniform[static_cast<size_t>(s.target)] &&
-          !v.uniform(*s.value)) {
-        v.nonuniform[static_cast<size_t>(s.target)] = 1;
+      bool varies = false;
+      if (s.kind == StmtKind::Assign && s.value && valid(s.target)) varies = !v.uniform(*s.value, !thread);
+      if (thread && s.kind == StmtKind::For && s.begin && s.end && valid(s.target))
+        varies = !v.uniform(*s.begin) || !v.uniform(*s.end);
+      if (varies && !flag[static_cast<size_t>(s.target)]) {
+        flag[static_cast<size_t>(s.target)] = 1;
         changed = true;
       }
       walk(s.body);
@@ -264,6 +333,9 @@ std::string verify(const Kernel& k) {
   v.assigned.assign(k.locals.size(), 0);
   v.nonuniform.assign(k.locals.size(), 0);
   v.loop_var.assign(k.locals.size(), 0);
+  v.thread_varying.assign(k.locals.size(), 0);
+  v.per_thread = per_thread_locals(k);
+  if (k.team < 1 || k.team > 1024) return fmt::format("kernel {}: team of {} threads outside [1, 1024]", k.name, k.team);
   if (k.grid_rank < 1 || k.grid_rank > 3) return fmt::format("kernel {}: grid rank {} outside [1, 3]", k.name, k.grid_rank);
   if (!k.grid_fixed.empty() && static_cast<int>(k.grid_fixed.size()) != k.grid_rank - 1)
     return fmt::format("kernel {}: {} fixed grid extents for grid rank {}", k.name, k.grid_fixed.size(), k.grid_rank);
@@ -283,7 +355,8 @@ std::string verify(const Kernel& k) {
     if (b.elem == ScalarType::boolean) return fmt::format("kernel {}: buffer {} has element type bool; buffers hold numbers", k.name, b.name);
   for (size_t i = 0; i < k.locals.size(); ++i)
     if (is_float(k.locals[i].type.scalar) || k.locals[i].type.scalar == ScalarType::boolean) v.nonuniform[i] = 1;
-  mark_nonuniform(v);
+  mark_nonuniform(v, false);
+  mark_nonuniform(v, true);
   v.stmts(k.body);
   if (!v.error.empty()) return fmt::format("kernel {}: {}", k.name, v.error);
   return {};

@@ -300,11 +300,12 @@ void CompiledKernel::run(const std::vector<BufferRef>& buffers, int64_t rows, in
       names.push_back(args_[i].name);
     }
     if (cuda_device_) return cuda_device_->launch(views_cuda, extents);
-    // cuda-emu: the host runs blocks of kBlockSize threads; blocks are independent, so any split
-    // over the pool gives the same bits. Vector accesses need the alignment the GPU would.
+    // cuda-emu: the host runs the launch's blocks; blocks are independent, so any split over the
+    // pool gives the same bits. Vector accesses need the alignment the GPU would.
     cuda_backend::check_alignment(cuda_emu_->source(), names, views_cuda);
     const std::vector<long long> emu_extents(extents.begin(), extents.end());
-    const int64_t blocks = (instances + cuda_backend::kBlockSize - 1) / cuda_backend::kBlockSize;
+    const int64_t per_block = cuda_emu_->source().instances_per_block;
+    const int64_t blocks = (instances + per_block - 1) / per_block;
     if (rows * request_.cols < (int64_t(1) << 15)) threads = 1;
     auto fn = cuda_emu_->run();
     Pool::instance().parallel_for(blocks, threads, [&](int64_t b, int64_t e) { fn(ptrs.data(), emu_extents.data(), instances, b, e); });

@@ -4,7 +4,9 @@
 // Mapping: one CUDA thread per program instance. The grid is flat: thread
 // blockIdx.x*blockDim.x + threadIdx.x runs instance `flat` (row-major over the IR's grid) when
 // flat < the instance count. Control flow is uniform (the IR verifier), so every thread runs the
-// whole body; there are no barriers yet.
+// whole body. A team kernel (ir::Kernel::team > 1) instead runs instance blockIdx.x with a block
+// of `team` threads: scratch buffers become __shared__ arrays, a Team statement is followed by
+// __syncthreads() when it touches them, and IR shuffles are __shfl_down_sync/__shfl_xor_sync.
 //
 // Numerics: every IR node is one helper of templates/ordo_rt.cuh, written with the intrinsics
 // that forbid contraction (__fadd_rn, __fmul_rn, ...), explicit __fmaf_rn only for IR fma, the
@@ -35,7 +37,11 @@ struct Source {
   // stores of 8 or 16 bytes); checked at launch.
   std::vector<int> buffer_align;
   int grid_rank = 1;
-  bool uses_barriers = false;  // __syncthreads or warp shuffles (none yet)
+  bool uses_barriers = false;  // __syncthreads or warp shuffles: team kernels
+  int block_threads = kBlockSize;      // threads per block
+  int instances_per_block = kBlockSize;  // kBlockSize, or 1 for a team kernel
+  // CUDA's own functions the kernel calls (ir::device_only): it runs on a GPU only.
+  std::vector<std::string> device_calls;
   // Parameters, in order: one pointer per buffer, then the grid extents (long long each), then
   // the instance count (long long): their C spelling, for manifests and the launch.
   std::vector<std::string> params;
@@ -46,6 +52,8 @@ struct Source {
 Source render(const ir::Kernel& k);
 // The kernel's Op::Call sites, as "expf"/"logf" names (empty when it has none).
 std::vector<std::string> host_library_calls(const ir::Kernel& k);
+// Its calls of CUDA's own functions ("cuda.rsqrtf", ...): device-only (ir::device_only).
+std::vector<std::string> device_calls(const ir::Kernel& k);
 
 // The embedded helper headers (templates/), by file name.
 const std::string& ordo_rt_cuh();
@@ -88,7 +96,8 @@ class DeviceKernel {
  public:
   DeviceKernel(Source s, std::string cubin, int arch);
   ~DeviceKernel();
-  // Copies the inputs to the device, launches ceil(instances / kBlockSize) blocks, copies the
+  // Copies the inputs to the device, launches ceil(instances / instances_per_block) blocks of
+  // block_threads threads, copies the
   // outputs back. Throws ordo::Error naming what is missing when there is no usable driver.
   void launch(const std::vector<BufferView>& buffers, const std::vector<int64_t>& extents) const;
   const Source& source() const { return source_; }
@@ -106,7 +115,7 @@ std::string driver_status();
 // ---- cuda-emu: the same source, compiled by the host C++ compiler ------------------------------------
 class EmuKernel {
  public:
-  // Runs blocks [block_begin, block_end) of a launch with kBlockSize threads per block.
+  // Runs blocks [block_begin, block_end) of a launch with Source::block_threads threads per block.
   using RunFn = void (*)(void* const* buffers, const long long* extents, long long instances, long long block_begin,
                          long long block_end);
   EmuKernel(Source s, RunFn run, double compile_ms) : source_(std::move(s)), run_(run), compile_ms_(compile_ms) {}

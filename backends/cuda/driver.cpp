@@ -187,9 +187,10 @@ void DeviceKernel::launch(const std::vector<BufferView>& buffers, const std::vec
   for (CUdeviceptr& p : mem.p) params.push_back(&p);
   for (long long& e : ext) params.push_back(&e);
   params.push_back(&instances);
-  const long long blocks = (instances + kBlockSize - 1) / kBlockSize;
+  const long long per_block = source_.instances_per_block;
+  const long long blocks = (instances + per_block - 1) / per_block;
   if (blocks > 0x7fffffffLL) throw Error(fmt::format("{} instances need {} blocks, more than one launch holds", instances, blocks));
-  d.check(a.cuLaunchKernel(state_->function, static_cast<unsigned>(blocks), 1, 1, kBlockSize, 1, 1, 0, nullptr, params.data(), nullptr),
+  d.check(a.cuLaunchKernel(state_->function, static_cast<unsigned>(blocks), 1, 1, static_cast<unsigned>(source_.block_threads), 1, 1, 0, nullptr, params.data(), nullptr),
           "cuLaunchKernel");
   d.check(a.cuCtxSynchronize(), "the kernel (cuCtxSynchronize)");
   for (size_t i = 0; i < buffers.size(); ++i)

@@ -57,7 +57,7 @@ int run(const std::vector<std::string>& args, const std::filesystem::path& log) 
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
-// The launcher: blocks [begin, end) of kBlockSize threads, each thread the kernel itself.
+// The launcher: blocks [begin, end) of Source::block_threads threads, each thread the kernel itself.
 std::string launcher(const Source& s) {
   std::string args;
   const size_t buffers = s.param_types.size() - static_cast<size_t>(s.grid_rank) - 1;
@@ -71,13 +71,13 @@ std::string launcher(const Source& s) {
       "extern \"C\" __attribute__((visibility(\"default\"))) void ordo_emu_run(void* const* buffers, const long long* extents,\n"
       "    long long instances, long long block_begin, long long block_end) {{\n"
       "  blockDim.x = {0};\n"
-      "  gridDim.x = static_cast<unsigned>((instances + {0} - 1) / {0});\n"
+      "  gridDim.x = static_cast<unsigned>((instances + {4} - 1) / {4});\n"
       "  for (long long b = block_begin; b < block_end; ++b) {{\n"
       "    blockIdx.x = static_cast<unsigned>(b);\n"
       "    ordo_emu::run_block({0}, {1}, [&] {{ {2}({3}); }});\n"
       "  }}\n"
       "}}\n",
-      kBlockSize, s.uses_barriers ? "true" : "false", s.entry, args);
+      s.block_threads, s.uses_barriers ? "true" : "false", s.entry, args, s.instances_per_block);
 }
 
 }  // namespace
@@ -109,6 +109,13 @@ struct TempDir {
 }  // namespace
 
 std::string compile_emu_object(const Source& s) {
+  if (!s.device_calls.empty()) {
+    std::string list;
+    for (const std::string& c : s.device_calls) list += (list.empty() ? "" : ", ") + c;
+    throw Error(fmt::format("cuda-emu: {} calls {}, CUDA's own approximation{} with no definition off the GPU; this order is "
+                            "device-only and runs on target cuda",
+                            s.entry, list, s.device_calls.size() > 1 ? "s" : ""));
+  }
   TempDir t;
   const std::filesystem::path& dir = t.dir;
   write_file(dir / "ordo_rt.cuh", ordo_rt_cuh());

@@ -127,7 +127,7 @@ std::string literal(const Expr& e) {
 }
 
 void collect_calls(const Expr& e, std::vector<std::string>& out) {
-  if (e.op == Op::Call) {
+  if (e.op == Op::Call && !device_only(static_cast<MathFn>(e.index))) {
     std::string n(name(static_cast<MathFn>(e.index)));
     if (std::find(out.begin(), out.end(), n) == out.end()) out.push_back(n);
   }
@@ -140,6 +140,37 @@ void collect_calls(const std::vector<Stmt>& body, std::vector<std::string>& out)
     collect_calls(s.body, out);
     collect_calls(s.else_body, out);
   }
+}
+void collect_device_calls(const Expr& e, std::vector<std::string>& out) {
+  if (e.op == Op::Call && device_only(static_cast<MathFn>(e.index))) {
+    std::string n(name(static_cast<MathFn>(e.index)));
+    if (std::find(out.begin(), out.end(), n) == out.end()) out.push_back(n);
+  }
+  for (const ExprRef& a : e.args) collect_device_calls(*a, out);
+}
+void collect_device_calls(const std::vector<Stmt>& body, std::vector<std::string>& out) {
+  for (const Stmt& s : body) {
+    for (const ExprRef& e : {s.value, s.index, s.begin, s.end})
+      if (e) collect_device_calls(*e, out);
+    collect_device_calls(s.body, out);
+    collect_device_calls(s.else_body, out);
+  }
+}
+// Whether statements read or write a scratch buffer (team memory in a team kernel).
+bool touches_scratch(const Kernel& k, const Expr& e) {
+  if ((e.op == Op::Load || e.op == Op::Gather) && !is_argument(k.buffers[static_cast<size_t>(e.index)])) return true;
+  for (const ExprRef& a : e.args)
+    if (touches_scratch(k, *a)) return true;
+  return false;
+}
+bool touches_scratch(const Kernel& k, const std::vector<Stmt>& body) {
+  for (const Stmt& s : body) {
+    if (s.kind == StmtKind::Store && !is_argument(k.buffers[static_cast<size_t>(s.target)])) return true;
+    for (const ExprRef& e : {s.value, s.index, s.begin, s.end})
+      if (e && touches_scratch(k, *e)) return true;
+    if (touches_scratch(k, s.body) || touches_scratch(k, s.else_body)) return true;
+  }
+  return false;
 }
 
 struct Renderer {
@@ -189,6 +220,13 @@ struct Renderer {
       case Op::ProgramId: return fmt::format("pid{}", e.index);
       case Op::GridExtent: return fmt::format("ext{}", e.index);
       case Op::Iota: return n == 1 ? std::string("0LL") : temp(e, fmt::format("ordo_rt::iota<{}>()", n));
+      case Op::ThreadId: return "(long long)threadIdx.x";
+      // Every thread of the warp runs the statement (the verifier keeps shuffles out of
+      // thread-dependent control flow), as the full mask promises.
+      case Op::ShuffleDown:
+        return temp(e, fmt::format("__shfl_down_sync(0xffffffffu, {}, {})", locals[static_cast<size_t>(e.index)], e.imm_i));
+      case Op::ShuffleXor:
+        return temp(e, fmt::format("__shfl_xor_sync(0xffffffffu, {}, {})", locals[static_cast<size_t>(e.index)], e.imm_i));
       default: break;
     }
     std::vector<std::string> a;
@@ -247,8 +285,13 @@ struct Renderer {
       case Op::Broadcast: return n == 1 ? a[0] : temp(e, fmt::format("ordo_rt::broadcast<{}>({})", n, a[0]));
       case Op::Extract: return e.args[0]->type.lanes == 1 ? a[0] : temp(e, fmt::format("{}.v[{}]", a[0], e.index));
       case Op::Table: return temp(e, fmt::format("ordo_table{}[{}]", e.index, a[0]));
-      case Op::Call:
-        throw Error(fmt::format("internal: cuda: call {} reached the renderer", name(static_cast<MathFn>(e.index))));
+      case Op::Call: {
+        const MathFn f = static_cast<MathFn>(e.index);
+        if (!device_only(f) || n != 1) throw Error(fmt::format("internal: cuda: call {} reached the renderer", name(f)));
+        // CUDA's own functions: rsqrtf is rsqrt.approx.f32; expf and logf are libdevice's.
+        const char* fn = f == MathFn::device_rsqrtf ? "rsqrtf" : f == MathFn::device_expf ? "expf" : "logf";
+        return temp(e, fmt::format("{}({})", fn, a[0]));
+      }
       default: break;
     }
     throw Error(fmt::format("internal: cuda: no lowering for {}", spelling(e.op)));
@@ -305,6 +348,17 @@ struct Renderer {
         line("}");
         break;
       }
+      case StmtKind::Team: {
+        // Every thread runs the body; the barrier after it separates this statement's team
+        // memory accesses from the next one's. A statement that only shuffles needs none.
+        line("{  // team statement: every thread of the block");
+        ++depth;
+        stmts(s.body);
+        --depth;
+        line("}");
+        if (touches_scratch(k, s.body)) line("__syncthreads();");
+        break;
+      }
       case StmtKind::Region: {
         std::string note = s.note;
         std::replace(note.begin(), note.end(), '\n', ' ');
@@ -327,6 +381,12 @@ std::vector<std::string> host_library_calls(const Kernel& k) {
   return out;
 }
 
+std::vector<std::string> device_calls(const Kernel& k) {
+  std::vector<std::string> out;
+  collect_device_calls(k.body, out);
+  return out;
+}
+
 Source render(const Kernel& k) {
   if (std::vector<std::string> calls = host_library_calls(k); !calls.empty()) {
     std::string list;
@@ -340,9 +400,18 @@ Source render(const Kernel& k) {
   Source s;
   s.entry = "ordo_" + identifier(k.name);
   s.grid_rank = k.grid_rank;
+  const bool team = k.team > 1;
+  s.block_threads = team ? k.team : kBlockSize;
+  s.instances_per_block = team ? 1 : kBlockSize;
+  s.uses_barriers = team;
+  collect_device_calls(k.body, s.device_calls);
 
   // The body first: it determines the buffers' alignment, which the signature documents.
-  R.line("const long long flat = (long long)blockIdx.x * (long long)blockDim.x + (long long)threadIdx.x;");
+  if (team) {
+    R.line("const long long flat = (long long)blockIdx.x;  // one block per instance");
+  } else {
+    R.line("const long long flat = (long long)blockIdx.x * (long long)blockDim.x + (long long)threadIdx.x;");
+  }
   R.line("if (flat >= instances) return;");
   // Instances are numbered row-major over the grid, as the interpreter runs them.
   if (k.grid_rank == 1) {
@@ -356,16 +425,19 @@ Source render(const Kernel& k) {
     R.line("const long long pid0 = rest;");
   }
   for (size_t i = 0; i < k.locals.size(); ++i) R.line(fmt::format("{} {};", c_type(k.locals[i].type), R.locals[i]));
-  // Scratch buffers: per-thread arrays (CUDA local memory), 16-byte aligned like a global buffer.
+  // Scratch buffers: per-thread arrays (CUDA local memory), or in a team kernel the block's
+  // shared memory; 16-byte aligned like a global buffer.
   for (size_t i = 0; i < k.buffers.size(); ++i)
     if (!is_argument(k.buffers[i]))
-      R.line(fmt::format("alignas(16) {} {}[{}];", scalar_type(k.buffers[i].elem), R.buffers[i], k.buffers[i].per_row));
+      R.line(fmt::format("alignas(16) {}{} {}[{}];", team ? "__shared__ " : "", scalar_type(k.buffers[i].elem), R.buffers[i],
+                         k.buffers[i].per_row));
   R.stmts(k.body);
   const std::string body = std::move(R.out);
 
   std::string& t = s.text;
   t += fmt::format("// Generated by ordo (backends/cuda) from IR kernel {}: {}\n", k.name, k.description);
-  t += "// One thread per program instance. Compile with --fmad=false; every fused multiply-add below is an IR fma.\n";
+  t += team ? fmt::format("// One block of {} threads per program instance (an IR team). Compile with --fmad=false; every fused multiply-add below is an IR fma.\n", k.team)
+              : "// One thread per program instance. Compile with --fmad=false; every fused multiply-add below is an IR fma.\n";
   t += "#include \"ordo_rt.cuh\"\n\n";
   size_t table_bytes = 0;
   for (const std::vector<int64_t>& tab : k.tables) table_bytes += tab.size() * 8;
@@ -377,7 +449,7 @@ Source render(const Kernel& k) {
     t += "};\n";
   }
   if (!k.tables.empty()) t += "\n";
-  t += fmt::format("extern \"C\" __global__ void __launch_bounds__({}) {}(\n", kBlockSize, s.entry);
+  t += fmt::format("extern \"C\" __global__ void __launch_bounds__({}) {}(\n", s.block_threads, s.entry);
   size_t arguments = 0;
   for (size_t i = 0; i < k.buffers.size(); ++i) {
     const Buffer& b = k.buffers[i];

@@ -34,6 +34,12 @@ struct Lowerer {
   llvm::Value* extents_arg = nullptr;             // i64* grid extents
   std::vector<std::vector<llvm::Value*>> pid;     // [instance][dim]
   std::vector<std::vector<llvm::AllocaInst*>> locals;  // [local][instance]
+  // Team kernels (R = 1): a per-thread local is an array of `team` values indexed by the running
+  // thread; a Team statement is a loop over `thread`. Shuffles read a copy of the local's array
+  // taken when the Team statement begins (the IR's meaning), in `snapshots`.
+  std::vector<char> per_thread;
+  llvm::Value* thread = nullptr;
+  std::unordered_map<int64_t, llvm::AllocaInst*> snapshots;
   std::unordered_map<const Expr*, std::vector<llvm::Value*>> memo;  // within one statement
 
   // Bounds on |value| of i64 locals (nullopt: unknown), for loop ends: see magnitude().
@@ -54,6 +60,7 @@ struct Lowerer {
     if (e.type != Type{ScalarType::i64, 1}) return std::nullopt;
     switch (e.op) {
       case Op::Const: return known(e.imm_i < 0 ? 0 - static_cast<uint64_t>(e.imm_i) : static_cast<uint64_t>(e.imm_i));
+      case Op::ThreadId: return known(static_cast<uint64_t>(k.team));
       case Op::Table: {
         uint64_t m = 0;
         for (int64_t v : k.tables[static_cast<size_t>(e.index)]) m = std::max(m, v < 0 ? 0 - static_cast<uint64_t>(v) : static_cast<uint64_t>(v));
@@ -222,8 +229,22 @@ struct Lowerer {
           if (t.lanes > 1) v = B.CreateVectorSplat(static_cast<unsigned>(t.lanes), v);
           break;
         case Op::Var:
-          v = B.CreateLoad(type(t), locals[static_cast<size_t>(e.index)][static_cast<size_t>(i)]);
+          v = B.CreateLoad(type(t), local_ptr(e.index, i));
           break;
+        case Op::ThreadId:
+          v = thread;
+          break;
+        case Op::ShuffleDown:
+        case Op::ShuffleXor: {
+          llvm::Value* offset = B.getInt64(static_cast<uint64_t>(e.imm_i));
+          llvm::Value* from = e.op == Op::ShuffleDown ? B.CreateAdd(thread, offset) : B.CreateXor(thread, offset);
+          // CUDA's rule: a source outside the reading thread's warp reads the thread's own value.
+          llvm::Value* same_warp = B.CreateICmpEQ(B.CreateLShr(from, 5), B.CreateLShr(thread, 5));
+          llvm::Value* inside = B.CreateAnd(same_warp, B.CreateICmpSLT(from, B.getInt64(static_cast<uint64_t>(k.team))));
+          llvm::Value* source = B.CreateSelect(inside, from, thread);
+          v = B.CreateLoad(type(t), B.CreateGEP(type(t), snapshots.at(e.index), source));
+          break;
+        }
         case Op::ProgramId:
           v = pid[static_cast<size_t>(i)][static_cast<size_t>(e.index)];
           break;
@@ -288,7 +309,12 @@ struct Lowerer {
         case Op::Shr: v = B.CreateAShr(A(0), A(1)); break;
         case Op::BitAnd: v = B.CreateAnd(A(0), A(1)); break;
         case Op::Bitcast: v = B.CreateBitCast(A(0), type(t)); break;
-        case Op::Call: v = libm_call(static_cast<MathFn>(e.index), A(0), t); break;
+        case Op::Call:
+          if (device_only(static_cast<MathFn>(e.index)))
+            throw Error(fmt::format("{}: {} is device-only (CUDA's own approximation, with no definition off the GPU); this order runs on target cuda only",
+                                    k.description.empty() ? k.name : k.description, name(static_cast<MathFn>(e.index))));
+          v = libm_call(static_cast<MathFn>(e.index), A(0), t);
+          break;
         case Op::Select: v = B.CreateSelect(A(0), A(1), A(2)); break;
         case Op::Cast: v = cast(A(0), e.args[0]->type, t); break;
         // A 1-lane value is an LLVM scalar, not a vector: broadcasting to one lane, or extracting
@@ -318,7 +344,7 @@ struct Lowerer {
     switch (s.kind) {
       case StmtKind::Assign: {
         std::vector<llvm::Value*> v = expr(*s.value);
-        for (int i = 0; i < R; ++i) B.CreateStore(v[size_t(i)], locals[size_t(s.target)][size_t(i)]);
+        for (int i = 0; i < R; ++i) B.CreateStore(v[size_t(i)], local_ptr(s.target, i));
         break;
       }
       case StmtKind::Store: {
@@ -365,7 +391,7 @@ struct Lowerer {
         const std::optional<uint64_t> end_bound = magnitude(*s.end);
         const bool end_fits = end_bound && *end_bound <= static_cast<uint64_t>(INT64_MAX - s.step + 1);
         counted_loop("for", begin, end, s.step, end_fits, [&](llvm::Value* iv) {
-          for (int i = 0; i < R; ++i) B.CreateStore(iv, locals[size_t(s.target)][size_t(i)]);
+          for (int i = 0; i < R; ++i) B.CreateStore(iv, local_ptr(s.target, i));
           stmts(s.body);
           memo.clear();
         });
@@ -391,6 +417,55 @@ struct Lowerer {
       case StmtKind::Region:
         stmts(s.body);
         break;
+      case StmtKind::Team: {
+        const llvm::DataLayout& dl = fn->getParent()->getDataLayout();
+        for (const auto& [local, copy] : snapshots) {
+          if (!in_statement(s, local)) continue;
+          llvm::Type* lt = type(k.locals[static_cast<size_t>(local)].type);
+          const uint64_t bytes = dl.getTypeAllocSize(lt) * static_cast<uint64_t>(k.team);
+          B.CreateMemCpy(copy, copy->getAlign(), locals[static_cast<size_t>(local)][0], locals[static_cast<size_t>(local)][0]->getAlign(), bytes);
+        }
+        memo.clear();
+        counted_loop("team", B.getInt64(0), B.getInt64(static_cast<uint64_t>(k.team)), 1, /*end_fits=*/true, [&](llvm::Value* t) {
+          thread = t;
+          stmts(s.body);
+          memo.clear();
+        });
+        thread = nullptr;
+        break;
+      }
+    }
+  }
+
+  // Where local `l` of instance i lives: its alloca, or this thread's element of its array.
+  llvm::Value* local_ptr(int64_t l, int i) {
+    llvm::AllocaInst* a = locals[static_cast<size_t>(l)][static_cast<size_t>(i)];
+    if (!per_thread[static_cast<size_t>(l)]) return a;
+    return B.CreateGEP(type(k.locals[static_cast<size_t>(l)].type), a, thread);
+  }
+  // Whether a top-level statement of `team` shuffles local `l`.
+  static bool shuffles(const Expr& e, int64_t l) {
+    if ((e.op == Op::ShuffleDown || e.op == Op::ShuffleXor) && e.index == l) return true;
+    for (const ExprRef& a : e.args)
+      if (shuffles(*a, l)) return true;
+    return false;
+  }
+  static bool in_statement(const Stmt& team, int64_t l) {
+    for (const Stmt& s : team.body)
+      if (s.kind == StmtKind::Assign && shuffles(*s.value, l)) return true;
+    return false;
+  }
+  void find_shuffled(const Expr& e, std::vector<int64_t>& out) const {
+    if ((e.op == Op::ShuffleDown || e.op == Op::ShuffleXor) && std::find(out.begin(), out.end(), e.index) == out.end())
+      out.push_back(e.index);
+    for (const ExprRef& a : e.args) find_shuffled(*a, out);
+  }
+  void find_shuffled(const std::vector<Stmt>& body, std::vector<int64_t>& out) const {
+    for (const Stmt& s : body) {
+      for (const ExprRef& e : {s.value, s.index, s.begin, s.end})
+        if (e) find_shuffled(*e, out);
+      find_shuffled(s.body, out);
+      find_shuffled(s.else_body, out);
     }
   }
 
@@ -418,9 +493,16 @@ struct Lowerer {
   void allocate_locals(llvm::BasicBlock* entry) {
     llvm::IRBuilder<> EB(entry, entry->begin());
     locals.assign(k.locals.size(), {});
-    for (size_t l = 0; l < k.locals.size(); ++l)
-      for (int i = 0; i < R; ++i)
-        locals[l].push_back(EB.CreateAlloca(type(k.locals[l].type), nullptr, k.locals[l].name));
+    per_thread = k.team > 1 ? per_thread_locals(k) : std::vector<char>(k.locals.size(), 0);
+    for (size_t l = 0; l < k.locals.size(); ++l) {
+      llvm::Value* count = per_thread[l] ? EB.getInt64(static_cast<uint64_t>(k.team)) : nullptr;
+      for (int i = 0; i < R; ++i) locals[l].push_back(EB.CreateAlloca(type(k.locals[l].type), count, k.locals[l].name));
+    }
+    std::vector<int64_t> shuffled;
+    find_shuffled(k.body, shuffled);
+    for (int64_t l : shuffled)
+      snapshots[l] = EB.CreateAlloca(type(k.locals[static_cast<size_t>(l)].type), EB.getInt64(static_cast<uint64_t>(k.team)),
+                                     k.locals[static_cast<size_t>(l)].name + ".shuffled");
   }
 
   // for (iv = begin; iv < end; iv += step) body(iv), with the IR's meaning (ir/interpret.cpp):
@@ -504,6 +586,7 @@ llvm::Function* lower(llvm::Module& mod, const Kernel& k, const std::string& sym
   L.stream_outputs = L.B.CreateICmpNE(L.B.CreateAnd(flags, L.B.getInt64(kStreamOutputs)), L.B.getInt64(0));
   // Arguments come first in the pointer array; each instance in flight has its own scratch.
   L.R = rows_in_flight;
+  if (k.team > 1 && L.R != 1) throw Error(fmt::format("internal: team kernel {} lowered with {} instances in flight", k.name, L.R));
   for (size_t b = 0; b < k.buffers.size(); ++b) {
     const Buffer& buf = k.buffers[b];
     if (is_argument(buf)) {

@@ -338,3 +338,111 @@ TEST_CASE("interpreter: loops and bounds at the top of the i64 range") {
   REQUIRE(verify(empty).empty());
   CHECK_THROWS_WITH_AS(interpret(empty, {{x, 2}, {&r, 1}}, {1}), "interpreter: local %i read before assignment", Error);
 }
+
+// Teams: the threads of a Team statement run in thread order in the interpreter; shuffles read
+// the values of the statement's start, CUDA's out-of-warp rule included; team memory passes
+// values between Team statements and a same-statement conflict is reported as a race.
+namespace {
+// A team of `threads`: thread t holds v = t + 1 (f32); then `exchange` runs; thread 0's v and,
+// for each thread, v go to out[t] (a rows*N output of N = threads).
+template <class F>
+Kernel team_kernel(int threads, F&& exchange) {
+  Kernel k;
+  k.name = std::string("team");
+  k.team = threads;
+  Builder b(k);
+  const int out = b.buffer("out", ScalarType::f32, true, Extent::rows_by_cols);
+  const int v = b.local("v", f32);
+  b.team([&](ExprRef t) { b.assign(v, add(cast(t, ScalarType::f32), constant(f32, 1.0))); });
+  exchange(b, v);
+  b.team([&](ExprRef t) { b.store(out, add(mul(program_id(0), index_const(threads)), t), b.get(v)); });
+  return k;
+}
+std::vector<float> run_team(const Kernel& k, int threads) {
+  std::vector<float> out(static_cast<size_t>(threads), -1.0f);
+  interpret(k, {BufferArg{out.data(), threads}}, {1});
+  return out;
+}
+}  // namespace
+
+TEST_CASE("interpreter: team shuffles read the statement's start, and out-of-warp sources read their own value") {
+  Kernel down = team_kernel(64, [](Builder& b, int v) {
+    b.team([&](ExprRef) { b.assign(v, add(b.get(v), shuffle_down(b.kernel(), v, 16))); });
+  });
+  REQUIRE(verify(down).empty());
+  std::vector<float> got = run_team(down, 64);
+  for (int t = 0; t < 64; ++t) {
+    const int src = (t % 32) + 16 < 32 ? t + 16 : t;  // within the warp, else itself
+    CHECK(got[size_t(t)] == float(t + 1) + float(src + 1));
+  }
+  // A butterfly: every thread of a warp ends with the warp's sum (values from the start of each step).
+  Kernel bfly = team_kernel(64, [](Builder& b, int v) {
+    for (int m = 16; m >= 1; m /= 2) b.team([&](ExprRef) { b.assign(v, add(b.get(v), shuffle_xor(b.kernel(), v, m))); });
+  });
+  REQUIRE(verify(bfly).empty());
+  got = run_team(bfly, 64);
+  for (int t = 0; t < 64; ++t) CHECK(got[size_t(t)] == (t < 32 ? 528.0f : 1552.0f));  // 1+..+32, 33+..+64
+}
+
+TEST_CASE("verifier: team rules") {
+  // A shuffle of a local assigned earlier in the same Team statement would read another value on a GPU.
+  Kernel late = team_kernel(32, [](Builder& b, int v) {
+    b.team([&](ExprRef) {
+      b.assign(v, add(b.get(v), b.get(v)));
+      b.assign(v, shuffle_down(b.kernel(), v, 1));
+    });
+  });
+  CHECK(verify(late).find("assigned earlier in this team statement") != std::string::npos);
+  // Shuffles inside thread-dependent control flow: not every thread of the warp would run them.
+  Kernel nested = team_kernel(32, [](Builder& b, int v) {
+    b.team([&](ExprRef t) { b.if_(binary(Op::Lt, t, index_const(4)), [&] { b.assign(v, shuffle_down(b.kernel(), v, 1)); }); });
+  });
+  CHECK(verify(nested).find("top level of a team statement") != std::string::npos);
+  Kernel partial_warp = team_kernel(48, [](Builder& b, int v) { b.team([&](ExprRef) { b.assign(v, shuffle_xor(b.kernel(), v, 1)); }); });
+  CHECK(verify(partial_warp).find("multiple of 32") != std::string::npos);
+  // Per-thread locals stay inside team statements; stores too.
+  Kernel outside = team_kernel(32, [](Builder& b, int v) { b.let("w", b.get(v)); });
+  CHECK(verify(outside).find("per-thread local read outside a team statement") != std::string::npos);
+  Kernel no_team = row_kernel([](Builder& b, int, int out) { b.team([&](ExprRef t) { b.store(out, t, constant(f32, 0)); }); });
+  CHECK(verify(no_team).find("team of 1 thread") != std::string::npos);
+  // Loop bounds may depend on thread_id inside a team statement, never on data.
+  Kernel strided = team_kernel(32, [](Builder& b, int v) {
+    b.team([&](ExprRef t) { b.for_range("i", t, index_const(100), 32, [&](ExprRef) { b.assign(v, add(b.get(v), b.get(v))); }); });
+  });
+  CHECK(verify(strided).empty());
+}
+
+TEST_CASE("interpreter: team memory carries values between team statements; a same-statement conflict is a race") {
+  auto exchange = [](bool same_statement) {
+    return team_kernel(32, [same_statement](Builder& b, int v) {
+      const int shared = b.buffer("shared", ScalarType::f32, true, Extent::scratch, 32);
+      auto write = [&](ExprRef t) { b.store(shared, t, b.get(v)); };
+      auto read = [&](ExprRef t) { b.assign(v, load(b.kernel(), shared, binary(Op::Rem, add(t, index_const(1)), index_const(32)))); };
+      if (same_statement) {
+        b.team([&](ExprRef t) {
+          write(t);
+          read(t);
+        });
+      } else {
+        b.team(write);
+        b.team(read);
+      }
+    });
+  };
+  Kernel ok = exchange(false);
+  REQUIRE(verify(ok).empty());
+  const std::vector<float> got = run_team(ok, 32);
+  for (int t = 0; t < 32; ++t) CHECK(got[size_t(t)] == float((t + 1) % 32 + 1));
+  Kernel racy = exchange(true);
+  REQUIRE(verify(racy).empty());
+  CHECK_THROWS_WITH_AS(run_team(racy, 32), doctest::Contains("race on team memory shared[0]: thread 31 reads it"), Error);
+}
+
+TEST_CASE("interpreter: CUDA's device functions are refused, not approximated") {
+  Kernel k = row_kernel([](Builder& b, int x, int out) {
+    b.store(out, program_id(0), call(MathFn::device_rsqrtf, load(b.kernel(), x, index_const(0))));
+  });
+  REQUIRE(verify(k).empty());
+  float x = 4.0f, out = 0.0f;
+  CHECK_THROWS_WITH_AS(interpret(k, {BufferArg{&x, 1}, BufferArg{&out, 1}}, {1}), doctest::Contains("device-only"), Error);
+}
