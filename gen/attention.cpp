@@ -360,6 +360,104 @@ struct Attention {
   // Flash: online softmax over key blocks.
   ExprRef expo(ExprRef x) { return o.exp2 ? exp2_f32(b, std::move(x)) : exp_f32(b, MathImpl::SleefU10, std::move(x)); }
 
+  // Flash as a team (AttentionOrder::team = T): a query row is served by `split` threads
+  // (split = D/128 rounded up to a power of two, at least 1, so that each thread's share of the
+  // accumulator, D/split floats, stays in registers), T/split queries per instance. Thread t
+  // serves query block*(T/split) + t/split (past the end, the last query again, which stores
+  // the same bits) and its dims [(t mod split)*D/split, ...). Per key block, the team first
+  // copies the block's K and V rows to team memory as f32 (exact); then every thread runs
+  // flash's steps for its query on them, the full score of every key included (the threads of a
+  // query compute it alike): the same operations in the same order as flash() with one lane,
+  // so the same bits. Scores and probabilities of the block live in team memory, one column
+  // per thread.
+  void flash_team() {
+    const int T = o.team;
+    int split = 1;
+    while (D / split > 128) split *= 2;
+    const int Q = T / split;  // queries per instance
+    const int64_t Bc = std::min<int64_t>(o.key_block, Sk);
+    const int kt = b.buffer("k_tile", ScalarType::f32, true, Extent::scratch, Bc * D);
+    const int vt = b.buffer("v_tile", ScalarType::f32, true, Extent::scratch, Bc * D);
+    const int sblk = b.buffer("block", ScalarType::f32, true, Extent::scratch, Bc * T);
+    const int U = static_cast<int>(D / 8 / split);  // this thread's accumulator: U vectors of 8 dims
+    const Type f8{ScalarType::f32, 8};
+    const Type f1{ScalarType::f32, 1};
+    const Type i1{ScalarType::i64, 1};
+    const int qrow = b.local("query", i1), dim0 = b.local("dim0", i1), m = b.local("max", f1), l = b.local("sum", f1);
+    std::vector<int> acc;
+    for (int u = 0; u < U; ++u) acc.push_back(b.local("acc", f8));
+    ExprRef c = scale_constant_expr();
+    kv_base = b.let("kv_base", mul(program_id(0), idx(Sk * D)));
+    b.team([&](ExprRef tid) {
+      ExprRef slot = split > 1 ? div(tid, idx(split)) : tid;
+      b.assign(qrow, binary(Op::Min, add(mul(program_id(1), idx(Q)), slot), idx(Sq - 1)));
+      b.assign(dim0, split > 1 ? mul(binary(Op::Rem, tid, idx(split)), idx(D / split)) : idx(0));
+      b.assign(m, f32c(-kInf, 1));
+      b.assign(l, f32c(0.0f, 1));
+      for (int u = 0; u < U; ++u) b.assign(acc[size_t(u)], f32c(0.0f, 8));
+    });
+    auto block = [&](ExprRef begin, int64_t count) {
+      b.team([&](ExprRef tid) {  // K and V rows [begin, begin + count), coalesced over the team
+        ExprRef first = b.let("tile_first", add(kv_base, mul(begin, idx(D))));
+        b.for_range("e", tid, idx(count * D), T, [&](ExprRef e) {
+          b.store(kt, e, load_f32(k, add(first, e)));
+          b.store(vt, e, load_f32(v, add(first, e)));
+        });
+      });
+      b.team([&](ExprRef tid) {
+        ExprRef q_at = b.let("q_at", add(mul(program_id(0), idx(Sq * D)), mul(b.get(qrow), idx(D))));
+        int bm = b.local("block_max", f1);
+        b.assign(bm, f32c(-kInf, 1));
+        b.for_range("t", idx(0), idx(count), 1, [&](ExprRef t) {
+          int acc_s = b.local("s", f1);
+          b.assign(acc_s, f32c(0.0f, 1));
+          ExprRef k_at = b.let("k_at", mul(t, idx(D)));
+          b.for_range("d", idx(0), idx(D), 1, [&](ExprRef d) {
+            b.assign(acc_s, dot_step(b.get(acc_s), load(b.kernel(), kt, add(k_at, d)), load_f32(q, add(q_at, d)), false));
+          });
+          ExprRef sc = o.scale_divides && !o.exp2 ? div(b.get(acc_s), c) : mul(b.get(acc_s), c);
+          if (r.causal) sc = select(binary(Op::Lt, b.get(qrow), add(begin, t)), f32c(-kInf, 1), sc);
+          ExprRef score = b.let("score", sc);
+          b.store(sblk, add(mul(t, idx(T)), tid), score);
+          b.assign(bm, binary(Op::Max, b.get(bm), score));
+        });
+        ExprRef m_new = b.let("max.new", binary(Op::Max, b.get(m), b.get(bm)));
+        ExprRef alpha = b.let("alpha", select(binary(Op::Eq, b.get(m), m_new), f32c(1.0f, 1), expo(sub(b.get(m), m_new))));
+        b.assign(l, mul(b.get(l), alpha));
+        b.for_range("t", idx(0), idx(count), 1, [&](ExprRef t) {
+          ExprRef at = b.let("at", add(mul(t, idx(T)), tid));
+          ExprRef sv = b.let("s", load(b.kernel(), sblk, at));
+          ExprRef pt = b.let("p", select(binary(Op::Eq, sv, f32c(-kInf, 1)), f32c(0.0f, 1), expo(sub(sv, m_new))));
+          b.store(sblk, at, pt);
+          b.assign(l, add(b.get(l), pt));
+        });
+        for (int u = 0; u < U; ++u) b.assign(acc[size_t(u)], mul(b.get(acc[size_t(u)]), broadcast(alpha, 8)));
+        b.for_range("t", idx(0), idx(count), 1, [&](ExprRef t) {
+          ExprRef pt = b.let("p", broadcast(load(b.kernel(), sblk, add(mul(t, idx(T)), tid)), 8));
+          ExprRef v_at = b.let("v_at", add(mul(t, idx(D)), b.get(dim0)));
+          for (int u = 0; u < U; ++u)
+            b.assign(acc[size_t(u)], dot_step(b.get(acc[size_t(u)]), pt, load(b.kernel(), vt, add(v_at, idx(8 * u)), 8), false));
+        });
+        b.assign(m, m_new);
+      });
+    };
+    const int64_t full = Sk - Sk % Bc;
+    b.region("flash", describe(o), [&] {
+      b.for_range("kb", idx(0), idx(full), Bc, [&](ExprRef kb) { block(kb, Bc); });
+      if (Sk % Bc) block(idx(full), Sk % Bc);
+      b.team([&](ExprRef) {
+        ExprRef inv = b.let("inv_sum", div(f32c(1.0f, 1), b.get(l)));
+        ExprRef out_at = b.let("out_at", add(add(mul(program_id(0), idx(Sq * D)), mul(b.get(qrow), idx(D))), b.get(dim0)));
+        for (int u = 0; u < U; ++u) b.store(out, add(out_at, idx(8 * u)), stored(mul(b.get(acc[size_t(u)]), broadcast(inv, 8)), out));
+        if (lse >= 0)
+          b.if_(binary(Op::Eq, b.get(dim0), idx(0)), [&] {  // one thread of the query writes it
+            ExprRef mx = o.exp2 ? mul(b.get(m), f32c(static_cast<float>(std::log(2.0)), 1)) : b.get(m);
+            b.store(lse, add(mul(program_id(0), idx(Sq)), b.get(qrow)), add(mx, log_f32(b, MathImpl::SleefU10, b.get(l))));
+          });
+      });
+    });
+  }
+
   void flash() {
     load_queries();
     const int64_t Bc = std::min<int64_t>(o.key_block, Sk);
@@ -419,13 +517,23 @@ Kernel build_attention(const Request& r, const Order& order) {
   Kernel k;
   k.name = "attention";
   Builder b(k);
-  Attention a{r, o, b, r.cols, r.seq_q, r.seq_k, o.query_lanes, r.x_dtype};
+  // A team holds one query per thread: its per-query values are scalars (one lane).
+  Attention a{r, o, b, r.cols, r.seq_q, r.seq_k, o.team > 0 ? 1 : o.query_lanes, r.x_dtype};
   a.q = b.buffer("q", r.x_dtype, false, Extent::rows_by_fixed, r.seq_q * r.cols);
   a.k = b.buffer("k", r.x_dtype, false, Extent::rows_by_fixed, r.seq_k * r.cols);
   a.v = b.buffer("v", r.x_dtype, false, Extent::rows_by_fixed, r.seq_k * r.cols);
   a.out = b.buffer("out", r.x_dtype, true, Extent::rows_by_fixed, r.seq_q * r.cols);
   if (r.lse_output) a.lse = b.buffer("lse", ScalarType::f32, true, Extent::rows_by_fixed, r.seq_q);
   k.grid_rank = 2;
+  if (o.kind == AttentionOrder::Kind::Flash && o.team > 0) {
+    k.team = o.team;
+    int split = 1;  // threads per query: flash_team()
+    while (r.cols / split > 128) split *= 2;
+    const int queries = std::max(1, o.team / split);
+    k.grid_fixed = {(r.seq_q + queries - 1) / queries};
+    b.region("attention", describe(o), [&] { a.flash_team(); });
+    return k;
+  }
   k.grid_fixed = {(r.seq_q + o.query_lanes - 1) / o.query_lanes};
   b.region("attention", describe(o), [&] {
     a.setup();

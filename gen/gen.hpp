@@ -25,6 +25,9 @@ struct NamedOrder {
   // Claims a reference, but the claim could not be measured on the machines ordo is tested on
   // (the reference needs hardware they lack). `ordo orders` prints it as "unverified".
   bool unverified = false;
+  // Calls CUDA's own approximations (rsqrtf, expf, logf), which have no definition off the GPU:
+  // only target cuda runs it. `ordo orders` prints it as "device-only".
+  bool device_only = false;
 };
 
 const std::vector<NamedOrder>& named_orders();
@@ -33,6 +36,11 @@ const NamedOrder* find_order(std::string_view name);
 // Checks the request against the order table and returns the Order it resolves to.
 // Throws ordo::Error naming the bad field.
 ir::Order resolve(const Request& r);
+
+// Whether the request's shape is one its order is defined for (an order reproducing one kernel
+// of a library takes only that kernel's shapes: torch-cuda's layer_norm needs N % 4 == 0).
+// resolve() throws, naming the limit, for the others. Tests use it to skip those shapes.
+bool takes_shape(const Request& r);
 
 // Builds the kernel. The request must have passed resolve().
 ir::Kernel build(const Request& r, const ir::Order& order);
@@ -43,5 +51,8 @@ ir::Kernel build_rms_norm(const Request& r, const ir::Order& order);
 ir::Kernel build_var_mean(const Request& r, const ir::Order& order);
 ir::Kernel build_softmax(const Request& r, const ir::Order& order);  // softmax and log_softmax
 ir::Kernel build_attention(const Request& r, const ir::Order& order);
+// The CUDA-native orders (gen/team.cpp): a team of threads per row.
+ir::Kernel build_layer_norm_team(const Request& r, const ir::Order& order);  // MomentsOrder::BlockWelford
+ir::Kernel build_softmax_warp(const Request& r, const ir::Order& order);     // SoftmaxOrder::WarpButterfly
 
 }  // namespace ordo::gen

@@ -9,6 +9,7 @@ namespace ordo::gen {
 using namespace ordo::ir;
 
 Kernel build_layer_norm(const Request& r, const Order& o) {
+  if (o.moments.kind == MomentsOrder::Kind::BlockWelford) return build_layer_norm_team(r, o);
   Kernel k;
   k.name = "layer_norm";
   Builder b(k);

@@ -130,7 +130,21 @@ ExprRef exp2_f32(Builder& b, ExprRef x) {
   return select(binary(Op::Le, k.c(128.0f), x), k.c(std::numeric_limits<float>::infinity()), r);
 }
 
-ExprRef exp_f32(Builder& b, MathImpl impl, ExprRef d) { return impl == MathImpl::SleefU10 ? sleef_expf_u10(b, std::move(d)) : call(MathFn::expf, std::move(d)); }
-ExprRef log_f32(Builder& b, MathImpl impl, ExprRef d) { return impl == MathImpl::SleefU10 ? sleef_logf_u10(b, std::move(d)) : call(MathFn::logf, std::move(d)); }
+ExprRef exp_f32(Builder& b, MathImpl impl, ExprRef d) {
+  switch (impl) {
+    case MathImpl::SleefU10: return sleef_expf_u10(b, std::move(d));
+    case MathImpl::Libm: return call(MathFn::expf, std::move(d));
+    case MathImpl::Device: return call(MathFn::device_expf, std::move(d));
+  }
+  return nullptr;
+}
+ExprRef log_f32(Builder& b, MathImpl impl, ExprRef d) {
+  switch (impl) {
+    case MathImpl::SleefU10: return sleef_logf_u10(b, std::move(d));
+    case MathImpl::Libm: return call(MathFn::logf, std::move(d));
+    case MathImpl::Device: return call(MathFn::device_logf, std::move(d));
+  }
+  return nullptr;
+}
 
 }  // namespace ordo::gen

@@ -2,6 +2,7 @@
 // Adding an order is one row here; gen/ and the backends do not change.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 
@@ -105,6 +106,27 @@ SumOrder lane_tree(int lanes, int accumulators, bool fma) {
   return s;
 }
 
+// PyTorch's CUDA kernels (../shared/reference-orders.md section 3; aten/src/ATen/native/cuda):
+// layer_norm's vectorized kernel (a block of 128 threads per row, Welford over 4-wide vectors,
+// shuffle-down warp tree, cross-warp tree, gamma*(rstd*(x - mean)) + beta contracted to an fma)
+// and the persistent warp softmax (N <= 1024). `device_math`: rstd by rsqrtf and CUDA's
+// expf/logf, as PyTorch does, so the order is device-only; otherwise the same trees with
+// host-exact math (rstd = 1/sqrt, Sleef exp/log).
+Order torch_cuda(bool device_math) {
+  Order o;
+  o.moments.kind = K::BlockWelford;
+  o.moments.acc = f32;
+  o.moments.team = 128;
+  o.moments.lanes = 4;
+  o.moments.fma_update = o.moments.fma_merge = true;
+  o.affine = {F::GammaCentered, true};
+  o.affine.device_rsqrt = device_math;
+  o.softmax.kind = SoftmaxOrder::Kind::WarpButterfly;
+  o.softmax.exp = o.softmax.log = device_math ? MathImpl::Device : MathImpl::SleefU10;
+  o.softmax.multiply_by_reciprocal = false;
+  return o;
+}
+
 Order two_pass(SumOrder sum, ScalarType acc) {
   Order o;
   o.moments.kind = K::TwoPass;
@@ -160,6 +182,15 @@ std::vector<NamedOrder> make_table() {
                {OpKind::attention}, kAllStorage, false, false, [](ScalarType, ScalarType, const Request&) {
                  Order o;
                  o.attention = flash(64, false, false);
+                 return o;
+               }});
+  t.push_back({"flash-cuda",
+               "flash(Bc) tiled for a CUDA block: 64 threads, a query each, K/V tiles in shared memory; Bc = min(64, 4096/D) "
+               "(48 KiB of shared memory); the bits of flash(Bc). Parameters as flash, and threads",
+               {OpKind::attention}, kAllStorage, false, false, [](ScalarType, ScalarType, const Request& r) {
+                 Order o;
+                 o.attention = flash(static_cast<int>(std::clamp<int64_t>(4096 / std::max<int64_t>(r.cols, 1), 1, 64)), false, false);
+                 o.attention.team = 64;
                  return o;
                }});
   t.push_back({"torch1.13-cpu-default",
@@ -244,6 +275,19 @@ std::vector<NamedOrder> make_table() {
                  o.affine = {F::CenterScale, true};
                  return o;
                }});
+  t.push_back({"torch-cuda",
+               "PyTorch's CUDA kernels: layer_norm's vectorized kernel (128 threads per row, 4-wide Welford, shuffle-down "
+               "warp tree, cross-warp tree, rsqrtf), the persistent warp softmax (N <= 1024, CUDA expf/logf). Device-only",
+               {OpKind::layer_norm, OpKind::softmax, OpKind::log_softmax}, kAllStorage, false, true,
+               [](ScalarType, ScalarType, const Request&) { return torch_cuda(true); }});
+  t.back().device_only = true;
+  t.push_back({"torch-cuda-tree",
+               "torch-cuda's layer_norm with rstd = 1/sqrt(var + eps) instead of rsqrtf: the same block tree, on every target",
+               {OpKind::layer_norm}, kAllStorage, false, true, [](ScalarType, ScalarType, const Request&) { return torch_cuda(false); }});
+  t.push_back({"warp-butterfly",
+               "softmax by one warp per row: torch-cuda's thread max and xor-butterfly trees with Sleef exp/log, y = e/s; "
+               "on every target, N <= 8192",
+               kSoftmaxOps, kAllStorage, false, true, [](ScalarType, ScalarType, const Request&) { return torch_cuda(false); }});
   t.push_back({"online", "softmax in one pass: per-lane running max and rescaled sum (flash style), Sleef exp; parameter lanes",
                kSoftmaxOps, kAllStorage, false, false, [](ScalarType, ScalarType, const Request&) {
                  Order o;
@@ -335,6 +379,8 @@ void apply_parameters(Order& o, std::string_view params, std::string_view order_
       o.attention.dot_fma = value != "none";
     } else if (key == "bc") {
       o.attention.key_block = integer(1, 4096);
+    } else if (key == "threads") {  // flash on CUDA: a block of this many threads, a query each
+      o.attention.team = power_of_two(integer(32, 1024));
     } else if (key == "queries") {
       o.attention.query_lanes = integer(1, 16);
     } else if (key == "exp2") {
@@ -357,7 +403,7 @@ void apply_parameters(Order& o, std::string_view params, std::string_view order_
       else throw Error(fmt::format("order '{}': affine={} is not scale-bias, center-scale or center-divide", order_name, value));
     } else {
       throw Error(fmt::format("order '{}': unknown parameter '{}' (lanes, chunk, accumulators, block, outer, fma, acc, round, "
-                              "affine; attention: bc, queries, exp2, scale)",
+                              "affine; attention: bc, queries, threads, exp2, scale)",
                               order_name, key));
     }
   }
@@ -378,7 +424,32 @@ std::string known_orders(OpKind op) {
   return s;
 }
 
+// The shapes an order is defined for, beyond the op's own limits: an order that reproduces one
+// kernel of a library takes the shapes that kernel runs. Empty when `r` is one of them.
+std::string shape_error(const Request& r, const Order& o, const NamedOrder& n) {
+  if (r.op == OpKind::layer_norm && o.moments.kind == K::BlockWelford && (r.cols % o.moments.lanes || r.cols > (int64_t(1) << 24)))
+    return fmt::format("order '{}' is PyTorch's vectorized CUDA layer_norm, taken for N a multiple of {} up to 2^24; N = {} "
+                       "takes PyTorch's other CUDA kernel, which ordo does not reproduce",
+                       r.order, o.moments.lanes, r.cols);
+  if ((r.op == OpKind::softmax || r.op == OpKind::log_softmax) && o.softmax.kind == SoftmaxOrder::Kind::WarpButterfly) {
+    // torch-cuda: PyTorch's persistent warp kernel runs N <= 1024 only. warp-butterfly keeps a
+    // row's exponentials in 32 * I floats of shared memory: N <= 8192 is 32 KiB.
+    const int64_t limit = n.device_only ? 1024 : 8192;
+    if (r.cols > limit)
+      return fmt::format("order '{}' runs rows of N <= {} ({}), got N = {}", r.order, limit,
+                         n.device_only ? "PyTorch's persistent warp softmax; longer rows take its block kernel" : "a warp's shared memory",
+                         r.cols);
+  }
+  return {};
+}
+
 }  // namespace
+
+bool takes_shape(const Request& r) {
+  const NamedOrder* n = find_order(r.order);
+  if (!n || r.cols <= 0) return false;
+  return shape_error(r, n->make(r.x_dtype, r.acc_dtype.value_or(f32), r), *n).empty();
+}
 
 const std::vector<NamedOrder>& named_orders() {
   static const std::vector<NamedOrder> table = make_table();
@@ -451,6 +522,23 @@ Order resolve(const Request& r) {
                               r.order.substr(open + 1, r.order.size() - open - 2)));
     if (r.order.back() != ')') throw Error(fmt::format("order '{}': missing ')'", r.order));
     apply_parameters(o, std::string_view(r.order).substr(open + 1, r.order.size() - open - 2), r.order);
+  }
+  if (n->device_only && r.target != Target::cuda)
+    throw Error(fmt::format("order '{}' is device-only: it calls CUDA's rsqrtf/expf/logf, which have no definition off the GPU, so "
+                            "it runs on target cuda only, not {}{}",
+                            n->name, name(r.target), r.op == OpKind::layer_norm ? "; torch-cuda-tree is the same tree on every target"
+                                                                                : "; warp-butterfly is the same tree on every target"));
+  if (std::string why = shape_error(r, o, *n); !why.empty()) throw Error(why);
+  if (r.op == OpKind::attention && o.attention.team > 0) {
+    // K and V tiles of Bc rows and the block's scores (Bc per thread), as f32 in shared memory.
+    const AttentionOrder& a = o.attention;
+    if (a.kind != AttentionOrder::Kind::Flash) throw Error(fmt::format("order '{}': threads applies to flash orders only", r.order));
+    const int64_t bc = std::min<int64_t>(a.key_block, r.seq_k);
+    const int64_t bytes = 4 * (2 * bc * r.cols + bc * a.team);
+    if (bytes > 48 * 1024)
+      throw Error(fmt::format("order '{}' needs {} bytes of shared memory per block (K and V tiles of {} x D = {}, {} scores per thread), "
+                              "over CUDA's 48 KiB; use a smaller bc or threads",
+                              r.order, bytes, bc, r.cols, bc));
   }
   if (r.op == OpKind::attention && o.attention.kind == AttentionOrder::Kind::Materialized) {
     // The scores of an instance's query rows live on the stack of the thread running it.

@@ -264,6 +264,7 @@ struct Softmax {
       case SoftmaxOrder::Kind::TwoPass: return two_pass();
       case SoftmaxOrder::Kind::Staged: return staged();
       case SoftmaxOrder::Kind::Online: return online();
+      case SoftmaxOrder::Kind::WarpButterfly: break;  // a team kernel of its own (gen/team.cpp)
     }
     throw Error("internal: unknown softmax kind");
   }
@@ -284,6 +285,7 @@ SoftmaxStats softmax_row(Builder& b, const SoftmaxOrder& o, const Row& row, int 
 }
 
 Kernel build_softmax(const Request& r, const Order& order) {
+  if (order.softmax.kind == SoftmaxOrder::Kind::WarpButterfly) return build_softmax_warp(r, order);
   Kernel k;
   const bool log = r.op == OpKind::log_softmax;
   k.name = log ? "log_softmax" : "softmax";

@@ -36,6 +36,9 @@ std::string describe(const MomentsOrder& m) {
                            describe(m.dev_sum.value_or(m.sum)), name(m.dev_acc.value_or(m.acc)));
       return fmt::format("two_pass(sum={}, acc={})", describe(m.sum), name(m.acc));
     case MomentsOrder::Kind::OnePass: return fmt::format("one_pass(sum={}, acc={})", describe(m.sum), name(m.acc));
+    case MomentsOrder::Kind::BlockWelford:
+      return fmt::format("block_welford(team={}, vector={}, update=fma, warp_tree=shuffle_down(16..1), block_tree=team_memory({}..1), acc={})",
+                         m.team, m.lanes, m.team / 64, name(m.acc));
   }
   return "?";
 }
@@ -43,14 +46,21 @@ std::string describe(const MomentsOrder& m) {
 std::string describe(const AffineOrder& a) {
   const char* form = a.form == AffineOrder::Form::ScaleBias     ? "scale_bias"
                      : a.form == AffineOrder::Form::CenterScale ? "center_scale"
-                                                                : "center_divide";
-  return fmt::format("{}{}{}{}", form, a.fma ? ", fma" : "", a.round_each_op ? ", round_each_op" : "",
-                     a.rsqrt_vector_rows ? fmt::format(", rsqrt_vector_rows={}", a.rsqrt_vector_rows) : "");
+                     : a.form == AffineOrder::Form::CenterDivide ? "center_divide"
+                                                                 : "gamma_centered";
+  return fmt::format("{}{}{}{}{}", form, a.fma ? ", fma" : "", a.round_each_op ? ", round_each_op" : "",
+                     a.rsqrt_vector_rows ? fmt::format(", rsqrt_vector_rows={}", a.rsqrt_vector_rows) : "",
+                     a.device_rsqrt ? ", rstd=cuda.rsqrtf (device-only)" : "");
 }
 
-static const char* math_name(MathImpl m) { return m == MathImpl::SleefU10 ? "sleef_u10" : "libm"; }
+static const char* math_name(MathImpl m) {
+  return m == MathImpl::SleefU10 ? "sleef_u10" : m == MathImpl::Libm ? "libm" : "cuda (device-only)";
+}
 
 std::string describe(const SoftmaxOrder& s) {
+  if (s.kind == SoftmaxOrder::Kind::WarpButterfly)
+    return fmt::format("warp_butterfly(team=32, thread max then xor 16..1, exp={}, log={}, {})", math_name(s.exp), math_name(s.log),
+                       s.multiply_by_reciprocal ? "y=e*(1/s)" : "y=e/s");
   const char* kind = s.kind == SoftmaxOrder::Kind::TwoPass ? "two_pass" : s.kind == SoftmaxOrder::Kind::Staged ? "staged" : "online";
   std::string tail = s.kind == SoftmaxOrder::Kind::Staged ? fmt::format(", tail_exp={}", math_name(s.tail_exp)) : "";
   return fmt::format("{}(lanes={}, fold={}, exp={}{}, log={}, {})", kind, s.lanes, fold_name(s.fold), math_name(s.exp), tail,
@@ -67,6 +77,7 @@ std::string describe(const AttentionOrder& a) {
                                                                   : "flash";
   std::string s = fmt::format("{}(query_lanes={}", kind, a.query_lanes);
   if (a.kind == AttentionOrder::Kind::Flash) s += fmt::format(", key_block={}{}", a.key_block, a.exp2 ? ", exp2" : "");
+  if (a.team > 0) s += fmt::format(", team={} (a query per thread, K/V tiles in team memory)", a.team);
   s += fmt::format(", dots=sequential{}, scale={}", a.dot_fma ? "+fma" : "", a.scale_divides ? "divide" : "multiply");
   if (a.round_to_storage)
     s += fmt::format(", round_to_storage, qk={}, pv={}", a.qk_round_each_step ? "round_each_step" : "round_once",

@@ -67,6 +67,15 @@ struct MomentsOrder {
     SequentialWelford,  // one Welford stream in element order with true division (torch.var_mean)
     TwoPass,            // mean = sum(x)/N, then M2 = sum((x-mean)^2), both summed by `sum`
     OnePass,            // sum(x) and sum(x*x) by `sum`; var = max(E[x^2] - E[x]^2, 0). Unstable; for study.
+    BlockWelford,       // PyTorch's vectorized CUDA layer_norm: a team of `team` threads per row;
+                        // thread t runs one f32 Welford stream over vectors of `lanes` elements
+                        // t, t+team, ... (update: n += 1; mean = fma(d, 1/n, mean);
+                        // m2 = fma(d, x - mean, m2)); the streams merge by a shuffle-down tree over
+                        // each warp (offsets 16, 8, 4, 2, 1), then a tree over the warps through
+                        // team memory (offsets W/2, ..., 1). Merge of own B with other A:
+                        // n = nA + nB; if n > 0: c = 1/n, mean = fma(A.mean, nA*c, B.mean*(nB*c)),
+                        // m2 = fma((delta*delta)*nA, nB*c, A.m2 + B.m2) with delta = B.mean - A.mean;
+                        // else 0, 0. var = m2 / N.
   };
   Kind kind = Kind::LaneWelford;
   ScalarType acc = ScalarType::f32;  // the type the reduction accumulates in (f32 or f64)
@@ -79,6 +88,7 @@ struct MomentsOrder {
   // rounded to that type before x - mean, and var = M2 / N is computed in it.
   std::optional<ScalarType> dev_acc;
   std::optional<SumOrder> dev_sum;
+  int team = 128;  // BlockWelford: threads per row (a power-of-two number of warps)
 };
 
 // How y is formed from x, the statistics and the optional weight (gamma) and bias (beta).
@@ -88,6 +98,8 @@ struct AffineOrder {
                    // Without weight or bias, gamma = 1 and beta = 0 still take part (PyTorch CPU).
     CenterScale,   // y = ((x - mean)*rstd)*gamma + beta; missing gamma/beta are left out
     CenterDivide,  // y = ((x - mean)/sqrt(var + eps))*gamma + beta (the numpy composite)
+    GammaCentered, // y = gamma*(rstd*(x - mean)) + beta (PyTorch's CUDA kernel); missing gamma/beta
+                   // are left out
   };
   Form form = Form::ScaleBias;
   bool fma = false;  // each "a*b + c" above is one fma
@@ -99,6 +111,8 @@ struct AffineOrder {
   // the result: the eager op's vector loop. The remaining rows, and every row when this is 0,
   // round sqrt and the divide separately, like its scalar tail and PyTorch's fused kernels.
   int rsqrt_vector_rows = 0;
+  // rstd = CUDA's rsqrtf(var + eps) (rsqrt.approx.f32): device-only, no definition off the GPU.
+  bool device_rsqrt = false;
 };
 
 // Which implementation of exp and log an order uses. Each is a fixed algorithm, so the choice is
@@ -106,6 +120,7 @@ struct AffineOrder {
 enum class MathImpl : uint8_t {
   SleefU10,  // Sleef 3.5's expf_u10 / logf_u10 (FMA build), expanded into IR (gen/math.cpp)
   Libm,      // the host C library's expf / logf, called per element (Op::Call)
+  Device,    // CUDA's expf / logf (libdevice): device-only, no definition off the GPU
 };
 
 // How softmax / log_softmax over a row are computed. In every kind the max is exact (only ±0 and
@@ -124,6 +139,12 @@ struct SoftmaxOrder {
                 // reduce_all_pairs), each rounded to bf16, as is log(sum).
     Online,     // one pass: each lane keeps a running max m and sum s (s = s*exp(m - m') +
                 // exp(x - m')), lanes merge into lane 0 in order, the tail updates it; then y.
+    WarpButterfly,  // PyTorch's persistent warp softmax (CUDA, N <= 1024 there): a team of one
+                // warp per row; thread l owns columns l + 32*i, i < I = max(1, 2^ceil(log2 N)/32),
+                // a missing column counting as -inf. Thread max: m = e_0, then m = m > e_i ? m : e_i;
+                // warp max by xor butterfly (16, ..., 1) with m = m < o ? o : m; e = exp(x - m)
+                // summed per thread from 0 in i order, then a butterfly sum s = s + o; softmax
+                // y = e / s, log_softmax y = (x - m) - log(s).
   };
   Kind kind = Kind::TwoPass;
   int lanes = 8;
@@ -154,6 +175,10 @@ struct AttentionOrder {
   };
   Kind kind = Kind::Materialized;
   int query_lanes = 8;       // query rows per instance; no numerical effect
+  // Flash on CUDA: > 0 maps an instance to a block (team) of this many threads, one query row
+  // each, with every key block's K and V rows staged in team memory by the whole team; the
+  // per-query operations and their order are flash's, so the bits equal query_lanes' mapping.
+  int team = 0;
   int key_block = 64;        // Flash: Bc
   // Scores: s = sum_d q_d k_d sequentially from +0; with dot_fma each step is one fma. The same
   // holds for out = sum_j p_j v_j.

@@ -195,6 +195,7 @@ PYBIND11_MODULE(_ordo, m) {
       d["dtypes"] = dtypes;
       d["exact"] = n.reproduces_reference && !n.unverified;
       d["unverified"] = n.unverified;
+      d["device_only"] = n.device_only;
       out.append(d);
     }
     return out;
@@ -219,7 +220,7 @@ PYBIND11_MODULE(_ordo, m) {
       if (orders.empty())
         for (const ordo::gen::NamedOrder& n : ordo::gen::named_orders())
           for (ordo::OpKind k : n.ops)
-            if (k == *kind) orders.emplace_back(n.name);
+            if (k == *kind && !n.device_only) orders.emplace_back(n.name);
       o.orders = orders;
       ordo::CompareReport rep = ordo::compare_orders(o);
       py::list table;

@@ -373,23 +373,33 @@ int cmd_orders(int argc, char** argv) {
     }
     if (!match) continue;
     for (ordo::ScalarType t : n.dtypes) dtypes.emplace_back(ordo::name(t));
-    fmt::print("{:<22} {:<10} [{}] [{}]\n    {}\n", n.name, n.unverified ? "unverified" : n.reproduces_reference ? "exact" : "", fmt::join(ops, ","),
+    fmt::print("{:<22} {:<11} [{}] [{}]\n    {}\n", n.name,
+               n.device_only ? "device-only" : n.unverified ? "unverified" : n.reproduces_reference ? "exact" : "", fmt::join(ops, ","),
                fmt::join(dtypes, ","), n.description);
     // Which (op, dtype) kernels call the host C library: those run on cpu and interpreter only,
     // since CUDA has no bit-exact equivalent of glibc's expf/logf.
-    std::vector<std::string> cpu_only;
-    std::string calls;
+    // Which call CUDA's own approximations: those run on target cuda only.
+    std::vector<std::string> cpu_only, device_only;
+    std::string calls, device_fns;
     for (ordo::OpKind o : n.ops)
       for (ordo::ScalarType t : n.dtypes) {
         ordo::Request r;
         r.op = o;
-        r.cols = o == ordo::OpKind::attention ? 32 : 17;
+        // 68: a tail for every lane count below it, and a multiple of 4 (torch-cuda's layer_norm).
+        r.cols = o == ordo::OpKind::attention ? 32 : 68;
+        r.target = n.device_only ? ordo::Target::cuda : ordo::Target::cpu;
         r.seq_q = r.seq_k = o == ordo::OpKind::attention ? 9 : 0;
         r.x_dtype = t;
         r.order = std::string(n.name);
         r.has_weight = o == ordo::OpKind::layer_norm || o == ordo::OpKind::rms_norm;
         r.has_bias = o == ordo::OpKind::layer_norm;
-        std::vector<std::string> c = ordo::cuda_backend::host_library_calls(ordo::gen::build(r, ordo::gen::resolve(r)));
+        const ordo::ir::Kernel k = ordo::gen::build(r, ordo::gen::resolve(r));
+        if (std::vector<std::string> d = ordo::cuda_backend::device_calls(k); !d.empty()) {
+          device_only.push_back(fmt::format("{} {}", ordo::name(o), ordo::name(t)));
+          for (const std::string& f : d)
+            if (device_fns.find(f) == std::string::npos) device_fns += (device_fns.empty() ? "" : ", ") + f;
+        }
+        std::vector<std::string> c = ordo::cuda_backend::host_library_calls(k);
         if (c.empty()) continue;
         cpu_only.push_back(fmt::format("{} {}", ordo::name(o), ordo::name(t)));
         for (const std::string& f : c)
@@ -397,6 +407,9 @@ int cmd_orders(int argc, char** argv) {
       }
     if (!cpu_only.empty())
       fmt::print("    cpu-only (calls {}, which CUDA cannot reproduce bit for bit): {}\n", calls, fmt::join(cpu_only, "; "));
+    if (!device_only.empty())
+      fmt::print("    device-only (calls {}, CUDA's approximations with no definition off the GPU; target cuda only): {}\n", device_fns,
+                 fmt::join(device_only, "; "));
   }
   return 0;
 }
@@ -430,7 +443,7 @@ std::vector<std::string> default_orders(ordo::OpKind op) {
   std::vector<std::string> out;
   for (const ordo::gen::NamedOrder& n : ordo::gen::named_orders())
     for (ordo::OpKind o : n.ops)
-      if (o == op) out.emplace_back(n.name);
+      if (o == op && !n.device_only) out.emplace_back(n.name);  // device-only orders run on a GPU alone
   return out;
 }
 
@@ -508,6 +521,10 @@ int cmd_emit(int argc, char** argv) {
   if (r.cols == 0 && !a.get("cols")) r.cols = 1024;
   if (a.flag("ir") + a.flag("llvm") + a.flag("cuda") + a.flag("ptx") != 1)
     throw Error("emit needs exactly one of --ir, --llvm, --cuda or --ptx");
+  // CUDA source and PTX are for target cuda. So is the IR of a device-only order: it prints
+  // the kernel the GPU would run (nothing runs here).
+  const ordo::gen::NamedOrder* named = ordo::gen::find_order(r.order);
+  if (a.flag("cuda") || a.flag("ptx") || (a.flag("ir") && named && named->device_only)) r.target = ordo::Target::cuda;
   ordo::ir::Order order = ordo::gen::resolve(r);
   ordo::ir::Kernel k = ordo::gen::build(r, order);
   if (std::string err = ordo::ir::verify(k); !err.empty()) throw Error("internal: " + err);
@@ -660,13 +677,16 @@ int build_cuda(Args& a, ordo::OpKind op) {
       "{{\n  \"binary\": {},\n  \"format\": \"{}\",\n  \"target\": \"cuda\",\n  \"arch\": \"sm_{}\",\n  \"nvrtc\": \"{}\",\n"
       "  \"nvrtc_options\": [{}],\n  \"kernels\": [\n    {{\n      \"name\": {},\n"
       "      \"launch\": {{\"block\": [{}, 1, 1], \"grid\": [\"ceil(rows / {})\", 1, 1], \"shared_bytes\": 0, "
-      "\"mapping\": \"one thread per row: row = blockIdx.x * blockDim.x + threadIdx.x, rows >= 1\"}},\n"
+      "\"mapping\": \"{}\"}},\n"
       "      \"params\": [{}\n      ],\n"
       "      \"ptxas\": {{\"registers\": {}, \"stack_frame_bytes\": {}, \"spill_stores_bytes\": {}, \"spill_loads_bytes\": {}}},\n"
       "      \"request\": {{\"op\": \"{}\", \"order\": {}, \"cols\": {}, \"x_dtype\": \"{}\", \"weight_dtype\": \"{}\", "
       "\"eps\": {}, \"key\": {}}}\n    }}\n  ]\n}}\n",
       json_string(bin.filename().string()), ptx ? "ptx" : "cubin", r.cuda_arch, ordo::cuda_backend::nvrtc_version(), options,
-      json_string(src.entry), ordo::cuda_backend::kBlockSize, ordo::cuda_backend::kBlockSize, params, c.ptxas.registers,
+      json_string(src.entry), src.block_threads, src.instances_per_block,
+      src.instances_per_block == 1 ? "one block per row: row = blockIdx.x (its static __shared__ memory is in the binary), rows >= 1"
+                                   : "one thread per row: row = blockIdx.x * blockDim.x + threadIdx.x, rows >= 1",
+      params, c.ptxas.registers,
       c.ptxas.stack_frame, c.ptxas.spill_stores, c.ptxas.spill_loads, ordo::name(op), json_string(r.order), r.cols,
       ordo::name(r.x_dtype), ordo::name(r.weight_type()), r.eps, json_string(r.key()));
   write_files_atomic({{bin, ptx ? c.ptx : c.cubin}, {manifest, m}});

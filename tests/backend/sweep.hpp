@@ -65,7 +65,7 @@ inline std::vector<Variant> variants(OpKind op) {
   std::vector<std::string> names;
   for (const gen::NamedOrder& n : gen::named_orders())
     for (OpKind o : n.ops)
-      if (o == op) {
+      if (o == op && !n.device_only) {  // device-only orders run on a GPU alone (test_cuda_static checks their PTX)
         for (ScalarType t : n.dtypes) out.push_back({std::string(n.name), t, std::nullopt, true, true});
         names.emplace_back(n.name);
       }

@@ -47,7 +47,9 @@ int64_t count(const std::string& text, const std::string& pattern) {
   return std::distance(std::sregex_iterator(text.begin(), text.end(), re), std::sregex_iterator());
 }
 
-// Every op and named order for f32 and bf16 whose IR has an exact CUDA lowering. Attention
+// Every op and named order for f32 and bf16 whose IR has a CUDA lowering (device-only orders
+// included: they are compiled for target cuda; shapes an order does not take are moved to one
+// it does). Attention
 // takes `n` as its sequence length, with D = 32 (short) or 64 (long).
 std::vector<Request> shipped(int64_t n) {
   std::vector<Request> out;
@@ -62,10 +64,12 @@ std::vector<Request> shipped(int64_t n) {
         r.x_dtype = t;
         r.has_weight = op == OpKind::layer_norm || op == OpKind::rms_norm;
         r.has_bias = op == OpKind::layer_norm;
+        r.target = Target::cuda;
         if (op == OpKind::attention) {
           r.cols = n < 64 ? 32 : 64;
           r.seq_q = r.seq_k = std::min<int64_t>(n, 128);
         }
+        if (!gen::takes_shape(r)) r.cols = std::min<int64_t>(n - n % 4, 1024);  // the CUDA-native orders' shapes
         if (cuda_backend::host_library_calls(kernel_for(r)).empty()) out.push_back(r);
       }
   return out;
@@ -105,7 +109,10 @@ TEST_CASE("NVRTC: the PTX holds exactly the IR's fmas, and ptxas spills nothing 
       const ir::Kernel k = kernel_for(r);
       const cuda_backend::Compiled c = cuda_backend::compile(cuda_backend::render(k), 90, false, true);
       INFO(describe(r));
-      CHECK(count(c.ptx, R"(\bfma\.rn\.f32\b)") == ir_fma_lanes(k.body, ScalarType::f32));
+      // CUDA's own expf/logf (device-only orders) bring libdevice's fmas on top of the IR's.
+      const bool device_math = !cuda_backend::device_calls(k).empty();
+      if (device_math) CHECK(count(c.ptx, R"(\bfma\.rn\.f32\b)") >= ir_fma_lanes(k.body, ScalarType::f32));
+      else CHECK(count(c.ptx, R"(\bfma\.rn\.f32\b)") == ir_fma_lanes(k.body, ScalarType::f32));
       CHECK(count(c.ptx, R"(\bfma\.rn\.f64\b)") == ir_fma_lanes(k.body, ScalarType::f64));
       CHECK(count(c.ptx, R"(\bmad\.[a-z.]*f(32|64)\b)") == 0);  // --fmad=false: no contraction
       CHECK(c.ptxas.registers > 0);  // the log was parsed
@@ -122,6 +129,43 @@ TEST_CASE("NVRTC: the PTX holds exactly the IR's fmas, and ptxas spills nothing 
   }
   MESSAGE(fmt::format("{} kernels compiled for sm_90: fma counts equal the IR's; {} spill: {}; most registers {} ({})", kernels,
                       spilling.size(), fmt::join(spilling, "; "), max_registers, worst));
+}
+
+// The CUDA-native orders are the block and warp kernels they state: the PTX has their shuffles,
+// barriers and (device-only torch-cuda) rsqrt.approx, nothing of them when the IR has none.
+TEST_CASE("NVRTC: torch-cuda layer_norm and the warp softmax are block and warp kernels") {
+  REQUIRE(cuda_backend::nvrtc_available());
+  auto ptx_of = [](OpKind op, const char* order, int64_t n, ScalarType t) {
+    Request r;
+    r.op = op;
+    r.cols = n;
+    r.order = order;
+    r.x_dtype = t;
+    r.target = Target::cuda;
+    r.has_weight = r.has_bias = op == OpKind::layer_norm;
+    const cuda_backend::Source s = cuda_backend::render(kernel_for(r));
+    return std::make_pair(s, cuda_backend::compile(s, 90, false, true));
+  };
+  for (ScalarType t : {ScalarType::f32, ScalarType::bf16})
+    for (const char* order : {"torch-cuda", "torch-cuda-tree"}) {
+      const auto [src, c] = ptx_of(OpKind::layer_norm, order, 4096, t);
+      INFO(std::string(order), " ", name(t));
+      CHECK(src.block_threads == 128);
+      CHECK(src.instances_per_block == 1);
+      CHECK(count(c.ptx, R"(\bshfl\.sync\.down\.b32\b)") == 15);  // (mean, M2, n) x offsets 16, 8, 4, 2, 1
+      CHECK(count(c.ptx, R"(\bbar\.sync\b)") >= 5);                 // cross-warp steps 2 and 1, the statistics
+      CHECK(count(c.ptx, R"(\brsqrt\.approx\.f32\b)") == (std::string(order) == "torch-cuda" ? 1 : 0));
+      CHECK((src.device_calls.size() == 1) == (std::string(order) == "torch-cuda"));
+      if (t == ScalarType::f32) CHECK(count(c.ptx, R"(\bld\.global(\.nc)?\.v4\.f32\b)") == 4);  // x twice, weight, bias
+    }
+  for (OpKind op : {OpKind::softmax, OpKind::log_softmax})
+    for (const char* order : {"torch-cuda", "warp-butterfly"}) {
+      const auto [src, c] = ptx_of(op, order, 1000, ScalarType::f32);
+      INFO(std::string(order), " ", name(op));
+      CHECK(src.block_threads == 32);
+      CHECK(count(c.ptx, R"(\bshfl\.sync\.bfly\.b32\b)") == 10);  // max and sum, xor 16, 8, 4, 2, 1
+      CHECK((count(c.ptx, R"(\bex2\.approx)") > 0) == (std::string(order) == "torch-cuda"));  // CUDA's expf
+    }
 }
 
 TEST_CASE("NVRTC: f32 layer_norm and softmax rows are read with 128-bit loads") {
