@@ -55,6 +55,7 @@ def make_inputs(d):
     np.save(f"{d}/x_i32.npy", np.ones((ROWS, N), "<i4"))
     np.save(f"{d}/x_fortran.npy", np.asfortranarray(x))
     np.save(f"{d}/x_n0.npy", np.zeros((3, 0), "<f4"))
+    np.save(f"{d}/x_n6.npy", np.ones((3, 6), "<f4"))
     np.save(f"{d}/x_0d.npy", np.array(1.0, "<f4"))
     np.save(f"{d}/w_short.npy", np.ones(N - 1, "<f4"))
     np.save(f"{d}/w_2d.npy", np.ones((1, N), "<f4"))
@@ -172,6 +173,20 @@ def cases(ind):
         Case("mixed dtypes with --allow-mixed-dtypes",
              ln("--allow-mixed-dtypes", "--in", "weight={in}/w_f16.npy"), None,
              expect_outputs([("y", (ROWS, N), "<f4")], ind)),
+
+        # The CUDA-native orders: torch-cuda is device-only; its tree runs everywhere, on its shapes.
+        Case("valid torch-cuda-tree layer_norm on cuda-emu",
+             ln("--target", "cuda-emu", "--in", W, "--in", B, order="torch-cuda-tree", out=("y", "mean", "rstd")), None,
+             expect_outputs([("y", (ROWS, N), "<f4"), ("mean", (ROWS,), "<f4"), ("rstd", (ROWS,), "<f4")], ind,
+                            layer_norm_values(ind, True))),
+        Case("valid warp-butterfly softmax", ln(op="softmax", order="warp-butterfly"), None,
+             expect_outputs([("y", (ROWS, N), "<f4")], ind)),
+        Case("device-only order on the cpu", ln(order="torch-cuda"), ["order 'torch-cuda' is device-only", "not cpu", "torch-cuda-tree"]),
+        Case("device-only order on cuda-emu", ln("--target", "cuda-emu", op="softmax", order="torch-cuda"),
+             ["device-only", "not cuda-emu", "warp-butterfly"]),
+        Case("torch-cuda-tree with N not a multiple of 4", ln(order="torch-cuda-tree", x="x_n6.npy"),
+             ["N = 6", "multiple of 4"]),
+        Case("flash-cuda threads not a power of two", attn(order="flash-cuda(threads=48)"), ["threads=48", "power of two"]),
 
         Case("valid attention with lse", attn(out=("out", "lse")), None,
              expect_outputs([("out", (2, 3, 5, 8), "<f4"), ("lse", (2, 3, 5), "<f4")], ind, attention_values(ind))),

@@ -29,6 +29,33 @@ std::string error_of(F&& mutate) {
 }
 }  // namespace
 
+TEST_CASE("CUDA-native orders: device-only, shapes and shared memory are checked") {
+  CHECK(error_of([](Request& r) { r.order = "torch-cuda"; }).find("order 'torch-cuda' is device-only") == 0);
+  CHECK(error_of([](Request& r) {
+    r.order = "torch-cuda";
+    r.target = Target::cuda;
+  }) == "(accepted)");  // compiled with NVRTC; launching needs a GPU
+  CHECK(error_of([](Request& r) {
+    r.order = "torch-cuda-tree";
+    r.cols = 130;
+  }).find("N = 130 takes PyTorch's other CUDA kernel") != std::string::npos);
+  CHECK(error_of([](Request& r) {
+    r.op = OpKind::softmax;
+    r.order = "warp-butterfly";
+    r.cols = 8193;
+  }) == "order 'warp-butterfly' runs rows of N <= 8192 (a warp's shared memory), got N = 8193");
+  auto attention = [](Request& r, const char* order, int64_t d) {
+    r.op = OpKind::attention;
+    r.order = order;
+    r.cols = d;
+    r.seq_q = r.seq_k = 256;
+  };
+  CHECK(error_of([&](Request& r) { attention(r, "flash-cuda", 128); }) == "(accepted)");
+  CHECK(error_of([&](Request& r) { attention(r, "flash-cuda(bc=64)", 128); })
+            .find("needs 81920 bytes of shared memory per block") != std::string::npos);
+  CHECK(error_of([&](Request& r) { attention(r, "exact-tiled(threads=64)", 64); }).find("takes no parameters") != std::string::npos);
+}
+
 TEST_CASE("bad requests are rejected with a message naming the bad value") {
   CHECK(error_of([](Request&) {}) == "(accepted)");
   CHECK(error_of([](Request& r) { r.cols = 0; }) == "N (the last dim) must be at least 1, got 0");
