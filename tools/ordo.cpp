@@ -652,20 +652,31 @@ int build_cuda(Args& a, ordo::OpKind op) {
   const ordo::cuda_backend::Source src = ordo::cuda_backend::render(k);
   const ordo::cuda_backend::Compiled c = ordo::cuda_backend::compile(src, r.cuda_arch, !ptx, true);
 
+  // Parameters: the argument buffers (scratch buffers are not arguments), then each grid
+  // extent (dim 0 the launch's rows, the others fixed at compile time), then the instance count.
+  std::vector<const ordo::ir::Buffer*> arguments;
+  for (const ordo::ir::Buffer& b : k.buffers)
+    if (ordo::ir::is_argument(b)) arguments.push_back(&b);
+  int64_t fixed_instances = 1;
+  for (int64_t e : k.grid_fixed) fixed_instances *= e;
+  const std::string instances = fixed_instances == 1 ? "rows" : fmt::format("rows*{}", fixed_instances);
   std::string params;
   for (size_t i = 0; i < src.params.size(); ++i) {
     const std::string& decl = src.params[i];
     const std::string pname = decl.substr(decl.rfind(' ') + 1);
     std::string what;
-    if (i < k.buffers.size()) {
-      const ordo::ir::Buffer& b = k.buffers[i];
-      const std::string len = b.extent == ordo::ir::Extent::rows_by_cols ? fmt::format("rows*{}", r.cols)
-                              : b.extent == ordo::ir::Extent::cols       ? fmt::format("{}", r.cols)
-                                                                         : "rows";
+    if (i < arguments.size()) {
+      const ordo::ir::Buffer& b = *arguments[i];
+      const std::string len = b.extent == ordo::ir::Extent::rows_by_cols    ? fmt::format("rows*{}", r.cols)
+                              : b.extent == ordo::ir::Extent::cols          ? fmt::format("{}", r.cols)
+                              : b.extent == ordo::ir::Extent::rows_by_fixed ? fmt::format("rows*{}", b.per_row)
+                                                                            : "rows";
       what = fmt::format("\"buffer\": {}, \"dtype\": \"{}\", \"elements\": \"{}\", \"output\": {}, \"align_bytes\": {}",
                          json_string(b.name), ordo::name(b.elem), len, b.output ? "true" : "false", src.buffer_align[i]);
+    } else if (const size_t d = i - arguments.size(); d < static_cast<size_t>(k.grid_rank)) {
+      what = d == 0 ? "\"value\": \"rows\"" : fmt::format("\"value\": {}", k.grid_fixed.at(d - 1));
     } else {
-      what = "\"value\": \"rows\"";  // the grid extent and the instance count, for a one-dimensional grid
+      what = fmt::format("\"value\": \"{}\"", instances);
     }
     params += fmt::format("{}\n        {{\"name\": {}, \"c_type\": {}, {}}}", i ? "," : "", json_string(pname),
                           json_string(src.param_types[i]), what);
@@ -676,16 +687,16 @@ int build_cuda(Args& a, ordo::OpKind op) {
   const std::string m = fmt::format(
       "{{\n  \"binary\": {},\n  \"format\": \"{}\",\n  \"target\": \"cuda\",\n  \"arch\": \"sm_{}\",\n  \"nvrtc\": \"{}\",\n"
       "  \"nvrtc_options\": [{}],\n  \"kernels\": [\n    {{\n      \"name\": {},\n"
-      "      \"launch\": {{\"block\": [{}, 1, 1], \"grid\": [\"ceil(rows / {})\", 1, 1], \"shared_bytes\": 0, "
+      "      \"launch\": {{\"block\": [{}, 1, 1], \"grid\": [\"ceil({} / {})\", 1, 1], \"shared_bytes\": 0, "
       "\"mapping\": \"{}\"}},\n"
       "      \"params\": [{}\n      ],\n"
       "      \"ptxas\": {{\"registers\": {}, \"stack_frame_bytes\": {}, \"spill_stores_bytes\": {}, \"spill_loads_bytes\": {}}},\n"
       "      \"request\": {{\"op\": \"{}\", \"order\": {}, \"cols\": {}, \"x_dtype\": \"{}\", \"weight_dtype\": \"{}\", "
       "\"eps\": {}, \"key\": {}}}\n    }}\n  ]\n}}\n",
       json_string(bin.filename().string()), ptx ? "ptx" : "cubin", r.cuda_arch, ordo::cuda_backend::nvrtc_version(), options,
-      json_string(src.entry), src.block_threads, src.instances_per_block,
-      src.instances_per_block == 1 ? "one block per row: row = blockIdx.x (its static __shared__ memory is in the binary), rows >= 1"
-                                   : "one thread per row: row = blockIdx.x * blockDim.x + threadIdx.x, rows >= 1",
+      json_string(src.entry), src.block_threads, instances, src.instances_per_block,
+      src.instances_per_block == 1 ? "one block per instance: instance = blockIdx.x (static __shared__ memory is in the binary), rows >= 1"
+                                   : "one thread per instance: instance = blockIdx.x * blockDim.x + threadIdx.x, rows >= 1",
       params, c.ptxas.registers,
       c.ptxas.stack_frame, c.ptxas.spill_stores, c.ptxas.spill_loads, ordo::name(op), json_string(r.order), r.cols,
       ordo::name(r.x_dtype), ordo::name(r.weight_type()), r.eps, json_string(r.key()));

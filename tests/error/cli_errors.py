@@ -12,6 +12,7 @@ be silently mixed with stale results from an earlier run.
 A few valid runs are included so the script cannot pass by everything failing.
 """
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -137,6 +138,19 @@ def layer_norm_values(ind, with_affine):
     return check
 
 
+def cuda_manifest(block, grid, params):
+    """Checks k.json next to k.cubin: the launch shape and each parameter's role."""
+    def check(out):
+        if not os.path.getsize(f"{out}/k.cubin"):
+            return "k.cubin is empty"
+        kernel = json.load(open(f"{out}/k.json"))["kernels"][0]
+        if kernel["launch"]["block"][0] != block or kernel["launch"]["grid"][0] != grid:
+            return f"launch {kernel['launch']}, expected block {block} and grid {grid}"
+        got = [(p["name"], p.get("elements", p.get("value"))) for p in kernel["params"]]
+        return None if got == params else f"params {got}, expected {params}"
+    return check
+
+
 def attn(*extra, order="exact-tiled", q="q.npy", k="k.npy", v="v.npy", out=("out",)):
     argv = ["run", "attention", "--order", order, "--in", "q={in}/" + q, "--in", "k={in}/" + k, "--in", "v={in}/" + v]
     argv += list(extra)
@@ -186,6 +200,15 @@ def cases(ind):
              ["device-only", "not cuda-emu", "warp-butterfly"]),
         Case("torch-cuda-tree with N not a multiple of 4", ln(order="torch-cuda-tree", x="x_n6.npy"),
              ["N = 6", "multiple of 4"]),
+        Case("torch-cuda builds for target cuda, with its block launch in the manifest",
+             ["build", "layer_norm", "--order", "torch-cuda", "--cols", "8", "--target", "cuda", "-o", "{out}/k.cubin"], None,
+             cuda_manifest(128, "ceil(rows / 1)", [("b0_x", "rows*8"), ("b1_weight", "8"), ("b2_bias", "8"), ("b3_y", "rows*8"),
+                                                   ("b4_mean", "rows"), ("b5_rstd", "rows"), ("ext0", "rows"), ("instances", "rows")])),
+        Case("flash-cuda manifest: q/k/v per (batch, head), query blocks fixed",
+             ["build", "attention", "--order", "flash-cuda", "--cols", "64", "--sq", "100", "--sk", "30", "--target", "cuda",
+              "-o", "{out}/k.cubin"], None,
+             cuda_manifest(64, "ceil(rows*2 / 1)", [("b0_q", "rows*6400"), ("b1_k", "rows*1920"), ("b2_v", "rows*1920"),
+                                                    ("b3_out", "rows*6400"), ("ext0", "rows"), ("ext1", 2), ("instances", "rows*2")])),
         Case("flash-cuda threads not a power of two", attn(order="flash-cuda(threads=48)"), ["threads=48", "power of two"]),
 
         Case("valid attention with lse", attn(out=("out", "lse")), None,
