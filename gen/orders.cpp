@@ -276,7 +276,7 @@ std::vector<NamedOrder> make_table() {
                  return o;
                }});
   t.push_back({"torch-cuda",
-               "PyTorch's CUDA kernels: layer_norm's vectorized kernel (128 threads per row, 4-wide Welford, shuffle-down "
+               "PyTorch 1.13's CUDA kernels (from source; no GPU here to measure): layer_norm's vectorized kernel (128 threads per row, 4-wide Welford, shuffle-down "
                "warp tree, cross-warp tree, rsqrtf), the persistent warp softmax (N <= 1024, CUDA expf/logf). Device-only",
                {OpKind::layer_norm, OpKind::softmax, OpKind::log_softmax}, kAllStorage, false, true,
                [](ScalarType, ScalarType, const Request&) { return torch_cuda(true); }});

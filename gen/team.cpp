@@ -150,14 +150,18 @@ Kernel build_layer_norm_team(const Request& r, const Order& o) {
       store_stat(b, rstd_out, rstd);
     });
     for_thread_vectors(tid, [&](ExprRef col) {
+      // The CUDA compiler contracts each `a*b + c` of the source: gamma*(rstd*(x - mean)) + beta
+      // becomes fma(gamma, rstd*(x - mean), beta), and (rstd*(x - mean)) + beta without a weight
+      // becomes fma(rstd, x - mean, beta).
       ExprRef xv = as_f32(load(k, x, add(row, col), V));
-      ExprRef t = mul(broadcast(rstd, V), sub(xv, broadcast(mean, V)));
+      ExprRef centered = sub(xv, broadcast(mean, V));
+      ExprRef t = mul(broadcast(rstd, V), centered);
       ExprRef out = t;
       ExprRef gamma = w >= 0 ? as_f32(load(k, w, col, V)) : nullptr;
       ExprRef beta = bias >= 0 ? as_f32(load(k, bias, col, V)) : nullptr;
       if (gamma && beta) out = o.affine.fma ? fma(gamma, t, beta) : add(mul(gamma, t), beta);
       else if (gamma) out = mul(gamma, t);
-      else if (beta) out = add(t, beta);
+      else if (beta) out = o.affine.fma ? fma(broadcast(rstd, V), centered, beta) : add(t, beta);
       const ScalarType st = r.x_dtype;
       b.store(y, add(row, col), st == f32 ? out : cast(out, st));
     });
@@ -207,7 +211,7 @@ Kernel build_softmax_warp(const Request& r, const Order& order) {
           b.assign(m, select(lt(v, b.get(m)), b.get(m), v));  // m > e ? m : e
         });
     });
-    butterfly(m, [](ExprRef own, ExprRef other) { return select(lt(own, other), other, own); });  // a < b ? b : a
+    butterfly(m, [](ExprRef own, ExprRef other) { return select(lt(own, other), other, own); });  // Max: a < b ? b : a
     b.team([&](ExprRef tid) {
       b.assign(s, c32(0.0));
       b.for_range("i", index_const(0), index_const(I), 1, [&](ExprRef i) {

@@ -99,7 +99,8 @@ struct AffineOrder {
     CenterScale,   // y = ((x - mean)*rstd)*gamma + beta; missing gamma/beta are left out
     CenterDivide,  // y = ((x - mean)/sqrt(var + eps))*gamma + beta (the numpy composite)
     GammaCentered, // y = gamma*(rstd*(x - mean)) + beta (PyTorch's CUDA kernel); missing gamma/beta
-                   // are left out
+                   // are left out. With fma: fma(gamma, rstd*(x - mean), beta), and without a
+                   // weight fma(rstd, x - mean, beta) (what the CUDA compiler contracts)
   };
   Form form = Form::ScaleBias;
   bool fma = false;  // each "a*b + c" above is one fma
@@ -139,7 +140,8 @@ struct SoftmaxOrder {
                 // reduce_all_pairs), each rounded to bf16, as is log(sum).
     Online,     // one pass: each lane keeps a running max m and sum s (s = s*exp(m - m') +
                 // exp(x - m')), lanes merge into lane 0 in order, the tail updates it; then y.
-    WarpButterfly,  // PyTorch's persistent warp softmax (CUDA, N <= 1024 there): a team of one
+    WarpButterfly,  // PyTorch 1.13's persistent warp softmax (CUDA, N <= 1024 there; later versions
+                // changed the max functor and log_softmax's last step): a team of one
                 // warp per row; thread l owns columns l + 32*i, i < I = max(1, 2^ceil(log2 N)/32),
                 // a missing column counting as -inf. Thread max: m = e_0, then m = m > e_i ? m : e_i;
                 // warp max by xor butterfly (16, ..., 1) with m = m < o ? o : m; e = exp(x - m)
