@@ -80,8 +80,45 @@ class KernelGen {
       for (int64_t& v : values) v = small_or_edge();
       b_.table(values);
     }
+    if (one_in(4)) {  // a team kernel: the random statements run per thread, then the team's own nodes
+      kernel.team = in_.ConsumeBool() ? 32 : 64;
+      b_.team([&](ExprRef) {
+        bodies_.push_back(&kernel.body.back().body);
+        statements(0);
+        bodies_.pop_back();
+      });
+      team_block();
+      return;
+    }
     statements(0);
     if (one_in(4)) lanes_block();
+  }
+
+  // Teams' nodes in well-typed form (kernel.team threads): thread_id, shuffles down and xor of a
+  // per-thread value, and team memory written by each thread and read by another in the next
+  // team statement; every thread's value ends in a rows*team output.
+  void team_block() {
+    const int T = kernel.team;
+    const int out = b_.buffer("team_out", ScalarType::f32, true, Extent::rows_by_fixed, T);
+    const int shared = b_.buffer("team_memory", ScalarType::f32, true, Extent::scratch, T);
+    const int v = b_.local("v", Type{ScalarType::f32, 1});
+    const double scale = float_value();
+    b_.team([&](ExprRef t) { b_.assign(v, mul(cast(t, ScalarType::f32), constant(Type{ScalarType::f32, 1}, static_cast<float>(scale)))); });
+    const int steps = in_.ConsumeIntegralInRange(0, 3);
+    for (int i = 0; i < steps; ++i) {
+      const int offset = in_.ConsumeIntegralInRange(1, 31);
+      const bool xor_ = in_.ConsumeBool();
+      b_.team([&](ExprRef) {
+        ExprRef other = b_.let("other", xor_ ? shuffle_xor(kernel, v, offset) : shuffle_down(kernel, v, offset));
+        b_.assign(v, in_.ConsumeBool() ? add(b_.get(v), other) : binary(Op::Max, b_.get(v), other));
+      });
+    }
+    const int64_t shift = in_.ConsumeIntegralInRange<int64_t>(0, T - 1);
+    b_.team([&](ExprRef t) { b_.store(shared, t, b_.get(v)); });
+    b_.team([&](ExprRef t) {
+      b_.assign(v, load(kernel, shared, binary(Op::Rem, add(t, index_const(shift)), index_const(T))));
+      b_.store(out, add(mul(program_id(0), index_const(T)), t), b_.get(v));
+    });
   }
 
   // Attention's nodes in well-typed form, on buffers of their own appended to the kernel: an
@@ -512,7 +549,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   llvm::LLVMContext ctx;
   llvm::Module mod("fuzz", ctx);
   try {
-    llvm_backend::lower(mod, k, "fuzz_kernel", rows_in_flight);
+    llvm_backend::lower(mod, k, "fuzz_kernel", k.team > 1 ? 1 : rows_in_flight);  // a team runs one instance at a time
   } catch (const std::exception& e) {
     fuzz::broken(fmt::format("a kernel that verifies does not lower: {}\n{}", e.what(), print(k)));
   }
