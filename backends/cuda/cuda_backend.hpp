@@ -73,12 +73,16 @@ struct Compiled {
   PtxasInfo ptxas;    // parsed from the log when verbose
   std::vector<std::string> options;
   double nvrtc_ms = 0;
+  // NVRTC's own phase times (--time), when asked for: the C++ front end, NVVM (LLVM optimizer
+  // and PTX generation) and ptxas ("PTX Translation"), whole milliseconds; -1 when not measured.
+  double frontend_ms = -1, nvvm_ms = -1, ptxas_ms = -1;
 };
 bool nvrtc_available();  // built with the CUDA toolkit's NVRTC
 std::string nvrtc_version();
 // Compiles to PTX and, with `cubin`, to a cubin for sm_<arch>. `verbose` adds ptxas -v and
-// parses its register/spill line. Throws ordo::Error with NVRTC's log on failure.
-Compiled compile(const Source& s, int arch, bool cubin, bool verbose);
+// parses its register/spill line; `phase_times` fills Compiled's phase times. Throws ordo::Error
+// with NVRTC's log on failure.
+Compiled compile(const Source& s, int arch, bool cubin, bool verbose, bool phase_times = false);
 PtxasInfo parse_ptxas(const std::string& log, const std::string& entry);
 
 // ---- launching (shared by cuda and cuda-emu) -------------------------------------------------------
