@@ -29,6 +29,9 @@ int main(int argc, char** argv) {
     ordo::ScalarType dtype;
   };
   const Case cases[] = {{ordo::OpKind::layer_norm, "fast", ordo::ScalarType::f32},
+                        {ordo::OpKind::layer_norm, "torch-cuda", ordo::ScalarType::f32},
+                        {ordo::OpKind::layer_norm, "torch-cuda", ordo::ScalarType::bf16},
+                        {ordo::OpKind::softmax, "warp-butterfly", ordo::ScalarType::f32},
                         {ordo::OpKind::layer_norm, "torch1.13-cpu-avx2", ordo::ScalarType::f32},
                         {ordo::OpKind::layer_norm, "torch1.13-cpu-avx2", ordo::ScalarType::bf16},
                         {ordo::OpKind::softmax, "torch1.13-cpu-avx2", ordo::ScalarType::f32}};
@@ -61,6 +64,7 @@ int main(int argc, char** argv) {
       r.order = c.order;
       r.x_dtype = c.dtype;
       r.has_weight = r.has_bias = c.op == ordo::OpKind::layer_norm;
+      r.target = ordo::Target::cuda;  // device-only orders (torch-cuda) resolve for cuda only
       std::vector<double> total, nvrtc, frontend, nvvm, ptxas;
       size_t cubin = 0;
       for (int i = 0; i < runs; ++i) {
