@@ -66,6 +66,16 @@ Moments (mean mu, var = M2/N; e_m = bound on |mean_acc - mu| in the accumulation
              (1/N) sum_merges |d(w d^2)| <= 4 e sqrt(var D/2) + 2 D e^2. This is conservative:
              every merge is charged the largest mean error and the largest count of merges.
 
+  block-Welford (torch-cuda-tree: a team of T = 128 threads, thread t a Welford stream over the
+             4-wide vectors t, t+T, ...; r = 3: sub, rounded 1/n, fma). The streams merge in a
+             tree of D = log2 T = 7 levels (5 shuffle steps, 2 cross-warp steps) by PyTorch's
+             m = fma(ma, fl(na*c), fl(mb*fl(nb*c))), c = fl(1/n): the weights are na/n and nb/n
+             within 4u each and sum to 1 within 8u, so a merge averages the input mean errors
+             and adds at most 6u max|block mean| (also when one side is empty: nb*c need not be
+             exactly 1): e_m <= max_stream E + 6 D u max|stream mean|. M2 merges
+             a2 + b2 + ((d*d)*na)*(nb*c) are Chan's w d^2 with w = na nb/n, so the lane-Welford
+             terms apply with K = the longest stream: relative gamma_{max(K+2, 8) + 2D + 1},
+             plus the same first-order coupling and Cauchy-Schwarz merge terms.
 From moments to outputs (all first order in u; the reference's own f64 error, bounded the
 same way with u = 2^-53 and d = N (numpy's pairwise sum needs far fewer), is added to each):
   mean_out   e_mo = e_m + u32 (|mu| + e_m) + e_ref.   var_out: dvar + u32 (var + dvar) + dvar_ref.
@@ -89,6 +99,9 @@ rescaled sum; exp and log are Sleef's u10 functions, each within 1 ulp, i.e. rel
              of the row (finite rows).
   s, two-pass: a sum of positive terms with depth d (lane tree as above): rho_s = gamma_d +
              2u + uR.
+  s, warp-butterfly: thread l sums its I = max(1, 2^ceil(log2 N)/32) terms from 0 (d = I-1;
+             padding adds exact zeros), then 5 xor-butterfly adds: rho_s = gamma_{I+4} + 2u + uR.
+             y = e / s (one rounding, within the 2u the bound below allows for 1/s and *).
   s, online: a lane's partial sum is rescaled by exp(m - m') at most once per vector step and
              once when the lanes merge; each rescale is an exp (2u), a multiply and an add (2u),
              and the exponent roundings add u|m - m'| whose total along one partial sum is at
@@ -150,7 +163,10 @@ OUTS = {"layer_norm": ["y", "mean", "rstd"], "rms_norm": ["y", "rstd"], "var_mea
         "log_softmax": ["y"]}
 SOFTMAX_OPS = ("softmax", "log_softmax")
 # Softmax-family orders without a reference: (kind, lanes), from gen/orders.cpp.
-SOFTMAX_MODELS = {"fast": ("two-pass", 16), "online": ("online", 8)}
+SOFTMAX_MODELS = {"fast": ("two-pass", 16), "online": ("online", 8), "warp-butterfly": ("butterfly", 32)}
+# Shapes an order takes (gen/orders.cpp, shape_error): torch-cuda-tree is PyTorch's vectorized
+# CUDA layer_norm (N a multiple of 4), warp-butterfly keeps a row in a warp's shared memory.
+SHAPES = {"torch-cuda-tree": lambda n: n % 4 == 0, "warp-butterfly": lambda n: n <= 8192}
 NEG_N = 1000  # negative controls use the N(0,1) rows of this N
 
 
@@ -175,6 +191,7 @@ BASE_MODELS = {
     "two-pass-pairwise": dict(moments="two-pass", sum=dict(kind="pairwise", lanes=8, block=128)),
     "two-pass-lanes": dict(moments="two-pass", sum=dict(kind="lanes", lanes=8, A=1)),
     "one-pass": dict(moments="one-pass", sum=dict(kind="lanes", lanes=8, A=1)),
+    "torch-cuda-tree": dict(moments="block-welford", team=128, lanes=4),
 }
 
 
@@ -282,6 +299,21 @@ def moments_bound(model, ref):
     if kind == "seq-welford":
         coup, _, e_end = welford_streams(X[:, None, :], ua, 2)
         return e_end, gamma(n + 3, ua) * var + coup / n
+    if kind == "block-welford":
+        T, V = model["team"], model["lanes"]
+        rows, nv = X.shape[0], n // V
+        K = -(-nv // T) * V  # the longest stream
+        streams = np.full((rows, T, K), np.nan)
+        for t in range(min(T, nv)):
+            mine = X[:, : nv * V].reshape(rows, nv, V)[:, t::T, :].reshape(rows, -1)
+            streams[:, t, : mine.shape[1]] = mine
+        streams = streams[:, : min(T, nv), :]
+        coup, emax, _ = welford_streams(streams, ua, 3)
+        means = np.nanmean(streams, axis=-1)
+        D = int(math.log2(T))
+        e = emax + 6 * D * ua * np.abs(means).max(axis=-1)
+        dv = gamma(max(K + 2, 8) + 2 * D + 1, ua) * var + coup / n + 4 * e * np.sqrt(var * D / 2) + 2 * D * e * e
+        return e, dv
     V, K = model["lanes"], model["chunk"]
     nv, tail = n // V, n % V
     chunks = -(-nv // K)
@@ -342,6 +374,9 @@ def softmax_bounds(op, model, X):
     if model["softmax"] == "two-pass":
         d = sum_depth(dict(kind="lanes", lanes=L, A=1), n)
         rho_s = gamma(d, U32) + 2 * U32 + U32 * R
+    elif model["softmax"] == "butterfly":
+        per_thread = max(1, (1 << (n - 1).bit_length()) // 32)
+        rho_s = gamma(per_thread + 4, U32) + 2 * U32 + U32 * R
     else:
         k = n // L + L + n % L
         rho_s = gamma(4 * k, U32) + 3 * U32 * R + 2 * U32
@@ -460,7 +495,8 @@ def run_all(args, named, orders, rng, tmp, t0):
             # softmax is shift-invariant (x - max is exact near the max), so the offset rows stay meaningful
             wide = op == "rms_norm" or op in SOFTMAX_OPS or (isinstance(model, dict) and model["acc"] == "f64" and model["moments"] != "one-pass")
             for n in NS:
-                cases.append((order, model, op, n, "x4" if wide else "x3"))
+                if SHAPES.get(order.partition("(")[0], lambda _: True)(n):
+                    cases.append((order, model, op, n, "x4" if wide else "x3"))
 
     def run(idx):
         order, model, op, n, xf = cases[idx]
