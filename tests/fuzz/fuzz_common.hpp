@@ -71,16 +71,22 @@ inline void check_resolved(const Request& r, const ir::Order& order) {
   constexpr int64_t rows = 2;
   std::vector<std::vector<uint8_t>> storage;
   std::vector<ir::BufferArg> args;
+  std::vector<ScalarType> types;
   for (const ir::Buffer& b : k.buffers) {
-    const int64_t n = b.extent == ir::Extent::rows_by_cols ? rows * r.cols : b.extent == ir::Extent::cols ? r.cols : rows;
+    if (!ir::is_argument(b)) continue;  // scratch (team memory, attention's blocks): the kernel's own
+    const int64_t n = b.extent == ir::Extent::rows_by_cols    ? rows * r.cols
+                      : b.extent == ir::Extent::cols          ? r.cols
+                      : b.extent == ir::Extent::rows_by_fixed ? rows * b.per_row
+                                                              : rows;
     storage.push_back(b.output ? std::vector<uint8_t>(static_cast<size_t>(n * size_bytes(b.elem)), 0) : special_values(b.elem, n));
+    types.push_back(b.elem);
   }
-  for (size_t i = 0; i < k.buffers.size(); ++i) {
-    const ir::Buffer& b = k.buffers[i];
-    args.push_back(ir::BufferArg{storage[i].data(), static_cast<int64_t>(storage[i].size()) / size_bytes(b.elem)});
-  }
+  for (size_t i = 0; i < storage.size(); ++i)
+    args.push_back(ir::BufferArg{storage[i].data(), static_cast<int64_t>(storage[i].size()) / size_bytes(types[i])});
+  std::vector<int64_t> extents = {rows};  // then the grid dims fixed at compile time (attention's query blocks)
+  extents.insert(extents.end(), k.grid_fixed.begin(), k.grid_fixed.end());
   try {
-    ir::interpret(k, args, {rows});
+    ir::interpret(k, args, extents);
   } catch (const std::exception& e) {
     broken(fmt::format("the interpreter rejected a generated kernel for {}: {}", r.key(), e.what()));
   }
