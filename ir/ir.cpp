@@ -196,12 +196,27 @@ void mark_per_thread(const std::vector<Stmt>& body, bool in_team, std::vector<ch
     if (in_team && (s.kind == StmtKind::Assign || s.kind == StmtKind::For) && s.target >= 0 &&
         s.target < static_cast<int>(out.size()))
       out[static_cast<size_t>(s.target)] = 1;
+    if (!has_bodies(s)) continue;
     const bool inner = in_team || s.kind == StmtKind::Team;
     mark_per_thread(s.body, inner, out);
     mark_per_thread(s.else_body, inner, out);
   }
 }
 }  // namespace
+
+std::vector<const Expr*> operands(const Stmt& s) {
+  std::vector<const Expr*> out;
+  auto add_if = [&](const ExprRef& e) {
+    if (e) out.push_back(e.get());
+  };
+  switch (s.kind) {
+    case StmtKind::Assign: case StmtKind::If: add_if(s.value); break;
+    case StmtKind::Store: add_if(s.index); add_if(s.value); break;
+    case StmtKind::For: add_if(s.begin); add_if(s.end); break;
+    case StmtKind::Region: case StmtKind::Team: break;
+  }
+  return out;
+}
 
 std::vector<char> per_thread_locals(const Kernel& k) {
   std::vector<char> out(k.locals.size(), 0);

@@ -338,6 +338,16 @@ class Builder {
 std::string print(const Kernel& k);
 std::string print(const Expr& e, const Kernel& k);
 
+// The expressions a statement of its kind uses, in evaluation order: Assign and If their value,
+// Store its index and value, For its bounds. Other fields are ignored (the verifier checks only
+// these), so passes over a kernel's expressions walk these and nothing else.
+std::vector<const Expr*> operands(const Stmt& s);
+// Whether a statement of its kind runs statements of its own: For, If (body and else_body),
+// Region and Team. The bodies of other kinds are ignored like their unused fields.
+inline bool has_bodies(const Stmt& s) {
+  return s.kind == StmtKind::For || s.kind == StmtKind::If || s.kind == StmtKind::Region || s.kind == StmtKind::Team;
+}
+
 // Per local: 1 if it is assigned (or is a loop variable) inside a Team statement, which makes
 // it per-thread in a team kernel.
 std::vector<char> per_thread_locals(const Kernel& k);

@@ -203,6 +203,7 @@ struct Verifier {
   static void mark_assigned(const Stmt& s, std::vector<char>& out) {
     if ((s.kind == StmtKind::Assign || s.kind == StmtKind::For) && s.target >= 0 && s.target < static_cast<int>(out.size()))
       out[static_cast<size_t>(s.target)] = 1;
+    if (!has_bodies(s)) return;
     for (const Stmt& inner : s.body) mark_assigned(inner, out);
     for (const Stmt& inner : s.else_body) mark_assigned(inner, out);
   }

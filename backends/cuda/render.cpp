@@ -135,8 +135,8 @@ void collect_calls(const Expr& e, std::vector<std::string>& out) {
 }
 void collect_calls(const std::vector<Stmt>& body, std::vector<std::string>& out) {
   for (const Stmt& s : body) {
-    for (const ExprRef& e : {s.value, s.index, s.begin, s.end})
-      if (e) collect_calls(*e, out);
+    for (const Expr* e : operands(s)) collect_calls(*e, out);
+    if (!has_bodies(s)) continue;
     collect_calls(s.body, out);
     collect_calls(s.else_body, out);
   }
@@ -150,8 +150,8 @@ void collect_device_calls(const Expr& e, std::vector<std::string>& out) {
 }
 void collect_device_calls(const std::vector<Stmt>& body, std::vector<std::string>& out) {
   for (const Stmt& s : body) {
-    for (const ExprRef& e : {s.value, s.index, s.begin, s.end})
-      if (e) collect_device_calls(*e, out);
+    for (const Expr* e : operands(s)) collect_device_calls(*e, out);
+    if (!has_bodies(s)) continue;
     collect_device_calls(s.body, out);
     collect_device_calls(s.else_body, out);
   }
@@ -166,9 +166,9 @@ bool touches_scratch(const Kernel& k, const Expr& e) {
 bool touches_scratch(const Kernel& k, const std::vector<Stmt>& body) {
   for (const Stmt& s : body) {
     if (s.kind == StmtKind::Store && !is_argument(k.buffers[static_cast<size_t>(s.target)])) return true;
-    for (const ExprRef& e : {s.value, s.index, s.begin, s.end})
-      if (e && touches_scratch(k, *e)) return true;
-    if (touches_scratch(k, s.body) || touches_scratch(k, s.else_body)) return true;
+    for (const Expr* e : operands(s))
+      if (touches_scratch(k, *e)) return true;
+    if (has_bodies(s) && (touches_scratch(k, s.body) || touches_scratch(k, s.else_body))) return true;
   }
   return false;
 }

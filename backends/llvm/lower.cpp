@@ -462,8 +462,8 @@ struct Lowerer {
   }
   void find_shuffled(const std::vector<Stmt>& body, std::vector<int64_t>& out) const {
     for (const Stmt& s : body) {
-      for (const ExprRef& e : {s.value, s.index, s.begin, s.end})
-        if (e) find_shuffled(*e, out);
+      for (const Expr* e : operands(s)) find_shuffled(*e, out);
+      if (!has_bodies(s)) continue;
       find_shuffled(s.body, out);
       find_shuffled(s.else_body, out);
     }
