@@ -344,18 +344,10 @@ struct Machine {
     throw Error("interpreter: unknown op");
   }
 
-  static void shuffled_locals(const Expr& e, std::vector<int64_t>& out) {
-    if ((e.op == Op::ShuffleDown || e.op == Op::ShuffleXor) && std::find(out.begin(), out.end(), e.index) == out.end())
-      out.push_back(e.index);
-    for (const ExprRef& a : e.args) shuffled_locals(*a, out);
-  }
-
   // The threads one after another, thread order. Shuffles read the snapshot taken here.
   void run_team(const Stmt& team) {
     ++phase;
-    snapshot_local.clear();
-    for (const Stmt& s : team.body)
-      if (s.kind == StmtKind::Assign) shuffled_locals(*s.value, snapshot_local);
+    snapshot_local = shuffled_locals(team);
     snapshot.assign(snapshot_local.size(), std::vector<Value>(static_cast<size_t>(k.team)));
     snapshot_assigned.assign(snapshot_local.size(), std::vector<char>(static_cast<size_t>(k.team)));
     for (size_t i = 0; i < snapshot_local.size(); ++i)

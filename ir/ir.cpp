@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <stdexcept>
 
@@ -215,6 +216,21 @@ std::vector<const Expr*> operands(const Stmt& s) {
     case StmtKind::For: add_if(s.begin); add_if(s.end); break;
     case StmtKind::Region: case StmtKind::Team: break;
   }
+  return out;
+}
+
+namespace {
+void add_shuffled(const Expr& e, std::vector<int64_t>& out) {
+  if ((e.op == Op::ShuffleDown || e.op == Op::ShuffleXor) && std::find(out.begin(), out.end(), e.index) == out.end())
+    out.push_back(e.index);
+  for (const ExprRef& a : e.args) add_shuffled(*a, out);
+}
+}  // namespace
+
+std::vector<int64_t> shuffled_locals(const Stmt& team) {
+  std::vector<int64_t> out;
+  for (const Stmt& s : team.body)  // the verifier allows shuffles in top-level assignments only
+    if (s.kind == StmtKind::Assign && s.value) add_shuffled(*s.value, out);
   return out;
 }
 

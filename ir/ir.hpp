@@ -348,6 +348,10 @@ inline bool has_bodies(const Stmt& s) {
   return s.kind == StmtKind::For || s.kind == StmtKind::If || s.kind == StmtKind::Region || s.kind == StmtKind::Team;
 }
 
+// The locals a Team statement's shuffles read (each once, in order of appearance): the values
+// every backend must keep as they were when the statement began.
+std::vector<int64_t> shuffled_locals(const Stmt& team);
+
 // Per local: 1 if it is assigned (or is a loop variable) inside a Team statement, which makes
 // it per-thread in a team kernel.
 std::vector<char> per_thread_locals(const Kernel& k);

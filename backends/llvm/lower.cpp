@@ -39,7 +39,8 @@ struct Lowerer {
   // taken when the Team statement begins (the IR's meaning), in `snapshots`.
   std::vector<char> per_thread;
   llvm::Value* thread = nullptr;
-  std::unordered_map<int64_t, llvm::AllocaInst*> snapshots;
+  std::unordered_map<int64_t, llvm::AllocaInst*> snapshots;  // made at the first Team statement that needs one
+  llvm::BasicBlock* entry_block = nullptr;
   std::unordered_map<const Expr*, std::vector<llvm::Value*>> memo;  // within one statement
 
   // Bounds on |value| of i64 locals (nullopt: unknown), for loop ends: see magnitude().
@@ -419,11 +420,15 @@ struct Lowerer {
         break;
       case StmtKind::Team: {
         const llvm::DataLayout& dl = fn->getParent()->getDataLayout();
-        for (const auto& [local, copy] : snapshots) {
-          if (!in_statement(s, local)) continue;
+        for (int64_t local : shuffled_locals(s)) {
           llvm::Type* lt = type(k.locals[static_cast<size_t>(local)].type);
-          const uint64_t bytes = dl.getTypeAllocSize(lt) * static_cast<uint64_t>(k.team);
-          B.CreateMemCpy(copy, copy->getAlign(), locals[static_cast<size_t>(local)][0], locals[static_cast<size_t>(local)][0]->getAlign(), bytes);
+          llvm::AllocaInst*& copy = snapshots[local];
+          if (!copy) {  // one copy per shuffled local, in the entry block like every other alloca
+            llvm::IRBuilder<> EB(entry_block, entry_block->begin());
+            copy = EB.CreateAlloca(lt, EB.getInt64(static_cast<uint64_t>(k.team)), k.locals[static_cast<size_t>(local)].name + ".shuffled");
+          }
+          llvm::AllocaInst* live = locals[static_cast<size_t>(local)][0];
+          B.CreateMemCpy(copy, copy->getAlign(), live, live->getAlign(), dl.getTypeAllocSize(lt) * static_cast<uint64_t>(k.team));
         }
         memo.clear();
         counted_loop("team", B.getInt64(0), B.getInt64(static_cast<uint64_t>(k.team)), 1, /*end_fits=*/true, [&](llvm::Value* t) {
@@ -443,32 +448,6 @@ struct Lowerer {
     if (!per_thread[static_cast<size_t>(l)]) return a;
     return B.CreateGEP(type(k.locals[static_cast<size_t>(l)].type), a, thread);
   }
-  // Whether a top-level statement of `team` shuffles local `l`.
-  static bool shuffles(const Expr& e, int64_t l) {
-    if ((e.op == Op::ShuffleDown || e.op == Op::ShuffleXor) && e.index == l) return true;
-    for (const ExprRef& a : e.args)
-      if (shuffles(*a, l)) return true;
-    return false;
-  }
-  static bool in_statement(const Stmt& team, int64_t l) {
-    for (const Stmt& s : team.body)
-      if (s.kind == StmtKind::Assign && shuffles(*s.value, l)) return true;
-    return false;
-  }
-  void find_shuffled(const Expr& e, std::vector<int64_t>& out) const {
-    if ((e.op == Op::ShuffleDown || e.op == Op::ShuffleXor) && std::find(out.begin(), out.end(), e.index) == out.end())
-      out.push_back(e.index);
-    for (const ExprRef& a : e.args) find_shuffled(*a, out);
-  }
-  void find_shuffled(const std::vector<Stmt>& body, std::vector<int64_t>& out) const {
-    for (const Stmt& s : body) {
-      for (const Expr* e : operands(s)) find_shuffled(*e, out);
-      if (!has_bodies(s)) continue;
-      find_shuffled(s.body, out);
-      find_shuffled(s.else_body, out);
-    }
-  }
-
   // The body for R instances: flat + i for i < R, clamped to end - 1. When fewer than R
   // instances are left, the spare lanes of the group recompute the last one and store the
   // same bits to the same addresses, so one copy of the body serves every row count.
@@ -491,6 +470,7 @@ struct Lowerer {
   }
 
   void allocate_locals(llvm::BasicBlock* entry) {
+    entry_block = entry;
     llvm::IRBuilder<> EB(entry, entry->begin());
     locals.assign(k.locals.size(), {});
     per_thread = k.team > 1 ? per_thread_locals(k) : std::vector<char>(k.locals.size(), 0);
@@ -498,11 +478,6 @@ struct Lowerer {
       llvm::Value* count = per_thread[l] ? EB.getInt64(static_cast<uint64_t>(k.team)) : nullptr;
       for (int i = 0; i < R; ++i) locals[l].push_back(EB.CreateAlloca(type(k.locals[l].type), count, k.locals[l].name));
     }
-    std::vector<int64_t> shuffled;
-    find_shuffled(k.body, shuffled);
-    for (int64_t l : shuffled)
-      snapshots[l] = EB.CreateAlloca(type(k.locals[static_cast<size_t>(l)].type), EB.getInt64(static_cast<uint64_t>(k.team)),
-                                     k.locals[static_cast<size_t>(l)].name + ".shuffled");
   }
 
   // for (iv = begin; iv < end; iv += step) body(iv), with the IR's meaning (ir/interpret.cpp):
