@@ -126,34 +126,21 @@ std::string literal(const Expr& e) {
   }
 }
 
-void collect_calls(const Expr& e, std::vector<std::string>& out) {
-  if (e.op == Op::Call && !device_only(static_cast<MathFn>(e.index))) {
+// The names of the kernel's Op::Call functions that are device-only (`device`) or the host C
+// library's (!device), each once.
+void collect_calls(const Expr& e, bool device, std::vector<std::string>& out) {
+  if (e.op == Op::Call && device_only(static_cast<MathFn>(e.index)) == device) {
     std::string n(name(static_cast<MathFn>(e.index)));
     if (std::find(out.begin(), out.end(), n) == out.end()) out.push_back(n);
   }
-  for (const ExprRef& a : e.args) collect_calls(*a, out);
+  for (const ExprRef& a : e.args) collect_calls(*a, device, out);
 }
-void collect_calls(const std::vector<Stmt>& body, std::vector<std::string>& out) {
+void collect_calls(const std::vector<Stmt>& body, bool device, std::vector<std::string>& out) {
   for (const Stmt& s : body) {
-    for (const Expr* e : operands(s)) collect_calls(*e, out);
+    for (const Expr* e : operands(s)) collect_calls(*e, device, out);
     if (!has_bodies(s)) continue;
-    collect_calls(s.body, out);
-    collect_calls(s.else_body, out);
-  }
-}
-void collect_device_calls(const Expr& e, std::vector<std::string>& out) {
-  if (e.op == Op::Call && device_only(static_cast<MathFn>(e.index))) {
-    std::string n(name(static_cast<MathFn>(e.index)));
-    if (std::find(out.begin(), out.end(), n) == out.end()) out.push_back(n);
-  }
-  for (const ExprRef& a : e.args) collect_device_calls(*a, out);
-}
-void collect_device_calls(const std::vector<Stmt>& body, std::vector<std::string>& out) {
-  for (const Stmt& s : body) {
-    for (const Expr* e : operands(s)) collect_device_calls(*e, out);
-    if (!has_bodies(s)) continue;
-    collect_device_calls(s.body, out);
-    collect_device_calls(s.else_body, out);
+    collect_calls(s.body, device, out);
+    collect_calls(s.else_body, device, out);
   }
 }
 // Whether statements read or write a scratch buffer (team memory in a team kernel).
@@ -377,13 +364,13 @@ struct Renderer {
 
 std::vector<std::string> host_library_calls(const Kernel& k) {
   std::vector<std::string> out;
-  collect_calls(k.body, out);
+  collect_calls(k.body, /*device=*/false, out);
   return out;
 }
 
 std::vector<std::string> device_calls(const Kernel& k) {
   std::vector<std::string> out;
-  collect_device_calls(k.body, out);
+  collect_calls(k.body, /*device=*/true, out);
   return out;
 }
 
@@ -404,7 +391,7 @@ Source render(const Kernel& k) {
   s.block_threads = team ? k.team : kBlockSize;
   s.instances_per_block = team ? 1 : kBlockSize;
   s.uses_barriers = team;
-  collect_device_calls(k.body, s.device_calls);
+  s.device_calls = device_calls(k);
 
   // The body first: it determines the buffers' alignment, which the signature documents.
   if (team) {
