@@ -13,13 +13,7 @@ Kernel build_layer_norm(const Request& r, const Order& o) {
   Kernel k;
   k.name = "layer_norm";
   Builder b(k);
-  const ScalarType wt = r.weight_type();
-  const int x = b.buffer("x", r.x_dtype, false, Extent::rows_by_cols);
-  const int w = r.has_weight ? b.buffer("weight", wt, false, Extent::cols) : -1;
-  const int bias = r.has_bias ? b.buffer("bias", wt, false, Extent::cols) : -1;
-  const int y = b.buffer("y", r.x_dtype, true, Extent::rows_by_cols);
-  const int mean_out = b.buffer("mean", r.x_dtype, true, Extent::rows);
-  const int rstd_out = b.buffer("rstd", r.x_dtype, true, Extent::rows);
+  const auto [x, w, bias, y, mean_out, rstd_out] = layer_norm_buffers(b, r);
 
   Row row(b, r.cols);
   const ScalarType acc = o.moments.acc;

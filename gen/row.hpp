@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "gen/reductions.hpp"
+#include "ordo/request.hpp"
 
 namespace ordo::gen {
 
@@ -55,6 +56,23 @@ ir::ExprRef softmax_max(ir::ExprRef a, ir::ExprRef b);
 ir::ExprRef softmax_scalar_max(ir::ExprRef m, ir::ExprRef x);
 ir::ExprRef fold_lanes(ir::Builder& b, std::vector<ir::ExprRef> v, ir::LaneFold f,
                        const std::function<ir::ExprRef(ir::ExprRef, ir::ExprRef)>& op, const std::string& name);
+
+// layer_norm's arguments, declared in the order every layer_norm kernel takes them (x, weight,
+// bias, y, mean, rstd); weight and bias are -1 when the request has none.
+struct LayerNormBuffers {
+  int x, weight, bias, y, mean, rstd;
+};
+inline LayerNormBuffers layer_norm_buffers(ir::Builder& b, const Request& r) {
+  const ScalarType wt = r.weight_type();
+  LayerNormBuffers out;
+  out.x = b.buffer("x", r.x_dtype, false, ir::Extent::rows_by_cols);
+  out.weight = r.has_weight ? b.buffer("weight", wt, false, ir::Extent::cols) : -1;
+  out.bias = r.has_bias ? b.buffer("bias", wt, false, ir::Extent::cols) : -1;
+  out.y = b.buffer("y", r.x_dtype, true, ir::Extent::rows_by_cols);
+  out.mean = b.buffer("mean", r.x_dtype, true, ir::Extent::rows);
+  out.rstd = b.buffer("rstd", r.x_dtype, true, ir::Extent::rows);
+  return out;
+}
 
 // Stores a per-row statistic (f32 value) into element `row` of `buffer`.
 inline void store_stat(ir::Builder& b, int buffer, ir::ExprRef v) {

@@ -61,13 +61,7 @@ Kernel build_layer_norm_team(const Request& r, const Order& o) {
   k.name = "layer_norm";
   k.team = T;
   Builder b(k);
-  const ScalarType wt = r.weight_type();
-  const int x = b.buffer("x", r.x_dtype, false, Extent::rows_by_cols);
-  const int w = r.has_weight ? b.buffer("weight", wt, false, Extent::cols) : -1;
-  const int bias = r.has_bias ? b.buffer("bias", wt, false, Extent::cols) : -1;
-  const int y = b.buffer("y", r.x_dtype, true, Extent::rows_by_cols);
-  const int mean_out = b.buffer("mean", r.x_dtype, true, Extent::rows);
-  const int rstd_out = b.buffer("rstd", r.x_dtype, true, Extent::rows);
+  const auto [x, w, bias, y, mean_out, rstd_out] = layer_norm_buffers(b, r);
   // Team memory: (mean, M2, n) of each upper-half warp of a cross-warp step, then the row's mean
   // and variance for every thread.
   const int64_t stats_at = 3 * std::max(1, warps / 2);
