@@ -111,6 +111,18 @@ inline std::vector<std::vector<uint8_t>> run_on(Request r, Target target, const 
   return outs;
 }
 
+// Every output of `r` (on r.target) over `rows` instances of make_buffers' inputs for `seed`,
+// `offset` and `scale`, in argument order.
+inline std::vector<std::vector<uint8_t>> outputs_of(const Request& r, int64_t rows, uint64_t seed, double offset, double scale) {
+  KernelHandle k = compile(r);
+  HostBuffers h = make_buffers(*k, rows, seed, offset, scale);
+  k->run(h.refs(rows, r.cols), rows);
+  std::vector<std::vector<uint8_t>> outs;
+  for (size_t a = 0; a < h.args.size(); ++a)
+    if (h.args[a].output) outs.push_back(h.bytes[a]);
+  return outs;
+}
+
 // Orders whose rounding depends on the launch's row count (grid_extent): torch-decomp-cpu-avx2
 // in bf16 rounds its rsqrt once inside 16-row vectors. `target` against the interpreter, bitwise,
 // for each row count in `rows_list` (both sides of the boundary) and three N.
@@ -126,12 +138,7 @@ inline void launch_dependent_vs_interpreter(Target target, const std::vector<int
       int i = 0;
       for (Target t : {Target::interpreter, target}) {
         r.target = t;
-        KernelHandle k = compile(r);
-        HostBuffers h = make_buffers(*k, rows, 5, 0.5, 2.0);
-        k->run(h.refs(rows, n), rows);
-        for (size_t a = 0; a < h.args.size(); ++a)
-          if (h.args[a].output) outs[i].push_back(h.bytes[a]);
-        ++i;
+        outs[i++] = outputs_of(r, rows, 5, 0.5, 2.0);
       }
       for (size_t o = 0; o < outs[0].size(); ++o) {
         INFO(fmt::format("rows={} N={} target={} output {}", rows, n, name(target), o));
