@@ -406,7 +406,7 @@ int cmd_orders(int argc, char** argv) {
           if (calls.find(f) == std::string::npos) calls += (calls.empty() ? "" : ", ") + f;
       }
     if (!cpu_only.empty())
-      fmt::print("    cpu-only (calls {}, which CUDA cannot reproduce bit for bit): {}\n", calls, fmt::join(cpu_only, "; "));
+      fmt::print("    cpu-only (calls {}, the host C library's; ordo has no bit-exact device version of them): {}\n", calls, fmt::join(cpu_only, "; "));
     if (!device_only.empty())
       fmt::print("    device-only (calls {}, CUDA's approximations with no definition off the GPU; target cuda only): {}\n", device_fns,
                  fmt::join(device_only, "; "));
