@@ -1,12 +1,15 @@
-// Sleef's single-precision exp and log, written as IR. The operation sequence was measured
-// bit-exact against the installed libsleef 3.5.1 over every input in the softmax and
-// log_softmax domains (docs/research/softmax-torch1.13.md, sections 4, 5 and 9); constants
-// are given by their bit patterns so no decimal conversion can move them.
+// Sleef's and glibc's single-precision exp and log, written as IR. Sleef's operation sequence was
+// measured bit-exact against the installed libsleef 3.5.1 over every input in the softmax and
+// log_softmax domains (docs/research/softmax-torch1.13.md, sections 4, 5 and 9); glibc's against
+// the installed libm over every f32 (docs/research/glibc-expf-logf.md). Constants are given by
+// their bit patterns or as hexadecimal floats, so no decimal conversion can move them.
 #include "gen/math.hpp"
 
 #include <bit>
 #include <cstdint>
+#include <iterator>
 #include <limits>
+#include <vector>
 
 namespace ordo::gen {
 
@@ -104,6 +107,104 @@ ExprRef sleef_logf_u10(Builder& b, ExprRef d) {
 }
 
 
+namespace {
+
+// Double-precision constants and i64 bit manipulation at a value's lane count.
+struct F64 {
+  int lanes;
+  ExprRef splat(ExprRef k) const { return lanes > 1 ? broadcast(std::move(k), lanes) : k; }
+  ExprRef c(double v) const { return splat(constant(Type{ScalarType::f64, 1}, v)); }
+  ExprRef i64(int64_t v) const { return splat(index_const(v)); }
+};
+
+// glibc's 2^(i/32) table for expf: entry i is the bits of 2^(i/32) less i << 47, so that adding
+// k << 47 for k = 32 m + i gives the bits of 2^(k/32) (m lands in the exponent field).
+constexpr int64_t kExp2fTable[32] = {
+    0x3ff0000000000000, 0x3fefd9b0d3158574, 0x3fefb5586cf9890f, 0x3fef9301d0125b51, 0x3fef72b83c7d517b, 0x3fef54873168b9aa,
+    0x3fef387a6e756238, 0x3fef1e9df51fdee1, 0x3fef06fe0a31b715, 0x3feef1a7373aa9cb, 0x3feedea64c123422, 0x3feece086061892d,
+    0x3feebfdad5362a27, 0x3feeb42b569d4f82, 0x3feeab07dd485429, 0x3feea47eb03a5585, 0x3feea09e667f3bcd, 0x3fee9f75e8ec5f74,
+    0x3feea11473eb0187, 0x3feea589994cce13, 0x3feeace5422aa0db, 0x3feeb737b0cdc5e5, 0x3feec49182a3f090, 0x3feed503b23e255d,
+    0x3feee89f995ad3ad, 0x3feeff76f2fb5e47, 0x3fef199bdd85529c, 0x3fef3720dcef9069, 0x3fef5818dcfba487, 0x3fef7c97337b9b5f,
+    0x3fefa4afa2a490da, 0x3fefd0765b6e4540};
+
+// glibc's logf table: for the 16 subintervals of [0x3f330000, 2 * 0x3f330000) as f32 bits, a
+// c near the centre as 1/c and log(c).
+constexpr double kLogfInvC[16] = {
+    0x1.661ec79f8f3bep+0, 0x1.571ed4aaf883dp+0, 0x1.49539f0f010bp+0,  0x1.3c995b0b80385p+0, 0x1.30d190c8864a5p+0, 0x1.25e227b0b8eap+0,
+    0x1.1bb4a4a1a343fp+0, 0x1.12358f08ae5bap+0, 0x1.0953f419900a7p+0, 0x1p+0,               0x1.e608cfd9a47acp-1, 0x1.ca4b31f026aap-1,
+    0x1.b2036576afce6p-1, 0x1.9c2d163a1aa2dp-1, 0x1.886e6037841edp-1, 0x1.767dcf5534862p-1};
+constexpr double kLogfLogC[16] = {
+    -0x1.57bf7808caadep-2, -0x1.2bef0a7c06ddbp-2, -0x1.01eae7f513a67p-2, -0x1.b31d8a68224e9p-3, -0x1.6574f0ac07758p-3, -0x1.1aa2bc79c81p-3,
+    -0x1.a4e76ce8c0e5ep-4, -0x1.1973c5a611cccp-4, -0x1.252f438e10c1ep-5, 0x0p+0,                0x1.aa5aa5df25984p-5,  0x1.c5e53aa362eb4p-4,
+    0x1.526e57720db08p-3,  0x1.bc2860d22477p-3,   0x1.1058bc8a07ee1p-2,  0x1.4043057b6ee09p-2};
+
+template <size_t N>
+std::vector<int64_t> double_bits(const double (&values)[N]) {
+  std::vector<int64_t> out;
+  for (double v : values) out.push_back(std::bit_cast<int64_t>(v));
+  return out;
+}
+
+}  // namespace
+
+ExprRef glibc_expf(Builder& b, ExprRef x) {
+  const F32 k{x->type.lanes};
+  const F64 w{x->type.lanes};
+  x = bound(b, std::move(x), "expf.x");
+  const ExprRef xd = b.let("expf.xd", cast(x, ScalarType::f64));
+  // z = x * 32/ln 2 = k + r, k an integer by the shift 1.5 * 2^52 (ties to even), r in [-1/2, 1/2].
+  // The shifted sum and r are each one fma with the product x * 32/ln 2.
+  const ExprRef inv_ln2_n = w.c(0x1.71547652b82fep+5), shift = w.c(0x1.8p+52);
+  const ExprRef shifted = b.let("expf.shifted", fma(inv_ln2_n, xd, shift));
+  const ExprRef ki = b.let("expf.ki", bitcast(shifted, ScalarType::i64));
+  const ExprRef r = b.let("expf.r", fms(inv_ln2_n, xd, sub(shifted, shift)));
+  // s = 2^(k/32): the table entry for k mod 32 plus k in the exponent field.
+  const int tab = b.table(std::vector<int64_t>(std::begin(kExp2fTable), std::end(kExp2fTable)));
+  const ExprRef entry = table(tab, binary(Op::BitAnd, ki, w.i64(31)));
+  const ExprRef s = bitcast(add(entry, binary(Op::Shl, ki, w.i64(47))), ScalarType::f64);
+  // 2^(r/32) ~ 1 + c2 r + c1 r^2 + c0 r^3, as (c0 r + c1) r^2 + (c2 r + 1).
+  const ExprRef r2 = mul(r, r);
+  const ExprRef hi = fma(w.c(0x1.c6af84b912394p-20), r, w.c(0x1.ebfce50fac4f3p-13));
+  const ExprRef lo = fma(w.c(0x1.62e42ff0c52d6p-6), r, w.c(1.0));
+  ExprRef y = cast(mul(fma(hi, r2, lo), s), ScalarType::f32);
+  // |x| >= 88, infinities and NaN; between the thresholds the polynomial path above stands.
+  const float inf = std::numeric_limits<float>::infinity();
+  y = select(lt(x, k.c(-0x1.9d1d9ep6f)), k.c(0x1p-149f), y);  // exp(x) < 2^-149: the least subnormal
+  y = select(lt(x, k.c(-0x1.9fe368p6f)), k.c(0.0f), y);       // exp(x) < 2^-150 (and -inf): +0
+  y = select(lt(k.c(0x1.62e42ep6f), x), k.c(inf), y);         // exp(x) > FLT_MAX (and +inf)
+  return select(binary(Op::Ne, x, x), add(x, x), y);
+}
+
+ExprRef glibc_logf(Builder& b, ExprRef x) {
+  const F32 k{x->type.lanes};
+  const F64 w{x->type.lanes};
+  x = bound(b, std::move(x), "logf.x");
+  // A subnormal x is scaled by 2^23 first and 23 taken off its exponent bits.
+  const ExprRef subnormal = binary(Op::And, lt(k.c(0.0f), x), lt(x, k.c(0x1p-126f)));
+  const ExprRef ix = b.let("logf.ix", select(subnormal, sub(bitcast(mul(x, k.c(0x1p23f)), ScalarType::i32), k.i(23 << 23)),
+                                              bitcast(x, ScalarType::i32)));
+  // x = 2^e z with z's bits in [0x3f330000, 2 * 0x3f330000): tmp = ix - 0x3f330000 holds e in
+  // its top 9 bits and the subinterval of z in the next 4.
+  const ExprRef tmp = b.let("logf.tmp", sub(ix, k.i(0x3f330000)));
+  const ExprRef i = b.let("logf.i", cast(binary(Op::BitAnd, binary(Op::Shr, tmp, k.i(19)), k.i(15)), ScalarType::i64));
+  const ExprRef e = cast(cast(binary(Op::Shr, tmp, k.i(23)), ScalarType::f32), ScalarType::f64);  // |e| < 2^8: exact
+  const ExprRef z = cast(bitcast(sub(ix, binary(Op::BitAnd, tmp, k.i(static_cast<int32_t>(0xff800000u)))), ScalarType::f32), ScalarType::f64);
+  const ExprRef inv_c = bitcast(table(b.table(double_bits(kLogfInvC)), i), ScalarType::f64);
+  const ExprRef log_c = bitcast(table(b.table(double_bits(kLogfLogC)), i), ScalarType::f64);
+  // log x = e ln 2 + log c + log1p(r), r = z/c - 1 (one fma), log1p(r) ~ r + a2 r^2 + a1 r^3 + a0 r^4.
+  const ExprRef y0 = fma(e, w.c(0x1.62e42fefa39efp-1), log_c);
+  const ExprRef r = b.let("logf.r", fma(z, inv_c, w.c(-1.0)));
+  const ExprRef r2 = b.let("logf.r2", mul(r, r));
+  ExprRef p = fma(r, w.c(0x1.5575b0be00b6ap-2), w.c(-0x1.ffffef20a4123p-2));
+  p = fma(w.c(-0x1.00ea348b88334p-2), r2, p);
+  ExprRef y = cast(fma(p, r2, add(r, y0)), ScalarType::f32);
+  const float inf = std::numeric_limits<float>::infinity();
+  y = select(eq(x, k.c(1.0f)), k.c(0.0f), y);
+  y = select(binary(Op::Or, lt(x, k.c(0.0f)), binary(Op::Ne, x, x)), k.c(std::numeric_limits<float>::quiet_NaN()), y);
+  y = select(eq(x, k.c(inf)), k.c(inf), y);
+  return select(eq(x, k.c(0.0f)), k.c(-inf), y);  // +0 and -0
+}
+
 // ordo's own 2^x (no library's algorithm; used by orders that claim no reference). x is clamped
 // to [-125, 128]; n = that rounded to an integer (ties to even) and f = x - n in [-1/2, 1/2],
 // exact; 2^f by its degree-7 Taylor polynomial in Horner form with fmas (truncation below 6e-9
@@ -133,7 +234,7 @@ ExprRef exp2_f32(Builder& b, ExprRef x) {
 ExprRef exp_f32(Builder& b, MathImpl impl, ExprRef d) {
   switch (impl) {
     case MathImpl::SleefU10: return sleef_expf_u10(b, std::move(d));
-    case MathImpl::Libm: return call(MathFn::expf, std::move(d));
+    case MathImpl::Glibc: return glibc_expf(b, std::move(d));
     case MathImpl::Device: return call(MathFn::device_expf, std::move(d));
   }
   return nullptr;
@@ -141,7 +242,7 @@ ExprRef exp_f32(Builder& b, MathImpl impl, ExprRef d) {
 ExprRef log_f32(Builder& b, MathImpl impl, ExprRef d) {
   switch (impl) {
     case MathImpl::SleefU10: return sleef_logf_u10(b, std::move(d));
-    case MathImpl::Libm: return call(MathFn::logf, std::move(d));
+    case MathImpl::Glibc: return glibc_logf(b, std::move(d));
     case MathImpl::Device: return call(MathFn::device_logf, std::move(d));
   }
   return nullptr;

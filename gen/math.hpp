@@ -18,6 +18,15 @@ ir::ExprRef sleef_expf_u10(ir::Builder& b, ir::ExprRef d);
 // arithmetic, a degree-2 polynomial, and a double-float sum with e*ln 2.
 ir::ExprRef sleef_logf_u10(ir::Builder& b, ir::ExprRef d);
 
+// glibc 2.28+ expf and logf as x86-64 runs them on a CPU with FMA (the __expf_fma/__logf_fma
+// variants its ifunc picks; which operations are fused was read from the installed libm's
+// machine code, docs/research/glibc-expf-logf.md). Both compute in double. expf: x * 32/ln 2 split
+// into k + r by a shift constant, 2^(k/32) from a 32-entry table and the exponent field, a cubic in
+// r. logf: x = 2^e z, z/c - 1 against a 16-entry table of c, a quartic for log1p. Tested against
+// the installed libm on every f32 input (tests/unit/test_glibc_math.cpp).
+ir::ExprRef glibc_expf(ir::Builder& b, ir::ExprRef x);
+ir::ExprRef glibc_logf(ir::Builder& b, ir::ExprRef x);
+
 // ordo's own 2^x: round-to-integer split, a degree-7 polynomial, exponent bits (gen/math.cpp).
 ir::ExprRef exp2_f32(ir::Builder& b, ir::ExprRef x);
 

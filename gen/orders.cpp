@@ -27,8 +27,8 @@ const std::vector<OpKind> kAllOps = {OpKind::layer_norm, OpKind::rms_norm, OpKin
 
 // PyTorch 1.13 CPU softmax/log_softmax over the last dim (docs/research/softmax-torch1.13.md).
 // float: reduce_all trees over 8 lanes (avx2: a halving tree; default: lanes in order), exp and
-// log from Sleef u10 (avx2) or libm (default), y = e * (1/s) and (x - max) - log(s). bf16
-// softmax: the staged kernel, whose scalar tail always calls libm's expf. The avx512 build has
+// log from Sleef u10 (avx2) or glibc's expf/logf (default), y = e * (1/s) and (x - max) - log(s).
+// bf16 softmax: the staged kernel, whose scalar tail always calls glibc's expf. The avx512 build has
 // 16 float lanes and the same halving tree (its VecReduceAllSIMD in the installed headers).
 enum class Capability { base, avx2, avx512 };
 SoftmaxOrder torch113_softmax(ScalarType storage, Capability cap) {
@@ -36,8 +36,8 @@ SoftmaxOrder torch113_softmax(ScalarType storage, Capability cap) {
   s.kind = storage == f32 ? SoftmaxOrder::Kind::TwoPass : SoftmaxOrder::Kind::Staged;
   s.lanes = cap == Capability::avx512 ? 16 : 8;
   s.fold = cap == Capability::base ? LaneFold::Sequential : LaneFold::Halving;
-  s.exp = s.log = cap == Capability::base ? MathImpl::Libm : MathImpl::SleefU10;
-  s.tail_exp = MathImpl::Libm;
+  s.exp = s.log = cap == Capability::base ? MathImpl::Glibc : MathImpl::SleefU10;
+  s.tail_exp = MathImpl::Glibc;
   return s;
 }
 
@@ -157,7 +157,7 @@ std::vector<NamedOrder> make_table() {
                  o.attention = torch113_attention(s, Capability::avx2, r, AK::Materialized);
                  return o;
                }});
-  t.push_back({"torch1.13-cpu-math-default", "the same with ATEN_CPU_CAPABILITY=default (libm exp, sequential lane fold)",
+  t.push_back({"torch1.13-cpu-math-default", "the same with ATEN_CPU_CAPABILITY=default (glibc exp, sequential lane fold)",
                {OpKind::attention}, {f32, bf16}, true, true, [](ScalarType s, ScalarType, const Request& r) {
                  Order o;
                  o.attention = torch113_attention(s, Capability::base, r, AK::Materialized);
@@ -195,7 +195,7 @@ std::vector<NamedOrder> make_table() {
                }});
   t.push_back({"torch1.13-cpu-default",
                "PyTorch 1.13 CPU, ATEN_CPU_CAPABILITY=default. layer_norm: lane Welford cascade, no fma anywhere; "
-               "softmax/log_softmax: sequential lane fold, libm expf/logf",
+               "softmax/log_softmax: sequential lane fold, glibc expf/logf",
                {OpKind::layer_norm, OpKind::softmax, OpKind::log_softmax}, {f32, bf16}, true, true,
                [](ScalarType s, ScalarType, const Request&) {
                  Order o = torch113_layer_norm(s, Capability::base);

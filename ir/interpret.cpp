@@ -266,32 +266,37 @@ struct Machine {
       case Op::Shl: case Op::Shr: case Op::BitAnd: {
         Value a = eval(*e.args[0]), b = eval(*e.args[1]);
         for (int i = 0; i < n; ++i) {
-          const int32_t x = static_cast<int32_t>(a.lane[i].i);
           const int count = static_cast<int>(b.lane[i].i);
-          if (e.op == Op::Shl) v.lane[i].i = static_cast<int32_t>(static_cast<uint32_t>(x) << count);
-          else if (e.op == Op::Shr) v.lane[i].i = x >> count;  // arithmetic in C++20
-          else v.lane[i].i = x & static_cast<int32_t>(b.lane[i].i);
+          if (t == ScalarType::i32) {
+            const int32_t x = static_cast<int32_t>(a.lane[i].i);
+            if (e.op == Op::Shl) v.lane[i].i = static_cast<int32_t>(static_cast<uint32_t>(x) << count);
+            else if (e.op == Op::Shr) v.lane[i].i = x >> count;  // arithmetic in C++20
+            else v.lane[i].i = x & static_cast<int32_t>(b.lane[i].i);
+          } else {
+            const int64_t x = a.lane[i].i;
+            if (e.op == Op::Shl) v.lane[i].i = static_cast<int64_t>(static_cast<uint64_t>(x) << count);
+            else if (e.op == Op::Shr) v.lane[i].i = x >> count;
+            else v.lane[i].i = x & b.lane[i].i;
+          }
         }
         return v;
       }
       case Op::Bitcast: {
         Value a = eval(*e.args[0]);
         for (int i = 0; i < n; ++i) {
-          if (t == ScalarType::i32) v.lane[i].i = static_cast<int32_t>(std::bit_cast<uint32_t>(a.lane[i].f32));
-          else v.lane[i].f32 = std::bit_cast<float>(static_cast<uint32_t>(a.lane[i].i));
+          switch (t) {
+            case ScalarType::i32: v.lane[i].i = static_cast<int32_t>(std::bit_cast<uint32_t>(a.lane[i].f32)); break;
+            case ScalarType::f32: v.lane[i].f32 = std::bit_cast<float>(static_cast<uint32_t>(a.lane[i].i)); break;
+            case ScalarType::i64: v.lane[i].i = std::bit_cast<int64_t>(a.lane[i].f64); break;
+            default: v.lane[i].f64 = std::bit_cast<double>(a.lane[i].i); break;
+          }
         }
         return v;
       }
-      case Op::Call: {
-        if (device_only(static_cast<MathFn>(e.index)))
-          throw Error(fmt::format("interpreter: {} is device-only (CUDA's own approximation, with no definition off the GPU); "
-                                  "this order runs on target cuda only",
-                                  name(static_cast<MathFn>(e.index))));
-        Value a = eval(*e.args[0]);
-        for (int i = 0; i < n; ++i)
-          v.lane[i].f32 = static_cast<MathFn>(e.index) == MathFn::expf ? ::expf(a.lane[i].f32) : ::logf(a.lane[i].f32);
-        return v;
-      }
+      case Op::Call:
+        throw Error(fmt::format("interpreter: {} is device-only (CUDA's own approximation, with no definition off the GPU); "
+                                "this order runs on target cuda only",
+                                name(static_cast<MathFn>(e.index))));
       case Op::Select: {
         Value c = eval(*e.args[0]), a = eval(*e.args[1]), b = eval(*e.args[2]);
         for (int i = 0; i < n; ++i) v.lane[i] = c.lane[i].i ? a.lane[i] : b.lane[i];
@@ -317,6 +322,7 @@ struct Machine {
               v.lane[i].i = fits ? static_cast<int32_t>(r) : INT32_MIN;
               break;
             }
+            case ScalarType::i64: v.lane[i].i = l.i; break;  // from i32, held sign-extended: exact
             default: break;
           }
         }
@@ -334,10 +340,12 @@ struct Machine {
       }
       case Op::Table: {
         const std::vector<int64_t>& t = k.tables[static_cast<size_t>(e.index)];
-        int64_t at = eval(*e.args[0]).lane[0].i;
-        if (at < 0 || at >= static_cast<int64_t>(t.size()))
-          throw Error(fmt::format("interpreter: table{}[{}] outside [0, {})", e.index, at, t.size()));
-        v.lane[0].i = t[static_cast<size_t>(at)];
+        Value at = eval(*e.args[0]);
+        for (int i = 0; i < n; ++i) {
+          if (at.lane[i].i < 0 || at.lane[i].i >= static_cast<int64_t>(t.size()))
+            throw Error(fmt::format("interpreter: table{}[{}] outside [0, {})", e.index, at.lane[i].i, t.size()));
+          v.lane[i].i = t[static_cast<size_t>(at.lane[i].i)];
+        }
         return v;
       }
     }

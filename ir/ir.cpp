@@ -126,8 +126,6 @@ ExprRef shuffle_xor(const Kernel& k, int local, int mask) { return shuffle(Op::S
 
 std::string_view name(MathFn f) {
   switch (f) {
-    case MathFn::expf: return "libm.expf";
-    case MathFn::logf: return "libm.logf";
     case MathFn::device_rsqrtf: return "cuda.rsqrtf";
     case MathFn::device_expf: return "cuda.expf";
     case MathFn::device_logf: return "cuda.logf";
@@ -150,9 +148,15 @@ int Builder::buffer(std::string name, ScalarType elem, bool output, Extent exten
   k_.buffers.push_back(Buffer{std::move(name), elem, output, extent, per_row});
   return static_cast<int>(k_.buffers.size()) - 1;
 }
-ExprRef table(int id, ExprRef index) { return make(Op::Table, Type{ScalarType::i64, 1}, {std::move(index)}, id); }
+ExprRef table(int id, ExprRef index) {
+  Type t{ScalarType::i64, index->type.lanes};
+  return make(Op::Table, t, {std::move(index)}, id);
+}
 
+// An identical table is shared: a kernel that computes exp in several places holds its table once.
 int Builder::table(std::vector<int64_t> values) {
+  for (size_t i = 0; i < k_.tables.size(); ++i)
+    if (k_.tables[i] == values) return static_cast<int>(i);
   k_.tables.push_back(std::move(values));
   return static_cast<int>(k_.tables.size()) - 1;
 }

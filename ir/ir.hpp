@@ -104,19 +104,21 @@ std::string to_string(Type t);
   X(Ne, 2, "ne")                                                                             \
   X(And, 2, "and") /* bool only */                                                           \
   X(Or, 2, "or")   /* bool only */                                                           \
-  /* i32 bit operations. Shift counts are in [0, 31]; Shr is arithmetic (sign-filling). */    \
+  /* i32 and i64 bit operations, lane-wise. Shift counts are constants in [0, bits - 1];       \
+     Shr is arithmetic (sign-filling). */                                                     \
   X(Shl, 2, "shl")                                                                           \
   X(Shr, 2, "shr")                                                                           \
   X(BitAnd, 2, "bitand")                                                                     \
-  /* The bits of args[0] reinterpreted: f32 <-> i32. Exact. */                               \
+  /* The bits of args[0] reinterpreted: f32 <-> i32, f64 <-> i64. Exact. */                 \
   X(Bitcast, 1, "bitcast")                                                                   \
-  /* An f32 function of the host C library, Expr::index a MathFn: its result for args[0],    \
-     whatever that library computes (not correctly rounded). Orders that reproduce eager    \
-     code built on libm (PyTorch's default capability) use it; see `name(MathFn)`. */        \
+  /* A CUDA device function, Expr::index a MathFn, of f32 args[0] (see MathFn: device-only). \
+     Library functions with a known algorithm (Sleef's, glibc's expf and logf) are not calls:  \
+     gen/math.cpp writes them out in these nodes. */                                          \
   X(Call, 1, "call")                                                                         \
   X(Select, 3, "select") /* args[0] ? args[1] : args[2], lane by lane */                       \
   /* Conversion to the node's scalar type with RNE. Allowed: f32<->f64, f32->f16/bf16,      \
-     f16/bf16->f32/f64 (exact), i64->f32/f64 (RNE), i32->f32 (RNE), and f32->i32: rounded    \
+     f16/bf16->f32/f64 (exact), i64->f32/f64 (RNE), i32->f32 (RNE), i32->i64 (exact),      \
+     and f32->i32: rounded                                                                  \
      to the nearest integer, ties to even; NaN and values outside the i32 range give        \
      INT32_MIN (the x86 cvtps2dq result, which Sleef's algorithms rely on). */               \
   X(Cast, 1, "cast")                                                                         \
@@ -124,19 +126,20 @@ std::string to_string(Type t);
   X(Broadcast, 1, "broadcast")                                                               \
   /* Lane Expr::index of vector args[0], as a scalar. */                                     \
   X(Extract, 1, "extract")                                                                   \
-  /* Element args[0] of the kernel's constant i64 table Expr::index. Uniform when its index  \
-     is: gen/ uses tables to drive loops whose shape is irregular but fixed (a tree). */     \
+  /* Lane l is element args[0][l] of the kernel's constant i64 table Expr::index (args[0] is  \
+     i64 with the result's lanes; an index outside the table is an error). Uniform when its   \
+     index is: gen/ uses tables to drive loops whose shape is irregular but fixed (a tree),   \
+     and as the constant tables of glibc's expf and logf (indexed by data bits). */           \
   X(Table, 1, "table")
 
-// The library functions Op::Call may name. The interpreter and the CPU backends call the
-// host C library (glibc here), so they agree with each other and with eager code built on it.
-// The device functions are CUDA's (rsqrtf is rsqrt.approx.f32; expf and logf are CUDA's
-// libdevice versions): they have no definition off the GPU, so only target cuda lowers them,
-// and the interpreter, cpu and cuda-emu refuse kernels that call them ("device-only").
-enum class MathFn : uint8_t { expf, logf, device_rsqrtf, device_expf, device_logf };
+// The functions Op::Call may name: CUDA's own (rsqrtf is rsqrt.approx.f32; expf and logf are
+// CUDA's libdevice versions). They have no definition off the GPU, so only target cuda lowers
+// them, and the interpreter, cpu and cuda-emu refuse kernels that call them ("device-only").
+// glibc's expf/logf, which eager CPU code calls, are not here: their algorithms are IR
+// (gen/math.hpp), so every backend computes them, the GPU included.
+enum class MathFn : uint8_t { device_rsqrtf, device_expf, device_logf };
 constexpr MathFn kLastMathFn = MathFn::device_logf;
 std::string_view name(MathFn f);
-inline bool device_only(MathFn f) { return f >= MathFn::device_rsqrtf; }
 
 enum class Op : uint8_t {
 #define ORDO_X(name, arity, spelling) name,

@@ -54,7 +54,7 @@ std::string describe(const AffineOrder& a) {
 }
 
 static const char* math_name(MathImpl m) {
-  return m == MathImpl::SleefU10 ? "sleef_u10" : m == MathImpl::Libm ? "libm" : "cuda (device-only)";
+  return m == MathImpl::SleefU10 ? "sleef_u10" : m == MathImpl::Glibc ? "glibc" : "cuda (device-only)";
 }
 
 std::string describe(const SoftmaxOrder& s) {

@@ -120,7 +120,8 @@ struct AffineOrder {
 // part of the order just like a summation tree.
 enum class MathImpl : uint8_t {
   SleefU10,  // Sleef 3.5's expf_u10 / logf_u10 (FMA build), expanded into IR (gen/math.cpp)
-  Libm,      // the host C library's expf / logf, called per element (Op::Call)
+  Glibc,     // glibc 2.28+'s expf / logf (the FMA build x86-64 selects), expanded into IR (gen/math.cpp):
+             // what eager code calling libm computes on such a machine
   Device,    // CUDA's expf / logf (libdevice): device-only, no definition off the GPU
 };
 
@@ -152,7 +153,7 @@ struct SoftmaxOrder {
   int lanes = 8;
   LaneFold fold = LaneFold::Halving;
   MathImpl exp = MathImpl::SleefU10;
-  MathImpl tail_exp = MathImpl::Libm;  // Staged only
+  MathImpl tail_exp = MathImpl::Glibc;  // Staged only
   MathImpl log = MathImpl::SleefU10;
   bool multiply_by_reciprocal = true;  // softmax: y = e * (1/s); otherwise y = e / s
 };

@@ -130,19 +130,25 @@ struct Verifier {
         if (t.scalar == ScalarType::i64 && e.op != Op::Div) return true;  // lane-wise two's complement
         if (!arith && !(t == Type{ScalarType::i64, 1})) return fail(e, fmt::format("arithmetic in {} (compute in f32 or f64; cast storage types)", to_string(t)));
         return true;
-      case Op::Shl: case Op::Shr: case Op::BitAnd:
-        if (!same(0, 1) || arg_t(0) != t || t.scalar != ScalarType::i32) return fail(e, fmt::format("{} takes i32 operands of one type", spelling(e.op)));
+      case Op::Shl: case Op::Shr: case Op::BitAnd: {
+        if (!same(0, 1) || arg_t(0) != t || (t.scalar != ScalarType::i32 && t.scalar != ScalarType::i64))
+          return fail(e, fmt::format("{} takes i32 or i64 operands of one type", spelling(e.op)));
         if (e.op != Op::BitAnd) {
           const Expr* c = e.args[1].get();
           if (c->op == Op::Broadcast) c = c->args[0].get();  // a vector shift takes a splatted count
           const Expr& count = *c;
-          if (count.op != Op::Const || count.imm_i < 0 || count.imm_i > 31) return fail(e, "shift count must be a constant in [0, 31]");
+          const int64_t bits = t.scalar == ScalarType::i32 ? 32 : 64;
+          if (count.op != Op::Const || count.imm_i < 0 || count.imm_i >= bits)
+            return fail(e, fmt::format("shift count must be a constant in [0, {}]", bits - 1));
         }
         return true;
+      }
       case Op::Bitcast: {
         const ScalarType from = arg_t(0).scalar, to = t.scalar;
-        const bool ok = (from == ScalarType::f32 && to == ScalarType::i32) || (from == ScalarType::i32 && to == ScalarType::f32);
-        if (!ok || arg_t(0).lanes != t.lanes) return fail(e, fmt::format("bitcast {} -> {} is not allowed (f32 <-> i32 only)", name(from), name(to)));
+        const bool ok = (from == ScalarType::f32 && to == ScalarType::i32) || (from == ScalarType::i32 && to == ScalarType::f32) ||
+                        (from == ScalarType::f64 && to == ScalarType::i64) || (from == ScalarType::i64 && to == ScalarType::f64);
+        if (!ok || arg_t(0).lanes != t.lanes)
+          return fail(e, fmt::format("bitcast {} -> {} is not allowed (f32 <-> i32 and f64 <-> i64 only)", name(from), name(to)));
         return true;
       }
       case Op::Call:
@@ -181,7 +187,8 @@ struct Verifier {
                   (from == ScalarType::f64 && to == ScalarType::f32) ||
                   ((from == ScalarType::f16 || from == ScalarType::bf16) && is_arith_float(to)) ||
                   (from == ScalarType::i64 && is_arith_float(to)) ||
-                  (from == ScalarType::i32 && to == ScalarType::f32) || (from == ScalarType::f32 && to == ScalarType::i32);
+                  (from == ScalarType::i32 && (to == ScalarType::f32 || to == ScalarType::i64)) ||
+                  (from == ScalarType::f32 && to == ScalarType::i32);
         if (!ok) return fail(e, fmt::format("cast {} -> {} is not allowed", name(from), name(to)));
         if (arg_t(0).lanes != t.lanes) return fail(e, "cast changes lanes");
         return true;
@@ -194,7 +201,8 @@ struct Verifier {
         return true;
       case Op::Table:
         if (e.index < 0 || e.index >= static_cast<int64_t>(k.tables.size())) return fail(e, "unknown table");
-        if (arg_t(0) != Type{ScalarType::i64, 1} || t != Type{ScalarType::i64, 1}) return fail(e, "table index and value are scalar i64");
+        if (arg_t(0).scalar != ScalarType::i64 || t != Type{ScalarType::i64, arg_t(0).lanes})
+          return fail(e, "table indices and values are i64 of one lane count");
         return true;
     }
     return fail(e, "unknown op");

@@ -75,10 +75,15 @@ ORDO_FN int shl(int a, int n) { return (int)((unsigned)a << n); }
 ORDO_FN int shr(int a, int n) { return a >> n; }  // arithmetic (sign-filling) on every compiler ordo uses
 ORDO_FN int bitand_(int a, int b) { return a & b; }
 
-// i64 (indices): operands stay far from overflow; Div and Rem truncate (operands >= 0).
-ORDO_FN i64 add(i64 a, i64 b) { return a + b; }
-ORDO_FN i64 sub(i64 a, i64 b) { return a - b; }
-ORDO_FN i64 mul(i64 a, i64 b) { return a * b; }
+// i64 (indices, and the bits of doubles in glibc's expf): two's complement, wrapping, computed
+// unsigned like i32; Div and Rem truncate (operands >= 0).
+typedef unsigned long long u64;
+ORDO_FN i64 add(i64 a, i64 b) { return (i64)((u64)a + (u64)b); }
+ORDO_FN i64 sub(i64 a, i64 b) { return (i64)((u64)a - (u64)b); }
+ORDO_FN i64 mul(i64 a, i64 b) { return (i64)((u64)a * (u64)b); }
+ORDO_FN i64 shl(i64 a, i64 n) { return (i64)((u64)a << n); }
+ORDO_FN i64 shr(i64 a, i64 n) { return a >> n; }  // arithmetic, as for int
+ORDO_FN i64 bitand_(i64 a, i64 b) { return a & b; }
 ORDO_FN i64 div(i64 a, i64 b) { return a / b; }
 ORDO_FN i64 rem(i64 a, i64 b) { return a % b; }
 ORDO_FN i64 minimum(i64 a, i64 b) { return a < b ? a : b; }
@@ -117,6 +122,8 @@ template <class T> ORDO_FN T select(bool c, T a, T b) { return c ? a : b; }
 // ---- bit casts (exact) ------------------------------------------------------------------------
 ORDO_FN int bitcast_i32(float a) { return __float_as_int(a); }
 ORDO_FN float bitcast_f32(int a) { return __int_as_float(a); }
+ORDO_FN i64 bitcast_i64(double a) { return __double_as_longlong(a); }
+ORDO_FN double bitcast_f64(i64 a) { return __longlong_as_double(a); }
 
 // ---- conversions (ir.hpp, Op::Cast) -------------------------------------------------------------
 // f32 -> bf16, round to nearest even; NaN stays a (quiet) NaN. ir/float_bits.hpp's algorithm.
@@ -170,6 +177,7 @@ ORDO_FN double to_f64(i64 a) { return __ll2double_rn(a); }
 ORDO_FN int to_i32(float a) {
   return (a >= -2147483648.0f && a < 2147483648.0f) ? __float2int_rn(a) : (int)0x80000000u;
 }
+ORDO_FN i64 to_i64(int a) { return (i64)a; }  // sign extension: exact
 ORDO_FN bf16 to_bf16(bf16 a) { return a; }
 ORDO_FN f16 to_f16(f16 a) { return a; }
 
@@ -212,7 +220,9 @@ ORDO_LANES2(minimum) ORDO_LANES2(maximum)
 ORDO_LANES2(lt) ORDO_LANES2(le) ORDO_LANES2(eq) ORDO_LANES2(ne) ORDO_LANES2(and_) ORDO_LANES2(or_)
 ORDO_LANES2(shl) ORDO_LANES2(shr) ORDO_LANES2(bitand_)
 ORDO_LANES1(sqrt) ORDO_LANES1(neg) ORDO_LANES1(bitcast_i32) ORDO_LANES1(bitcast_f32)
+ORDO_LANES1(bitcast_i64) ORDO_LANES1(bitcast_f64)
 ORDO_LANES1(to_bf16) ORDO_LANES1(to_f16) ORDO_LANES1(to_f32) ORDO_LANES1(to_f64) ORDO_LANES1(to_i32)
+ORDO_LANES1(to_i64)
 #undef ORDO_LANES1
 #undef ORDO_LANES2
 
@@ -231,6 +241,15 @@ ORDO_FN vec<T, N> select(const vec<bool, N>& c, const vec<T, N>& a, const vec<T,
 template <class T, int N>
 ORDO_VEC_FN vec<T, N> select(const vec<bool, N>& c, const vec<T, N>& a, const vec<T, N>& b) {
   return select(c, a, b, typename make_lanes<N>::type());
+}
+// Op::Table with one index per lane.
+template <int N, int... I>
+ORDO_FN vec<i64, N> table_lookup(const i64* table, const vec<i64, N>& at, lanes<I...>) {
+  return {{table[at.v[I]]...}};
+}
+template <int N>
+ORDO_VEC_FN vec<i64, N> table_lookup(const i64* table, const vec<i64, N>& at) {
+  return table_lookup(table, at, typename make_lanes<N>::type());
 }
 template <class T, int... I>
 ORDO_FN vec<T, sizeof...(I)> broadcast(T a, lanes<I...>) {

@@ -376,11 +376,9 @@ int cmd_orders(int argc, char** argv) {
     fmt::print("{:<22} {:<11} [{}] [{}]\n    {}\n", n.name,
                n.device_only ? "device-only" : n.unverified ? "unverified" : n.reproduces_reference ? "exact" : "", fmt::join(ops, ","),
                fmt::join(dtypes, ","), n.description);
-    // Which (op, dtype) kernels call the host C library: those run on cpu and interpreter only,
-    // since CUDA has no bit-exact equivalent of glibc's expf/logf.
-    // Which call CUDA's own approximations: those run on target cuda only.
-    std::vector<std::string> cpu_only, device_only;
-    std::string calls, device_fns;
+    // Which (op, dtype) kernels call CUDA's own approximations: those run on target cuda only.
+    std::vector<std::string> device_only;
+    std::string device_fns;
     for (ordo::OpKind o : n.ops)
       for (ordo::ScalarType t : n.dtypes) {
         ordo::Request r;
@@ -399,14 +397,7 @@ int cmd_orders(int argc, char** argv) {
           for (const std::string& f : d)
             if (device_fns.find(f) == std::string::npos) device_fns += (device_fns.empty() ? "" : ", ") + f;
         }
-        std::vector<std::string> c = ordo::cuda_backend::host_library_calls(k);
-        if (c.empty()) continue;
-        cpu_only.push_back(fmt::format("{} {}", ordo::name(o), ordo::name(t)));
-        for (const std::string& f : c)
-          if (calls.find(f) == std::string::npos) calls += (calls.empty() ? "" : ", ") + f;
       }
-    if (!cpu_only.empty())
-      fmt::print("    cpu-only (calls {}, the host C library's; ordo has no bit-exact device version of them): {}\n", calls, fmt::join(cpu_only, "; "));
     if (!device_only.empty())
       fmt::print("    device-only (calls {}, CUDA's approximations with no definition off the GPU; target cuda only): {}\n", device_fns,
                  fmt::join(device_only, "; "));
@@ -785,7 +776,7 @@ int cmd_build(int argc, char** argv) {
       if (!out) throw Error(fmt::format("-o {}: cannot write {}", so.string(), obj.string()));
       link.push_back(obj.string());
     }
-    link.push_back("-lm");  // libm's expf/logf, for orders that call them
+    link.push_back("-lm");  // fma, roundeven, ...: LLVM calls libm where the target CPU lacks the instruction
     if (int status = run_program(link); status != 0)
       throw Error(fmt::format("linking {} failed (cc exited {}); is a C compiler installed?", so.string(), status));
 

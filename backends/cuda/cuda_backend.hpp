@@ -48,11 +48,9 @@ struct Source {
   std::vector<std::string> param_types;  // the same parameters' types alone
 };
 
-// Throws ordo::Error if the kernel cannot be lowered exactly (Op::Call).
+// Every verified kernel renders; errors are internal (a lowering that does not exist).
 Source render(const ir::Kernel& k);
-// The kernel's Op::Call sites, as "expf"/"logf" names (empty when it has none).
-std::vector<std::string> host_library_calls(const ir::Kernel& k);
-// Its calls of CUDA's own functions ("cuda.rsqrtf", ...): device-only (ir::device_only).
+// The kernel's calls of CUDA's own functions ("cuda.rsqrtf", ...): device-only (ir::MathFn).
 std::vector<std::string> device_calls(const ir::Kernel& k);
 
 // The embedded helper headers (templates/), by file name.

@@ -126,21 +126,20 @@ std::string literal(const Expr& e) {
   }
 }
 
-// The names of the kernel's Op::Call functions that are device-only (`device`) or the host C
-// library's (!device), each once.
-void collect_calls(const Expr& e, bool device, std::vector<std::string>& out) {
-  if (e.op == Op::Call && device_only(static_cast<MathFn>(e.index)) == device) {
+// The names of the kernel's Op::Call functions (all device-only), each once.
+void collect_calls(const Expr& e, std::vector<std::string>& out) {
+  if (e.op == Op::Call) {
     std::string n(name(static_cast<MathFn>(e.index)));
     if (std::find(out.begin(), out.end(), n) == out.end()) out.push_back(n);
   }
-  for (const ExprRef& a : e.args) collect_calls(*a, device, out);
+  for (const ExprRef& a : e.args) collect_calls(*a, out);
 }
-void collect_calls(const std::vector<Stmt>& body, bool device, std::vector<std::string>& out) {
+void collect_calls(const std::vector<Stmt>& body, std::vector<std::string>& out) {
   for (const Stmt& s : body) {
-    for (const Expr* e : operands(s)) collect_calls(*e, device, out);
+    for (const Expr* e : operands(s)) collect_calls(*e, out);
     if (!has_bodies(s)) continue;
-    collect_calls(s.body, device, out);
-    collect_calls(s.else_body, device, out);
+    collect_calls(s.body, out);
+    collect_calls(s.else_body, out);
   }
 }
 // Whether statements read or write a scratch buffer (team memory in a team kernel).
@@ -159,6 +158,63 @@ bool touches_scratch(const Kernel& k, const std::vector<Stmt>& body) {
   }
   return false;
 }
+
+// Which tables are read at an index that may differ between the threads of a warp: one computed
+// from data (glibc's expf and logf index theirs by the argument's bits), program_id or thread_id.
+// Those go to global memory, the others to constant memory, which serves a warp one address at
+// a time. (In constant memory ptxas also spilled around the data-indexed reads of
+// torch1.13-cpu-default's f32 softmax at N = 17.)
+struct TablePlacement {
+  const Kernel& k;
+  std::vector<char> varying_local, varying_table;
+
+  explicit TablePlacement(const Kernel& kernel)
+      : k(kernel), varying_local(kernel.locals.size(), 0), varying_table(kernel.tables.size(), 0) {
+    for (bool changed = true; changed;) {  // locals only become varying: a fixed point
+      changed = false;
+      mark_locals(k.body, changed);
+    }
+    mark_tables(k.body);
+  }
+  bool varying(const Expr& e) const {
+    switch (e.op) {
+      case Op::Load: case Op::Gather: case Op::ProgramId: case Op::ThreadId: case Op::ShuffleDown: case Op::ShuffleXor: return true;
+      case Op::Var: return varying_local[static_cast<size_t>(e.index)] != 0;
+      default: break;
+    }
+    if (is_float(e.type.scalar)) return true;
+    for (const ExprRef& a : e.args)
+      if (varying(*a)) return true;
+    return false;
+  }
+  void mark_locals(const std::vector<Stmt>& body, bool& changed) {
+    for (const Stmt& s : body) {
+      const bool assigns = s.kind == StmtKind::Assign || s.kind == StmtKind::For;
+      if (assigns && !varying_local[static_cast<size_t>(s.target)]) {
+        bool v = false;
+        for (const Expr* e : operands(s)) v = v || varying(*e);
+        if (v) varying_local[static_cast<size_t>(s.target)] = changed = true;
+      }
+      if (has_bodies(s)) {
+        mark_locals(s.body, changed);
+        mark_locals(s.else_body, changed);
+      }
+    }
+  }
+  void mark_tables(const Expr& e) {
+    if (e.op == Op::Table && varying(*e.args[0])) varying_table[static_cast<size_t>(e.index)] = 1;
+    for (const ExprRef& a : e.args) mark_tables(*a);
+  }
+  void mark_tables(const std::vector<Stmt>& body) {
+    for (const Stmt& s : body) {
+      for (const Expr* e : operands(s)) mark_tables(*e);
+      if (has_bodies(s)) {
+        mark_tables(s.body);
+        mark_tables(s.else_body);
+      }
+    }
+  }
+};
 
 struct Renderer {
   const Kernel& k;
@@ -255,7 +311,15 @@ struct Renderer {
       case Op::Shl: return temp(e, call("shl"));
       case Op::Shr: return temp(e, call("shr"));
       case Op::BitAnd: return temp(e, call("bitand_"));
-      case Op::Bitcast: return temp(e, call(e.type.scalar == ScalarType::i32 ? "bitcast_i32" : "bitcast_f32"));
+      case Op::Bitcast: {
+        switch (e.type.scalar) {
+          case ScalarType::i32: return temp(e, call("bitcast_i32"));
+          case ScalarType::f32: return temp(e, call("bitcast_f32"));
+          case ScalarType::i64: return temp(e, call("bitcast_i64"));
+          case ScalarType::f64: return temp(e, call("bitcast_f64"));
+          default: throw Error(fmt::format("internal: cuda: bitcast to {}", name(e.type.scalar)));
+        }
+      }
       case Op::Select: return temp(e, call("select"));
       case Op::Cast: {
         switch (e.type.scalar) {
@@ -264,6 +328,7 @@ struct Renderer {
           case ScalarType::bf16: return temp(e, call("to_bf16"));
           case ScalarType::f16: return temp(e, call("to_f16"));
           case ScalarType::i32: return temp(e, call("to_i32"));
+          case ScalarType::i64: return temp(e, call("to_i64"));
           default: throw Error(fmt::format("internal: cuda: cast to {}", name(e.type.scalar)));
         }
       }
@@ -271,10 +336,12 @@ struct Renderer {
       // one-lane value, is the value itself.
       case Op::Broadcast: return n == 1 ? a[0] : temp(e, fmt::format("ordo_rt::broadcast<{}>({})", n, a[0]));
       case Op::Extract: return e.args[0]->type.lanes == 1 ? a[0] : temp(e, fmt::format("{}.v[{}]", a[0], e.index));
-      case Op::Table: return temp(e, fmt::format("ordo_table{}[{}]", e.index, a[0]));
+      case Op::Table:
+        if (n == 1) return temp(e, fmt::format("ordo_table{}[{}]", e.index, a[0]));
+        return temp(e, fmt::format("ordo_rt::table_lookup(ordo_table{}, {})", e.index, a[0]));
       case Op::Call: {
         const MathFn f = static_cast<MathFn>(e.index);
-        if (!device_only(f) || n != 1) throw Error(fmt::format("internal: cuda: call {} reached the renderer", name(f)));
+        if (n != 1) throw Error(fmt::format("internal: cuda: a {}-lane call of {}", n, name(f)));
         // CUDA's own functions: rsqrtf is rsqrt.approx.f32; expf and logf are libdevice's.
         const char* fn = f == MathFn::device_rsqrtf ? "rsqrtf" : f == MathFn::device_expf ? "expf" : "logf";
         return temp(e, fmt::format("{}({})", fn, a[0]));
@@ -362,26 +429,13 @@ struct Renderer {
 
 }  // namespace
 
-std::vector<std::string> host_library_calls(const Kernel& k) {
-  std::vector<std::string> out;
-  collect_calls(k.body, /*device=*/false, out);
-  return out;
-}
-
 std::vector<std::string> device_calls(const Kernel& k) {
   std::vector<std::string> out;
-  collect_calls(k.body, /*device=*/true, out);
+  collect_calls(k.body, out);
   return out;
 }
 
 Source render(const Kernel& k) {
-  if (std::vector<std::string> calls = host_library_calls(k); !calls.empty()) {
-    std::string list;
-    for (const std::string& c : calls) list += (list.empty() ? "" : ", ") + c;
-    throw Error(fmt::format("{}: the order calls {} (IR op call: the host C library's function), which has no bit-exact "
-                            "CUDA equivalent; it runs on targets cpu and interpreter only",
-                            k.description.empty() ? k.name : k.description, list));
-  }
   if (k.grid_rank < 1 || k.grid_rank > 3) throw Error(fmt::format("internal: cuda: grid rank {} (1 to 3 supported)", k.grid_rank));
   Renderer R(k);
   Source s;
@@ -426,17 +480,25 @@ Source render(const Kernel& k) {
   t += team ? fmt::format("// One block of {} threads per program instance (an IR team). Compile with --fmad=false; every fused multiply-add below is an IR fma.\n", k.team)
               : "// One thread per program instance. Compile with --fmad=false; every fused multiply-add below is an IR fma.\n";
   t += "#include \"ordo_rt.cuh\"\n\n";
-  size_t table_bytes = 0;
-  for (const std::vector<int64_t>& tab : k.tables) table_bytes += tab.size() * 8;
-  // Constant memory holds 64 KiB; larger tables live in global memory.
-  const char* space = table_bytes <= 48 * 1024 ? "__constant__" : "__device__";
+  const TablePlacement placement(k);
+  size_t constant_bytes = 0;
+  for (size_t i = 0; i < k.tables.size(); ++i)
+    if (!placement.varying_table[i]) constant_bytes += k.tables[i].size() * 8;
+  // Constant memory holds 64 KiB; larger sets of tables live in global memory.
+  const bool constant_fits = constant_bytes <= 48 * 1024;
   for (size_t i = 0; i < k.tables.size(); ++i) {
+    const char* space = constant_fits && !placement.varying_table[i] ? "__constant__" : "__device__";
     t += fmt::format("{} const long long ordo_table{}[{}] = {{", space, i, std::max<size_t>(1, k.tables[i].size()));
     for (size_t j = 0; j < k.tables[i].size(); ++j) t += fmt::format("{}{}LL", j ? ", " : "", k.tables[i][j]);
     t += "};\n";
   }
   if (!k.tables.empty()) t += "\n";
-  t += fmt::format("extern \"C\" __global__ void __launch_bounds__({}) {}(\n", s.block_threads, s.entry);
+  // One thread per instance holds the order's whole per-row state. With only a block size given,
+  // ptxas aims at full occupancy and spilled a few bytes in kernels of 40 to 48 registers
+  // (torch1.13-cpu-default's softmax and log_softmax); "one block per multiprocessor suffices"
+  // lets it keep the state in registers. Team kernels keep the plain bound.
+  const std::string bounds = team ? fmt::format("{}", s.block_threads) : fmt::format("{}, 1", s.block_threads);
+  t += fmt::format("extern \"C\" __global__ void __launch_bounds__({}) {}(\n", bounds, s.entry);
   size_t arguments = 0;
   for (size_t i = 0; i < k.buffers.size(); ++i) {
     const Buffer& b = k.buffers[i];

@@ -238,7 +238,7 @@ EntryFn load_object(const std::string& bytes, const std::string& symbol) {
   if (!jd) throw Error("LLVM JIT cannot create a symbol namespace: " + take_error(jd.takeError()));
   auto gen = llvm::orc::DynamicLibrarySearchGenerator::GetForCurrentProcess(j.lljit->getDataLayout().getGlobalPrefix());
   if (!gen) throw Error("LLVM cannot search the process for symbols: " + take_error(gen.takeError()));
-  jd->addGenerator(std::move(*gen));  // libm's expf/logf for Op::Call
+  jd->addGenerator(std::move(*gen));  // C library routines LLVM's code generator may call (memset, ...)
   auto buffer = llvm::MemoryBuffer::getMemBufferCopy(bytes, symbol);
   if (auto e = j.lljit->addObjectFile(*jd, std::move(buffer))) throw Error("LLVM JIT rejected the object: " + take_error(std::move(e)));
   auto sym = j.lljit->lookup(*jd, symbol);

@@ -176,6 +176,7 @@ struct Lowerer {
   llvm::Value* cast(llvm::Value* v, Type from, Type to) {
     const ScalarType f = from.scalar, t = to.scalar;
     llvm::Type* dst = type(to);
+    if (f == ScalarType::i32 && t == ScalarType::i64) return B.CreateSExt(v, dst);
     if (f == ScalarType::i64 || f == ScalarType::i32) return B.CreateSIToFP(v, dst);
     if (t == ScalarType::i32) {
       // Round to nearest, ties to even; NaN and out-of-range lanes give INT32_MIN. fptosi is
@@ -193,23 +194,6 @@ struct Lowerer {
     if (t == ScalarType::bf16) return f32_to_bf16(v, from);
     if (size_bytes(t) > size_bytes(f)) return B.CreateFPExt(v, dst);
     return B.CreateFPTrunc(v, dst);  // f64->f32, f32->f16: RNE
-  }
-
-  // The host C library's function, lane by lane. `nobuiltin` keeps LLVM from treating the call
-  // as its own idea of expf (folding, or widening to a vector library with other rounding).
-  llvm::Value* libm_call(MathFn f, llvm::Value* v, Type t) {
-    llvm::Module& mod = *fn->getParent();
-    llvm::FunctionCallee callee = mod.getOrInsertFunction(f == MathFn::expf ? "expf" : "logf", B.getFloatTy(), B.getFloatTy());
-    auto one = [&](llvm::Value* x) {
-      llvm::CallInst* c = B.CreateCall(callee, {x});
-      c->addFnAttr(llvm::Attribute::NoBuiltin);
-      return c;
-    };
-    if (t.lanes == 1) return one(v);
-    llvm::Value* out = llvm::PoisonValue::get(type(t));
-    for (int l = 0; l < t.lanes; ++l)
-      out = B.CreateInsertElement(out, one(B.CreateExtractElement(v, uint64_t(l))), uint64_t(l));
-    return out;
   }
 
   // Values of one expression, one per instance in flight.
@@ -311,11 +295,8 @@ struct Lowerer {
         case Op::BitAnd: v = B.CreateAnd(A(0), A(1)); break;
         case Op::Bitcast: v = B.CreateBitCast(A(0), type(t)); break;
         case Op::Call:
-          if (device_only(static_cast<MathFn>(e.index)))
-            throw Error(fmt::format("{}: {} is device-only (CUDA's own approximation, with no definition off the GPU); this order runs on target cuda only",
-                                    k.description.empty() ? k.name : k.description, name(static_cast<MathFn>(e.index))));
-          v = libm_call(static_cast<MathFn>(e.index), A(0), t);
-          break;
+          throw Error(fmt::format("{}: {} is device-only (CUDA's own approximation, with no definition off the GPU); this order runs on target cuda only",
+                                  k.description.empty() ? k.name : k.description, name(static_cast<MathFn>(e.index))));
         case Op::Select: v = B.CreateSelect(A(0), A(1), A(2)); break;
         case Op::Cast: v = cast(A(0), e.args[0]->type, t); break;
         // A 1-lane value is an LLVM scalar, not a vector: broadcasting to one lane, or extracting
@@ -325,8 +306,15 @@ struct Lowerer {
           v = e.args[0]->type.lanes == 1 ? A(0) : B.CreateExtractElement(A(0), static_cast<uint64_t>(e.index));
           break;
         case Op::Table: {
+          // Lane by lane: the tables are small and a gather instruction is no faster here.
           llvm::GlobalVariable* g = tables[static_cast<size_t>(e.index)];
-          v = B.CreateLoad(B.getInt64Ty(), B.CreateGEP(g->getValueType(), g, {B.getInt64(0), A(0)}));
+          auto element = [&](llvm::Value* at) { return B.CreateLoad(B.getInt64Ty(), B.CreateGEP(g->getValueType(), g, {B.getInt64(0), at})); };
+          if (t.lanes == 1) {
+            v = element(A(0));
+          } else {
+            v = llvm::PoisonValue::get(type(t));
+            for (int l = 0; l < t.lanes; ++l) v = B.CreateInsertElement(v, element(B.CreateExtractElement(A(0), uint64_t(l))), uint64_t(l));
+          }
           break;
         }
       }

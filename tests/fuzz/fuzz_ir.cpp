@@ -313,7 +313,7 @@ class KernelGen {
           return cast(expr(Type{kFrom[in_.ConsumeIntegralInRange<size_t>(0, 5)], t.lanes}, depth + 1), s);
         }
         case 6:
-          if (s == ScalarType::f32) return call(in_.ConsumeBool() ? MathFn::expf : MathFn::logf, expr(t, depth + 1));
+          if (s == ScalarType::f64) return bitcast(expr(Type{ScalarType::i64, t.lanes}, depth + 1), ScalarType::f64);
           return leaf(t, depth);
         case 7:
           if (s == ScalarType::f32) return bitcast(expr(Type{ScalarType::i32, t.lanes}, depth + 1), ScalarType::f32);
@@ -326,8 +326,12 @@ class KernelGen {
       case ScalarType::bf16:
         return cast(expr(Type{ScalarType::f32, t.lanes}, depth + 1), s);
       case ScalarType::i64:
-        switch (in_.ConsumeIntegralInRange(0, 6)) {
+        switch (in_.ConsumeIntegralInRange(0, 9)) {
           case 0: return binary(pick(std::vector<Op>{Op::Add, Op::Sub, Op::Mul}), expr(t, depth + 1), expr(t, depth + 1));
+          case 6: return binary(Op::BitAnd, expr(t, depth + 1), expr(t, depth + 1));
+          case 7: return shift(t, depth);
+          case 8: return in_.ConsumeBool() ? bitcast(expr(Type{ScalarType::f64, t.lanes}, depth + 1), ScalarType::i64)
+                                           : cast(expr(Type{ScalarType::i32, t.lanes}, depth + 1), ScalarType::i64);
           case 1: return binary(pick(std::vector<Op>{Op::Div, Op::Rem, Op::Min, Op::Max}), expr(t, depth + 1), expr(t, depth + 1));
           case 2: return grid_extent(in_.ConsumeIntegralInRange(0, 2));
           case 3: return program_id(in_.ConsumeIntegralInRange(0, 2));
@@ -340,14 +344,7 @@ class KernelGen {
       case ScalarType::i32:
         switch (in_.ConsumeIntegralInRange(0, 5)) {
           case 0: return binary(pick(std::vector<Op>{Op::Add, Op::Sub, Op::Mul, Op::BitAnd}), expr(t, depth + 1), expr(t, depth + 1));
-          case 1: {  // shifts take a constant count, splatted for vectors
-            auto c = std::make_shared<Expr>();
-            c->op = Op::Const;
-            c->type = Type{ScalarType::i32, 1};
-            c->imm_i = one_in(16) ? in_.ConsumeIntegralInRange(-1, 40) : in_.ConsumeIntegralInRange(0, 31);
-            ExprRef count = t.lanes > 1 ? broadcast(c, t.lanes) : ExprRef(c);
-            return binary(in_.ConsumeBool() ? Op::Shl : Op::Shr, expr(t, depth + 1), count);
-          }
+          case 1: return shift(t, depth);
           case 2: return bitcast(expr(Type{ScalarType::f32, t.lanes}, depth + 1), ScalarType::i32);
           case 3: return cast(expr(Type{ScalarType::f32, t.lanes}, depth + 1), ScalarType::i32);
           default: return leaf(t, depth);
@@ -364,6 +361,17 @@ class KernelGen {
         }
       default: return leaf(t, depth);
     }
+  }
+
+  // Shifts take a constant count, splatted for vectors; now and then one out of range.
+  ExprRef shift(Type t, int depth) {
+    const int bits = t.scalar == ScalarType::i32 ? 32 : 64;
+    auto c = std::make_shared<Expr>();
+    c->op = Op::Const;
+    c->type = Type{t.scalar, 1};
+    c->imm_i = one_in(16) ? in_.ConsumeIntegralInRange(-1, bits + 8) : in_.ConsumeIntegralInRange(0, bits - 1);
+    ExprRef count = t.lanes > 1 ? broadcast(c, t.lanes) : ExprRef(c);
+    return binary(in_.ConsumeBool() ? Op::Shl : Op::Shr, expr(t, depth + 1), count);
   }
 
   // A constant, a local, a loop variable or a load of type t.

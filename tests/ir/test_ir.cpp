@@ -297,6 +297,44 @@ TEST_CASE("interpreter: i64 add, sub and mul wrap around; div and rem outside x 
   CHECK_THROWS_WITH_AS(run(Op::Rem, 5, 0), "interpreter: i64 rem(5, 0) needs a dividend >= 0 and a divisor > 0", Error);
 }
 
+// The i64 bit operations glibc's expf needs: shifts by constants in [0, 63], and, f64 <-> i64
+// bitcasts, i32 -> i64 sign extension, and a table read per lane.
+TEST_CASE("i64 bit operations: interpreter semantics and verifier limits") {
+  auto run = [](auto&& value) {
+    Kernel k;
+    k.name = std::string("t");
+    Builder b(k);
+    int out = b.buffer("out", ScalarType::i64, true, Extent::rows_by_cols);
+    ExprRef v = value(b);
+    b.store(out, index_const(0), v);
+    const std::string err = verify(k);
+    if (!err.empty()) return std::vector<int64_t>{};
+    std::vector<int64_t> r(static_cast<size_t>(v->type.lanes), -1);
+    interpret(k, {{r.data(), static_cast<int64_t>(r.size())}}, {1});
+    return r;
+  };
+  const ExprRef minus_one = index_const(-1);
+  CHECK(run([&](Builder&) { return binary(Op::Shl, index_const(3), index_const(62)); }) == std::vector<int64_t>{INT64_MIN + (int64_t(1) << 62)});
+  CHECK(run([&](Builder&) { return binary(Op::Shr, index_const(INT64_MIN), index_const(63)); }) == std::vector<int64_t>{-1});
+  CHECK(run([&](Builder&) { return binary(Op::BitAnd, minus_one, index_const(0x1f)); }) == std::vector<int64_t>{31});
+  CHECK(run([&](Builder&) { return bitcast(constant(Type{ScalarType::f64, 1}, -2.0), ScalarType::i64); }) ==
+        std::vector<int64_t>{static_cast<int64_t>(0xc000000000000000ull)});
+  CHECK(run([&](Builder&) {
+          return bitcast(bitcast(index_const(0x3ff8000000000000), ScalarType::f64), ScalarType::i64);  // 1.5 and back
+        }) == std::vector<int64_t>{0x3ff8000000000000});
+  CHECK(run([&](Builder&) { return cast(constant(Type{ScalarType::i32, 1}, -7), ScalarType::i64); }) == std::vector<int64_t>{-7});
+  CHECK_THROWS_WITH_AS(run([&](Builder& b) { return table(b.table({10, 20, 30}), iota(4)); }), "interpreter: table0[3] outside [0, 3)", Error);
+  CHECK(run([&](Builder& b) {
+          const int t = b.table({10, 20, 30, 40});
+          return table(t, sub(broadcast(index_const(3), 4), iota(4)));
+        }) == std::vector<int64_t>{40, 30, 20, 10});
+  // Shift counts are constants within the width.
+  CHECK(run([&](Builder&) { return binary(Op::Shl, index_const(1), index_const(64)); }).empty());
+  CHECK(run([&](Builder&) { return binary(Op::Shl, constant(Type{ScalarType::i32, 1}, 1), constant(Type{ScalarType::i32, 1}, 32)); }).empty());
+  // f32 <-> i64 is not a bitcast.
+  CHECK(run([&](Builder&) { return bitcast(constant(Type{ScalarType::f32, 1}, 1.0), ScalarType::i64); }).empty());
+}
+
 TEST_CASE("interpreter: loops and bounds at the top of the i64 range") {
   // for i in [begin, end) step s: one store per trip into its own element; the loop must end
   // where i + s would pass INT64_MAX, never wrap around.
