@@ -18,7 +18,8 @@ Kernel build_layer_norm(const Request& r, const Order& o) {
   Row row(b, r.cols);
   const ScalarType acc = o.moments.acc;
   const Arith stats = stats_arith(o, acc, r.x_dtype);
-  Moments m = emit_moments(b, o.moments, stats, r.cols, [&](ExprRef col, int lanes) { return row.load_as(x, col, lanes, acc); });
+  Moments m = emit_moments(b, o.moments, stats, r.cols, [&](ExprRef col, int lanes) { return row.load_as(x, col, lanes, acc); },
+                           register_words(r.target));
 
   const Arith ar = stats_arith(o, ScalarType::f32, r.x_dtype);
   ExprRef mean = b.let("mean", ar.r(to_f32(m.mean)));

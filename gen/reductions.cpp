@@ -336,69 +336,34 @@ void welford_merge(Builder& b, const Arith& ar, const WelfordState& acc, ExprRef
   b.assign(acc.count, n);
 }
 
-Moments lane_welford(Builder& b, const MomentsOrder& o, const Arith& ar, int64_t N, const LoadFn& x) {
+// The cascade's lanes meet only in the final lane fold. Until then every lane runs its own
+// Welford stream, and the counts (and so every merge coefficient) are the same for all lanes.
+// The cascade can therefore run on groups of W lanes one after another, each group followed by
+// its part of the lane fold: each lane sees exactly the operations it sees at full width, and
+// the fold still takes lanes 0..V-1 in order. Only the amount of live state changes. Across its
+// chunk loop, the cascade keeps mean and M2 for each stack level and for the running chunk:
+// 2 * (depth + 1) vectors of W lanes, which grows with log2(N).
+//
+// W is the widest lane count (V, halved while even) whose state fits in `state_words` 32-bit
+// words, f64 values counting twice; with no bound (0) it is V.
+int cascade_lanes(int V, int depth, ScalarType t, int64_t state_words) {
+  const int64_t words = t == ScalarType::f64 ? 2 : 1;
+  int W = V;
+  while (state_words > 0 && W % 2 == 0 && 2 * int64_t(W) * (depth + 1) * words > state_words) W /= 2;
+  return W;
+}
+
+Moments lane_welford(Builder& b, const MomentsOrder& o, const Arith& ar, int64_t N, const LoadFn& x, int64_t state_words) {
   const int V = o.lanes, K = o.chunk;
-  const Type vt{ar.t, V};
   const int64_t n = N / V;                 // full vectors
   const int64_t m = (n + K - 1) / K;       // chunks
   int depth = 1;
   if (m > 2) while ((int64_t(1) << depth) < m) ++depth;
+  const int W = cascade_lanes(V, depth, ar.t, state_words);  // lanes per group (above)
+  const Type vt{ar.t, W};
 
-  // C[j] = 1/(j+1), stated in the IR so its rounding is part of the spec.
-  std::vector<ExprRef> C;
-  for (int j = 0; j < K; ++j)
-    C.push_back(b.let(fmt::format("c{}", j), broadcast(ar.div(ar.constant(1.0), ar.constant(j + 1.0)), V)));
-
-  std::vector<WelfordState> stack;
-  for (int d = 0; d < depth; ++d) {
-    stack.push_back(welford_locals(b, fmt::format("stack{}", d), vt));
-    welford_zero(b, ar, stack.back(), V);
-  }
-  int mu = b.local("mu", vt), s = b.local("s", vt);
-
-  // One chunk of `len` vectors starting at vector `first`, merged into the stack, then carried.
-  auto chunk = [&](ExprRef first_vec, int len, const std::function<ExprRef(int)>& carry_cond) {
-    b.assign(mu, ar.constant(0.0, V));
-    b.assign(s, ar.constant(0.0, V));
-    for (int j = 0; j < len; ++j) {
-      ExprRef xv = b.let("x", x(mul(add(first_vec, index_const(j)), index_const(V)), V));
-      ExprRef d = b.let("d", ar.sub(xv, b.get(mu)));
-      b.assign(mu, ar.mul_add(d, C[size_t(j)], b.get(mu), o.fma_update));
-      b.assign(s, ar.mul_add(d, ar.sub(xv, b.get(mu)), b.get(s), o.fma_update));
-    }
-    welford_merge(b, ar, stack[0], index_const(len), b.get(mu), b.get(s), V, o.fma_merge);
-    for (int lvl = 1; lvl < depth; ++lvl) {
-      ExprRef cond = carry_cond(lvl);
-      if (!cond) break;
-      b.if_(cond, [&] {
-        const WelfordState& lo = stack[size_t(lvl - 1)];
-        welford_merge(b, ar, stack[size_t(lvl)], b.get(lo.count), b.get(lo.mean), b.get(lo.m2), V, o.fma_merge);
-        welford_zero(b, ar, lo, V);
-      });
-    }
-  };
-
-  const int64_t full_chunks = n / K;
-  if (full_chunks > 0)
-    b.for_range("chunk", index_const(0), index_const(full_chunks), 1, [&](ExprRef i) {
-      // Binary-counter carry: level lvl absorbs level lvl-1 when 2^lvl divides i+1.
-      chunk(mul(i, index_const(K)), K, [&](int lvl) {
-        return binary(Op::Eq, binary(Op::Rem, add(i, index_const(1)), index_const(int64_t(1) << lvl)), index_const(0));
-      });
-    });
-  if (n % K) {
-    const int64_t i = full_chunks;
-    chunk(index_const(i * K), static_cast<int>(n % K), [&](int lvl) -> ExprRef {
-      if ((i + 1) % (int64_t(1) << lvl) != 0) return nullptr;  // the carry stops at the first odd level
-      return constant(Type{ScalarType::boolean, 1}, 1);
-    });
-  }
-  for (int lvl = 1; lvl < depth; ++lvl) {
-    const WelfordState& hi = stack[size_t(lvl)];
-    welford_merge(b, ar, stack[0], b.get(hi.count), b.get(hi.mean), b.get(hi.m2), V, o.fma_merge);
-  }
-
-  // Scalar Welford over the tail, with true division.
+  // Scalar Welford over the tail, with true division. It reads no cascade state, so it comes
+  // first, and each group of lanes can then fold into it as soon as it is done.
   WelfordState tail = welford_locals(b, "tail", Type{ar.t, 1});
   welford_zero(b, ar, tail, 1);
   for (int64_t t = n * V; t < N; ++t) {
@@ -408,10 +373,72 @@ Moments lane_welford(Builder& b, const MomentsOrder& o, const Arith& ar, int64_t
     b.assign(tail.mean, ar.add(b.get(tail.mean), ar.div(d, ar.count(b.get(tail.count)))));
     b.assign(tail.m2, ar.mul_add(d, ar.sub(xs, b.get(tail.mean)), b.get(tail.m2), false));
   }
-  // Lane fold: each lane's (n, mean, M2) merged into the tail accumulator, lanes 0..V-1.
-  for (int l = 0; l < V; ++l)
-    welford_merge(b, ar, tail, b.get(stack[0].count), extract(b.get(stack[0].mean), l), extract(b.get(stack[0].m2), l), 1,
-                  o.fma_merge);
+
+  // C[j] = 1/(j+1), stated in the IR so its rounding is part of the spec.
+  std::vector<ExprRef> C;
+  for (int j = 0; j < K; ++j)
+    C.push_back(b.let(fmt::format("c{}", j), broadcast(ar.div(ar.constant(1.0), ar.constant(j + 1.0)), W)));
+
+  std::vector<WelfordState> stack;
+  for (int d = 0; d < depth; ++d) stack.push_back(welford_locals(b, fmt::format("stack{}", d), vt));
+  int mu = b.local("mu", vt), s = b.local("s", vt);
+
+  // The cascade of lanes [lane0, lane0 + W) of every vector (lane0 null: all V lanes).
+  auto cascade = [&](ExprRef lane0) {
+    auto column = [&](ExprRef vec) {
+      ExprRef c = mul(std::move(vec), index_const(V));
+      return lane0 ? add(c, lane0) : c;
+    };
+    for (const WelfordState& level : stack) welford_zero(b, ar, level, W);
+
+    // One chunk of `len` vectors starting at vector `first`, merged into the stack, then carried.
+    auto chunk = [&](ExprRef first_vec, int len, const std::function<ExprRef(int)>& carry_cond) {
+      b.assign(mu, ar.constant(0.0, W));
+      b.assign(s, ar.constant(0.0, W));
+      for (int j = 0; j < len; ++j) {
+        ExprRef xv = b.let("x", x(column(add(first_vec, index_const(j))), W));
+        ExprRef d = b.let("d", ar.sub(xv, b.get(mu)));
+        b.assign(mu, ar.mul_add(d, C[size_t(j)], b.get(mu), o.fma_update));
+        b.assign(s, ar.mul_add(d, ar.sub(xv, b.get(mu)), b.get(s), o.fma_update));
+      }
+      welford_merge(b, ar, stack[0], index_const(len), b.get(mu), b.get(s), W, o.fma_merge);
+      for (int lvl = 1; lvl < depth; ++lvl) {
+        ExprRef cond = carry_cond(lvl);
+        if (!cond) break;
+        b.if_(cond, [&] {
+          const WelfordState& lo = stack[size_t(lvl - 1)];
+          welford_merge(b, ar, stack[size_t(lvl)], b.get(lo.count), b.get(lo.mean), b.get(lo.m2), W, o.fma_merge);
+          welford_zero(b, ar, lo, W);
+        });
+      }
+    };
+
+    const int64_t full_chunks = n / K;
+    if (full_chunks > 0)
+      b.for_range("chunk", index_const(0), index_const(full_chunks), 1, [&](ExprRef i) {
+        // Binary-counter carry: level lvl absorbs level lvl-1 when 2^lvl divides i+1.
+        chunk(mul(i, index_const(K)), K, [&](int lvl) {
+          return binary(Op::Eq, binary(Op::Rem, add(i, index_const(1)), index_const(int64_t(1) << lvl)), index_const(0));
+        });
+      });
+    if (n % K) {
+      const int64_t i = full_chunks;
+      chunk(index_const(i * K), static_cast<int>(n % K), [&](int lvl) -> ExprRef {
+        if ((i + 1) % (int64_t(1) << lvl) != 0) return nullptr;  // the carry stops at the first odd level
+        return constant(Type{ScalarType::boolean, 1}, 1);
+      });
+    }
+    for (int lvl = 1; lvl < depth; ++lvl) {
+      const WelfordState& hi = stack[size_t(lvl)];
+      welford_merge(b, ar, stack[0], b.get(hi.count), b.get(hi.mean), b.get(hi.m2), W, o.fma_merge);
+    }
+    // Lane fold: each lane's (n, mean, M2) merged into the tail accumulator, in lane order.
+    for (int l = 0; l < W; ++l)
+      welford_merge(b, ar, tail, b.get(stack[0].count), extract(b.get(stack[0].mean), l), extract(b.get(stack[0].m2), l), 1,
+                    o.fma_merge);
+  };
+  if (W == V) cascade(nullptr);
+  else b.for_range("lane0", index_const(0), index_const(V), W, cascade);
   return {b.get(tail.mean), b.let("var", ar.div(b.get(tail.m2), ar.count(index_const(N))))};
 }
 
@@ -430,11 +457,11 @@ Moments sequential_welford(Builder& b, const Arith& ar, int64_t N, const LoadFn&
 
 }  // namespace
 
-Moments emit_moments(Builder& b, const MomentsOrder& o, const Arith& ar, int64_t N, const LoadFn& x) {
+Moments emit_moments(Builder& b, const MomentsOrder& o, const Arith& ar, int64_t N, const LoadFn& x, int64_t state_words) {
   Moments out;
   b.region("moments", describe(o), [&] {
     switch (o.kind) {
-      case MomentsOrder::Kind::LaneWelford: out = lane_welford(b, o, ar, N, x); break;
+      case MomentsOrder::Kind::LaneWelford: out = lane_welford(b, o, ar, N, x, state_words); break;
       case MomentsOrder::Kind::SequentialWelford: out = sequential_welford(b, ar, N, x); break;
       case MomentsOrder::Kind::TwoPass: {
         ExprRef total = emit_sum(b, o.sum, ar, N, [&](ExprRef i, int lanes) { return Term{x(i, lanes), nullptr}; }, "sum(x)");

@@ -47,7 +47,10 @@ ir::ExprRef emit_sum(ir::Builder& b, const ir::SumOrder& order, const Arith& ar,
 struct Moments {
   ir::ExprRef mean, var;  // scalars in the order's accumulation type; var = M2 / N
 };
-Moments emit_moments(ir::Builder& b, const ir::MomentsOrder& order, const Arith& ar, int64_t n, const LoadFn& x);
+// `state_words`: how many 32-bit words of state the expansion may keep live at once (0: no
+// bound; see register_words in gen/row.hpp). It changes the layout of the work, never the bits.
+Moments emit_moments(ir::Builder& b, const ir::MomentsOrder& order, const Arith& ar, int64_t n, const LoadFn& x,
+                     int64_t state_words);
 
 // Folds scalar lane values by `fold` (the vector length must be a power of two unless Sequential).
 ir::ExprRef fold_lanes(const std::vector<ir::ExprRef>& lanes, ir::LaneFold fold, const Arith& ar);

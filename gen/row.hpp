@@ -94,4 +94,22 @@ inline Arith stats_arith(const ir::Order& o, ScalarType compute, ScalarType stor
   return a;
 }
 
+// How many 32-bit words of reduction state an expansion may keep live for one instance on
+// target t, or 0 for no bound. The CUDA targets run an instance as one thread; cuda-emu gets
+// the same IR, because it runs the source NVRTC compiles. That thread's state must fit in its
+// 255 registers, or ptxas spills to local memory. A CPU gets no bound: a spill there is an L1
+// access, and the CPU needs the wide state, whose independent lanes hide the latency of each
+// step of a Welford chain. Lane groups of the cascade on the CPU cost 24-37% of layer_norm's
+// time (AVX-512 bf16 N = 4096, AVX2 bf16 N = 16384, AVX-512 f32 N = 8192 and 16384).
+//
+// 160 was measured with ptxas at sm_90 on the lane Welford cascade at full width, one thread
+// per row. The registers on top of the state (a chunk's x and d, the 1/(j+1) constants,
+// addresses, bf16 rounding) came to 60-95:
+//   state 128 words: 221 registers         (AVX-512 bf16 N = 1024)
+//   state 160 words: 245-246 registers     (AVX-512 f32 N = 4096, AVX2 f32 N = 65536)
+//   state 192 words: 254-255, no spill yet (AVX-512 f32 N = 8192, AVX-512 bf16 N = 2048, AVX2 bf16 N = 8192)
+//   state 208 words and more: spills       (AVX2 f32 N = 2^19, AVX-512 f32 N = 16384, AVX-512 bf16 N = 4096)
+// 160 is the largest of these that still left a margin below 255.
+inline int64_t register_words(Target t) { return t == Target::cuda || t == Target::cuda_emu ? 160 : 0; }
+
 }  // namespace ordo::gen

@@ -16,7 +16,7 @@ Kernel build_var_mean(const Request& r, const Order& o) {
   Row row(b, r.cols);
   const ScalarType acc = o.moments.acc;
   Moments m = emit_moments(b, o.moments, stats_arith(o, acc, r.x_dtype), r.cols,
-                           [&](ExprRef col, int lanes) { return row.load_as(x, col, lanes, acc); });
+                           [&](ExprRef col, int lanes) { return row.load_as(x, col, lanes, acc); }, register_words(r.target));
   store_stat(b, var_out, to_f32(m.var));
   store_stat(b, mean_out, to_f32(m.mean));
   return k;

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "gen/gen.hpp"
 #include "gen/reductions.hpp"
 #include "ir/error.hpp"
 #include "ir/float_bits.hpp"
@@ -483,4 +484,62 @@ TEST_CASE("interpreter: CUDA's device functions are refused, not approximated") 
   REQUIRE(verify(k).empty());
   float x = 4.0f, out = 0.0f;
   CHECK_THROWS_WITH_AS(interpret(k, {BufferArg{&x, 1}, BufferArg{&out, 1}}, {1}), doctest::Contains("device-only"), Error);
+}
+
+// The CUDA targets bound the state an expansion keeps live (gen::register_words). Past the bound
+// the lane Welford cascade runs on groups of lanes, which must give the bits of the full width
+// the other targets run.
+TEST_CASE("gen: the lane Welford cascade in lane groups gives the full width's bits") {
+  struct Case {
+    const char* order;
+    ScalarType dtype;
+    int64_t n;
+  };
+  for (const Case& c : {Case{"torch1.13-cpu-avx512", ScalarType::bf16, 4101}, Case{"torch1.13-cpu-avx512", ScalarType::f32, 16384},
+                        Case{"lane-welford(lanes=32,acc=f64,fma=all)", ScalarType::f32, 1000}}) {
+    INFO(c.order, " ", name(c.dtype), " N=", c.n);
+    Request r;
+    r.op = OpKind::layer_norm;
+    r.cols = c.n;
+    r.order = c.order;
+    r.x_dtype = c.dtype;
+    r.has_weight = r.has_bias = true;
+    r.target = Target::cpu;
+    const Kernel wide = gen::build(r, gen::resolve(r));
+    r.target = Target::cuda;
+    const Kernel grouped = gen::build(r, gen::resolve(r));
+    REQUIRE(verify(grouped).empty());
+    CHECK(print(grouped).find("for %lane0 in") != std::string::npos);  // the bound applies here
+    CHECK(print(wide).find("for %lane0 in") == std::string::npos);
+
+    // Rows of values around 10 (the deviations are small against the mean), weight and bias.
+    const int64_t rows = 3, n = c.n;
+    const size_t elem = size_t(size_bytes(c.dtype));
+    uint64_t state = 1;
+    auto next = [&] {
+      state = state * 6364136223846793005ull + 1442695040888963407ull;
+      return float(int64_t(state >> 40) - (int64_t(1) << 23)) / float(1 << 23);  // [-1, 1)
+    };
+    auto values = [&](int64_t count, float offset, float scale) {
+      std::vector<uint8_t> out(size_t(count) * elem);
+      for (int64_t i = 0; i < count; ++i) {
+        const float v = offset + scale * next();
+        if (c.dtype == ScalarType::bf16) {
+          const uint16_t h = f32_to_bf16_bits(v);
+          std::memcpy(&out[size_t(i) * elem], &h, elem);
+        } else {
+          std::memcpy(&out[size_t(i) * elem], &v, elem);
+        }
+      }
+      return out;
+    };
+    const std::vector<uint8_t> x = values(rows * n, 10, 3), w = values(n, 0, 1), bias = values(n, 0, 1);
+    auto run = [&](const Kernel& k) {
+      std::vector<uint8_t> xi = x, wi = w, bi = bias, y(x.size()), mean(size_t(rows) * elem), rstd(size_t(rows) * elem);
+      interpret(k, {{xi.data(), rows * n}, {wi.data(), n}, {bi.data(), n}, {y.data(), rows * n}, {mean.data(), rows}, {rstd.data(), rows}},
+                {rows});
+      return std::vector<std::vector<uint8_t>>{y, mean, rstd};
+    };
+    CHECK(run(wide) == run(grouped));
+  }
 }
