@@ -362,4 +362,9 @@ std::vector<char> per_thread_locals(const Kernel& k);
 // The verifier: returns an empty string, or a message naming the first malformed node.
 std::string verify(const Kernel& k);
 
+// Per table: 1 if some Op::Table reads it at an index that may differ between program
+// instances or between the threads of a team (data, program_id or thread_id), by the verifier's
+// uniformity analysis. glibc's expf and logf index their tables by data bits. For a verified kernel.
+std::vector<char> tables_read_at_varying_index(const Kernel& k);
+
 }  // namespace ordo::ir

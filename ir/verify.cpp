@@ -335,14 +335,45 @@ void mark_nonuniform(Verifier& v, bool thread) {
   }
 }
 
+// Which locals vary between program instances, and which between the threads of a team. Float
+// and bool locals always count as varying (they hold data).
+void mark_varying_locals(Verifier& v) {
+  const Kernel& k = v.k;
+  v.nonuniform.assign(k.locals.size(), 0);
+  v.thread_varying.assign(k.locals.size(), 0);
+  for (size_t i = 0; i < k.locals.size(); ++i)
+    if (is_float(k.locals[i].type.scalar) || k.locals[i].type.scalar == ScalarType::boolean) v.nonuniform[i] = 1;
+  mark_nonuniform(v, false);
+  mark_nonuniform(v, true);
+}
+
+void mark_varying_tables(const Verifier& v, const Expr& e, std::vector<char>& out) {
+  if (e.op == Op::Table && !v.uniform(*e.args[0])) out[static_cast<size_t>(e.index)] = 1;
+  for (const ExprRef& a : e.args) mark_varying_tables(v, *a, out);
+}
+void mark_varying_tables(const Verifier& v, const std::vector<Stmt>& body, std::vector<char>& out) {
+  for (const Stmt& s : body) {
+    for (const Expr* e : operands(s)) mark_varying_tables(v, *e, out);
+    if (!has_bodies(s)) continue;
+    mark_varying_tables(v, s.body, out);
+    mark_varying_tables(v, s.else_body, out);
+  }
+}
+
 }  // namespace
+
+std::vector<char> tables_read_at_varying_index(const Kernel& k) {
+  Verifier v(k);
+  mark_varying_locals(v);
+  std::vector<char> out(k.tables.size(), 0);
+  mark_varying_tables(v, k.body, out);
+  return out;
+}
 
 std::string verify(const Kernel& k) {
   Verifier v(k);
   v.assigned.assign(k.locals.size(), 0);
-  v.nonuniform.assign(k.locals.size(), 0);
   v.loop_var.assign(k.locals.size(), 0);
-  v.thread_varying.assign(k.locals.size(), 0);
   v.per_thread = per_thread_locals(k);
   if (k.team < 1 || k.team > 1024) return fmt::format("kernel {}: team of {} threads outside [1, 1024]", k.name, k.team);
   if (k.grid_rank < 1 || k.grid_rank > 3) return fmt::format("kernel {}: grid rank {} outside [1, 3]", k.name, k.grid_rank);
@@ -362,10 +393,7 @@ std::string verify(const Kernel& k) {
   // byte per lane, while LLVM packs a vector of i1 into bits.
   for (const Buffer& b : k.buffers)
     if (b.elem == ScalarType::boolean) return fmt::format("kernel {}: buffer {} has element type bool; buffers hold numbers", k.name, b.name);
-  for (size_t i = 0; i < k.locals.size(); ++i)
-    if (is_float(k.locals[i].type.scalar) || k.locals[i].type.scalar == ScalarType::boolean) v.nonuniform[i] = 1;
-  mark_nonuniform(v, false);
-  mark_nonuniform(v, true);
+  mark_varying_locals(v);
   v.stmts(k.body);
   if (!v.error.empty()) return fmt::format("kernel {}: {}", k.name, v.error);
   return {};

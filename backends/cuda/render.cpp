@@ -159,63 +159,6 @@ bool touches_scratch(const Kernel& k, const std::vector<Stmt>& body) {
   return false;
 }
 
-// Which tables are read at an index that may differ between the threads of a warp: one computed
-// from data (glibc's expf and logf index theirs by the argument's bits), program_id or thread_id.
-// Those go to global memory, the others to constant memory, which serves a warp one address at
-// a time. (In constant memory ptxas also spilled around the data-indexed reads of
-// torch1.13-cpu-default's f32 softmax at N = 17.)
-struct TablePlacement {
-  const Kernel& k;
-  std::vector<char> varying_local, varying_table;
-
-  explicit TablePlacement(const Kernel& kernel)
-      : k(kernel), varying_local(kernel.locals.size(), 0), varying_table(kernel.tables.size(), 0) {
-    for (bool changed = true; changed;) {  // locals only become varying: a fixed point
-      changed = false;
-      mark_locals(k.body, changed);
-    }
-    mark_tables(k.body);
-  }
-  bool varying(const Expr& e) const {
-    switch (e.op) {
-      case Op::Load: case Op::Gather: case Op::ProgramId: case Op::ThreadId: case Op::ShuffleDown: case Op::ShuffleXor: return true;
-      case Op::Var: return varying_local[static_cast<size_t>(e.index)] != 0;
-      default: break;
-    }
-    if (is_float(e.type.scalar)) return true;
-    for (const ExprRef& a : e.args)
-      if (varying(*a)) return true;
-    return false;
-  }
-  void mark_locals(const std::vector<Stmt>& body, bool& changed) {
-    for (const Stmt& s : body) {
-      const bool assigns = s.kind == StmtKind::Assign || s.kind == StmtKind::For;
-      if (assigns && !varying_local[static_cast<size_t>(s.target)]) {
-        bool v = false;
-        for (const Expr* e : operands(s)) v = v || varying(*e);
-        if (v) varying_local[static_cast<size_t>(s.target)] = changed = true;
-      }
-      if (has_bodies(s)) {
-        mark_locals(s.body, changed);
-        mark_locals(s.else_body, changed);
-      }
-    }
-  }
-  void mark_tables(const Expr& e) {
-    if (e.op == Op::Table && varying(*e.args[0])) varying_table[static_cast<size_t>(e.index)] = 1;
-    for (const ExprRef& a : e.args) mark_tables(*a);
-  }
-  void mark_tables(const std::vector<Stmt>& body) {
-    for (const Stmt& s : body) {
-      for (const Expr* e : operands(s)) mark_tables(*e);
-      if (has_bodies(s)) {
-        mark_tables(s.body);
-        mark_tables(s.else_body);
-      }
-    }
-  }
-};
-
 struct Renderer {
   const Kernel& k;
   Alignment align;
@@ -480,14 +423,17 @@ Source render(const Kernel& k) {
   t += team ? fmt::format("// One block of {} threads per program instance (an IR team). Compile with --fmad=false; every fused multiply-add below is an IR fma.\n", k.team)
               : "// One thread per program instance. Compile with --fmad=false; every fused multiply-add below is an IR fma.\n";
   t += "#include \"ordo_rt.cuh\"\n\n";
-  const TablePlacement placement(k);
+  // Constant memory serves a warp one address at a time, so tables read at a thread-varying index
+  // go to global memory (in constant memory ptxas also spilled around such reads, in
+  // torch1.13-cpu-default's f32 softmax at N = 17). It holds 64 KiB; past 48 KiB of uniformly read
+  // tables, those go to global memory too.
+  const std::vector<char> varying = tables_read_at_varying_index(k);
   size_t constant_bytes = 0;
   for (size_t i = 0; i < k.tables.size(); ++i)
-    if (!placement.varying_table[i]) constant_bytes += k.tables[i].size() * 8;
-  // Constant memory holds 64 KiB; larger sets of tables live in global memory.
+    if (!varying[i]) constant_bytes += k.tables[i].size() * 8;
   const bool constant_fits = constant_bytes <= 48 * 1024;
   for (size_t i = 0; i < k.tables.size(); ++i) {
-    const char* space = constant_fits && !placement.varying_table[i] ? "__constant__" : "__device__";
+    const char* space = constant_fits && !varying[i] ? "__constant__" : "__device__";
     t += fmt::format("{} const long long ordo_table{}[{}] = {{", space, i, std::max<size_t>(1, k.tables[i].size()));
     for (size_t j = 0; j < k.tables[i].size(); ++j) t += fmt::format("{}{}LL", j ? ", " : "", k.tables[i][j]);
     t += "};\n";
