@@ -17,17 +17,16 @@ using namespace ordo::ir;
 
 namespace {
 
-struct F32 {
+// Constants at a value's lane count: f32 (c, bits), i32 (i), and for glibc's double-precision
+// algorithms f64 (d) and i64 (i64).
+struct Consts {
   int lanes;
-  ExprRef c(float v) const {
-    ExprRef k = constant(Type{ScalarType::f32, 1}, static_cast<double>(v));
-    return lanes > 1 ? broadcast(k, lanes) : k;
-  }
+  ExprRef splat(ExprRef k) const { return lanes > 1 ? broadcast(std::move(k), lanes) : k; }
+  ExprRef c(float v) const { return splat(constant(Type{ScalarType::f32, 1}, static_cast<double>(v))); }
   ExprRef bits(uint32_t b) const { return c(std::bit_cast<float>(b)); }
-  ExprRef i(int32_t v) const {
-    ExprRef k = constant(Type{ScalarType::i32, 1}, static_cast<double>(v));
-    return lanes > 1 ? broadcast(k, lanes) : k;
-  }
+  ExprRef i(int32_t v) const { return splat(constant(Type{ScalarType::i32, 1}, static_cast<double>(v))); }
+  ExprRef d(double v) const { return splat(constant(Type{ScalarType::f64, 1}, v)); }
+  ExprRef i64(int64_t v) const { return splat(index_const(v)); }
 };
 
 ExprRef lt(ExprRef a, ExprRef b) { return binary(Op::Lt, std::move(a), std::move(b)); }
@@ -43,7 +42,7 @@ ExprRef bound(Builder& b, ExprRef d, const char* name) { return d->op == Op::Var
 }  // namespace
 
 ExprRef sleef_expf_u10(Builder& b, ExprRef d) {
-  const F32 k{d->type.lanes};
+  const Consts k{d->type.lanes};
   d = bound(b, std::move(d), "exp.d");
   // q = round(d / ln 2) with ties to even (cvtps2dq); s = d - q*ln 2 in two fmas (hi, lo parts).
   ExprRef q = b.let("exp.q", cast(mul(d, k.bits(0x3fb8aa3b)), ScalarType::i32));
@@ -64,7 +63,7 @@ ExprRef sleef_expf_u10(Builder& b, ExprRef d) {
 }
 
 ExprRef sleef_logf_u10(Builder& b, ExprRef d) {
-  const F32 k{d->type.lanes};
+  const Consts k{d->type.lanes};
   d = bound(b, std::move(d), "log.d");
   const ExprRef one = k.c(1.0f), minus_one = k.c(-1.0f);
   // Subnormal inputs are scaled by 2^64 first, and 64 is taken off the exponent later.
@@ -109,14 +108,6 @@ ExprRef sleef_logf_u10(Builder& b, ExprRef d) {
 
 namespace {
 
-// Double-precision constants and i64 bit manipulation at a value's lane count.
-struct F64 {
-  int lanes;
-  ExprRef splat(ExprRef k) const { return lanes > 1 ? broadcast(std::move(k), lanes) : k; }
-  ExprRef c(double v) const { return splat(constant(Type{ScalarType::f64, 1}, v)); }
-  ExprRef i64(int64_t v) const { return splat(index_const(v)); }
-};
-
 // glibc's 2^(i/32) table for expf: entry i is the bits of 2^(i/32) less i << 47, so that adding
 // k << 47 for k = 32 m + i gives the bits of 2^(k/32) (m lands in the exponent field).
 constexpr int64_t kExp2fTable[32] = {
@@ -148,24 +139,23 @@ std::vector<int64_t> double_bits(const double (&values)[N]) {
 }  // namespace
 
 ExprRef glibc_expf(Builder& b, ExprRef x) {
-  const F32 k{x->type.lanes};
-  const F64 w{x->type.lanes};
+  const Consts k{x->type.lanes};
   x = bound(b, std::move(x), "expf.x");
   const ExprRef xd = b.let("expf.xd", cast(x, ScalarType::f64));
   // z = x * 32/ln 2 = k + r, k an integer by the shift 1.5 * 2^52 (ties to even), r in [-1/2, 1/2].
   // The shifted sum and r are each one fma with the product x * 32/ln 2.
-  const ExprRef inv_ln2_n = w.c(0x1.71547652b82fep+5), shift = w.c(0x1.8p+52);
+  const ExprRef inv_ln2_n = k.d(0x1.71547652b82fep+5), shift = k.d(0x1.8p+52);
   const ExprRef shifted = b.let("expf.shifted", fma(inv_ln2_n, xd, shift));
   const ExprRef ki = b.let("expf.ki", bitcast(shifted, ScalarType::i64));
   const ExprRef r = b.let("expf.r", fms(inv_ln2_n, xd, sub(shifted, shift)));
   // s = 2^(k/32): the table entry for k mod 32 plus k in the exponent field.
   const int tab = b.table(std::vector<int64_t>(std::begin(kExp2fTable), std::end(kExp2fTable)));
-  const ExprRef entry = table(tab, binary(Op::BitAnd, ki, w.i64(31)));
-  const ExprRef s = bitcast(add(entry, binary(Op::Shl, ki, w.i64(47))), ScalarType::f64);
+  const ExprRef entry = table(tab, binary(Op::BitAnd, ki, k.i64(31)));
+  const ExprRef s = bitcast(add(entry, binary(Op::Shl, ki, k.i64(47))), ScalarType::f64);
   // 2^(r/32) ~ 1 + c2 r + c1 r^2 + c0 r^3, as (c0 r + c1) r^2 + (c2 r + 1).
   const ExprRef r2 = mul(r, r);
-  const ExprRef hi = fma(w.c(0x1.c6af84b912394p-20), r, w.c(0x1.ebfce50fac4f3p-13));
-  const ExprRef lo = fma(w.c(0x1.62e42ff0c52d6p-6), r, w.c(1.0));
+  const ExprRef hi = fma(k.d(0x1.c6af84b912394p-20), r, k.d(0x1.ebfce50fac4f3p-13));
+  const ExprRef lo = fma(k.d(0x1.62e42ff0c52d6p-6), r, k.d(1.0));
   ExprRef y = cast(mul(fma(hi, r2, lo), s), ScalarType::f32);
   // |x| >= 88, infinities and NaN; between the thresholds the polynomial path above stands.
   const float inf = std::numeric_limits<float>::infinity();
@@ -176,8 +166,7 @@ ExprRef glibc_expf(Builder& b, ExprRef x) {
 }
 
 ExprRef glibc_logf(Builder& b, ExprRef x) {
-  const F32 k{x->type.lanes};
-  const F64 w{x->type.lanes};
+  const Consts k{x->type.lanes};
   x = bound(b, std::move(x), "logf.x");
   // A subnormal x is scaled by 2^23 first and 23 taken off its exponent bits.
   const ExprRef subnormal = binary(Op::And, lt(k.c(0.0f), x), lt(x, k.c(0x1p-126f)));
@@ -192,14 +181,15 @@ ExprRef glibc_logf(Builder& b, ExprRef x) {
   const ExprRef inv_c = bitcast(table(b.table(double_bits(kLogfInvC)), i), ScalarType::f64);
   const ExprRef log_c = bitcast(table(b.table(double_bits(kLogfLogC)), i), ScalarType::f64);
   // log x = e ln 2 + log c + log1p(r), r = z/c - 1 (one fma), log1p(r) ~ r + a2 r^2 + a1 r^3 + a0 r^4.
-  const ExprRef y0 = fma(e, w.c(0x1.62e42fefa39efp-1), log_c);
-  const ExprRef r = b.let("logf.r", fma(z, inv_c, w.c(-1.0)));
+  // (glibc returns 0 for x = 1 before all this, for directed rounding; at RNE the path below
+  // gives +0 too.)
+  const ExprRef y0 = fma(e, k.d(0x1.62e42fefa39efp-1), log_c);
+  const ExprRef r = b.let("logf.r", fma(z, inv_c, k.d(-1.0)));
   const ExprRef r2 = b.let("logf.r2", mul(r, r));
-  ExprRef p = fma(r, w.c(0x1.5575b0be00b6ap-2), w.c(-0x1.ffffef20a4123p-2));
-  p = fma(w.c(-0x1.00ea348b88334p-2), r2, p);
+  ExprRef p = fma(r, k.d(0x1.5575b0be00b6ap-2), k.d(-0x1.ffffef20a4123p-2));
+  p = fma(k.d(-0x1.00ea348b88334p-2), r2, p);
   ExprRef y = cast(fma(p, r2, add(r, y0)), ScalarType::f32);
   const float inf = std::numeric_limits<float>::infinity();
-  y = select(eq(x, k.c(1.0f)), k.c(0.0f), y);
   y = select(binary(Op::Or, lt(x, k.c(0.0f)), binary(Op::Ne, x, x)), k.c(std::numeric_limits<float>::quiet_NaN()), y);
   y = select(eq(x, k.c(inf)), k.c(inf), y);
   return select(eq(x, k.c(0.0f)), k.c(-inf), y);  // +0 and -0
@@ -211,7 +201,7 @@ ExprRef glibc_logf(Builder& b, ExprRef x) {
 // relative, so the result is within about 2 ulp); then (2 * 2^f) * 2^(n-1), the power built
 // from exponent bits. x < -125 gives +0 (no subnormal results), x >= 128 gives +inf, NaN gives NaN.
 ExprRef exp2_f32(Builder& b, ExprRef x) {
-  const F32 k{x->type.lanes};
+  const Consts k{x->type.lanes};
   x = bound(b, std::move(x), "exp2.x");
   ExprRef xc = b.let("exp2.xc", select(lt(x, k.c(-125.0f)), k.c(-125.0f), select(lt(k.c(128.0f), x), k.c(128.0f), x)));
   ExprRef n = b.let("exp2.n", cast(xc, ScalarType::i32));
