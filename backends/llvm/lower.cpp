@@ -306,7 +306,7 @@ struct Lowerer {
           v = e.args[0]->type.lanes == 1 ? A(0) : B.CreateExtractElement(A(0), static_cast<uint64_t>(e.index));
           break;
         case Op::Table: {
-          // Lane by lane: the tables are small and a gather instruction is no faster here.
+          // Lane by lane: one scalar load per lane.
           llvm::GlobalVariable* g = tables[static_cast<size_t>(e.index)];
           auto element = [&](llvm::Value* at) { return B.CreateLoad(B.getInt64Ty(), B.CreateGEP(g->getValueType(), g, {B.getInt64(0), at})); };
           if (t.lanes == 1) {

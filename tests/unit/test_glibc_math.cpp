@@ -101,8 +101,8 @@ TEST_CASE("glibc expf and logf in IR equal the installed libm on every f32 input
 
 // The interpreter (the specification) and cuda-emu, scalar and 8-lane, on 2^18 inputs spread over
 // every exponent (a stride through the bit patterns) plus the special values. This ties the
-// backends to the interpreter; it is too small to catch a misplaced fma (those move about one
-// input in many thousands), which the exhaustive test above does.
+// backends to the interpreter; it is too small to catch a misplaced fma (that moves only rare
+// inputs), which the exhaustive test above does.
 TEST_CASE("glibc expf and logf in IR: interpreter and cuda-emu agree with libm on a sample") {
   std::vector<float> x;
   for (uint32_t b : {0x00000000u, 0x80000000u, 0x7f800000u, 0xff800000u, 0x7fc00000u, 0xffc00000u, 0x00000001u, 0x007fffffu, 0x00800000u,
