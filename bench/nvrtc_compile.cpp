@@ -3,6 +3,11 @@
 // most 150 ms for layer_norm. Prints one JSON line per kernel, with the medians of NVRTC's own
 // phase times (front end, NVVM, ptxas), after two floors: an empty kernel (NVRTC's fixed cost)
 // and an empty kernel that includes ordo_rt.cuh (what the helper header adds).
+//
+// The runs are interleaved: run i compiles the floors and then every kernel once, so a change
+// in the machine's speed during the benchmark (this VM's compile times drift by up to 1.5x
+// over minutes) reaches every kernel alike. "floor_ratio" is the median over runs of a kernel's
+// time divided by the empty kernel's time in the same run: the number to compare across days.
 //   bench_nvrtc [--runs R] [--arch 90]
 #include <fmt/format.h>
 
@@ -29,6 +34,7 @@ int main(int argc, char** argv) {
     ordo::ScalarType dtype;
   };
   const Case cases[] = {{ordo::OpKind::layer_norm, "fast", ordo::ScalarType::f32},
+                        {ordo::OpKind::layer_norm, "fast", ordo::ScalarType::bf16},
                         {ordo::OpKind::layer_norm, "torch-cuda", ordo::ScalarType::f32},
                         {ordo::OpKind::layer_norm, "torch-cuda", ordo::ScalarType::bf16},
                         {ordo::OpKind::softmax, "warp-butterfly", ordo::ScalarType::f32},
@@ -39,24 +45,32 @@ int main(int argc, char** argv) {
     std::sort(v.begin(), v.end());
     return v[v.size() / 2];
   };
-  try {
-    ordo::cuda_backend::compile(ordo::cuda_backend::Source{"extern \"C\" __global__ void warm() {}", "warm"}, arch, true,
-                                false);  // loads NVRTC's libraries once, outside the timing
-    for (const char* include : {"", "#include \"ordo_rt.cuh\"\n"}) {
-      const ordo::cuda_backend::Source s{std::string(include) + "extern \"C\" __global__ void empty() {}", "empty"};
-      std::vector<double> nvrtc, frontend, nvvm, ptxas;
-      for (int i = 0; i < runs; ++i) {
-        const ordo::cuda_backend::Compiled out = ordo::cuda_backend::compile(s, arch, true, false, true);
-        nvrtc.push_back(out.nvrtc_ms);
-        frontend.push_back(out.frontend_ms);
-        nvvm.push_back(out.nvvm_ms);
-        ptxas.push_back(out.ptxas_ms);
-      }
-      fmt::print("{{\"floor\": \"{}\", \"arch\": \"sm_{}\", \"runs\": {}, \"nvrtc_median_ms\": {:.1f}, \"frontend_ms\": {}, "
-                 "\"nvvm_ms\": {}, \"ptxas_ms\": {}}}\n",
-                 *include ? "empty kernel including ordo_rt.cuh" : "empty kernel", arch, runs, median(nvrtc),
-                 median(frontend), median(nvvm), median(ptxas));
+  // One compile's times, collected per floor or kernel over the runs.
+  struct Times {
+    std::vector<double> total, nvrtc, frontend, nvvm, ptxas, ratio;
+    size_t cubin = 0;
+    void add(double total_ms, const ordo::cuda_backend::Compiled& c) {
+      total.push_back(total_ms);
+      nvrtc.push_back(c.nvrtc_ms);
+      frontend.push_back(c.frontend_ms);
+      nvvm.push_back(c.nvvm_ms);
+      ptxas.push_back(c.ptxas_ms);
+      cubin = c.cubin.size();
     }
+  };
+  try {
+    auto source = [](std::string text, std::string entry) {
+      ordo::cuda_backend::Source s;
+      s.text = std::move(text);
+      s.entry = std::move(entry);
+      return s;
+    };
+    // Loads NVRTC's libraries once, outside the timing.
+    ordo::cuda_backend::compile(source("extern \"C\" __global__ void warm() {}", "warm"), arch, true, false);
+    const ordo::cuda_backend::Source floors[] = {source("extern \"C\" __global__ void empty() {}", "empty"),
+                                                 source("#include \"ordo_rt.cuh\"\nextern \"C\" __global__ void empty() {}", "empty")};
+    const char* floor_names[] = {"empty kernel", "empty kernel including ordo_rt.cuh"};
+    std::vector<ordo::Request> requests;
     for (const Case& c : cases) {
       ordo::Request r;
       r.op = c.op;
@@ -65,26 +79,37 @@ int main(int argc, char** argv) {
       r.x_dtype = c.dtype;
       r.has_weight = r.has_bias = c.op == ordo::OpKind::layer_norm;
       r.target = ordo::Target::cuda;  // device-only orders (torch-cuda) resolve for cuda only
-      std::vector<double> total, nvrtc, frontend, nvvm, ptxas;
-      size_t cubin = 0;
-      for (int i = 0; i < runs; ++i) {
-        const auto t0 = clock::now();
-        const ordo::ir::Kernel k = ordo::gen::build(r, ordo::gen::resolve(r));
-        const ordo::cuda_backend::Compiled out =
-            ordo::cuda_backend::compile(ordo::cuda_backend::render(k), arch, true, false, true);
-        total.push_back(std::chrono::duration<double, std::milli>(clock::now() - t0).count());
-        nvrtc.push_back(out.nvrtc_ms);
-        frontend.push_back(out.frontend_ms);
-        nvvm.push_back(out.nvvm_ms);
-        ptxas.push_back(out.ptxas_ms);
-        cubin = out.cubin.size();
+      requests.push_back(r);
+    }
+    std::vector<Times> floor_times(2), kernel_times(requests.size());
+    for (int i = 0; i < runs; ++i) {
+      for (size_t f = 0; f < 2; ++f) {
+        const ordo::cuda_backend::Compiled out = ordo::cuda_backend::compile(floors[f], arch, true, false, true);
+        floor_times[f].add(out.nvrtc_ms, out);
       }
-      std::sort(total.begin(), total.end());
+      for (size_t j = 0; j < requests.size(); ++j) {
+        const auto t0 = clock::now();
+        const ordo::ir::Kernel k = ordo::gen::build(requests[j], ordo::gen::resolve(requests[j]));
+        const ordo::cuda_backend::Compiled out = ordo::cuda_backend::compile(ordo::cuda_backend::render(k), arch, true, false, true);
+        const double ms = std::chrono::duration<double, std::milli>(clock::now() - t0).count();
+        kernel_times[j].add(ms, out);
+        kernel_times[j].ratio.push_back(ms / floor_times[0].nvrtc.back());
+      }
+    }
+    for (size_t f = 0; f < 2; ++f) {
+      const Times& t = floor_times[f];
+      fmt::print("{{\"floor\": \"{}\", \"arch\": \"sm_{}\", \"runs\": {}, \"nvrtc_median_ms\": {:.1f}, \"frontend_ms\": {}, "
+                 "\"nvvm_ms\": {}, \"ptxas_ms\": {}}}\n",
+                 floor_names[f], arch, runs, median(t.nvrtc), median(t.frontend), median(t.nvvm), median(t.ptxas));
+    }
+    for (size_t j = 0; j < requests.size(); ++j) {
+      const Times& t = kernel_times[j];
+      const auto [lo, hi] = std::minmax_element(t.total.begin(), t.total.end());
       fmt::print("{{\"op\": \"{}\", \"order\": \"{}\", \"dtype\": \"{}\", \"cols\": 4096, \"arch\": \"sm_{}\", \"runs\": {}, "
-                 "\"median_ms\": {:.1f}, \"min_ms\": {:.1f}, \"max_ms\": {:.1f}, \"nvrtc_median_ms\": {:.1f}, \"frontend_ms\": {}, "
-                 "\"nvvm_ms\": {}, \"ptxas_ms\": {}, \"cubin_bytes\": {}, \"target_ms\": 150}}\n",
-                 ordo::name(c.op), c.order, ordo::name(c.dtype), arch, runs, total[total.size() / 2], total.front(),
-                 total.back(), median(nvrtc), median(frontend), median(nvvm), median(ptxas), cubin);
+                 "\"median_ms\": {:.1f}, \"min_ms\": {:.1f}, \"max_ms\": {:.1f}, \"floor_ratio\": {:.2f}, \"nvrtc_median_ms\": {:.1f}, "
+                 "\"frontend_ms\": {}, \"nvvm_ms\": {}, \"ptxas_ms\": {}, \"cubin_bytes\": {}, \"target_ms\": 150}}\n",
+                 ordo::name(cases[j].op), cases[j].order, ordo::name(cases[j].dtype), arch, runs, median(t.total), *lo, *hi,
+                 median(t.ratio), median(t.nvrtc), median(t.frontend), median(t.nvvm), median(t.ptxas), t.cubin);
     }
   } catch (const ordo::Error& e) {
     fmt::print(stderr, "bench_nvrtc: {}\n", e.what());
