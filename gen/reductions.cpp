@@ -50,13 +50,6 @@ std::vector<ExprRef> lanes_of(const ExprRef& vec) {
   return out;
 }
 
-// acc + term, or fma(a, b, acc) for a product term when the order fuses.
-ExprRef accumulate(const Arith& ar, const ExprRef& acc, const Term& t, bool fuse) {
-  if (!t.b) return ar.add(acc, t.a);
-  return ar.mul_add(t.a, t.b, acc, fuse);
-}
-ExprRef first_value(const Arith& ar, const Term& t) { return t.b ? ar.mul(t.a, t.b) : t.a; }
-
 void emit_sequential(Builder& b, const Arith& ar, int acc, int64_t begin, int64_t end, const TermFn& term, bool fuse) {
   if (end <= begin) return;
   b.for_range("i", index_const(begin), index_const(end), 1,
@@ -338,52 +331,49 @@ void welford_merge(Builder& b, const Arith& ar, const WelfordState& acc, ExprRef
 
 // The cascade's lanes meet only in the final lane fold. Until then every lane runs its own
 // Welford stream, and the counts (and so every merge coefficient) are the same for all lanes.
-// The cascade can therefore run on groups of W lanes one after another, each group followed by
-// its part of the lane fold: each lane sees exactly the operations it sees at full width, and
-// the fold still takes lanes 0..V-1 in order. Only the amount of live state changes. Across its
-// chunk loop, the cascade keeps mean and M2 for each stack level and for the running chunk:
-// 2 * (depth + 1) vectors of W lanes, which grows with log2(N).
-//
-// W is the widest lane count (V, halved while even) whose state fits in `state_words` 32-bit
-// words, f64 values counting twice; with no bound (0) it is V.
-int cascade_lanes(int V, int depth, ScalarType t, int64_t state_words) {
-  const int64_t words = t == ScalarType::f64 ? 2 : 1;
-  int W = V;
-  while (state_words > 0 && W % 2 == 0 && 2 * int64_t(W) * (depth + 1) * words > state_words) W /= 2;
-  return W;
-}
-
-Moments lane_welford(Builder& b, const MomentsOrder& o, const Arith& ar, int64_t N, const LoadFn& x, int64_t state_words) {
+// So on the CUDA targets (`warp`) lane l runs as thread l of a warp, on scalars: each lane sees
+// exactly the operations it sees in the vector, and thread 0 then folds lanes 0..V-1 in order,
+// reading them by shuffles. The state a thread keeps is one lane's, and a warp reads
+// consecutive elements together. Across its chunk loop the cascade keeps mean and M2 for each
+// stack level and for the running chunk: 2 * (depth + 1) values per lane, depth ~ log2(N).
+Moments lane_welford(Builder& b, const MomentsOrder& o, const Arith& ar, int64_t N, const LoadFn& x, bool warp) {
+  const Kernel& k = b.kernel();
   const int V = o.lanes, K = o.chunk;
   const int64_t n = N / V;                 // full vectors
   const int64_t m = (n + K - 1) / K;       // chunks
   int depth = 1;
   if (m > 2) while ((int64_t(1) << depth) < m) ++depth;
-  const int W = cascade_lanes(V, depth, ar.t, state_words);  // lanes per group (above)
+  const int W = warp ? 1 : V;  // lanes each thread computes
   const Type vt{ar.t, W};
 
-  // Scalar Welford over the tail, with true division. It reads no cascade state, so it comes
-  // first, and each group of lanes can then fold into it as soon as it is done.
+  // Scalar Welford over the tail, with true division. It reads no cascade state, so the
+  // one-thread kernel runs it first; in a warp thread 0 runs it just before the lane fold.
   WelfordState tail = welford_locals(b, "tail", Type{ar.t, 1});
-  welford_zero(b, ar, tail, 1);
-  for (int64_t t = n * V; t < N; ++t) {
-    ExprRef xs = b.let("x", x(index_const(t), 1));
-    ExprRef d = b.let("d", ar.sub(xs, b.get(tail.mean)));
-    b.assign(tail.count, add(b.get(tail.count), index_const(1)));
-    b.assign(tail.mean, ar.add(b.get(tail.mean), ar.div(d, ar.count(b.get(tail.count)))));
-    b.assign(tail.m2, ar.mul_add(d, ar.sub(xs, b.get(tail.mean)), b.get(tail.m2), false));
-  }
+  auto emit_tail = [&] {
+    welford_zero(b, ar, tail, 1);
+    for (int64_t t = n * V; t < N; ++t) {
+      ExprRef xs = b.let("x", x(index_const(t), 1));
+      ExprRef d = b.let("d", ar.sub(xs, b.get(tail.mean)));
+      b.assign(tail.count, add(b.get(tail.count), index_const(1)));
+      b.assign(tail.mean, ar.add(b.get(tail.mean), ar.div(d, ar.count(b.get(tail.count)))));
+      b.assign(tail.m2, ar.mul_add(d, ar.sub(xs, b.get(tail.mean)), b.get(tail.m2), false));
+    }
+  };
+  if (!warp) emit_tail();
 
   // C[j] = 1/(j+1), stated in the IR so its rounding is part of the spec.
   std::vector<ExprRef> C;
-  for (int j = 0; j < K; ++j)
-    C.push_back(b.let(fmt::format("c{}", j), broadcast(ar.div(ar.constant(1.0), ar.constant(j + 1.0)), W)));
+  for (int j = 0; j < K; ++j) {
+    ExprRef c = ar.div(ar.constant(1.0), ar.constant(j + 1.0));
+    C.push_back(b.let(fmt::format("c{}", j), W > 1 ? broadcast(c, W) : c));
+  }
 
   std::vector<WelfordState> stack;
   for (int d = 0; d < depth; ++d) stack.push_back(welford_locals(b, fmt::format("stack{}", d), vt));
   int mu = b.local("mu", vt), s = b.local("s", vt);
 
-  // The cascade of lanes [lane0, lane0 + W) of every vector (lane0 null: all V lanes).
+  // The cascade of lanes [lane0, lane0 + W) of every vector: all V lanes (lane0 null), or in a
+  // warp the thread's own lane (lane0 = thread_id, W = 1).
   auto cascade = [&](ExprRef lane0) {
     auto column = [&](ExprRef vec) {
       ExprRef c = mul(std::move(vec), index_const(V));
@@ -432,14 +422,49 @@ Moments lane_welford(Builder& b, const MomentsOrder& o, const Arith& ar, int64_t
       const WelfordState& hi = stack[size_t(lvl)];
       welford_merge(b, ar, stack[0], b.get(hi.count), b.get(hi.mean), b.get(hi.m2), W, o.fma_merge);
     }
-    // Lane fold: each lane's (n, mean, M2) merged into the tail accumulator, in lane order.
-    for (int l = 0; l < W; ++l)
-      welford_merge(b, ar, tail, b.get(stack[0].count), extract(b.get(stack[0].mean), l), extract(b.get(stack[0].m2), l), 1,
-                    o.fma_merge);
   };
-  if (W == V) cascade(nullptr);
-  else b.for_range("lane0", index_const(0), index_const(V), W, cascade);
-  return {b.get(tail.mean), b.let("var", ar.div(b.get(tail.m2), ar.count(index_const(N))))};
+  const WelfordState& lanes = stack[0];
+  // Lane fold: each lane's (n, mean, M2) merged into the tail accumulator, in lane order.
+  auto fold = [&](const std::vector<ExprRef>& mean, const std::vector<ExprRef>& m2) {
+    for (int l = 0; l < V; ++l) welford_merge(b, ar, tail, b.get(lanes.count), mean[size_t(l)], m2[size_t(l)], 1, o.fma_merge);
+  };
+  if (!warp) {
+    cascade(nullptr);
+    std::vector<ExprRef> mean, m2;
+    for (int l = 0; l < V; ++l) {
+      mean.push_back(extract(b.get(lanes.mean), l));
+      m2.push_back(extract(b.get(lanes.m2), l));
+    }
+    fold(mean, m2);
+    return {b.get(tail.mean), b.let("var", ar.div(b.get(tail.m2), ar.count(index_const(N))))};
+  }
+
+  // The warp: lanes on threads 0..V-1, then the fold on thread 0, published through team memory.
+  b.team([&](ExprRef tid) {
+    welford_zero(b, ar, lanes, 1);  // threads V..31 hold an empty state nobody reads
+    b.if_(binary(Op::Lt, tid, index_const(V)), [&] { cascade(tid); });
+  });
+  const int mean_at = b.buffer("welford_mean", ar.t, true, Extent::scratch, 1);
+  const int var_at = b.buffer("welford_var", ar.t, true, Extent::scratch, 1);
+  b.team([&](ExprRef tid) {
+    std::vector<ExprRef> mean{b.get(lanes.mean)}, m2{b.get(lanes.m2)};
+    for (int l = 1; l < V; ++l) {
+      mean.push_back(b.let(fmt::format("lane{}.mean", l), shuffle_down(k, lanes.mean, l)));
+      m2.push_back(b.let(fmt::format("lane{}.m2", l), shuffle_down(k, lanes.m2, l)));
+    }
+    b.if_(binary(Op::Eq, tid, index_const(0)), [&] {
+      emit_tail();
+      fold(mean, m2);
+      b.store(mean_at, index_const(0), b.get(tail.mean));
+      b.store(var_at, index_const(0), ar.div(b.get(tail.m2), ar.count(index_const(N))));
+    });
+  });
+  const int mean = b.local("mean", Type{ar.t, 1}), var = b.local("var", Type{ar.t, 1});
+  b.team([&](ExprRef) {
+    b.assign(mean, load(k, mean_at, index_const(0)));
+    b.assign(var, load(k, var_at, index_const(0)));
+  });
+  return {b.get(mean), b.get(var)};
 }
 
 Moments sequential_welford(Builder& b, const Arith& ar, int64_t N, const LoadFn& x) {
@@ -457,11 +482,11 @@ Moments sequential_welford(Builder& b, const Arith& ar, int64_t N, const LoadFn&
 
 }  // namespace
 
-Moments emit_moments(Builder& b, const MomentsOrder& o, const Arith& ar, int64_t N, const LoadFn& x, int64_t state_words) {
+Moments emit_moments(Builder& b, const MomentsOrder& o, const Arith& ar, int64_t N, const LoadFn& x) {
   Moments out;
   b.region("moments", describe(o), [&] {
     switch (o.kind) {
-      case MomentsOrder::Kind::LaneWelford: out = lane_welford(b, o, ar, N, x, state_words); break;
+      case MomentsOrder::Kind::LaneWelford: out = lane_welford(b, o, ar, N, x, false); break;
       case MomentsOrder::Kind::SequentialWelford: out = sequential_welford(b, ar, N, x); break;
       case MomentsOrder::Kind::TwoPass: {
         ExprRef total = emit_sum(b, o.sum, ar, N, [&](ExprRef i, int lanes) { return Term{x(i, lanes), nullptr}; }, "sum(x)");
@@ -495,6 +520,12 @@ Moments emit_moments(Builder& b, const MomentsOrder& o, const Arith& ar, int64_t
         throw Error("internal: block_welford moments reached the single-thread expansion");
     }
   });
+  return out;
+}
+
+Moments emit_lane_welford_warp(Builder& b, const MomentsOrder& o, const Arith& ar, int64_t N, const LoadFn& x) {
+  Moments out;
+  b.region("moments", describe(o) + ", a lane per thread of one warp", [&] { out = lane_welford(b, o, ar, N, x, true); });
   return out;
 }
 

@@ -37,6 +37,13 @@ struct Term {
 };
 // Terms starting at column `index` (i64), `lanes` of them, in the compute type.
 using TermFn = std::function<Term(ir::ExprRef index, int lanes)>;
+// acc + term, or fma(a, b, acc) for a product term when the order fuses.
+inline ir::ExprRef accumulate(const Arith& ar, const ir::ExprRef& acc, const Term& t, bool fuse) {
+  if (!t.b) return ar.add(acc, t.a);
+  return ar.mul_add(t.a, t.b, acc, fuse);
+}
+// The first term of an accumulator, which starts from it (not from 0 + it).
+inline ir::ExprRef first_value(const Arith& ar, const Term& t) { return t.b ? ar.mul(t.a, t.b) : t.a; }
 // Values of x starting at column `index`, in the compute type.
 using LoadFn = std::function<ir::ExprRef(ir::ExprRef index, int lanes)>;
 
@@ -47,10 +54,11 @@ ir::ExprRef emit_sum(ir::Builder& b, const ir::SumOrder& order, const Arith& ar,
 struct Moments {
   ir::ExprRef mean, var;  // scalars in the order's accumulation type; var = M2 / N
 };
-// `state_words`: how many 32-bit words of state the expansion may keep live at once (0: no
-// bound; see register_words in gen/row.hpp). It changes the layout of the work, never the bits.
-Moments emit_moments(ir::Builder& b, const ir::MomentsOrder& order, const Arith& ar, int64_t n, const LoadFn& x,
-                     int64_t state_words);
+Moments emit_moments(ir::Builder& b, const ir::MomentsOrder& order, const Arith& ar, int64_t n, const LoadFn& x);
+// The lane Welford cascade (MomentsOrder::Kind::LaneWelford, lanes <= 32) as team statements
+// of a 32-thread team kernel, a lane per thread, with the one-thread expansion's bits. mean and
+// var are reads of per-thread locals, equal on every thread: use them in later team statements.
+Moments emit_lane_welford_warp(ir::Builder& b, const ir::MomentsOrder& order, const Arith& ar, int64_t n, const LoadFn& x);
 
 // Folds scalar lane values by `fold` (the vector length must be a power of two unless Sequential).
 ir::ExprRef fold_lanes(const std::vector<ir::ExprRef>& lanes, ir::LaneFold fold, const Arith& ar);

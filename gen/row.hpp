@@ -40,6 +40,19 @@ struct Row {
     if (full > 0) b.for_range("col", ir::index_const(0), ir::index_const(full), lanes, [&](ir::ExprRef c) { body(c, lanes); });
     if (full < N) b.for_range("col", ir::index_const(full), ir::index_const(N), 1, [&](ir::ExprRef c) { body(c, 1); });
   }
+  // The same columns shared by the threads of a team statement (`tid` its thread_id, of
+  // `threads`): thread t takes vectors t, t + threads, ..., and the tail columns likewise. With
+  // a null tid, one thread takes them all (for_each above).
+  template <class F>
+  void for_each(int lanes, ir::ExprRef tid, int threads, F&& body) const {
+    if (!tid) return for_each(lanes, body);
+    const int64_t full = N - N % lanes;
+    if (full > 0)
+      b.for_range("col", ir::mul(tid, ir::index_const(lanes)), ir::index_const(full), int64_t(lanes) * threads,
+                  [&](ir::ExprRef c) { body(c, lanes); });
+    if (full < N)
+      b.for_range("col", ir::add(ir::index_const(full), tid), ir::index_const(N), threads, [&](ir::ExprRef c) { body(c, 1); });
+  }
 };
 
 struct SoftmaxStats {
@@ -74,6 +87,21 @@ inline LayerNormBuffers layer_norm_buffers(ir::Builder& b, const Request& r) {
   return out;
 }
 
+// Runs `body` on one thread: thread 0 of a team statement (`tid` its thread_id), or the only
+// thread when tid is null.
+template <class F>
+void on_one_thread(ir::Builder& b, const ir::ExprRef& tid, F&& body) {
+  if (tid) b.if_(ir::binary(ir::Op::Eq, tid, ir::index_const(0)), body);
+  else body();
+}
+
+// Runs `body(tid)` as one team statement when `team`, else as plain statements with a null tid.
+template <class F>
+void in_team_if(ir::Builder& b, bool team, F&& body) {
+  if (team) b.team([&](ir::ExprRef tid) { body(tid); });
+  else body(ir::ExprRef());
+}
+
 // Stores a per-row statistic (f32 value) into element `row` of `buffer`.
 inline void store_stat(ir::Builder& b, int buffer, ir::ExprRef v) {
   ScalarType st = b.kernel().buffers[size_t(buffer)].elem;
@@ -93,23 +121,5 @@ inline Arith stats_arith(const ir::Order& o, ScalarType compute, ScalarType stor
     a.round_to = storage;
   return a;
 }
-
-// How many 32-bit words of reduction state an expansion may keep live for one instance on
-// target t, or 0 for no bound. The CUDA targets run an instance as one thread; cuda-emu gets
-// the same IR, because it runs the source NVRTC compiles. That thread's state must fit in its
-// 255 registers, or ptxas spills to local memory. A CPU gets no bound: a spill there is an L1
-// access, and the CPU needs the wide state, whose independent lanes hide the latency of each
-// step of a Welford chain. Lane groups of the cascade on the CPU cost 24-37% of layer_norm's
-// time (AVX-512 bf16 N = 4096, AVX2 bf16 N = 16384, AVX-512 f32 N = 8192 and 16384).
-//
-// 160 was measured with ptxas at sm_90 on the lane Welford cascade at full width, one thread
-// per row. The registers on top of the state (a chunk's x and d, the 1/(j+1) constants,
-// addresses, bf16 rounding) came to 60-95:
-//   state 128 words: 221 registers         (AVX-512 bf16 N = 1024)
-//   state 160 words: 245-246 registers     (AVX-512 f32 N = 4096, AVX2 f32 N = 65536)
-//   state 192 words: 254-255, no spill yet (AVX-512 f32 N = 8192, AVX-512 bf16 N = 2048, AVX2 bf16 N = 8192)
-//   state 208 words and more: spills       (AVX2 f32 N = 2^19, AVX-512 f32 N = 16384, AVX-512 bf16 N = 4096)
-// 160 is the largest of these that still left a margin below 255.
-inline int64_t register_words(Target t) { return t == Target::cuda || t == Target::cuda_emu ? 160 : 0; }
 
 }  // namespace ordo::gen

@@ -1,6 +1,7 @@
 // var_mean over the last dim, population variance (correction 0): var = M2/N.
 #include "gen/gen.hpp"
 #include "gen/row.hpp"
+#include "gen/warp.hpp"
 
 namespace ordo::gen {
 
@@ -9,16 +10,24 @@ using namespace ordo::ir;
 Kernel build_var_mean(const Request& r, const Order& o) {
   Kernel k;
   k.name = "var_mean";
+  const bool warp = warp_layout(r, o);  // the CUDA targets: one warp per row (gen/warp.hpp)
+  if (warp) k.team = kWarpThreads;
   Builder b(k);
   const int x = b.buffer("x", r.x_dtype, false, Extent::rows_by_cols);
   const int var_out = b.buffer("var", r.x_dtype, true, Extent::rows);
   const int mean_out = b.buffer("mean", r.x_dtype, true, Extent::rows);
   Row row(b, r.cols);
   const ScalarType acc = o.moments.acc;
-  Moments m = emit_moments(b, o.moments, stats_arith(o, acc, r.x_dtype), r.cols,
-                           [&](ExprRef col, int lanes) { return row.load_as(x, col, lanes, acc); }, register_words(r.target));
-  store_stat(b, var_out, to_f32(m.var));
-  store_stat(b, mean_out, to_f32(m.mean));
+  const Arith stats = stats_arith(o, acc, r.x_dtype);
+  const LoadFn load_x = [&](ExprRef col, int lanes) { return row.load_as(x, col, lanes, acc); };
+  Moments m = warp ? emit_warp_moments(b, o.moments, stats, r.cols, load_x)
+                   : emit_moments(b, o.moments, stats, r.cols, load_x);
+  in_team_if(b, warp, [&](ExprRef tid) {
+    on_one_thread(b, tid, [&] {
+      store_stat(b, var_out, to_f32(m.var));
+      store_stat(b, mean_out, to_f32(m.mean));
+    });
+  });
   return k;
 }
 

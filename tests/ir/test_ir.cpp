@@ -486,60 +486,94 @@ TEST_CASE("interpreter: CUDA's device functions are refused, not approximated") 
   CHECK_THROWS_WITH_AS(interpret(k, {BufferArg{&x, 1}, BufferArg{&out, 1}}, {1}), doctest::Contains("device-only"), Error);
 }
 
-// The CUDA targets bound the state an expansion keeps live (gen::register_words). Past the bound
-// the lane Welford cascade runs on groups of lanes, which must give the bits of the full width
-// the other targets run.
-TEST_CASE("gen: the lane Welford cascade in lane groups gives the full width's bits") {
-  struct Case {
-    const char* order;
-    ScalarType dtype;
-    int64_t n;
+// On the CUDA targets the norm ops run a row on one warp (gen/warp.hpp): a lane-tree sum's
+// partial sums, or the lane Welford cascade's lanes, one per thread, the folds by shuffles. The
+// interpreter runs both layouts; they must give the same bits, on every shape class (fewer
+// terms than lanes, fewer vectors than accumulators, tails, one chunk and many stack levels,
+// rows of NaN and inf) and storage type.
+TEST_CASE("gen: the norm ops on one warp give the one-thread kernel's bits") {
+  const char* orders[] = {"fast", "two-pass-lanes(lanes=4,accumulators=3)", "two-pass-lanes(lanes=16,accumulators=2)",
+                          "two-pass-lanes(lanes=32,accumulators=1,acc=f64)", "two-pass-lanes(lanes=1,accumulators=5)",
+                          "one-pass", "onnxruntime-cpu", "torch1.13-cpu-default", "torch1.13-cpu-avx2", "torch1.13-cpu-avx512",
+                          "lane-welford(lanes=32,acc=f64,fma=all)", "lane-welford(lanes=4,chunk=3,fma=update)"};
+  const int64_t widths[] = {1, 2, 5, 8, 9, 31, 32, 33, 47, 100, 257, 1000, 4099, 16384};
+  uint64_t state = 7;
+  auto next = [&] {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    return float(int64_t(state >> 40) - (int64_t(1) << 23)) / float(1 << 23);  // [-1, 1)
   };
-  for (const Case& c : {Case{"torch1.13-cpu-avx512", ScalarType::bf16, 4101}, Case{"torch1.13-cpu-avx512", ScalarType::f32, 16384},
-                        Case{"lane-welford(lanes=32,acc=f64,fma=all)", ScalarType::f32, 1000}}) {
-    INFO(c.order, " ", name(c.dtype), " N=", c.n);
+  int compared = 0;
+  for (OpKind op : {OpKind::layer_norm, OpKind::rms_norm, OpKind::var_mean})
+    for (const char* order : orders)
+      for (ScalarType dtype : {ScalarType::f32, ScalarType::bf16, ScalarType::f16})
+        for (int64_t n : widths) {
+          Request r;
+          r.op = op;
+          r.cols = n;
+          r.order = order;
+          r.x_dtype = dtype;
+          r.has_weight = op != OpKind::var_mean;
+          r.has_bias = op == OpKind::layer_norm;
+          r.target = Target::cpu;
+          ir::Order resolved;
+          try {
+            resolved = gen::resolve(r);
+          } catch (const Error&) {
+            continue;  // the order does not take this op, dtype or shape
+          }
+          if (std::string_view(order) == "onnxruntime-cpu" && n <= 7) continue;  // its N <= 7 kernel is a Welford
+          INFO(name(op), " ", std::string(order), " ", name(dtype), " N=", n);
+          const Kernel one_thread = gen::build(r, resolved);
+          r.target = Target::cuda_emu;
+          const Kernel warp = gen::build(r, gen::resolve(r));
+          REQUIRE(verify(warp).empty());
+          CHECK(one_thread.team == 1);
+          REQUIRE(warp.team == 32);  // every case here has a warp layout
+
+          // Three rows: values around 10, a row holding a NaN and an inf, values around -1e4.
+          const int64_t rows = 3;
+          std::vector<std::vector<uint8_t>> inputs;
+          std::vector<int64_t> counts;
+          for (const Buffer& buf : one_thread.buffers) {
+            if (!is_argument(buf)) continue;
+            const size_t elem = size_t(size_bytes(buf.elem));
+            const int64_t count = buf.extent == Extent::rows_by_cols ? rows * n : buf.extent == Extent::cols ? n : rows;
+            std::vector<uint8_t> data(size_t(count) * elem);
+            if (!buf.output)
+              for (int64_t i = 0; i < count; ++i) {
+                const int64_t row = buf.extent == Extent::rows_by_cols ? i / n : 0, col = i % n;
+                float v = buf.extent == Extent::cols ? next() : row == 2 ? -1e4f + 50 * next() : 10 + 3 * next();
+                if (buf.extent == Extent::rows_by_cols && row == 1 && col == n / 2) v = n % 2 ? std::nanf("") : INFINITY;
+                uint8_t* to = &data[size_t(i) * elem];
+                if (buf.elem == ScalarType::f32) std::memcpy(to, &v, 4);
+                const uint16_t h = buf.elem == ScalarType::bf16 ? f32_to_bf16_bits(v) : f32_to_f16_bits(v);
+                if (buf.elem != ScalarType::f32) std::memcpy(to, &h, 2);
+              }
+            inputs.push_back(std::move(data));
+            counts.push_back(count);
+          }
+          auto run = [&](const Kernel& k) {
+            std::vector<std::vector<uint8_t>> data = inputs;
+            std::vector<BufferArg> args;
+            for (size_t i = 0; i < data.size(); ++i) args.push_back({data[i].data(), counts[i]});
+            interpret(k, args, {rows});
+            return data;
+          };
+          CHECK(run(one_thread) == run(warp));
+          ++compared;
+        }
+  CHECK(compared > 400);
+  MESSAGE(compared, " kernels compared");
+
+  // Outside the warp layout the CUDA targets keep one thread: more partial sums than a warp has
+  // threads, outer chunks, pairwise sums, a sequential Welford.
+  for (const char* order : {"two-pass-lanes(lanes=8,accumulators=8)", "two-pass-lanes(outer=64)", "two-pass-pairwise",
+                            "sequential-welford"}) {
     Request r;
     r.op = OpKind::layer_norm;
-    r.cols = c.n;
-    r.order = c.order;
-    r.x_dtype = c.dtype;
-    r.has_weight = r.has_bias = true;
-    r.target = Target::cpu;
-    const Kernel wide = gen::build(r, gen::resolve(r));
+    r.cols = 1000;
+    r.order = order;
     r.target = Target::cuda;
-    const Kernel grouped = gen::build(r, gen::resolve(r));
-    REQUIRE(verify(grouped).empty());
-    CHECK(print(grouped).find("for %lane0 in") != std::string::npos);  // the bound applies here
-    CHECK(print(wide).find("for %lane0 in") == std::string::npos);
-
-    // Rows of values around 10 (the deviations are small against the mean), weight and bias.
-    const int64_t rows = 3, n = c.n;
-    const size_t elem = size_t(size_bytes(c.dtype));
-    uint64_t state = 1;
-    auto next = [&] {
-      state = state * 6364136223846793005ull + 1442695040888963407ull;
-      return float(int64_t(state >> 40) - (int64_t(1) << 23)) / float(1 << 23);  // [-1, 1)
-    };
-    auto values = [&](int64_t count, float offset, float scale) {
-      std::vector<uint8_t> out(size_t(count) * elem);
-      for (int64_t i = 0; i < count; ++i) {
-        const float v = offset + scale * next();
-        if (c.dtype == ScalarType::bf16) {
-          const uint16_t h = f32_to_bf16_bits(v);
-          std::memcpy(&out[size_t(i) * elem], &h, elem);
-        } else {
-          std::memcpy(&out[size_t(i) * elem], &v, elem);
-        }
-      }
-      return out;
-    };
-    const std::vector<uint8_t> x = values(rows * n, 10, 3), w = values(n, 0, 1), bias = values(n, 0, 1);
-    auto run = [&](const Kernel& k) {
-      std::vector<uint8_t> xi = x, wi = w, bi = bias, y(x.size()), mean(size_t(rows) * elem), rstd(size_t(rows) * elem);
-      interpret(k, {{xi.data(), rows * n}, {wi.data(), n}, {bi.data(), n}, {y.data(), rows * n}, {mean.data(), rows}, {rstd.data(), rows}},
-                {rows});
-      return std::vector<std::vector<uint8_t>>{y, mean, rstd};
-    };
-    CHECK(run(wide) == run(grouped));
+    CHECK_MESSAGE(gen::build(r, gen::resolve(r)).team == 1, order);
   }
 }
