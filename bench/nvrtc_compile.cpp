@@ -5,8 +5,8 @@
 // and an empty kernel that includes ordo_rt.cuh (what the helper header adds).
 //
 // The runs are interleaved: run i compiles the floors and then every kernel once, so a change
-// in the machine's speed during the benchmark (this VM's compile times drift by up to 1.5x
-// over minutes) reaches every kernel alike. "floor_ratio" is the median over runs of a kernel's
+// in the machine's speed during the benchmark (this VM's compile times drift by up to 2x
+// within an hour) reaches every kernel alike. "floor_ratio" is the median over runs of a kernel's
 // time divided by the empty kernel's time in the same run: the number to compare across days.
 //   bench_nvrtc [--runs R] [--arch 90]
 #include <fmt/format.h>
