@@ -5,7 +5,8 @@
 // top of templates/simt_emu.hpp (target cuda-emu), which defines the CUDA intrinsics used here
 // with the same IEEE meaning. So this file uses only: __fadd_rn-style intrinsics (one rounding,
 // never contracted), __float_as_int-style bit casts, __float2int_rn, __ll2float_rn-style
-// conversions, and plain integer and comparison operators.
+// conversions, plain integer and comparison operators, and three f32 <-> f16/bf16 conversion
+// instructions (cvt_*: inline PTX on the GPU, written out by simt_emu.hpp on the host).
 //
 // Vectors: vec<T, N> is N lanes in a plain array. Every operation is lane by lane, written out
 // as a pack expansion over the lane indices (not a loop), so the lanes of a register-resident
@@ -126,44 +127,41 @@ ORDO_FN i64 bitcast_i64(double a) { return __double_as_longlong(a); }
 ORDO_FN double bitcast_f64(i64 a) { return __longlong_as_double(a); }
 
 // ---- conversions (ir.hpp, Op::Cast) -------------------------------------------------------------
-// f32 -> bf16, round to nearest even; NaN stays a (quiet) NaN. ir/float_bits.hpp's algorithm.
+// f32 <-> f16/bf16 are PTX's conversion instructions, the ones cuda_fp16.h and cuda_bf16.h use for
+// __float2half_rn, __half2float and (sm_80 on) __float2bfloat16_rn: round to nearest even, no
+// flush of subnormals, and a NaN stays a NaN (the GPU's is canonical; ir.hpp leaves the payload
+// open). simt_emu.hpp gives the host the same three functions, with ir/float_bits.hpp's
+// algorithms. One instruction each, where the written-out algorithms were 4 (bf16) and about 15
+// (f16) instructions in every rounding of every lane; NVRTC spent up to 2x longer on those kernels.
+#if defined(__CUDACC__)
+ORDO_FN unsigned short cvt_rn_bf16_f32(float f) {
+  unsigned short r;
+  asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(r) : "f"(f));
+  return r;
+}
+ORDO_FN unsigned short cvt_rn_f16_f32(float f) {
+  unsigned short r;
+  asm("cvt.rn.f16.f32 %0, %1;" : "=h"(r) : "f"(f));
+  return r;
+}
+ORDO_FN float cvt_f32_f16(unsigned short h) {
+  float r;
+  asm("cvt.f32.f16 %0, %1;" : "=f"(r) : "h"(h));
+  return r;
+}
+#endif
 ORDO_FN bf16 to_bf16(float f) {
-  const unsigned x = (unsigned)__float_as_int(f);
   bf16 r;
-  if ((x & 0x7fffffffu) > 0x7f800000u) r.bits = (unsigned short)((x >> 16) | 0x40u);
-  else r.bits = (unsigned short)((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
+  r.bits = cvt_rn_bf16_f32(f);
   return r;
 }
-ORDO_FN float to_f32(bf16 h) { return __int_as_float((int)((unsigned)h.bits << 16)); }
-
-// f32 -> f16, round to nearest even. ir/float_bits.hpp's algorithm.
+ORDO_FN float to_f32(bf16 h) { return __int_as_float((int)((unsigned)h.bits << 16)); }  // exact
 ORDO_FN f16 to_f16(float f) {
-  const unsigned x = (unsigned)__float_as_int(f);
-  const unsigned sign = (x >> 16) & 0x8000u;
-  const unsigned ax = x & 0x7fffffffu;
   f16 r;
-  if (ax > 0x7f800000u) r.bits = (unsigned short)(sign | 0x7e00u | ((ax >> 13) & 0x3ffu));
-  else if (ax >= 0x477ff000u) r.bits = (unsigned short)(sign | 0x7c00u);  // >= 65520 rounds to inf
-  else if (ax >= 0x38800000u) r.bits = (unsigned short)(sign | ((ax + 0xfffu + ((ax >> 13) & 1u) - 0x38000000u) >> 13));
-  else {
-    // Subnormal half (unit 2^-24) or zero: the scaling by 2^24 is exact (the result is below
-    // 2^10), then round to the nearest integer, ties to even.
-    const float scaled = __fmul_rn(__int_as_float((int)ax), 16777216.0f);
-    r.bits = (unsigned short)(sign | (unsigned)__float2int_rn(scaled));
-  }
+  r.bits = cvt_rn_f16_f32(f);
   return r;
 }
-ORDO_FN float to_f32(f16 h) {
-  const unsigned sign = (unsigned)(h.bits & 0x8000u) << 16;
-  const unsigned e = (h.bits >> 10) & 0x1fu;
-  const unsigned mant = h.bits & 0x3ffu;
-  if (e == 0x1fu) return __int_as_float((int)(sign | 0x7f800000u | (mant << 13)));
-  if (e == 0) {  // zero or subnormal: mant * 2^-24, exact in f32
-    const float v = __fmul_rn(__int2float_rn((int)mant), 5.9604644775390625e-8f);
-    return sign ? -v : v;
-  }
-  return __int_as_float((int)(sign | ((e + 112u) << 23) | (mant << 13)));
-}
+ORDO_FN float to_f32(f16 h) { return cvt_f32_f16(h.bits); }  // exact
 ORDO_FN float to_f32(double a) { return __double2float_rn(a); }
 ORDO_FN float to_f32(i64 a) { return __ll2float_rn(a); }
 ORDO_FN float to_f32(int a) { return __int2float_rn(a); }

@@ -213,6 +213,29 @@ TEST_CASE("NVRTC: every supported arch compiles to a cubin; others are refused")
   CHECK_THROWS_WITH_AS(compile(r), doctest::Contains("sm_70"), Error);
 }
 
+// The 16-bit storage conversions are PTX's cvt instructions on the GPU (templates/ordo_rt.cuh);
+// the host's cuda-emu build computes them with ir/float_bits.hpp's algorithms instead, so only
+// the PTX can show that the instruction is what NVRTC compiles.
+TEST_CASE("NVRTC: f16 and bf16 roundings are PTX cvt instructions") {
+  REQUIRE(cuda_backend::nvrtc_available());
+  for (ScalarType t : {ScalarType::bf16, ScalarType::f16}) {
+    Request r;
+    r.op = OpKind::layer_norm;
+    r.cols = 4096;
+    r.order = "fast";
+    r.x_dtype = t;
+    r.has_weight = r.has_bias = true;
+    const std::string ptx = cuda_backend::compile(cuda_backend::render(kernel_for(r)), 90, false, false).ptx;
+    INFO(name(t));
+    if (t == ScalarType::bf16) {
+      CHECK(count(ptx, R"(cvt\.rn\.bf16\.f32)") > 0);
+    } else {
+      CHECK(count(ptx, R"(cvt\.rn\.f16\.f32)") > 0);
+      CHECK(count(ptx, R"(cvt\.f32\.f16)") > 0);
+    }
+  }
+}
+
 // glibc's expf and logf are IR (gen/math.cpp), so the CPU reference orders that use them lower to
 // CUDA like any other: the source holds their table and no call of CUDA's expf/logf.
 TEST_CASE("cuda: the orders using glibc's expf/logf lower with the algorithm written out, not a call") {
