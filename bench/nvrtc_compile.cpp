@@ -8,7 +8,11 @@
 // in the machine's speed during the benchmark (this VM's compile times drift by up to 2x
 // within an hour) reaches every kernel alike. "floor_ratio" is the median over runs of a kernel's
 // time divided by the empty kernel's time in the same run: the number to compare across days.
-//   bench_nvrtc [--runs R] [--arch 90]
+//
+// By default it compiles a fixed set of kernels (the GPU orders' layer_norm in every dtype, a
+// CPU reference order mapped to the GPU, two softmax kernels). --every-layer-norm compiles
+// instead every named order's layer_norm in every dtype the order takes, N = 4096.
+//   bench_nvrtc [--runs R] [--arch 90] [--every-layer-norm]
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -23,9 +27,18 @@
 
 int main(int argc, char** argv) {
   int runs = 15, arch = 90;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    if (!std::strcmp(argv[i], "--runs")) runs = std::max(1, std::atoi(argv[i + 1]));
-    else if (!std::strcmp(argv[i], "--arch")) arch = std::atoi(argv[i + 1]);
+  bool every_layer_norm = false;
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--every-layer-norm")) {
+      every_layer_norm = true;
+    } else if (i + 1 < argc && !std::strcmp(argv[i], "--runs")) {
+      runs = std::max(1, std::atoi(argv[++i]));
+    } else if (i + 1 < argc && !std::strcmp(argv[i], "--arch")) {
+      arch = std::atoi(argv[++i]);
+    } else {
+      fmt::print(stderr, "bench_nvrtc: unknown argument '{}' (usage: bench_nvrtc [--runs R] [--arch 90] [--every-layer-norm])\n", argv[i]);
+      return 2;
+    }
   }
   using clock = std::chrono::steady_clock;
   struct Case {
@@ -33,14 +46,23 @@ int main(int argc, char** argv) {
     const char* order;
     ordo::ScalarType dtype;
   };
-  const Case cases[] = {{ordo::OpKind::layer_norm, "fast", ordo::ScalarType::f32},
-                        {ordo::OpKind::layer_norm, "fast", ordo::ScalarType::bf16},
-                        {ordo::OpKind::layer_norm, "torch-cuda", ordo::ScalarType::f32},
-                        {ordo::OpKind::layer_norm, "torch-cuda", ordo::ScalarType::bf16},
-                        {ordo::OpKind::softmax, "warp-butterfly", ordo::ScalarType::f32},
-                        {ordo::OpKind::layer_norm, "torch1.13-cpu-avx2", ordo::ScalarType::f32},
-                        {ordo::OpKind::layer_norm, "torch1.13-cpu-avx2", ordo::ScalarType::bf16},
-                        {ordo::OpKind::softmax, "torch1.13-cpu-avx2", ordo::ScalarType::f32}};
+  std::vector<Case> cases = {{ordo::OpKind::layer_norm, "fast", ordo::ScalarType::f32},
+                             {ordo::OpKind::layer_norm, "fast", ordo::ScalarType::bf16},
+                             {ordo::OpKind::layer_norm, "fast", ordo::ScalarType::f16},
+                             {ordo::OpKind::layer_norm, "torch-cuda", ordo::ScalarType::f32},
+                             {ordo::OpKind::layer_norm, "torch-cuda", ordo::ScalarType::bf16},
+                             {ordo::OpKind::layer_norm, "torch-cuda", ordo::ScalarType::f16},
+                             {ordo::OpKind::softmax, "warp-butterfly", ordo::ScalarType::f32},
+                             {ordo::OpKind::layer_norm, "torch1.13-cpu-avx2", ordo::ScalarType::f32},
+                             {ordo::OpKind::layer_norm, "torch1.13-cpu-avx2", ordo::ScalarType::bf16},
+                             {ordo::OpKind::softmax, "torch1.13-cpu-avx2", ordo::ScalarType::f32}};
+  if (every_layer_norm) {
+    cases.clear();
+    for (const ordo::gen::NamedOrder& o : ordo::gen::named_orders()) {
+      if (std::find(o.ops.begin(), o.ops.end(), ordo::OpKind::layer_norm) == o.ops.end()) continue;
+      for (ordo::ScalarType t : o.dtypes) cases.push_back({ordo::OpKind::layer_norm, o.name.data(), t});
+    }
+  }
   auto median = [](std::vector<double> v) {
     std::sort(v.begin(), v.end());
     return v[v.size() / 2];

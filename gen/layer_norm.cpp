@@ -55,7 +55,7 @@ Kernel build_layer_norm(const Request& r, const Order& o) {
     const bool fuse = o.affine.fma;
     ExprRef shift;
     if (o.affine.form == AffineOrder::Form::ScaleBias) shift = b.let("shift", ar.mul(unary(Op::Neg, rstd), mean));
-    row.for_each(o.elementwise_lanes, tid, k.team, [&](ExprRef col, int lanes) {
+    row.for_each(elementwise_lanes(o, tid, r.x_dtype), tid, k.team, [&](ExprRef col, int lanes) {
       auto bc = [&](ExprRef s) { return lanes > 1 ? broadcast(s, lanes) : s; };
       ExprRef xv = row.load_as(x, col, lanes, ScalarType::f32);
       ExprRef gamma = w >= 0 ? row.load_as(w, col, lanes, ScalarType::f32) : nullptr;

@@ -332,15 +332,21 @@ void welford_merge(Builder& b, const Arith& ar, const WelfordState& acc, ExprRef
 // The cascade's lanes meet only in the final lane fold. Until then every lane runs its own
 // Welford stream, and the counts (and so every merge coefficient) are the same for all lanes.
 // So on the CUDA targets (`warp`) lane l runs as thread l of a warp, on scalars: each lane sees
-// exactly the operations it sees in the vector, and thread 0 then folds lanes 0..V-1 in order,
-// reading them by shuffles. The state a thread keeps is one lane's, and a warp reads
-// consecutive elements together. Across its chunk loop the cascade keeps mean and M2 for each
-// stack level and for the running chunk: 2 * (depth + 1) values per lane, depth ~ log2(N).
+// exactly the operations it sees in the vector, and thread 0 then folds lanes 0..V-1 in order.
+// A warp reads consecutive elements together, and a thread keeps one lane's state.
+//
+// The one-thread kernel writes the cascade out: a chunk's K steps each with its own constant
+// 1/(j+1), the stack levels as locals, and every carry and merge at its level. The warp kernel
+// states the same operations on the same values as loops over team memory instead: the step
+// constants, the stack (level l of lane t at l*V + t) and the lanes for the fold. That is
+// about a tenth of the code, and NVRTC's compile time follows the code, above all its IEEE
+// divisions (one per merge).
 Moments lane_welford(Builder& b, const MomentsOrder& o, const Arith& ar, int64_t N, const LoadFn& x, bool warp) {
   const Kernel& k = b.kernel();
   const int V = o.lanes, K = o.chunk;
   const int64_t n = N / V;                 // full vectors
   const int64_t m = (n + K - 1) / K;       // chunks
+  const int64_t full_chunks = n / K;
   int depth = 1;
   if (m > 2) while ((int64_t(1) << depth) < m) ++depth;
   const int W = warp ? 1 : V;  // lanes each thread computes
@@ -351,46 +357,62 @@ Moments lane_welford(Builder& b, const MomentsOrder& o, const Arith& ar, int64_t
   WelfordState tail = welford_locals(b, "tail", Type{ar.t, 1});
   auto emit_tail = [&] {
     welford_zero(b, ar, tail, 1);
-    for (int64_t t = n * V; t < N; ++t) {
-      ExprRef xs = b.let("x", x(index_const(t), 1));
+    if (n * V == N) return;
+    b.for_range("t", index_const(n * V), index_const(N), 1, [&](ExprRef t) {
+      ExprRef xs = b.let("x", x(t, 1));
       ExprRef d = b.let("d", ar.sub(xs, b.get(tail.mean)));
       b.assign(tail.count, add(b.get(tail.count), index_const(1)));
       b.assign(tail.mean, ar.add(b.get(tail.mean), ar.div(d, ar.count(b.get(tail.count)))));
       b.assign(tail.m2, ar.mul_add(d, ar.sub(xs, b.get(tail.mean)), b.get(tail.m2), false));
-    }
+    });
   };
   if (!warp) emit_tail();
 
-  // C[j] = 1/(j+1), stated in the IR so its rounding is part of the spec.
+  // The chunk's step constants 1/(j+1), stated in the IR so their rounding is part of the spec:
+  // locals c0..c{K-1} in the one-thread kernel, team memory in the warp (count(j+1) and
+  // constant(j+1) are the same value: j+1 in the compute type, rounded like any result).
   std::vector<ExprRef> C;
-  for (int j = 0; j < K; ++j) {
-    ExprRef c = ar.div(ar.constant(1.0), ar.constant(j + 1.0));
-    C.push_back(b.let(fmt::format("c{}", j), W > 1 ? broadcast(c, W) : c));
+  int reciprocals_at = -1;
+  if (!warp) {
+    for (int j = 0; j < K; ++j) {
+      ExprRef c = ar.div(ar.constant(1.0), ar.constant(j + 1.0));
+      C.push_back(b.let(fmt::format("c{}", j), W > 1 ? broadcast(c, W) : c));
+    }
+  } else {
+    reciprocals_at = b.buffer("welford_reciprocals", ar.t, true, Extent::scratch, K);
+    b.team([&](ExprRef tid) {
+      b.for_range("j", tid, index_const(K), k.team, [&](ExprRef j) {
+        b.store(reciprocals_at, j, ar.div(ar.constant(1.0), ar.count(add(j, index_const(1)))));
+      });
+    });
   }
 
-  std::vector<WelfordState> stack;
-  for (int d = 0; d < depth; ++d) stack.push_back(welford_locals(b, fmt::format("stack{}", d), vt));
   int mu = b.local("mu", vt), s = b.local("s", vt);
-
-  // The cascade of lanes [lane0, lane0 + W) of every vector: all V lanes (lane0 null), or in a
-  // warp the thread's own lane (lane0 = thread_id, W = 1).
-  auto cascade = [&](ExprRef lane0) {
-    auto column = [&](ExprRef vec) {
-      ExprRef c = mul(std::move(vec), index_const(V));
-      return lane0 ? add(c, lane0) : c;
+  // One chunk's Welford steps over `len` vectors from vector `first_vec`, into (mu, s); `column`
+  // maps a vector index to the element index of the lanes computed here.
+  auto chunk_steps = [&](ExprRef first_vec, int len, const std::function<ExprRef(ExprRef)>& column) {
+    b.assign(mu, ar.constant(0.0, W));
+    b.assign(s, ar.constant(0.0, W));
+    auto step = [&](ExprRef j, ExprRef c) {  // vector first_vec + j, with c = 1/(j+1)
+      ExprRef xv = b.let("x", x(column(add(first_vec, std::move(j))), W));
+      ExprRef d = b.let("d", ar.sub(xv, b.get(mu)));
+      b.assign(mu, ar.mul_add(d, std::move(c), b.get(mu), o.fma_update));
+      b.assign(s, ar.mul_add(d, ar.sub(xv, b.get(mu)), b.get(s), o.fma_update));
     };
-    for (const WelfordState& level : stack) welford_zero(b, ar, level, W);
+    if (!warp)
+      for (int j = 0; j < len; ++j) step(index_const(j), C[size_t(j)]);
+    else
+      b.for_range("step", index_const(0), index_const(len), 1, [&](ExprRef j) { step(j, load(k, reciprocals_at, j)); });
+  };
 
-    // One chunk of `len` vectors starting at vector `first`, merged into the stack, then carried.
+  if (!warp) {
+    std::vector<WelfordState> stack;
+    for (int d = 0; d < depth; ++d) stack.push_back(welford_locals(b, fmt::format("stack{}", d), vt));
+    for (const WelfordState& level : stack) welford_zero(b, ar, level, W);
+    auto column = [&](ExprRef vec) { return mul(std::move(vec), index_const(V)); };
+    // One chunk, merged into the stack, then carried.
     auto chunk = [&](ExprRef first_vec, int len, const std::function<ExprRef(int)>& carry_cond) {
-      b.assign(mu, ar.constant(0.0, W));
-      b.assign(s, ar.constant(0.0, W));
-      for (int j = 0; j < len; ++j) {
-        ExprRef xv = b.let("x", x(column(add(first_vec, index_const(j))), W));
-        ExprRef d = b.let("d", ar.sub(xv, b.get(mu)));
-        b.assign(mu, ar.mul_add(d, C[size_t(j)], b.get(mu), o.fma_update));
-        b.assign(s, ar.mul_add(d, ar.sub(xv, b.get(mu)), b.get(s), o.fma_update));
-      }
+      chunk_steps(std::move(first_vec), len, column);
       welford_merge(b, ar, stack[0], index_const(len), b.get(mu), b.get(s), W, o.fma_merge);
       for (int lvl = 1; lvl < depth; ++lvl) {
         ExprRef cond = carry_cond(lvl);
@@ -402,8 +424,6 @@ Moments lane_welford(Builder& b, const MomentsOrder& o, const Arith& ar, int64_t
         });
       }
     };
-
-    const int64_t full_chunks = n / K;
     if (full_chunks > 0)
       b.for_range("chunk", index_const(0), index_const(full_chunks), 1, [&](ExprRef i) {
         // Binary-counter carry: level lvl absorbs level lvl-1 when 2^lvl divides i+1.
@@ -422,39 +442,74 @@ Moments lane_welford(Builder& b, const MomentsOrder& o, const Arith& ar, int64_t
       const WelfordState& hi = stack[size_t(lvl)];
       welford_merge(b, ar, stack[0], b.get(hi.count), b.get(hi.mean), b.get(hi.m2), W, o.fma_merge);
     }
-  };
-  const WelfordState& lanes = stack[0];
-  // Lane fold: each lane's (n, mean, M2) merged into the tail accumulator, in lane order.
-  auto fold = [&](const std::vector<ExprRef>& mean, const std::vector<ExprRef>& m2) {
-    for (int l = 0; l < V; ++l) welford_merge(b, ar, tail, b.get(lanes.count), mean[size_t(l)], m2[size_t(l)], 1, o.fma_merge);
-  };
-  if (!warp) {
-    cascade(nullptr);
-    std::vector<ExprRef> mean, m2;
-    for (int l = 0; l < V; ++l) {
-      mean.push_back(extract(b.get(lanes.mean), l));
-      m2.push_back(extract(b.get(lanes.m2), l));
-    }
-    fold(mean, m2);
+    // Lane fold: each lane's (n, mean, M2) merged into the tail accumulator, in lane order.
+    for (int l = 0; l < V; ++l)
+      welford_merge(b, ar, tail, b.get(stack[0].count), extract(b.get(stack[0].mean), l), extract(b.get(stack[0].m2), l), 1,
+                    o.fma_merge);
     return {b.get(tail.mean), b.let("var", ar.div(b.get(tail.m2), ar.count(index_const(N))))};
   }
 
-  // The warp: lanes on threads 0..V-1, then the fold on thread 0, published through team memory.
+  // The warp. Team memory holds the stack: level l of lane t at l*V + t (threads touch only
+  // their own slots until the fold), so a carry or a merge is one loop over levels.
+  const int64_t slots = int64_t(depth) * V;
+  const int stack_n_at = b.buffer("welford_stack_n", ScalarType::i64, true, Extent::scratch, slots);
+  const int stack_mean_at = b.buffer("welford_stack_mean", ar.t, true, Extent::scratch, slots);
+  const int stack_m2_at = b.buffer("welford_stack_m2", ar.t, true, Extent::scratch, slots);
+  std::vector<int64_t> masks;  // 2^lvl - 1: the carry into level lvl happens when 2^lvl divides i+1
+  for (int lvl = 0; lvl < depth; ++lvl) masks.push_back((int64_t(1) << lvl) - 1);
+  const int masks_at = b.table(masks);
+  const WelfordState slot_value = welford_locals(b, "level", vt);
+  auto store_slot = [&](ExprRef at, ExprRef count, ExprRef mean, ExprRef m2) {
+    b.store(stack_n_at, at, std::move(count));
+    b.store(stack_mean_at, at, std::move(mean));
+    b.store(stack_m2_at, at, std::move(m2));
+  };
+  // Merges (nb, mb, Mb) into the slot at `at`, through the locals slot_value.
+  auto merge_into_slot = [&](const ExprRef& at, ExprRef nb, ExprRef mb, ExprRef Mb) {
+    b.assign(slot_value.count, load(k, stack_n_at, at));
+    b.assign(slot_value.mean, load(k, stack_mean_at, at));
+    b.assign(slot_value.m2, load(k, stack_m2_at, at));
+    welford_merge(b, ar, slot_value, std::move(nb), std::move(mb), std::move(Mb), W, o.fma_merge);
+    store_slot(at, b.get(slot_value.count), b.get(slot_value.mean), b.get(slot_value.m2));
+  };
   b.team([&](ExprRef tid) {
-    welford_zero(b, ar, lanes, 1);  // threads V..31 hold an empty state nobody reads
-    b.if_(binary(Op::Lt, tid, index_const(V)), [&] { cascade(tid); });
+    b.if_(binary(Op::Lt, tid, index_const(V)), [&] {
+      auto slot = [&](ExprRef lvl) { return add(mul(std::move(lvl), index_const(V)), tid); };
+      auto column = [&](ExprRef vec) { return add(mul(std::move(vec), index_const(V)), tid); };
+      b.for_range("level", index_const(0), index_const(depth), 1,
+                  [&](ExprRef lvl) { store_slot(slot(lvl), index_const(0), ar.constant(0.0), ar.constant(0.0)); });
+      // Chunk i of `len` vectors, merged into level 0, then carried up while 2^lvl divides i+1.
+      auto chunk = [&](ExprRef i, int len) {
+        chunk_steps(mul(i, index_const(K)), len, column);
+        merge_into_slot(slot(index_const(0)), index_const(len), b.get(mu), b.get(s));
+        if (depth == 1) return;
+        b.for_range("level", index_const(1), index_const(depth), 1, [&](ExprRef lvl) {
+          ExprRef carry = binary(Op::Eq, binary(Op::BitAnd, add(i, index_const(1)), table(masks_at, lvl)), index_const(0));
+          b.if_(carry, [&] {
+            ExprRef lo = b.let("lower", slot(sub(lvl, index_const(1))));
+            merge_into_slot(slot(lvl), load(k, stack_n_at, lo), load(k, stack_mean_at, lo), load(k, stack_m2_at, lo));
+            store_slot(lo, index_const(0), ar.constant(0.0), ar.constant(0.0));
+          });
+        });
+      };
+      if (full_chunks > 0) b.for_range("chunk", index_const(0), index_const(full_chunks), 1, [&](ExprRef i) { chunk(i, K); });
+      if (n % K) chunk(index_const(full_chunks), static_cast<int>(n % K));
+      if (depth > 1)
+        b.for_range("level", index_const(1), index_const(depth), 1, [&](ExprRef lvl) {
+          ExprRef hi = b.let("upper", slot(lvl));
+          merge_into_slot(slot(index_const(0)), load(k, stack_n_at, hi), load(k, stack_mean_at, hi), load(k, stack_m2_at, hi));
+        });
+    });
   });
+  // The fold on thread 0: lanes 0..V-1 are slots 0..V-1. Published through team memory.
   const int mean_at = b.buffer("welford_mean", ar.t, true, Extent::scratch, 1);
   const int var_at = b.buffer("welford_var", ar.t, true, Extent::scratch, 1);
   b.team([&](ExprRef tid) {
-    std::vector<ExprRef> mean{b.get(lanes.mean)}, m2{b.get(lanes.m2)};
-    for (int l = 1; l < V; ++l) {
-      mean.push_back(b.let(fmt::format("lane{}.mean", l), shuffle_down(k, lanes.mean, l)));
-      m2.push_back(b.let(fmt::format("lane{}.m2", l), shuffle_down(k, lanes.m2, l)));
-    }
     b.if_(binary(Op::Eq, tid, index_const(0)), [&] {
       emit_tail();
-      fold(mean, m2);
+      b.for_range("lane", index_const(0), index_const(V), 1, [&](ExprRef l) {
+        welford_merge(b, ar, tail, load(k, stack_n_at, l), load(k, stack_mean_at, l), load(k, stack_m2_at, l), 1, o.fma_merge);
+      });
       b.store(mean_at, index_const(0), b.get(tail.mean));
       b.store(var_at, index_const(0), ar.div(b.get(tail.m2), ar.count(index_const(N))));
     });

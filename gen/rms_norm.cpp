@@ -36,7 +36,7 @@ Kernel build_rms_norm(const Request& r, const Order& o) {
     on_one_thread(b, tid, [&] { store_stat(b, rstd_out, rstd); });
 
     const Arith f32{ScalarType::f32, std::nullopt};
-    row.for_each(o.elementwise_lanes, tid, k.team, [&](ExprRef col, int lanes) {
+    row.for_each(elementwise_lanes(o, tid, r.x_dtype), tid, k.team, [&](ExprRef col, int lanes) {
       ExprRef t = f32.mul(row.load_as(x, col, lanes, ScalarType::f32), lanes > 1 ? broadcast(rstd, lanes) : rstd);
       if (w >= 0) t = f32.mul(t, row.load_as(w, col, lanes, ScalarType::f32));
       row.store_as(y, col, t);

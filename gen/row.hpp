@@ -1,6 +1,7 @@
 // Helpers for ops that work row by row: one program instance per row of N columns.
 #pragma once
 
+#include <algorithm>
 #include <functional>
 #include <string>
 #include <vector>
@@ -85,6 +86,15 @@ inline LayerNormBuffers layer_norm_buffers(ir::Builder& b, const Request& r) {
   out.mean = b.buffer("mean", r.x_dtype, true, ir::Extent::rows);
   out.rstd = b.buffer("rstd", r.x_dtype, true, ir::Extent::rows);
   return out;
+}
+
+// The vector width of an elementwise pass (Order::elementwise_lanes, which has no numerical
+// effect: every element gets the same operations). A thread of a team (`tid` set: a CUDA warp
+// or block) takes 16 bytes of `storage` per access, one 128-bit load, and no more than the
+// order's width: wider vectors only add lanes for NVRTC to compile.
+inline int elementwise_lanes(const ir::Order& o, const ir::ExprRef& tid, ScalarType storage) {
+  if (!tid) return o.elementwise_lanes;
+  return std::max(1, std::min(o.elementwise_lanes, 16 / size_bytes(storage)));
 }
 
 // Runs `body` on one thread: thread 0 of a team statement (`tid` its thread_id), or the only
