@@ -47,7 +47,7 @@ int64_t count(const std::string& text, const std::string& pattern) {
   return std::distance(std::sregex_iterator(text.begin(), text.end(), re), std::sregex_iterator());
 }
 
-// Every op and named order for f32 and bf16 whose IR has a CUDA lowering (device-only orders
+// Every op and named order, in every dtype it takes, whose IR has a CUDA lowering (device-only orders
 // included: they are compiled for target cuda; shapes an order does not take are moved to one
 // it does). Attention
 // takes `n` as its sequence length, with D = 32 (short) or 64 (long).
@@ -56,7 +56,6 @@ std::vector<Request> shipped(int64_t n) {
   for (const gen::NamedOrder& o : gen::named_orders())
     for (OpKind op : o.ops)
       for (ScalarType t : o.dtypes) {
-        if (t == ScalarType::f16) continue;
         Request r;
         r.op = op;
         r.cols = n;
