@@ -1,8 +1,9 @@
 // NVRTC compile latency: request -> IR -> CUDA source -> cubin for sm_90, cold each time (a
 // fresh NVRTC program; ordo's caches bypassed), median over repeated runs. The target is at
 // most 150 ms for layer_norm. Prints one JSON line per kernel, with the medians of NVRTC's own
-// phase times (front end, NVVM, ptxas), after two floors: an empty kernel (NVRTC's fixed cost)
-// and an empty kernel that includes ordo_rt.cuh (what the helper header adds).
+// phase times (front end, NVVM, ptxas), after three floors: an empty kernel (NVRTC's fixed cost),
+// an empty kernel that includes ordo_rt.cuh (what the helper header adds), and a kernel of one
+// IEEE division (what ptxas adds for the division's slow path, which every layer_norm needs).
 //
 // The runs are interleaved: run i compiles the floors and then every kernel once, so a change
 // in the machine's speed during the benchmark (this VM's compile times drift by up to 2x
@@ -89,9 +90,14 @@ int main(int argc, char** argv) {
     };
     // Loads NVRTC's libraries once, outside the timing.
     ordo::cuda_backend::compile(source("extern \"C\" __global__ void warm() {}", "warm"), arch, true, false);
-    const ordo::cuda_backend::Source floors[] = {source("extern \"C\" __global__ void empty() {}", "empty"),
-                                                 source("#include \"ordo_rt.cuh\"\nextern \"C\" __global__ void empty() {}", "empty")};
-    const char* floor_names[] = {"empty kernel", "empty kernel including ordo_rt.cuh"};
+    const ordo::cuda_backend::Source floors[] = {
+        source("extern \"C\" __global__ void empty() {}", "empty"),
+        source("#include \"ordo_rt.cuh\"\nextern \"C\" __global__ void empty() {}", "empty"),
+        source("#include \"ordo_rt.cuh\"\n"
+               "extern \"C\" __global__ void one_division(const float* x, float* y) { y[0] = ordo_rt::div(x[0], x[1]); }",
+               "one_division")};
+    const char* floor_names[] = {"empty kernel", "empty kernel including ordo_rt.cuh", "one division, including ordo_rt.cuh"};
+    constexpr size_t kFloors = sizeof(floors) / sizeof(floors[0]);
     std::vector<ordo::Request> requests;
     for (const Case& c : cases) {
       ordo::Request r;
@@ -103,9 +109,9 @@ int main(int argc, char** argv) {
       r.target = ordo::Target::cuda;  // device-only orders (torch-cuda) resolve for cuda only
       requests.push_back(r);
     }
-    std::vector<Times> floor_times(2), kernel_times(requests.size());
+    std::vector<Times> floor_times(kFloors), kernel_times(requests.size());
     for (int i = 0; i < runs; ++i) {
-      for (size_t f = 0; f < 2; ++f) {
+      for (size_t f = 0; f < kFloors; ++f) {
         const ordo::cuda_backend::Compiled out = ordo::cuda_backend::compile(floors[f], arch, true, false, true);
         floor_times[f].add(out.nvrtc_ms, out);
       }
@@ -118,7 +124,7 @@ int main(int argc, char** argv) {
         kernel_times[j].ratio.push_back(ms / floor_times[0].nvrtc.back());
       }
     }
-    for (size_t f = 0; f < 2; ++f) {
+    for (size_t f = 0; f < kFloors; ++f) {
       const Times& t = floor_times[f];
       fmt::print("{{\"floor\": \"{}\", \"arch\": \"sm_{}\", \"runs\": {}, \"nvrtc_median_ms\": {:.1f}, \"frontend_ms\": {}, "
                  "\"nvvm_ms\": {}, \"ptxas_ms\": {}}}\n",
