@@ -199,13 +199,22 @@ TEST_CASE("NVRTC: every supported arch compiles to a cubin; others are refused")
   r.cols = 4096;
   r.order = "torch1.13-cpu-avx2";
   const cuda_backend::Source s = cuda_backend::render(kernel_for(r));
-  for (int arch : {80, 86, 89, 90}) {
-    const cuda_backend::Compiled c = cuda_backend::compile(s, arch, true, false);
-    INFO("sm_" << arch);
-    REQUIRE(c.cubin.size() > 4);
-    CHECK(c.cubin.substr(0, 4) == "\x7f" "ELF");
-    CHECK(c.ptx.find(fmt::format(".target sm_{}", arch)) != std::string::npos);
+  // Every storage type too: the bf16 conversion instruction (cvt.rn.bf16.f32) needs sm_80.
+  std::vector<std::pair<std::string, cuda_backend::Source>> sources{{"f32", s}};
+  for (ScalarType t : {ScalarType::bf16, ScalarType::f16}) {
+    Request typed = r;
+    typed.order = "fast";
+    typed.x_dtype = t;
+    sources.emplace_back(std::string(name(t)), cuda_backend::render(kernel_for(typed)));
   }
+  for (int arch : {80, 86, 89, 90})
+    for (const auto& [dtype, source] : sources) {
+      const cuda_backend::Compiled c = cuda_backend::compile(source, arch, true, false);
+      INFO("sm_" << arch << " " << dtype);
+      REQUIRE(c.cubin.size() > 4);
+      CHECK(c.cubin.substr(0, 4) == "\x7f" "ELF");
+      CHECK(c.ptx.find(fmt::format(".target sm_{}", arch)) != std::string::npos);
+    }
   CHECK_THROWS_WITH_AS(cuda_backend::compile(s, 75, true, false), doctest::Contains("sm_75"), Error);
   r.target = Target::cuda;
   r.cuda_arch = 70;
