@@ -107,6 +107,7 @@ struct Verifier {
       case Op::ProgramId:
       case Op::GridExtent:
         if (e.index < 0 || e.index >= k.grid_rank) return fail(e, fmt::format("grid has rank {}", k.grid_rank));
+        if (t != Type{ScalarType::i64, 1}) return fail(e, fmt::format("{} is a scalar i64", spelling(e.op)));
         return true;
       case Op::Load:
         if (e.index < 0 || e.index >= static_cast<int64_t>(k.buffers.size())) return fail(e, "unknown buffer");

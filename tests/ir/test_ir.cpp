@@ -86,6 +86,15 @@ TEST_CASE("verifier accepts a well-formed kernel and names the node it rejects")
 
   Kernel inexact = row_kernel([](Builder& b, int, int out) { b.store(out, program_id(0), constant(f32, 0.1)); });
   CHECK(verify(inexact).find("not exactly representable") != std::string::npos);
+
+  // A grid coordinate typed as anything but a scalar i64 (fuzz_ir built an f32 grid_extent as an
+  // fma operand, which the LLVM lowering then could not call).
+  Kernel float_extent = row_kernel([](Builder& b, int x, int out) {
+    auto extent = std::make_shared<Expr>(*grid_extent(0));
+    extent->type = f32;
+    b.store(out, program_id(0), fma(extent, load(b.kernel(), x, index_const(0)), constant(f32, 0)));
+  });
+  CHECK(verify(float_extent).find("grid_extent is a scalar i64") != std::string::npos);
 }
 
 TEST_CASE("printer output is stable") {
