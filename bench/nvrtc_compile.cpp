@@ -18,6 +18,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -29,22 +30,34 @@
 int main(int argc, char** argv) {
   int runs = 15, arch = 90;
   bool every_layer_norm = false;
+  const char* usage = "usage: bench_nvrtc [--runs R] [--arch 90] [--every-layer-norm]";
+  // A positive integer, or an error naming the flag and the value.
+  auto positive = [&](const char* flag, const char* text, int& out) {
+    char* end = nullptr;
+    const long v = std::strtol(text, &end, 10);
+    if (end == text || *end || v < 1 || v > 1000000) {
+      fmt::print(stderr, "bench_nvrtc: {} takes a positive integer, not '{}' ({})\n", flag, text, usage);
+      return false;
+    }
+    out = static_cast<int>(v);
+    return true;
+  };
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--every-layer-norm")) {
       every_layer_norm = true;
     } else if (i + 1 < argc && !std::strcmp(argv[i], "--runs")) {
-      runs = std::max(1, std::atoi(argv[++i]));
+      if (!positive("--runs", argv[++i], runs)) return 2;
     } else if (i + 1 < argc && !std::strcmp(argv[i], "--arch")) {
-      arch = std::atoi(argv[++i]);
+      if (!positive("--arch", argv[++i], arch)) return 2;
     } else {
-      fmt::print(stderr, "bench_nvrtc: unknown argument '{}' (usage: bench_nvrtc [--runs R] [--arch 90] [--every-layer-norm])\n", argv[i]);
+      fmt::print(stderr, "bench_nvrtc: unknown argument '{}' ({})\n", argv[i], usage);
       return 2;
     }
   }
   using clock = std::chrono::steady_clock;
   struct Case {
     ordo::OpKind op;
-    const char* order;
+    std::string order;
     ordo::ScalarType dtype;
   };
   std::vector<Case> cases = {{ordo::OpKind::layer_norm, "fast", ordo::ScalarType::f32},
@@ -61,7 +74,7 @@ int main(int argc, char** argv) {
     cases.clear();
     for (const ordo::gen::NamedOrder& o : ordo::gen::named_orders()) {
       if (std::find(o.ops.begin(), o.ops.end(), ordo::OpKind::layer_norm) == o.ops.end()) continue;
-      for (ordo::ScalarType t : o.dtypes) cases.push_back({ordo::OpKind::layer_norm, o.name.data(), t});
+      for (ordo::ScalarType t : o.dtypes) cases.push_back({ordo::OpKind::layer_norm, std::string(o.name), t});
     }
   }
   auto median = [](std::vector<double> v) {
