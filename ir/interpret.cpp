@@ -83,11 +83,16 @@ bool in_bounds(int64_t at, int n, int64_t elements) { return at >= 0 && n <= ele
 // The end of [at, at + n) for a message, also where at + n would overflow.
 std::string end_text(int64_t at, int n) { return at <= INT64_MAX - n ? fmt::format("{}", at + n) : fmt::format("{}+{}", at, n); }
 
-// Team memory's race check: which thread last stored an element, in which execution of a Team
-// statement. Another thread touching the element in the same execution is a race the IR forbids.
-struct Writer {
-  int64_t phase = -1;
-  int thread = -1;
+// Team memory's race check: per element, which thread last stored it and which threads read it,
+// in which execution of a Team statement. Within one execution, an element one thread stores may
+// be neither read nor stored by another, before or after (the interpreter runs the threads in
+// order; a GPU runs them in any order). Reads by many threads are fine.
+struct TeamAccess {
+  static constexpr int several = -2;  // `reader` when more than one thread read the element
+  int64_t write_phase = -1;
+  int writer = -1;
+  int64_t read_phase = -1;
+  int reader = -1;
 };
 
 struct Machine {
@@ -103,7 +108,7 @@ struct Machine {
   std::vector<char> thread_assigned;
   int thread = -1;     // the running thread inside a Team statement, else -1
   int64_t phase = 0;   // executions of Team statements so far, for the race check
-  std::vector<std::vector<Writer>> writers;  // per buffer (scratch of team kernels only)
+  std::vector<std::vector<TeamAccess>> team_access;  // per buffer (scratch of team kernels only)
   // The values shuffles read: per shuffled local, every thread's value when the Team statement
   // began (and whether it was assigned).
   std::vector<int64_t> snapshot_local;
@@ -120,13 +125,24 @@ struct Machine {
   }
   // Team memory: element j of buffer b read (write = false) or stored by the running thread.
   void touch(int64_t b, int64_t j, bool write) {
-    std::vector<Writer>& w = writers[static_cast<size_t>(b)];
-    if (w.empty() || thread < 0) return;
-    Writer& e = w[static_cast<size_t>(j)];
-    if (e.phase == phase && e.thread != thread)
+    std::vector<TeamAccess>& all = team_access[static_cast<size_t>(b)];
+    if (all.empty() || thread < 0) return;
+    TeamAccess& e = all[static_cast<size_t>(j)];
+    const std::string& name = k.buffers[static_cast<size_t>(b)].name;
+    if (e.write_phase == phase && e.writer != thread)
       throw Error(fmt::format("interpreter: race on team memory {}[{}]: thread {} {} it in the team statement where thread {} stored it",
-                              k.buffers[static_cast<size_t>(b)].name, j, thread, write ? "stores" : "reads", e.thread));
-    if (write) e = Writer{phase, thread};
+                              name, j, thread, write ? "stores" : "reads", e.writer));
+    if (!write) {
+      e.reader = e.read_phase == phase && e.reader != thread ? TeamAccess::several : thread;
+      e.read_phase = phase;
+      return;
+    }
+    if (e.read_phase == phase && e.reader != thread)
+      throw Error(fmt::format("interpreter: race on team memory {}[{}]: thread {} stores it in the team statement where {} read it",
+                              name, j, thread,
+                              e.reader == TeamAccess::several ? std::string("other threads") : fmt::format("thread {}", e.reader)));
+    e.write_phase = phase;
+    e.writer = thread;
   }
 
   Value eval(const Expr& e) {
@@ -455,11 +471,11 @@ void interpret(const Kernel& k, const std::vector<BufferArg>& buffers, const std
   // Instances are independent; run them in row-major grid order.
   if (k.team > 1) {
     m.thread_locals.resize(k.locals.size() * static_cast<size_t>(k.team));
-    m.writers.resize(k.buffers.size());
+    m.team_access.resize(k.buffers.size());
     for (size_t b = 0; b < k.buffers.size(); ++b)
-      if (!is_argument(k.buffers[b])) m.writers[b].resize(static_cast<size_t>(k.buffers[b].per_row));
+      if (!is_argument(k.buffers[b])) m.team_access[b].resize(static_cast<size_t>(k.buffers[b].per_row));
   } else {
-    m.writers.resize(k.buffers.size());  // all empty: no race check without a team
+    m.team_access.resize(k.buffers.size());  // all empty: no race check without a team
   }
   std::vector<int64_t>& p = m.pid;
   int64_t total = 1;
@@ -476,7 +492,7 @@ void interpret(const Kernel& k, const std::vector<BufferArg>& buffers, const std
     }
     m.assigned.assign(k.locals.size(), 0);
     m.thread_assigned.assign(k.team > 1 ? k.locals.size() * static_cast<size_t>(k.team) : 0, 0);
-    for (std::vector<Writer>& w : m.writers) std::fill(w.begin(), w.end(), Writer{});
+    for (std::vector<TeamAccess>& a : m.team_access) std::fill(a.begin(), a.end(), TeamAccess{});
     // Scratch starts unspecified; all-ones bytes (NaN, -1) make a read before a write visible.
     for (std::vector<char>& s : scratch) std::fill(s.begin(), s.end(), char(-1));
     m.run(k.body);

@@ -461,29 +461,73 @@ TEST_CASE("verifier: team rules") {
 }
 
 TEST_CASE("interpreter: team memory carries values between team statements; a same-statement conflict is a race") {
-  auto exchange = [](bool same_statement) {
-    return team_kernel(32, [same_statement](Builder& b, int v) {
+  // Thread t stores its v at shared[t] and reads shared[t + offset] (mod 32; at most 31 when the
+  // read comes first): in two statements, or in one, storing first or reading first.
+  enum class Layout { two_statements, store_then_read, read_then_store };
+  auto exchange = [](Layout layout, int offset) {
+    return team_kernel(32, [layout, offset](Builder& b, int v) {
       const int shared = b.buffer("shared", ScalarType::f32, true, Extent::scratch, 32);
       auto write = [&](ExprRef t) { b.store(shared, t, b.get(v)); };
-      auto read = [&](ExprRef t) { b.assign(v, load(b.kernel(), shared, binary(Op::Rem, add(t, index_const(1)), index_const(32)))); };
-      if (same_statement) {
-        b.team([&](ExprRef t) {
-          write(t);
-          read(t);
-        });
-      } else {
+      auto read = [&](ExprRef t) {
+        ExprRef at = binary(Op::Rem, add(t, index_const(offset)), index_const(32));
+        if (layout == Layout::read_then_store) at = binary(Op::Min, add(t, index_const(offset)), index_const(31));
+        b.assign(v, load(b.kernel(), shared, at));
+      };
+      if (layout == Layout::two_statements) {
         b.team(write);
         b.team(read);
+      } else {
+        b.team([&](ExprRef t) {
+          if (layout == Layout::store_then_read) write(t);
+          read(t);
+          if (layout == Layout::read_then_store) write(t);
+        });
       }
     });
   };
-  Kernel ok = exchange(false);
+  Kernel ok = exchange(Layout::two_statements, 1);
   REQUIRE(verify(ok).empty());
   const std::vector<float> got = run_team(ok, 32);
   for (int t = 0; t < 32; ++t) CHECK(got[size_t(t)] == float((t + 1) % 32 + 1));
-  Kernel racy = exchange(true);
-  REQUIRE(verify(racy).empty());
-  CHECK_THROWS_WITH_AS(run_team(racy, 32), doctest::Contains("race on team memory shared[0]: thread 31 reads it"), Error);
+  // Read after another thread's store: thread 1 reads shared[0], which thread 0 stored.
+  Kernel read_after_write = exchange(Layout::store_then_read, 31);
+  REQUIRE(verify(read_after_write).empty());
+  CHECK_THROWS_WITH_AS(run_team(read_after_write, 32),
+                       doctest::Contains("race on team memory shared[0]: thread 1 reads it in the team statement where thread 0 stored it"),
+                       Error);
+  // Store after another thread's read: thread 1 stores shared[1], which thread 0 read. In thread
+  // order every read sees the old value, and no thread reads another's store; on a GPU a read
+  // may see either value.
+  Kernel write_after_read = exchange(Layout::read_then_store, 1);
+  REQUIRE(verify(write_after_read).empty());
+  CHECK_THROWS_WITH_AS(run_team(write_after_read, 32),
+                       doctest::Contains("race on team memory shared[1]: thread 1 stores it in the team statement where thread 0 read it"),
+                       Error);
+  // Many readers of one element, then a store by the last of them: still a race.
+  Kernel many_readers = team_kernel(32, [](Builder& b, int v) {
+    const int shared = b.buffer("shared", ScalarType::f32, true, Extent::scratch, 1);
+    b.team([&](ExprRef t) { b.if_(binary(Op::Eq, t, index_const(0)), [&] { b.store(shared, index_const(0), b.get(v)); }); });
+    b.team([&](ExprRef t) {
+      b.assign(v, load(b.kernel(), shared, index_const(0)));
+      b.if_(binary(Op::Eq, t, index_const(31)), [&] { b.store(shared, index_const(0), b.get(v)); });
+    });
+  });
+  REQUIRE(verify(many_readers).empty());
+  CHECK_THROWS_WITH_AS(run_team(many_readers, 32),
+                       doctest::Contains("race on team memory shared[0]: thread 31 stores it in the team statement where other threads read it"),
+                       Error);
+  // A thread that reads and then stores its own element is no race.
+  Kernel own = team_kernel(32, [](Builder& b, int v) {
+    const int shared = b.buffer("shared", ScalarType::f32, true, Extent::scratch, 32);
+    b.team([&](ExprRef t) { b.store(shared, t, b.get(v)); });
+    b.team([&](ExprRef t) {
+      b.assign(v, add(load(b.kernel(), shared, t), b.get(v)));
+      b.store(shared, t, b.get(v));
+    });
+  });
+  REQUIRE(verify(own).empty());
+  const std::vector<float> doubled = run_team(own, 32);
+  for (int t = 0; t < 32; ++t) CHECK(doubled[size_t(t)] == float(2 * (t + 1)));
 }
 
 TEST_CASE("interpreter: CUDA's device functions are refused, not approximated") {
