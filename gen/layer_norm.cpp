@@ -23,7 +23,7 @@ Kernel build_layer_norm(const Request& r, const Order& o) {
   const Arith stats = stats_arith(o, acc, r.x_dtype);
   const LoadFn load_x = [&](ExprRef col, int lanes) { return row.load_as(x, col, lanes, acc); };
   Moments m = warp ? emit_warp_moments(b, o.moments, stats, r.cols, load_x)
-                   : emit_moments(b, o.moments, stats, r.cols, load_x);
+                   : emit_moments(b, o.moments, stats, r.cols, load_x, /*passes_as_loop=*/cuda_target(r));
   // The rest on every thread of the warp, or on the one thread.
   in_team_if(b, warp, [&](ExprRef tid) {
     const Arith ar = stats_arith(o, ScalarType::f32, r.x_dtype);

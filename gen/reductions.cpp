@@ -533,15 +533,43 @@ Moments sequential_welford(Builder& b, const Arith& ar, int64_t N, const LoadFn&
   return {b.get(mean), b.let("var", ar.div(b.get(m2), ar.count(index_const(N))))};
 }
 
+// The two passes of a TwoPass order that sums both in one order and one type, as one loop over
+// pass = 0, 1 around one copy of the sum. Pass 0's term is x*1, pass 1's (x-mean)*(x-mean).
+// x*1 is x, exactly (x came from storage, and round_to is that storage type), and x*1 + acc is
+// acc + x, fused or not; so pass 0 sums what the written-out sum(x) sums, in the same order.
+// Each pass ends with the division by N: pass 0's is the mean, pass 1's the variance.
+Moments two_passes_as_loop(Builder& b, const MomentsOrder& o, const Arith& ar, int64_t N, const LoadFn& x) {
+  const int mean = b.local("mean", Type{ar.t, 1}), var = b.local("var", Type{ar.t, 1});
+  b.assign(mean, ar.constant(0.0));  // read (and discarded) by pass 0's unused deviations
+  b.for_range("pass", index_const(0), index_const(2), 1, [&](ExprRef pass) {
+    ExprRef sum_x = binary(Op::Eq, pass, index_const(0));
+    ExprRef total = emit_sum(b, o.sum, ar, N, [&](ExprRef i, int lanes) {
+      auto lanewise = [&](ExprRef e) { return lanes > 1 ? broadcast(std::move(e), lanes) : e; };
+      ExprRef v = x(std::move(i), lanes);
+      ExprRef d = ar.sub(v, lanewise(b.get(mean)));
+      ExprRef first = lanewise(sum_x);
+      return Term{select(first, v, d), select(first, ar.constant(1.0, lanes), d)};
+    }, "pass 0: sum(x*1), pass 1: sum((x-mean)^2)");
+    ExprRef moment = b.let("moment", ar.div(total, ar.count(index_const(N))));
+    b.assign(mean, select(sum_x, moment, b.get(mean)));
+    b.assign(var, moment);
+  });
+  return {b.get(mean), b.get(var)};
+}
+
 }  // namespace
 
-Moments emit_moments(Builder& b, const MomentsOrder& o, const Arith& ar, int64_t N, const LoadFn& x) {
+Moments emit_moments(Builder& b, const MomentsOrder& o, const Arith& ar, int64_t N, const LoadFn& x, bool passes_as_loop) {
   Moments out;
   b.region("moments", describe(o), [&] {
     switch (o.kind) {
       case MomentsOrder::Kind::LaneWelford: out = lane_welford(b, o, ar, N, x, false); break;
       case MomentsOrder::Kind::SequentialWelford: out = sequential_welford(b, ar, N, x); break;
       case MomentsOrder::Kind::TwoPass: {
+        if (passes_as_loop && !o.dev_acc && !o.dev_sum) {
+          out = two_passes_as_loop(b, o, ar, N, x);
+          break;
+        }
         ExprRef total = emit_sum(b, o.sum, ar, N, [&](ExprRef i, int lanes) { return Term{x(i, lanes), nullptr}; }, "sum(x)");
         ExprRef mean = b.let("mean", ar.div(total, ar.count(index_const(N))));
         const Arith dev{o.dev_acc.value_or(ar.t), ar.round_to};

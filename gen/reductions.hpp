@@ -54,7 +54,11 @@ ir::ExprRef emit_sum(ir::Builder& b, const ir::SumOrder& order, const Arith& ar,
 struct Moments {
   ir::ExprRef mean, var;  // scalars in the order's accumulation type; var = M2 / N
 };
-Moments emit_moments(ir::Builder& b, const ir::MomentsOrder& order, const Arith& ar, int64_t n, const LoadFn& x);
+// passes_as_loop (the CUDA targets, where NVRTC's compile time follows the size of the code): a
+// TwoPass order that sums both passes in one order and type runs them as one loop over the pass,
+// with one copy of the sum; same bits as the two sums written out.
+Moments emit_moments(ir::Builder& b, const ir::MomentsOrder& order, const Arith& ar, int64_t n, const LoadFn& x,
+                     bool passes_as_loop);
 // The lane Welford cascade (MomentsOrder::Kind::LaneWelford, lanes <= 32) as team statements
 // of a 32-thread team kernel, a lane per thread, with the one-thread expansion's bits. mean and
 // var are reads of per-thread locals, equal on every thread: use them in later team statements.

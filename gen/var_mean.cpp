@@ -21,7 +21,7 @@ Kernel build_var_mean(const Request& r, const Order& o) {
   const Arith stats = stats_arith(o, acc, r.x_dtype);
   const LoadFn load_x = [&](ExprRef col, int lanes) { return row.load_as(x, col, lanes, acc); };
   Moments m = warp ? emit_warp_moments(b, o.moments, stats, r.cols, load_x)
-                   : emit_moments(b, o.moments, stats, r.cols, load_x);
+                   : emit_moments(b, o.moments, stats, r.cols, load_x, /*passes_as_loop=*/cuda_target(r));
   in_team_if(b, warp, [&](ExprRef tid) {
     on_one_thread(b, tid, [&] {
       store_stat(b, var_out, to_f32(m.var));

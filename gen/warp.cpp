@@ -22,8 +22,10 @@ bool warp_sum_fits(const SumOrder& o, int64_t n) {
   return o.fold == LaneFold::Halving && (o.lanes & (o.lanes - 1)) == 0;
 }
 
+bool cuda_target(const Request& r) { return r.target == Target::cuda || r.target == Target::cuda_emu; }
+
 bool warp_layout(const Request& r, const Order& o) {
-  if (r.target != Target::cuda && r.target != Target::cuda_emu) return false;
+  if (!cuda_target(r)) return false;
   const MomentsOrder& m = o.moments;
   switch (r.op) {
     case OpKind::rms_norm: return warp_sum_fits(o.square_sum, r.cols);

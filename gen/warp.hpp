@@ -21,6 +21,9 @@ namespace ordo::gen {
 
 constexpr int kWarpThreads = 32;
 
+// The CUDA targets: cuda, and cuda-emu, which runs the same source on the host.
+bool cuda_target(const Request& r);
+
 // Whether a sum of n terms in order `o` has a warp layout: a lane tree with no outer chunks
 // whose partial sums fit in a warp (lanes * accumulators <= 32), folding its lanes by halving (the
 // fold every named lane-tree order uses) over a power-of-two lane count.
