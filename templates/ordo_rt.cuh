@@ -162,6 +162,19 @@ ORDO_FN f16 to_f16(float f) {
   return r;
 }
 ORDO_FN float to_f32(f16 h) { return cvt_f32_f16(h.bits); }  // exact
+// f32 -> bf16 -> f32, the pair of casts behind every rounding of a PyTorch bf16 kernel's
+// intermediates. On the GPU one instruction: cvt.rn.bf16x2.f32 rounds its first operand into
+// the upper half of the result (where a bf16's bits sit in an f32) and its second, +0, into the
+// lower half (bits 0). The same rounding as cvt.rn.bf16.f32; the host composes the two casts.
+#if defined(__CUDACC__)
+ORDO_FN float round_bf16(float f) {
+  unsigned r;
+  asm("cvt.rn.bf16x2.f32 %0, %1, 0f00000000;" : "=r"(r) : "f"(f));
+  return __int_as_float((int)r);
+}
+#else
+ORDO_FN float round_bf16(float f) { return to_f32(to_bf16(f)); }
+#endif
 ORDO_FN float to_f32(double a) { return __double2float_rn(a); }
 ORDO_FN float to_f32(i64 a) { return __ll2float_rn(a); }
 ORDO_FN float to_f32(int a) { return __int2float_rn(a); }
@@ -219,7 +232,7 @@ ORDO_LANES2(lt) ORDO_LANES2(le) ORDO_LANES2(eq) ORDO_LANES2(ne) ORDO_LANES2(and_
 ORDO_LANES2(shl) ORDO_LANES2(shr) ORDO_LANES2(bitand_)
 ORDO_LANES1(sqrt) ORDO_LANES1(neg) ORDO_LANES1(bitcast_i32) ORDO_LANES1(bitcast_f32)
 ORDO_LANES1(bitcast_i64) ORDO_LANES1(bitcast_f64)
-ORDO_LANES1(to_bf16) ORDO_LANES1(to_f16) ORDO_LANES1(to_f32) ORDO_LANES1(to_f64) ORDO_LANES1(to_i32)
+ORDO_LANES1(round_bf16) ORDO_LANES1(to_bf16) ORDO_LANES1(to_f16) ORDO_LANES1(to_f32) ORDO_LANES1(to_f64) ORDO_LANES1(to_i32)
 ORDO_LANES1(to_i64)
 #undef ORDO_LANES1
 #undef ORDO_LANES2

@@ -215,6 +215,11 @@ struct Renderer {
         return temp(e, fmt::format("__shfl_xor_sync(0xffffffffu, {}, {})", locals[static_cast<size_t>(e.index)], e.imm_i));
       default: break;
     }
+    // Cast(Cast(f32 x, bf16), f32): one rounding of x to bf16, kept in an f32 (round_bf16).
+    if (e.op == Op::Cast && e.type.scalar == ScalarType::f32 && e.args[0]->op == Op::Cast &&
+        e.args[0]->type.scalar == ScalarType::bf16 && e.args[0]->args[0]->type.scalar == ScalarType::f32 &&
+        !memo.count(e.args[0].get()))
+      return temp(e, fmt::format("ordo_rt::round_bf16({})", expr(*e.args[0]->args[0])));
     std::vector<std::string> a;
     for (const ExprRef& arg : e.args) a.push_back(expr(*arg));
     auto call = [&](const char* fn) {

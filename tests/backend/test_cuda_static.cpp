@@ -8,6 +8,7 @@
 
 #include <fmt/ranges.h>
 
+#include <functional>
 #include <regex>
 #include <set>
 
@@ -24,22 +25,26 @@ namespace {
 
 ir::Kernel kernel_for(const Request& r) { return gen::build(r, gen::resolve(r)); }
 
-// Lanes of IR fma nodes of scalar type t, each node counted once per statement (a node shared by
+// Lanes of the IR nodes `is` accepts, each node counted once per statement (a node shared by
 // operands of one statement is computed once, in the interpreter as in every backend).
-void count_fma(const ir::Expr& e, ScalarType t, std::set<const ir::Expr*>& seen, int64_t& n) {
+void count_lanes(const ir::Expr& e, const std::function<bool(const ir::Expr&)>& is, std::set<const ir::Expr*>& seen,
+                 int64_t& n) {
   if (!seen.insert(&e).second) return;
-  if (e.op == ir::Op::Fma && e.type.scalar == t) n += e.type.lanes;
-  for (const ir::ExprRef& a : e.args) count_fma(*a, t, seen, n);
+  if (is(e)) n += e.type.lanes;
+  for (const ir::ExprRef& a : e.args) count_lanes(*a, is, seen, n);
 }
-int64_t ir_fma_lanes(const std::vector<ir::Stmt>& body, ScalarType t) {
+int64_t ir_lanes(const std::vector<ir::Stmt>& body, const std::function<bool(const ir::Expr&)>& is) {
   int64_t n = 0;
   for (const ir::Stmt& s : body) {
     std::set<const ir::Expr*> seen;
     for (const ir::ExprRef& e : {s.value, s.index, s.begin, s.end})
-      if (e) count_fma(*e, t, seen, n);
-    n += ir_fma_lanes(s.body, t) + ir_fma_lanes(s.else_body, t);
+      if (e) count_lanes(*e, is, seen, n);
+    n += ir_lanes(s.body, is) + ir_lanes(s.else_body, is);
   }
   return n;
+}
+int64_t ir_fma_lanes(const std::vector<ir::Stmt>& body, ScalarType t) {
+  return ir_lanes(body, [t](const ir::Expr& e) { return e.op == ir::Op::Fma && e.type.scalar == t; });
 }
 
 int64_t count(const std::string& text, const std::string& pattern) {
@@ -241,6 +246,38 @@ TEST_CASE("NVRTC: f16 and bf16 roundings are PTX cvt instructions") {
       CHECK(count(ptx, R"(cvt\.rn\.f16\.f32)") > 0);
       CHECK(count(ptx, R"(cvt\.f32\.f16)") > 0);
     }
+  }
+}
+
+// A PyTorch bf16 kernel rounds its f32 intermediates to bf16 and computes on in f32: the IR's
+// Cast pair f32 -> bf16 -> f32, rendered as round_bf16 (templates/ordo_rt.cuh), which is one
+// cvt.rn.bf16x2.f32 whose second operand is +0: the rounded value lands in the upper half, the
+// f32's bits, and the lower half is 0. No rounding of the pair is left to the two-step form.
+TEST_CASE("NVRTC: a bf16 round trip in f32 is one cvt.rn.bf16x2.f32 with a zero lower half") {
+  REQUIRE(cuda_backend::nvrtc_available());
+  auto cast = [](const ir::Expr& e, ScalarType to, ScalarType from) {
+    return e.op == ir::Op::Cast && e.type.scalar == to && e.args[0]->type.scalar == from;
+  };
+  auto round_trip = [&](const ir::Expr& e) { return cast(e, ScalarType::f32, ScalarType::bf16) && cast(*e.args[0], ScalarType::bf16, ScalarType::f32); };
+  for (const char* order : {"torch1.13-cpu-avx2", "torch-decomp-cpu-avx2"}) {
+    Request r;
+    r.op = OpKind::layer_norm;
+    r.cols = 4096;
+    r.order = order;
+    r.x_dtype = ScalarType::bf16;
+    r.has_weight = r.has_bias = true;
+    r.target = Target::cuda;
+    const ir::Kernel k = kernel_for(r);
+    const int64_t trips = ir_lanes(k.body, round_trip);
+    const int64_t roundings = ir_lanes(k.body, [&](const ir::Expr& e) { return cast(e, ScalarType::bf16, ScalarType::f32); });
+    const std::string ptx = cuda_backend::compile(cuda_backend::render(k), 90, false, false).ptx;
+    const int64_t packed = count(ptx, R"(cvt\.rn\.bf16x2\.f32 %r[0-9]+, %f[0-9]+, 0f00000000;)");
+    INFO(std::string(order), ": ", trips, " round trips of ", roundings, " roundings in the IR; ", packed, " packed cvt in the PTX");
+    CHECK(trips > 10);
+    CHECK(packed > 0);
+    CHECK(packed <= trips);  // NVVM may merge identical ones
+    CHECK(count(ptx, R"(cvt\.rn\.bf16x2\.f32)") == packed);
+    CHECK(count(ptx, R"(cvt\.rn\.bf16\.f32)") <= roundings - trips);  // the two-step form only outside round trips
   }
 }
 
