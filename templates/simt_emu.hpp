@@ -22,6 +22,8 @@
 #include <string.h>
 #include <ucontext.h>
 
+#include "ir/float_bits.hpp"  // C headers only, too
+
 #if !defined(__x86_64__) && !defined(__aarch64__)
 #error "simt_emu.hpp: only x86-64 (SSE) and AArch64 hosts are supported"
 #endif
@@ -68,16 +70,8 @@ inline double __ddiv_rn(double a, double b) { return a / b; }
 inline double __dsqrt_rn(double a) { return __builtin_sqrt(a); }
 inline double __fma_rn(double a, double b, double c) { return __builtin_fma(a, b, c); }
 
-inline int __float_as_int(float a) {
-  int r;
-  memcpy(&r, &a, 4);
-  return r;
-}
-inline float __int_as_float(int a) {
-  float r;
-  memcpy(&r, &a, 4);
-  return r;
-}
+inline int __float_as_int(float a) { return (int)ordo::f32_bits(a); }
+inline float __int_as_float(int a) { return ordo::f32_from_bits((uint32_t)a); }
 inline long long __double_as_longlong(double a) {
   long long r;
   memcpy(&r, &a, 8);
@@ -95,37 +89,14 @@ inline float __ll2float_rn(long long a) { return (float)a; }
 inline double __ll2double_rn(long long a) { return (double)a; }
 inline float __double2float_rn(double a) { return (float)a; }
 
-// The f32 <-> f16/bf16 conversion instructions that ordo_rt.cuh calls (PTX cvt on the GPU), with
-// ir/float_bits.hpp's round-to-nearest-even algorithms. A NaN keeps its payload here (quieted) and
-// becomes the canonical NaN on the GPU; the IR does not specify which.
+// The f32 <-> f16/bf16 conversion instructions that ordo_rt.cuh calls (PTX cvt on the GPU):
+// ir/float_bits.hpp's round-to-nearest-even algorithms, the ones the interpreter runs (cuda-emu
+// writes that file next to this one). A NaN keeps its payload here (quieted) and becomes the
+// canonical NaN on the GPU; the IR does not specify which.
 namespace ordo_rt {
-inline unsigned short cvt_rn_bf16_f32(float f) {
-  const unsigned x = (unsigned)__float_as_int(f);
-  if ((x & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((x >> 16) | 0x40u);
-  return (unsigned short)((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
-}
-inline unsigned short cvt_rn_f16_f32(float f) {
-  const unsigned x = (unsigned)__float_as_int(f);
-  const unsigned sign = (x >> 16) & 0x8000u;
-  const unsigned ax = x & 0x7fffffffu;
-  if (ax > 0x7f800000u) return (unsigned short)(sign | 0x7e00u | ((ax >> 13) & 0x3ffu));
-  if (ax >= 0x477ff000u) return (unsigned short)(sign | 0x7c00u);  // >= 65520 rounds to inf
-  if (ax >= 0x38800000u) return (unsigned short)(sign | ((ax + 0xfffu + ((ax >> 13) & 1u) - 0x38000000u) >> 13));
-  // Subnormal half (unit 2^-24) or zero: the scaling by 2^24 is exact (the result is below 2^10),
-  // then round to the nearest integer, ties to even.
-  return (unsigned short)(sign | (unsigned)__float2int_rn(__fmul_rn(__int_as_float((int)ax), 16777216.0f)));
-}
-inline float cvt_f32_f16(unsigned short h) {
-  const unsigned sign = (unsigned)(h & 0x8000u) << 16;
-  const unsigned e = (h >> 10) & 0x1fu;
-  const unsigned mant = h & 0x3ffu;
-  if (e == 0x1fu) return __int_as_float((int)(sign | 0x7f800000u | (mant << 13)));
-  if (e == 0) {  // zero or subnormal: mant * 2^-24, exact in f32
-    const float v = __fmul_rn(__int2float_rn((int)mant), 5.9604644775390625e-8f);
-    return sign ? -v : v;
-  }
-  return __int_as_float((int)(sign | ((e + 112u) << 23) | (mant << 13)));
-}
+inline unsigned short cvt_rn_bf16_f32(float f) { return ordo::f32_to_bf16_bits(f); }
+inline unsigned short cvt_rn_f16_f32(float f) { return ordo::f32_to_f16_bits(f); }
+inline float cvt_f32_f16(unsigned short h) { return ordo::f16_bits_to_f32(h); }
 }  // namespace ordo_rt
 
 namespace ordo_emu {

@@ -53,9 +53,11 @@ Source render(const ir::Kernel& k);
 // The kernel's calls of CUDA's own functions ("cuda.rsqrtf", ...): device-only (ir::MathFn).
 std::vector<std::string> device_calls(const ir::Kernel& k);
 
-// The embedded helper headers (templates/), by file name.
+// The embedded helper headers (templates/, and ir/float_bits.hpp, which simt_emu.hpp includes),
+// by file name.
 const std::string& ordo_rt_cuh();
 const std::string& simt_emu_hpp();
+const std::string& float_bits_hpp();
 
 // ---- NVRTC ---------------------------------------------------------------------------------------
 struct PtxasInfo {

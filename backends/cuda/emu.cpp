@@ -120,6 +120,8 @@ std::string compile_emu_object(const Source& s) {
   const std::filesystem::path& dir = t.dir;
   write_file(dir / "ordo_rt.cuh", ordo_rt_cuh());
   write_file(dir / "simt_emu.hpp", simt_emu_hpp());
+  std::filesystem::create_directory(dir / "ir");
+  write_file(dir / "ir" / "float_bits.hpp", float_bits_hpp());
   write_file(dir / "kernel.cu", s.text);
   write_file(dir / "launch.cpp", launcher(s));
   std::vector<std::string> cmd = emu_compiler_command();
@@ -163,7 +165,7 @@ std::string emu_fingerprint() {
   }();
   std::string cmd;
   for (const std::string& c : emu_compiler_command()) cmd += c + " ";
-  return fmt::format("cuda-emu; {}; {}\n{}\n{}", version, cmd, ordo_rt_cuh(), simt_emu_hpp());
+  return fmt::format("cuda-emu; {}; {}\n{}\n{}\n{}", version, cmd, ordo_rt_cuh(), simt_emu_hpp(), float_bits_hpp());
 }
 
 }  // namespace ordo::cuda_backend

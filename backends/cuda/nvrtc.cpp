@@ -23,6 +23,10 @@ const std::string& simt_emu_hpp() {
   static const std::string s = ordo_templates::kSimtEmuHpp;
   return s;
 }
+const std::string& float_bits_hpp() {
+  static const std::string s = ordo_templates::kFloatBitsHpp;
+  return s;
+}
 
 PtxasInfo parse_ptxas(const std::string& log, const std::string& entry) {
   // ptxas -v prints, per function:
