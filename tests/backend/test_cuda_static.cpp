@@ -258,7 +258,9 @@ TEST_CASE("NVRTC: a bf16 round trip in f32 is one cvt.rn.bf16x2.f32 with a zero 
   auto cast = [](const ir::Expr& e, ScalarType to, ScalarType from) {
     return e.op == ir::Op::Cast && e.type.scalar == to && e.args[0]->type.scalar == from;
   };
-  auto round_trip = [&](const ir::Expr& e) { return cast(e, ScalarType::f32, ScalarType::bf16) && cast(*e.args[0], ScalarType::bf16, ScalarType::f32); };
+  auto round_trip = [&](const ir::Expr& e) {
+    return cast(e, ScalarType::f32, ScalarType::bf16) && cast(*e.args[0], ScalarType::bf16, ScalarType::f32);
+  };
   for (const char* order : {"torch1.13-cpu-avx2", "torch-decomp-cpu-avx2"}) {
     Request r;
     r.op = OpKind::layer_norm;

@@ -559,7 +559,8 @@ TEST_CASE("gen: the norm ops on one warp, or with their passes as a loop, give t
                          {"lane-welford(lanes=4,chunk=3,fma=update)", 32},
                          // one thread, the passes as a loop
                          {"two-pass-pairwise", 1}, {"two-pass-pairwise(block=16,lanes=4)", 1}, {"numpy-two-pass", 1},
-                         {"two-pass-lanes(lanes=8,accumulators=8,acc=f64)", 1}};
+                         {"two-pass-lanes(lanes=8,accumulators=8,acc=f64)", 1},
+                         {"two-pass-lanes(lanes=8,accumulators=8,outer=64)", 1}};
   const int64_t widths[] = {1, 2, 5, 8, 9, 31, 32, 33, 47, 100, 257, 1000, 4099, 16384};
   uint64_t state = 7;
   auto next = [&] {
