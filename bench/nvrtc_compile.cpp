@@ -12,7 +12,8 @@
 //
 // By default it compiles a fixed set of kernels (the GPU orders' layer_norm in every dtype, a
 // CPU reference order mapped to the GPU, two softmax kernels). --every-layer-norm compiles
-// instead every named order's layer_norm in every dtype the order takes, N = 4096.
+// instead every named order's layer_norm in every dtype the order takes, N = 4096, and the
+// orders whose kernel depends on N at N = 4097 too (torch-cuda: PyTorch's two-kernel path).
 //   bench_nvrtc [--runs R] [--arch 90] [--every-layer-norm]
 #include <fmt/format.h>
 
@@ -59,6 +60,7 @@ int main(int argc, char** argv) {
     ordo::OpKind op;
     std::string order;
     ordo::ScalarType dtype;
+    int64_t cols = 4096;
   };
   std::vector<Case> cases = {{ordo::OpKind::layer_norm, "fast", ordo::ScalarType::f32},
                              {ordo::OpKind::layer_norm, "fast", ordo::ScalarType::bf16},
@@ -76,6 +78,8 @@ int main(int argc, char** argv) {
       if (std::find(o.ops.begin(), o.ops.end(), ordo::OpKind::layer_norm) == o.ops.end()) continue;
       for (ordo::ScalarType t : o.dtypes) cases.push_back({ordo::OpKind::layer_norm, std::string(o.name), t});
     }
+    for (ordo::ScalarType t : {ordo::ScalarType::f32, ordo::ScalarType::bf16, ordo::ScalarType::f16})
+      cases.push_back({ordo::OpKind::layer_norm, "torch-cuda", t, 4097});
   }
   auto median = [](std::vector<double> v) {
     std::sort(v.begin(), v.end());
@@ -115,7 +119,7 @@ int main(int argc, char** argv) {
     for (const Case& c : cases) {
       ordo::Request r;
       r.op = c.op;
-      r.cols = 4096;
+      r.cols = c.cols;
       r.order = c.order;
       r.x_dtype = c.dtype;
       r.has_weight = r.has_bias = c.op == ordo::OpKind::layer_norm;
@@ -146,10 +150,10 @@ int main(int argc, char** argv) {
     for (size_t j = 0; j < requests.size(); ++j) {
       const Times& t = kernel_times[j];
       const auto [lo, hi] = std::minmax_element(t.total.begin(), t.total.end());
-      fmt::print("{{\"op\": \"{}\", \"order\": \"{}\", \"dtype\": \"{}\", \"cols\": 4096, \"arch\": \"sm_{}\", \"runs\": {}, "
+      fmt::print("{{\"op\": \"{}\", \"order\": \"{}\", \"dtype\": \"{}\", \"cols\": {}, \"arch\": \"sm_{}\", \"runs\": {}, "
                  "\"median_ms\": {:.1f}, \"min_ms\": {:.1f}, \"max_ms\": {:.1f}, \"floor_ratio\": {:.2f}, \"nvrtc_median_ms\": {:.1f}, "
                  "\"frontend_ms\": {}, \"nvvm_ms\": {}, \"ptxas_ms\": {}, \"cubin_bytes\": {}, \"target_ms\": 150}}\n",
-                 ordo::name(cases[j].op), cases[j].order, ordo::name(cases[j].dtype), arch, runs, median(t.total), *lo, *hi,
+                 ordo::name(cases[j].op), cases[j].order, ordo::name(cases[j].dtype), cases[j].cols, arch, runs, median(t.total), *lo, *hi,
                  median(t.ratio), median(t.nvrtc), median(t.frontend), median(t.nvvm), median(t.ptxas), t.cubin);
     }
   } catch (const ordo::Error& e) {

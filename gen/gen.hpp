@@ -38,7 +38,7 @@ const NamedOrder* find_order(std::string_view name);
 ir::Order resolve(const Request& r);
 
 // Whether the request's shape is one its order is defined for (an order reproducing one kernel
-// of a library takes only that kernel's shapes: torch-cuda's layer_norm needs N % 4 == 0).
+// of a library takes only that kernel's shapes: torch-cuda's persistent warp softmax needs N <= 1024).
 // resolve() throws, naming the limit, for the others. Tests use it to skip those shapes.
 bool takes_shape(const Request& r);
 
@@ -52,7 +52,7 @@ ir::Kernel build_var_mean(const Request& r, const ir::Order& order);
 ir::Kernel build_softmax(const Request& r, const ir::Order& order);  // softmax and log_softmax
 ir::Kernel build_attention(const Request& r, const ir::Order& order);
 // The CUDA-native orders (gen/team.cpp): a team of threads per row.
-ir::Kernel build_layer_norm_team(const Request& r, const ir::Order& order);  // MomentsOrder::BlockWelford
+ir::Kernel build_layer_norm_team(const Request& r, const ir::Order& order);  // MomentsOrder::BlockWelford, BlockReduceWelford
 ir::Kernel build_softmax_warp(const Request& r, const ir::Order& order);     // SoftmaxOrder::WarpButterfly
 
 }  // namespace ordo::gen

@@ -10,7 +10,8 @@ namespace ordo::gen {
 using namespace ordo::ir;
 
 Kernel build_layer_norm(const Request& r, const Order& o) {
-  if (o.moments.kind == MomentsOrder::Kind::BlockWelford) return build_layer_norm_team(r, o);
+  if (o.moments.kind == MomentsOrder::Kind::BlockWelford || o.moments.kind == MomentsOrder::Kind::BlockReduceWelford)
+    return build_layer_norm_team(r, o);
   Kernel k;
   k.name = "layer_norm";
   const bool warp = warp_layout(r, o);  // the CUDA targets: one warp per row (gen/warp.hpp)
@@ -70,6 +71,10 @@ Kernel build_layer_norm(const Request& r, const Order& o) {
       } else {
         ExprRef centered = f32.sub(xv, bc(mean));
         ExprRef t = o.affine.form == AffineOrder::Form::CenterScale ? f32.mul(centered, bc(rstd)) : f32.div(centered, bc(denom));
+        if (o.affine.missing_as_identity) {
+          if (!gamma) gamma = f32.constant(1.0, lanes);
+          if (!beta) beta = f32.constant(0.0, lanes);
+        }
         if (gamma && beta) out = f32.mul_add(t, gamma, beta, fuse);
         else if (gamma) out = f32.mul(t, gamma);
         else if (beta) out = f32.add(t, beta);

@@ -108,18 +108,23 @@ SumOrder lane_tree(int lanes, int accumulators, bool fma) {
 
 // PyTorch's CUDA kernels (../shared/reference-orders.md section 3; aten/src/ATen/native/cuda):
 // layer_norm's vectorized kernel (a block of 128 threads per row, Welford over 4-wide vectors,
-// shuffle-down warp tree, cross-warp tree, gamma*(rstd*(x - mean)) + beta contracted to an fma)
-// and the persistent warp softmax (N <= 1024). `device_math`: rstd by rsqrtf and CUDA's
-// expf/logf, as PyTorch does, so the order is device-only; otherwise the same trees with
-// host-exact math (rstd = 1/sqrt, Sleef exp/log).
-Order torch_cuda(bool device_math) {
+// shuffle-down warp tree, cross-warp tree, gamma*(rstd*(x - mean)) + beta contracted to an fma),
+// which PyTorch runs for N a multiple of 4 up to 2^24 (with aligned buffers), else its two-kernel
+// path (a block of 512 threads per row, Welford with a true division, the block reduce of
+// cuda_utils::BlockReduce, y = fma((x - mean)*rstd, gamma, beta)); and the persistent warp
+// softmax (N <= 1024). `device_math`: rstd by rsqrtf and CUDA's expf/logf, as PyTorch does, so
+// the order is device-only; otherwise the same trees with host-exact math (rstd = 1/sqrt, Sleef
+// exp/log).
+Order torch_cuda(bool device_math, const Request& r) {
   Order o;
-  o.moments.kind = K::BlockWelford;
+  const bool vectorized = r.cols % 4 == 0 && r.cols <= (int64_t(1) << 24);
+  o.moments.kind = vectorized ? K::BlockWelford : K::BlockReduceWelford;
   o.moments.acc = f32;
-  o.moments.team = 128;
-  o.moments.lanes = 4;
+  o.moments.team = vectorized ? 128 : 512;
+  o.moments.lanes = vectorized ? 4 : 1;
   o.moments.fma_update = o.moments.fma_merge = true;
-  o.affine = {F::GammaCentered, true};
+  o.affine = vectorized ? AffineOrder{F::GammaCentered, true} : AffineOrder{F::CenterScale, true};
+  o.affine.missing_as_identity = !vectorized;
   o.affine.device_rsqrt = device_math;
   o.softmax.kind = SoftmaxOrder::Kind::WarpButterfly;
   o.softmax.exp = o.softmax.log = device_math ? MathImpl::Device : MathImpl::SleefU10;
@@ -276,18 +281,19 @@ std::vector<NamedOrder> make_table() {
                  return o;
                }});
   t.push_back({"torch-cuda",
-               "PyTorch 1.13's CUDA kernels (from source; no GPU here to measure): layer_norm's vectorized kernel (128 threads per row, 4-wide Welford, shuffle-down "
-               "warp tree, cross-warp tree, rsqrtf), the persistent warp softmax (N <= 1024, CUDA expf/logf). Device-only",
+               "PyTorch 1.13's CUDA kernels (from source; no GPU here to measure): layer_norm's vectorized kernel (N % 4 == 0 and N <= 2^24: 128 "
+               "threads per row, 4-wide Welford, shuffle-down warp tree, cross-warp tree, rsqrtf) or else its two-kernel path (512 threads per "
+               "row, Welford with division, warp-0 block reduce), the persistent warp softmax (N <= 1024, CUDA expf/logf). Device-only",
                {OpKind::layer_norm, OpKind::softmax, OpKind::log_softmax}, kAllStorage, false, true,
-               [](ScalarType, ScalarType, const Request&) { return torch_cuda(true); }});
+               [](ScalarType, ScalarType, const Request& r) { return torch_cuda(true, r); }});
   t.back().device_only = true;
   t.push_back({"torch-cuda-tree",
-               "torch-cuda's layer_norm with rstd = 1/sqrt(var + eps) instead of rsqrtf: the same block tree, on every target",
-               {OpKind::layer_norm}, kAllStorage, false, true, [](ScalarType, ScalarType, const Request&) { return torch_cuda(false); }});
+               "torch-cuda's layer_norm with rstd = 1/sqrt(var + eps) instead of rsqrtf: the same two kernels and block trees, on every target",
+               {OpKind::layer_norm}, kAllStorage, false, true, [](ScalarType, ScalarType, const Request& r) { return torch_cuda(false, r); }});
   t.push_back({"warp-butterfly",
                "softmax by one warp per row: torch-cuda's thread max and xor-butterfly trees with Sleef exp/log, y = e/s; "
                "on every target, N <= 8192",
-               kSoftmaxOps, kAllStorage, false, true, [](ScalarType, ScalarType, const Request&) { return torch_cuda(false); }});
+               kSoftmaxOps, kAllStorage, false, true, [](ScalarType, ScalarType, const Request& r) { return torch_cuda(false, r); }});
   t.push_back({"online", "softmax in one pass: per-lane running max and rescaled sum (flash style), Sleef exp; parameter lanes",
                kSoftmaxOps, kAllStorage, false, false, [](ScalarType, ScalarType, const Request&) {
                  Order o;
@@ -427,10 +433,6 @@ std::string known_orders(OpKind op) {
 // The shapes an order is defined for, beyond the op's own limits: an order that reproduces one
 // kernel of a library takes the shapes that kernel runs. Empty when `r` is one of them.
 std::string shape_error(const Request& r, const Order& o, const NamedOrder& n) {
-  if (r.op == OpKind::layer_norm && o.moments.kind == K::BlockWelford && (r.cols % o.moments.lanes || r.cols > (int64_t(1) << 24)))
-    return fmt::format("order '{}' is PyTorch's vectorized CUDA layer_norm, taken for N a multiple of {} up to 2^24; N = {} "
-                       "takes PyTorch's other CUDA kernel, which ordo does not reproduce",
-                       r.order, o.moments.lanes, r.cols);
   if ((r.op == OpKind::softmax || r.op == OpKind::log_softmax) && o.softmax.kind == SoftmaxOrder::Kind::WarpButterfly) {
     // torch-cuda: PyTorch's persistent warp kernel runs N <= 1024 only. warp-butterfly keeps a
     // row's exponentials in 32 * I floats of shared memory: N <= 8192 is 32 KiB.

@@ -597,8 +597,9 @@ Moments emit_moments(Builder& b, const MomentsOrder& o, const Arith& ar, int64_t
         out = {mean, b.let("var", binary(Op::Max, ar.sub(ex2, ar.mul(mean, mean)), ar.constant(0.0)))};
         break;
       }
-      case MomentsOrder::Kind::BlockWelford:  // a team kernel of its own (gen/team.cpp)
-        throw Error("internal: block_welford moments reached the single-thread expansion");
+      case MomentsOrder::Kind::BlockWelford:  // team kernels of their own (gen/team.cpp)
+      case MomentsOrder::Kind::BlockReduceWelford:
+        throw Error(fmt::format("internal: {} moments reached the single-thread expansion", describe(o)));
     }
   });
   return out;

@@ -49,9 +49,133 @@ void combine(Builder& b, const Welford& own, ExprRef a_mean, ExprRef a_m2, ExprR
   b.assign(own.n, count);
 }
 
+// PyTorch's WelfordOps::combine(A = own, B = other) as compiled (MomentsOrder::BlockReduceWelford),
+// assigned to `own`. Its two empty-stream returns are selects over the merged value.
+void combine_block_reduce(Builder& b, const Welford& own, ExprRef b_mean, ExprRef b_m2, ExprRef b_n) {
+  ExprRef a_mean = b.let("own.mean", b.get(own.mean)), a_m2 = b.let("own.m2", b.get(own.m2));
+  ExprRef a_n = b.let("own.n", b.get(own.n));
+  ExprRef delta = b.let("merge.delta", sub(b_mean, a_mean));
+  ExprRef count = b.let("merge.n", add(a_n, b_n));
+  ExprRef share_b = b.let("merge.c", div(b_n, count));
+  ExprRef mean = fma(delta, share_b, a_mean);
+  ExprRef m2 = fma(mul(mul(delta, delta), a_n), share_b, add(a_m2, b_m2));
+  ExprRef a_empty = b.let("own.empty", eq(a_n, c32(0.0))), b_empty = b.let("other.empty", eq(b_n, c32(0.0)));
+  b.assign(own.mean, select(a_empty, b_mean, select(b_empty, a_mean, mean)));
+  b.assign(own.m2, select(a_empty, b_m2, select(b_empty, a_m2, m2)));
+  b.assign(own.n, select(a_empty, b_n, select(b_empty, a_n, count)));
+}
+
+// rstd from the row's variance: CUDA's rsqrtf (device-only) or 1/sqrt.
+ExprRef rstd_of(Builder& b, const Request& r, const Order& o, ExprRef var) {
+  ExprRef var_eps = b.let("var_eps", add(var, c32(static_cast<float>(r.eps))));
+  return b.let("rstd", o.affine.device_rsqrt ? call(MathFn::device_rsqrtf, var_eps) : div(c32(1.0), unary(Op::Sqrt, var_eps)));
+}
+
+// PyTorch's two-kernel CUDA layer_norm as one team kernel (MomentsOrder::BlockReduceWelford): the
+// statistics kernel's block, then the same row's elementwise kernel. That kernel's own block size
+// (256) only decides which thread writes an element, never its value, so the team writes it.
+Kernel build_layer_norm_block_reduce(const Request& r, const Order& o) {
+  const MomentsOrder& mo = o.moments;
+  const int T = mo.team, warps = T / kWarp;
+  const int64_t N = r.cols;
+  if (T % kWarp || warps > kWarp || o.affine.form != AffineOrder::Form::CenterScale)
+    throw Error(fmt::format("internal: block_reduce_welford team {}", T));
+  Kernel k;
+  k.name = "layer_norm";
+  k.team = T;
+  Builder b(k);
+  const auto [x, w, bias, y, mean_out, rstd_out] = layer_norm_buffers(b, r);
+  // Team memory: (mean, M2, n) of each warp, then the row's mean and variance.
+  const int64_t stats_at = 3 * warps;
+  const int shared = b.buffer("block_stats", f32, true, Extent::scratch, stats_at + 2);
+  ExprRef row = b.let("row", mul(program_id(0), index_const(N)));
+  const Type f1{f32, 1};
+  const Welford own{b.local("welford.n", f1), b.local("welford.mean", f1), b.local("welford.m2", f1)};
+  auto for_thread_columns = [&](ExprRef tid, auto&& body) { b.for_range("col", tid, index_const(N), T, body); };
+  auto warp_tree = [&] {
+    for (int offset = kWarp / 2; offset >= 1; offset /= 2)
+      b.team([&](ExprRef) {
+        ExprRef b_mean = b.let("other.mean", shuffle_down(k, own.mean, offset));
+        ExprRef b_m2 = b.let("other.m2", shuffle_down(k, own.m2, offset));
+        ExprRef b_n = b.let("other.n", shuffle_down(k, own.n, offset));
+        combine_block_reduce(b, own, b_mean, b_m2, b_n);
+      });
+  };
+
+  b.region("moments", describe(mo), [&] {
+    b.team([&](ExprRef tid) {
+      b.assign(own.n, c32(0.0));
+      b.assign(own.mean, c32(0.0));
+      b.assign(own.m2, c32(0.0));
+      for_thread_columns(tid, [&](ExprRef col) {
+        ExprRef xv = b.let("x", as_f32(load(k, x, add(row, col))));
+        ExprRef d = b.let("welford.d", sub(xv, b.get(own.mean)));
+        b.assign(own.n, add(b.get(own.n), c32(1.0)));
+        b.assign(own.mean, add(b.get(own.mean), div(d, b.get(own.n))));
+        b.assign(own.m2, fma(d, sub(xv, b.get(own.mean)), b.get(own.m2)));
+      });
+    });
+    warp_tree();
+    b.team([&](ExprRef tid) {
+      b.if_(eq(binary(Op::Rem, tid, index_const(kWarp)), index_const(0)), [&] {
+        ExprRef slot = mul(div(tid, index_const(kWarp)), index_const(3));
+        b.store(shared, slot, b.get(own.mean));
+        b.store(shared, add(slot, index_const(1)), b.get(own.m2));
+        b.store(shared, add(slot, index_const(2)), b.get(own.n));
+      });
+    });
+    // Warp 0's lane l takes warp l's stream; the other threads, warp 0's lanes past the warps
+    // included, hold an empty one. Every warp runs the second tree; warp 0's lane 0 ends with the row.
+    b.team([&](ExprRef tid) {
+      b.if_else(
+          lt(tid, index_const(warps)),
+          [&] {
+            ExprRef slot = mul(tid, index_const(3));
+            b.assign(own.mean, load(k, shared, slot));
+            b.assign(own.m2, load(k, shared, add(slot, index_const(1))));
+            b.assign(own.n, load(k, shared, add(slot, index_const(2))));
+          },
+          [&] {
+            b.assign(own.mean, c32(0.0));
+            b.assign(own.m2, c32(0.0));
+            b.assign(own.n, c32(0.0));
+          });
+    });
+    warp_tree();
+    b.team([&](ExprRef tid) {
+      b.if_(eq(tid, index_const(0)), [&] {
+        b.store(shared, index_const(stats_at), b.get(own.mean));
+        b.store(shared, index_const(stats_at + 1), div(b.get(own.m2), b.get(own.n)));
+      });
+    });
+  });
+
+  // Every thread reads the statistics and writes its own columns: y = ((x - mean)*rstd)*gamma + beta.
+  b.team([&](ExprRef tid) {
+    ExprRef mean = b.let("mean", load(k, shared, index_const(stats_at)));
+    ExprRef rstd = rstd_of(b, r, o, b.let("var", load(k, shared, index_const(stats_at + 1))));
+    b.if_(eq(tid, index_const(0)), [&] {
+      store_stat(b, mean_out, mean);
+      store_stat(b, rstd_out, rstd);
+    });
+    for_thread_columns(tid, [&](ExprRef col) {
+      ExprRef t = mul(sub(as_f32(load(k, x, add(row, col))), mean), rstd);
+      ExprRef gamma = w >= 0 ? as_f32(load(k, w, col)) : o.affine.missing_as_identity ? c32(1.0) : nullptr;
+      ExprRef beta = bias >= 0 ? as_f32(load(k, bias, col)) : o.affine.missing_as_identity ? c32(0.0) : nullptr;
+      ExprRef out = t;
+      if (gamma && beta) out = o.affine.fma ? fma(t, gamma, beta) : add(mul(t, gamma), beta);
+      else if (gamma) out = mul(t, gamma);
+      else if (beta) out = add(t, beta);
+      b.store(y, add(row, col), r.x_dtype == f32 ? out : cast(out, r.x_dtype));
+    });
+  });
+  return k;
+}
+
 }  // namespace
 
 Kernel build_layer_norm_team(const Request& r, const Order& o) {
+  if (o.moments.kind == MomentsOrder::Kind::BlockReduceWelford) return build_layer_norm_block_reduce(r, o);
   const MomentsOrder& mo = o.moments;
   const int T = mo.team, V = mo.lanes, warps = T / kWarp;
   const int64_t N = r.cols;
@@ -136,9 +260,7 @@ Kernel build_layer_norm_team(const Request& r, const Order& o) {
   b.team([&](ExprRef tid) {
     ExprRef mean = b.let("mean", load(k, shared, index_const(stats_at)));
     ExprRef var = b.let("var", load(k, shared, index_const(stats_at + 1)));
-    ExprRef var_eps = b.let("var_eps", add(var, c32(static_cast<float>(r.eps))));
-    ExprRef rstd = b.let("rstd", o.affine.device_rsqrt ? call(MathFn::device_rsqrtf, var_eps)
-                                                       : div(c32(1.0), unary(Op::Sqrt, var_eps)));
+    ExprRef rstd = rstd_of(b, r, o, var);
     b.if_(eq(tid, index_const(0)), [&] {
       store_stat(b, mean_out, mean);
       store_stat(b, rstd_out, rstd);

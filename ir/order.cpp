@@ -39,6 +39,10 @@ std::string describe(const MomentsOrder& m) {
     case MomentsOrder::Kind::BlockWelford:
       return fmt::format("block_welford(team={}, vector={}, update=fma, warp_tree=shuffle_down(16..1), block_tree=team_memory({}..1), acc={})",
                          m.team, m.lanes, m.team / 64, name(m.acc));
+    case MomentsOrder::Kind::BlockReduceWelford:
+      return fmt::format("block_reduce_welford(team={}, update=divide, warp_tree=shuffle_down(16..1), "
+                         "block_tree=warp_0_shuffle_down(16..1) over the {} warps, acc={})",
+                         m.team, m.team / 32, name(m.acc));
   }
   return "?";
 }
@@ -48,9 +52,10 @@ std::string describe(const AffineOrder& a) {
                      : a.form == AffineOrder::Form::CenterScale ? "center_scale"
                      : a.form == AffineOrder::Form::CenterDivide ? "center_divide"
                                                                  : "gamma_centered";
-  return fmt::format("{}{}{}{}{}", form, a.fma ? ", fma" : "", a.round_each_op ? ", round_each_op" : "",
+  return fmt::format("{}{}{}{}{}{}", form, a.fma ? ", fma" : "", a.round_each_op ? ", round_each_op" : "",
                      a.rsqrt_vector_rows ? fmt::format(", rsqrt_vector_rows={}", a.rsqrt_vector_rows) : "",
-                     a.device_rsqrt ? ", rstd=cuda.rsqrtf (device-only)" : "");
+                     a.device_rsqrt ? ", rstd=cuda.rsqrtf (device-only)" : "",
+                     a.missing_as_identity ? ", missing gamma/beta as 1/0" : "");
 }
 
 static const char* math_name(MathImpl m) {

@@ -76,6 +76,17 @@ struct MomentsOrder {
                         // n = nA + nB; if n > 0: c = 1/n, mean = fma(A.mean, nA*c, B.mean*(nB*c)),
                         // m2 = fma((delta*delta)*nA, nB*c, A.m2 + B.m2) with delta = B.mean - A.mean;
                         // else 0, 0. var = m2 / N.
+    BlockReduceWelford, // PyTorch's other CUDA layer_norm (RowwiseMomentsCUDAKernel, then
+                        // LayerNormForwardCUDAKernel), for the rows its vectorized kernel does not
+                        // take: a team of `team` threads per row; thread t runs one f32 Welford
+                        // stream over the elements t, t+team, ... with a true division
+                        // (n += 1; mean = mean + d/n; m2 = fma(d, x - mean, m2)). The block
+                        // reduce: a shuffle-down tree over each warp (offsets 16..1); lane 0 of
+                        // warp w publishes its stream as entry w; warp 0's lane l takes entry l
+                        // (an empty stream for l >= warps) and runs the shuffle-down tree again.
+                        // Merge of own A with other B: A empty: B; B empty: A; else
+                        // d = B.mean - A.mean, n = nA + nB, c = nB/n, mean = fma(d, c, A.mean),
+                        // m2 = fma((d*d)*nA, c, A.m2 + B.m2). var = m2 / n.
   };
   Kind kind = Kind::LaneWelford;
   ScalarType acc = ScalarType::f32;  // the type the reduction accumulates in (f32 or f64)
@@ -88,7 +99,7 @@ struct MomentsOrder {
   // rounded to that type before x - mean, and var = M2 / N is computed in it.
   std::optional<ScalarType> dev_acc;
   std::optional<SumOrder> dev_sum;
-  int team = 128;  // BlockWelford: threads per row (a power-of-two number of warps)
+  int team = 128;  // BlockWelford, BlockReduceWelford: threads per row (a power-of-two number of warps)
 };
 
 // How y is formed from x, the statistics and the optional weight (gamma) and bias (beta).
@@ -97,6 +108,7 @@ struct AffineOrder {
     ScaleBias,     // scale = rstd, shift = (-rstd)*mean; y = (x*scale + shift)*gamma + beta.
                    // Without weight or bias, gamma = 1 and beta = 0 still take part (PyTorch CPU).
     CenterScale,   // y = ((x - mean)*rstd)*gamma + beta; missing gamma/beta are left out
+                   // (unless missing_as_identity)
     CenterDivide,  // y = ((x - mean)/sqrt(var + eps))*gamma + beta (the numpy composite)
     GammaCentered, // y = gamma*(rstd*(x - mean)) + beta (PyTorch's CUDA kernel); missing gamma/beta
                    // are left out. With fma: fma(gamma, rstd*(x - mean), beta), and without a
@@ -114,6 +126,9 @@ struct AffineOrder {
   int rsqrt_vector_rows = 0;
   // rstd = CUDA's rsqrtf(var + eps) (rsqrt.approx.f32): device-only, no definition off the GPU.
   bool device_rsqrt = false;
+  // A missing gamma or beta still takes part, as 1 and 0 (a kernel that loads them behind a null
+  // check): with fma, y = fma(t, gamma, beta) always, so without beta a -0 product becomes +0.
+  bool missing_as_identity = false;
 };
 
 // Which implementation of exp and log an order uses. Each is a fixed algorithm, so the choice is

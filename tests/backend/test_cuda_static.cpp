@@ -153,6 +153,13 @@ TEST_CASE("NVRTC: torch-cuda layer_norm and the warp softmax are block and warp 
       CHECK(count(c.ptx, R"(\brsqrt\.approx\.f32\b)") == (std::string(order) == "torch-cuda" ? 1 : 0));
       CHECK((src.device_calls.size() == 1) == (std::string(order) == "torch-cuda"));
       if (t == ScalarType::f32) CHECK(count(c.ptx, R"(\bld\.global(\.nc)?\.v4\.f32\b)") == 4);  // x twice, weight, bias
+      // N % 4 != 0: PyTorch's two-kernel path, a block of 512 threads and two shuffle trees.
+      const auto [src2, c2] = ptx_of(OpKind::layer_norm, order, 4097, t);
+      CHECK(src2.block_threads == 512);
+      CHECK(count(c2.ptx, R"(\bshfl\.sync\.down\.b32\b)") == 30);  // (mean, M2, n) x 16..1, in every warp, then in warp 0
+      CHECK(count(c2.ptx, R"(\bbar\.sync\b)") >= 3);                 // the warps' results, warp 0's load, the statistics
+      CHECK(count(c2.ptx, R"(\bdiv\.rn\.f32\b)") >= 3);             // the update's d/n, the merge's nB/n, m2/n
+      CHECK(count(c2.ptx, R"(\brsqrt\.approx\.f32\b)") == (std::string(order) == "torch-cuda" ? 1 : 0));
     }
   for (OpKind op : {OpKind::softmax, OpKind::log_softmax})
     for (const char* order : {"torch-cuda", "warp-butterfly"}) {

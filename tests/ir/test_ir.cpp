@@ -642,3 +642,171 @@ TEST_CASE("gen: the norm ops on one warp, or with their passes as a loop, give t
     CHECK_MESSAGE(gen::build(r, gen::resolve(r)).team == 1, order);
   }
 }
+
+namespace {
+// A scalar model of PyTorch's CUDA layer_norm kernels, written from their description in
+// ../shared/reference-orders.md section 3 and independent of gen/team.cpp: the IR of
+// torch-cuda-tree must compute exactly this. All arithmetic is f32; fma is std::fma.
+struct Stream {
+  float n = 0, mean = 0, m2 = 0;
+};
+// The vectorized kernel's cuWelfordCombine(B = own, A = other).
+Stream combine_vectorized(const Stream& own, const Stream& other) {
+  const Stream &B = own, &A = other;
+  const float delta = B.mean - A.mean, count = A.n + B.n;
+  if (!(count > 0)) return {count, 0, 0};
+  const float coef = 1.0f / count, nA = A.n * coef, nB = B.n * coef;
+  return {count, std::fma(A.mean, nA, B.mean * nB), std::fma((delta * delta) * A.n, nB, A.m2 + B.m2)};
+}
+// The two-kernel path's WelfordOps::combine(a = own, b = other), contracted as nvcc does.
+Stream combine_generic(const Stream& a, const Stream& b) {
+  if (a.n == 0) return b;
+  if (b.n == 0) return a;
+  const float delta = b.mean - a.mean, count = a.n + b.n, c = b.n / count;
+  return {count, std::fma(delta, c, a.mean), std::fma((delta * delta) * a.n, c, a.m2 + b.m2)};
+}
+// Shuffle-down steps 16..1 over every warp of `s` at once: each step reads the states as it
+// began, and a source past the warp's end is the thread's own state.
+template <class Combine>
+void shuffle_down_tree(std::vector<Stream>& s, Combine combine) {
+  for (size_t offset = 16; offset >= 1; offset /= 2) {
+    const std::vector<Stream> before = s;
+    for (size_t t = 0; t < s.size(); ++t) s[t] = combine(before[t], t % 32 + offset < 32 ? before[t + offset] : before[t]);
+  }
+}
+struct RowStats {
+  float mean, var;
+};
+RowStats vectorized_stats(const std::vector<float>& x) {
+  const size_t T = 128, N = x.size();
+  std::vector<Stream> s(T);
+  for (size_t t = 0; t < T; ++t)
+    for (size_t v = t; v < N / 4; v += T)
+      for (size_t l = 0; l < 4; ++l) {
+        const float xl = x[4 * v + l], d = xl - s[t].mean;
+        s[t].n += 1;
+        s[t].mean = std::fma(d, 1.0f / s[t].n, s[t].mean);
+        s[t].m2 = std::fma(d, xl - s[t].mean, s[t].m2);
+      }
+  shuffle_down_tree(s, combine_vectorized);
+  for (size_t offset = 2; offset >= 1; offset /= 2)  // warps [offset, 2 offset) into warps [0, offset)
+    for (size_t w = 0; w < offset; ++w) s[32 * w] = combine_vectorized(s[32 * w], s[32 * (w + offset)]);
+  return {s[0].mean, s[0].m2 / float(N)};
+}
+RowStats two_kernel_stats(const std::vector<float>& x) {
+  const size_t T = 512, N = x.size();
+  std::vector<Stream> s(T);
+  for (size_t t = 0; t < T; ++t)
+    for (size_t j = t; j < N; j += T) {
+      const float d = x[j] - s[t].mean;
+      s[t].n += 1;
+      s[t].mean = s[t].mean + d / s[t].n;
+      s[t].m2 = std::fma(d, x[j] - s[t].mean, s[t].m2);
+    }
+  shuffle_down_tree(s, combine_generic);
+  std::vector<Stream> warp0(32);  // lane l: warp l's result; lanes past the 16 warps empty
+  for (size_t w = 0; w < T / 32; ++w) warp0[w] = s[32 * w];
+  shuffle_down_tree(warp0, combine_generic);
+  return {warp0[0].mean, warp0[0].m2 / warp0[0].n};
+}
+}  // namespace
+
+TEST_CASE("gen: torch-cuda-tree is PyTorch's vectorized CUDA layer_norm for N % 4 == 0 and its two-kernel path otherwise") {
+  uint64_t state = 11;
+  auto next = [&] {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    return float(int64_t(state >> 40) - (int64_t(1) << 23)) / float(1 << 23);  // [-1, 1)
+  };
+  auto to_storage = [](ScalarType t, float v) {
+    return t == ScalarType::f32 ? v : t == ScalarType::bf16 ? bf16_bits_to_f32(f32_to_bf16_bits(v)) : f16_bits_to_f32(f32_to_f16_bits(v));
+  };
+  auto bits_of = [](ScalarType t, float v) -> uint32_t {
+    return t == ScalarType::f32 ? f32_bits(v) : t == ScalarType::bf16 ? f32_to_bf16_bits(v) : f32_to_f16_bits(v);
+  };
+  auto read = [](ScalarType t, const uint8_t* p) -> uint32_t {
+    if (t == ScalarType::f32) {
+      uint32_t v;
+      std::memcpy(&v, p, 4);
+      return v;
+    }
+    uint16_t h;
+    std::memcpy(&h, p, 2);
+    return h;
+  };
+  int compared = 0, two_kernel = 0;
+  for (int64_t n : {1, 3, 4, 6, 8, 31, 100, 128, 511, 512, 513, 516, 1000, 1001, 2052, 4096, 4097})
+    for (ScalarType dtype : {ScalarType::f32, ScalarType::bf16, ScalarType::f16})
+      for (int affine = 0; affine < 4; ++affine) {
+        Request r;
+        r.op = OpKind::layer_norm;
+        r.cols = n;
+        r.order = "torch-cuda-tree";
+        r.x_dtype = dtype;
+        r.has_weight = affine & 1;
+        r.has_bias = affine & 2;
+        r.target = Target::cuda_emu;
+        const ir::Order order = gen::resolve(r);
+        const bool vectorized = n % 4 == 0;
+        CHECK((order.moments.kind == MomentsOrder::Kind::BlockWelford) == vectorized);
+        const Kernel k = gen::build(r, order);
+        REQUIRE(verify(k).empty());
+        CHECK(k.team == (vectorized ? 128 : 512));
+        INFO("N=", n, " ", name(dtype), " weight ", r.has_weight, " bias ", r.has_bias);
+
+        // Rows: around 10, around -1e4 with spread 50, tiny values around 1e-3, and an inf in one.
+        const int64_t rows = 4;
+        std::vector<float> x(static_cast<size_t>(rows * n)), w(static_cast<size_t>(n)), bias(static_cast<size_t>(n));
+        for (int64_t i = 0; i < rows * n; ++i) {
+          const int64_t row = i / n;
+          const float v = row == 0 ? 10 + 3 * next() : row == 1 ? -1e4f + 50 * next() : row == 2 ? 1e-3f * next() : 2 * next();
+          x[size_t(i)] = to_storage(dtype, row == 3 && i % n == n / 2 ? INFINITY : v);
+        }
+        for (int64_t j = 0; j < n; ++j) {
+          w[size_t(j)] = to_storage(dtype, 1 + 0.5f * next());
+          bias[size_t(j)] = to_storage(dtype, next());
+        }
+        std::vector<std::vector<uint8_t>> data;
+        std::vector<BufferArg> args;
+        for (const Buffer& buf : k.buffers) {
+          if (!is_argument(buf)) continue;
+          const int64_t count = buf.extent == Extent::rows_by_cols ? rows * n : buf.extent == Extent::cols ? n : rows;
+          const std::vector<float>& src = buf.name == "x" ? x : buf.name == "weight" ? w : bias;
+          std::vector<uint8_t> bytes(size_t(count * size_bytes(buf.elem)));
+          for (int64_t i = 0; !buf.output && i < count; ++i) {
+            const uint32_t v = bits_of(buf.elem, src[size_t(i)]);
+            std::memcpy(&bytes[size_t(i * size_bytes(buf.elem))], &v, size_t(size_bytes(buf.elem)));
+          }
+          data.push_back(std::move(bytes));
+          args.push_back({nullptr, count});
+        }
+        for (size_t i = 0; i < data.size(); ++i) args[i].data = data[i].data();
+        interpret(k, args, {rows});
+        const size_t y_arg = 1 + r.has_weight + r.has_bias, es = size_t(size_bytes(dtype));
+
+        int mismatches = 0;
+        for (int64_t row = 0; row < rows; ++row) {
+          const std::vector<float> xr(x.begin() + row * n, x.begin() + (row + 1) * n);
+          const RowStats st = vectorized ? vectorized_stats(xr) : two_kernel_stats(xr);
+          const float rstd = 1.0f / std::sqrt(st.var + float(r.eps));
+          mismatches += read(dtype, &data[y_arg + 1][size_t(row) * es]) != bits_of(dtype, st.mean);
+          mismatches += read(dtype, &data[y_arg + 2][size_t(row) * es]) != bits_of(dtype, rstd);
+          for (int64_t j = 0; j < n; ++j) {
+            const float centered = xr[size_t(j)] - st.mean;
+            const float g = w[size_t(j)], b = bias[size_t(j)];
+            float y;
+            if (vectorized) {  // gamma*(rstd*(x - mean)) + beta, contracted; missing ones left out
+              const float t = rstd * centered;
+              y = r.has_weight && r.has_bias ? std::fma(g, t, b) : r.has_weight ? g * t : r.has_bias ? std::fma(rstd, centered, b) : t;
+            } else {  // ((x - mean)*rstd)*gamma + beta, contracted, with gamma = 1 and beta = 0 when missing
+              y = std::fma(centered * rstd, r.has_weight ? g : 1.0f, r.has_bias ? b : 0.0f);
+            }
+            mismatches += read(dtype, &data[y_arg][size_t(row * n + j) * es]) != bits_of(dtype, y);
+          }
+        }
+        CHECK(mismatches == 0);
+        ++compared;
+        two_kernel += !vectorized;
+      }
+  CHECK(two_kernel == 96);
+  MESSAGE(compared, " kernels against the model, ", two_kernel, " of them the two-kernel path");
+}

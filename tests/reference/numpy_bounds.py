@@ -76,6 +76,13 @@ Moments (mean mu, var = M2/N; e_m = bound on |mean_acc - mu| in the accumulation
              a2 + b2 + ((d*d)*na)*(nb*c) are Chan's w d^2 with w = na nb/n, so the lane-Welford
              terms apply with K = the longest stream: relative gamma_{max(K+2, 8) + 2D + 1},
              plus the same first-order coupling and Cauchy-Schwarz merge terms.
+  block-reduce Welford (torch-cuda-tree for N % 4 != 0 or N > 2^24, PyTorch's two-kernel path:
+             T = 512 threads, thread t a Welford stream over the elements t, t+T, ... with a
+             true division, r = 2 as in the sequential Welford). The streams merge by a
+             shuffle-down tree in each warp, then warp 0 merges the 16 warp results the same
+             way (a merge with an empty stream returns the other: exact), D = 10 levels at most,
+             by m = fma(fl(mb - ma), fl(nb/n), ma): Chan's update as in the lane-Welford
+             cascade, so its terms apply with D = 10, K = the longest stream and no tail.
 From moments to outputs (all first order in u; the reference's own f64 error, bounded the
 same way with u = 2^-53 and d = N (numpy's pairwise sum needs far fewer), is added to each):
   mean_out   e_mo = e_m + u32 (|mu| + e_m) + e_ref.   var_out: dvar + u32 (var + dvar) + dvar_ref.
@@ -164,9 +171,9 @@ OUTS = {"layer_norm": ["y", "mean", "rstd"], "rms_norm": ["y", "rstd"], "var_mea
 SOFTMAX_OPS = ("softmax", "log_softmax")
 # Softmax-family orders without a reference: (kind, lanes), from gen/orders.cpp.
 SOFTMAX_MODELS = {"fast": ("two-pass", 16), "online": ("online", 8), "warp-butterfly": ("butterfly", 32)}
-# Shapes an order takes (gen/orders.cpp, shape_error): torch-cuda-tree is PyTorch's vectorized
-# CUDA layer_norm (N a multiple of 4), warp-butterfly keeps a row in a warp's shared memory.
-SHAPES = {"torch-cuda-tree": lambda n: n % 4 == 0, "warp-butterfly": lambda n: n <= 8192}
+# Shapes an order takes (gen/orders.cpp, shape_error): warp-butterfly keeps a row in a warp's
+# shared memory.
+SHAPES = {"warp-butterfly": lambda n: n <= 8192}
 NEG_N = 1000  # negative controls use the N(0,1) rows of this N
 
 
@@ -195,11 +202,13 @@ BASE_MODELS = {
 }
 
 
-def model_of(order):
+def model_of(order, n):
     base, _, params = order.partition("(")
     if base not in BASE_MODELS:
         raise KeyError(f"no bound model for order '{base}'")
     m = dict(BASE_MODELS[base])
+    if base == "torch-cuda-tree" and (n % 4 or n > 2 ** 24):  # PyTorch's two-kernel path (gen/orders.cpp, torch_cuda)
+        m.update(moments="block-reduce-welford", team=512, lanes=1)
     m["sum"] = dict(m.get("sum", dict(kind="seq", lanes=8, block=128)))
     m.setdefault("lanes", 8)
     m.setdefault("chunk", 16)
@@ -312,6 +321,20 @@ def moments_bound(model, ref):
         means = np.nanmean(streams, axis=-1)
         D = int(math.log2(T))
         e = emax + 6 * D * ua * np.abs(means).max(axis=-1)
+        dv = gamma(max(K + 2, 8) + 2 * D + 1, ua) * var + coup / n + 4 * e * np.sqrt(var * D / 2) + 2 * D * e * e
+        return e, dv
+    if kind == "block-reduce-welford":
+        T, rows = model["team"], X.shape[0]
+        K = -(-n // T)  # the longest stream
+        streams = np.full((rows, min(T, n), K), np.nan)
+        for t in range(min(T, n)):
+            mine = X[:, t::T]
+            streams[:, t, : mine.shape[1]] = mine
+        coup, emax, _ = welford_streams(streams, ua, 2)
+        means = np.nanmean(streams, axis=-1)
+        hi, lo = means.max(axis=-1), means.min(axis=-1)
+        D = 10
+        e = emax + D * ua * (np.maximum(np.abs(hi), np.abs(lo)) + 3 * (hi - lo))
         dv = gamma(max(K + 2, 8) + 2 * D + 1, ua) * var + coup / n + 4 * e * np.sqrt(var * D / 2) + 2 * D * e * e
         return e, dv
     V, K = model["lanes"], model["chunk"]
@@ -488,13 +511,13 @@ def run_all(args, named, orders, rng, tmp, t0):
         for op in named[order.partition("(")[0]]:
             if op == "attention":  # its float64 bounds are tests/reference/flash_bounds.py
                 continue
-            try:
-                model = softmax_model(order) if op in SOFTMAX_OPS else model_of(order)
-            except KeyError as ex:
-                model = str(ex)
-            # softmax is shift-invariant (x - max is exact near the max), so the offset rows stay meaningful
-            wide = op == "rms_norm" or op in SOFTMAX_OPS or (isinstance(model, dict) and model["acc"] == "f64" and model["moments"] != "one-pass")
             for n in NS:
+                try:
+                    model = softmax_model(order) if op in SOFTMAX_OPS else model_of(order, n)
+                except KeyError as ex:
+                    model = str(ex)
+                # softmax is shift-invariant (x - max is exact near the max), so the offset rows stay meaningful
+                wide = op == "rms_norm" or op in SOFTMAX_OPS or (isinstance(model, dict) and model["acc"] == "f64" and model["moments"] != "one-pass")
                 if SHAPES.get(order.partition("(")[0], lambda _: True)(n):
                     cases.append((order, model, op, n, "x4" if wide else "x3"))
 
