@@ -10,6 +10,13 @@ query block (8) or key group, S_q != S_k, one query or key, D = 32, 64, 128, 256
 small-shape kernel (S_q*S_k*D < 400) on both sides of its threshold, and a non-default scale.
 The value ranges include peaky softmaxes, subnormal and overflowing products, NaN and Inf.
 A missing torch is a failure, never a skip.
+
+bf16 matmul: on a CPU with AVX-512 (BW/VL/DQ), PyTorch 1.13 hands a bf16 matmul to oneDNN
+(use_mkldnn_bf16_matmul in LinearAlgebra.cpp) instead of its own kernels, which are what the
+bf16 orders reproduce (docs/research/attention-torch1.13.md). The reference is therefore torch
+with torch.backends.mkldnn disabled, which is torch's default path on other CPUs; the worker also
+runs each bf16 case with oneDNN enabled, and the test prints on how many cases that changes
+torch's result on this CPU. oneDNN's bf16 order is not reproduced.
 """
 import argparse
 import itertools
@@ -31,15 +38,20 @@ import torch
 torch.set_num_threads(1)
 def tensor(a):
     return torch.from_numpy(a.astype(np.int16)).view(torch.bfloat16) if a.dtype == np.uint16 else torch.from_numpy(a)
-for c in json.load(open(sys.argv[1])):
-    q, k, v = (tensor(np.load(c[n])) for n in ("q", "k", "v"))
+def attention(q, k, v, c):
     D = q.shape[-1]
     divisor = math.sqrt(D) if c["scale"] is None else 1.0 / c["scale"]
     s = q @ k.transpose(-2, -1) / divisor
     if c["causal"]:
         s = s.masked_fill(torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool).triu(1), float("-inf"))
     o = torch.softmax(s, -1) @ v
-    np.save(c["want"], o.view(torch.int16).numpy().astype(np.uint16) if o.dtype == torch.bfloat16 else o.numpy())
+    return o.view(torch.int16).numpy().astype(np.uint16) if o.dtype == torch.bfloat16 else o.numpy()
+for c in json.load(open(sys.argv[1])):
+    q, k, v = (tensor(np.load(c[n])) for n in ("q", "k", "v"))
+    with torch.backends.mkldnn.flags(enabled=False):
+        np.save(c["want"], attention(q, k, v, c))
+    if c["dtype"] == "bf16":
+        np.save(c["want_onednn"], attention(q, k, v, c))
 print(torch.__version__)
 '''
 
@@ -126,7 +138,8 @@ def main():
         if cap == "avx512":
             continue  # no attention order claims the avx512 build
         suffix = "" if cap == "avx2" else "-default"
-        cap_cases = [dict(c, want=os.path.join(tmp, f"want_{cap}_{j}.npy")) for j, c in enumerate(cases)]
+        cap_cases = [dict(c, want=os.path.join(tmp, f"want_{cap}_{j}.npy"), want_onednn=os.path.join(tmp, f"onednn_{cap}_{j}.npy"))
+                     for j, c in enumerate(cases)]
         spec = os.path.join(tmp, f"cases_{cap}.json")
         json.dump(cap_cases, open(spec, "w"))
         env = dict(os.environ, ATEN_CPU_CAPABILITY=cap)
@@ -135,6 +148,10 @@ def main():
             print(f"FAIL: torch worker ({cap}) failed:\n{worker.stderr}")
             return 1
         print(f"torch {worker.stdout.strip()} with ATEN_CPU_CAPABILITY={cap}")
+        bf16_cases = [c for c in cap_cases if c["dtype"] == "bf16"]
+        onednn_differs = sum(not same_bits(np.load(c["want_onednn"]), np.load(c["want"]))[0] for c in bf16_cases)
+        print(f"oneDNN's bf16 matmul changes torch's result on {onednn_differs} of {len(bf16_cases)} bf16 cases on this CPU "
+              f"({cap}; the reference has oneDNN disabled, and no order reproduces oneDNN)")
         for j, c in enumerate(cap_cases):
             orders = ["torch1.13-cpu-math" + suffix, "exact-tiled" + suffix]
             for order in orders:

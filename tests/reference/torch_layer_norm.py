@@ -181,7 +181,7 @@ def main():
         cap_cases = []
         for i, c in enumerate(cases):
             if cap == "avx512" and c["op"] != "layer_norm":
-                continue  # the other ops' avx512 orders are the avx2 ones; only layer_norm's differ
+                continue  # no order of the other ops here names the avx512 capability
             c = dict(c)
             outs = {"var_mean": ["var", "mean"], "rms_norm": ["y", "rstd"]}.get(c["op"], ["y", "mean", "rstd"])
             for o in outs:
