@@ -65,6 +65,19 @@ void combine_block_reduce(Builder& b, const Welford& own, ExprRef b_mean, ExprRe
   b.assign(own.n, select(a_empty, b_n, select(b_empty, a_n, count)));
 }
 
+// A shuffle-down tree over every warp (offsets 16, 8, 4, 2, 1): each step reads the other
+// thread's state as the step began and merges it into `own` with `merge(own, other)`.
+using Merge = void (*)(Builder&, const Welford& own, ExprRef other_mean, ExprRef other_m2, ExprRef other_n);
+void shuffle_down_tree(Builder& b, const Welford& own, Merge merge) {
+  for (int offset = kWarp / 2; offset >= 1; offset /= 2)
+    b.team([&](ExprRef) {
+      ExprRef mean = b.let("other.mean", shuffle_down(b.kernel(), own.mean, offset));
+      ExprRef m2 = b.let("other.m2", shuffle_down(b.kernel(), own.m2, offset));
+      ExprRef n = b.let("other.n", shuffle_down(b.kernel(), own.n, offset));
+      merge(b, own, mean, m2, n);
+    });
+}
+
 // rstd from the row's variance: CUDA's rsqrtf (device-only) or 1/sqrt.
 ExprRef rstd_of(Builder& b, const Request& r, const Order& o, ExprRef var) {
   ExprRef var_eps = b.let("var_eps", add(var, c32(static_cast<float>(r.eps))));
@@ -92,15 +105,6 @@ Kernel build_layer_norm_block_reduce(const Request& r, const Order& o) {
   const Type f1{f32, 1};
   const Welford own{b.local("welford.n", f1), b.local("welford.mean", f1), b.local("welford.m2", f1)};
   auto for_thread_columns = [&](ExprRef tid, auto&& body) { b.for_range("col", tid, index_const(N), T, body); };
-  auto warp_tree = [&] {
-    for (int offset = kWarp / 2; offset >= 1; offset /= 2)
-      b.team([&](ExprRef) {
-        ExprRef b_mean = b.let("other.mean", shuffle_down(k, own.mean, offset));
-        ExprRef b_m2 = b.let("other.m2", shuffle_down(k, own.m2, offset));
-        ExprRef b_n = b.let("other.n", shuffle_down(k, own.n, offset));
-        combine_block_reduce(b, own, b_mean, b_m2, b_n);
-      });
-  };
 
   b.region("moments", describe(mo), [&] {
     b.team([&](ExprRef tid) {
@@ -115,7 +119,7 @@ Kernel build_layer_norm_block_reduce(const Request& r, const Order& o) {
         b.assign(own.m2, fma(d, sub(xv, b.get(own.mean)), b.get(own.m2)));
       });
     });
-    warp_tree();
+    shuffle_down_tree(b, own, combine_block_reduce);
     b.team([&](ExprRef tid) {
       b.if_(eq(binary(Op::Rem, tid, index_const(kWarp)), index_const(0)), [&] {
         ExprRef slot = mul(div(tid, index_const(kWarp)), index_const(3));
@@ -141,7 +145,7 @@ Kernel build_layer_norm_block_reduce(const Request& r, const Order& o) {
             b.assign(own.n, c32(0.0));
           });
     });
-    warp_tree();
+    shuffle_down_tree(b, own, combine_block_reduce);
     b.team([&](ExprRef tid) {
       b.if_(eq(tid, index_const(0)), [&] {
         b.store(shared, index_const(stats_at), b.get(own.mean));
@@ -215,14 +219,7 @@ Kernel build_layer_norm_team(const Request& r, const Order& o) {
         }
       });
     });
-    // The warp tree: each step reads the other thread's state as the step began.
-    for (int offset = kWarp / 2; offset >= 1; offset /= 2)
-      b.team([&](ExprRef) {
-        ExprRef a_mean = b.let("other.mean", shuffle_down(k, own.mean, offset));
-        ExprRef a_m2 = b.let("other.m2", shuffle_down(k, own.m2, offset));
-        ExprRef a_n = b.let("other.n", shuffle_down(k, own.n, offset));
-        combine(b, own, a_mean, a_m2, a_n);
-      });
+    shuffle_down_tree(b, own, combine);
     // The cross-warp tree: lane 0 of each upper-half warp publishes, lane 0 of its partner merges.
     for (int offset = warps / 2; offset >= 1; offset /= 2) {
       b.team([&](ExprRef tid) {
