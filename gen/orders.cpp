@@ -527,6 +527,11 @@ Order resolve(const Request& r) {
       throw Error(fmt::format("order '{}' reproduces a reference and takes no parameters (got '{}')", n->name,
                               r.order.substr(open + 1, r.order.size() - open - 2)));
     if (r.order.back() != ')') throw Error(fmt::format("order '{}': missing ')'", r.order));
+    // The block kernels of PyTorch's CUDA layer_norm are fixed trees (gen/team.cpp): no parameter
+    // of the CPU orders (lanes, fma, affine, ...) has a meaning there.
+    if (r.op == OpKind::layer_norm && (o.moments.kind == K::BlockWelford || o.moments.kind == K::BlockReduceWelford))
+      throw Error(fmt::format("order '{}' is PyTorch's CUDA layer_norm tree and takes no parameters (got '{}')", n->name,
+                              r.order.substr(open + 1, r.order.size() - open - 2)));
     apply_parameters(o, std::string_view(r.order).substr(open + 1, r.order.size() - open - 2), r.order);
   }
   if (n->device_only && r.target != Target::cuda)

@@ -39,6 +39,11 @@ TEST_CASE("CUDA-native orders: device-only, shapes and shared memory are checked
     r.order = "torch-cuda-tree";
     r.cols = 130;
   }) == "(accepted)");  // PyTorch's two-kernel path
+  for (int64_t n : {130, 128})  // both kernels are fixed trees (a fuzzer found affine=scale-bias reaching gen/team.cpp)
+    CHECK(error_of([&](Request& r) {
+      r.order = "torch-cuda-tree(lanes=1,affine=scale-bias)";
+      r.cols = n;
+    }).find("order 'torch-cuda-tree' is PyTorch's CUDA layer_norm tree and takes no parameters (got 'lanes=1,affine=scale-bias')") == 0);
   CHECK(error_of([](Request& r) {
     r.op = OpKind::softmax;
     r.order = "warp-butterfly";
