@@ -28,5 +28,17 @@ if ! "$pyenv/bin/python3" -c "import onnxruntime, sys; sys.exit(onnxruntime.__ve
   "$pyenv/bin/pip" install --quiet --disable-pip-version-check "onnxruntime==$onnxruntime_version"
 fi
 
+# PyTorch 2.15 (the reference users run) and transformers 5.23 (its RMSNorm classes), from PyPI.
+# The default wheel pulls CUDA runtime packages (about 5 GB) and runs on a CPU. The venv lives in
+# the user's cache, outside build/, so a fresh clone reuses it; ORDO_TORCH2_VENV moves it.
+torch2_venv=$(scripts/torch2-venv --path)
+if ! scripts/torch2-venv --check 2>/dev/null; then
+  echo "setup: installing torch 2.15.0, transformers 5.23.0 and numpy into $torch2_venv (first time: about 5 GB)"
+  rm -rf "$torch2_venv"
+  /usr/bin/python3 -m venv "$torch2_venv"
+  "$torch2_venv/bin/pip" install --quiet --disable-pip-version-check torch==2.15.0 transformers==5.23.0 numpy
+  scripts/torch2-venv --check
+fi
+
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build -j"$(nproc)"
