@@ -123,7 +123,8 @@ ExprRef reduce_all_pairs(Builder& b, int64_t n, int V, LaneFold f, const ValueFn
   return b.get(acc);
 }
 
-ExprRef to_bf16_and_back(const ExprRef& v) { return cast(cast(v, ScalarType::bf16), ScalarType::f32); }
+// v rounded to a 16-bit storage type and widened back: a value kept in a scalar_t array.
+ExprRef round_to_storage(const ExprRef& v, ScalarType storage) { return cast(cast(v, storage), ScalarType::f32); }
 
 struct Softmax {
   const SoftmaxOrder& o;
@@ -161,18 +162,21 @@ struct Softmax {
     return {mx, sum};
   }
 
-  // PyTorch 1.13's bf16 log_softmax (docs/research/log-softmax-bf16-torch1.13.md): float
-  // arithmetic over widened halves, but the row max, the row sum and log(sum) are kept in bf16
-  // between phases; y = (x - max) - log(sum) in float, rounded once to bf16 at the store.
+  // PyTorch 1.13's bf16 log_softmax (docs/research/log-softmax-bf16-torch1.13.md), and 2.x's
+  // bf16 and f16 one: float arithmetic over widened halves, but the row max, the row sum and
+  // log(sum) are kept in the storage type between phases; y = (x - max) - log(sum) in float,
+  // rounded once at the store.
   SoftmaxStats staged_log() {
     const int V = o.lanes;
+    const ScalarType st = b.kernel().buffers[size_t(x)].elem;
+    auto to_storage = [&](const ExprRef& v) { return round_to_storage(v, st); };
     auto load_v = [&](ExprRef c, int n) { return load(c, n); };
-    ExprRef mx = b.let("max.bf16", to_bf16_and_back(reduce_all_pairs(b, row.N, V, o.fold, load_v, eager_max, "max")));
+    ExprRef mx = b.let("max.stored", to_storage(reduce_all_pairs(b, row.N, V, o.fold, load_v, eager_max, "max")));
     ExprRef sum = reduce_all_pairs(b, row.N, V, o.fold, [&](ExprRef c, int n) {
       return exp_f32(b, o.exp, sub(load(c, n), splat(mx, n)));
     }, [](ExprRef a, ExprRef c) { return add(a, c); }, "sum");
-    ExprRef s = b.let("sum.bf16", to_bf16_and_back(sum));
-    ExprRef ls = b.let("log_sum.bf16", to_bf16_and_back(log_f32(b, o.log, s)));
+    ExprRef s = b.let("sum.stored", to_storage(sum));
+    ExprRef ls = b.let("log_sum.stored", to_storage(log_f32(b, o.log, s)));
     row.for_each(V, [&](ExprRef col, int n) { row.store_as(y, col, sub(sub(load(col, n), splat(mx, n)), splat(ls, n))); });
     return {mx, s};
   }
