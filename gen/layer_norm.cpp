@@ -70,14 +70,16 @@ Kernel build_layer_norm(const Request& r, const Order& o) {
         out = f32.mul_add(t, gamma, beta, fuse);
       } else {
         ExprRef centered = f32.sub(xv, bc(mean));
-        ExprRef t = o.affine.form == AffineOrder::Form::CenterScale ? f32.mul(centered, bc(rstd)) : f32.div(centered, bc(denom));
+        ExprRef t = o.affine.form == AffineOrder::Form::CenterDivide ? f32.div(centered, bc(denom)) : f32.mul(centered, bc(rstd));
         if (o.affine.missing_as_identity) {
           if (!gamma) gamma = f32.constant(1.0, lanes);
           if (!beta) beta = f32.constant(0.0, lanes);
         }
+        if (!beta && o.affine.missing_bias_as_zero) beta = f32.constant(0.0, lanes);
         if (gamma && beta) out = f32.mul_add(t, gamma, beta, fuse);
         else if (gamma) out = f32.mul(t, gamma);
-        else if (beta) out = f32.add(t, beta);
+        // GammaCentered without a weight: (rstd*(x - mean)) + beta, one fma when fused.
+        else if (beta) out = o.affine.form == AffineOrder::Form::GammaCentered ? f32.mul_add(centered, bc(rstd), beta, fuse) : f32.add(t, beta);
         else out = t;
       }
       row.store_as(y, col, out);

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <map>
 
 #include "gen/gen.hpp"
@@ -54,6 +55,65 @@ Order torch113_layer_norm(ScalarType storage, Capability cap) {
   o.affine = {F::ScaleBias, cap != Capability::base};
   o.round_stats_to_storage = true;  // only acts on 16-bit storage
   return o;
+}
+
+// PyTorch 2.15 CPU (docs/research/torch2.15-cpu.md; ../shared/torch2-orders.md sections 2-3).
+// layer_norm: still registered with REGISTER_DISPATCH, so avx512 runs the avx2 kernel. Its
+// RowwiseMoments (2.10+) accumulates in f32 for every input type: 8 lanes, chunks of 16 vectors,
+// the update as two explicit fmas, chunk and stack merges in AddMomentsVec's form (ScaledDelta),
+// the scalar tail with a true division and unfused (but for f16 input with f32 weight), the lane
+// fold fused. A 16-bit vector of 16
+// elements is two f32 streams. float output: ((x - mean)*rstd)*gamma + beta as one expression
+// with gamma = 1 and beta = 0 substituted when absent (GCC folds the *1, keeps the +0, and
+// contracts each a*b + c); 16-bit output: the scale/shift form of 1.13, in f32, rounded once.
+// The default build has no fma anywhere, with the same structure.
+// softmax/log_softmax: 1.13's orders, unchanged in 2.15 (measured, every capability).
+// var_mean: a sequential Welford in f64, as 1.13.
+Order torch215(ScalarType storage, Capability cap, const Request& r) {
+  Order o;
+  if (r.op == OpKind::var_mean) {
+    o.moments = {K::SequentialWelford, f64, 1, 1, false, false, {}};
+    return o;
+  }
+  o.softmax = torch113_softmax(storage, cap);
+  const bool fma = cap != Capability::base;
+  o.moments.kind = K::LaneWelford;
+  o.moments.acc = f32;
+  o.moments.lanes = 8;
+  o.moments.chunk = 16;
+  o.moments.streams = storage == f32 ? 1 : 2;
+  o.moments.fma_update = o.moments.fma_merge = fma;
+  o.moments.cascade_merge = WelfordMerge::ScaledDelta;
+  // The one instance whose scalar tail GCC contracted: f16 input with f32 weight (measured).
+  o.moments.fma_tail = fma && storage == f16 && r.weight_type() == f32;
+  if (storage == f32) {
+    o.affine = {F::GammaCentered, fma};
+    o.affine.missing_bias_as_zero = true;
+  } else {
+    o.affine = {F::ScaleBias, fma};
+  }
+  return o;
+}
+
+// The capability PyTorch picks at import: ATEN_CPU_CAPABILITY when it names one of the x86
+// capabilities, else the best this CPU has (avx512 needs AVX-512 F, BW, VL and DQ; avx2 needs
+// AVX2 and FMA), as torch's cpu_capability detection does.
+Capability torch_capability() {
+  static const Capability cap = [] {
+    if (const char* env = std::getenv("ATEN_CPU_CAPABILITY")) {
+      std::string_view v(env);
+      if (v == "default") return Capability::base;
+      if (v == "avx2") return Capability::avx2;
+      if (v == "avx512") return Capability::avx512;
+    }
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+        __builtin_cpu_supports("avx512dq"))
+      return Capability::avx512;
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return Capability::avx2;
+    return Capability::base;
+  }();
+  return cap;
 }
 
 // torch.compile's layer_norm decomposition, each op in eager: var_mean (f64 Welford), then
@@ -230,6 +290,27 @@ std::vector<NamedOrder> make_table() {
                  o.softmax = torch113_softmax(s, Capability::avx512);
                  return o;
                }});
+  const std::vector<OpKind> torch215_ops = {OpKind::layer_norm, OpKind::var_mean, OpKind::softmax, OpKind::log_softmax};
+  t.push_back({"torch2.15-cpu-default",
+               "PyTorch 2.15 CPU, ATEN_CPU_CAPABILITY=default. layer_norm: f32 8-lane Welford cascade (two f32 streams per 16-bit "
+               "vector), no fma; softmax/log_softmax: torch1.13-cpu-default's; var_mean: sequential Welford in f64",
+               torch215_ops, kAllStorage, true, true,
+               [](ScalarType s, ScalarType, const Request& r) { return torch215(s, Capability::base, r); }});
+  t.push_back({"torch2.15-cpu-avx2",
+               "PyTorch 2.15 CPU, ATEN_CPU_CAPABILITY=avx2. layer_norm: the cascade with fma updates and AddMomentsVec merges, "
+               "fused affine; softmax/log_softmax: torch1.13-cpu-avx2's; var_mean: sequential Welford in f64",
+               torch215_ops, kAllStorage, true, true,
+               [](ScalarType s, ScalarType, const Request& r) { return torch215(s, Capability::avx2, r); }});
+  t.push_back({"torch2.15-cpu-avx512",
+               "PyTorch 2.15 CPU, ATEN_CPU_CAPABILITY=avx512: softmax/log_softmax by its AVX-512 kernels (16 lanes); layer_norm "
+               "has no AVX-512 kernel, so it is torch2.15-cpu-avx2's; var_mean: sequential Welford in f64",
+               torch215_ops, kAllStorage, true, true,
+               [](ScalarType s, ScalarType, const Request& r) { return torch215(s, Capability::avx512, r); }});
+  t.push_back({"torch2.15-cpu",
+               "torch2.15-cpu-{default,avx2,avx512} for the capability PyTorch picks here: ATEN_CPU_CAPABILITY if set, else the "
+               "best this CPU has",
+               torch215_ops, kAllStorage, true, true,
+               [](ScalarType s, ScalarType, const Request& r) { return torch215(s, torch_capability(), r); }});
   t.push_back({"torch1.13-cpu", "PyTorch 1.13 CPU torch.var_mean(unbiased=False): sequential Welford in f64",
                {OpKind::var_mean}, {f32}, true, true, [](ScalarType, ScalarType, const Request&) {
                  Order o;

@@ -311,10 +311,10 @@ void welford_zero(Builder& b, const Arith& ar, const WelfordState& s, int lanes)
   b.assign(s.m2, ar.constant(0.0, lanes));
 }
 
-// Merge (nb, mb, Mb) into acc: n = na+nb; c = n == 0 ? 0 : nb/n; d = mb - ma;
-// ma += c*d; Ma += Mb + ((d*d)*c)*na; na = n.
+// Merge (nb, mb, Mb) into acc in the form `form` (ir/order.hpp, WelfordMerge states the
+// arithmetic): n = na+nb; c = n == 0 ? 0 : nb/n; d = mb - ma; then the mean and M2 updates.
 void welford_merge(Builder& b, const Arith& ar, const WelfordState& acc, ExprRef nb, ExprRef mb, ExprRef Mb, int lanes,
-                   bool fused) {
+                   bool fused, WelfordMerge form = WelfordMerge::MeanFirst) {
   ExprRef na = b.get(acc.count);
   ExprRef n = b.let("merge.n", add(na, nb));
   ExprRef ratio = ar.div(ar.count(nb), ar.count(n));
@@ -322,10 +322,17 @@ void welford_merge(Builder& b, const Arith& ar, const WelfordState& acc, ExprRef
   if (lanes > 1) c = broadcast(c, lanes);
   ExprRef d = b.let("merge.d", ar.sub(mb, b.get(acc.mean)));
   ExprRef na_f = ar.count(na, lanes);
-  b.assign(acc.mean, ar.mul_add(c, d, b.get(acc.mean), fused));
-  ExprRef dd_c = ar.mul(ar.mul(d, d), c);
-  ExprRef inner = fused ? ar.fma(dd_c, na_f, Mb) : ar.add(Mb, ar.mul(dd_c, na_f));
-  b.assign(acc.m2, ar.add(b.get(acc.m2), inner));
+  if (form == WelfordMerge::ScaledDelta) {
+    ExprRef cd = b.let("merge.cd", ar.mul(c, d));
+    ExprRef m2_sum = ar.add(b.get(acc.m2), Mb);
+    b.assign(acc.mean, ar.add(b.get(acc.mean), cd));
+    b.assign(acc.m2, ar.mul_add(ar.mul(d, na_f), cd, m2_sum, fused));
+  } else {
+    b.assign(acc.mean, ar.mul_add(c, d, b.get(acc.mean), fused));
+    ExprRef dd_c = ar.mul(ar.mul(d, d), c);
+    ExprRef inner = fused ? ar.fma(dd_c, na_f, Mb) : ar.add(Mb, ar.mul(dd_c, na_f));
+    b.assign(acc.m2, ar.add(b.get(acc.m2), inner));
+  }
   b.assign(acc.count, n);
 }
 
@@ -343,8 +350,8 @@ void welford_merge(Builder& b, const Arith& ar, const WelfordState& acc, ExprRef
 // divisions (one per merge).
 Moments lane_welford(Builder& b, const MomentsOrder& o, const Arith& ar, int64_t N, const LoadFn& x, bool warp) {
   const Kernel& k = b.kernel();
-  const int V = o.lanes, K = o.chunk;
-  const int64_t n = N / V;                 // full vectors
+  const int V = o.lanes, K = o.chunk, S = o.streams;
+  const int64_t n = N / (int64_t(V) * S);  // full vectors (of V*S elements: S streams of V lanes)
   const int64_t m = (n + K - 1) / K;       // chunks
   const int64_t full_chunks = n / K;
   int depth = 1;
@@ -357,13 +364,13 @@ Moments lane_welford(Builder& b, const MomentsOrder& o, const Arith& ar, int64_t
   WelfordState tail = welford_locals(b, "tail", Type{ar.t, 1});
   auto emit_tail = [&] {
     welford_zero(b, ar, tail, 1);
-    if (n * V == N) return;
-    b.for_range("t", index_const(n * V), index_const(N), 1, [&](ExprRef t) {
+    if (n * V * S == N) return;
+    b.for_range("t", index_const(n * V * S), index_const(N), 1, [&](ExprRef t) {
       ExprRef xs = b.let("x", x(t, 1));
       ExprRef d = b.let("d", ar.sub(xs, b.get(tail.mean)));
       b.assign(tail.count, add(b.get(tail.count), index_const(1)));
       b.assign(tail.mean, ar.add(b.get(tail.mean), ar.div(d, ar.count(b.get(tail.count)))));
-      b.assign(tail.m2, ar.mul_add(d, ar.sub(xs, b.get(tail.mean)), b.get(tail.m2), false));
+      b.assign(tail.m2, ar.mul_add(d, ar.sub(xs, b.get(tail.mean)), b.get(tail.m2), o.fma_tail));
     });
   };
   if (!warp) emit_tail();
@@ -389,7 +396,9 @@ Moments lane_welford(Builder& b, const MomentsOrder& o, const Arith& ar, int64_t
 
   int mu = b.local("mu", vt), s = b.local("s", vt);
   // A chunk's Welford step j over vector first_vec + j, with c = 1/(j+1), into (mu, s); `column`
-  // maps a vector index to the element index of the lanes computed here. (mu, s) start at 0.
+  // maps a vector index to the element index of the lanes computed here, in the stream being
+  // summed. (mu, s) start at 0. The streams of a chunk are independent until they merge, so
+  // they run one after the other.
   auto step = [&](const ExprRef& first_vec, ExprRef j, ExprRef c, const std::function<ExprRef(ExprRef)>& column) {
     ExprRef xv = b.let("x", x(column(add(first_vec, std::move(j))), W));
     ExprRef d = b.let("d", ar.sub(xv, b.get(mu)));
@@ -401,19 +410,21 @@ Moments lane_welford(Builder& b, const MomentsOrder& o, const Arith& ar, int64_t
     std::vector<WelfordState> stack;
     for (int d = 0; d < depth; ++d) stack.push_back(welford_locals(b, fmt::format("stack{}", d), vt));
     for (const WelfordState& level : stack) welford_zero(b, ar, level, W);
-    auto column = [&](ExprRef vec) { return mul(std::move(vec), index_const(V)); };
-    // One chunk, merged into the stack, then carried.
+    // One chunk: each stream summed and merged into stack level 0, then the carries.
     auto chunk = [&](ExprRef first_vec, int len, const std::function<ExprRef(int)>& carry_cond) {
-      b.assign(mu, ar.constant(0.0, W));
-      b.assign(s, ar.constant(0.0, W));
-      for (int j = 0; j < len; ++j) step(first_vec, index_const(j), C[size_t(j)], column);
-      welford_merge(b, ar, stack[0], index_const(len), b.get(mu), b.get(s), W, o.fma_merge);
+      for (int stream = 0; stream < S; ++stream) {
+        auto column = [&](ExprRef vec) { return add(mul(std::move(vec), index_const(int64_t(V) * S)), index_const(int64_t(stream) * V)); };
+        b.assign(mu, ar.constant(0.0, W));
+        b.assign(s, ar.constant(0.0, W));
+        for (int j = 0; j < len; ++j) step(first_vec, index_const(j), C[size_t(j)], column);
+        welford_merge(b, ar, stack[0], index_const(len), b.get(mu), b.get(s), W, o.fma_merge, o.cascade_merge);
+      }
       for (int lvl = 1; lvl < depth; ++lvl) {
         ExprRef cond = carry_cond(lvl);
         if (!cond) break;
         b.if_(cond, [&] {
           const WelfordState& lo = stack[size_t(lvl - 1)];
-          welford_merge(b, ar, stack[size_t(lvl)], b.get(lo.count), b.get(lo.mean), b.get(lo.m2), W, o.fma_merge);
+          welford_merge(b, ar, stack[size_t(lvl)], b.get(lo.count), b.get(lo.mean), b.get(lo.m2), W, o.fma_merge, o.cascade_merge);
           welford_zero(b, ar, lo, W);
         });
       }
@@ -434,7 +445,7 @@ Moments lane_welford(Builder& b, const MomentsOrder& o, const Arith& ar, int64_t
     }
     for (int lvl = 1; lvl < depth; ++lvl) {
       const WelfordState& hi = stack[size_t(lvl)];
-      welford_merge(b, ar, stack[0], b.get(hi.count), b.get(hi.mean), b.get(hi.m2), W, o.fma_merge);
+      welford_merge(b, ar, stack[0], b.get(hi.count), b.get(hi.mean), b.get(hi.m2), W, o.fma_merge, o.cascade_merge);
     }
     // Lane fold: each lane's (n, mean, M2) merged into the tail accumulator, in lane order.
     for (int l = 0; l < V; ++l)
@@ -444,9 +455,9 @@ Moments lane_welford(Builder& b, const MomentsOrder& o, const Arith& ar, int64_t
   }
 
   // The warp. Team memory holds the stack, each thread its own lane's slots: slot L of lane t
-  // at L*V + t, where slot 0 is the chunk just summed and slots 1..depth are the stack's levels
-  // 0..depth-1. A chunk is one loop over slots: slot L absorbs slot L-1 when 2^(L-1) divides
-  // i+1 (always for L = 1: the chunk's merge into level 0), which empties slot L-1. The last,
+  // at L*V + t, where slots 1..depth are the stack's levels 0..depth-1 (slot 0 is not used).
+  // A chunk merges each stream's (len, mu, s) into slot 1, then runs one loop over the slots:
+  // slot L >= 2 absorbs slot L-1 when 2^(L-1) divides i+1, which empties slot L-1. The last,
   // shorter chunk (n % K vectors) runs in the same loop with its own length.
   const int64_t slots = int64_t(depth + 1) * V;
   const int stack_n_at = b.buffer("welford_stack_n", ScalarType::i64, true, Extent::scratch, slots);
@@ -462,30 +473,36 @@ Moments lane_welford(Builder& b, const MomentsOrder& o, const Arith& ar, int64_t
     b.store(stack_mean_at, at, std::move(mean));
     b.store(stack_m2_at, at, std::move(m2));
   };
-  // Merges the slot at `from` into the slot at `at`, through the locals slot_value.
-  auto merge_slot = [&](const ExprRef& at, const ExprRef& from) {
+  // Merges (count, mean, m2) into the slot at `at`, through the locals slot_value.
+  auto merge_into_slot = [&](const ExprRef& at, ExprRef count, ExprRef mean, ExprRef m2) {
     b.assign(slot_value.count, load(k, stack_n_at, at));
     b.assign(slot_value.mean, load(k, stack_mean_at, at));
     b.assign(slot_value.m2, load(k, stack_m2_at, at));
-    welford_merge(b, ar, slot_value, load(k, stack_n_at, from), load(k, stack_mean_at, from), load(k, stack_m2_at, from), W,
-                  o.fma_merge);
+    welford_merge(b, ar, slot_value, std::move(count), std::move(mean), std::move(m2), W, o.fma_merge, o.cascade_merge);
     store_slot(at, b.get(slot_value.count), b.get(slot_value.mean), b.get(slot_value.m2));
+  };
+  auto merge_slot = [&](const ExprRef& at, const ExprRef& from) {
+    merge_into_slot(at, load(k, stack_n_at, from), load(k, stack_mean_at, from), load(k, stack_m2_at, from));
   };
   b.team([&](ExprRef tid) {
     b.if_(binary(Op::Lt, tid, index_const(V)), [&] {
       auto slot = [&](ExprRef L) { return add(mul(std::move(L), index_const(V)), tid); };
-      auto column = [&](ExprRef vec) { return add(mul(std::move(vec), index_const(V)), tid); };
       b.for_range("slot", index_const(1), index_const(depth + 1), 1,
                   [&](ExprRef L) { store_slot(slot(L), index_const(0), ar.constant(0.0), ar.constant(0.0)); });
       if (m > 0) {  // no loop that never runs: NVVM deletes it, and test_cuda_static counts IR fmas
         b.for_range("chunk", index_const(0), index_const(m), 1, [&](ExprRef i) {
           ExprRef first_vec = b.let("chunk.first", mul(i, index_const(K)));
           ExprRef len = b.let("chunk.len", binary(Op::Min, index_const(K), sub(index_const(n), first_vec)));
-          b.assign(mu, ar.constant(0.0));
-          b.assign(s, ar.constant(0.0));
-          b.for_range("step", index_const(0), len, 1, [&](ExprRef j) { step(first_vec, j, load(k, reciprocals_at, j), column); });
-          store_slot(slot(index_const(0)), len, b.get(mu), b.get(s));
-          b.for_range("slot", index_const(1), index_const(depth + 1), 1, [&](ExprRef L) {
+          for (int stream = 0; stream < S; ++stream) {
+            auto column = [&](ExprRef vec) {
+              return add(mul(std::move(vec), index_const(int64_t(V) * S)), add(index_const(int64_t(stream) * V), tid));
+            };
+            b.assign(mu, ar.constant(0.0));
+            b.assign(s, ar.constant(0.0));
+            b.for_range("step", index_const(0), len, 1, [&](ExprRef j) { step(first_vec, j, load(k, reciprocals_at, j), column); });
+            merge_into_slot(slot(index_const(1)), len, b.get(mu), b.get(s));
+          }
+          if (depth > 1) b.for_range("slot", index_const(2), index_const(depth + 1), 1, [&](ExprRef L) {
             b.if_(binary(Op::Eq, binary(Op::BitAnd, add(i, index_const(1)), table(masks_at, L)), index_const(0)), [&] {
               ExprRef lower = b.let("lower", slot(sub(L, index_const(1))));
               merge_slot(slot(L), lower);

@@ -83,8 +83,12 @@ inline LayerNormBuffers layer_norm_buffers(ir::Builder& b, const Request& r) {
   out.weight = r.has_weight ? b.buffer("weight", wt, false, ir::Extent::cols) : -1;
   out.bias = r.has_bias ? b.buffer("bias", wt, false, ir::Extent::cols) : -1;
   out.y = b.buffer("y", r.x_dtype, true, ir::Extent::rows_by_cols);
-  out.mean = b.buffer("mean", r.x_dtype, true, ir::Extent::rows);
-  out.rstd = b.buffer("rstd", r.x_dtype, true, ir::Extent::rows);
+  // PyTorch's mixed-type layer_norm (16-bit x, f32 weight) returns f32 statistics; otherwise
+  // they have x's type.
+  const bool mixed = size_bytes(r.x_dtype) == 2 && wt == ScalarType::f32;
+  const ScalarType stats = mixed ? ScalarType::f32 : r.x_dtype;
+  out.mean = b.buffer("mean", stats, true, ir::Extent::rows);
+  out.rstd = b.buffer("rstd", stats, true, ir::Extent::rows);
   return out;
 }
 

@@ -27,8 +27,10 @@ std::string describe(const SumOrder& s) {
 std::string describe(const MomentsOrder& m) {
   switch (m.kind) {
     case MomentsOrder::Kind::LaneWelford:
-      return fmt::format("lane_welford(lanes={}, chunk={}, cascade=binary_counter, acc={}{}{})", m.lanes, m.chunk,
-                         name(m.acc), m.fma_update ? ", fma_update" : "", m.fma_merge ? ", fma_merge" : "");
+      return fmt::format("lane_welford(lanes={}{}, chunk={}, cascade=binary_counter{}, acc={}{}{}{})", m.lanes,
+                         m.streams > 1 ? fmt::format(", streams={}", m.streams) : "", m.chunk,
+                         m.cascade_merge == WelfordMerge::ScaledDelta ? ", merge=scaled_delta" : "", name(m.acc),
+                         m.fma_update ? ", fma_update" : "", m.fma_merge ? ", fma_merge" : "", m.fma_tail ? ", fma_tail" : "");
     case MomentsOrder::Kind::SequentialWelford: return fmt::format("sequential_welford(acc={})", name(m.acc));
     case MomentsOrder::Kind::TwoPass:
       if (m.dev_acc || m.dev_sum)
@@ -52,10 +54,11 @@ std::string describe(const AffineOrder& a) {
                      : a.form == AffineOrder::Form::CenterScale ? "center_scale"
                      : a.form == AffineOrder::Form::CenterDivide ? "center_divide"
                                                                  : "gamma_centered";
-  return fmt::format("{}{}{}{}{}{}", form, a.fma ? ", fma" : "", a.round_each_op ? ", round_each_op" : "",
+  return fmt::format("{}{}{}{}{}{}{}", form, a.fma ? ", fma" : "", a.round_each_op ? ", round_each_op" : "",
                      a.rsqrt_vector_rows ? fmt::format(", rsqrt_vector_rows={}", a.rsqrt_vector_rows) : "",
                      a.device_rsqrt ? ", rstd=cuda.rsqrtf (device-only)" : "",
-                     a.missing_as_identity ? ", missing gamma/beta as 1/0" : "");
+                     a.missing_as_identity ? ", missing gamma/beta as 1/0" : "",
+                     a.missing_bias_as_zero ? ", missing beta as +0" : "");
 }
 
 static const char* math_name(MathImpl m) {

@@ -57,6 +57,16 @@ struct SumOrder {
   int tail_unfused_group = 0;
 };
 
+// How a Welford merge of a partial result B = (nb, mb, Mb) into an accumulator A = (na, ma, Ma)
+// rounds. Both start from n = na + nb, c = (n == 0 ? 0 : float(nb) / float(n)), d = mb - ma,
+// with the counts converted to the compute type; afterwards na = n.
+enum class WelfordMerge : uint8_t {
+  MeanFirst,    // ma = ma + c*d; Ma = Ma + (Mb + ((d*d)*c)*na). With fma: ma = fma(c, d, ma),
+                // Ma = Ma + fma((d*d)*c, na, Mb). PyTorch 1.13's AddMoments and, in 2.x, its lane fold.
+  ScaledDelta,  // PyTorch 2.10+'s AddMomentsVec: cd = c*d; ma = ma + cd (never fused);
+                // Ma = (d*na)*cd + (Ma + Mb). With fma the last is fma(d*na, cd, Ma + Mb).
+};
+
 // How mean and variance (M2) of a row are computed.
 struct MomentsOrder {
   enum class Kind : uint8_t {
@@ -93,13 +103,25 @@ struct MomentsOrder {
   int lanes = 8;
   int chunk = 16;
   bool fma_update = false;  // LaneWelford chunk update: mu = fma(d, 1/(j+1), mu); m2 = fma(d, x - mu, m2)
-  bool fma_merge = false;   // Welford merges: mean = fma(c, delta, mean); M2 = M2 + fma((delta*delta)*c, n_a, M2_b)
+  bool fma_merge = false;   // Welford merges: the fused form of `cascade_merge` and of the lane fold
   SumOrder sum;             // TwoPass and OnePass
   // TwoPass: the deviation pass may run in another type with another sum. The mean is then
   // rounded to that type before x - mean, and var = M2 / N is computed in it.
   std::optional<ScalarType> dev_acc;
   std::optional<SumOrder> dev_sum;
   int team = 128;  // BlockWelford, BlockReduceWelford: threads per row (a power-of-two number of warps)
+  // LaneWelford: how a chunk's streams merge into the stack and the stack levels into each other.
+  // The lane fold into the tail accumulator is always MeanFirst.
+  WelfordMerge cascade_merge = WelfordMerge::MeanFirst;
+  // LaneWelford: a chunk step reads `streams` consecutive vectors of `lanes` elements (PyTorch
+  // 2.x splits a vector of 16-bit values, 2*lanes of them, into two f32 halves). Each stream runs
+  // its own (mu, s) over the chunk with the same 1/(j+1); after the chunk they merge into stack
+  // level 0 in stream order, each with the chunk's length as its count. The full-vector count is
+  // N / (lanes*streams); the scalar tail starts after them.
+  int streams = 1;
+  // LaneWelford's scalar tail: m2 = fma(d, x - mean, m2). GCC contracted it in one instance of
+  // PyTorch 2.15's kernel (f16 input, f32 weight) and left it unfused in the others (measured).
+  bool fma_tail = false;
 };
 
 // How y is formed from x, the statistics and the optional weight (gamma) and bias (beta).
@@ -129,6 +151,11 @@ struct AffineOrder {
   // A missing gamma or beta still takes part, as 1 and 0 (a kernel that loads them behind a null
   // check): with fma, y = fma(t, gamma, beta) always, so without beta a -0 product becomes +0.
   bool missing_as_identity = false;
+  // A missing beta still takes part as +0 (so a -0 result becomes +0), while a missing gamma is
+  // left out; with GammaCentered and fma: fma(gamma, t, +0), fma(rstd, x - mean, +0). PyTorch 2.x's
+  // CPU float kernel, which writes the affine as one expression with gamma = 1 and beta = 0
+  // substituted, where the compiler folds the * 1 and keeps the + 0.
+  bool missing_bias_as_zero = false;
 };
 
 // Which implementation of exp and log an order uses. Each is a fixed algorithm, so the choice is
