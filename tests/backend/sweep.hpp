@@ -9,11 +9,13 @@
 #include <cstdlib>
 #include <cstring>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "gen/gen.hpp"
 #include "ir/float_bits.hpp"
+#include "ir/ir.hpp"
 #include "ordo/compare.hpp"
 #include "ordo/ordo.hpp"
 
@@ -95,6 +97,18 @@ inline std::vector<Variant> variants(OpKind op) {
     out.push_back({"torch1.13-cpu-default", ScalarType::f32, std::nullopt, true, false});
   }
   return out;
+}
+
+// Whether `r` builds a kernel already compared on `target`. An alias (torch2.15-cpu), or an order
+// whose kernel for this op is another's (torch2.15-cpu-avx512's layer_norm is its avx2 one), gives
+// the same bits on every backend, so each distinct kernel is compared once. The key is the
+// printed IR without its description line (which names the order), and the launch choices the
+// backend takes from the request.
+inline bool seen_kernel(Request r, Target target, std::set<std::string>& seen) {
+  r.target = target;
+  ir::Kernel k = gen::build(r, gen::resolve(r));
+  k.description.clear();
+  return !seen.insert(fmt::format("{} rows_in_flight={}\n{}", name(target), r.rows_in_flight, ir::print(k))).second;
 }
 
 // Runs one request on `target`; returns every output.

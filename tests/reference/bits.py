@@ -38,11 +38,12 @@ def cpu_has_avx512():
     return all(f in flags for f in ("avx512f", "avx512bw", "avx512vl", "avx512dq"))
 
 
-def capabilities(report):
-    """The ATEN_CPU_CAPABILITY values this machine can verify; says so when avx512 is not one."""
+def capabilities(report, avx512_order="torch1.13-cpu-avx512"):
+    """The ATEN_CPU_CAPABILITY values this machine can verify; says so, naming the order left
+    unverified, when avx512 is not one."""
     caps = ["default", "avx2"]
     if cpu_has_avx512():
         caps.append("avx512")
     else:
-        report("NOT VERIFIED: torch1.13-cpu-avx512 (this CPU has no AVX-512; torch would run its avx2 kernels)")
+        report(f"NOT VERIFIED: {avx512_order} (this CPU has no AVX-512; torch would run its avx2 kernels)")
     return caps

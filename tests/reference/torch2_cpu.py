@@ -1,0 +1,187 @@
+"""Bit-exact check of ordo's torch2.15-cpu-* orders against PyTorch 2.15.0 as installed.
+
+Runs with the python of the torch 2.15 venv that scripts/setup.sh makes (scripts/torch2-venv
+--python); a missing or different torch is a failure, never a skip. For each CPU capability
+this machine has, a worker process starts with ATEN_CPU_CAPABILITY set (torch reads it once, at
+import), runs torch on 1 and on 2 threads, and runs ordo's order for that capability in the
+same process through the Python package (build/python). Every output must have the same bit
+patterns (every NaN equals every NaN). The alias torch2.15-cpu, which resolves the capability
+the way torch does, runs on a share of the cases and must agree as well.
+
+Ops: layer_norm (f32, bf16, f16, and bf16/f16 input with f32 weight and bias; y, mean, rstd;
+with and without weight and bias), softmax, log_softmax and var_mean (correction=0), in
+f32, bf16 and f16.
+"""
+import argparse
+import itertools
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from bits import capabilities  # noqa: E402
+from summary import print_summary  # noqa: E402
+
+WANT_TORCH = "2.15.0"
+
+# Every tail length mod 8 and mod 16 (the f32 and 16-bit vector widths of the kernels), the
+# chunk boundaries of the Welford cascade (16 vectors), and long rows across several cascade levels.
+N_SWEEP = list(range(1, 34)) + [63, 64, 65, 127, 128, 129, 255, 256, 257, 1000, 1024, 2047, 2049, 4096, 4097, 12345, 65537, 70001]
+N_QUICK = [1, 7, 8, 9, 16, 17, 33, 129, 1000, 4097]
+# (name, offset, scale): ordinary values, a large offset with a tiny spread (catastrophic
+# cancellation in any one-pass form), tiny values (denormal squares), and a wide range.
+RANGES = [("normal", 0.0, 1.0), ("offset1e4", 1e4, 1e-3), ("tiny", 0.0, 1e-20), ("wide", 0.0, 1e3)]
+EPS = [1e-5, 1e-12, 0.1]
+AFFINE = ["weight+bias", "weight", "bias", "none"]
+# Row counts that split unevenly over 2 threads.
+ROWS = [5, 7, 3]
+
+
+def cases(quick):
+    """The case list, as plain data for the workers. Each dtype x N x range is a case; affine,
+    eps and the row count rotate through their values so every combination of each pair is met."""
+    out = []
+    ns = N_QUICK if quick else N_SWEEP
+    dtypes = [("f32", "f32"), ("bf16", "bf16"), ("f16", "f16"), ("bf16", "f32"), ("f16", "f32")]
+    i = 0
+    for (xd, wd), n, (rng, _, _) in itertools.product(dtypes, ns, RANGES):
+        out.append({"op": "layer_norm", "dtype": xd, "weight_dtype": wd, "n": n, "range": rng, "affine": AFFINE[i % 4],
+                    "eps": EPS[(i // 4) % 3], "rows": ROWS[i % 3] if n < 20000 else 2, "seed": i})
+        i += 1
+    for op, xd, n, (rng, _, _) in itertools.product(["softmax", "log_softmax", "var_mean"], ["f32", "bf16", "f16"], ns, RANGES):
+        out.append({"op": op, "dtype": xd, "n": n, "range": rng, "rows": ROWS[i % 3] if n < 20000 else 2, "seed": i})
+        i += 1
+    return out
+
+
+WORKER = r'''
+import json, sys
+import numpy as np
+import torch
+import ordo
+
+cap, cases = sys.argv[1], json.load(open(sys.argv[2]))
+TORCH_DTYPE = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}
+RANGES = {name: (offset, scale) for name, offset, scale in json.loads(sys.argv[3])}
+
+def bits(t):
+    t = t.contiguous()
+    return t.view(torch.int16).numpy() if t.element_size() == 2 else t.view(torch.int32).numpy()
+
+def same(a, b):
+    """(ok, why): same dtype, shape and bit patterns; every NaN equals every NaN."""
+    if a.dtype != b.dtype or tuple(a.shape) != tuple(b.shape):
+        return False, f"dtype/shape {b.dtype}{tuple(b.shape)} vs torch {a.dtype}{tuple(a.shape)}"
+    differ = (bits(a) != bits(b)) & ~(torch.isnan(a.float()) & torch.isnan(b.float())).numpy()
+    if differ.any():
+        i = int(np.flatnonzero(differ.ravel())[0])
+        return False, f"{int(differ.sum())} of {a.numel()} differ; first at {i}: ordo {b.reshape(-1)[i].item()!r} torch {a.reshape(-1)[i].item()!r}"
+    return True, ""
+
+def inputs(c):
+    rng = np.random.default_rng(1000 + c["seed"])
+    off, scale = RANGES[c["range"]]
+    x = torch.from_numpy((off + scale * rng.standard_normal((c["rows"], c["n"]))).astype(np.float32)).to(TORCH_DTYPE[c["dtype"]])
+    w = b = None
+    if c["op"] == "layer_norm":
+        wd = TORCH_DTYPE[c["weight_dtype"]]
+        if "weight" in c["affine"]:
+            w = torch.from_numpy((1 + 0.1 * rng.standard_normal(c["n"])).astype(np.float32)).to(wd)
+        if "bias" in c["affine"]:
+            b = torch.from_numpy((0.1 * rng.standard_normal(c["n"])).astype(np.float32)).to(wd)
+    return x, w, b
+
+def torch_outputs(c, x, w, b):
+    if c["op"] == "layer_norm":
+        y, mean, rstd = torch.native_layer_norm(x, [c["n"]], w, b, c["eps"])
+        return {"y": y, "mean": mean.reshape(-1), "rstd": rstd.reshape(-1)}
+    if c["op"] == "var_mean":
+        var, mean = torch.var_mean(x, -1, correction=0)
+        return {"var": var, "mean": mean}
+    return {"y": getattr(torch, c["op"])(x, -1)}
+
+def ordo_outputs(c, x, w, b, order):
+    if c["op"] == "layer_norm":
+        y, mean, rstd = ordo.layer_norm(x, w, b, eps=c["eps"], order=order,
+                                        allow_mixed_dtypes=c["weight_dtype"] != c["dtype"])
+        return {"y": y, "mean": mean.reshape(-1), "rstd": rstd.reshape(-1)}
+    if c["op"] == "var_mean":
+        var, mean = ordo.var_mean(x, order=order)
+        return {"var": var, "mean": mean}
+    return {"y": getattr(ordo, c["op"])(x, order=order)}
+
+results = []
+got_torch = {}
+for threads in (1, 2):
+    torch.set_num_threads(threads)
+    for i, c in enumerate(cases):
+        x, w, b = inputs(c)
+        want = torch_outputs(c, x, w, b)
+        orders = [f"torch2.15-cpu-{cap}"] + (["torch2.15-cpu"] if i % 5 == 0 else [])
+        for order in orders:
+            try:
+                got = ordo_outputs(c, x, w, b, order)
+            except Exception as e:  # ordo refused the request: a failure, with its message
+                results.append({"case": i, "order": order, "threads": threads, "ok": False, "why": f"ordo: {e}"})
+                continue
+            why = [f"{k}: {m}" for k in want for ok, m in [same(want[k], got[k])] if not ok]
+            results.append({"case": i, "order": order, "threads": threads, "ok": not why, "why": "; ".join(why)})
+print(json.dumps({"torch": torch.__version__, "capability": torch.backends.cpu.get_cpu_capability(), "results": results}))
+'''
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--build", default=os.path.join(HERE, "..", "..", "build"), help="ordo's build directory")
+    ap.add_argument("--quick", action="store_true", help="fewer shapes")
+    args = ap.parse_args()
+    try:
+        import torch
+    except ImportError:
+        print(f"FAIL: torch is not importable by {sys.executable}; scripts/setup.sh installs the torch 2.15 venv "
+              f"(scripts/torch2-venv --python names its python)")
+        return 1
+    if torch.__version__.split("+")[0] != WANT_TORCH:
+        print(f"FAIL: this is torch {torch.__version__} ({sys.executable}); the torch2.15 orders are checked against {WANT_TORCH}")
+        return 1
+
+    all_cases = cases(args.quick)
+    import tempfile
+    spec = tempfile.NamedTemporaryFile("w", suffix=".json", prefix="ordo_torch2_", delete=False)
+    json.dump(all_cases, spec)
+    spec.close()
+    table, passed, failed = {}, 0, 0
+    env_base = dict(os.environ, PYTHONPATH=os.path.join(os.path.abspath(args.build), "python"))
+    for cap in capabilities(print, "torch2.15-cpu-avx512"):
+        worker = subprocess.run([sys.executable, "-c", WORKER, cap, spec.name, json.dumps(RANGES)], env=dict(env_base, ATEN_CPU_CAPABILITY=cap),
+                                capture_output=True, text=True)
+        if worker.returncode != 0:
+            print(f"FAIL: worker for ATEN_CPU_CAPABILITY={cap} exited {worker.returncode}:\n{worker.stderr}")
+            return 1
+        out = json.loads(worker.stdout.strip().splitlines()[-1])
+        print(f"torch {out['torch']}, ATEN_CPU_CAPABILITY={cap} (torch reports {out['capability']}), threads 1 and 2")
+        for r in out["results"]:
+            c = all_cases[r["case"]]
+            dtype = c["dtype"] if c.get("weight_dtype", c["dtype"]) == c["dtype"] else f"{c['dtype']}+{c['weight_dtype']}"
+            key = (c["op"], r["order"] + ("" if r["order"].endswith(cap) else f" ({cap})"), dtype)
+            entry = table.setdefault(key, [0, 0])
+            entry[1] += 1
+            if r["ok"]:
+                entry[0] += 1
+                passed += 1
+            else:
+                failed += 1
+                detail = f" affine={c['affine']} eps={c['eps']}" if c["op"] == "layer_norm" else ""
+                print(f"FAIL {c['op']} {r['order']} {dtype} N={c['n']} rows={c['rows']} {c['range']}{detail} "
+                      f"threads={r['threads']}: {r['why']}")
+    os.unlink(spec.name)
+    print("\n(each case is counted once per torch thread count, 1 and 2)")
+    return print_summary(table, passed, failed)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
