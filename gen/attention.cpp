@@ -42,8 +42,8 @@ struct Attention {
   ScalarType storage;
   int q = -1, k = -1, v = -1, out = -1, lse = -1;  // arguments
   int qt = -1;  // scratch f32[D*L]: qt[d*L + l] = q[query of lane l][d]
-  ExprRef query;          // i64 x L: the query row of each lane
-  ExprRef q_base, kv_base, lse_base;
+  ExprRef query{};        // i64 x L: the query row of each lane
+  ExprRef q_base{}, kv_base{}, lse_base{};
 
   Type vec() const { return Type{ScalarType::f32, L}; }
   ExprRef splat(ExprRef s) const { return broadcast(std::move(s), L); }

@@ -104,16 +104,16 @@ struct Machine {
   std::vector<char> assigned;
   // Team kernels: per-thread locals live in thread_locals[thread * locals + id].
   std::vector<char> per_thread = per_thread_locals(k);
-  std::vector<Value> thread_locals;
-  std::vector<char> thread_assigned;
+  std::vector<Value> thread_locals{};
+  std::vector<char> thread_assigned{};
   int thread = -1;     // the running thread inside a Team statement, else -1
   int64_t phase = 0;   // executions of Team statements so far, for the race check
-  std::vector<std::vector<TeamAccess>> team_access;  // per buffer (scratch of team kernels only)
+  std::vector<std::vector<TeamAccess>> team_access{};  // per buffer (scratch of team kernels only)
   // The values shuffles read: per shuffled local, every thread's value when the Team statement
   // began (and whether it was assigned).
-  std::vector<int64_t> snapshot_local;
-  std::vector<std::vector<Value>> snapshot;
-  std::vector<std::vector<char>> snapshot_assigned;
+  std::vector<int64_t> snapshot_local{};
+  std::vector<std::vector<Value>> snapshot{};
+  std::vector<std::vector<char>> snapshot_assigned{};
 
   Value& slot(int64_t id) {
     const size_t i = static_cast<size_t>(id);

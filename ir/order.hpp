@@ -104,11 +104,11 @@ struct MomentsOrder {
   int chunk = 16;
   bool fma_update = false;  // LaneWelford chunk update: mu = fma(d, 1/(j+1), mu); m2 = fma(d, x - mu, m2)
   bool fma_merge = false;   // Welford merges: the fused form of `cascade_merge` and of the lane fold
-  SumOrder sum;             // TwoPass and OnePass
+  SumOrder sum{};           // TwoPass and OnePass
   // TwoPass: the deviation pass may run in another type with another sum. The mean is then
   // rounded to that type before x - mean, and var = M2 / N is computed in it.
-  std::optional<ScalarType> dev_acc;
-  std::optional<SumOrder> dev_sum;
+  std::optional<ScalarType> dev_acc{};
+  std::optional<SumOrder> dev_sum{};
   int team = 128;  // BlockWelford, BlockReduceWelford: threads per row (a power-of-two number of warps)
   // LaneWelford: how a chunk's streams merge into the stack and the stack levels into each other.
   // The lane fold into the tail accumulator is always MeanFirst.

@@ -35,10 +35,15 @@ torch2_venv=$(scripts/torch2-venv --path)
 if ! scripts/torch2-venv --check 2>/dev/null; then
   echo "setup: installing torch 2.15.0, transformers 5.23.0 and numpy into $torch2_venv (first time: about 5 GB)"
   rm -rf "$torch2_venv"
+  mkdir -p "$(dirname "$torch2_venv")"
   /usr/bin/python3 -m venv "$torch2_venv"
   "$torch2_venv/bin/pip" install --quiet --disable-pip-version-check torch==2.15.0 transformers==5.23.0 numpy
   scripts/torch2-venv --check
 fi
 
-cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
+echo "setup: packages and venvs ready after ${SECONDS}s"
+# ORDO_CMAKE_ARGS: extra configure options (scripts/test adds -DORDO_WERROR=ON under CI).
+# shellcheck disable=SC2086
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release ${ORDO_CMAKE_ARGS:-} >/dev/null
 cmake --build build -j"$(nproc)"
+echo "setup: done in ${SECONDS}s"
