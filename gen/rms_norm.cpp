@@ -15,7 +15,10 @@ Kernel build_rms_norm(const Request& r, const Order& o) {
   Builder b(k);
   const int x = b.buffer("x", r.x_dtype, false, Extent::rows_by_cols);
   const int w = r.has_weight ? b.buffer("weight", r.weight_type(), false, Extent::cols) : -1;
-  const int y = b.buffer("y", r.x_dtype, true, Extent::rows_by_cols);
+  // y has x's type, or with `round_before_weight` the type torch promotes x's and the weight's
+  // to (Llama's weight * h.to(x.dtype)): the wider of the two, f32 when they differ.
+  const bool promote = o.affine.round_before_weight && w >= 0 && r.weight_type() != r.x_dtype;
+  const int y = b.buffer("y", promote ? ScalarType::f32 : r.x_dtype, true, Extent::rows_by_cols);
   const int rstd_out = b.buffer("rstd", r.x_dtype, true, Extent::rows);
 
   Row row(b, r.cols);
@@ -38,7 +41,12 @@ Kernel build_rms_norm(const Request& r, const Order& o) {
     const Arith f32{ScalarType::f32, std::nullopt};
     row.for_each(elementwise_lanes(o, tid, r.x_dtype), tid, k.team, [&](ExprRef col, int lanes) {
       ExprRef t = f32.mul(row.load_as(x, col, lanes, ScalarType::f32), lanes > 1 ? broadcast(rstd, lanes) : rstd);
-      if (w >= 0) t = f32.mul(t, row.load_as(w, col, lanes, ScalarType::f32));
+      if (o.affine.round_before_weight && r.x_dtype != ScalarType::f32) t = cast(cast(t, r.x_dtype), ScalarType::f32);
+      if (w >= 0) {
+        ExprRef weight = row.load_as(w, col, lanes, ScalarType::f32);
+        if (o.affine.one_plus_weight) weight = f32.add(f32.constant(1.0, lanes), weight);
+        t = f32.mul(t, weight);
+      }
       row.store_as(y, col, t);
     });
   });

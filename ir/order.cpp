@@ -54,11 +54,13 @@ std::string describe(const AffineOrder& a) {
                      : a.form == AffineOrder::Form::CenterScale ? "center_scale"
                      : a.form == AffineOrder::Form::CenterDivide ? "center_divide"
                                                                  : "gamma_centered";
-  return fmt::format("{}{}{}{}{}{}{}", form, a.fma ? ", fma" : "", a.round_each_op ? ", round_each_op" : "",
+  return fmt::format("{}{}{}{}{}{}{}{}{}", form, a.fma ? ", fma" : "", a.round_each_op ? ", round_each_op" : "",
                      a.rsqrt_vector_rows ? fmt::format(", rsqrt_vector_rows={}", a.rsqrt_vector_rows) : "",
                      a.device_rsqrt ? ", rstd=cuda.rsqrtf (device-only)" : "",
                      a.missing_as_identity ? ", missing gamma/beta as 1/0" : "",
-                     a.missing_bias_as_zero ? ", missing beta as +0" : "");
+                     a.missing_bias_as_zero ? ", missing beta as +0" : "",
+                     a.round_before_weight ? ", rounded to storage before the weight" : "",
+                     a.one_plus_weight ? ", times (1 + weight)" : "");
 }
 
 static const char* math_name(MathImpl m) {

@@ -156,6 +156,12 @@ struct AffineOrder {
   // CPU float kernel, which writes the affine as one expression with gamma = 1 and beta = 0
   // substituted, where the compiler folds the * 1 and keeps the + 0.
   bool missing_bias_as_zero = false;
+  // rms_norm's weight. t = x*rstd in f32. Plain: y = t*weight. Hugging Face's RMSNorm classes:
+  // `round_before_weight` rounds t to x's storage type before the multiply (Llama's
+  // h.to(x.dtype)), and y then has the type torch promotes x's and the weight's types to;
+  // `one_plus_weight` multiplies by (1 + weight), formed in f32 (Gemma). y is rounded once, to its type.
+  bool round_before_weight = false;
+  bool one_plus_weight = false;
 };
 
 // Which implementation of exp and log an order uses. Each is a fixed algorithm, so the choice is

@@ -84,6 +84,12 @@ inline std::vector<Variant> variants(OpKind op) {
   for (const std::string& p : params) out.push_back({p, ScalarType::f32, std::nullopt, true, true});
   if (op == OpKind::layer_norm || op == OpKind::rms_norm) {
     out.push_back({"fast", ScalarType::bf16, ScalarType::f32, true, op == OpKind::layer_norm});  // mixed dtypes
+    // PyTorch 2.15's mixed paths: f32 statistics, the scalar tail fused for f16 input; Llama's
+    // promoted f32 output.
+    out.push_back({op == OpKind::layer_norm ? "torch2.15-cpu-avx2" : "llama-rmsnorm-torch2.15-cpu-avx2", ScalarType::f16,
+                   ScalarType::f32, true, op == OpKind::layer_norm});
+    out.push_back({op == OpKind::layer_norm ? "torch2.15-cpu-default" : "gemma-rmsnorm-torch2.15-cpu-default", ScalarType::bf16,
+                   ScalarType::f32, true, false});
     out.push_back({"fast", ScalarType::f32, std::nullopt, false, false});
   }
   // Rows in lock step, including a group size that does not divide kRows (the clamped tail).

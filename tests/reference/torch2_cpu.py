@@ -9,8 +9,9 @@ patterns (every NaN equals every NaN). The alias torch2.15-cpu, which resolves t
 the way torch does, runs on a share of the cases and must agree as well.
 
 Ops: layer_norm (f32, bf16, f16, and bf16/f16 input with f32 weight and bias; y, mean, rstd;
-with and without weight and bias), softmax, log_softmax and var_mean (correction=0), in
-f32, bf16 and f16.
+with and without weight and bias); rms_norm as torch.nn.functional.rms_norm and as transformers'
+LlamaRMSNorm and GemmaRMSNorm (the llama-/gemma-rmsnorm-torch2.15-cpu-* orders), in the same
+dtypes; softmax, log_softmax and var_mean (correction=0), in f32, bf16 and f16.
 """
 import argparse
 import itertools
@@ -52,6 +53,13 @@ def cases(quick):
         out.append({"op": "layer_norm", "dtype": xd, "weight_dtype": wd, "n": n, "range": rng, "affine": AFFINE[i % 4],
                     "eps": EPS[(i // 4) % 3], "rows": ROWS[i % 3] if n < 20000 else 2, "seed": i})
         i += 1
+    # rms_norm: F.rms_norm and the Hugging Face classes, whose sum runs over one row too
+    # (rows=1), where a reduction could split over threads.
+    for form, (xd, wd), n, (rng, _, _) in itertools.product(["F.rms_norm", "llama", "gemma"], dtypes, ns, RANGES):
+        out.append({"op": "rms_norm", "form": form, "dtype": xd, "weight_dtype": wd, "n": n, "range": rng,
+                    "affine": "weight" if form != "F.rms_norm" or i % 4 else "none", "eps": EPS[(i // 4) % 3],
+                    "rows": [1, 5, 7, 3][i % 4] if n < 20000 else 1 + i % 2, "seed": i})
+        i += 1
     for op, xd, n, (rng, _, _) in itertools.product(["softmax", "log_softmax", "var_mean"], ["f32", "bf16", "f16"], ns, RANGES):
         out.append({"op": op, "dtype": xd, "n": n, "range": rng, "rows": ROWS[i % 3] if n < 20000 else 2, "seed": i})
         i += 1
@@ -87,7 +95,7 @@ def inputs(c):
     off, scale = RANGES[c["range"]]
     x = torch.from_numpy((off + scale * rng.standard_normal((c["rows"], c["n"]))).astype(np.float32)).to(TORCH_DTYPE[c["dtype"]])
     w = b = None
-    if c["op"] == "layer_norm":
+    if c["op"] in ("layer_norm", "rms_norm"):
         wd = TORCH_DTYPE[c["weight_dtype"]]
         if "weight" in c["affine"]:
             w = torch.from_numpy((1 + 0.1 * rng.standard_normal(c["n"])).astype(np.float32)).to(wd)
@@ -95,7 +103,19 @@ def inputs(c):
             b = torch.from_numpy((0.1 * rng.standard_normal(c["n"])).astype(np.float32)).to(wd)
     return x, w, b
 
+def hf_module(c, w):
+    """transformers' own class, with the case's weight (in the weight's dtype) and eps."""
+    from transformers.models.gemma.modeling_gemma import GemmaRMSNorm
+    from transformers.models.llama.modeling_llama import LlamaRMSNorm
+    m = (LlamaRMSNorm if c["form"] == "llama" else GemmaRMSNorm)(c["n"], eps=c["eps"])
+    m.weight = torch.nn.Parameter(w.clone(), requires_grad=False)
+    return m
+
 def torch_outputs(c, x, w, b):
+    if c["op"] == "rms_norm":
+        with torch.no_grad():
+            y = torch.nn.functional.rms_norm(x, [c["n"]], w, c["eps"]) if c["form"] == "F.rms_norm" else hf_module(c, w)(x)
+        return {"y": y}
     if c["op"] == "layer_norm":
         y, mean, rstd = torch.native_layer_norm(x, [c["n"]], w, b, c["eps"])
         return {"y": y, "mean": mean.reshape(-1), "rstd": rstd.reshape(-1)}
@@ -105,6 +125,11 @@ def torch_outputs(c, x, w, b):
     return {"y": getattr(torch, c["op"])(x, -1)}
 
 def ordo_outputs(c, x, w, b, order):
+    if c["op"] == "rms_norm":
+        if c["form"] != "F.rms_norm":
+            order = c["form"] + "-rmsnorm-" + order
+        y, _ = ordo.rms_norm(x, w, eps=c["eps"], order=order, allow_mixed_dtypes=c["weight_dtype"] != c["dtype"])
+        return {"y": y}
     if c["op"] == "layer_norm":
         y, mean, rstd = ordo.layer_norm(x, w, b, eps=c["eps"], order=order,
                                         allow_mixed_dtypes=c["weight_dtype"] != c["dtype"])
@@ -167,7 +192,8 @@ def main():
         for r in out["results"]:
             c = all_cases[r["case"]]
             dtype = c["dtype"] if c.get("weight_dtype", c["dtype"]) == c["dtype"] else f"{c['dtype']}+{c['weight_dtype']}"
-            key = (c["op"], r["order"] + ("" if r["order"].endswith(cap) else f" ({cap})"), dtype)
+            order = r["order"] if c.get("form", "F.rms_norm") == "F.rms_norm" else c["form"] + "-rmsnorm-" + r["order"]
+            key = (c["op"], order + ("" if order.endswith(cap) else f"[{cap}]"), dtype)
             entry = table.setdefault(key, [0, 0])
             entry[1] += 1
             if r["ok"]:
@@ -175,8 +201,8 @@ def main():
                 passed += 1
             else:
                 failed += 1
-                detail = f" affine={c['affine']} eps={c['eps']}" if c["op"] == "layer_norm" else ""
-                print(f"FAIL {c['op']} {r['order']} {dtype} N={c['n']} rows={c['rows']} {c['range']}{detail} "
+                detail = f" affine={c['affine']} eps={c['eps']}" if c["op"] in ("layer_norm", "rms_norm") else ""
+                print(f"FAIL {c['op']} {order} {dtype} N={c['n']} rows={c['rows']} {c['range']}{detail} "
                       f"threads={r['threads']}: {r['why']}")
     os.unlink(spec.name)
     print("\n(each case is counted once per torch thread count, 1 and 2)")
