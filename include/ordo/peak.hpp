@@ -4,12 +4,14 @@
 namespace ordo {
 
 struct PeakFlops {
-  bool available = false;  // false when the CPU lacks AVX2+FMA (the kernel is x86-specific)
-  double gflops = 0;       // best of three runs, all threads of ordo's pool
+  bool available = false;
+  double gflops = 0;  // best of three runs, all threads of ordo's pool
 };
 
-// Runs 12 independent 8-lane fma chains on `threads` threads of ordo's pool (0: every core) and
-// returns the flops per second. About 2 s.
+// Runs 12 independent 16-lane f32 fma chains, written in ordo's IR and compiled by ordo's LLVM
+// backend (the vector width and instructions every order's kernels get on this CPU), one program
+// instance on each of `threads` threads of ordo's pool (0: every core), and returns the flops
+// per second. About 1 s.
 PeakFlops measure_fma_peak(int threads);
 
 }  // namespace ordo
