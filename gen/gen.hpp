@@ -28,6 +28,9 @@ struct NamedOrder {
   // Calls CUDA's own approximations (rsqrtf, expf, logf), which have no definition off the GPU:
   // only target cuda runs it. `ordo orders` prints it as "device-only".
   bool device_only = false;
+  // Resolves to another row of the table, chosen by the environment (torch2.15-cpu: the
+  // capability PyTorch would pick). Left out of default order sets, which list each kernel once.
+  bool alias = false;
 };
 
 const std::vector<NamedOrder>& named_orders();

@@ -240,6 +240,55 @@ std::vector<NamedOrder> make_table() {
                  o.attention.query_lanes = 16;  // two AVX2 vectors of queries: each loaded key value serves 16 queries
                  return o;
                }});
+  const std::vector<OpKind> torch215_ops = {OpKind::layer_norm, OpKind::rms_norm, OpKind::var_mean, OpKind::softmax,
+                                            OpKind::log_softmax};
+  t.push_back({"torch2.15-cpu-default",
+               "PyTorch 2.15 CPU, ATEN_CPU_CAPABILITY=default. layer_norm: f32 8-lane Welford cascade (two f32 streams per 16-bit "
+               "vector), no fma; rms_norm: F.rms_norm's composite in f32 (SumKernel's 4x8-lane cascade over the rounded squares); "
+               "softmax/log_softmax: torch1.13-cpu-default's; var_mean: sequential Welford in f64",
+               torch215_ops, kAllStorage, true, true,
+               [](ScalarType s, ScalarType, const Request& r) { return torch215(s, Capability::base, r); }});
+  t.push_back({"torch2.15-cpu-avx2",
+               "PyTorch 2.15 CPU, ATEN_CPU_CAPABILITY=avx2. layer_norm: the cascade with fma updates and AddMomentsVec merges, "
+               "fused affine; rms_norm: as default; softmax/log_softmax: torch1.13-cpu-avx2's; var_mean: sequential Welford in f64",
+               torch215_ops, kAllStorage, true, true,
+               [](ScalarType s, ScalarType, const Request& r) { return torch215(s, Capability::avx2, r); }});
+  t.push_back({"torch2.15-cpu-avx512",
+               "PyTorch 2.15 CPU, ATEN_CPU_CAPABILITY=avx512: softmax/log_softmax by its AVX-512 kernels (16 lanes); layer_norm "
+               "has no AVX-512 kernel, so it is torch2.15-cpu-avx2's; rms_norm: as default (8 lanes here too); var_mean: "
+               "sequential Welford in f64",
+               torch215_ops, kAllStorage, true, true,
+               [](ScalarType s, ScalarType, const Request& r) { return torch215(s, Capability::avx512, r); }});
+  t.push_back({"torch2.15-cpu",
+               "torch2.15-cpu-{default,avx2,avx512} for the capability PyTorch picks here: ATEN_CPU_CAPABILITY if set, else the "
+               "best this CPU has",
+               torch215_ops, kAllStorage, true, true,
+               [](ScalarType s, ScalarType, const Request& r) { return torch215(s, torch_capability(), r); }});
+  t.back().alias = true;
+  for (bool gemma : {false, true}) {
+    using namespace std::string_view_literals;
+    const std::string_view base = gemma ? "gemma-rmsnorm-torch2.15-cpu"sv : "llama-rmsnorm-torch2.15-cpu"sv;
+    const std::string_view what = gemma ? "transformers 5.23 GemmaRMSNorm: (h * (1 + weight.float())).type_as(x), h = x.float() * rstd"sv
+                                        : "transformers 5.23 LlamaRMSNorm: weight * (x.float() * rstd).to(x.dtype), in the type torch "
+                                          "promotes x's and the weight's to"sv;
+    static const std::string names[2][4] = {{"llama-rmsnorm-torch2.15-cpu-default", "llama-rmsnorm-torch2.15-cpu-avx2",
+                                             "llama-rmsnorm-torch2.15-cpu-avx512", "llama-rmsnorm-torch2.15-cpu"},
+                                            {"gemma-rmsnorm-torch2.15-cpu-default", "gemma-rmsnorm-torch2.15-cpu-avx2",
+                                             "gemma-rmsnorm-torch2.15-cpu-avx512", "gemma-rmsnorm-torch2.15-cpu"}};
+    static std::string descriptions[2][4];
+    const Capability caps[3] = {Capability::base, Capability::avx2, Capability::avx512};
+    for (int c = 0; c < 4; ++c) {
+      std::string& d = descriptions[gemma][c];
+      d = c < 3 ? fmt::format("{}; torch 2.15 eager, ATEN_CPU_CAPABILITY={}; rstd as torch2.15-cpu's rms_norm", what,
+                              c == 0 ? "default" : c == 1 ? "avx2" : "avx512")
+                : fmt::format("{}-{{default,avx2,avx512}} for the capability PyTorch picks here", base);
+      const bool alias = c == 3;
+      const Capability cap = alias ? Capability::base : caps[c];
+      t.push_back({names[gemma][c], d, {OpKind::rms_norm}, kAllStorage, true, true,
+                   [gemma, cap, alias](ScalarType, ScalarType, const Request&) { return hf_rms_norm(gemma, alias ? torch_capability() : cap); }});
+      t.back().alias = alias;
+    }
+  }
   using AK = AttentionOrder::Kind;
   t.push_back({"torch1.13-cpu-math",
                "PyTorch 1.13 CPU softmax(q @ k^T / math.sqrt(D)) @ v as eager runs it by default (avx2): "
@@ -313,53 +362,6 @@ std::vector<NamedOrder> make_table() {
                  o.softmax = torch113_softmax(s, Capability::avx512);
                  return o;
                }});
-  const std::vector<OpKind> torch215_ops = {OpKind::layer_norm, OpKind::rms_norm, OpKind::var_mean, OpKind::softmax,
-                                            OpKind::log_softmax};
-  t.push_back({"torch2.15-cpu-default",
-               "PyTorch 2.15 CPU, ATEN_CPU_CAPABILITY=default. layer_norm: f32 8-lane Welford cascade (two f32 streams per 16-bit "
-               "vector), no fma; rms_norm: F.rms_norm's composite in f32 (SumKernel's 4x8-lane cascade over the rounded squares); "
-               "softmax/log_softmax: torch1.13-cpu-default's; var_mean: sequential Welford in f64",
-               torch215_ops, kAllStorage, true, true,
-               [](ScalarType s, ScalarType, const Request& r) { return torch215(s, Capability::base, r); }});
-  t.push_back({"torch2.15-cpu-avx2",
-               "PyTorch 2.15 CPU, ATEN_CPU_CAPABILITY=avx2. layer_norm: the cascade with fma updates and AddMomentsVec merges, "
-               "fused affine; rms_norm: as default; softmax/log_softmax: torch1.13-cpu-avx2's; var_mean: sequential Welford in f64",
-               torch215_ops, kAllStorage, true, true,
-               [](ScalarType s, ScalarType, const Request& r) { return torch215(s, Capability::avx2, r); }});
-  t.push_back({"torch2.15-cpu-avx512",
-               "PyTorch 2.15 CPU, ATEN_CPU_CAPABILITY=avx512: softmax/log_softmax by its AVX-512 kernels (16 lanes); layer_norm "
-               "has no AVX-512 kernel, so it is torch2.15-cpu-avx2's; rms_norm: as default (8 lanes here too); var_mean: "
-               "sequential Welford in f64",
-               torch215_ops, kAllStorage, true, true,
-               [](ScalarType s, ScalarType, const Request& r) { return torch215(s, Capability::avx512, r); }});
-  t.push_back({"torch2.15-cpu",
-               "torch2.15-cpu-{default,avx2,avx512} for the capability PyTorch picks here: ATEN_CPU_CAPABILITY if set, else the "
-               "best this CPU has",
-               torch215_ops, kAllStorage, true, true,
-               [](ScalarType s, ScalarType, const Request& r) { return torch215(s, torch_capability(), r); }});
-  for (bool gemma : {false, true}) {
-    using namespace std::string_view_literals;
-    const std::string_view base = gemma ? "gemma-rmsnorm-torch2.15-cpu"sv : "llama-rmsnorm-torch2.15-cpu"sv;
-    const std::string_view what = gemma ? "transformers 5.23 GemmaRMSNorm: (h * (1 + weight.float())).type_as(x), h = x.float() * rstd"sv
-                                        : "transformers 5.23 LlamaRMSNorm: weight * (x.float() * rstd).to(x.dtype), in the type torch "
-                                          "promotes x's and the weight's to"sv;
-    static const std::string names[2][4] = {{"llama-rmsnorm-torch2.15-cpu-default", "llama-rmsnorm-torch2.15-cpu-avx2",
-                                             "llama-rmsnorm-torch2.15-cpu-avx512", "llama-rmsnorm-torch2.15-cpu"},
-                                            {"gemma-rmsnorm-torch2.15-cpu-default", "gemma-rmsnorm-torch2.15-cpu-avx2",
-                                             "gemma-rmsnorm-torch2.15-cpu-avx512", "gemma-rmsnorm-torch2.15-cpu"}};
-    static std::string descriptions[2][4];
-    const Capability caps[3] = {Capability::base, Capability::avx2, Capability::avx512};
-    for (int c = 0; c < 4; ++c) {
-      std::string& d = descriptions[gemma][c];
-      d = c < 3 ? fmt::format("{}; torch 2.15 eager, ATEN_CPU_CAPABILITY={}; rstd as torch2.15-cpu's rms_norm", what,
-                              c == 0 ? "default" : c == 1 ? "avx2" : "avx512")
-                : fmt::format("{}-{{default,avx2,avx512}} for the capability PyTorch picks here", base);
-      const bool alias = c == 3;
-      const Capability cap = alias ? Capability::base : caps[c];
-      t.push_back({names[gemma][c], d, {OpKind::rms_norm}, kAllStorage, true, true,
-                   [gemma, cap, alias](ScalarType, ScalarType, const Request&) { return hf_rms_norm(gemma, alias ? torch_capability() : cap); }});
-    }
-  }
   t.push_back({"torch1.13-cpu", "PyTorch 1.13 CPU torch.var_mean(unbiased=False): sequential Welford in f64",
                {OpKind::var_mean}, {f32}, true, true, [](ScalarType, ScalarType, const Request&) {
                  Order o;

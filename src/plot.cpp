@@ -164,6 +164,35 @@ class Canvas {
 
 int text_width(std::string_view s, int scale) { return s.empty() ? 0 : int(s.size()) * (kGlyphW + 1) * scale - scale; }
 
+// `text` in lines that fit `max_width` pixels at `scale`: broken at spaces, and a word longer
+// than a line on its own broken wherever the line is full.
+std::vector<std::string> wrap(std::string_view text, int scale, int max_width) {
+  const size_t per_line = size_t(std::max(1, (max_width + scale) / ((kGlyphW + 1) * scale)));
+  std::vector<std::string> lines;
+  std::string line;
+  size_t pos = 0;
+  while (pos < text.size()) {
+    size_t end = text.find(' ', pos);
+    if (end == std::string_view::npos) end = text.size();
+    std::string_view word = text.substr(pos, end - pos);
+    pos = end + 1;
+    if (!line.empty() && line.size() + 1 + word.size() <= per_line) {
+      line += ' ';
+      line += word;
+      continue;
+    }
+    if (!line.empty()) lines.push_back(std::move(line));
+    line.clear();
+    while (word.size() > per_line) {
+      lines.emplace_back(word.substr(0, per_line));
+      word.remove_prefix(per_line);
+    }
+    line = std::string(word);
+  }
+  if (!line.empty() || lines.empty()) lines.push_back(std::move(line));
+  return lines;
+}
+
 // ---- PNG: signature, IHDR, one IDAT holding a zlib stream of stored deflate blocks, IEND.
 
 constexpr std::array<uint32_t, 256> kCrcTable = [] {
@@ -328,8 +357,7 @@ void write_ulp_histogram_png(const std::string& path, const std::string& heading
   int tick_w = 0;
   for (int d = 0; d <= decades; ++d) tick_w = std::max(tick_w, text_width(decade_label(d), kScale));
   const int plot_x = kPad + tick_w + 10;
-  int width = std::max({kMinWidth, plot_x + nbins * slot + kPad, 2 * kPad + text_width(heading, kHeadingScale),
-                        2 * kPad + text_width(subtitle, kScale)});
+  int width = std::max({kMinWidth, plot_x + nbins * slot + kPad, 2 * kPad + text_width(subtitle, kScale)});
   for (const std::string& c : captions) width = std::max(width, 2 * kPad + text_width(c, kScale));
   auto note_of = [](const UlpHistogramPanel& p) {
     return fmt::format("{} elements; y: count, log scale", p.ulps.size());
@@ -340,12 +368,22 @@ void write_ulp_histogram_png(const std::string& path, const std::string& heading
   const int plot_w = nbins * slot;
   const int bar_w = std::min(kMaxBarW, slot - 12);
 
-  const int panels_y = kPad + kGlyphH * kHeadingScale + 8 + kTextH + 20;
+  // The heading fits the width the plots need: wrapped, and at the text's scale when it would
+  // take more than two lines at the heading's.
+  int heading_scale = kHeadingScale;
+  std::vector<std::string> heading_lines = wrap(heading, heading_scale, width - 2 * kPad);
+  if (heading_lines.size() > 2) {
+    heading_scale = kScale;
+    heading_lines = wrap(heading, heading_scale, width - 2 * kPad);
+  }
+  const int heading_line_h = kGlyphH * heading_scale + 6;
+  const int subtitle_y = kPad + int(heading_lines.size()) * heading_line_h + 2;
+  const int panels_y = subtitle_y + kTextH + 20;
   const int captions_y = panels_y + int(panels.size()) * kPanelH;
   const int height = captions_y + int(captions.size()) * (kTextH + 4) + kPad;
   Canvas canvas(width, height);
-  canvas.text(kPad, kPad, heading, kHeadingScale, kInk);
-  canvas.text(kPad, kPad + kGlyphH * kHeadingScale + 8, subtitle, kScale, kNote);
+  for (size_t i = 0; i < heading_lines.size(); ++i) canvas.text(kPad, kPad + int(i) * heading_line_h, heading_lines[i], heading_scale, kInk);
+  canvas.text(kPad, subtitle_y, subtitle, kScale, kNote);
 
   // Pixels above the baseline for a count, given as its log10, on the axis all panels share.
   auto height_of = [&](double log10_count) {

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Every bad request to `ordo run` must fail cleanly.
+"""Every bad request to `ordo run` must fail cleanly, and every form of help must work.
 
 Run: /usr/bin/python3 tests/error/cli_errors.py --ordo build/bin/ordo
 
@@ -346,6 +346,42 @@ def run_case(ordo, case, ind, outd):
     return None
 
 
+COMMANDS = ["run", "orders", "compare", "demo", "emit", "bench", "build", "cache"]
+
+
+def help_cases(ordo):
+    """Help in every form exits 0 and prints usage to stdout; typos get the closest name.
+    Returns (passed, failed)."""
+    passed = failed = 0
+
+    def check(name, argv, code, out_has=(), err_has=()):
+        nonlocal passed, failed
+        p = subprocess.run([ordo] + argv, capture_output=True, text=True)
+        bad = [f"exit {p.returncode}, expected {code}"] if p.returncode != code else []
+        bad += [f"stdout lacks {s!r}" for s in out_has if s not in p.stdout]
+        bad += [f"stderr lacks {s!r}" for s in err_has if s not in p.stderr]
+        if bad:
+            failed += 1
+            print(f"FAIL {name}: {'; '.join(bad)} (stdout {p.stdout[:200]!r}, stderr {p.stderr!r})")
+        else:
+            passed += 1
+            print(f"PASS {name}")
+
+    for argv in (["--help"], ["-h"], ["help"]):
+        check(f"ordo {' '.join(argv)}", argv, 0, ["usage: ordo <command>"] + COMMANDS)
+    for c in COMMANDS:
+        for argv in ([c, "--help"], ["help", c], [c, "-h"]):
+            # Each command's help lists its options with an example: an `ordo ...` line or an option's own.
+            check(f"ordo {' '.join(argv)}", argv, 0, [f"usage: ordo {c}", "--" if c not in ("orders", "cache") else c])
+    check("--help after other options", ["bench", "layer_norm", "--order", "fast", "--help"], 0, ["usage: ordo bench"])
+    check("unknown option names the closest", ["compare", "layer_norm", "--colz", "8"], 2,
+          err_has=["unknown option '--colz' for 'compare'", "did you mean '--cols'?"])
+    check("unknown option in run", ["run", "layer_norm", "--ordr", "fast"], 2, err_has=["did you mean '--order'?"])
+    check("unknown command names the closest", ["comprae"], 2, err_has=["unknown command 'comprae'", "did you mean 'compare'?"])
+    check("help for an unknown command", ["help", "bnech"], 2, err_has=["unknown command 'bnech'", "did you mean 'bench'?"])
+    return passed, failed
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ordo", default="build/bin/ordo")
@@ -368,6 +404,8 @@ def main():
             else:
                 failed += 1
                 print(f"FAIL {case.name}: {reason}" + (f" [{case.note}]" if case.note else ""))
+    p, f = help_cases(ordo)
+    passed, failed = passed + p, failed + f
     print(f"{passed} passed, {failed} failed")
     sys.exit(1 if failed else 0)
 

@@ -1,8 +1,7 @@
 // Fuzz target: the CLI's argument parser and the request path behind it.
 //
-// The parser (Args::parse, request_from, parse_int, parse_double, split, name_file) is local to
-// tools/ordo.cpp, so this file includes that source with its main() renamed: the fuzzer runs the
-// CLI's own code, not a copy.
+// The parser (Args::parse, request_from, parse_int, parse_double, split, name_file) is the CLI's
+// own (tools/cli.hpp, linked from ordo_cli_lib): the fuzzer runs the CLI's code, not a copy.
 //
 // Input: argv after `ordo`, one argument per line; the first is the subcommand (run, compare,
 // demo, build, bench; anything else is parsed as emit). Each subcommand's options are parsed as
@@ -17,13 +16,11 @@
 
 #include "fuzz_common.hpp"
 
-// The rename is a macro around the #include; no header that tools/ordo.cpp pulls in uses the
-// name `main`.
-#define main ordo_cli_main
-#include "tools/ordo.cpp"
-#undef main
+#include "tools/cli.hpp"
 
 namespace {
+
+using namespace ordo::cli;
 
 // A subcommand's option set: the shared ones plus its own, as its cmd_* function declares them.
 std::vector<std::string> with(std::vector<std::string> base, std::initializer_list<const char*> more) {
@@ -34,7 +31,7 @@ std::vector<std::string> with(std::vector<std::string> base, std::initializer_li
 void check_command(int argc, char** argv) {
   const std::string cmd = argv[1];
   if (cmd == "run") {
-    Args a = Args::parse(argc, argv, 2, kRequestFlags, with(kRequestValues, {"in", "out", "threads"}));
+    Args a = Args::parse(argc, argv, 2, kRequestFlags, with(kRequestValues, {"in", "out", "threads", "scale"}));
     ordo::Request r = request_from(a, parse_op_arg(a));
     for (const std::string& v : a.all("in")) name_file("in", v);
     for (const std::string& v : a.all("out")) name_file("out", v);
@@ -75,7 +72,7 @@ void check_command(int argc, char** argv) {
       ordo::fuzz::check_request(r);
     }
   } else if (cmd == "bench") {
-    Args a = Args::parse(argc, argv, 2, with(kRequestFlags, {"json"}), with(kRequestValues, {"rows", "threads", "baseline", "seconds"}));
+    Args a = Args::parse(argc, argv, 2, with(kRequestFlags, {"json", "no-peak"}), with(kRequestValues, {"rows", "threads", "baseline", "seconds"}));
     ordo::Request r = request_from(a, parse_op_arg(a));
     if (r.cols == 0 && !a.get("cols")) r.cols = 4096;
     if (auto v = a.get("rows")) parse_int("--rows", *v, 1, int64_t(1) << 24);

@@ -2,6 +2,7 @@
 // blocks that inflates to the raw scanlines), bars where the data puts them, and atomic writes.
 // The PNG is read back by a small independent decoder below, which accepts stored blocks only.
 #include <doctest/doctest.h>
+#include <fmt/format.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -20,7 +21,7 @@ namespace fs = std::filesystem;
 namespace {
 
 // The colours plot.cpp fills bars with; it draws no text in them.
-constexpr uint8_t kBar[3] = {49, 110, 180}, kNanBar[3] = {200, 55, 45};
+constexpr uint8_t kBar[3] = {49, 110, 180}, kNanBar[3] = {200, 55, 45}, kInk[3] = {30, 30, 30};
 
 uint32_t be32(const uint8_t* p) { return uint32_t(p[0]) << 24 | uint32_t(p[1]) << 16 | uint32_t(p[2]) << 8 | p[3]; }
 
@@ -172,6 +173,33 @@ TEST_CASE("a two-panel histogram is a valid PNG with each panel's bars at its ow
 
   // Nothing but the finished file is left in the directory.
   CHECK(std::distance(fs::directory_iterator(dir.path), fs::directory_iterator()) == 1);
+}
+
+TEST_CASE("a long title wraps inside the image, which keeps the width its plots need") {
+  TempDir dir;
+  UlpHistogramPanel a{"close", {}};
+  a.ulps.insert(a.ulps.end(), 100, 0);
+  a.ulps.insert(a.ulps.end(), 10, 3);
+  const fs::path short_path = dir.path / "short.png", long_path = dir.path / "long.png";
+  write_ulp_histogram_png(short_path.string(), "layer_norm y", {a});
+  std::string title = "ordo compare layer_norm: ULP distance of y from float64, N=4096 rows=64 bf16, orders";
+  for (int i = 0; i < 12; ++i) title += fmt::format(" lane-welford(lanes={},chunk={},fma=all,acc=f64)", 1 << (i % 5), i + 1);
+  title += " " + std::string(400, 'x');  // a word wider than the image: broken, not cut
+  write_ulp_histogram_png(long_path.string(), title, {a});
+  const DecodedPng s = read_png(short_path), d = read_png(long_path);
+  CHECK(d.width == s.width);   // the title does not widen the image...
+  CHECK(d.height > s.height);  // ...it takes more lines
+  // Heading ink: the rows above the first panel title hold dark text, and none of it touches the
+  // 20-pixel margins, so no glyph was cut at an edge.
+  uint32_t ink_rows = 0;
+  for (uint32_t y = 0; y < d.height - s.height + 20; ++y) {
+    const auto runs = runs_in_row(d, y, kInk);
+    if (runs.empty()) continue;
+    ++ink_rows;
+    CHECK(runs.front().first >= 20);
+    CHECK(runs.back().second < d.width - 20);
+  }
+  CHECK(ink_rows > 3 * 7 * 2);  // several lines of capitals, 7 pixel rows each at scale 2 or more
 }
 
 TEST_CASE("an unwritable path throws an Error naming it and leaves no file") {

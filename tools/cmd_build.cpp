@@ -1,0 +1,270 @@
+// ordo build: offline kernels (.so with header and manifest; .cubin or .ptx with manifest).
+#include "tools/cli.hpp"
+
+#include <fstream>
+#include "backends/cuda/cuda_backend.hpp"
+#include "backends/llvm/llvm_backend.hpp"
+#include "gen/gen.hpp"
+#include "ir/ir.hpp"
+
+namespace ordo::cli {
+
+const char* const kBuildHelp = R"(usage: ordo build <op> --order NAME|--orders a,b,... --cols N [options] -o libNAME.so
+       ordo build <op> --order NAME --cols N --target cuda [--arch sm_90] -o k.cubin | --ptx -o k.ptx
+
+  -o FILE               the output: libNAME.so (+ libNAME.h, libNAME.json), or k.cubin/k.ptx (+ k.json)  -o libln.so
+  --orders a,b,...      several orders in one .so                --orders torch2.15-cpu,fast
+  --ptx                 target cuda: PTX instead of a cubin      --ptx -o k.ptx
+All files appear together, or none of them.
+
+request options (every command that builds a kernel):
+  --order NAME          the order (`ordo orders` lists them)      --order torch2.15-cpu
+  --eps E               layer_norm/rms_norm epsilon (1e-5)        --eps 1e-6
+  --acc f32|f64         accumulation type, where the order is open --acc f64
+  --dtype T             x's storage: f32, bf16, f16 (f32)          --dtype bf16
+  --weight-dtype T      weight and bias storage (x's)              --weight-dtype f32
+  --allow-mixed-dtypes  let weight and x differ                    --dtype bf16 --weight-dtype f32 --allow-mixed-dtypes
+  --no-weight, --no-bias  layer_norm/rms_norm without them         --no-bias
+  --target T            cpu, interpreter, cuda, cuda-emu (cpu)     --target cuda-emu
+  --arch sm_XX          target cuda: sm_80, sm_86, sm_89, sm_90    --arch sm_80
+  --rows-in-flight R    CPU rows run in lock step (0: backend's choice; never changes bits)  --rows-in-flight 4
+  --cols N              the reduced dim N (attention: D)           --cols 4096
+  --sq N, --sk N        attention's query and key lengths          --sq 512 --sk 700
+  --causal              attention: key j hidden from query i > j   --causal
+
+examples:
+  ordo build layer_norm --orders torch2.15-cpu-avx2,fast --cols 4096 -o libln.so
+  ordo build layer_norm --order fast --cols 4096 --target cuda --arch sm_90 -o k.cubin
+)";
+
+namespace {
+
+// ordo build <op> --order NAME --cols N ... --target cuda [--arch sm_90] -o k.cubin (or --ptx
+// -o k.ptx): NVRTC's cubin (or PTX) of one kernel, and k.json beside it: the entry name, the
+// launch configuration, the parameters in order with their C types and lengths, ptxas's
+// register and spill counts, and the request. Both files appear together or not at all.
+int build_cuda(Args& a, ordo::OpKind op) {
+  namespace fs = std::filesystem;
+  const bool ptx = a.flag("ptx");
+  const char* ext = ptx ? ".ptx" : ".cubin";
+  if (!a.get("o")) throw Error(fmt::format("missing -o NAME{}", ext));
+  const fs::path bin = *a.get("o");
+  if (bin.extension() != ext)
+    throw Error(fmt::format("-o {}: {} output must end in {}", bin.string(), ptx ? "PTX (--ptx)" : "cubin", ext));
+  check_output_path("-o", bin.string());
+  if (a.get("orders")) throw Error("--target cuda builds one kernel per file: give --order NAME");
+  ordo::Request r = request_from(a, op);
+  if (!a.get("cols")) throw Error("missing --cols N (the reduced dim is fixed at compile time)");
+  if (!a.get("order")) throw Error("missing --order NAME");
+  ordo::ir::Order o = ordo::gen::resolve(r);
+  ordo::ir::Kernel k = ordo::gen::build(r, o);
+  if (std::string err = ordo::ir::verify(k); !err.empty()) throw Error("internal: " + err);
+  const ordo::cuda_backend::Source src = ordo::cuda_backend::render(k);
+  const ordo::cuda_backend::Compiled c = ordo::cuda_backend::compile(src, r.cuda_arch, !ptx, true);
+
+  // Parameters: the argument buffers (scratch buffers are not arguments), then each grid
+  // extent (dim 0 the launch's rows, the others fixed at compile time), then the instance count.
+  std::vector<const ordo::ir::Buffer*> arguments;
+  for (const ordo::ir::Buffer& b : k.buffers)
+    if (ordo::ir::is_argument(b)) arguments.push_back(&b);
+  int64_t fixed_instances = 1;
+  for (int64_t e : k.grid_fixed) fixed_instances *= e;
+  const std::string instances = fixed_instances == 1 ? "rows" : fmt::format("rows*{}", fixed_instances);
+  std::string params;
+  for (size_t i = 0; i < src.params.size(); ++i) {
+    const std::string& decl = src.params[i];
+    const std::string pname = decl.substr(decl.rfind(' ') + 1);
+    std::string what;
+    if (i < arguments.size()) {
+      const ordo::ir::Buffer& b = *arguments[i];
+      const std::string len = b.extent == ordo::ir::Extent::rows_by_cols    ? fmt::format("rows*{}", r.cols)
+                              : b.extent == ordo::ir::Extent::cols          ? fmt::format("{}", r.cols)
+                              : b.extent == ordo::ir::Extent::rows_by_fixed ? fmt::format("rows*{}", b.per_row)
+                                                                            : "rows";
+      what = fmt::format("\"buffer\": {}, \"dtype\": \"{}\", \"elements\": \"{}\", \"output\": {}, \"align_bytes\": {}",
+                         json_string(b.name), ordo::name(b.elem), len, b.output ? "true" : "false", src.buffer_align[i]);
+    } else if (const size_t d = i - arguments.size(); d < static_cast<size_t>(k.grid_rank)) {
+      what = d == 0 ? "\"value\": \"rows\"" : fmt::format("\"value\": {}", k.grid_fixed.at(d - 1));
+    } else {
+      what = fmt::format("\"value\": \"{}\"", instances);
+    }
+    params += fmt::format("{}\n        {{\"name\": {}, \"c_type\": {}, {}}}", i ? "," : "", json_string(pname),
+                          json_string(src.param_types[i]), what);
+  }
+  std::string options;
+  for (const std::string& opt : c.options) options += (options.empty() ? "" : ", ") + json_string(opt);
+  const fs::path manifest = fs::path(bin).replace_extension(".json");
+  const std::string m = fmt::format(
+      "{{\n  \"binary\": {},\n  \"format\": \"{}\",\n  \"target\": \"cuda\",\n  \"arch\": \"sm_{}\",\n  \"nvrtc\": \"{}\",\n"
+      "  \"nvrtc_options\": [{}],\n  \"kernels\": [\n    {{\n      \"name\": {},\n"
+      "      \"launch\": {{\"block\": [{}, 1, 1], \"grid\": [\"ceil({} / {})\", 1, 1], \"shared_bytes\": 0, "
+      "\"mapping\": \"{}\"}},\n"
+      "      \"params\": [{}\n      ],\n"
+      "      \"ptxas\": {{\"registers\": {}, \"stack_frame_bytes\": {}, \"spill_stores_bytes\": {}, \"spill_loads_bytes\": {}}},\n"
+      "      \"request\": {{\"op\": \"{}\", \"order\": {}, \"cols\": {}, \"x_dtype\": \"{}\", \"weight_dtype\": \"{}\", "
+      "\"eps\": {}, \"key\": {}}}\n    }}\n  ]\n}}\n",
+      json_string(bin.filename().string()), ptx ? "ptx" : "cubin", r.cuda_arch, ordo::cuda_backend::nvrtc_version(), options,
+      json_string(src.entry), src.block_threads, instances, src.instances_per_block,
+      src.instances_per_block == 1 ? "one block per instance: instance = blockIdx.x (static __shared__ memory is in the binary), rows >= 1"
+                                   : "one thread per instance: instance = blockIdx.x * blockDim.x + threadIdx.x, rows >= 1",
+      params, c.ptxas.registers,
+      c.ptxas.stack_frame, c.ptxas.spill_stores, c.ptxas.spill_loads, ordo::name(op), json_string(r.order), r.cols,
+      ordo::name(r.x_dtype), ordo::name(r.weight_type()), r.eps, json_string(r.key()));
+  write_files_atomic({{bin, ptx ? c.ptx : c.cubin}, {manifest, m}});
+  fmt::print("wrote {} ({} for sm_{}, entry {}), {}; {}\n", bin.string(), ptx ? "PTX" : "cubin", r.cuda_arch, src.entry,
+             manifest.string(), c.ptxas.line);
+  return 0;
+}
+
+}  // namespace
+
+// ordo build <op> --orders a,b --cols N ... --target cpu -o libNAME.so: machine code for the
+// host, linked into a shared library that needs no LLVM, with a C header declaring each
+// kernel and a JSON manifest (launch, arguments, request) beside it. All three files appear
+// together or not at all.
+int cmd_build(int argc, char** argv) {
+  std::vector<std::string> values = kRequestValues;
+  values.insert(values.end(), {"orders", "o"});
+  std::vector<std::string> words(argv, argv + argc);  // `-o FILE` is spelled the compiler way
+  std::vector<char*> args;
+  for (std::string& w : words) {
+    if (w == "-o") w = "--o";
+    args.push_back(w.data());
+  }
+  std::vector<std::string> flags = kRequestFlags;
+  flags.push_back("ptx");
+  Args a = Args::parse(argc, args.data(), 2, flags, values);
+  const ordo::OpKind op = parse_op_arg(a);
+  const std::string target = a.get("target").value_or("cpu");
+  if (target == "cuda") return build_cuda(a, op);
+  if (!a.get("o")) throw Error("missing -o libNAME.so");
+  if (target != "cpu") throw Error(fmt::format("build --target '{}': cpu (a .so) or cuda (a .cubin or .ptx)", target));
+  if (a.flag("ptx")) throw Error("--ptx is for --target cuda");
+  a.values.erase("target");
+  ordo::Request base = request_from(a, op);
+  if (!a.get("cols")) throw Error("missing --cols N (the reduced dim is fixed at compile time)");
+  if (a.get("order") && a.get("orders")) throw Error("give --order NAME or --orders a,b,..., not both");
+  const std::vector<std::string> orders =
+      a.get("orders") ? split(*a.get("orders"), ',') : std::vector<std::string>{a.get("order").value_or("")};
+  if (orders.empty() || orders[0].empty()) throw Error("missing --order NAME (or --orders a,b,...)");
+
+  namespace fs = std::filesystem;
+  const fs::path so = *a.get("o");
+  if (so.extension() != ".so") throw Error(fmt::format("-o {}: the library name must end in .so", so.string()));
+  check_output_path("-o", so.string());
+  const fs::path header = fs::path(so).replace_extension(".h"), manifest = fs::path(so).replace_extension(".json");
+  const std::string guard = "ORDO_" + c_identifier(so.stem().string()) + "_H";
+
+  struct Built {
+    std::string name;
+    ordo::Request request;
+    ordo::ir::Kernel kernel;
+    ordo::llvm_backend::Object object;
+  };
+  std::vector<Built> kernels;
+  for (const std::string& order : orders) {
+    ordo::Request r = base;
+    r.order = order;
+    ordo::ir::Order o = ordo::gen::resolve(r);
+    ordo::ir::Kernel k = ordo::gen::build(r, o);
+    if (std::string err = ordo::ir::verify(k); !err.empty()) throw Error("internal: " + err);
+    ordo::llvm_backend::Options options;
+    options.rows_in_flight = r.rows_in_flight;
+    options.position_independent = true;
+    options.symbol = fmt::format("ordo_{}_{}_n{}_{}", ordo::name(op), c_identifier(order), r.cols, ordo::name(r.x_dtype));
+    if (op == ordo::OpKind::attention)  // one library may hold several shapes
+      options.symbol += fmt::format("_sq{}_sk{}{}", r.seq_q, r.seq_k, r.causal ? "_causal" : "");
+    for (const Built& b : kernels)
+      if (b.name == options.symbol) throw Error(fmt::format("order '{}' is listed twice", order));
+    kernels.push_back({options.symbol, r, k, ordo::llvm_backend::compile_object(k, options)});
+  }
+
+  // Everything goes to temporaries beside the outputs first; renamed only when all succeeded.
+  const std::string tag = fmt::format(".tmp.{}", ::getpid());
+  std::vector<fs::path> temps;
+  auto cleanup = [&] {
+    std::error_code ec;
+    for (const fs::path& t : temps) fs::remove(t, ec);
+  };
+  try {
+    std::vector<std::string> link = {"cc", "-shared", "-o", so.string() + tag};
+    temps.push_back(so.string() + tag);
+    for (const Built& b : kernels) {
+      const fs::path obj = so.string() + tag + "." + b.name + ".o";
+      temps.push_back(obj);
+      std::ofstream out(obj, std::ios::binary);
+      out.write(b.object.bytes.data(), static_cast<std::streamsize>(b.object.bytes.size()));
+      if (!out) throw Error(fmt::format("-o {}: cannot write {}", so.string(), obj.string()));
+      link.push_back(obj.string());
+    }
+    link.push_back("-lm");  // fma, roundeven, ...: LLVM calls libm where the target CPU lacks the instruction
+    if (int status = run_program(link); status != 0)
+      throw Error(fmt::format("linking {} failed (cc exited {}); is a C compiler installed?", so.string(), status));
+
+    std::string h = fmt::format(
+        "/* Generated by `ordo build`: machine code for {} ({}). Link with {} (and -lm).\n"
+        " * Each kernel runs rows [begin, end) of a launch over `rows` rows: extents[0] = rows. Any split of\n"
+        " * [0, rows) across threads gives the same bits. buffers[] follow the argument list below. */\n"
+        "#ifndef {}\n#define {}\n\n#include <stdint.h>\n\n#ifdef __cplusplus\nextern \"C\" {{\n#endif\n",
+        ordo::llvm_backend::host_description(), "x86-64 SysV", so.filename().string(), guard, guard);
+    std::string m = fmt::format("{{\n  \"library\": {},\n  \"target\": \"cpu\",\n  \"host\": {},\n  \"kernels\": [", json_string(so.filename().string()),
+                                json_string(ordo::llvm_backend::fingerprint()));
+    for (size_t i = 0; i < kernels.size(); ++i) {
+      const Built& b = kernels[i];
+      std::string arg_doc, arg_json;
+      for (size_t j = 0; j < b.kernel.buffers.size(); ++j) {
+        const ordo::ir::Buffer& buf = b.kernel.buffers[j];
+        if (!ordo::ir::is_argument(buf)) continue;  // scratch lives on the kernel's stack
+        const std::string len = buf.extent == ordo::ir::Extent::rows_by_cols    ? fmt::format("rows*{}", b.request.cols)
+                                : buf.extent == ordo::ir::Extent::cols          ? fmt::format("{}", b.request.cols)
+                                : buf.extent == ordo::ir::Extent::rows_by_fixed ? fmt::format("rows*{}", buf.per_row)
+                                                                                : "rows";
+        arg_doc += fmt::format(" *   buffers[{}] {:<7} {}[{}] {}\n", j, buf.name, ordo::name(buf.elem), len, buf.output ? "out" : "in");
+        arg_json += fmt::format("{}\n        {{\"name\": {}, \"dtype\": \"{}\", \"elements\": \"{}\", \"output\": {}}}", j ? "," : "",
+                                json_string(buf.name), ordo::name(buf.elem), len, buf.output ? "true" : "false");
+      }
+      // Grid: dim 0 is the rows; attention adds its fixed query blocks. Instances run in
+      // row-major order over [0, rows * blocks).
+      std::string extents = "rows", grid = "\"rows\"", instances = "rows";
+      for (int64_t e : b.kernel.grid_fixed) {
+        extents += fmt::format(", {}", e);
+        grid += fmt::format(", {}", e);
+        instances += fmt::format(" * {}", e);
+      }
+      h += fmt::format(
+          "\n/* {} with order {}: N = {}, x {}.\n{} */\n"
+          "void {}(void* const* buffers, const int64_t* extents, int64_t begin, int64_t end, int64_t flags);\n"
+          "static inline void {}_run(void* const* buffers, int64_t rows) {{\n"
+          "  int64_t extents[{}] = {{{}}};\n  {}(buffers, extents, 0, {}, 0);\n}}\n",
+          ordo::name(op), b.request.order, b.request.cols, ordo::name(b.request.x_dtype), arg_doc, b.name, b.name,
+          1 + b.kernel.grid_fixed.size(), extents, b.name, instances);
+      m += fmt::format(
+          "{}\n    {{\n      \"name\": {},\n      \"signature\": \"void(void* const* buffers, const int64_t* extents, int64_t begin, "
+          "int64_t end, int64_t flags)\",\n      \"launch\": {{\"grid\": [{}], \"rows_in_flight\": {}, \"flags\": {{\"1\": "
+          "\"non-temporal stores for per-row outputs\"}}}},\n      \"args\": [{}\n      ],\n      \"request\": {{\"op\": \"{}\", \"order\": "
+          "{}, \"cols\": {}, \"x_dtype\": \"{}\", \"weight_dtype\": \"{}\", \"eps\": {}, \"key\": {}}}\n    }}",
+          i ? "," : "", json_string(b.name), grid, b.object.rows_in_flight, arg_json, ordo::name(op), json_string(b.request.order),
+          b.request.cols, ordo::name(b.request.x_dtype), ordo::name(b.request.weight_type()), b.request.eps, json_string(b.request.key()));
+    }
+    h += "\n#ifdef __cplusplus\n}\n#endif\n\n#endif\n";
+    m += "\n  ]\n}\n";
+    for (const auto& [path, text] : {std::pair{header, h}, std::pair{manifest, m}}) {
+      temps.push_back(path.string() + tag);
+      std::ofstream out(path.string() + tag, std::ios::binary);
+      out << text;
+      if (!out) throw Error(fmt::format("cannot write {}", path.string()));
+    }
+    fs::rename(so.string() + tag, so);
+    fs::rename(header.string() + tag, header);
+    fs::rename(manifest.string() + tag, manifest);
+  } catch (...) {
+    cleanup();
+    throw;
+  }
+  cleanup();  // the object files
+  fmt::print("wrote {} ({} kernel{}), {}, {}\n", so.string(), kernels.size(), kernels.size() > 1 ? "s" : "", header.string(),
+             manifest.string());
+  return 0;
+}
+
+}  // namespace ordo::cli

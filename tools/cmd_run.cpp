@@ -1,0 +1,121 @@
+// ordo run: one kernel on .npy inputs, .npy outputs.
+#include "tools/cli.hpp"
+
+#include <algorithm>
+
+namespace ordo::cli {
+
+const char* const kRunHelp = R"(usage: ordo run <op> --order NAME --in NAME=FILE.npy ... --out NAME=FILE.npy ... [options]
+
+  --in NAME=FILE.npy    an input: x, weight, bias (attention: q, k, v)   --in x=x.npy
+  --out NAME=FILE.npy   an output to write: y, mean, rstd, var (attention: out, lse)  --out y=y.npy
+  --threads T           threads of ordo's pool (0: every core)           --threads 2
+  --scale S             attention: replaces 1/sqrt(D)                    --scale 0.125
+Outputs are written all together, or none of them. x may have any rank; the op reduces its last dim.
+
+request options (every command that builds a kernel):
+  --order NAME          the order (`ordo orders` lists them)      --order torch2.15-cpu
+  --eps E               layer_norm/rms_norm epsilon (1e-5)        --eps 1e-6
+  --acc f32|f64         accumulation type, where the order is open --acc f64
+  --dtype T             x's storage: f32, bf16, f16 (f32)          --dtype bf16
+  --weight-dtype T      weight and bias storage (x's)              --weight-dtype f32
+  --allow-mixed-dtypes  let weight and x differ                    --dtype bf16 --weight-dtype f32 --allow-mixed-dtypes
+  --no-weight, --no-bias  layer_norm/rms_norm without them         --no-bias
+  --target T            cpu, interpreter, cuda, cuda-emu (cpu)     --target cuda-emu
+  --arch sm_XX          target cuda: sm_80, sm_86, sm_89, sm_90    --arch sm_80
+  --rows-in-flight R    CPU rows run in lock step (0: backend's choice; never changes bits)  --rows-in-flight 4
+  --cols N              the reduced dim N (attention: D)           --cols 4096
+  --sq N, --sk N        attention's query and key lengths          --sq 512 --sk 700
+  --causal              attention: key j hidden from query i > j   --causal
+
+example:
+  ordo run layer_norm --order torch2.15-cpu --in x=x.npy --in weight=w.npy --in bias=b.npy --out y=y.npy --out rstd=rstd.npy
+)";
+
+namespace {
+
+// ordo run attention: q [..., S_q, D], k and v [..., S_k, D] with the same leading dims; out is
+// shaped like q and lse like q without D.
+int run_attention(const Args& a, ordo::Request r, int threads) {
+  std::map<std::string, ordo::NpyArray> in = read_inputs(a, r.op, {"q", "k", "v"});
+  for (const char* n : {"q", "k", "v"})
+    if (!in.count(n)) throw Error(fmt::format("missing --in {}=FILE.npy", n));
+  const ordo::NpyArray &q = in.at("q"), &k = in.at("k"), &v = in.at("v");
+  for (const auto& [n, t] : in)
+    if (t.shape.size() < 2) throw Error(fmt::format("{} has shape {}; attention needs [..., S, D]", n, t.shape_text()));
+  if (k.shape != v.shape) throw Error(fmt::format("k has shape {} but v has {}; they must match", k.shape_text(), v.shape_text()));
+  if (!std::equal(q.shape.begin(), q.shape.end() - 2, k.shape.begin(), k.shape.end() - 2) || q.shape.size() != k.shape.size())
+    throw Error(fmt::format("q {} and k {} differ in their leading (batch, head) dims", q.shape_text(), k.shape_text()));
+  if (q.shape.back() != k.shape.back()) throw Error(fmt::format("q has D = {} but k has D = {}", q.shape.back(), k.shape.back()));
+  if (q.dtype != k.dtype || q.dtype != v.dtype)
+    throw Error(fmt::format("q, k and v must share one dtype; got {}, {}, {}", ordo::name(q.dtype), ordo::name(k.dtype), ordo::name(v.dtype)));
+  r.cols = q.shape.back();
+  r.seq_q = q.shape[q.shape.size() - 2];
+  r.seq_k = k.shape[k.shape.size() - 2];
+  r.x_dtype = q.dtype;
+  int64_t rows = 1;
+  for (size_t i = 0; i + 2 < q.shape.size(); ++i) rows *= q.shape[i];
+  if (auto s = a.get("scale")) r.scale = parse_double("--scale", *s);
+  r.causal = a.flag("causal");
+  bool want_lse = false;
+  for (const std::string& o : a.all("out")) want_lse |= name_file("out", o).first == "lse";
+  r.lse_output = want_lse;
+  ordo::KernelHandle kernel = ordo::compile(r);
+  run_and_write(*kernel, in, output_files(a, *kernel), rows, threads, [&](const ordo::ArgSpec& s) {
+    return s.name == "out" ? q.shape : std::vector<int64_t>(q.shape.begin(), q.shape.end() - 1);
+  });
+  return 0;
+}
+
+}  // namespace
+
+int cmd_run(int argc, char** argv) {
+  std::vector<std::string> values = kRequestValues;
+  values.insert(values.end(), {"in", "out", "threads", "scale"});
+  Args a = Args::parse(argc, argv, 2, kRequestFlags, values);
+  const ordo::OpKind op = parse_op_arg(a);
+  if (a.get("sq") || a.get("sk") || a.flag("lse"))
+    throw Error("ordo run takes attention's shape from the --in files and writes lse when --out lse= names it; drop --sq/--sk/--lse");
+  if (op != ordo::OpKind::attention && (a.get("scale") || a.flag("causal")))
+    throw Error(fmt::format("--scale and --causal are attention's; {} takes neither", ordo::name(op)));
+  if (a.get("cols") || a.get("dtype") || a.get("weight-dtype") || a.flag("no-weight") || a.flag("no-bias"))
+    throw Error("ordo run takes N, dtypes and which inputs exist from the --in files; drop --cols/--dtype/--weight-dtype/--no-weight/--no-bias");
+  ordo::Request r = request_from(a, op);
+  if (!a.get("order")) throw Error("missing --order NAME (see `ordo orders`)");
+  const int threads = a.get("threads") ? static_cast<int>(parse_int("--threads", *a.get("threads"), 0, 1024)) : 0;
+  if (op == ordo::OpKind::attention) return run_attention(a, r, threads);
+
+  const std::map<std::string, ordo::NpyArray> inputs =
+      read_inputs(a, op, op == ordo::OpKind::layer_norm ? std::vector<std::string>{"x", "weight", "bias"}
+                         : op == ordo::OpKind::rms_norm ? std::vector<std::string>{"x", "weight"}
+                                                        : std::vector<std::string>{"x"});
+  if (!inputs.count("x")) throw Error("missing --in x=FILE.npy");
+  const ordo::NpyArray& x = inputs.at("x");
+  if (x.shape.empty()) throw Error(fmt::format("x has shape (), it needs at least one dim"));
+  r.cols = x.shape.back();
+  r.x_dtype = x.dtype;
+  const int64_t rows = r.cols == 0 ? 0 : x.elements() / r.cols;
+  r.has_weight = inputs.count("weight") > 0;
+  r.has_bias = inputs.count("bias") > 0;
+  for (const char* n : {"weight", "bias"}) {
+    if (!inputs.count(n)) continue;
+    const ordo::NpyArray& w = inputs.at(n);
+    if (w.shape.size() != 1 || w.shape[0] != r.cols)
+      throw Error(fmt::format("{} has shape {}, expected ({},) to match N of x {}", n, w.shape_text(), r.cols, x.shape_text()));
+  }
+  if (r.has_weight) r.weight_dtype = inputs.at("weight").dtype;
+  if (r.has_bias) {
+    if (r.has_weight && inputs.at("bias").dtype != inputs.at("weight").dtype)
+      throw Error(fmt::format("weight is {} but bias is {}; they must match", ordo::name(inputs.at("weight").dtype),
+                              ordo::name(inputs.at("bias").dtype)));
+    r.weight_dtype = inputs.at("bias").dtype;
+  }
+
+  ordo::KernelHandle k = ordo::compile(r);
+  run_and_write(*k, inputs, output_files(a, *k), rows, threads, [&](const ordo::ArgSpec& s) {
+    return s.extent == ordo::ir::Extent::rows_by_cols ? x.shape : std::vector<int64_t>(x.shape.begin(), x.shape.end() - 1);
+  });
+  return 0;
+}
+
+}  // namespace ordo::cli
