@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <map>
+#include <optional>
 
 #include "gen/gen.hpp"
 #include "ir/error.hpp"
@@ -265,30 +266,33 @@ std::vector<NamedOrder> make_table() {
                torch215_ops, kAllStorage, true, true,
                [](ScalarType s, ScalarType, const Request& r) { return torch215(s, torch_capability(), r); }});
   t.back().alias = true;
-  for (bool gemma : {false, true}) {
-    using namespace std::string_view_literals;
-    const std::string_view base = gemma ? "gemma-rmsnorm-torch2.15-cpu"sv : "llama-rmsnorm-torch2.15-cpu"sv;
-    const std::string_view what = gemma ? "transformers 5.23 GemmaRMSNorm: (h * (1 + weight.float())).type_as(x), h = x.float() * rstd"sv
-                                        : "transformers 5.23 LlamaRMSNorm: weight * (x.float() * rstd).to(x.dtype), in the type torch "
-                                          "promotes x's and the weight's to"sv;
-    static const std::string names[2][4] = {{"llama-rmsnorm-torch2.15-cpu-default", "llama-rmsnorm-torch2.15-cpu-avx2",
-                                             "llama-rmsnorm-torch2.15-cpu-avx512", "llama-rmsnorm-torch2.15-cpu"},
-                                            {"gemma-rmsnorm-torch2.15-cpu-default", "gemma-rmsnorm-torch2.15-cpu-avx2",
-                                             "gemma-rmsnorm-torch2.15-cpu-avx512", "gemma-rmsnorm-torch2.15-cpu"}};
-    static std::string descriptions[2][4];
-    const Capability caps[3] = {Capability::base, Capability::avx2, Capability::avx512};
-    for (int c = 0; c < 4; ++c) {
-      std::string& d = descriptions[gemma][c];
-      d = c < 3 ? fmt::format("{}; torch 2.15 eager, ATEN_CPU_CAPABILITY={}; rstd as torch2.15-cpu's rms_norm", what,
-                              c == 0 ? "default" : c == 1 ? "avx2" : "avx512")
-                : fmt::format("{}-{{default,avx2,avx512}} for the capability PyTorch picks here", base);
-      const bool alias = c == 3;
-      const Capability cap = alias ? Capability::base : caps[c];
-      t.push_back({names[gemma][c], d, {OpKind::rms_norm}, kAllStorage, true, true,
-                   [gemma, cap, alias](ScalarType, ScalarType, const Request&) { return hf_rms_norm(gemma, alias ? torch_capability() : cap); }});
-      t.back().alias = alias;
-    }
-  }
+  // The Hugging Face RMSNorm classes: one row per class and capability, and an alias per class.
+  auto hf_rms_norm_row = [&t](std::string_view name, std::string_view description, bool gemma, std::optional<Capability> cap) {
+    t.push_back({name, description, {OpKind::rms_norm}, kAllStorage, true, true, [gemma, cap](ScalarType, ScalarType, const Request&) {
+                   return hf_rms_norm(gemma, cap.value_or(torch_capability()));
+                 }});
+    t.back().alias = !cap;
+  };
+  hf_rms_norm_row("llama-rmsnorm-torch2.15-cpu-default",
+                  "transformers 5.23 LlamaRMSNorm: weight * (x.float() * rstd).to(x.dtype), in the type torch promotes x's and "
+                  "the weight's to; torch 2.15 eager, ATEN_CPU_CAPABILITY=default (rstd as torch2.15-cpu's rms_norm)",
+                  false, Capability::base);
+  hf_rms_norm_row("llama-rmsnorm-torch2.15-cpu-avx2",
+                  "transformers 5.23 LlamaRMSNorm as torch 2.15 runs it under ATEN_CPU_CAPABILITY=avx2", false, Capability::avx2);
+  hf_rms_norm_row("llama-rmsnorm-torch2.15-cpu-avx512",
+                  "transformers 5.23 LlamaRMSNorm as torch 2.15 runs it under ATEN_CPU_CAPABILITY=avx512", false, Capability::avx512);
+  hf_rms_norm_row("llama-rmsnorm-torch2.15-cpu", "llama-rmsnorm-torch2.15-cpu-* for the capability PyTorch picks here", false,
+                  std::nullopt);
+  hf_rms_norm_row("gemma-rmsnorm-torch2.15-cpu-default",
+                  "transformers 5.23 GemmaRMSNorm: (x.float() * rstd * (1 + weight.float())).type_as(x); torch 2.15 eager, "
+                  "ATEN_CPU_CAPABILITY=default (rstd as torch2.15-cpu's rms_norm)",
+                  true, Capability::base);
+  hf_rms_norm_row("gemma-rmsnorm-torch2.15-cpu-avx2",
+                  "transformers 5.23 GemmaRMSNorm as torch 2.15 runs it under ATEN_CPU_CAPABILITY=avx2", true, Capability::avx2);
+  hf_rms_norm_row("gemma-rmsnorm-torch2.15-cpu-avx512",
+                  "transformers 5.23 GemmaRMSNorm as torch 2.15 runs it under ATEN_CPU_CAPABILITY=avx512", true, Capability::avx512);
+  hf_rms_norm_row("gemma-rmsnorm-torch2.15-cpu", "gemma-rmsnorm-torch2.15-cpu-* for the capability PyTorch picks here", true,
+                  std::nullopt);
   using AK = AttentionOrder::Kind;
   t.push_back({"torch1.13-cpu-math",
                "PyTorch 1.13 CPU softmax(q @ k^T / math.sqrt(D)) @ v as eager runs it by default (avx2): "

@@ -27,6 +27,7 @@ struct Command {
   const char* summary;  // one line, for `ordo --help`
   const char* help;
   int (*run)(int argc, char** argv);
+  bool request_options;  // takes kRequestValues and kRequestFlags: its help ends with kRequestOptionsHelp
 };
 const std::vector<Command>& commands();
 
@@ -55,6 +56,7 @@ OpKind parse_op_arg(const Args& a);
 // The options every command that builds a Request takes, and the Request they describe.
 extern const std::vector<std::string> kRequestValues;
 extern const std::vector<std::string> kRequestFlags;
+extern const char* const kRequestOptionsHelp;
 Request request_from(const Args& a, OpKind op);
 
 std::vector<std::string> split(const std::string& s, char sep);

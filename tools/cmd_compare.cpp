@@ -18,21 +18,6 @@ const char* const kCompareHelp = R"(usage: ordo compare <op> [--orders a,b,...] 
   --repeats K           timed runs per order                     --repeats 20
   --plot FILE.png       a histogram of ULP distances per order   --plot ulps.png
 
-request options (every command that builds a kernel):
-  --order NAME          the order (`ordo orders` lists them)      --order torch2.15-cpu
-  --eps E               layer_norm/rms_norm epsilon (1e-5)        --eps 1e-6
-  --acc f32|f64         accumulation type, where the order is open --acc f64
-  --dtype T             x's storage: f32, bf16, f16 (f32)          --dtype bf16
-  --weight-dtype T      weight and bias storage (x's)              --weight-dtype f32
-  --allow-mixed-dtypes  let weight and x differ                    --dtype bf16 --weight-dtype f32 --allow-mixed-dtypes
-  --no-weight, --no-bias  layer_norm/rms_norm without them         --no-bias
-  --target T            cpu, interpreter, cuda, cuda-emu (cpu)     --target cuda-emu
-  --arch sm_XX          target cuda: sm_80, sm_86, sm_89, sm_90    --arch sm_80
-  --rows-in-flight R    CPU rows run in lock step (0: backend's choice; never changes bits)  --rows-in-flight 4
-  --cols N              the reduced dim N (attention: D)           --cols 4096
-  --sq N, --sk N        attention's query and key lengths          --sq 512 --sk 700
-  --causal              attention: key j hidden from query i > j   --causal
-
 example:
   ordo compare layer_norm --orders torch2.15-cpu,torch1.13-cpu-avx2,fast --rows 64 --cols 4096 --offset 100
 )";

@@ -10,14 +10,14 @@ namespace ordo::cli {
 
 const std::vector<Command>& commands() {
   static const std::vector<Command> table = {
-      {"run", "run one kernel on .npy inputs and write .npy outputs", kRunHelp, cmd_run},
-      {"orders", "list the named orders, one line each", kOrdersHelp, cmd_orders},
-      {"compare", "every order on one input: distance from float64, agreement, time", kCompareHelp, cmd_compare},
-      {"demo", "the main job: layer_norm in every order on one default input", kDemoHelp, cmd_demo},
-      {"emit", "print a kernel at one stage: IR, LLVM IR, CUDA C++ or PTX", kEmitHelp, cmd_emit},
-      {"bench", "time one kernel: GB/s or GFLOP/s and compile times, next to a baseline", kBenchHelp, cmd_bench},
-      {"build", "offline kernels: a .so with header and manifest, or a .cubin/.ptx", kBuildHelp, cmd_build},
-      {"cache", "the persistent kernel cache: stats or clear", kCacheHelp, cmd_cache},
+      {"run", "run one kernel on .npy inputs and write .npy outputs", kRunHelp, cmd_run, true},
+      {"orders", "list the named orders, one line each", kOrdersHelp, cmd_orders, false},
+      {"compare", "every order on one input: distance from float64, agreement, time", kCompareHelp, cmd_compare, true},
+      {"demo", "the main job: layer_norm in every order on one default input", kDemoHelp, cmd_demo, true},
+      {"emit", "print a kernel at one stage: IR, LLVM IR, CUDA C++ or PTX", kEmitHelp, cmd_emit, true},
+      {"bench", "time one kernel: GB/s or GFLOP/s and compile times, next to a baseline", kBenchHelp, cmd_bench, true},
+      {"build", "offline kernels: a .so with header and manifest, or a .cubin/.ptx", kBuildHelp, cmd_build, true},
+      {"cache", "the persistent kernel cache: stats or clear", kCacheHelp, cmd_cache, false},
   };
   return table;
 }
@@ -47,6 +47,8 @@ const Command& find_command(const std::string& name) {
   throw Error(fmt::format("unknown command '{}'{}; commands: {}", name, near ? fmt::format(" (did you mean '{}'?)", *near) : "", list));
 }
 
+void print_help(const Command& c) { fmt::print("{}{}", c.help, c.request_options ? kRequestOptionsHelp : ""); }
+
 bool is_help(const char* a) { return !std::strcmp(a, "--help") || !std::strcmp(a, "-h"); }
 
 int dispatch(int argc, char** argv) {
@@ -57,14 +59,14 @@ int dispatch(int argc, char** argv) {
   const std::string first = argv[1];
   if (first == "help" || is_help(argv[1])) {
     if (argc > 3) throw Error(fmt::format("ordo help takes one command, got '{}' too", argv[3]));
-    if (argc == 3) fmt::print("{}", find_command(argv[2]).help);
+    if (argc == 3) print_help(find_command(argv[2]));
     else print_overview();
     return 0;
   }
   const Command& c = find_command(first);
   for (int i = 2; i < argc; ++i)
     if (is_help(argv[i])) {
-      fmt::print("{}", c.help);
+      print_help(c);
       return 0;
     }
   return c.run(argc, argv);
