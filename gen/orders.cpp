@@ -245,7 +245,8 @@ std::vector<NamedOrder> make_table() {
                                             OpKind::log_softmax};
   t.push_back({"torch2.15-cpu-default",
                "PyTorch 2.15 CPU, ATEN_CPU_CAPABILITY=default. layer_norm: f32 8-lane Welford cascade (two f32 streams per 16-bit "
-               "vector), no fma; rms_norm: F.rms_norm's composite in f32 (SumKernel's 4x8-lane cascade over the rounded squares); "
+               "vector), no fma; rms_norm: F.rms_norm's composite in f32 (SumKernel's 4x8-lane cascade over the rounded squares; "
+               "a single row over 32768 long is torch's on one thread only: on more it splits the sum); "
                "softmax/log_softmax: torch1.13-cpu-default's; var_mean: sequential Welford in f64",
                torch215_ops, kAllStorage, true, true,
                [](ScalarType s, ScalarType, const Request& r) { return torch215(s, Capability::base, r); }});

@@ -30,6 +30,18 @@ inline const std::vector<int64_t>& sweep_n() {
   const char* v = std::getenv("ORDO_BACKEND_SWEEP");
   return v && std::string(v) == "reduced" ? kReducedSweepN : kFullSweepN;
 }
+// cuda-emu, where every kernel is a host-compiler run (about a second, several for the 16-bit
+// cascades): each regime once, plus the boundaries of a vector (2, 16) and the longest row;
+// ORDO_CUDA_EMU_SWEEP=full runs the CPU backend's full list. The CPU backend runs all 17 sizes,
+// and the IR tests check the CUDA targets' warp layouts against the one-thread kernels on
+// every width up to 16384 (test_ir).
+inline const std::vector<int64_t> kEmuSweepN = {1, 2, 7, 8, 16, 17, 129, 4097, 65537};
+inline const std::vector<int64_t>& emu_sweep_n() {
+  const char* v = std::getenv("ORDO_CUDA_EMU_SWEEP");
+  if (v && std::string(v) == "full") return sweep_n();
+  const char* b = std::getenv("ORDO_BACKEND_SWEEP");
+  return b && std::string(b) == "reduced" ? kReducedSweepN : kEmuSweepN;
+}
 constexpr int64_t kRows = 7;  // not a multiple of 2 or 4: both the rows-in-flight groups and the remainder run
 
 // Row r of x: 0 N(0,1); 1 offset 1e4, spread 1e-3; 2 spread 1e3 with zeros of both signs;

@@ -57,7 +57,7 @@ void sweep_emu(OpKind op) {
   std::vector<Request> exact;
   std::set<std::string> seen;
   for (const Variant& v : variants(op))
-    for (int64_t n : sweep_n()) {
+    for (int64_t n : emu_sweep_n()) {
       Request r = request_for(op, v, n);
       // e.g. torch-cuda-tree needs N % 4 == 0; an alias's kernel is compared once
       if (gen::takes_shape(r) && !seen_kernel(r, Target::cuda_emu, seen)) exact.push_back(r);

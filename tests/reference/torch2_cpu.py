@@ -5,7 +5,9 @@ Runs with the python of the torch 2.15 venv that scripts/setup.sh makes (scripts
 this machine has, a worker process starts with ATEN_CPU_CAPABILITY set (torch reads it once, at
 import), runs torch on 1 and on 2 threads, and runs ordo's order for that capability in the
 same process through the Python package (build/python). Every output must have the same bit
-patterns (every NaN equals every NaN). The alias torch2.15-cpu, which resolves the capability
+patterns (every NaN equals every NaN). One regime is compared on 1 thread only: rms_norm over a
+single row of more than 32768 elements, which torch sums in per-thread chunks on several threads
+(docs/research/torch2.15-rms-norm.md); the orders do not model that split. The alias torch2.15-cpu, which resolves the capability
 the way torch does, runs on a share of the cases and must agree as well.
 
 Ops: layer_norm (f32, bf16, f16, and bf16/f16 input with f32 weight and bias; y, mean, rstd;
@@ -69,7 +71,7 @@ def cases(quick):
                         "rows": [1, 5, 7, 3][i % 4] if n < 20000 else 1 + i % 2, "seed": i})
             i += 1
     for op, xd, n, (rng, _, _) in itertools.product(["softmax", "log_softmax", "var_mean"], ["f32", "bf16", "f16"], ns, RANGES):
-        out.append({"op": op, "dtype": xd, "n": n, "range": rng, "rows": ROWS[i % 3] if n < 20000 else 2, "seed": i})
+        out.append({"op": op, "dtype": xd, "n": n, "range": rng, "rows": ROWS[i % 3] if n < 20000 else 1 + i % 2, "seed": i})
         i += 1
     return out
 
@@ -147,11 +149,18 @@ def ordo_outputs(c, x, w, b, order):
         return {"var": var, "mean": mean}
     return {"y": getattr(ordo, c["op"])(x, order=order)}
 
+def single_row_split(c):
+    """torch sums a single row of more than 32768 elements in per-thread chunks when it has
+    several threads (measured on rms_norm's mean; docs/research/torch2.15-rms-norm.md). The
+    orders do not model that split, and claim only torch's one-thread bits there."""
+    return c["op"] == "rms_norm" and c["rows"] == 1 and c["n"] > 32768
+
 results = []
-got_torch = {}
 for threads in (1, 2):
     torch.set_num_threads(threads)
     for i, c in enumerate(cases):
+        if threads > 1 and single_row_split(c):
+            continue
         x, w, b = inputs(c)
         want = torch_outputs(c, x, w, b)
         orders = [f"torch2.15-cpu-{cap}"] + (["torch2.15-cpu"] if i % 5 == 0 else [])
@@ -190,7 +199,10 @@ def main():
     table, passed, failed = {}, 0, 0
     env_base = dict(os.environ, PYTHONPATH=os.path.join(os.path.abspath(args.build), "python"))
     for cap in capabilities(print, "torch2.15-cpu-avx512"):
-        worker = subprocess.run([sys.executable, "-c", WORKER, cap, spec.name, json.dumps(RANGES)], env=dict(env_base, ATEN_CPU_CAPABILITY=cap),
+        # Passive OpenMP waits: ctest runs other tests beside this one, and spinning threads on a
+        # shared core slow torch several times over. Scheduling only; the bits do not change.
+        env = dict(env_base, ATEN_CPU_CAPABILITY=cap, OMP_WAIT_POLICY="PASSIVE")
+        worker = subprocess.run([sys.executable, "-c", WORKER, cap, spec.name, json.dumps(RANGES)], env=env,
                                 capture_output=True, text=True)
         if worker.returncode != 0:
             print(f"FAIL: worker for ATEN_CPU_CAPABILITY={cap} exited {worker.returncode}:\n{worker.stderr}")
