@@ -1,7 +1,7 @@
 """ordo from Python: normalization, softmax and attention kernels whose reduction order you choose.
 
     import ordo
-    y, mean, rstd = ordo.layer_norm(x, weight, bias, eps=1e-5, order="torch1.13-cpu-avx2")
+    y, mean, rstd = ordo.layer_norm(x, weight, bias, eps=1e-5, order="torch2.15-cpu")
 
 Arrays are passed without copying through DLPack: numpy arrays and torch tensors (CPU,
 contiguous), or any other DLPack producer. Results come back as the same kind as `x`: torch in,
