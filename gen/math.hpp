@@ -27,6 +27,20 @@ ir::ExprRef sleef_logf_u10(ir::Builder& b, ir::ExprRef d);
 ir::ExprRef glibc_expf(ir::Builder& b, ir::ExprRef x);
 ir::ExprRef glibc_logf(ir::Builder& b, ir::ExprRef x);
 
+// glibc 2.28+'s double exp as x86-64 runs it with FMA (__exp_fma; fmas read from the installed
+// libm's machine code): x * 128/ln 2 split into i + r by a shift constant, 2^(i/128) from a
+// 128-entry table of (2^(k/128) rounded, its relative tail) and the exponent field, a quartic in r.
+// Arguments and result are f64.
+ir::ExprRef glibc_exp_f64(ir::Builder& b, ir::ExprRef x);
+// float(exp(double(x))): what C++ code computes when a float reaches the double exp (PyTorch 2.x's
+// CPU flash attention, for the scores past its last full vector).
+ir::ExprRef glibc_exp_double_f32(ir::Builder& b, ir::ExprRef x);
+// PyTorch 2.x's Vectorized<float>::exp_u20 for AVX2 and AVX-512 (ATen/cpu/vec): the argument
+// clamped to [ln FLT_MIN, ln FLT_MAX] by min/max instructions (NaN becomes ln FLT_MAX),
+// n = floor(x log2 e + 1/2), r = x - n ln 2 (fmas), a degree-5 Horner polynomial with fmas, and
+// (p * 2^(n-1)) * 2 with 2^(n-1) built in the exponent field, +0 below ln FLT_MIN.
+ir::ExprRef torch_exp_u20(ir::Builder& b, ir::ExprRef x);
+
 // ordo's own 2^x: round-to-integer split, a degree-7 polynomial, exponent bits (gen/math.cpp).
 ir::ExprRef exp2_f32(ir::Builder& b, ir::ExprRef x);
 

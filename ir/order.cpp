@@ -64,7 +64,14 @@ std::string describe(const AffineOrder& a) {
 }
 
 static const char* math_name(MathImpl m) {
-  return m == MathImpl::SleefU10 ? "sleef_u10" : m == MathImpl::Glibc ? "glibc" : "cuda (device-only)";
+  switch (m) {
+    case MathImpl::SleefU10: return "sleef_u10";
+    case MathImpl::Glibc: return "glibc";
+    case MathImpl::Device: return "cuda (device-only)";
+    case MathImpl::GlibcDouble: return "glibc double exp";
+    case MathImpl::TorchExpU20: return "torch exp_u20";
+  }
+  return "?";
 }
 
 std::string describe(const SoftmaxOrder& s) {

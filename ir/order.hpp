@@ -171,6 +171,9 @@ enum class MathImpl : uint8_t {
   Glibc,     // glibc 2.28+'s expf / logf (the FMA build x86-64 selects), expanded into IR (gen/math.cpp):
              // what eager code calling libm computes on such a machine
   Device,    // CUDA's expf / logf (libdevice): device-only, no definition off the GPU
+  GlibcDouble,  // exp only: glibc's double exp of the argument widened to f64, rounded to f32
+                // (C++ that calls exp on a float promoted to double)
+  TorchExpU20,  // exp only: PyTorch 2.x's Vectorized<float>::exp_u20 (AVX2/AVX-512 builds)
 };
 
 // How softmax / log_softmax over a row are computed. In every kind the max is exact (only ±0 and

@@ -1,4 +1,6 @@
-// glibc's expf and logf written as IR (gen/math.cpp) against the installed libm, on every f32.
+// glibc's expf, logf and double exp written as IR (gen/math.cpp) against the installed libm, on
+// every f32. The double exp is checked as PyTorch 2.x's CPU flash attention uses it: a float
+// argument widened to double, the result rounded back to float.
 //
 // The orders that reproduce PyTorch's default CPU capability compute exp and log with these IR
 // functions instead of calling libm, so that the interpreter, the CPU backend and CUDA compute
@@ -31,7 +33,7 @@ using namespace ir;
 
 constexpr int64_t kCols = 4096;
 
-// y_exp = expf(x), y_log = logf(x) elementwise over rows of kCols, `lanes` at a time.
+// y_exp = expf(x), y_log = logf(x), y_exp_double = float(exp(double(x))) elementwise over rows of kCols, `lanes` at a time.
 Kernel math_kernel(int lanes) {
   Kernel k;
   k.name = fmt::format("glibc_math_x{}", lanes);
@@ -39,12 +41,14 @@ Kernel math_kernel(int lanes) {
   const int x = b.buffer("x", ScalarType::f32, false, Extent::rows_by_cols);
   const int y_exp = b.buffer("y_exp", ScalarType::f32, true, Extent::rows_by_cols);
   const int y_log = b.buffer("y_log", ScalarType::f32, true, Extent::rows_by_cols);
+  const int y_exp_double = b.buffer("y_exp_double", ScalarType::f32, true, Extent::rows_by_cols);
   const ExprRef row = b.let("row", mul(program_id(0), index_const(kCols)));
   b.for_range("c", index_const(0), index_const(kCols), lanes, [&](ExprRef c) {
     const ExprRef at = b.let("at", add(row, c));
     const ExprRef v = b.let("v", load(k, x, at, lanes));
     b.store(y_exp, at, gen::glibc_expf(b, v));
     b.store(y_log, at, gen::glibc_logf(b, v));
+    b.store(y_exp_double, at, gen::glibc_exp_double_f32(b, v));
   });
   REQUIRE(verify(k).empty());
   return k;
@@ -53,6 +57,7 @@ Kernel math_kernel(int lanes) {
 bool same(float a, float b) { return std::isnan(a) ? std::isnan(b) : std::bit_cast<uint32_t>(a) == std::bit_cast<uint32_t>(b); }
 
 float from_bits(uint32_t b) { return std::bit_cast<float>(b); }
+float exp_double(float x) { return static_cast<float>(::exp(static_cast<double>(x))); }
 
 struct Mismatch {
   uint64_t count = 0;
@@ -60,43 +65,47 @@ struct Mismatch {
 };
 
 // Every f32 in rows of kCols (2^20 rows), split between the host's cores.
-TEST_CASE("glibc expf and logf in IR equal the installed libm on every f32 input (cpu backend)") {
+TEST_CASE("glibc expf, logf and double exp in IR equal the installed libm on every f32 input (cpu backend)") {
   const auto start = std::chrono::steady_clock::now();
   const llvm_backend::Compiled c = llvm_backend::compile(math_kernel(8));
   constexpr int64_t kRowsPerChunk = 4096;  // 2^24 inputs
   constexpr int64_t kChunks = (int64_t(1) << 32) / (kCols * kRowsPerChunk);
   std::atomic<int64_t> next{0};
   std::vector<Mismatch> exp_bad(std::max(1u, std::thread::hardware_concurrency()));
-  std::vector<Mismatch> log_bad(exp_bad.size());
+  std::vector<Mismatch> log_bad(exp_bad.size()), exp_double_bad(exp_bad.size());
   std::vector<std::thread> workers;
   for (size_t w = 0; w < exp_bad.size(); ++w)
     workers.emplace_back([&, w] {
       const size_t n = static_cast<size_t>(kCols * kRowsPerChunk);
-      std::vector<float> x(n), ye(n), yl(n);
+      std::vector<float> x(n), ye(n), yl(n), yd(n);
       for (int64_t chunk = next++; chunk < kChunks; chunk = next++) {
         const uint32_t base = static_cast<uint32_t>(chunk * kCols * kRowsPerChunk);
         for (size_t i = 0; i < n; ++i) x[i] = from_bits(base + static_cast<uint32_t>(i));
-        void* buffers[] = {x.data(), ye.data(), yl.data()};
+        void* buffers[] = {x.data(), ye.data(), yl.data(), yd.data()};
         const int64_t extents[] = {kRowsPerChunk};
         c.entry(buffers, extents, 0, kRowsPerChunk, 0);
         for (size_t i = 0; i < n; ++i) {
           if (!same(ye[i], ::expf(x[i])) && exp_bad[w].count++ == 0) exp_bad[w].first_input = base + static_cast<uint32_t>(i);
           if (!same(yl[i], ::logf(x[i])) && log_bad[w].count++ == 0) log_bad[w].first_input = base + static_cast<uint32_t>(i);
+          if (!same(yd[i], exp_double(x[i])) && exp_double_bad[w].count++ == 0)
+            exp_double_bad[w].first_input = base + static_cast<uint32_t>(i);
         }
       }
     });
   for (std::thread& t : workers) t.join();
-  uint64_t exp_total = 0, log_total = 0;
+  uint64_t exp_total = 0, log_total = 0, exp_double_total = 0;
   for (size_t w = 0; w < exp_bad.size(); ++w) {
-    INFO(fmt::format("worker {}: first mismatching input 0x{:08x} (expf) / 0x{:08x} (logf)", w, exp_bad[w].first_input,
-                     log_bad[w].first_input));
+    INFO(fmt::format("worker {}: first mismatching input 0x{:08x} (expf) / 0x{:08x} (logf) / 0x{:08x} (double exp)", w,
+                     exp_bad[w].first_input, log_bad[w].first_input, exp_double_bad[w].first_input));
     CHECK(exp_bad[w].count == 0);
     CHECK(log_bad[w].count == 0);
+    CHECK(exp_double_bad[w].count == 0);
     exp_total += exp_bad[w].count;
     log_total += log_bad[w].count;
+    exp_double_total += exp_double_bad[w].count;
   }
-  MESSAGE(fmt::format("2^32 inputs: {} expf and {} logf results differ from libm's, {:.0f} s", exp_total, log_total,
-                      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()));
+  MESSAGE(fmt::format("2^32 inputs: {} expf, {} logf and {} double exp results differ from libm's, {:.0f} s", exp_total, log_total,
+                      exp_double_total, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()));
 }
 
 // The interpreter (the specification) and cuda-emu, scalar and 8-lane, on 2^18 inputs spread over
@@ -114,23 +123,25 @@ TEST_CASE("glibc expf and logf in IR: interpreter and cuda-emu agree with libm o
   const size_t n = x.size();
   for (int lanes : {1, 8}) {
     const Kernel k = math_kernel(lanes);
-    std::vector<float> ye(n), yl(n), ee(n), el(n);
-    interpret(k, {{x.data(), int64_t(n)}, {ye.data(), int64_t(n)}, {yl.data(), int64_t(n)}}, {rows});
+    std::vector<float> ye(n), yl(n), yd(n), ee(n), el(n), ed(n);
+    interpret(k, {{x.data(), int64_t(n)}, {ye.data(), int64_t(n)}, {yl.data(), int64_t(n)}, {yd.data(), int64_t(n)}}, {rows});
     const cuda_backend::Source src = cuda_backend::render(k);
     const cuda_backend::EmuKernel emu = cuda_backend::compile_emu(src);
-    void* buffers[] = {x.data(), ee.data(), el.data()};
+    void* buffers[] = {x.data(), ee.data(), el.data(), ed.data()};
     const long long extents[] = {rows};
     const long long blocks = (rows + src.instances_per_block - 1) / src.instances_per_block;
     emu.run()(buffers, extents, rows, 0, blocks);
-    int exp_bad = 0, log_bad = 0, emu_bad = 0;
+    int exp_bad = 0, log_bad = 0, exp_double_bad = 0, emu_bad = 0;
     for (size_t i = 0; i < n; ++i) {
       exp_bad += !same(ye[i], ::expf(x[i]));
       log_bad += !same(yl[i], ::logf(x[i]));
-      emu_bad += !same(ee[i], ye[i]) || !same(el[i], yl[i]);
+      exp_double_bad += !same(yd[i], exp_double(x[i]));
+      emu_bad += !same(ee[i], ye[i]) || !same(el[i], yl[i]) || !same(ed[i], yd[i]);
     }
     INFO(fmt::format("lanes {}", lanes));
     CHECK(exp_bad == 0);
     CHECK(log_bad == 0);
+    CHECK(exp_double_bad == 0);
     CHECK(emu_bad == 0);
   }
 }
