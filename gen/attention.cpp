@@ -514,6 +514,7 @@ struct Attention {
 
 Kernel build_attention(const Request& r, const Order& order) {
   const AttentionOrder& o = order.attention;
+  if (o.kind == AttentionOrder::Kind::CpuFlash) return build_cpu_flash_attention(r, order);
   Kernel k;
   k.name = "attention";
   Builder b(k);
@@ -541,6 +542,7 @@ Kernel build_attention(const Request& r, const Order& order) {
       case AttentionOrder::Kind::Materialized: a.materialized(); break;
       case AttentionOrder::Kind::ExactTiled: a.exact_tiled(); break;
       case AttentionOrder::Kind::Flash: a.flash(); break;
+      case AttentionOrder::Kind::CpuFlash: break;  // built above
     }
   });
   return k;

@@ -80,8 +80,32 @@ SumOrder torch215_mean_sum(Capability) {
   return s;
 }
 
+// scaled_dot_product_attention: the CPU flash kernel (gen/cpu_flash_attention.cpp), compiled per
+// capability: avx512 and avx2 take exp_u20 on 16 and 8 lanes, their sums folded by halving, and
+// a fused rescale of the sum; default takes glibc's expf per lane, a sequential fold, no fma. The
+// scores past the last whole vector take glibc's double exp in every build. The block products
+// are MKL's, which PyTorch's wheel links whatever the capability: GemmOrder names the host.
+AttentionOrder torch215_attention(ScalarType storage, Capability cap) {
+  AttentionOrder a;
+  a.kind = AttentionOrder::Kind::CpuFlash;
+  a.key_block = 512;
+  a.softmax.lanes = cap == Capability::avx512 ? 16 : 8;
+  a.softmax.fold = cap == Capability::base ? LaneFold::Sequential : LaneFold::Halving;
+  a.softmax.exp = cap == Capability::base ? MathImpl::Glibc : MathImpl::TorchExpU20;
+  a.softmax.tail_exp = MathImpl::GlibcDouble;
+  a.softmax.log = MathImpl::Glibc;
+  a.rescale_fma = cap != Capability::base;
+  a.round_to_storage = storage != f32;
+  a.gemm.kind = GemmOrder::Kind::MklIntelAvx512;
+  return a;
+}
+
 Order torch215(ScalarType storage, Capability cap, const Request& r) {
   Order o;
+  if (r.op == OpKind::attention) {
+    o.attention = torch215_attention(storage, cap);
+    return o;
+  }
   if (r.op == OpKind::var_mean) {
     o.moments = {K::SequentialWelford, f64, 1, 1, false, false, {}};
     return o;
@@ -242,7 +266,7 @@ std::vector<NamedOrder> make_table() {
                  return o;
                }});
   const std::vector<OpKind> torch215_ops = {OpKind::layer_norm, OpKind::rms_norm, OpKind::var_mean, OpKind::softmax,
-                                            OpKind::log_softmax};
+                                            OpKind::log_softmax, OpKind::attention};
   t.push_back({"torch2.15-cpu-default",
                "PyTorch 2.15 CPU, ATEN_CPU_CAPABILITY=default. layer_norm: f32 8-lane Welford cascade (two f32 streams per 16-bit "
                "vector), no fma; rms_norm: F.rms_norm's composite in f32 (SumKernel's 4x8-lane cascade over the rounded squares; "
@@ -563,6 +587,55 @@ void apply_parameters(Order& o, std::string_view params, std::string_view order_
                             o.moments.sum.lanes));
 }
 
+// The MKL model for PyTorch's CPU attention: the running host's, unless the order names one
+// (mkl=intel). Only the Intel model exists; an AMD host's MKL kernels are other ones (measured,
+// ../shared/torch2-orders.md) and ordo does not model them yet.
+GemmOrder::Kind mkl_host_model(const std::string& order_name) {
+  const size_t at = order_name.find("mkl=");
+  if (at != std::string::npos) return GemmOrder::Kind::MklIntelAvx512;  // checked by apply_environment
+  __builtin_cpu_init();
+  if (__builtin_cpu_is("amd"))
+    throw Error(fmt::format("order '{}': this is an AMD CPU, whose MKL kernels (which PyTorch's attention calls) ordo does not model "
+                            "yet; '{}(mkl=intel)' gives the bits of an Intel host",
+                            order_name, order_name.substr(0, order_name.find('('))));
+  return GemmOrder::Kind::MklIntelAvx512;
+}
+
+// The parameters of an order that reproduces PyTorch's CPU attention: not the order itself but
+// the environment it ran in. threads: torch.get_num_threads(); mkl: the host whose MKL kernels ran.
+void apply_environment(Order& o, std::string_view params, std::string_view order_name) {
+  size_t pos = 0;
+  while (pos < params.size()) {
+    size_t comma = params.find(',', pos);
+    std::string_view item = params.substr(pos, comma == std::string_view::npos ? std::string_view::npos : comma - pos);
+    pos = comma == std::string_view::npos ? params.size() : comma + 1;
+    const size_t eq = item.find('=');
+    if (eq == std::string_view::npos) throw Error(fmt::format("order '{}': parameter '{}' is not key=value", order_name, item));
+    const std::string key(item.substr(0, eq)), value(item.substr(eq + 1));
+    if (key == "threads") {
+      int v = 0;
+      size_t used = 0;
+      try {
+        v = std::stoi(value, &used);
+      } catch (const std::exception&) {
+        used = 0;
+      }
+      if (used != value.size() || value.empty() || v < 1 || v > 1024)
+        throw Error(fmt::format("order '{}': threads={} is not an integer in [1, 1024]", order_name, value));
+      o.attention.gemm.threads = v;
+    } else if (key == "mkl") {
+      if (value == "amd")
+        throw Error(fmt::format("order '{}': mkl=amd: the MKL kernels of AMD hosts are not modelled yet (mkl=intel is)", order_name));
+      if (value != "intel") throw Error(fmt::format("order '{}': mkl={} is not intel or amd", order_name, value));
+      o.attention.gemm.kind = GemmOrder::Kind::MklIntelAvx512;
+    } else {
+      throw Error(fmt::format("order '{}' reproduces PyTorch's CPU attention; its parameters are the environment torch ran in: "
+                              "threads (torch.get_num_threads()) and mkl (intel), not '{}'",
+                              order_name, key));
+    }
+  }
+}
+
 std::string known_orders(OpKind op) {
   std::string s;
   for (const NamedOrder& n : named_orders())
@@ -574,6 +647,8 @@ std::string known_orders(OpKind op) {
 // The shapes an order is defined for, beyond the op's own limits: an order that reproduces one
 // kernel of a library takes the shapes that kernel runs. Empty when `r` is one of them.
 std::string shape_error(const Request& r, const Order& o, const NamedOrder& n) {
+  if (r.op == OpKind::attention && o.attention.kind == AttentionOrder::Kind::CpuFlash && r.x_dtype != f32)
+    return fmt::format("order '{}' runs attention in f32 only for now ({} is not modelled yet)", r.order, name(r.x_dtype));
   if ((r.op == OpKind::softmax || r.op == OpKind::log_softmax) && o.softmax.kind == SoftmaxOrder::Kind::WarpButterfly) {
     // torch-cuda: PyTorch's persistent warp kernel runs N <= 1024 only. warp-butterfly keeps a
     // row's exponentials in 32 * I floats of shared memory: N <= 8192 is 32 KiB.
@@ -659,7 +734,12 @@ Order resolve(const Request& r) {
                             name(probe.moments.acc), name(*r.acc_dtype)));
   Order o = n->pins_acc ? probe : n->make(r.x_dtype, r.acc_dtype.value_or(f32), r);
   size_t open = r.order.find('(');
-  if (open != std::string::npos) {
+  const bool cpu_flash = r.op == OpKind::attention && o.attention.kind == AttentionOrder::Kind::CpuFlash;
+  if (cpu_flash) o.attention.gemm.kind = mkl_host_model(r.order);
+  if (open != std::string::npos && cpu_flash) {
+    if (r.order.back() != ')') throw Error(fmt::format("order '{}': missing ')'", r.order));
+    apply_environment(o, std::string_view(r.order).substr(open + 1, r.order.size() - open - 2), r.order);
+  } else if (open != std::string::npos) {
     if (n->reproduces_reference)
       throw Error(fmt::format("order '{}' reproduces a reference and takes no parameters (got '{}')", n->name,
                               r.order.substr(open + 1, r.order.size() - open - 2)));

@@ -88,7 +88,16 @@ std::string describe(const SoftmaxOrder& s) {
 
 namespace ordo::ir {
 
+std::string describe(const GemmOrder& g) {
+  return fmt::format("mkl_intel_avx512(threads={})", g.threads);
+}
+
 std::string describe(const AttentionOrder& a) {
+  if (a.kind == AttentionOrder::Kind::CpuFlash)
+    return fmt::format("cpu_flash(key_block={}, gemm={}, lanes={}, exp={}, tail_exp={}, fold={}, sum={}{})",
+                       a.key_block, describe(a.gemm), a.softmax.lanes, math_name(a.softmax.exp),
+                       math_name(a.softmax.tail_exp), fold_name(a.softmax.fold),
+                       a.rescale_fma ? "fma" : "mul+add", a.round_to_storage ? ", p rounded to storage" : "");
   const char* kind = a.kind == AttentionOrder::Kind::Materialized ? "materialized"
                      : a.kind == AttentionOrder::Kind::ExactTiled ? "exact_tiled"
                                                                   : "flash";

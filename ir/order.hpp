@@ -209,6 +209,22 @@ struct SoftmaxOrder {
   bool multiply_by_reciprocal = true;  // softmax: y = e * (1/s); otherwise y = e / s
 };
 
+// Which kernels a BLAS library runs for the small matrix products inside an attention block.
+// The library picks a kernel by the shape (and, on some hosts, by alignment and thread count);
+// each kernel has its own dot-product order. gen/mkl_gemm.cpp writes out each kernel's order and
+// the choice between them.
+struct GemmOrder {
+  enum class Kind : uint8_t {
+    // oneMKL as PyTorch 2.15's x86-64 wheels link it, on an Intel CPU with AVX-512 (its avx512
+    // sgemm and sgemv kernels; measured, see docs/research/torch2.15-attention.md).
+    MklIntelAvx512,
+  };
+  Kind kind = Kind::MklIntelAvx512;
+  // Threads MKL runs on when it is called outside a parallel region. PyTorch calls it that way
+  // when its own parallel loop has a single iteration; MKL then splits a gemv between threads.
+  int threads = 1;
+};
+
 // How scaled-dot-product attention over one (batch, head) is computed. Every kind holds
 // `query_lanes` query rows per program instance, one per vector lane, so every per-query value
 // (score, max, sum, probability) is a vector with one lane per query and is computed lane by
@@ -222,6 +238,16 @@ struct AttentionOrder {
                    // pass 2 the sum of exponentials, pass 3 forms P and accumulates P @ v, each
                    // pass recomputing the scores. The max and sum follow `softmax`'s lane tree
                    // (key j in tree lane j mod lanes), so they equal the row-wise reductions.
+    CpuFlash,      // PyTorch 2.x's CPU flash attention (FlashAttentionKernel.cpp): a program instance
+                   // per block of qS query rows (qS = 256 if S_q >= 768, 64 if S_q >= 192, else 32;
+                   // at most S_q); key blocks of `key_block` (512) keys; scores and P @ v by the
+                   // BLAS kernels `gemm` picks for each block's shape; per row: s = score*scale,
+                   // m' = max(m, max s), the first floor(n/lanes)*lanes exponentials by
+                   // `softmax.exp` on vectors of `softmax.lanes`, their sum from zero lanes folded
+                   // by `softmax.fold`, the rest by `softmax.tail_exp` added in order; then
+                   // l = fma(e, l, block sum) with e = expf(m - m') (glibc), and the output rows
+                   // so far times e before P @ v adds the block (beta = 1). out = acc * (1/l);
+                   // lse = m + logf(l). gen/cpu_flash_attention.cpp.
     Flash,         // FlashAttention-2 style online softmax over blocks of `key_block` keys: per
                    // query a running max m and sum l; per block m' = max(m, block max),
                    // l = l*exp(m - m') + sum_j exp(s_j - m'), acc = acc*exp(m - m') + sum_j p_j v_j
@@ -251,7 +277,12 @@ struct AttentionOrder {
   bool round_to_storage = false;
   bool qk_round_each_step = false;
   bool pv_round_each_step = false;
-  SoftmaxOrder softmax;      // Materialized, ExactTiled: the row softmax (TwoPass or Staged)
+  SoftmaxOrder softmax;      // Materialized, ExactTiled: the row softmax (TwoPass or Staged); CpuFlash: see there
+  // CpuFlash: the block products. Its `threads` is PyTorch's intra-op thread count
+  // (torch.get_num_threads()), which changes bits only when a launch is a single query block
+  // (batch*heads = 1 and S_q <= qS): PyTorch then calls MKL outside its parallel loop.
+  GemmOrder gemm;
+  bool rescale_fma = true;   // CpuFlash: l = fma(e, l, block sum) (else e*l, then + block sum)
 };
 
 // The whole order of a normalization-family op.
@@ -273,6 +304,7 @@ std::string describe(const SumOrder& s);
 std::string describe(const MomentsOrder& m);
 std::string describe(const AffineOrder& a);
 std::string describe(const SoftmaxOrder& s);
+std::string describe(const GemmOrder& g);
 std::string describe(const AttentionOrder& a);
 
 }  // namespace ordo::ir

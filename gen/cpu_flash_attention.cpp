@@ -1,0 +1,215 @@
+// PyTorch 2.x's CPU flash attention (AttentionOrder::Kind::CpuFlash): what
+// torch.nn.functional.scaled_dot_product_attention runs on the CPU for 4-D inputs without dropout.
+// Its order was read from FlashAttentionKernel.cpp and measured against torch 2.15.0
+// (docs/research/torch2.15-attention.md).
+//
+// A program instance is one batch*head; it runs the query blocks in order, each the qB query rows
+// m0 .. m0 + qB - 1, with qS = 256 if S_q >= 768, 64 if S_q >= 192, else 32, at most S_q, and the
+// last block shorter.
+// PyTorch's per-thread buffers become scratch: the block's scores (qB x kvB), its output rows
+// (qB x D), and each row's running max and sum. For each block of kvB keys (512, the last one
+// shorter; under causal masking only blocks starting below min(m0 + qB, S_k)):
+//   scores = q_rows @ k_rows^T by the BLAS order (gen/mkl_gemm.cpp); causal: key > query is -inf;
+//   per row: s = score * scale; m' = max(m, max_j s_j) as `m > t ? m : t`;
+//     m' = -inf (every key masked so far): the row's probabilities are 0 and nothing else changes;
+//     else p_j = exp(s_j - m'), the first floor(kvB/lanes)*lanes by the vector exp with their sum
+//     in zero-started lanes folded by the order's fold, the rest by the tail exp added in order;
+//     l = fma(exp(m - m'), l, block sum) with glibc's expf; m = m'; output rows so far *= exp(m - m');
+//   output rows = (output rows +) p @ v_rows by the BLAS order (beta = 1 after the first block).
+// Finally out = rows * (1/l) (l = 0 counts as 1), lse = m + logf(l) (m = -inf counts as 0).
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "gen/gen.hpp"
+#include "gen/math.hpp"
+#include "gen/mkl_gemm.hpp"
+#include "gen/reductions.hpp"
+#include "ir/error.hpp"
+
+namespace ordo::gen {
+
+using namespace ordo::ir;
+
+namespace {
+
+constexpr float kInf = std::numeric_limits<float>::infinity();
+ExprRef idx(int64_t v) { return index_const(v); }
+ExprRef f32c(float v, int lanes = 1) {
+  ExprRef c = constant(Type{ScalarType::f32, 1}, static_cast<double>(v));
+  return lanes > 1 ? broadcast(c, lanes) : c;
+}
+
+struct CpuFlash {
+  const Request& r;
+  const AttentionOrder& o;
+  Builder& b;
+  int64_t D, Sq, Sk, qS, kS;
+  int q = -1, k = -1, v = -1, out = -1, lse = -1;
+  int scores = -1, rows = -1, row_max = -1, row_sum = -1;  // scratch
+  ExprRef q_base{}, kv_base{}, m0{};
+
+  // The distance of the output rows' scratch from a 64-byte line when PyTorch runs the block on
+  // thread 0 (its per-thread buffer holds the scores, max, sum, then the output rows).
+  int64_t rows_align() const { return (qS * kS + 2 * qS) % 16; }
+
+  // One query block of qB rows. threaded: MKL runs on torch_threads threads.
+  void block(int64_t qB, bool threaded) {
+    b.for_range("r", idx(0), idx(qB), 1, [&](ExprRef j) {
+      b.store(row_max, j, f32c(-kInf));
+      b.store(row_sum, j, f32c(0.0f));
+    });
+    const ExprRef num_keys = r.causal ? b.let("num_keys", binary(Op::Min, add(m0, idx(qB)), idx(Sk))) : idx(Sk);
+    const int64_t full_end = Sk - Sk % kS;
+    key_block(qB, idx(0), kS, true, threaded);
+    if (full_end > kS)
+      b.for_range("n", idx(kS), binary(Op::Min, idx(full_end), num_keys), kS, [&](ExprRef n) { key_block(qB, n, kS, false, threaded); });
+    if (Sk % kS) b.if_(binary(Op::Lt, idx(full_end), num_keys), [&] { key_block(qB, idx(full_end), Sk % kS, false, threaded); });
+    finish(qB);
+  }
+
+  void key_block(int64_t qB, ExprRef n, int64_t kvB, bool first, bool threaded) {
+    n = n->op == Op::Const ? n : b.let("n", n);
+    const Matrix q_rows{q, b.let("q_at", add(q_base, mul(m0, idx(D)))), D};
+    const Matrix k_rows{k, b.let("k_at", add(kv_base, mul(n, idx(D)))), D};
+    const Matrix v_rows{v, k_rows.base, D};
+    const Matrix s{scores, idx(0), kvB};
+    const Matrix acc{rows, idx(0), D};
+    b.region("q@k^T", fmt::format("scores of {} queries x {} keys, K = {}: {}", qB, kvB, D, describe(o.gemm)),
+             [&] { emit_gemm_nt(b, o.gemm, qB, kvB, D, q_rows, k_rows, s, threaded); });
+    b.region("softmax", describe(o.softmax), [&] {
+      b.for_range("r", idx(0), idx(qB), 1, [&](ExprRef j) { row_softmax(j, n, kvB, first); });
+    });
+    b.region("p@v", fmt::format("{} rows x {} keys, D = {}{}", qB, kvB, D, first ? "" : ", beta = 1"),
+             [&] { emit_gemm_nn(b, o.gemm, qB, D, kvB, s, v_rows, acc, !first, threaded, rows_align()); });
+  }
+
+  void row_softmax(ExprRef j, const ExprRef& n, int64_t kvB, bool first) {
+    const ExprRef at = b.let("row_at", mul(j, idx(kvB)));
+    const float scale = static_cast<float>(r.scale.value_or(1.0 / std::sqrt(static_cast<double>(D))));
+    // Scaled scores (masked keys -inf), stored back, and their max.
+    const int tmax = b.local("block_max", Type{ScalarType::f32, 1});
+    b.assign(tmax, f32c(-kInf));
+    const ExprRef query = r.causal ? b.let("query", add(m0, j)) : nullptr;
+    b.for_range("i", idx(0), idx(kvB), 1, [&](ExprRef i) {
+      ExprRef sc = mul(load(b.kernel(), scores, add(at, i)), f32c(scale));
+      if (r.causal) sc = select(binary(Op::Lt, query, add(n, i)), f32c(-kInf), sc);
+      const ExprRef s = b.let("s", sc);
+      b.store(scores, add(at, i), s);
+      b.assign(tmax, binary(Op::Max, b.get(tmax), s));
+    });
+    // m' = -inf (every key so far masked): the row's probabilities are 0 and nothing else changes.
+    // Control flow cannot depend on data, so that case is a select at each step.
+    const ExprRef m = b.let("max", load(b.kernel(), row_max, j));
+    const ExprRef m_new = b.let("max.new", select(binary(Op::Lt, b.get(tmax), m), m, b.get(tmax)));
+    const ExprRef masked = b.let("all_masked", binary(Op::Eq, m_new, f32c(-kInf)));
+    const int V = o.softmax.lanes;
+    const int64_t vec_end = kvB / V * V;
+    const int sum = b.local("block_sum", Type{ScalarType::f32, 1});
+    if (vec_end > 0) {
+      const int lanes = b.local("sum.lanes", Type{ScalarType::f32, V});
+      b.assign(lanes, f32c(0.0f, V));
+      b.for_range("i", idx(0), idx(vec_end), V, [&](ExprRef i) {
+        const ExprRef p = b.let("p", exp_f32(b, o.softmax.exp, sub(load(b.kernel(), scores, add(at, i), V), broadcast(m_new, V))));
+        b.store(scores, add(at, i), select(broadcast(masked, V), f32c(0.0f, V), p));
+        b.assign(lanes, add(b.get(lanes), p));
+      });
+      std::vector<ExprRef> parts;
+      for (int l = 0; l < V; ++l) parts.push_back(extract(b.get(lanes), l));
+      b.assign(sum, fold_lanes(parts, o.softmax.fold, Arith{}));
+    } else {
+      b.assign(sum, f32c(0.0f));
+    }
+    if (kvB > vec_end)
+      b.for_range("i", idx(vec_end), idx(kvB), 1, [&](ExprRef i) {
+        const ExprRef p = b.let("p", exp_f32(b, o.softmax.tail_exp, sub(load(b.kernel(), scores, add(at, i)), m_new)));
+        b.store(scores, add(at, i), select(masked, f32c(0.0f), p));
+        b.assign(sum, add(b.get(sum), p));
+      });
+    const ExprRef e = b.let("rescale", glibc_expf(b, sub(m, m_new)));
+    const ExprRef l = load(b.kernel(), row_sum, j);
+    b.store(row_sum, j, select(masked, l, o.rescale_fma ? fma(e, l, b.get(sum)) : add(mul(e, l), b.get(sum))));
+    b.store(row_max, j, m_new);
+    if (!first) {  // times 1 where masked: exact
+      const ExprRef row = b.let("out_row", mul(j, idx(D)));
+      const ExprRef factor = b.let("factor", broadcast(select(masked, f32c(1.0f), e), 8));
+      b.for_range("d", idx(0), idx(D), 8, [&](ExprRef d) {
+        b.store(rows, add(row, d), mul(load(b.kernel(), rows, add(row, d), 8), factor));
+      });
+    }
+  }
+
+  void finish(int64_t qB) {
+    b.region("finish", "out = rows * (1/l); lse = m + logf(l)", [&] {
+      b.for_range("r", idx(0), idx(qB), 1, [&](ExprRef j) {
+        const ExprRef m = b.let("max", load(b.kernel(), row_max, j));
+        const ExprRef l0 = b.let("sum", load(b.kernel(), row_sum, j));
+        const ExprRef l = b.let("sum.safe", select(binary(Op::Eq, l0, f32c(0.0f)), f32c(1.0f), l0));
+        const ExprRef inv = b.let("inv_sum", div(f32c(1.0f), l));
+        const ExprRef from = b.let("out_row", mul(j, idx(D)));
+        const ExprRef to = b.let("out_at", add(q_base, mul(add(m0, j), idx(D))));
+        const ScalarType t = b.kernel().buffers[size_t(out)].elem;
+        b.for_range("d", idx(0), idx(D), 8, [&](ExprRef d) {
+          ExprRef y = mul(load(b.kernel(), rows, add(from, d), 8), broadcast(inv, 8));
+          b.store(out, add(to, d), t == ScalarType::f32 ? y : cast(y, t));
+        });
+        if (lse >= 0) {
+          const ExprRef mx = select(binary(Op::Eq, m, f32c(-kInf)), f32c(0.0f), m);
+          b.store(lse, add(mul(program_id(0), idx(Sq)), add(m0, j)), add(mx, glibc_logf(b, l)));
+        }
+      });
+    });
+  }
+};
+
+}  // namespace
+
+// PyTorch's query block for S_q query rows (flash_attention_kernel_impl).
+int64_t cpu_flash_query_block(int64_t seq_q) { return std::min<int64_t>(seq_q >= 768 ? 256 : seq_q >= 192 ? 64 : 32, seq_q); }
+
+Kernel build_cpu_flash_attention(const Request& r, const Order& order) {
+  const AttentionOrder& o = order.attention;
+  Kernel kernel;
+  kernel.name = "attention";
+  Builder b(kernel);
+  CpuFlash f{r, o, b, r.cols, r.seq_q, r.seq_k, cpu_flash_query_block(r.seq_q), std::min<int64_t>(o.key_block, r.seq_k)};
+  f.q = b.buffer("q", r.x_dtype, false, Extent::rows_by_fixed, r.seq_q * r.cols);
+  f.k = b.buffer("k", r.x_dtype, false, Extent::rows_by_fixed, r.seq_k * r.cols);
+  f.v = b.buffer("v", r.x_dtype, false, Extent::rows_by_fixed, r.seq_k * r.cols);
+  f.out = b.buffer("out", r.x_dtype, true, Extent::rows_by_fixed, r.seq_q * r.cols);
+  if (r.lse_output) f.lse = b.buffer("lse", ScalarType::f32, true, Extent::rows_by_fixed, r.seq_q);
+  f.scores = b.buffer("scores", ScalarType::f32, true, Extent::scratch, f.qS * f.kS);
+  f.rows = b.buffer("rows", ScalarType::f32, true, Extent::scratch, f.qS * f.D);
+  f.row_max = b.buffer("row_max", ScalarType::f32, true, Extent::scratch, f.qS);
+  f.row_sum = b.buffer("row_sum", ScalarType::f32, true, Extent::scratch, f.qS);
+  // A program instance is one (batch, head), its query blocks in order: control flow must not
+  // depend on program_id, and the last block, which may be shorter, takes other BLAS kernels.
+  const int64_t full_blocks = r.seq_q / f.qS, last = r.seq_q % f.qS;
+  b.region("attention", describe(o), [&] {
+    f.q_base = b.let("q_base", mul(program_id(0), idx(f.Sq * f.D)));
+    f.kv_base = b.let("kv_base", mul(program_id(0), idx(f.Sk * f.D)));
+    auto body = [&](bool threaded) {
+      if (full_blocks > 0)
+        b.for_range("m0", idx(0), idx(full_blocks * f.qS), f.qS, [&](ExprRef m0) {
+          f.m0 = m0;
+          f.block(f.qS, threaded);
+        });
+      if (last > 0) {
+        f.m0 = idx(full_blocks * f.qS);
+        f.block(last, threaded);
+      }
+    };
+    // PyTorch calls MKL outside its parallel loop, on all its threads, when the loop has one
+    // iteration: one (batch, head) and one query block.
+    if (o.gemm.threads > 1 && full_blocks + (last > 0) == 1) {
+      b.if_else(binary(Op::Eq, grid_extent(0), idx(1)), [&] { body(true); }, [&] { body(false); });
+    } else {
+      body(false);
+    }
+  });
+  return kernel;
+}
+
+}  // namespace ordo::gen

@@ -1,0 +1,327 @@
+// oneMKL's sgemm as PyTorch 2.15's x86-64 wheels call it, on an Intel CPU with AVX-512
+// (GemmOrder::Kind::MklIntelAvx512). MKL is closed source: every kernel and every choice below
+// was measured against torch 2.15.0 on such a host (docs/research/torch2.15-attention.md). The
+// shapes are fixed when the kernel is generated, so each choice is made here, in C++, and the IR
+// holds only the chosen kernel's order.
+//
+// The kernels, for C[j][i] = A_j . B_i (the 'T','N' product) and C[j] += P_j V (the 'N','N'
+// product):
+//   chain     every element one fma chain from +0 over a block of k, in k order; K is cut into
+//             blocks (kparts below) whose sums are added left to right after C (when beta = 1).
+//   dot16     a 16-lane fma accumulator over k (lane = k mod 16, a last partial chunk updates only
+//             its lanes); in its paired form, while 32 or more elements remain, chunks alternate
+//             between two accumulators that are then added.
+//   gemv 'T'  (one side is a single row) per output row, by the row's place in MKL's 4-row
+//             blocking: rows of whole 4-row blocks ("block4"), and the rows left over ("single",
+//             the second of a left-over pair "second").
+//   gemv 'N'  (P is a single row) per 16-column vector of the output: per group of 8 k (t = 0..7
+//             the group's terms, fma(v_t, x_t, .)):  u = t4(t6(y)) + t5(t7(0)),
+//             w = t0(t2(0)) + t1(t3(0)), y = u + w; then the last K mod 8 into y in order. Columns
+//             past the last whole 16-vector: one fma chain over k from y0.
+//   smalln    (2 <= n < 16, K >= 24 n) dot16, then lanes folded ((L_r + L_r+4) + L_r+8) + L_r+12
+//             for r < 4, and (G0 + G1) + (G2 + G3).
+//   pst       (a few tiny shapes) dot16 halved, paired for even j.
+#include "gen/mkl_gemm.hpp"
+
+#include <fmt/format.h>
+
+#include <functional>
+#include <vector>
+
+#include "gen/reductions.hpp"
+#include "ir/error.hpp"
+
+namespace ordo::gen {
+
+using namespace ordo::ir;
+
+namespace {
+
+constexpr int kLanes = 16;  // the avx512 kernels' vector of floats
+const Type kVec{ScalarType::f32, kLanes};
+const Type kF32{ScalarType::f32, 1};
+
+ExprRef idx(int64_t v) { return index_const(v); }
+ExprRef zero(int lanes) {
+  ExprRef z = constant(kF32, 0.0);
+  return lanes > 1 ? broadcast(z, lanes) : z;
+}
+
+// One row of a Matrix.
+struct Row {
+  const Matrix* m;
+  ExprRef row;
+  ExprRef at_index(ExprRef col) const { return add(add(m->base, mul(row, idx(m->stride))), std::move(col)); }
+};
+
+ExprRef as_f32(ExprRef x) { return x->type.scalar == ScalarType::f32 ? x : cast(std::move(x), ScalarType::f32); }
+
+struct Emitter {
+  Builder& b;
+
+  ExprRef get(const Row& r, ExprRef col, int lanes = 1) const { return as_f32(load(b.kernel(), r.m->buffer, r.at_index(std::move(col)), lanes)); }
+  // Elements col .. col + w - 1 in lanes 0 .. w-1 of a 16-lane vector; the other lanes repeat the
+  // last element (they are never used).
+  ExprRef get_partial(const Row& r, int64_t col, int64_t w) const {
+    ExprRef lanes = binary(Op::Min, iota(kLanes), broadcast(idx(w - 1), kLanes));
+    return as_f32(gather(b.kernel(), r.m->buffer, add(broadcast(r.at_index(idx(col)), kLanes), lanes)));
+  }
+  ExprRef lanes_below(int64_t w) const { return binary(Op::Lt, iota(kLanes), broadcast(idx(w), kLanes)); }
+  ExprRef only_lane0(ExprRef scalar) const {
+    return select(binary(Op::Eq, iota(kLanes), broadcast(idx(0), kLanes)), broadcast(std::move(scalar), kLanes), zero(kLanes));
+  }
+  void store(const Matrix& c, ExprRef row, ExprRef col, ExprRef value) const {
+    b.store(c.buffer, add(add(c.base, mul(std::move(row), idx(c.stride))), std::move(col)), std::move(value));
+  }
+  ExprRef stored(const Matrix& c, ExprRef row, ExprRef col, int lanes = 1) const {
+    return load(b.kernel(), c.buffer, add(add(c.base, mul(std::move(row), idx(c.stride))), std::move(col)), lanes);
+  }
+
+  // acc (16 lanes) updated by fma with x[k] * y[k] for k in [k0, k0 + len): see dot16 at the top.
+  ExprRef dot16(const Row& x, const Row& y, int64_t k0, int64_t len, bool paired, ExprRef start = nullptr) const {
+    const int acc = b.local("dot16", kVec);
+    b.assign(acc, start ? start : zero(kLanes));
+    int64_t k = k0;
+    const int64_t end = k0 + len;
+    if (paired && len >= 2 * kLanes) {
+      const int first = b.local("dot16.a", kVec), second = b.local("dot16.b", kVec);
+      b.assign(first, b.get(acc));
+      b.assign(second, zero(kLanes));
+      const int64_t pairs_end = k0 + len / (2 * kLanes) * (2 * kLanes);
+      b.for_range("k", idx(k0), idx(pairs_end), 2 * kLanes, [&](ExprRef kk) {
+        b.assign(first, fma(get(x, kk, kLanes), get(y, kk, kLanes), b.get(first)));
+        const ExprRef k16 = b.let("k16", add(kk, idx(kLanes)));
+        b.assign(second, fma(get(x, k16, kLanes), get(y, k16, kLanes), b.get(second)));
+      });
+      b.assign(acc, add(b.get(first), b.get(second)));
+      k = pairs_end;
+    }
+    const int64_t full_end = k + (end - k) / kLanes * kLanes;
+    if (full_end > k)
+      b.for_range("k", idx(k), idx(full_end), kLanes,
+                  [&](ExprRef kk) { b.assign(acc, fma(get(x, kk, kLanes), get(y, kk, kLanes), b.get(acc))); });
+    if (const int64_t w = end - full_end; w > 0)
+      b.assign(acc, select(lanes_below(w), fma(get_partial(x, full_end, w), get_partial(y, full_end, w), b.get(acc)), b.get(acc)));
+    return b.get(acc);
+  }
+
+  // Lane i + lane i+8, then + 4, + 2, + 1.
+  ExprRef halve(const ExprRef& v) const {
+    const ExprRef bound = v->op == Op::Var ? v : b.let("lanes", v);
+    std::vector<ExprRef> lanes;
+    for (int l = 0; l < kLanes; ++l) lanes.push_back(extract(bound, l));
+    return fold_lanes(lanes, LaneFold::Halving, Arith{});
+  }
+  // smalln's fold: G_r = ((L_r + L_r+4) + L_r+8) + L_r+12, then (G0 + G1) + (G2 + G3).
+  ExprRef fold_smalln(const ExprRef& v) const {
+    const ExprRef bound = v->op == Op::Var ? v : b.let("lanes", v);
+    std::vector<ExprRef> g;
+    for (int r = 0; r < 4; ++r) g.push_back(add(add(add(extract(bound, r), extract(bound, r + 4)), extract(bound, r + 8)), extract(bound, r + 12)));
+    return add(add(g[0], g[1]), add(g[2], g[3]));
+  }
+
+  // One sequential fma chain over k in [k0, k1) from +0: sum_k x(k) * y(k), lanes wide.
+  ExprRef chain(int64_t k0, int64_t k1, int lanes, const std::function<ExprRef(ExprRef)>& x, const std::function<ExprRef(ExprRef)>& y,
+                ExprRef start = nullptr) const {
+    const int acc = b.local("chain", Type{ScalarType::f32, lanes});
+    b.assign(acc, start ? start : zero(lanes));
+    b.for_range("k", idx(k0), idx(k1), 1, [&](ExprRef k) { b.assign(acc, fma(x(k), y(k), b.get(acc))); });
+    return b.get(acc);
+  }
+
+  // ---- gemv 'T': y[r] = A_r . x over K, by the row's place in MKL's 4-row blocking.
+  enum class RowKind { Block4, Single, SecondOfPair };
+  ExprRef gemv_t_row(const Row& a, const Row& x, int64_t K, RowKind kind) const {
+    const ExprRef p0 = b.let("p0", mul(get(a, idx(0)), get(x, idx(0))));
+    if (K == 1) return p0;
+    if (kind != RowKind::Block4) return add(halve(dot16(a, x, 1, K - 1, kind == RowKind::Single)), p0);
+    // Block4: p0 in lane 0 of an accumulator over the whole 16-chunks of elements 1 .. K-1, halved;
+    // then that sum in lane 0 of a fresh accumulator for the partial chunk, halved again.
+    const int64_t whole = (K - 1) / kLanes, tail = K - 1 - whole * kLanes;
+    ExprRef h = p0;
+    if (whole > 0) h = b.let("h", halve(dot16(a, x, 1, whole * kLanes, false, only_lane0(p0))));
+    if (tail > 0) h = halve(dot16(a, x, 1 + whole * kLanes, tail, false, only_lane0(h)));
+    return h;
+  }
+  // Rows [first, first + count) of one gemv 'T' part: whole 4-row blocks, then the rest.
+  void gemv_t_rows(int64_t first, int64_t count, const std::function<void(ExprRef row, RowKind)>& row) const {
+    const int64_t blocks_end = first + count / 4 * 4;
+    if (blocks_end > first) b.for_range("r", idx(first), idx(blocks_end), 1, [&](ExprRef r) { row(r, RowKind::Block4); });
+    for (int64_t r = blocks_end; r < first + count; ++r)
+      row(idx(r), (r == blocks_end + 1 && first + count - blocks_end >= 2) ? RowKind::SecondOfPair : RowKind::Single);
+  }
+  // Threaded, MKL cuts the rows in two halves when the work is large enough (fitted bounds).
+  void gemv_t(int64_t rows, int64_t K, bool split, const std::function<void(ExprRef row, RowKind)>& row) const {
+    if (split && rows * K > 8192 && rows * (K + 288) > 41680) {
+      const int64_t half = (rows + 1) / 2;
+      gemv_t_rows(0, half, row);
+      gemv_t_rows(half, rows - half, row);
+    } else {
+      gemv_t_rows(0, rows, row);
+    }
+  }
+
+  // ---- gemv 'N': y0[e] + sum_{k0 <= k < k1} V[k][e] * x[k] for the columns e .. e + lanes - 1,
+  // by MKL's single-thread kernel: lanes = 16 is one of its 16-column vectors, lanes = 1 a column
+  // past them. y0 may be null (no C0).
+  ExprRef gemv_n_value(const Row& x, const Matrix& v, const ExprRef& e, int lanes, int64_t k0, int64_t k1, ExprRef y0) const {
+    auto vk = [&](ExprRef k) { return get(Row{&v, std::move(k)}, e, lanes); };
+    auto xk = [&](ExprRef k) {
+      ExprRef s = get(x, std::move(k));
+      return lanes > 1 ? broadcast(s, lanes) : s;
+    };
+    if (lanes == 1) return chain(k0, k1, 1, vk, xk, std::move(y0));
+    const int y = b.local("gemv.y", kVec);
+    b.assign(y, y0 ? std::move(y0) : zero(kLanes));
+    const int64_t groups_end = k0 + (k1 - k0) / 8 * 8;
+    if (groups_end > k0)
+      b.for_range("k", idx(k0), idx(groups_end), 8, [&](ExprRef kb) {
+        auto term = [&](int t, ExprRef acc) {
+          const ExprRef k = t ? add(kb, idx(t)) : kb;
+          return fma(vk(k), xk(k), std::move(acc));
+        };
+        const ExprRef u = add(term(4, term(6, b.get(y))), term(5, term(7, zero(kLanes))));
+        const ExprRef w = add(term(0, term(2, zero(kLanes))), term(1, term(3, zero(kLanes))));
+        b.assign(y, add(u, w));
+      });
+    for (int64_t k = groups_end; k < k1; ++k) b.assign(y, fma(vk(idx(k)), xk(idx(k)), b.get(y)));
+    return b.get(y);
+  }
+  // The columns [e0, e1) as one gemv 'N' call sees them: whole 16-vectors, then single columns.
+  void gemv_n_columns(int64_t e0, int64_t e1, const std::function<void(ExprRef e, int lanes)>& column) const {
+    const int64_t vec_end = e0 + (e1 - e0) / kLanes * kLanes;
+    if (vec_end > e0) b.for_range("e", idx(e0), idx(vec_end), kLanes, [&](ExprRef e) { column(e, kLanes); });
+    if (e1 > vec_end) b.for_range("e", idx(vec_end), idx(e1), 1, [&](ExprRef e) { column(e, 1); });
+  }
+
+  // ---- K blocks of the general sgemm: one block up to 384; up to 768 two blocks (the larger
+  // first); beyond, 384-blocks until at most 768 remain, which split in two again; when the output
+  // has more than 38400 elements, uniform 384-blocks and the remainder last.
+  static std::vector<int64_t> k_blocks(int64_t K, int64_t n, int64_t m) {
+    constexpr int64_t kc = 384;
+    std::vector<int64_t> parts;
+    if (K > 2 * kc && n * m > 38400) {
+      for (int64_t k = 0; k < K; k += kc) parts.push_back(std::min(kc, K - k));
+      return parts;
+    }
+    int64_t rest = K;
+    while (rest > 2 * kc) {
+      parts.push_back(kc);
+      rest -= kc;
+    }
+    if (rest > kc) {
+      parts.push_back(rest - rest / 2);
+      parts.push_back(rest / 2);
+    } else if (rest > 0) {
+      parts.push_back(rest);
+    }
+    return parts;
+  }
+  // The blocked chain: ((C0 + b0) + b1) + ..., with C0 left out when absent.
+  ExprRef blocked_chain(const std::vector<int64_t>& parts, int lanes, const std::function<ExprRef(ExprRef)>& x,
+                        const std::function<ExprRef(ExprRef)>& y, ExprRef c0) const {
+    ExprRef sum = std::move(c0);
+    int64_t k = 0;
+    for (int64_t p : parts) {
+      ExprRef block = chain(k, k + p, lanes, x, y);
+      sum = sum ? b.let("blocks", add(sum, block)) : block;
+      k += p;
+    }
+    return sum;
+  }
+};
+
+// MKL's small-matrix kernel for 'T','N' takes these shapes (measured on one thread, n, m >= 2).
+bool takes_pst(int64_t m, int64_t n, int64_t K) { return (m == 2 && n <= 15) || (m == 3 && n <= 10) || (4 <= m && m <= 11 && n < m && K <= m); }
+
+}  // namespace
+
+void emit_gemm_nt(Builder& b, const GemmOrder& order, int64_t n, int64_t m, int64_t K, const Matrix& a, const Matrix& bm, const Matrix& c,
+                  bool threaded) {
+  const Emitter E{b};
+  const bool split = threaded && order.threads > 1;
+  if (n == 1) {  // one query: gemv 'T' over the key rows
+    const Row x{&a, idx(0)};
+    E.gemv_t(m, K, split, [&](ExprRef i, Emitter::RowKind kind) { E.store(c, idx(0), i, E.gemv_t_row(Row{&bm, i}, x, K, kind)); });
+    return;
+  }
+  if (m == 1) {  // one key: gemv 'T' over the query rows
+    const Row x{&bm, idx(0)};
+    E.gemv_t(n, K, split, [&](ExprRef j, Emitter::RowKind kind) { E.store(c, j, idx(0), E.gemv_t_row(Row{&a, j}, x, K, kind)); });
+    return;
+  }
+  if (K >= 24 * n && n < 16) {
+    b.for_range("j", idx(0), idx(n), 1, [&](ExprRef j) {
+      b.for_range("i", idx(0), idx(m), 1, [&](ExprRef i) { E.store(c, j, i, E.fold_smalln(E.dot16(Row{&a, j}, Row{&bm, i}, 0, K, false))); });
+    });
+    return;
+  }
+  if (takes_pst(m, n, K)) {
+    for (int64_t j = 0; j < n; ++j)
+      b.for_range("i", idx(0), idx(m), 1, [&](ExprRef i) { E.store(c, idx(j), i, E.halve(E.dot16(Row{&a, idx(j)}, Row{&bm, i}, 0, K, j % 2 == 0))); });
+    return;
+  }
+  const std::vector<int64_t> parts = Emitter::k_blocks(K, n, m);
+  b.for_range("j", idx(0), idx(n), 1, [&](ExprRef j) {
+    b.for_range("i", idx(0), idx(m), 1, [&](ExprRef i) {
+      const Row x{&a, j}, y{&bm, i};
+      E.store(c, j, i, E.blocked_chain(parts, 1, [&](ExprRef k) { return E.get(x, k); }, [&](ExprRef k) { return E.get(y, k); }, nullptr));
+    });
+  });
+}
+
+void emit_gemm_nn(Builder& b, const GemmOrder& order, int64_t n, int64_t m, int64_t K, const Matrix& p, const Matrix& v, const Matrix& c,
+                  bool accumulate, bool threaded, int64_t c_align) {
+  const Emitter E{b};
+
+  if (n == 1) {  // one query row: gemv 'N'
+    const Row x{&p, idx(0)};
+    auto y0 = [&](const ExprRef& e, int lanes) { return accumulate ? E.stored(c, idx(0), e, lanes) : nullptr; };
+    auto plain = [&](int64_t e0, int64_t e1) {
+      E.gemv_n_columns(e0, e1, [&](ExprRef e, int lanes) { E.store(c, idx(0), e, E.gemv_n_value(x, v, e, lanes, 0, K, y0(e, lanes))); });
+    };
+    if (threaded && order.threads > 1) {
+      // MKL's threaded gemv 'N' (fitted on 2 threads). A large K outside 40 < E < 70 is cut at
+      // ceil(K/2): each half summed from +0, the halves added, then added to C0.
+      if (K >= 256 && !(40 < m && m < 70)) {
+        const int64_t h = (K + 1) / 2;
+        E.gemv_n_columns(0, m, [&](ExprRef e, int lanes) {
+          const ExprRef first = b.let("half", E.gemv_n_value(x, v, e, lanes, 0, h, nullptr));
+          const ExprRef halves = add(first, E.gemv_n_value(x, v, e, lanes, h, K, nullptr));
+          E.store(c, idx(0), e, accumulate ? add(y0(e, lanes), halves) : halves);
+        });
+        return;
+      }
+      // Else a product large enough is cut by columns at a 64-byte line of C: the first part
+      // takes ceil(lines / 2) lines; each part is a gemv 'N' of its own.
+      if (K * (m + 288) > 41680) {
+        const int64_t a = c_align % 16;
+        const int64_t lines = (a + m + 15) / 16;
+        const int64_t cut = 16 * ((lines + 1) / 2) - a;
+        if (lines >= 3 && cut > 0 && cut < m) {
+          plain(0, cut);
+          plain(cut, m);
+          return;
+        }
+      }
+    }
+    plain(0, m);
+    return;
+  }
+  const int lanes = m % 16 == 0 ? 16 : 8;  // columns per step; each column's order is its own
+  const std::vector<int64_t> parts = K == 1 && accumulate ? std::vector<int64_t>{} : Emitter::k_blocks(K, n, m);
+  b.for_range("j", idx(0), idx(n), 1, [&](ExprRef j) {
+    b.for_range("e", idx(0), idx(m), lanes, [&](ExprRef e) {
+      const Row x{&p, j};
+      auto pk = [&](ExprRef k) { return broadcast(E.get(x, std::move(k)), lanes); };
+      auto vk = [&](ExprRef k) { return E.get(Row{&v, std::move(k)}, e, lanes); };
+      if (parts.empty()) {  // K = 1 with beta = 1: one fma into C
+        E.store(c, j, e, fma(pk(idx(0)), vk(idx(0)), E.stored(c, j, e, lanes)));
+        return;
+      }
+      E.store(c, j, e, E.blocked_chain(parts, lanes, pk, vk, accumulate ? E.stored(c, j, e, lanes) : nullptr));
+    });
+  });
+}
+
+}  // namespace ordo::gen

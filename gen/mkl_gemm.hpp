@@ -1,0 +1,34 @@
+// The block products of PyTorch 2.x's CPU attention as a BLAS library computes them: for each
+// shape, the kernel the library picks and that kernel's order of every dot product, written out
+// as IR (GemmOrder in ir/order.hpp names the library and host).
+#pragma once
+
+#include <cstdint>
+
+#include "ir/ir.hpp"
+#include "ir/order.hpp"
+
+namespace ordo::gen {
+
+// A row-major matrix in a buffer: element (row, col) at base + row*stride + col. Elements of a
+// 16-bit type are read as their (exact) f32 values.
+struct Matrix {
+  int buffer = -1;
+  ir::ExprRef base;
+  int64_t stride = 0;
+};
+
+// C[j][i] = sum_k A[j][k] * B[i][k] for j < n, i < m, k < K: PyTorch's q @ k^T, the call
+// sgemm('T', 'N', m, n, K, 1, B, A, 0, C) (A the query rows, B the key rows, both contiguous in k).
+// `threaded`: MKL runs on order.threads threads (PyTorch called it outside its parallel loop).
+void emit_gemm_nt(ir::Builder& b, const ir::GemmOrder& order, int64_t n, int64_t m, int64_t K, const Matrix& a,
+                  const Matrix& bm, const Matrix& c, bool threaded);
+
+// C[j][e] = (accumulate ? C[j][e] : nothing) + sum_k P[j][k] * V[k][e] for j < n, e < m, k < K:
+// PyTorch's p @ v, the call sgemm('N', 'N', m, n, K, 1, V, P, beta, C) with beta = 1 when
+// accumulating. c_align: the distance of C's first element from a 64-byte boundary, in floats,
+// which MKL's threaded gemv splits by.
+void emit_gemm_nn(ir::Builder& b, const ir::GemmOrder& order, int64_t n, int64_t m, int64_t K, const Matrix& p,
+                  const Matrix& v, const Matrix& c, bool accumulate, bool threaded, int64_t c_align);
+
+}  // namespace ordo::gen
