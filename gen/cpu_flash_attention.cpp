@@ -51,6 +51,12 @@ struct CpuFlash {
   int scores = -1, rows = -1, row_max = -1, row_sum = -1;  // scratch
   ExprRef q_base{}, kv_base{}, m0{};
 
+  GemmInputs inputs() const { return r.x_dtype == ScalarType::f32 ? GemmInputs::f32 : GemmInputs::bf16; }
+  // P as P @ v reads it: rounded to the storage type for 16-bit inputs.
+  ExprRef p_stored(ExprRef p) const {
+    return r.x_dtype == ScalarType::f32 ? p : cast(cast(std::move(p), r.x_dtype), ScalarType::f32);
+  }
+
   // The distance of the output rows' scratch from a 64-byte line when PyTorch runs the block on
   // thread 0 (its per-thread buffer holds the scores, max, sum, then the output rows).
   int64_t rows_align() const { return (qS * kS + 2 * qS) % 16; }
@@ -78,12 +84,12 @@ struct CpuFlash {
     const Matrix s{scores, idx(0), kvB};
     const Matrix acc{rows, idx(0), D};
     b.region("q@k^T", fmt::format("scores of {} queries x {} keys, K = {}: {}", qB, kvB, D, describe(o.gemm)),
-             [&] { emit_gemm_nt(b, o.gemm, qB, kvB, D, q_rows, k_rows, s, threaded); });
+             [&] { emit_gemm_nt(b, o.gemm, inputs(), qB, kvB, D, q_rows, k_rows, s, threaded); });
     b.region("softmax", describe(o.softmax), [&] {
       b.for_range("r", idx(0), idx(qB), 1, [&](ExprRef j) { row_softmax(j, n, kvB, first); });
     });
     b.region("p@v", fmt::format("{} rows x {} keys, D = {}{}", qB, kvB, D, first ? "" : ", beta = 1"),
-             [&] { emit_gemm_nn(b, o.gemm, qB, D, kvB, s, v_rows, acc, !first, threaded, rows_align()); });
+             [&] { emit_gemm_nn(b, o.gemm, inputs(), qB, D, kvB, s, v_rows, acc, !first, threaded, rows_align()); });
   }
 
   void row_softmax(ExprRef j, const ExprRef& n, int64_t kvB, bool first) {
@@ -109,15 +115,33 @@ struct CpuFlash {
     const int64_t vec_end = kvB / V * V;
     const int sum = b.local("block_sum", Type{ScalarType::f32, 1});
     if (vec_end > 0) {
-      const int lanes = b.local("sum.lanes", Type{ScalarType::f32, V});
-      b.assign(lanes, f32c(0.0f, V));
-      b.for_range("i", idx(0), idx(vec_end), V, [&](ExprRef i) {
+      // Lanes of zero-started accumulators; paired: vectors 2t and 2t+1 into A and B, a last
+      // single vector into C, then (A + C) + B.
+      const Type vt{ScalarType::f32, V};
+      const int a = b.local("sum.a", vt), bb = b.local("sum.b", vt), c = b.local("sum.c", vt);
+      for (int acc : {a, bb, c}) b.assign(acc, f32c(0.0f, V));
+      auto step = [&](ExprRef i, int acc) {
         const ExprRef p = b.let("p", exp_f32(b, o.softmax.exp, sub(load(b.kernel(), scores, add(at, i), V), broadcast(m_new, V))));
-        b.store(scores, add(at, i), select(broadcast(masked, V), f32c(0.0f, V), p));
-        b.assign(lanes, add(b.get(lanes), p));
-      });
+        b.store(scores, add(at, i), select(broadcast(masked, V), f32c(0.0f, V), p_stored(p)));
+        b.assign(acc, add(b.get(acc), p));
+      };
+      ExprRef lanes_sum;
+      if (o.paired_exp_sum) {
+        const int64_t pairs_end = kvB / (2 * V) * (2 * V);
+        if (pairs_end > 0)
+          b.for_range("i", idx(0), idx(pairs_end), 2 * V, [&](ExprRef i) {
+            step(i, a);
+            step(b.let("i2", add(i, idx(V))), bb);
+          });
+        if (vec_end > pairs_end) step(idx(pairs_end), c);
+        lanes_sum = add(add(b.get(a), b.get(c)), b.get(bb));
+      } else {
+        b.for_range("i", idx(0), idx(vec_end), V, [&](ExprRef i) { step(i, a); });
+        lanes_sum = b.get(a);
+      }
+      const ExprRef folded = b.let("sum.lanes", lanes_sum);
       std::vector<ExprRef> parts;
-      for (int l = 0; l < V; ++l) parts.push_back(extract(b.get(lanes), l));
+      for (int l = 0; l < V; ++l) parts.push_back(extract(folded, l));
       b.assign(sum, fold_lanes(parts, o.softmax.fold, Arith{}));
     } else {
       b.assign(sum, f32c(0.0f));
@@ -125,7 +149,7 @@ struct CpuFlash {
     if (kvB > vec_end)
       b.for_range("i", idx(vec_end), idx(kvB), 1, [&](ExprRef i) {
         const ExprRef p = b.let("p", exp_f32(b, o.softmax.tail_exp, sub(load(b.kernel(), scores, add(at, i)), m_new)));
-        b.store(scores, add(at, i), select(masked, f32c(0.0f), p));
+        b.store(scores, add(at, i), select(masked, f32c(0.0f), p_stored(p)));
         b.assign(sum, add(b.get(sum), p));
       });
     const ExprRef e = b.let("rescale", glibc_expf(b, sub(m, m_new)));

@@ -281,6 +281,33 @@ ExprRef torch_exp_u20(Builder& b, ExprRef x) {
   return mul(y, k.c(2.0f));
 }
 
+ExprRef torch_fexp_u20(Builder& b, ExprRef x) {
+  const Consts k{x->type.lanes};
+  x = bound(b, std::move(x), "fexp.x");
+  auto to_i32_floor = [&](const ExprRef& v, const char* name) {  // floor, valid for |v| < 2^31
+    const ExprRef n = b.let(name, cast(v, ScalarType::i32));
+    return select(lt(v, cast(n, ScalarType::f32)), sub(n, k.i(1)), n);
+  };
+  // 2^(x log2 e): src = x log2(e); the fraction f = src - floor(src) corrects src by a cubic
+  // (Horner, fmas): src - c(f); then t = 2^23 src + 127 * 2^23 (one fma) truncated to an integer
+  // is the result's bit pattern. Below ln FLT_MIN: +0; above ln FLT_MAX: +inf (NaN: neither,
+  // the truncation's 0x80000000, -0).
+  const ExprRef src = b.let("fexp.src", mul(x, k.bits(0x3fb8aa3b)));
+  const ExprRef frac = b.let("fexp.frac", sub(src, cast(to_i32_floor(src, "fexp.fl"), ScalarType::f32)));
+  ExprRef c = fma(frac, k.c(-0.079204240219773236f), k.c(-0.22433836478672356f));
+  c = fma(frac, c, k.c(0.30354260500649682f));
+  c = fma(frac, c, k.c(0.00010703434948458272f));
+  const ExprRef t = b.let("fexp.t", fma(k.c(8388608.0f), sub(src, c), k.c(8388608.0f * 127.0f)));
+  // Truncation toward zero from the rounding to nearest Cast; NaN and out-of-range give INT32_MIN.
+  const ExprRef n = b.let("fexp.n", cast(t, ScalarType::i32));
+  const ExprRef nf = cast(n, ScalarType::f32);
+  const ExprRef pos = lt(k.c(0.0f), t);
+  ExprRef bits = select(binary(Op::And, pos, lt(t, nf)), sub(n, k.i(1)), select(binary(Op::And, lt(t, k.c(0.0f)), lt(nf, t)), add(n, k.i(1)), n));
+  bits = select(lt(x, k.bits(0xc2aeac50)), k.i(0), bits);
+  bits = select(lt(k.bits(0x42b17218), x), k.i(0x7F800000), bits);
+  return bitcast(bits, ScalarType::f32);
+}
+
 ExprRef glibc_logf(Builder& b, ExprRef x) {
   const Consts k{x->type.lanes};
   x = bound(b, std::move(x), "logf.x");
@@ -343,6 +370,7 @@ ExprRef exp_f32(Builder& b, MathImpl impl, ExprRef d) {
     case MathImpl::Glibc: return glibc_expf(b, std::move(d));
     case MathImpl::GlibcDouble: return glibc_exp_double_f32(b, std::move(d));
     case MathImpl::TorchExpU20: return torch_exp_u20(b, std::move(d));
+    case MathImpl::TorchFexpU20: return torch_fexp_u20(b, std::move(d));
     case MathImpl::Device: return call(MathFn::device_expf, std::move(d));
   }
   return nullptr;
@@ -353,7 +381,8 @@ ExprRef log_f32(Builder& b, MathImpl impl, ExprRef d) {
     case MathImpl::Glibc: return glibc_logf(b, std::move(d));
     case MathImpl::Device: return call(MathFn::device_logf, std::move(d));
     case MathImpl::GlibcDouble:
-    case MathImpl::TorchExpU20: break;  // exp-only implementations
+    case MathImpl::TorchExpU20:
+    case MathImpl::TorchFexpU20: break;  // exp-only implementations
   }
   throw Error("internal: an exp-only implementation (glibc double exp, exp_u20) has no log");
 }

@@ -40,6 +40,9 @@ ir::ExprRef glibc_exp_double_f32(ir::Builder& b, ir::ExprRef x);
 // n = floor(x log2 e + 1/2), r = x - n ln 2 (fmas), a degree-5 Horner polynomial with fmas, and
 // (p * 2^(n-1)) * 2 with 2^(n-1) built in the exponent field, +0 below ln FLT_MIN.
 ir::ExprRef torch_exp_u20(ir::Builder& b, ir::ExprRef x);
+// PyTorch 2.x's Vectorized<float>::fexp_u20 (AVX2/AVX-512): 2^(x log2 e) with a cubic
+// correction of the fraction, the result's bits formed by a truncating conversion.
+ir::ExprRef torch_fexp_u20(ir::Builder& b, ir::ExprRef x);
 
 // ordo's own 2^x: round-to-integer split, a degree-7 polynomial, exponent bits (gen/math.cpp).
 ir::ExprRef exp2_f32(ir::Builder& b, ir::ExprRef x);

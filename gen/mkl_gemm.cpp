@@ -194,6 +194,41 @@ struct Emitter {
     if (e1 > vec_end) b.for_range("e", idx(vec_end), idx(e1), 1, [&](ExprRef e) { column(e, 1); });
   }
 
+  // ---- gemm_bf16bf16f32's gemv kernels (measured on an Intel host without avx512_bf16).
+  // 'T': lane l of a 4-lane accumulator sums k = l, l + 4, ... in order; then (l0 + l2) + (l1 + l3),
+  // then the K mod 4 last products in order.
+  ExprRef gemv_t4(const Row& a, const Row& x, int64_t K) const {
+    const Type v4{ScalarType::f32, 4};
+    const int acc = b.local("gemv4", v4);
+    b.assign(acc, zero(4));
+    const int64_t whole = K / 4 * 4;
+    if (whole > 0)
+      b.for_range("k", idx(0), idx(whole), 4, [&](ExprRef k) { b.assign(acc, add(b.get(acc), mul(get(a, k, 4), get(x, k, 4)))); });
+    ExprRef h = add(add(extract(b.get(acc), 0), extract(b.get(acc), 2)), add(extract(b.get(acc), 1), extract(b.get(acc), 3)));
+    for (int64_t k = whole; k < K; ++k) h = add(h, mul(get(a, idx(k)), get(x, idx(k))));
+    return h;
+  }
+  // 'N', over k in [k0, k1) for the columns e .. e + lanes - 1: the products of k0, k0 + 2, ...
+  // summed in order from +0, those of k0 + 1, k0 + 3, ... likewise, the two sums added, then C0
+  // plus that, then the last product when the count is odd.
+  ExprRef gemv_n_pairs(const Row& x, const Matrix& v, const ExprRef& e, int lanes, int64_t k0, int64_t k1, ExprRef y0) const {
+    const Type t{ScalarType::f32, lanes};
+    auto product = [&](ExprRef k) { return mul(get(Row{&v, k}, e, lanes), broadcast(get(x, k), lanes)); };
+    const int even = b.local("gemv.even", t), odd = b.local("gemv.odd", t);
+    b.assign(even, zero(lanes));
+    b.assign(odd, zero(lanes));
+    const int64_t pairs_end = k0 + (k1 - k0) / 2 * 2;
+    if (pairs_end > k0)
+      b.for_range("k", idx(k0), idx(pairs_end), 2, [&](ExprRef k) {
+        b.assign(even, add(b.get(even), product(k)));
+        b.assign(odd, add(b.get(odd), product(add(k, idx(1)))));
+      });
+    ExprRef y = add(b.get(even), b.get(odd));
+    if (y0) y = add(std::move(y0), y);
+    if (pairs_end < k1) y = add(y, product(idx(pairs_end)));
+    return y;
+  }
+
   // ---- K blocks of the general sgemm: one block up to 384; up to 768 two blocks (the larger
   // first); beyond, 384-blocks until at most 768 remain, which split in two again; when the output
   // has more than 38400 elements, uniform 384-blocks and the remainder last.
@@ -236,10 +271,20 @@ bool takes_pst(int64_t m, int64_t n, int64_t K) { return (m == 2 && n <= 15) || 
 
 }  // namespace
 
-void emit_gemm_nt(Builder& b, const GemmOrder& order, int64_t n, int64_t m, int64_t K, const Matrix& a, const Matrix& bm, const Matrix& c,
-                  bool threaded) {
+void emit_gemm_nt(Builder& b, const GemmOrder& order, GemmInputs inputs, int64_t n, int64_t m, int64_t K, const Matrix& a,
+                  const Matrix& bm, const Matrix& c, bool threaded) {
   const Emitter E{b};
   const bool split = threaded && order.threads > 1;
+  if (inputs == GemmInputs::bf16 && (n == 1 || m == 1)) {  // bf16 gemv 'T': 4 lanes
+    const Row x = n == 1 ? Row{&a, idx(0)} : Row{&bm, idx(0)};
+    const Matrix& rows = n == 1 ? bm : a;
+    b.for_range("r", idx(0), idx(n == 1 ? m : n), 1, [&](ExprRef r) {
+      const ExprRef y = E.gemv_t4(Row{&rows, r}, x, K);
+      if (n == 1) E.store(c, idx(0), r, y);
+      else E.store(c, r, idx(0), y);
+    });
+    return;
+  }
   if (n == 1) {  // one query: gemv 'T' over the key rows
     const Row x{&a, idx(0)};
     E.gemv_t(m, K, split, [&](ExprRef i, Emitter::RowKind kind) { E.store(c, idx(0), i, E.gemv_t_row(Row{&bm, i}, x, K, kind)); });
@@ -270,9 +315,26 @@ void emit_gemm_nt(Builder& b, const GemmOrder& order, int64_t n, int64_t m, int6
   });
 }
 
-void emit_gemm_nn(Builder& b, const GemmOrder& order, int64_t n, int64_t m, int64_t K, const Matrix& p, const Matrix& v, const Matrix& c,
-                  bool accumulate, bool threaded, int64_t c_align) {
+void emit_gemm_nn(Builder& b, const GemmOrder& order, GemmInputs inputs, int64_t n, int64_t m, int64_t K, const Matrix& p,
+                  const Matrix& v, const Matrix& c, bool accumulate, bool threaded, int64_t c_align) {
   const Emitter E{b};
+  if (inputs == GemmInputs::bf16 && n == 1) {  // bf16 gemv 'N': even and odd k apart
+    const Row x{&p, idx(0)};
+    const bool halves = threaded && order.threads > 1 && K > 1 && m > 32;
+    const int lanes = m % 16 == 0 ? 16 : 8;
+    b.for_range("e", idx(0), idx(m), lanes, [&](ExprRef e) {
+      const ExprRef y0 = accumulate ? E.stored(c, idx(0), e, lanes) : nullptr;
+      if (!halves) {
+        E.store(c, idx(0), e, E.gemv_n_pairs(x, v, e, lanes, 0, K, y0));
+        return;
+      }
+      // Threaded (fitted on 2 threads, E > 32): K cut at ceil(K/2), C0 into the first half.
+      const int64_t h = (K + 1) / 2;
+      const ExprRef first = b.let("half", E.gemv_n_pairs(x, v, e, lanes, 0, h, y0));
+      E.store(c, idx(0), e, add(first, E.gemv_n_pairs(x, v, e, lanes, h, K, nullptr)));
+    });
+    return;
+  }
 
   if (n == 1) {  // one query row: gemv 'N'
     const Row x{&p, idx(0)};

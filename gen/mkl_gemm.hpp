@@ -18,17 +18,21 @@ struct Matrix {
   int64_t stride = 0;
 };
 
+// The operands of a product: f32 (sgemm) or bf16 values (gemm_bf16bf16f32, whose products are
+// exact in f32; its gemv kernels are other ones).
+enum class GemmInputs { f32, bf16 };
+
 // C[j][i] = sum_k A[j][k] * B[i][k] for j < n, i < m, k < K: PyTorch's q @ k^T, the call
 // sgemm('T', 'N', m, n, K, 1, B, A, 0, C) (A the query rows, B the key rows, both contiguous in k).
 // `threaded`: MKL runs on order.threads threads (PyTorch called it outside its parallel loop).
-void emit_gemm_nt(ir::Builder& b, const ir::GemmOrder& order, int64_t n, int64_t m, int64_t K, const Matrix& a,
+void emit_gemm_nt(ir::Builder& b, const ir::GemmOrder& order, GemmInputs inputs, int64_t n, int64_t m, int64_t K, const Matrix& a,
                   const Matrix& bm, const Matrix& c, bool threaded);
 
 // C[j][e] = (accumulate ? C[j][e] : nothing) + sum_k P[j][k] * V[k][e] for j < n, e < m, k < K:
 // PyTorch's p @ v, the call sgemm('N', 'N', m, n, K, 1, V, P, beta, C) with beta = 1 when
 // accumulating. c_align: the distance of C's first element from a 64-byte boundary, in floats,
 // which MKL's threaded gemv splits by.
-void emit_gemm_nn(ir::Builder& b, const ir::GemmOrder& order, int64_t n, int64_t m, int64_t K, const Matrix& p,
+void emit_gemm_nn(ir::Builder& b, const ir::GemmOrder& order, GemmInputs inputs, int64_t n, int64_t m, int64_t K, const Matrix& p,
                   const Matrix& v, const Matrix& c, bool accumulate, bool threaded, int64_t c_align);
 
 }  // namespace ordo::gen

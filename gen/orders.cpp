@@ -91,7 +91,9 @@ AttentionOrder torch215_attention(ScalarType storage, Capability cap) {
   a.key_block = 512;
   a.softmax.lanes = cap == Capability::avx512 ? 16 : 8;
   a.softmax.fold = cap == Capability::base ? LaneFold::Sequential : LaneFold::Halving;
-  a.softmax.exp = cap == Capability::base ? MathImpl::Glibc : MathImpl::TorchExpU20;
+  const bool reduced = storage != f32;
+  a.softmax.exp = cap == Capability::base ? MathImpl::Glibc : reduced ? MathImpl::TorchFexpU20 : MathImpl::TorchExpU20;
+  a.paired_exp_sum = reduced;
   a.softmax.tail_exp = MathImpl::GlibcDouble;
   a.softmax.log = MathImpl::Glibc;
   a.rescale_fma = cap != Capability::base;
@@ -647,8 +649,8 @@ std::string known_orders(OpKind op) {
 // The shapes an order is defined for, beyond the op's own limits: an order that reproduces one
 // kernel of a library takes the shapes that kernel runs. Empty when `r` is one of them.
 std::string shape_error(const Request& r, const Order& o, const NamedOrder& n) {
-  if (r.op == OpKind::attention && o.attention.kind == AttentionOrder::Kind::CpuFlash && r.x_dtype != f32)
-    return fmt::format("order '{}' runs attention in f32 only for now ({} is not modelled yet)", r.order, name(r.x_dtype));
+  if (r.op == OpKind::attention && o.attention.kind == AttentionOrder::Kind::CpuFlash && r.x_dtype == f16)
+    return fmt::format("order '{}' runs attention in f32 and bf16 (PyTorch's f16 CPU attention is not modelled)", r.order);
   if ((r.op == OpKind::softmax || r.op == OpKind::log_softmax) && o.softmax.kind == SoftmaxOrder::Kind::WarpButterfly) {
     // torch-cuda: PyTorch's persistent warp kernel runs N <= 1024 only. warp-butterfly keeps a
     // row's exponentials in 32 * I floats of shared memory: N <= 8192 is 32 KiB.

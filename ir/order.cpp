@@ -70,6 +70,7 @@ static const char* math_name(MathImpl m) {
     case MathImpl::Device: return "cuda (device-only)";
     case MathImpl::GlibcDouble: return "glibc double exp";
     case MathImpl::TorchExpU20: return "torch exp_u20";
+    case MathImpl::TorchFexpU20: return "torch fexp_u20";
   }
   return "?";
 }
@@ -97,7 +98,8 @@ std::string describe(const AttentionOrder& a) {
     return fmt::format("cpu_flash(key_block={}, gemm={}, lanes={}, exp={}, tail_exp={}, fold={}, sum={}{})",
                        a.key_block, describe(a.gemm), a.softmax.lanes, math_name(a.softmax.exp),
                        math_name(a.softmax.tail_exp), fold_name(a.softmax.fold),
-                       a.rescale_fma ? "fma" : "mul+add", a.round_to_storage ? ", p rounded to storage" : "");
+                       a.rescale_fma ? "fma" : "mul+add",
+                       a.round_to_storage ? fmt::format(", p rounded to storage{}", a.paired_exp_sum ? ", paired exp sum" : "") : "");
   const char* kind = a.kind == AttentionOrder::Kind::Materialized ? "materialized"
                      : a.kind == AttentionOrder::Kind::ExactTiled ? "exact_tiled"
                                                                   : "flash";

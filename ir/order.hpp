@@ -174,6 +174,8 @@ enum class MathImpl : uint8_t {
   GlibcDouble,  // exp only: glibc's double exp of the argument widened to f64, rounded to f32
                 // (C++ that calls exp on a float promoted to double)
   TorchExpU20,  // exp only: PyTorch 2.x's Vectorized<float>::exp_u20 (AVX2/AVX-512 builds)
+  TorchFexpU20, // exp only: PyTorch 2.x's Vectorized<float>::fexp_u20 (AVX2/AVX-512 builds), the
+                // cruder exp its reduced-precision kernels take
 };
 
 // How softmax / log_softmax over a row are computed. In every kind the max is exact (only ±0 and
@@ -283,6 +285,10 @@ struct AttentionOrder {
   // (batch*heads = 1 and S_q <= qS): PyTorch then calls MKL outside its parallel loop.
   GemmOrder gemm;
   bool rescale_fma = true;   // CpuFlash: l = fma(e, l, block sum) (else e*l, then + block sum)
+  // CpuFlash, 16-bit inputs: the vector exponentials are summed two vectors at a time into
+  // accumulators A and B, a last single vector into C, and the block sum is fold((A + C) + B).
+  // The probabilities go to P @ v rounded to the storage type; the sum takes them unrounded.
+  bool paired_exp_sum = false;
 };
 
 // The whole order of a normalization-family op.
