@@ -266,11 +266,13 @@ ExprRef torch_exp_u20(Builder& b, ExprRef x) {
   // first is NaN, so a NaN argument is clamped to ln_max (no NaN propagates).
   ExprRef src = select(lt(x, ln_max), x, ln_max);
   src = b.let("exp_u20.src", select(lt(ln_min, src), src, ln_min));
-  // fx = floor(src log2(e) + 1/2) (an fma, then a conversion rounding down); the rounding to
-  // nearest Cast is corrected downwards where it went up.
+  // fx = floor(src log2(e) + 1/2) (an fma, then a conversion rounding down). |t| < 2^22 here, so
+  // adding and taking off 1.5 * 2^23 rounds t to the nearest integer exactly, which is corrected
+  // downwards where it went up. (In float arithmetic, not a conversion: NVVM rematerializes the
+  // fma into a conversion's range check, which the PTX fma census would count twice.)
   const ExprRef t = b.let("exp_u20.t", fma(src, k.bits(0x3fb8aa3b), k.c(0.5f)));
-  const ExprRef n = b.let("exp_u20.n", cast(t, ScalarType::i32));
-  const ExprRef fx = b.let("exp_u20.fx", cast(select(lt(t, cast(n, ScalarType::f32)), sub(n, k.i(1)), n), ScalarType::f32));
+  const ExprRef nearest = b.let("exp_u20.nearest", sub(add(t, k.c(0x1.8p23f)), k.c(0x1.8p23f)));
+  const ExprRef fx = b.let("exp_u20.fx", select(lt(t, nearest), sub(nearest, k.c(1.0f)), nearest));
   const ExprRef r = b.let("exp_u20.r", fnma(fx, k.bits(0x3f317218), src));
   // Degree-5 Horner polynomial in r, every step an fma.
   ExprRef p = fma(r, k.c(0.00828929059f), k.c(0.0418978221f));

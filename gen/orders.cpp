@@ -273,18 +273,20 @@ std::vector<NamedOrder> make_table() {
                "PyTorch 2.15 CPU, ATEN_CPU_CAPABILITY=default. layer_norm: f32 8-lane Welford cascade (two f32 streams per 16-bit "
                "vector), no fma; rms_norm: F.rms_norm's composite in f32 (SumKernel's 4x8-lane cascade over the rounded squares; "
                "a single row over 32768 long is torch's on one thread only: on more it splits the sum); "
-               "softmax/log_softmax: torch1.13-cpu-default's; var_mean: sequential Welford in f64",
+               "softmax/log_softmax: torch1.13-cpu-default's; var_mean: sequential Welford in f64; attention (f32, bf16): the CPU "
+               "flash kernel with glibc expf, MKL's block products (threads=T: torch's thread count; mkl=intel)",
                torch215_ops, kAllStorage, true, true,
                [](ScalarType s, ScalarType, const Request& r) { return torch215(s, Capability::base, r); }});
   t.push_back({"torch2.15-cpu-avx2",
                "PyTorch 2.15 CPU, ATEN_CPU_CAPABILITY=avx2. layer_norm: the cascade with fma updates and AddMomentsVec merges, "
-               "fused affine; rms_norm: as default; softmax/log_softmax: torch1.13-cpu-avx2's; var_mean: sequential Welford in f64",
+               "fused affine; rms_norm: as default; softmax/log_softmax: torch1.13-cpu-avx2's; var_mean: sequential Welford in f64; "
+               "attention: the CPU flash kernel with 8-lane exp_u20",
                torch215_ops, kAllStorage, true, true,
                [](ScalarType s, ScalarType, const Request& r) { return torch215(s, Capability::avx2, r); }});
   t.push_back({"torch2.15-cpu-avx512",
                "PyTorch 2.15 CPU, ATEN_CPU_CAPABILITY=avx512: softmax/log_softmax by its AVX-512 kernels (16 lanes); layer_norm "
                "has no AVX-512 kernel, so it is torch2.15-cpu-avx2's; rms_norm: as default (8 lanes here too); var_mean: "
-               "sequential Welford in f64",
+               "sequential Welford in f64; attention: the CPU flash kernel with 16-lane exp_u20",
                torch215_ops, kAllStorage, true, true,
                [](ScalarType s, ScalarType, const Request& r) { return torch215(s, Capability::avx512, r); }});
   t.push_back({"torch2.15-cpu",
@@ -590,16 +592,22 @@ void apply_parameters(Order& o, std::string_view params, std::string_view order_
 }
 
 // The MKL model for PyTorch's CPU attention: the running host's, unless the order names one
-// (mkl=intel). Only the Intel model exists; an AMD host's MKL kernels are other ones (measured,
-// ../shared/torch2-orders.md) and ordo does not model them yet.
-GemmOrder::Kind mkl_host_model(const std::string& order_name) {
-  const size_t at = order_name.find("mkl=");
-  if (at != std::string::npos) return GemmOrder::Kind::MklIntelAvx512;  // checked by apply_environment
+// (mkl=intel). ordo models an Intel CPU with AVX-512 (in bf16, one without avx512_bf16, whose
+// gemm_bf16bf16f32 kernels are others); MKL runs other kernels elsewhere (an AMD CPU's were
+// measured to differ, ../shared/torch2-orders.md), so there the order refuses rather than
+// give other bits.
+GemmOrder::Kind mkl_host_model(const Request& r) {
+  if (r.order.find("mkl=") != std::string::npos) return GemmOrder::Kind::MklIntelAvx512;  // checked by apply_environment
+  const std::string base = r.order.substr(0, r.order.find('('));
   __builtin_cpu_init();
-  if (__builtin_cpu_is("amd"))
-    throw Error(fmt::format("order '{}': this is an AMD CPU, whose MKL kernels (which PyTorch's attention calls) ordo does not model "
-                            "yet; '{}(mkl=intel)' gives the bits of an Intel host",
-                            order_name, order_name.substr(0, order_name.find('('))));
+  const char* why = nullptr;
+  if (!__builtin_cpu_is("intel") || !__builtin_cpu_supports("avx512f")) why = "is not an Intel CPU with AVX-512";
+  else if (r.x_dtype == ScalarType::bf16 && __builtin_cpu_supports("avx512bf16")) why = "has avx512_bf16, whose bf16 MKL kernels";
+  if (why)
+    throw Error(fmt::format("order '{}': this host {}{}; PyTorch's attention calls MKL, and ordo models the MKL kernels of an "
+                            "Intel AVX-512 host (without avx512_bf16 for bf16) only. '{}(mkl=intel)' gives that host's bits",
+                            r.order, why, r.x_dtype == ScalarType::bf16 && std::string_view(why).starts_with("has") ? " are not modelled" : "",
+                            base));
   return GemmOrder::Kind::MklIntelAvx512;
 }
 
@@ -737,7 +745,7 @@ Order resolve(const Request& r) {
   Order o = n->pins_acc ? probe : n->make(r.x_dtype, r.acc_dtype.value_or(f32), r);
   size_t open = r.order.find('(');
   const bool cpu_flash = r.op == OpKind::attention && o.attention.kind == AttentionOrder::Kind::CpuFlash;
-  if (cpu_flash) o.attention.gemm.kind = mkl_host_model(r.order);
+  if (cpu_flash) o.attention.gemm.kind = mkl_host_model(r);
   if (open != std::string::npos && cpu_flash) {
     if (r.order.back() != ')') throw Error(fmt::format("order '{}': missing ')'", r.order));
     apply_environment(o, std::string_view(r.order).substr(open + 1, r.order.size() - open - 2), r.order);

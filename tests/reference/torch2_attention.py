@@ -1,0 +1,204 @@
+"""Bit-exact check of ordo's torch2.15-cpu-* attention orders against PyTorch 2.15.0 as installed.
+
+torch.nn.functional.scaled_dot_product_attention on the CPU runs its flash kernel for 4-D inputs
+without dropout; `_scaled_dot_product_flash_attention_for_cpu` is that kernel and also returns the
+log-sum-exp. For each CPU capability this machine has, a worker process starts with
+ATEN_CPU_CAPABILITY set and runs torch on 1 and on 2 threads, and ordo's order for that capability
+(with threads=1 or threads=2) in the same process through the Python package (build/python). out
+(through F.scaled_dot_product_attention) and lse must have torch's bit patterns (every NaN equals
+every NaN). The alias torch2.15-cpu runs on a share of the cases and must agree as well.
+
+Cases: f32 and bf16; D from 8 to 256 (a 16-lane tail where D mod 16 = 8); S_q and S_k from 1 to
+above 512 (several key blocks) and above 768 (the 256-row query blocks), S_q != S_k both ways;
+causal (top-left aligned, as torch masks) and not; the default scale and others; batch*heads = 1,
+where PyTorch's parallel loop may have a single iteration and MKL then runs on all threads, and
+more. Values: normal, sharp (logits 8 times larger: near one-hot rows) and flat (logits near 0).
+
+The MKL kernels inside are the running host's (the orders take them as a parameter, mkl=, from
+this host by default). Only an Intel AVX-512 host is modelled, for bf16 one without avx512_bf16;
+on another host the test says what it cannot verify and checks the rest. One regime is compared on
+1 thread only: bf16 with batch*heads = 1 and a single query block of 2..32 rows, where MKL
+splits q @ k^T between threads in a way the orders do not model (docs/research/torch2.15-attention.md).
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from bits import capabilities  # noqa: E402
+from summary import print_summary  # noqa: E402
+
+WANT_TORCH = "2.15.0"
+
+# (S_q, S_k, D, batch, heads): one query (gemv), one key, tiny blocks (MKL's small-matrix
+# kernels), D mod 16 = 8, the 64- and 256-row query blocks, several key blocks.
+SHAPES = [
+    (1, 1, 64, 1, 1), (1, 17, 64, 1, 2), (1, 300, 128, 1, 1), (1, 700, 64, 2, 1), (2, 5, 32, 1, 1), (3, 47, 64, 1, 1),
+    (5, 5, 32, 1, 1), (5, 40, 64, 1, 1), (7, 700, 64, 1, 2), (9, 20, 32, 1, 1), (16, 16, 64, 1, 1), (30, 30, 64, 1, 1),
+    (33, 33, 32, 1, 1), (35, 35, 8, 1, 1), (17, 9, 24, 1, 1), (40, 31, 40, 1, 2), (12, 100, 16, 1, 1),
+    (64, 193, 32, 1, 1), (65, 40, 64, 1, 1), (66, 66, 32, 2, 1), (100, 100, 80, 1, 1), (191, 191, 32, 1, 1),
+    (200, 200, 128, 1, 1), (257, 255, 64, 1, 1), (32, 385, 32, 1, 1), (40, 513, 32, 1, 1), (70, 600, 256, 1, 1),
+    (32, 1030, 32, 1, 1), (300, 1100, 32, 1, 1), (800, 900, 64, 1, 1), (100, 300, 256, 1, 2),
+]
+SHAPES_QUICK = [(1, 17, 64, 1, 2), (5, 40, 64, 1, 1), (17, 9, 24, 1, 1), (66, 66, 32, 2, 1), (200, 200, 128, 1, 1),
+                (40, 513, 32, 1, 1)]
+RANGES = [("normal", 1.0), ("sharp", 8.0), ("flat", 1e-3)]
+SCALES = [None, None, 0.3, 1.0]
+
+
+def cases(quick):
+    out = []
+    i = 0
+    for s_q, s_k, d, batch, heads in SHAPES_QUICK if quick else SHAPES:
+        for dtype in ("f32", "bf16"):
+            for causal in (False, True):
+                out.append({"sq": s_q, "sk": s_k, "d": d, "batch": batch, "heads": heads, "dtype": dtype, "causal": causal,
+                            "range": RANGES[i % 3][0], "scale": SCALES[i % 4], "seed": i})
+                i += 1
+    return out
+
+
+WORKER = r'''
+import json, sys
+import numpy as np
+import torch
+import torch.nn.functional as F
+import ordo
+
+cap, cases, skip_bf16 = sys.argv[1], json.load(open(sys.argv[2])), sys.argv[4] == "1"
+RANGES = dict(json.loads(sys.argv[3]))
+
+def bits(t):
+    t = t.contiguous()
+    return t.view(torch.int16).numpy() if t.element_size() == 2 else t.view(torch.int32).numpy()
+
+def same(a, b):
+    if a.dtype != b.dtype or tuple(a.shape) != tuple(b.shape):
+        return False, f"dtype/shape {b.dtype}{tuple(b.shape)} vs torch {a.dtype}{tuple(a.shape)}"
+    differ = (bits(a) != bits(b)) & ~(torch.isnan(a.float()) & torch.isnan(b.float())).numpy()
+    if differ.any():
+        i = int(np.flatnonzero(differ.ravel())[0])
+        return False, f"{int(differ.sum())} of {a.numel()} differ; first at {i}: ordo {b.reshape(-1)[i].item()!r} torch {a.reshape(-1)[i].item()!r}"
+    return True, ""
+
+def inputs(c):
+    g = torch.Generator().manual_seed(2000 + c["seed"])
+    dt = torch.float32 if c["dtype"] == "f32" else torch.bfloat16
+    shape = (c["batch"], c["heads"])
+    q = (torch.randn(*shape, c["sq"], c["d"], generator=g) * RANGES[c["range"]]).to(dt)
+    k = torch.randn(*shape, c["sk"], c["d"], generator=g).to(dt)
+    v = torch.randn(*shape, c["sk"], c["d"], generator=g).to(dt)
+    return q, k, v
+
+def threaded_split(c):
+    """bf16, one (batch, head) and one query block of 2..32 rows: PyTorch calls MKL outside its
+    parallel loop and MKL splits q @ k^T between its threads; not modelled."""
+    return c["dtype"] == "bf16" and c["batch"] * c["heads"] == 1 and 2 <= c["sq"] <= 32 and c["sk"] >= 2
+
+results = []
+for threads in (1, 2):
+    torch.set_num_threads(threads)
+    for i, c in enumerate(cases):
+        if (threads > 1 and threaded_split(c)) or (skip_bf16 and c["dtype"] == "bf16"):
+            continue
+        q, k, v = inputs(c)
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=c["causal"], scale=c["scale"])
+        _, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, c["causal"], scale=c["scale"])[:2]
+        want = {"out": out, "lse": lse}
+        orders = [f"torch2.15-cpu-{cap}"] + (["torch2.15-cpu"] if i % 5 == 0 else [])
+        for order in orders:
+            named = f"{order}(threads={threads})" if threads > 1 else order
+            try:
+                o, l = ordo.attention(q, k, v, order=named, causal=c["causal"], scale=c["scale"], return_lse=True)
+            except Exception as e:
+                results.append({"case": i, "order": named, "threads": threads, "ok": False, "why": f"ordo: {e}"})
+                continue
+            got = {"out": o, "lse": l}
+            why = [f"{n}: {m}" for n in want for ok, m in [same(want[n], got[n])] if not ok]
+            results.append({"case": i, "order": named, "threads": threads, "ok": not why, "why": "; ".join(why)})
+print(json.dumps({"torch": torch.__version__, "capability": torch.backends.cpu.get_cpu_capability(), "results": results}))
+'''
+
+
+def mkl_host():
+    """(modelled f32, modelled bf16, description) for this host's MKL kernels."""
+    try:
+        info = open("/proc/cpuinfo").read()
+    except OSError:
+        info = ""
+    intel = "GenuineIntel" in info
+    flags = set()
+    for line in info.splitlines():
+        if line.startswith("flags"):
+            flags = set(line.split(":", 1)[1].split())
+            break
+    avx512 = "avx512f" in flags
+    if not (intel and avx512):
+        return False, False, "not an Intel CPU with AVX-512"
+    if "avx512_bf16" in flags:
+        return True, False, "an Intel CPU with avx512_bf16, whose bf16 MKL kernels are other ones"
+    return True, True, "an Intel CPU with AVX-512, without avx512_bf16"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--build", default=os.path.join(HERE, "..", "..", "build"), help="ordo's build directory")
+    ap.add_argument("--quick", action="store_true", help="fewer shapes")
+    args = ap.parse_args()
+    try:
+        import torch
+    except ImportError:
+        print(f"FAIL: torch is not importable by {sys.executable}; scripts/setup.sh installs the torch 2.15 venv "
+              f"(scripts/torch2-venv --python names its python)")
+        return 1
+    if torch.__version__.split("+")[0] != WANT_TORCH:
+        print(f"FAIL: this is torch {torch.__version__} ({sys.executable}); the torch2.15 orders are checked against {WANT_TORCH}")
+        return 1
+    f32_ok, bf16_ok, host = mkl_host()
+    print(f"MKL host: {host}")
+    if not f32_ok:
+        print("NOT VERIFIED: torch2.15-cpu-* attention (ordo models the MKL kernels of Intel AVX-512 hosts only; "
+              "this host's are other ones, and the orders refuse to run here without mkl=intel)")
+        return 0
+    if not bf16_ok:
+        print("NOT VERIFIED: torch2.15-cpu-* attention in bf16 (this host's bf16 MKL kernels are not modelled)")
+
+    all_cases = cases(args.quick)
+    import tempfile
+    spec = tempfile.NamedTemporaryFile("w", suffix=".json", prefix="ordo_torch2_attention_", delete=False)
+    json.dump(all_cases, spec)
+    spec.close()
+    table, passed, failed = {}, 0, 0
+    env_base = dict(os.environ, PYTHONPATH=os.path.join(os.path.abspath(args.build), "python"))
+    for cap in capabilities(print, "torch2.15-cpu-avx512"):
+        env = dict(env_base, ATEN_CPU_CAPABILITY=cap, OMP_WAIT_POLICY="PASSIVE")
+        worker = subprocess.run([sys.executable, "-c", WORKER, cap, spec.name, json.dumps(RANGES), "0" if bf16_ok else "1"],
+                                env=env, capture_output=True, text=True)
+        if worker.returncode != 0:
+            print(f"FAIL: worker for ATEN_CPU_CAPABILITY={cap} exited {worker.returncode}:\n{worker.stderr}")
+            return 1
+        out = json.loads(worker.stdout.strip().splitlines()[-1])
+        print(f"torch {out['torch']}, ATEN_CPU_CAPABILITY={cap} (torch reports {out['capability']}), threads 1 and 2")
+        for r in out["results"]:
+            c = all_cases[r["case"]]
+            base = r["order"].split("(")[0]
+            key = ("attention", base + ("" if base.endswith(cap) else f"[{cap}]"), c["dtype"])
+            entry = table.setdefault(key, [0, 0])
+            entry[1] += 1
+            if r["ok"]:
+                entry[0] += 1
+                passed += 1
+            else:
+                failed += 1
+                print(f"FAIL attention {r['order']} {c['dtype']} Sq={c['sq']} Sk={c['sk']} D={c['d']} B={c['batch']} H={c['heads']} "
+                      f"causal={c['causal']} scale={c['scale']} {c['range']} threads={r['threads']}: {r['why']}")
+    os.unlink(spec.name)
+    print("\n(each case is counted once per torch thread count, 1 and 2)")
+    return print_summary(table, passed, failed)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
