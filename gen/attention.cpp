@@ -515,6 +515,7 @@ struct Attention {
 Kernel build_attention(const Request& r, const Order& order) {
   const AttentionOrder& o = order.attention;
   if (o.kind == AttentionOrder::Kind::CpuFlash) return build_cpu_flash_attention(r, order);
+  if (o.kind == AttentionOrder::Kind::CpuMatmul) return build_cpu_matmul_attention(r, order);
   Kernel k;
   k.name = "attention";
   Builder b(k);
@@ -542,7 +543,8 @@ Kernel build_attention(const Request& r, const Order& order) {
       case AttentionOrder::Kind::Materialized: a.materialized(); break;
       case AttentionOrder::Kind::ExactTiled: a.exact_tiled(); break;
       case AttentionOrder::Kind::Flash: a.flash(); break;
-      case AttentionOrder::Kind::CpuFlash: break;  // built above
+      case AttentionOrder::Kind::CpuFlash:
+      case AttentionOrder::Kind::CpuMatmul: break;  // built above
     }
   });
   return k;

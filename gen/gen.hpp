@@ -57,6 +57,8 @@ ir::Kernel build_attention(const Request& r, const ir::Order& order);
 // AttentionOrder::Kind::CpuFlash (gen/cpu_flash_attention.cpp), and its query block for S_q rows.
 ir::Kernel build_cpu_flash_attention(const Request& r, const ir::Order& order);
 int64_t cpu_flash_query_block(int64_t seq_q);
+// AttentionOrder::Kind::CpuMatmul (gen/cpu_matmul_attention.cpp).
+ir::Kernel build_cpu_matmul_attention(const Request& r, const ir::Order& order);
 // The CUDA-native orders (gen/team.cpp): a team of threads per row.
 ir::Kernel build_layer_norm_team(const Request& r, const ir::Order& order);  // MomentsOrder::BlockWelford, BlockReduceWelford
 ir::Kernel build_softmax_warp(const Request& r, const ir::Order& order);     // SoftmaxOrder::WarpButterfly

@@ -230,12 +230,13 @@ struct Emitter {
   }
 
   // ---- K blocks of the general sgemm: one block up to 384; up to 768 two blocks (the larger
-  // first); beyond, 384-blocks until at most 768 remain, which split in two again; when the output
-  // has more than 38400 elements, uniform 384-blocks and the remainder last.
+  // first); beyond, 384-blocks until at most 768 remain, which split in two again. When both
+  // dimensions of C are at least 192 (measured: 176 and 191 still split, 192 does not), uniform
+  // 384-blocks and the remainder last.
   static std::vector<int64_t> k_blocks(int64_t K, int64_t n, int64_t m) {
     constexpr int64_t kc = 384;
     std::vector<int64_t> parts;
-    if (K > 2 * kc && n * m > 38400) {
+    if (K > 2 * kc && n >= 192 && m >= 192) {
       for (int64_t k = 0; k < K; k += kc) parts.push_back(std::min(kc, K - k));
       return parts;
     }
@@ -271,21 +272,53 @@ bool takes_pst(int64_t m, int64_t n, int64_t K) { return (m == 2 && n <= 15) || 
 
 }  // namespace
 
+// The general kernel: not a gemv (one row or one column; in bf16 too), not smalln, not pst.
+bool gemm_nt_splits_rows(const GemmOrder&, GemmInputs, int64_t n_call, int64_t m, int64_t K) {
+  return n_call > 1 && m > 1 && !(K >= 24 * n_call && n_call < 16) && !takes_pst(m, n_call, K);
+}
+bool gemm_nn_splits_rows(const GemmOrder&, GemmInputs, int64_t n_call, int64_t, int64_t) { return n_call > 1; }
+
+void emit_naive_nt(Builder& b, int64_t n, int64_t m, int64_t K, const Matrix& a, const Matrix& bm, const Matrix& c) {
+  const Emitter E{b};
+  b.for_range("j", idx(0), idx(n), 1, [&](ExprRef j) {
+    b.for_range("i", idx(0), idx(m), 1, [&](ExprRef i) {
+      const int acc = b.local("naive", kF32);
+      b.assign(acc, zero(1));
+      b.for_range("k", idx(0), idx(K), 1, [&](ExprRef k) { b.assign(acc, add(b.get(acc), mul(E.get(Row{&a, j}, k), E.get(Row{&bm, i}, k)))); });
+      E.store(c, j, i, b.get(acc));
+    });
+  });
+}
+void emit_naive_nn(Builder& b, int64_t n, int64_t m, int64_t K, const Matrix& p, const Matrix& v, const Matrix& c) {
+  const Emitter E{b};
+  b.for_range("j", idx(0), idx(n), 1, [&](ExprRef j) {
+    b.for_range("e", idx(0), idx(m), 1, [&](ExprRef e) {
+      const int acc = b.local("naive", kF32);
+      b.assign(acc, zero(1));
+      b.for_range("k", idx(0), idx(K), 1, [&](ExprRef k) { b.assign(acc, add(b.get(acc), mul(E.get(Row{&p, j}, k), E.get(Row{&v, k}, e)))); });
+      E.store(c, j, e, b.get(acc));
+    });
+  });
+}
+
 void emit_gemm_nt(Builder& b, const GemmOrder& order, GemmInputs inputs, int64_t n, int64_t m, int64_t K, const Matrix& a,
-                  const Matrix& bm, const Matrix& c, bool threaded) {
+                  const Matrix& bm, const Matrix& c, bool threaded, int64_t n_call) {
+  if (n_call == 0) n_call = n;
+  if (n_call != n && !gemm_nt_splits_rows(order, inputs, n_call, m, K))
+    throw Error(fmt::format("internal: q @ k^T of {} rows emitted in part ({} rows) outside MKL's general kernel", n_call, n));
   const Emitter E{b};
   const bool split = threaded && order.threads > 1;
-  if (inputs == GemmInputs::bf16 && (n == 1 || m == 1)) {  // bf16 gemv 'T': 4 lanes
-    const Row x = n == 1 ? Row{&a, idx(0)} : Row{&bm, idx(0)};
-    const Matrix& rows = n == 1 ? bm : a;
-    b.for_range("r", idx(0), idx(n == 1 ? m : n), 1, [&](ExprRef r) {
+  if (inputs == GemmInputs::bf16 && (n_call == 1 || m == 1)) {  // bf16 gemv 'T': 4 lanes
+    const Row x = n_call == 1 ? Row{&a, idx(0)} : Row{&bm, idx(0)};
+    const Matrix& rows = n_call == 1 ? bm : a;
+    b.for_range("r", idx(0), idx(n_call == 1 ? m : n), 1, [&](ExprRef r) {
       const ExprRef y = E.gemv_t4(Row{&rows, r}, x, K);
-      if (n == 1) E.store(c, idx(0), r, y);
+      if (n_call == 1) E.store(c, idx(0), r, y);
       else E.store(c, r, idx(0), y);
     });
     return;
   }
-  if (n == 1) {  // one query: gemv 'T' over the key rows
+  if (n_call == 1) {  // one query: gemv 'T' over the key rows
     const Row x{&a, idx(0)};
     E.gemv_t(m, K, split, [&](ExprRef i, Emitter::RowKind kind) { E.store(c, idx(0), i, E.gemv_t_row(Row{&bm, i}, x, K, kind)); });
     return;
@@ -295,18 +328,18 @@ void emit_gemm_nt(Builder& b, const GemmOrder& order, GemmInputs inputs, int64_t
     E.gemv_t(n, K, split, [&](ExprRef j, Emitter::RowKind kind) { E.store(c, j, idx(0), E.gemv_t_row(Row{&a, j}, x, K, kind)); });
     return;
   }
-  if (K >= 24 * n && n < 16) {
+  if (K >= 24 * n_call && n_call < 16) {
     b.for_range("j", idx(0), idx(n), 1, [&](ExprRef j) {
       b.for_range("i", idx(0), idx(m), 1, [&](ExprRef i) { E.store(c, j, i, E.fold_smalln(E.dot16(Row{&a, j}, Row{&bm, i}, 0, K, false))); });
     });
     return;
   }
-  if (takes_pst(m, n, K)) {
+  if (takes_pst(m, n_call, K)) {
     for (int64_t j = 0; j < n; ++j)
       b.for_range("i", idx(0), idx(m), 1, [&](ExprRef i) { E.store(c, idx(j), i, E.halve(E.dot16(Row{&a, idx(j)}, Row{&bm, i}, 0, K, j % 2 == 0))); });
     return;
   }
-  const std::vector<int64_t> parts = Emitter::k_blocks(K, n, m);
+  const std::vector<int64_t> parts = Emitter::k_blocks(K, n_call, m);
   b.for_range("j", idx(0), idx(n), 1, [&](ExprRef j) {
     b.for_range("i", idx(0), idx(m), 1, [&](ExprRef i) {
       const Row x{&a, j}, y{&bm, i};
@@ -316,9 +349,12 @@ void emit_gemm_nt(Builder& b, const GemmOrder& order, GemmInputs inputs, int64_t
 }
 
 void emit_gemm_nn(Builder& b, const GemmOrder& order, GemmInputs inputs, int64_t n, int64_t m, int64_t K, const Matrix& p,
-                  const Matrix& v, const Matrix& c, bool accumulate, bool threaded, int64_t c_align) {
+                  const Matrix& v, const Matrix& c, bool accumulate, bool threaded, int64_t c_align, int64_t n_call) {
+  if (n_call == 0) n_call = n;
+  if (n_call != n && !gemm_nn_splits_rows(order, inputs, n_call, m, K))
+    throw Error(fmt::format("internal: p @ v of {} rows emitted in part ({} rows) outside MKL's general kernel", n_call, n));
   const Emitter E{b};
-  if (inputs == GemmInputs::bf16 && n == 1) {  // bf16 gemv 'N': even and odd k apart
+  if (inputs == GemmInputs::bf16 && n_call == 1) {  // bf16 gemv 'N': even and odd k apart
     const Row x{&p, idx(0)};
     const bool halves = threaded && order.threads > 1 && K > 1 && m > 32;
     const int lanes = m % 16 == 0 ? 16 : 8;
@@ -336,7 +372,7 @@ void emit_gemm_nn(Builder& b, const GemmOrder& order, GemmInputs inputs, int64_t
     return;
   }
 
-  if (n == 1) {  // one query row: gemv 'N'
+  if (n_call == 1) {  // one query row: gemv 'N'
     const Row x{&p, idx(0)};
     auto y0 = [&](const ExprRef& e, int lanes) { return accumulate ? E.stored(c, idx(0), e, lanes) : nullptr; };
     auto plain = [&](int64_t e0, int64_t e1) {
@@ -371,12 +407,30 @@ void emit_gemm_nn(Builder& b, const GemmOrder& order, GemmInputs inputs, int64_t
     return;
   }
   const int lanes = m % 16 == 0 ? 16 : 8;  // columns per step; each column's order is its own
-  const std::vector<int64_t> parts = K == 1 && accumulate ? std::vector<int64_t>{} : Emitter::k_blocks(K, n, m);
+  // Threaded, MKL cuts a K over 768 at ceil(K/2) between two threads; each sums its half in
+  // blocks (one up to 384, two halves up to 768, else 384-blocks and the rest), and the halves
+  // are added (fitted on 2 threads, without C0: the products PyTorch's composites make).
+  const bool k_split = threaded && order.threads > 1 && K > 768 && !accumulate;
+  auto half_blocks = [](int64_t h) {
+    std::vector<int64_t> parts;
+    if (h <= 768) return Emitter::k_blocks(h, 1, 1);
+    for (int64_t k = 0; k < h; k += 384) parts.push_back(std::min<int64_t>(384, h - k));
+    return parts;
+  };
+  const int64_t h = (K + 1) / 2;
+  const std::vector<int64_t> parts = K == 1 && accumulate ? std::vector<int64_t>{} : Emitter::k_blocks(K, n_call, m);
   b.for_range("j", idx(0), idx(n), 1, [&](ExprRef j) {
     b.for_range("e", idx(0), idx(m), lanes, [&](ExprRef e) {
       const Row x{&p, j};
       auto pk = [&](ExprRef k) { return broadcast(E.get(x, std::move(k)), lanes); };
       auto vk = [&](ExprRef k) { return E.get(Row{&v, std::move(k)}, e, lanes); };
+      if (k_split) {
+        const ExprRef first = b.let("half", E.blocked_chain(half_blocks(h), lanes, pk, vk, nullptr));
+        auto pk2 = [&](ExprRef k) { return pk(add(k, idx(h))); };
+        auto vk2 = [&](ExprRef k) { return vk(add(k, idx(h))); };
+        E.store(c, j, e, add(first, E.blocked_chain(half_blocks(K - h), lanes, pk2, vk2, nullptr)));
+        return;
+      }
       if (parts.empty()) {  // K = 1 with beta = 1: one fma into C
         E.store(c, j, e, fma(pk(idx(0)), vk(idx(0)), E.stored(c, j, e, lanes)));
         return;

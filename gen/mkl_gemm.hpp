@@ -25,14 +25,27 @@ enum class GemmInputs { f32, bf16 };
 // C[j][i] = sum_k A[j][k] * B[i][k] for j < n, i < m, k < K: PyTorch's q @ k^T, the call
 // sgemm('T', 'N', m, n, K, 1, B, A, 0, C) (A the query rows, B the key rows, both contiguous in k).
 // `threaded`: MKL runs on order.threads threads (PyTorch called it outside its parallel loop).
+// `n_call`: the rows of the call MKL sees when this emits only some of them (rows 0 .. n-1 of a
+// product of n_call rows, starting at a's and c's bases); MKL chooses its kernel by n_call. Only the
+// general kernel, whose every element is its own dot product, can be emitted in part.
 void emit_gemm_nt(ir::Builder& b, const ir::GemmOrder& order, GemmInputs inputs, int64_t n, int64_t m, int64_t K, const Matrix& a,
-                  const Matrix& bm, const Matrix& c, bool threaded);
+                  const Matrix& bm, const Matrix& c, bool threaded, int64_t n_call = 0);
 
 // C[j][e] = (accumulate ? C[j][e] : nothing) + sum_k P[j][k] * V[k][e] for j < n, e < m, k < K:
 // PyTorch's p @ v, the call sgemm('N', 'N', m, n, K, 1, V, P, beta, C) with beta = 1 when
 // accumulating. c_align: the distance of C's first element from a 64-byte boundary, in floats,
 // which MKL's threaded gemv splits by.
 void emit_gemm_nn(ir::Builder& b, const ir::GemmOrder& order, GemmInputs inputs, int64_t n, int64_t m, int64_t K, const Matrix& p,
-                  const Matrix& v, const Matrix& c, bool accumulate, bool threaded, int64_t c_align);
+                  const Matrix& v, const Matrix& c, bool accumulate, bool threaded, int64_t c_align, int64_t n_call = 0);
+
+// Whether emit_gemm_nt / emit_gemm_nn may emit rows 0..n-1 of a call of n_call rows (its general
+// kernel) rather than the whole call.
+bool gemm_nt_splits_rows(const ir::GemmOrder& order, GemmInputs inputs, int64_t n_call, int64_t m, int64_t K);
+bool gemm_nn_splits_rows(const ir::GemmOrder& order, GemmInputs inputs, int64_t n_call, int64_t m, int64_t K);
+
+// PyTorch's bmm below K*M*N = 400 (baddbmm_cpu_kernel): every element a sequential sum from +0 of
+// rounded products, no fma. C[j][i] = sum_k A[j][k] * B[i][k] (nt) or sum_k P[j][k] * V[k][i] (nn).
+void emit_naive_nt(ir::Builder& b, int64_t n, int64_t m, int64_t K, const Matrix& a, const Matrix& bm, const Matrix& c);
+void emit_naive_nn(ir::Builder& b, int64_t n, int64_t m, int64_t K, const Matrix& p, const Matrix& v, const Matrix& c);
 
 }  // namespace ordo::gen

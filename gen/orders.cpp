@@ -102,6 +102,16 @@ AttentionOrder torch215_attention(ScalarType storage, Capability cap) {
   return a;
 }
 
+// The eager composite softmax(q @ k^T * scale) @ v (gen/cpu_matmul_attention.cpp): MKL's products
+// (the PyPI wheel's, whatever the capability) and the softmax op's order for the capability.
+Order torch215_math(Capability cap) {
+  Order o;
+  o.attention.kind = AttentionOrder::Kind::CpuMatmul;
+  o.attention.softmax = torch113_softmax(f32, cap);
+  o.attention.gemm.kind = GemmOrder::Kind::MklIntelAvx512;
+  return o;
+}
+
 Order torch215(ScalarType storage, Capability cap, const Request& r) {
   Order o;
   if (r.op == OpKind::attention) {
@@ -295,6 +305,20 @@ std::vector<NamedOrder> make_table() {
                torch215_ops, kAllStorage, true, true,
                [](ScalarType s, ScalarType, const Request& r) { return torch215(s, torch_capability(), r); }});
   t.back().alias = true;
+  // The eager composite attention, per capability (its softmax), and its alias.
+  const std::vector<std::pair<std::string_view, std::optional<Capability>>> math_rows = {
+      {"torch2.15-cpu-math-default", Capability::base}, {"torch2.15-cpu-math-avx2", Capability::avx2},
+      {"torch2.15-cpu-math-avx512", Capability::avx512}, {"torch2.15-cpu-math", std::nullopt}};
+  for (const auto& [row_name, cap] : math_rows) {
+    t.push_back({row_name,
+                 cap ? "PyTorch 2.15's eager composite softmax(q @ k.transpose(-2, -1) * scale) @ v (f32): MKL's sgemm kernels for both "
+                       "products (PyTorch's own loop below S_q*S_k*D = 400), the softmax op's order; threads=T: torch's thread count"
+                     : "torch2.15-cpu-math-{default,avx2,avx512} for the capability PyTorch picks here",
+                 {OpKind::attention}, {f32}, true, true, [cap = cap](ScalarType, ScalarType, const Request&) {
+                   return torch215_math(cap.value_or(torch_capability()));
+                 }});
+    t.back().alias = !cap;
+  }
   // The Hugging Face RMSNorm classes: one row per class and capability, and an alias per class.
   auto hf_rms_norm_row = [&t](std::string_view name, std::string_view description, bool gemma, std::optional<Capability> cap) {
     t.push_back({name, description, {OpKind::rms_norm}, kAllStorage, true, true, [gemma, cap](ScalarType, ScalarType, const Request&) {
@@ -630,8 +654,10 @@ void apply_environment(Order& o, std::string_view params, std::string_view order
       } catch (const std::exception&) {
         used = 0;
       }
-      if (used != value.size() || value.empty() || v < 1 || v > 1024)
-        throw Error(fmt::format("order '{}': threads={} is not an integer in [1, 1024]", order_name, value));
+      if (used != value.size() || value.empty() || v < 1)
+        throw Error(fmt::format("order '{}': threads={} is not a positive integer", order_name, value));
+      if (v > 2)
+        throw Error(fmt::format("order '{}': threads={}: how MKL splits a product between threads was measured with 2 threads only", order_name, v));
       o.attention.gemm.threads = v;
     } else if (key == "mkl") {
       if (value == "amd")
@@ -659,6 +685,14 @@ std::string known_orders(OpKind op) {
 std::string shape_error(const Request& r, const Order& o, const NamedOrder& n) {
   if (r.op == OpKind::attention && o.attention.kind == AttentionOrder::Kind::CpuFlash && r.x_dtype == f16)
     return fmt::format("order '{}' runs attention in f32 and bf16 (PyTorch's f16 CPU attention is not modelled)", r.order);
+  if (r.op == OpKind::attention && o.attention.kind == AttentionOrder::Kind::CpuMatmul) {
+    if (r.lse_output) return fmt::format("order '{}' is a composite of matmul and softmax, which makes no log-sum-exp", r.order);
+    // Rows of scores in scratch: 32 (or S_q when fewer, or when MKL's kernel takes the whole product) x S_k.
+    const int64_t rows = r.seq_q <= 32 ? r.seq_q : 32;
+    if (rows * r.seq_k * 4 > (int64_t(2) << 20))
+      return fmt::format("order '{}' keeps {} x S_k = {} scores per instance, over 2 MiB of stack; S_k up to {} fits", r.order, rows,
+                         r.seq_k, (int64_t(2) << 20) / 4 / rows);
+  }
   if ((r.op == OpKind::softmax || r.op == OpKind::log_softmax) && o.softmax.kind == SoftmaxOrder::Kind::WarpButterfly) {
     // torch-cuda: PyTorch's persistent warp kernel runs N <= 1024 only. warp-butterfly keeps a
     // row's exponentials in 32 * I floats of shared memory: N <= 8192 is 32 KiB.
@@ -744,7 +778,8 @@ Order resolve(const Request& r) {
                             name(probe.moments.acc), name(*r.acc_dtype)));
   Order o = n->pins_acc ? probe : n->make(r.x_dtype, r.acc_dtype.value_or(f32), r);
   size_t open = r.order.find('(');
-  const bool cpu_flash = r.op == OpKind::attention && o.attention.kind == AttentionOrder::Kind::CpuFlash;
+  const bool cpu_flash = r.op == OpKind::attention &&
+                         (o.attention.kind == AttentionOrder::Kind::CpuFlash || o.attention.kind == AttentionOrder::Kind::CpuMatmul);
   if (cpu_flash) o.attention.gemm.kind = mkl_host_model(r);
   if (open != std::string::npos && cpu_flash) {
     if (r.order.back() != ')') throw Error(fmt::format("order '{}': missing ')'", r.order));

@@ -100,6 +100,8 @@ std::string describe(const AttentionOrder& a) {
                        math_name(a.softmax.tail_exp), fold_name(a.softmax.fold),
                        a.rescale_fma ? "fma" : "mul+add",
                        a.round_to_storage ? fmt::format(", p rounded to storage{}", a.paired_exp_sum ? ", paired exp sum" : "") : "");
+  if (a.kind == AttentionOrder::Kind::CpuMatmul)
+    return fmt::format("cpu_matmul(gemm={}, softmax={})", describe(a.gemm), describe(a.softmax));
   const char* kind = a.kind == AttentionOrder::Kind::Materialized ? "materialized"
                      : a.kind == AttentionOrder::Kind::ExactTiled ? "exact_tiled"
                                                                   : "flash";

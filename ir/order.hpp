@@ -250,6 +250,12 @@ struct AttentionOrder {
                    // l = fma(e, l, block sum) with e = expf(m - m') (glibc), and the output rows
                    // so far times e before P @ v adds the block (beta = 1). out = acc * (1/l);
                    // lse = m + logf(l). gen/cpu_flash_attention.cpp.
+    CpuMatmul,     // PyTorch's eager composite softmax(q @ k^T * scale) @ v on the CPU: per (batch,
+                   // head), s = q @ k^T by the BLAS kernels `gemm` picks for the whole S_q x S_k
+                   // product (PyTorch's own loop of rounded products and sums, no fma, where
+                   // S_q*S_k*D < 400), s*scale rounded, causal: masked_fill(-inf) of key > query,
+                   // the softmax op's order on each row (`softmax`), out = p @ v likewise.
+                   // gen/cpu_matmul_attention.cpp.
     Flash,         // FlashAttention-2 style online softmax over blocks of `key_block` keys: per
                    // query a running max m and sum l; per block m' = max(m, block max),
                    // l = l*exp(m - m') + sum_j exp(s_j - m'), acc = acc*exp(m - m') + sum_j p_j v_j

@@ -1,4 +1,5 @@
-"""Bit-exact check of ordo's torch2.15-cpu-* attention orders against PyTorch 2.15.0 as installed.
+"""Bit-exact check of ordo's torch2.15-cpu-* and torch2.15-cpu-math-* attention orders against
+PyTorch 2.15.0 as installed.
 
 torch.nn.functional.scaled_dot_product_attention on the CPU runs its flash kernel for 4-D inputs
 without dropout; `_scaled_dot_product_flash_attention_for_cpu` is that kernel and also returns the
@@ -7,6 +8,9 @@ ATEN_CPU_CAPABILITY set and runs torch on 1 and on 2 threads, and ordo's order f
 (with threads=1 or threads=2) in the same process through the Python package (build/python). out
 (through F.scaled_dot_product_attention) and lse must have torch's bit patterns (every NaN equals
 every NaN). The alias torch2.15-cpu runs on a share of the cases and must agree as well.
+torch2.15-cpu-math-* is compared, in f32, with the eager composite
+softmax((q @ k.transpose(-2, -1)) * scale) @ v (causal: masked_fill(-inf) above the diagonal
+before the softmax), which makes no lse.
 
 Cases: f32 and bf16; D from 8 to 256 (a 16-lane tail where D mod 16 = 8); S_q and S_k from 1 to
 above 512 (several key blocks) and above 768 (the 256-row query blocks), S_q != S_k both ways;
@@ -18,7 +22,9 @@ The MKL kernels inside are the running host's (the orders take them as a paramet
 this host by default). Only an Intel AVX-512 host is modelled, for bf16 one without avx512_bf16;
 on another host the test says what it cannot verify and checks the rest. One regime is compared on
 1 thread only: bf16 with batch*heads = 1 and a single query block of 2..32 rows, where MKL
-splits q @ k^T between threads in a way the orders do not model (docs/research/torch2.15-attention.md).
+splits q @ k^T between threads in a way the orders do not model; and for torch2.15-cpu-math-*,
+batch*heads = 1 with S_k > 768, where MKL splits p @ v between threads by rules measured only in
+part (docs/research/torch2.15-attention.md).
 """
 import argparse
 import json
@@ -42,6 +48,8 @@ SHAPES = [
     (64, 193, 32, 1, 1), (65, 40, 64, 1, 1), (66, 66, 32, 2, 1), (100, 100, 80, 1, 1), (191, 191, 32, 1, 1),
     (200, 200, 128, 1, 1), (257, 255, 64, 1, 1), (32, 385, 32, 1, 1), (40, 513, 32, 1, 1), (70, 600, 256, 1, 1),
     (32, 1030, 32, 1, 1), (300, 1100, 32, 1, 1), (800, 900, 64, 1, 1), (100, 300, 256, 1, 2),
+    # MKL's K blocks of p @ v when S_k > 768: uniform once S_q and D are both at least 192
+    (192, 800, 192, 1, 1), (191, 800, 256, 1, 2), (200, 1600, 256, 1, 1),
 ]
 SHAPES_QUICK = [(1, 17, 64, 1, 2), (5, 40, 64, 1, 1), (17, 9, 24, 1, 1), (66, 66, 32, 2, 1), (200, 200, 128, 1, 1),
                 (40, 513, 32, 1, 1)]
@@ -98,6 +106,11 @@ def threaded_split(c):
     parallel loop and MKL splits q @ k^T between its threads; not modelled."""
     return c["dtype"] == "bf16" and c["batch"] * c["heads"] == 1 and 2 <= c["sq"] <= 32 and c["sk"] >= 2
 
+def threaded_long_keys(c):
+    """The composite on one (batch, head) with S_k > 768: bmm calls MKL on all threads, which then
+    may cut p @ v's K between them by rules measured only in part (docs/research/torch2.15-attention.md)."""
+    return c["batch"] * c["heads"] == 1 and c["sk"] > 768
+
 results = []
 for threads in (1, 2):
     torch.set_num_threads(threads)
@@ -109,6 +122,20 @@ for threads in (1, 2):
         _, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, c["causal"], scale=c["scale"])[:2]
         want = {"out": out, "lse": lse}
         orders = [f"torch2.15-cpu-{cap}"] + (["torch2.15-cpu"] if i % 5 == 0 else [])
+        if c["dtype"] == "f32" and not (threads > 1 and threaded_long_keys(c)):
+            scale = c["scale"] if c["scale"] is not None else 1.0 / c["d"] ** 0.5
+            a = (q @ k.transpose(-2, -1)) * scale
+            if c["causal"]:
+                a = a.masked_fill(torch.ones(c["sq"], c["sk"], dtype=torch.bool).triu(1), float("-inf"))
+            composite = torch.softmax(a, -1) @ v
+            for order in [f"torch2.15-cpu-math-{cap}"] + (["torch2.15-cpu-math"] if i % 5 == 0 else []):
+                named = f"{order}(threads={threads})" if threads > 1 else order
+                try:
+                    o = ordo.attention(q, k, v, order=named, causal=c["causal"], scale=c["scale"])
+                    ok, m = same(composite, o)
+                    results.append({"case": i, "order": named, "threads": threads, "ok": ok, "why": "" if ok else f"out: {m}"})
+                except Exception as e:
+                    results.append({"case": i, "order": named, "threads": threads, "ok": False, "why": f"ordo: {e}"})
         for order in orders:
             named = f"{order}(threads={threads})" if threads > 1 else order
             try:

@@ -1,0 +1,90 @@
+// PyTorch's eager composite softmax(q @ k.transpose(-2, -1) * scale) @ v on the CPU
+// (AttentionOrder::Kind::CpuMatmul), the materialized reference users compare fused attention
+// with. Read from PyTorch 2.15's dispatch (matmul on 4-D tensors is bmm over batch*heads; bmm takes
+// its own loop below K*M*N = 400, else MKL's batched sgemm) and measured against torch 2.15.0
+// (docs/research/torch2.15-attention.md).
+//
+// A program instance is one (batch, head). MKL picks its kernel for the whole S_q x S_k (and
+// S_q x D) product; where that is its general kernel, whose every element is its own dot
+// product, the rows are computed in chunks of 32 so that the scores take 32 x S_k floats of
+// scratch; otherwise (one query, small products) all rows at once. Per chunk: scores by
+// gen/mkl_gemm.cpp, times the scale (f32), causal: key > query set to -inf (masked_fill), the
+// softmax op's row order (gen/row.hpp), then the chunk's output rows = p @ v.
+#include <fmt/format.h>
+
+#include <cmath>
+#include <limits>
+
+#include "gen/gen.hpp"
+#include "gen/mkl_gemm.hpp"
+#include "gen/row.hpp"
+#include "ir/error.hpp"
+
+namespace ordo::gen {
+
+using namespace ordo::ir;
+
+namespace {
+ExprRef idx(int64_t v) { return index_const(v); }
+}  // namespace
+
+Kernel build_cpu_matmul_attention(const Request& r, const Order& order) {
+  const AttentionOrder& o = order.attention;
+  const int64_t D = r.cols, Sq = r.seq_q, Sk = r.seq_k;
+  Kernel kernel;
+  kernel.name = "attention";
+  Builder b(kernel);
+  const int q = b.buffer("q", r.x_dtype, false, Extent::rows_by_fixed, Sq * D);
+  const int k = b.buffer("k", r.x_dtype, false, Extent::rows_by_fixed, Sk * D);
+  const int v = b.buffer("v", r.x_dtype, false, Extent::rows_by_fixed, Sk * D);
+  const int out = b.buffer("out", r.x_dtype, true, Extent::rows_by_fixed, Sq * D);
+  // PyTorch's own loop below 400 multiply-adds per product (both products have S_q*S_k*D).
+  const bool naive = Sq * Sk * D < 400;
+  const bool in_chunks = !naive && Sq > 32 && gemm_nt_splits_rows(o.gemm, GemmInputs::f32, Sq, Sk, D) &&
+                         gemm_nn_splits_rows(o.gemm, GemmInputs::f32, Sq, D, Sk);
+  const int64_t R = in_chunks ? 32 : Sq;
+  const int scores = b.buffer("scores", ScalarType::f32, true, Extent::scratch, R * Sk);
+  const float scale = static_cast<float>(r.scale.value_or(1.0 / std::sqrt(static_cast<double>(D))));
+
+  b.region("attention", describe(o), [&] {
+    const ExprRef q_base = b.let("q_base", mul(program_id(0), idx(Sq * D)));
+    const ExprRef kv_base = b.let("kv_base", mul(program_id(0), idx(Sk * D)));
+    auto rows = [&](ExprRef c0, int64_t n, bool threaded) {
+      const Matrix q_rows{q, b.let("q_at", add(q_base, mul(c0, idx(D)))), D};
+      const Matrix k_rows{k, kv_base, D}, v_rows{v, kv_base, D};
+      const Matrix s{scores, idx(0), Sk};
+      const Matrix out_rows{out, q_rows.base, D};
+      b.region("q@k^T", fmt::format("{} of {} rows x {} keys, K = {}: {}", n, Sq, Sk, D, naive ? "PyTorch's bmm loop" : describe(o.gemm)), [&] {
+        if (naive) emit_naive_nt(b, n, Sk, D, q_rows, k_rows, s);
+        else emit_gemm_nt(b, o.gemm, GemmInputs::f32, n, Sk, D, q_rows, k_rows, s, threaded, Sq);
+      });
+      b.for_range("r", idx(0), idx(n), 1, [&](ExprRef j) {
+        const ExprRef first = b.let("score_row", mul(j, idx(Sk)));
+        const ExprRef query = b.let("query", add(c0, j));
+        b.region("scale", r.causal ? "s * scale, then -inf where key > query" : "s * scale", [&] {
+          b.for_range("i", idx(0), idx(Sk), 1, [&](ExprRef i) {
+            ExprRef sc = mul(load(b.kernel(), scores, add(first, i)), constant(Type{ScalarType::f32, 1}, static_cast<double>(scale)));
+            if (r.causal) sc = select(binary(Op::Lt, query, i), constant(Type{ScalarType::f32, 1}, -std::numeric_limits<double>::infinity()), sc);
+            b.store(scores, add(first, i), sc);
+          });
+        });
+        b.region("softmax", describe(o.softmax), [&] { softmax_row(b, o.softmax, Row(b, Sk, first), scores, scores); });
+      });
+      b.region("p@v", fmt::format("{} of {} rows x {} keys, D = {}", n, Sq, Sk, D), [&] {
+        if (naive) emit_naive_nn(b, n, D, Sk, s, v_rows, out_rows);
+        else emit_gemm_nn(b, o.gemm, GemmInputs::f32, n, D, Sk, s, v_rows, out_rows, false, threaded, 0, Sq);
+      });
+    };
+    auto body = [&](bool threaded) {
+      const int64_t full = Sq / R * R;
+      if (full > 0) b.for_range("c0", idx(0), idx(full), R, [&](ExprRef c0) { rows(c0, R, threaded); });
+      if (Sq > full) rows(idx(full), Sq - full, threaded);
+    };
+    // bmm over a single (batch, head) calls MKL with all its threads.
+    if (o.gemm.threads > 1) b.if_else(binary(Op::Eq, grid_extent(0), idx(1)), [&] { body(true); }, [&] { body(false); });
+    else body(false);
+  });
+  return kernel;
+}
+
+}  // namespace ordo::gen
