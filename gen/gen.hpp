@@ -31,6 +31,9 @@ struct NamedOrder {
   // Resolves to another row of the table, chosen by the environment (torch2.15-cpu: the
   // capability PyTorch would pick). Left out of default order sets, which list each kernel once.
   bool alias = false;
+  // Takes the parameters of the environment the reference ran in (threads=T, mkl=intel) rather
+  // than parameters of the order: the PyTorch 2.15 rows.
+  bool takes_environment = false;
 };
 
 const std::vector<NamedOrder>& named_orders();

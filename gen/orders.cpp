@@ -282,29 +282,33 @@ std::vector<NamedOrder> make_table() {
   t.push_back({"torch2.15-cpu-default",
                "PyTorch 2.15 CPU, ATEN_CPU_CAPABILITY=default. layer_norm: f32 8-lane Welford cascade (two f32 streams per 16-bit "
                "vector), no fma; rms_norm: F.rms_norm's composite in f32 (SumKernel's 4x8-lane cascade over the rounded squares; "
-               "a single row over 32768 long is torch's on one thread only: on more it splits the sum); "
+               "a single row over 32768 long is summed in per-thread chunks, as torch does, given threads=T); "
                "softmax/log_softmax: torch1.13-cpu-default's; var_mean: sequential Welford in f64; attention (f32, bf16): the CPU "
                "flash kernel with glibc expf, MKL's block products (threads=T: torch's thread count; mkl=intel)",
                torch215_ops, kAllStorage, true, true,
                [](ScalarType s, ScalarType, const Request& r) { return torch215(s, Capability::base, r); }});
+  t.back().takes_environment = true;
   t.push_back({"torch2.15-cpu-avx2",
                "PyTorch 2.15 CPU, ATEN_CPU_CAPABILITY=avx2. layer_norm: the cascade with fma updates and AddMomentsVec merges, "
                "fused affine; rms_norm: as default; softmax/log_softmax: torch1.13-cpu-avx2's; var_mean: sequential Welford in f64; "
                "attention: the CPU flash kernel with 8-lane exp_u20",
                torch215_ops, kAllStorage, true, true,
                [](ScalarType s, ScalarType, const Request& r) { return torch215(s, Capability::avx2, r); }});
+  t.back().takes_environment = true;
   t.push_back({"torch2.15-cpu-avx512",
                "PyTorch 2.15 CPU, ATEN_CPU_CAPABILITY=avx512: softmax/log_softmax by its AVX-512 kernels (16 lanes); layer_norm "
                "has no AVX-512 kernel, so it is torch2.15-cpu-avx2's; rms_norm: as default (8 lanes here too); var_mean: "
                "sequential Welford in f64; attention: the CPU flash kernel with 16-lane exp_u20",
                torch215_ops, kAllStorage, true, true,
                [](ScalarType s, ScalarType, const Request& r) { return torch215(s, Capability::avx512, r); }});
+  t.back().takes_environment = true;
   t.push_back({"torch2.15-cpu",
                "torch2.15-cpu-{default,avx2,avx512} for the capability PyTorch picks here: ATEN_CPU_CAPABILITY if set, else the "
                "best this CPU has",
                torch215_ops, kAllStorage, true, true,
                [](ScalarType s, ScalarType, const Request& r) { return torch215(s, torch_capability(), r); }});
   t.back().alias = true;
+  t.back().takes_environment = true;
   // The eager composite attention, per capability (its softmax), and its alias.
   const std::vector<std::pair<std::string_view, std::optional<Capability>>> math_rows = {
       {"torch2.15-cpu-math-default", Capability::base}, {"torch2.15-cpu-math-avx2", Capability::avx2},
@@ -318,6 +322,7 @@ std::vector<NamedOrder> make_table() {
                    return torch215_math(cap.value_or(torch_capability()));
                  }});
     t.back().alias = !cap;
+    t.back().takes_environment = true;
   }
   // The Hugging Face RMSNorm classes: one row per class and capability, and an alias per class.
   auto hf_rms_norm_row = [&t](std::string_view name, std::string_view description, bool gemma, std::optional<Capability> cap) {
@@ -325,6 +330,7 @@ std::vector<NamedOrder> make_table() {
                    return hf_rms_norm(gemma, cap.value_or(torch_capability()));
                  }});
     t.back().alias = !cap;
+    t.back().takes_environment = true;
   };
   hf_rms_norm_row("llama-rmsnorm-torch2.15-cpu-default",
                   "transformers 5.23 LlamaRMSNorm: weight * (x.float() * rstd).to(x.dtype), in the type torch promotes x's and "
@@ -635,8 +641,10 @@ GemmOrder::Kind mkl_host_model(const Request& r) {
   return GemmOrder::Kind::MklIntelAvx512;
 }
 
-// The parameters of an order that reproduces PyTorch's CPU attention: not the order itself but
-// the environment it ran in. threads: torch.get_num_threads(); mkl: the host whose MKL kernels ran.
+// The parameters of an order that reproduces PyTorch 2.15 (NamedOrder::takes_environment): not
+// the order itself but the environment torch ran in. threads: torch.get_num_threads(), which
+// changes a single long row's sum and attention's MKL calls; mkl: the host whose MKL kernels ran
+// (attention). Ops that depend on neither take them and ignore them.
 void apply_environment(Order& o, std::string_view params, std::string_view order_name) {
   size_t pos = 0;
   while (pos < params.size()) {
@@ -658,14 +666,14 @@ void apply_environment(Order& o, std::string_view params, std::string_view order
         throw Error(fmt::format("order '{}': threads={} is not a positive integer", order_name, value));
       // MKL's splits were measured with 2 threads; more threads take the same splits (a launch of one
       // (batch, head) on more than 2 threads is unverified; every other launch runs MKL on one thread).
-      o.attention.gemm.threads = v;
+      o.threads = o.attention.gemm.threads = v;
     } else if (key == "mkl") {
       if (value == "amd")
         throw Error(fmt::format("order '{}': mkl=amd: the MKL kernels of AMD hosts are not modelled yet (mkl=intel is)", order_name));
       if (value != "intel") throw Error(fmt::format("order '{}': mkl={} is not intel or amd", order_name, value));
       o.attention.gemm.kind = GemmOrder::Kind::MklIntelAvx512;
     } else {
-      throw Error(fmt::format("order '{}' reproduces PyTorch's CPU attention; its parameters are the environment torch ran in: "
+      throw Error(fmt::format("order '{}' reproduces PyTorch; its parameters are the environment torch ran in: "
                               "threads (torch.get_num_threads()) and mkl (intel), not '{}'",
                               order_name, key));
     }
@@ -778,10 +786,10 @@ Order resolve(const Request& r) {
                             name(probe.moments.acc), name(*r.acc_dtype)));
   Order o = n->pins_acc ? probe : n->make(r.x_dtype, r.acc_dtype.value_or(f32), r);
   size_t open = r.order.find('(');
-  const bool cpu_flash = r.op == OpKind::attention &&
-                         (o.attention.kind == AttentionOrder::Kind::CpuFlash || o.attention.kind == AttentionOrder::Kind::CpuMatmul);
-  if (cpu_flash) o.attention.gemm.kind = mkl_host_model(r);
-  if (open != std::string::npos && cpu_flash) {
+  const bool cpu_blas = r.op == OpKind::attention &&
+                        (o.attention.kind == AttentionOrder::Kind::CpuFlash || o.attention.kind == AttentionOrder::Kind::CpuMatmul);
+  if (cpu_blas) o.attention.gemm.kind = mkl_host_model(r);
+  if (open != std::string::npos && n->takes_environment) {
     if (r.order.back() != ')') throw Error(fmt::format("order '{}': missing ')'", r.order));
     apply_environment(o, std::string_view(r.order).substr(open + 1, r.order.size() - open - 2), r.order);
   } else if (open != std::string::npos) {

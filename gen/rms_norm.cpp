@@ -1,4 +1,8 @@
 // rms_norm forward over the last dim: rstd = 1/sqrt(mean(x*x) + eps); y = (x*rstd)*weight.
+#include <fmt/format.h>
+
+#include <algorithm>
+
 #include "gen/gen.hpp"
 #include "gen/row.hpp"
 #include "gen/warp.hpp"
@@ -6,6 +10,47 @@
 namespace ordo::gen {
 
 using namespace ordo::ir;
+
+namespace {
+
+constexpr int64_t kGrain = 32768;  // at::internal::GRAIN_SIZE
+
+// PyTorch's sum of one row as its parallel_reduce runs it on o.threads = T threads (measured,
+// docs/research/torch2.15-rms-norm.md): only when the launch is that single row and N > 32768,
+// the row is cut into nt = min(T, ceil(N / 32768)) chunks of c = ceil(N / nt), each summed by the
+// order on its own (indices from the chunk's start) into slot t, the other T - nt slots +0; the
+// T slots are then summed by the same order as a row of T terms. Any other launch sums each row
+// whole, as with one thread.
+ExprRef threaded_sum(Builder& b, const Order& o, const Arith& ar, int64_t n, const TermFn& term) {
+  const int total = b.local("sum(x*x)", Type{ar.t, 1});
+  const int64_t T = o.threads;
+  const int64_t nt = std::min<int64_t>(T, (n + kGrain - 1) / kGrain), c = (n + nt - 1) / nt;
+  auto whole = [&] { b.assign(total, emit_sum(b, o.square_sum, ar, n, term, "sum(x*x)")); };
+  if (n <= kGrain) {
+    whole();
+    return b.get(total);
+  }
+  const int slots = b.buffer("thread_slots", ar.t, true, Extent::scratch, T);
+  b.if_else(
+      binary(Op::Eq, grid_extent(0), index_const(1)),
+      [&] {
+        for (int64_t t = 0; t < T; ++t) {
+          const int64_t first = t * c, len = t < nt ? std::min(n, first + c) - first : 0;
+          ExprRef slot = len > 0 ? emit_sum(b, o.square_sum, ar, len,
+                                            [&](ExprRef i, int lanes) { return term(add(i, index_const(first)), lanes); },
+                                            fmt::format("sum(x*x) of thread {}'s chunk", t))
+                                 : ar.constant(0.0);
+          b.store(slots, index_const(t), slot);
+        }
+        b.assign(total, emit_sum(b, o.square_sum, ar, T,
+                                 [&](ExprRef i, int lanes) { return Term{load(b.kernel(), slots, i, lanes), nullptr}; },
+                                 "sum of the thread slots"));
+      },
+      whole);
+  return b.get(total);
+}
+
+}  // namespace
 
 Kernel build_rms_norm(const Request& r, const Order& o) {
   Kernel k;
@@ -29,7 +74,8 @@ Kernel build_rms_norm(const Request& r, const Order& o) {
     return Term{v, v};
   };
   const int squares_at = warp ? emit_warp_sum(b, o.square_sum, stats, r.cols, square, nullptr, "sum(x*x)") : -1;
-  ExprRef squares_once = warp ? nullptr : emit_sum(b, o.square_sum, stats, r.cols, square, "sum(x*x)");
+  ExprRef squares_once = warp || o.threads > 1 ? nullptr : emit_sum(b, o.square_sum, stats, r.cols, square, "sum(x*x)");
+  if (!warp && o.threads > 1) squares_once = threaded_sum(b, o, stats, r.cols, square);
   // The rest on every thread of the warp, or on the one thread.
   in_team_if(b, warp, [&](ExprRef tid) {
     ExprRef squares = warp ? load(k, squares_at, index_const(0)) : squares_once;

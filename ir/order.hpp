@@ -310,6 +310,10 @@ struct Order {
   // rounded only at its results.
   bool round_stats_to_storage = false;
   int elementwise_lanes = 8;  // vector width of elementwise passes; has no numerical effect
+  // The reference library's intra-op thread count, for the reductions whose order depends on it:
+  // PyTorch 2.x sums a single row of more than 32768 elements in per-thread chunks (rms_norm's
+  // mean of squares, gen/rms_norm.cpp); its CPU attention calls MKL threaded (AttentionOrder::gemm).
+  int threads = 1;
 };
 
 std::string describe(const SumOrder& s);

@@ -21,8 +21,8 @@ more. Values: normal, sharp (logits 8 times larger: near one-hot rows) and flat 
 The MKL kernels inside are the running host's (the orders take them as a parameter, mkl=, from
 this host by default). Only an Intel AVX-512 host is modelled, for bf16 one without avx512_bf16;
 on another host the test says what it cannot verify and checks the rest. One regime is compared on
-1 thread only: bf16 with batch*heads = 1 and a single query block of 2..32 rows, where MKL
-splits q @ k^T between threads in a way the orders do not model; and for torch2.15-cpu-math-*,
+1 thread only: bf16 with batch*heads = 1, a single query block of 11..32 rows and a key block of
+exactly 3 keys, where MKL splits q @ k^T between threads in a way the orders do not model; and for torch2.15-cpu-math-*,
 batch*heads = 1 with S_k > 768, where MKL splits p @ v between threads by rules measured only in
 part (docs/research/torch2.15-attention.md).
 """
@@ -43,7 +43,7 @@ WANT_TORCH = "2.15.0"
 # kernels), D mod 16 = 8, the 64- and 256-row query blocks, several key blocks.
 SHAPES = [
     (1, 1, 64, 1, 1), (1, 17, 64, 1, 2), (1, 300, 128, 1, 1), (1, 700, 64, 2, 1), (2, 5, 32, 1, 1), (3, 47, 64, 1, 1),
-    (5, 5, 32, 1, 1), (5, 40, 64, 1, 1), (7, 700, 64, 1, 2), (9, 20, 32, 1, 1), (16, 16, 64, 1, 1), (30, 30, 64, 1, 1),
+    (5, 5, 32, 1, 1), (5, 40, 64, 1, 1), (3, 9, 8, 1, 1), (14, 4, 64, 1, 1), (6, 7, 128, 1, 1), (7, 700, 64, 1, 2), (9, 20, 32, 1, 1), (16, 16, 64, 1, 1), (30, 30, 64, 1, 1),
     (33, 33, 32, 1, 1), (35, 35, 8, 1, 1), (17, 9, 24, 1, 1), (40, 31, 40, 1, 2), (12, 100, 16, 1, 1),
     (64, 193, 32, 1, 1), (65, 40, 64, 1, 1), (66, 66, 32, 2, 1), (100, 100, 80, 1, 1), (191, 191, 32, 1, 1),
     (200, 200, 128, 1, 1), (257, 255, 64, 1, 1), (32, 385, 32, 1, 1), (40, 513, 32, 1, 1), (70, 600, 256, 1, 1),
@@ -102,9 +102,11 @@ def inputs(c):
     return q, k, v
 
 def threaded_split(c):
-    """bf16, one (batch, head) and one query block of 2..32 rows: PyTorch calls MKL outside its
-    parallel loop and MKL splits q @ k^T between its threads; not modelled."""
-    return c["dtype"] == "bf16" and c["batch"] * c["heads"] == 1 and 2 <= c["sq"] <= 32 and c["sk"] >= 2
+    """bf16, one (batch, head) and one query block of 11..32 rows, with a key block of exactly 3
+    keys: PyTorch calls MKL outside its parallel loop, and how MKL then splits that q @ k^T between
+    its threads is not modelled."""
+    return (c["dtype"] == "bf16" and c["batch"] * c["heads"] == 1 and 11 <= c["sq"] <= 32
+            and (c["sk"] == 3 or c["sk"] % 512 == 3))
 
 def threaded_long_keys(c):
     """The composite on one (batch, head) with S_k > 768: bmm calls MKL on all threads, which then
