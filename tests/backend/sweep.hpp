@@ -180,6 +180,35 @@ inline void launch_dependent_vs_interpreter(Target target, const std::vector<int
   }
 }
 
+// rms_norm as PyTorch sums a single long row on T threads (Order::threads, gen/rms_norm.cpp): a
+// launch of one row takes the per-thread chunks, a launch of two does not. `target` against the
+// interpreter, bitwise, on both sides of the 32768 split grain and for slot rows on the scalar
+// (T = 3) and vector (T = 9) paths.
+inline void thread_split_vs_interpreter(Target target) {
+  for (int threads : {3, 9})
+    for (int64_t n : {32768, 32769, 70001})
+      for (int64_t rows : {1, 2})
+        for (ScalarType t : {ScalarType::f32, ScalarType::bf16}) {
+          Request r;
+          r.op = OpKind::rms_norm;
+          r.cols = n;
+          r.order = fmt::format("torch2.15-cpu-avx2(threads={})", threads);
+          r.x_dtype = t;
+          r.has_weight = true;
+          std::vector<std::vector<uint8_t>> outs[2];
+          int i = 0;
+          for (Target tg : {Target::interpreter, target}) {
+            r.target = tg;
+            outs[i++] = outputs_of(r, rows, 9, 0.5, 2.0);
+          }
+          for (size_t o = 0; o < outs[0].size(); ++o) {
+            INFO(fmt::format("threads={} N={} rows={} dtype={} target={} output {}", threads, n, rows, name(t), name(target), o));
+            const int64_t bytes = static_cast<int64_t>(outs[0][o].size()), width = t == ScalarType::f32 ? 4 : 2;
+            CHECK(count_identical(t, outs[0][o], outs[1][o]) == bytes / width);
+          }
+        }
+}
+
 // Attention on `target` against the interpreter: every order (and flash variants) the target can
 // run, on shapes across the query-lane and key-group boundaries (S_q, S_k not multiples of 8,
 // S_q != S_k, one key, one query), causal and not, with the lse output, on inputs that include a

@@ -99,6 +99,10 @@ TEST_CASE("cuda-emu: grid_extent-dependent rounding (torch-decomp-cpu-avx2, bf16
   launch_dependent_vs_interpreter(Target::cuda_emu, {15, 16, 37, 300});
 }
 
+TEST_CASE("cuda-emu: rms_norm's single-row thread split (torch2.15 orders, threads=T) matches the interpreter") {
+  thread_split_vs_interpreter(Target::cuda_emu);
+}
+
 TEST_CASE("cuda-emu: a misaligned buffer is refused, naming it") {
   Request r;
   r.op = OpKind::softmax;

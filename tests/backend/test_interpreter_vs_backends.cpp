@@ -78,6 +78,10 @@ TEST_CASE("launch-dependent rounding (torch-decomp-cpu-avx2, bf16) matches the i
   launch_dependent_vs_interpreter(Target::cpu, {15, 16, 37});
 }
 
+TEST_CASE("rms_norm's single-row thread split (torch2.15 orders, threads=T) matches the interpreter") {
+  thread_split_vs_interpreter(Target::cpu);
+}
+
 TEST_CASE("attention: every backend matches the interpreter bit for bit") {
   const bool reduced = std::getenv("ORDO_BACKEND_SWEEP") && std::string(std::getenv("ORDO_BACKEND_SWEEP")) == "reduced";
   const int cases = attention_vs_interpreter(Target::cpu, reduced);
