@@ -1,13 +1,14 @@
-// oneMKL's sgemm as PyTorch 2.15's x86-64 wheels call it, on an Intel CPU with AVX-512
-// (GemmOrder::Kind::MklIntelAvx512). MKL is closed source: every kernel and every choice below
-// was measured against torch 2.15.0 on such a host (docs/research/torch2.15-attention.md). The
-// shapes are fixed when the kernel is generated, so each choice is made here, in C++, and the IR
-// holds only the chosen kernel's order.
+// oneMKL's sgemm and gemm_bf16bf16f32 as PyTorch 2.15's x86-64 wheels call them, on an Intel CPU
+// with AVX-512 (GemmOrder::Kind::MklIntelAvx512), on one thread and on two. MKL is closed source:
+// every kernel and every choice below was measured against torch 2.15.0 on such a host
+// (docs/research/torch2.15-attention.md). The shapes are fixed when the kernel is generated, so
+// each choice is made here, in C++, and the IR holds only the chosen kernel's order; whether MKL
+// ran threaded is a property of the launch, which the caller branches on.
 //
 // The kernels, for C[j][i] = A_j . B_i (the 'T','N' product) and C[j] += P_j V (the 'N','N'
 // product):
 //   chain     every element one fma chain from +0 over a block of k, in k order; K is cut into
-//             blocks (kparts below) whose sums are added left to right after C (when beta = 1).
+//             blocks (k_blocks below) whose sums are added left to right after C (when beta = 1).
 //   dot16     a 16-lane fma accumulator over k (lane = k mod 16, a last partial chunk updates only
 //             its lanes); in its paired form, while 32 or more elements remain, chunks alternate
 //             between two accumulators that are then added.
