@@ -17,6 +17,9 @@
 //     l = fma(exp(m - m'), l, block sum) with glibc's expf; m = m'; output rows so far *= exp(m - m');
 //   output rows = (output rows +) p @ v_rows by the BLAS order (beta = 1 after the first block).
 // Finally out = rows * (1/l) (l = 0 counts as 1), lse = m + logf(l) (m = -inf counts as 0).
+// bf16: the exponentials are summed two vectors at a time (AttentionOrder::paired_exp_sum) and p
+// is rounded to bf16 for p @ v. Control flow may not depend on program_id, so an instance runs its
+// (batch, head)'s query blocks one after the other: a launch is parallel over batch*heads only.
 #include <fmt/format.h>
 
 #include <algorithm>
