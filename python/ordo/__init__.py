@@ -18,6 +18,14 @@ from . import _ordo
 __all__ = ["layer_norm", "rms_norm", "var_mean", "softmax", "log_softmax", "attention", "orders", "compare"]
 
 
+def __getattr__(name):
+    # ordo.torch (custom ops and pinned) imports torch; `import ordo` alone never does.
+    if name == "torch":
+        import importlib
+        return importlib.import_module(".torch", __name__)
+    raise AttributeError(f"module 'ordo' has no attribute '{name}'")
+
+
 def _is_torch(a):
     return type(a).__module__.split(".")[0] == "torch"
 

@@ -1,0 +1,422 @@
+"""ordo's kernels as PyTorch operators, and `pinned(order)`, which routes torch's own calls to them.
+
+    import torch, ordo.torch
+    y = ordo.torch.layer_norm(x, (x.shape[-1],), w, b, 1e-5, order="torch2.15-cpu")
+    with ordo.torch.pinned("torch2.15-cpu"):
+        out = torch.compile(model, fullgraph=True)(x)   # the eager model's bits
+
+The operators (`torch.ops.ordo.*`) are registered with `torch.library` with fake kernels, so
+`torch.compile(fullgraph=True)` puts them in its graph; Inductor calls them as extern kernels.
+Each takes the order as a string argument, a constant of the graph. They run on the CPU through
+ordo's compiled extension; inputs of any layout are copied to contiguous rows first.
+
+Inside `pinned(order)`, a TorchFunctionMode sends these calls to the operators:
+  torch.nn.functional.layer_norm, rms_norm, softmax, log_softmax, scaled_dot_product_attention
+  torch.layer_norm, torch.rms_norm, torch.softmax, torch.log_softmax, and Tensor.softmax,
+  Tensor.log_softmax
+and so the modules that call them (nn.LayerNorm, nn.RMSNorm, nn.Softmax, nn.LogSoftmax). Dynamo
+traces the mode when the compiled function is called inside the block. A call ordo cannot run
+with the order (a dtype the order lacks, an attn_mask, dropout_p > 0, a softmax over a dim other
+than the last, a 3-D SDPA, ...) runs torch's own op instead and warns once per block and reason
+(OrdoFallbackWarning, the reason in its text); `pinned(order, strict=True)` raises ValueError
+instead. Calls made from inside another overridable torch function (F.multi_head_attention_forward,
+which nn.MultiheadAttention uses) are not seen: a TorchFunctionMode is off while it handles a call.
+
+No backward: ordo has no backward kernels yet. The forward runs with inputs that require grad,
+and torch.compile traces such graphs, but backward() raises RuntimeError naming the op. Run
+under torch.no_grad() or torch.inference_mode().
+"""
+import contextlib
+import math
+import warnings
+from typing import List, Optional, Sequence, Tuple
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+from torch.overrides import TorchFunctionMode
+
+import ordo
+from . import _ordo
+
+__all__ = ["layer_norm", "rms_norm", "softmax", "log_softmax", "scaled_dot_product_attention", "pinned",
+           "OrdoFallbackWarning"]
+
+_DTYPE_NAMES = {torch.float32: "f32", torch.bfloat16: "bf16", torch.float16: "f16"}
+_TORCH_DTYPES = {v: k for k, v in _DTYPE_NAMES.items()}
+# F.rms_norm's eps=None: torch takes float32's machine epsilon for every input dtype.
+_RMS_NORM_DEFAULT_EPS = float(torch.finfo(torch.float32).eps)
+
+
+class OrdoFallbackWarning(UserWarning):
+    """Inside `pinned`, a call ordo cannot run went to torch's own op; the text names the reason."""
+
+
+def _dtype_name(t: Tensor, what: str) -> str:
+    if t.dtype not in _DTYPE_NAMES:
+        raise ValueError(f"{what} has dtype {t.dtype}; ordo runs float32, bfloat16 and float16")
+    return _DTYPE_NAMES[t.dtype]
+
+
+def _norm_kernel(op: str, cols: int, x_dtype: torch.dtype, weight: Optional[Tensor], bias: Optional[Tensor], eps: float,
+                 order: str):
+    """The compiled kernel (ordo caches it by request) for one norm call; its args give the output dtypes."""
+    xd = _DTYPE_NAMES[x_dtype]
+    wd = _DTYPE_NAMES[weight.dtype] if weight is not None else (_DTYPE_NAMES[bias.dtype] if bias is not None else "")
+    if weight is not None and bias is not None and bias.dtype != weight.dtype:
+        raise ValueError(f"{op}: weight is {weight.dtype} but bias is {bias.dtype}; ordo takes one dtype for both")
+    return _ordo.compile(op, cols, xd, wd, order, float(eps), weight is not None, bias is not None, bool(wd) and wd != xd, "")
+
+
+def _out_dtype(kernel, name: str) -> torch.dtype:
+    for arg, dt, is_out, _ in kernel.args:
+        if is_out and arg == name:
+            return _TORCH_DTYPES[dt]
+    raise AssertionError(f"kernel has no output {name}")
+
+
+def _missing_backward_message(op: str) -> str:
+    return (f"ordo::{op} has no backward: ordo has no backward kernels yet, so gradients cannot flow through ordo's "
+            f"{op} (or through ordo.torch.pinned). Run the forward under torch.no_grad() or torch.inference_mode(), "
+            f"or call torch's own op where you need gradients")
+
+
+# --- operators -------------------------------------------------------------------------------
+# Each takes its input with the reduced dim last; the Python functions below flatten a
+# multi-dim normalized_shape into it.
+
+@torch.library.custom_op("ordo::layer_norm", mutates_args=())
+def _layer_norm_op(x: Tensor, weight: Optional[Tensor], bias: Optional[Tensor], eps: float,
+                   order: str) -> Tuple[Tensor, Tensor, Tensor]:
+    w = weight.contiguous() if weight is not None else None
+    b = bias.contiguous() if bias is not None else None
+    mixed = w is not None and w.dtype != x.dtype or b is not None and b.dtype != x.dtype
+    return ordo.layer_norm(x.contiguous(), w, b, eps=eps, order=order, allow_mixed_dtypes=mixed)
+
+
+@_layer_norm_op.register_fake
+def _(x, weight, bias, eps, order):
+    k = _norm_kernel("layer_norm", x.shape[-1], x.dtype, weight, bias, eps, order)
+    stat = x.shape[:-1]
+    return (x.new_empty(x.shape, dtype=_out_dtype(k, "y")), x.new_empty(stat, dtype=_out_dtype(k, "mean")),
+            x.new_empty(stat, dtype=_out_dtype(k, "rstd")))
+
+
+@torch.library.custom_op("ordo::rms_norm", mutates_args=())
+def _rms_norm_op(x: Tensor, weight: Optional[Tensor], eps: float, order: str) -> Tuple[Tensor, Tensor]:
+    w = weight.contiguous() if weight is not None else None
+    return ordo.rms_norm(x.contiguous(), w, eps=eps, order=order, allow_mixed_dtypes=w is not None and w.dtype != x.dtype)
+
+
+@_rms_norm_op.register_fake
+def _(x, weight, eps, order):
+    k = _norm_kernel("rms_norm", x.shape[-1], x.dtype, weight, None, eps, order)
+    return x.new_empty(x.shape, dtype=_out_dtype(k, "y")), x.new_empty(x.shape[:-1], dtype=_out_dtype(k, "rstd"))
+
+
+@torch.library.custom_op("ordo::softmax", mutates_args=())
+def _softmax_op(x: Tensor, order: str) -> Tensor:
+    return ordo.softmax(x.contiguous(), order=order)
+
+
+@_softmax_op.register_fake
+def _(x, order):
+    _ordo.compile("softmax", x.shape[-1], _DTYPE_NAMES[x.dtype], "", order)  # an order ordo lacks fails at trace time
+    return torch.empty_like(x, memory_format=torch.contiguous_format)
+
+
+@torch.library.custom_op("ordo::log_softmax", mutates_args=())
+def _log_softmax_op(x: Tensor, order: str) -> Tensor:
+    return ordo.log_softmax(x.contiguous(), order=order)
+
+
+@_log_softmax_op.register_fake
+def _(x, order):
+    _ordo.compile("log_softmax", x.shape[-1], _DTYPE_NAMES[x.dtype], "", order)
+    return torch.empty_like(x, memory_format=torch.contiguous_format)
+
+
+@torch.library.custom_op("ordo::scaled_dot_product_attention", mutates_args=())
+def _sdpa_op(query: Tensor, key: Tensor, value: Tensor, is_causal: bool, scale: Optional[float], order: str) -> Tensor:
+    return ordo.attention(query.contiguous(), key.contiguous(), value.contiguous(), order=order, causal=is_causal, scale=scale)
+
+
+@_sdpa_op.register_fake
+def _(query, key, value, is_causal, scale, order):
+    _ordo.compile_attention(query.shape[-1], query.shape[-2], key.shape[-2], _DTYPE_NAMES[query.dtype], order, is_causal,
+                            scale, False)
+    return query.new_empty(query.shape)
+
+
+# Backward: every gradient comes from ordo::missing_backward, which raises when it runs and has a
+# fake kernel, so AOTAutograd can trace a joint graph (torch.compile with inputs that require
+# grad) and the error comes only from backward().
+@torch.library.custom_op("ordo::missing_backward", mutates_args=())
+def _missing_backward(grad: Tensor, shape: List[int], dtype: torch.dtype, op: str) -> Tensor:
+    raise RuntimeError(_missing_backward_message(op))
+
+
+@_missing_backward.register_fake
+def _(grad, shape, dtype, op):
+    return grad.new_empty(shape, dtype=dtype)
+
+
+def _register_no_backward(opdef, name: str, tensor_inputs: Sequence[int]):
+    def setup_context(ctx, inputs, output):
+        ctx.meta = [(list(inputs[i].shape), inputs[i].dtype) if i in tensor_inputs and inputs[i] is not None else None
+                    for i in range(len(inputs))]
+
+    def backward(ctx, *grads):
+        g = next(g for g in grads if g is not None)
+        return tuple(None if m is None else torch.ops.ordo.missing_backward(g, m[0], m[1], name) for m in ctx.meta)
+
+    opdef.register_autograd(backward, setup_context=setup_context)
+
+
+_register_no_backward(_layer_norm_op, "layer_norm", (0, 1, 2))
+_register_no_backward(_rms_norm_op, "rms_norm", (0, 1))
+_register_no_backward(_softmax_op, "softmax", (0,))
+_register_no_backward(_log_softmax_op, "log_softmax", (0,))
+_register_no_backward(_sdpa_op, "scaled_dot_product_attention", (0, 1, 2))
+
+
+# --- the functions, with torch's signatures plus order= --------------------------------------
+
+def _normalized_cols(x: Tensor, normalized_shape, op: str) -> int:
+    shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
+    if len(shape) == 0 or len(shape) > x.dim() or tuple(x.shape[x.dim() - len(shape):]) != shape:
+        raise ValueError(f"{op}: normalized_shape {list(shape)} is not the trailing shape of input {list(x.shape)}")
+    return math.prod(shape)
+
+
+def layer_norm(input: Tensor, normalized_shape, weight: Optional[Tensor] = None, bias: Optional[Tensor] = None,
+               eps: float = 1e-5, *, order: str) -> Tensor:
+    """F.layer_norm with ordo's kernel and order. normalized_shape may span several trailing dims
+    (they are normalized as one row, as torch does)."""
+    n = _normalized_cols(input, normalized_shape, "layer_norm")
+    dims = 1 if isinstance(normalized_shape, int) else len(tuple(normalized_shape))
+    x = input.reshape(input.shape[:input.dim() - dims] + (n,))
+    y, _, _ = torch.ops.ordo.layer_norm(x, None if weight is None else weight.reshape(n),
+                                        None if bias is None else bias.reshape(n), float(eps), order)
+    return y.reshape(input.shape)
+
+
+def rms_norm(input: Tensor, normalized_shape, weight: Optional[Tensor] = None, eps: Optional[float] = None, *,
+             order: str) -> Tensor:
+    """F.rms_norm with ordo's kernel and order; eps=None is float32's epsilon, as in torch."""
+    n = _normalized_cols(input, normalized_shape, "rms_norm")
+    dims = 1 if isinstance(normalized_shape, int) else len(tuple(normalized_shape))
+    x = input.reshape(input.shape[:input.dim() - dims] + (n,))
+    y, _ = torch.ops.ordo.rms_norm(x, None if weight is None else weight.reshape(n),
+                                   _RMS_NORM_DEFAULT_EPS if eps is None else float(eps), order)
+    return y.reshape(input.shape)
+
+
+def _last_dim(input: Tensor, dim: int, op: str):
+    if dim not in (-1, input.dim() - 1):
+        raise ValueError(f"{op}: dim={dim}; ordo reduces the last dim only (dim=-1 or {input.dim() - 1} here)")
+
+
+def softmax(input: Tensor, dim: int = -1, dtype: Optional[torch.dtype] = None, *, order: str) -> Tensor:
+    """softmax over the last dim with ordo's order; dtype= casts the input first, as torch does."""
+    _last_dim(input, dim, "softmax")
+    return torch.ops.ordo.softmax(input if dtype is None else input.to(dtype), order)
+
+
+def log_softmax(input: Tensor, dim: int = -1, dtype: Optional[torch.dtype] = None, *, order: str) -> Tensor:
+    """log_softmax over the last dim with ordo's order; dtype= casts the input first, as torch does."""
+    _last_dim(input, dim, "log_softmax")
+    return torch.ops.ordo.log_softmax(input if dtype is None else input.to(dtype), order)
+
+
+def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, is_causal: bool = False,
+                                 scale: Optional[float] = None, *, order: str) -> Tensor:
+    """F.scaled_dot_product_attention without a mask or dropout: [..., S_q, D] x [..., S_k, D],
+    causal top-left aligned, scale 1/sqrt(D) by default."""
+    return torch.ops.ordo.scaled_dot_product_attention(query, key, value, bool(is_causal),
+                                                       None if scale is None else float(scale), order)
+
+
+# --- pinned ----------------------------------------------------------------------------------
+
+def _arg(args, kwargs, i, name, default):
+    if len(args) > i:
+        return args[i]
+    return kwargs.get(name, default)
+
+
+def _dt(t) -> str:
+    return "" if t is None else str(t.dtype).replace("torch.", "")
+
+
+_ORDER_BASES = None
+_warned_stack: List[set] = []  # one set of (op, reason) per active pinned block: each warns once
+
+
+def _order_bases():
+    global _ORDER_BASES
+    if _ORDER_BASES is None:
+        _ORDER_BASES = {o["name"] for o in _ordo.orders()}
+    return _ORDER_BASES
+
+
+def _attention_order(order: str, threads: int) -> str:
+    """An order reproducing torch's CPU attention names torch's thread count (MKL splits some
+    products between threads); other orders are taken as given."""
+    if "(" in order or threads <= 1 or not order.startswith("torch2.15-cpu"):
+        return order
+    return f"{order}(threads={threads})"
+
+
+def _why_not(op: str, order: str, call: tuple) -> str:
+    """'' when ordo runs this call with `order`; else the reason it cannot. `call` is plain data
+    (dtypes as names, shapes as tuples) so the result is a constant of a traced graph."""
+    if op in ("layer_norm", "rms_norm"):
+        x_dtype, w_dtype, b_dtype, shape, norm_shape, eps = call
+        for what, dt in (("input", x_dtype), ("weight", w_dtype), ("bias", b_dtype)):
+            if dt and getattr(torch, dt) not in _DTYPE_NAMES:
+                return f"{what} dtype {dt}; ordo runs float32, bfloat16 and float16"
+        if len(norm_shape) == 0 or len(norm_shape) > len(shape) or tuple(shape[len(shape) - len(norm_shape):]) != norm_shape:
+            return ""  # torch raises its own error for this call
+        n = math.prod(norm_shape)
+        try:
+            _ordo.compile(op, n, _DTYPE_NAMES[getattr(torch, x_dtype)],
+                          _DTYPE_NAMES[getattr(torch, w_dtype or b_dtype)] if (w_dtype or b_dtype) else "", order, float(eps),
+                          bool(w_dtype), bool(b_dtype), bool(w_dtype or b_dtype) and (w_dtype or b_dtype) != x_dtype, "")
+        except ValueError as e:
+            return str(e)
+        return ""
+    if op in ("softmax", "log_softmax"):
+        x_dtype, ndim, cols, dim, dtype = call
+        if dim is None:
+            return "dim=None (torch picks a dim implicitly); pass dim=-1"
+        if not isinstance(dim, int):
+            return f"dim={dim!r} is not an int"
+        if dim not in (-1, ndim - 1):
+            return f"dim={dim} is not the last dim; ordo reduces the last dim only"
+        dt = dtype or x_dtype
+        if getattr(torch, dt) not in _DTYPE_NAMES:
+            return f"dtype {dt}; ordo runs float32, bfloat16 and float16"
+        try:
+            _ordo.compile(op, cols, _DTYPE_NAMES[getattr(torch, dt)], "", order)
+        except ValueError as e:
+            return str(e)
+        return ""
+    # scaled_dot_product_attention
+    q_dtype, k_dtype, v_dtype, q_shape, k_shape, v_shape, has_mask, dropout_p, is_causal, scale, enable_gqa, threads = call
+    if has_mask:
+        return "attn_mask is given; ordo's attention takes no mask (is_causal=True is supported)"
+    if dropout_p != 0.0:
+        return f"dropout_p={dropout_p}; ordo's attention has no dropout"
+    if len(q_shape) != 4:
+        return f"query is {len(q_shape)}-D; torch runs its flash kernel (which ordo reproduces) on 4-D inputs only"
+    if not (q_dtype == k_dtype == v_dtype):
+        return f"query, key, value dtypes differ ({q_dtype}, {k_dtype}, {v_dtype})"
+    if getattr(torch, q_dtype) not in _DTYPE_NAMES:
+        return f"dtype {q_dtype}; ordo runs float32, bfloat16 and float16"
+    if k_shape != v_shape or q_shape[:-2] != k_shape[:-2] or q_shape[-1] != k_shape[-1]:
+        return (f"shapes query {list(q_shape)}, key {list(k_shape)}, value {list(v_shape)}: ordo needs equal leading dims "
+                f"and one head dim (no broadcasting, no grouped-query heads)")
+    try:
+        _ordo.compile_attention(q_shape[-1], q_shape[-2], k_shape[-2], _DTYPE_NAMES[getattr(torch, q_dtype)],
+                                _attention_order(order, threads), bool(is_causal), scale, False)
+    except ValueError as e:
+        return str(e)
+    return ""
+
+
+@torch.compiler.assume_constant_result
+def _route(op: str, order: str, strict: bool, call: tuple) -> str:
+    """The order to run this call with, or '' for torch's own op. Runs once per call in eager
+    and once at trace time under torch.compile, where its result is a constant of the graph.
+    Warns (once per pinned block and reason) or raises."""
+    why = _why_not(op, order, call)
+    if not why:
+        return _attention_order(order, call[-1]) if op == "scaled_dot_product_attention" else order
+    message = f"ordo.torch.pinned({order!r}): {op} runs torch's own kernel, not ordo's: {why}"
+    if strict:
+        raise ValueError(message.replace("runs torch's own kernel, not ordo's", "cannot run in ordo"))
+    seen = _warned_stack[-1] if _warned_stack else set()
+    if (op, why) not in seen:
+        seen.add((op, why))
+        warnings.warn(message, OrdoFallbackWarning, stacklevel=3)
+    return ""
+
+
+@torch.compiler.assume_constant_result
+def _torch_threads() -> int:
+    return torch.get_num_threads()
+
+
+class pinned(TorchFunctionMode):
+    """with ordo.torch.pinned(order): torch's layer_norm, rms_norm, softmax, log_softmax and
+    scaled_dot_product_attention run ordo's kernels with `order`, in eager mode and in functions
+    torch.compile traces inside the block. A call ordo cannot run goes to torch with one
+    OrdoFallbackWarning per block and reason, or raises ValueError when strict=True."""
+
+    def __init__(self, order: str, *, strict: bool = False):
+        super().__init__()
+        if not isinstance(order, str) or not order:
+            raise ValueError(f"order must be a non-empty string, got {order!r}")
+        base = order.split("(", 1)[0]
+        if base not in _order_bases():
+            raise ValueError(f"unknown order '{order}'; ordo.orders() lists them")
+        self.order = order
+        self.strict = bool(strict)
+
+    def __enter__(self):
+        _warned_stack.append(set())
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        try:
+            return super().__exit__(*exc)
+        finally:
+            _warned_stack.pop()
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func in _NORMS:
+            op = _NORMS[func]
+            x, norm_shape, w = args[0], _arg(args, kwargs, 1, "normalized_shape", None), _arg(args, kwargs, 2, "weight", None)
+            if op == "layer_norm":
+                b, eps = _arg(args, kwargs, 3, "bias", None), _arg(args, kwargs, 4, "eps", 1e-5)
+            else:
+                b, eps = None, _arg(args, kwargs, 3, "eps", None)
+                eps = _RMS_NORM_DEFAULT_EPS if eps is None else eps
+            shape = (norm_shape,) if isinstance(norm_shape, int) else tuple(norm_shape)
+            order = _route(op, self.order, self.strict, (_dt(x), _dt(w), _dt(b), tuple(x.shape), shape, float(eps)))
+            if order:
+                if op == "layer_norm":
+                    return layer_norm(x, shape, w, b, eps, order=order)
+                return rms_norm(x, shape, w, eps, order=order)
+        elif func in _SOFTMAXES:
+            op = _SOFTMAXES[func]
+            # F.softmax(input, dim, _stacklevel, dtype); torch.softmax and Tensor.softmax (input, dim, dtype)
+            x, dim = args[0], _arg(args, kwargs, 1, "dim", None)
+            dtype = _arg(args, kwargs, 3 if func in (F.softmax, F.log_softmax) else 2, "dtype", None)
+            order = _route(op, self.order, self.strict, (_dt(x), x.dim(), x.shape[-1] if x.dim() else 1, dim, _dt_name(dtype)))
+            if order:
+                return (softmax if op == "softmax" else log_softmax)(x, dim, dtype, order=order)
+        elif func is F.scaled_dot_product_attention:
+            q, k, v = args[0], _arg(args, kwargs, 1, "key", None), _arg(args, kwargs, 2, "value", None)
+            mask = _arg(args, kwargs, 3, "attn_mask", None)
+            dropout_p = float(_arg(args, kwargs, 4, "dropout_p", 0.0))
+            is_causal = bool(_arg(args, kwargs, 5, "is_causal", False))
+            scale = _arg(args, kwargs, 6, "scale", None)
+            gqa = bool(_arg(args, kwargs, 7, "enable_gqa", False))
+            call = (_dt(q), _dt(k), _dt(v), tuple(q.shape), tuple(k.shape), tuple(v.shape), mask is not None, dropout_p,
+                    is_causal, None if scale is None else float(scale), gqa, _torch_threads())
+            order = _route("scaled_dot_product_attention", self.order, self.strict, call)
+            if order:
+                return scaled_dot_product_attention(q, k, v, is_causal, scale, order=order)
+        return func(*args, **kwargs)
+
+
+def _dt_name(dtype) -> str:
+    return "" if dtype is None else str(dtype).replace("torch.", "")
+
+
+_NORMS = {F.layer_norm: "layer_norm", torch.layer_norm: "layer_norm", F.rms_norm: "rms_norm", torch.rms_norm: "rms_norm"}
+_SOFTMAXES = {F.softmax: "softmax", torch.softmax: "softmax", Tensor.softmax: "softmax", F.log_softmax: "log_softmax",
+              torch.log_softmax: "log_softmax", Tensor.log_softmax: "log_softmax"}
