@@ -249,15 +249,20 @@ def _dt(t) -> str:
     return "" if t is None else str(t.dtype).replace("torch.", "")
 
 
-_ORDER_BASES = None
+_ORDERS = None
 _warned_stack: List[set] = []  # one set of (op, reason) per active pinned block: each warns once
 
 
-def _order_bases():
-    global _ORDER_BASES
-    if _ORDER_BASES is None:
-        _ORDER_BASES = {o["name"] for o in _ordo.orders()}
-    return _ORDER_BASES
+def _orders():
+    """{name: reproduces a library bit for bit}"""
+    global _ORDERS
+    if _ORDERS is None:
+        _ORDERS = {o["name"]: o["exact"] for o in _ordo.orders()}
+    return _ORDERS
+
+
+def _exact(order: str) -> bool:
+    return _orders().get(order.split("(", 1)[0], False)
 
 
 def _attention_order(order: str, threads: int) -> str:
@@ -272,13 +277,18 @@ def _why_not(op: str, order: str, call: tuple) -> str:
     """'' when ordo runs this call with `order`; else the reason it cannot. `call` is plain data
     (dtypes as names, shapes as tuples) so the result is a constant of a traced graph."""
     if op in ("layer_norm", "rms_norm"):
-        x_dtype, w_dtype, b_dtype, shape, norm_shape, eps = call
+        x_dtype, w_dtype, b_dtype, shape, norm_shape, eps, last_stride = call
         for what, dt in (("input", x_dtype), ("weight", w_dtype), ("bias", b_dtype)):
             if dt and getattr(torch, dt) not in _DTYPE_NAMES:
                 return f"{what} dtype {dt}; ordo runs float32, bfloat16 and float16"
         if len(norm_shape) == 0 or len(norm_shape) > len(shape) or tuple(shape[len(shape) - len(norm_shape):]) != norm_shape:
             return ""  # torch raises its own error for this call
         n = math.prod(norm_shape)
+        if op == "rms_norm" and last_stride != 1 and n > 1 and _exact(order):
+            # layer_norm and softmax copy a strided input to rows first; F.rms_norm's composite
+            # reduces it in place, in another order (measured: its bits change with the layout).
+            return (f"the input's last dim has stride {last_stride}: torch's rms_norm sums such a row in another order "
+                    f"than a contiguous one, which '{order}' does not model; pass a contiguous input")
         try:
             _ordo.compile(op, n, _DTYPE_NAMES[getattr(torch, x_dtype)],
                           _DTYPE_NAMES[getattr(torch, w_dtype or b_dtype)] if (w_dtype or b_dtype) else "", order, float(eps),
@@ -303,7 +313,8 @@ def _why_not(op: str, order: str, call: tuple) -> str:
             return str(e)
         return ""
     # scaled_dot_product_attention
-    q_dtype, k_dtype, v_dtype, q_shape, k_shape, v_shape, has_mask, dropout_p, is_causal, scale, enable_gqa, threads = call
+    (q_dtype, k_dtype, v_dtype, q_shape, k_shape, v_shape, last_strides, has_mask, dropout_p, is_causal, scale,
+     threads) = call
     if has_mask:
         return "attn_mask is given; ordo's attention takes no mask (is_causal=True is supported)"
     if dropout_p != 0.0:
@@ -314,6 +325,9 @@ def _why_not(op: str, order: str, call: tuple) -> str:
         return f"query, key, value dtypes differ ({q_dtype}, {k_dtype}, {v_dtype})"
     if getattr(torch, q_dtype) not in _DTYPE_NAMES:
         return f"dtype {q_dtype}; ordo runs float32, bfloat16 and float16"
+    if last_strides != (1, 1, 1) and _exact(order):
+        return (f"a last dim is strided (strides {list(last_strides)} for query, key, value): torch then runs its math "
+                f"path, not the flash kernel '{order}' reproduces; pass tensors whose last dim is contiguous")
     if k_shape != v_shape or q_shape[:-2] != k_shape[:-2] or q_shape[-1] != k_shape[-1]:
         return (f"shapes query {list(q_shape)}, key {list(k_shape)}, value {list(v_shape)}: ordo needs equal leading dims "
                 f"and one head dim (no broadcasting, no grouped-query heads)")
@@ -359,8 +373,11 @@ class pinned(TorchFunctionMode):
         if not isinstance(order, str) or not order:
             raise ValueError(f"order must be a non-empty string, got {order!r}")
         base = order.split("(", 1)[0]
-        if base not in _order_bases():
+        if base not in _orders():
             raise ValueError(f"unknown order '{order}'; ordo.orders() lists them")
+        if base.startswith(("llama-rmsnorm", "gemma-rmsnorm")):
+            raise ValueError(f"order '{order}' is a Hugging Face RMSNorm class's formula, not F.rms_norm's; pinned routes "
+                             f"torch's functions, so it would change their math (call ordo.torch.rms_norm with it instead)")
         self.order = order
         self.strict = bool(strict)
 
@@ -385,7 +402,8 @@ class pinned(TorchFunctionMode):
                 b, eps = None, _arg(args, kwargs, 3, "eps", None)
                 eps = _RMS_NORM_DEFAULT_EPS if eps is None else eps
             shape = (norm_shape,) if isinstance(norm_shape, int) else tuple(norm_shape)
-            order = _route(op, self.order, self.strict, (_dt(x), _dt(w), _dt(b), tuple(x.shape), shape, float(eps)))
+            call = (_dt(x), _dt(w), _dt(b), tuple(x.shape), shape, float(eps), x.stride(-1) if x.dim() else 1)
+            order = _route(op, self.order, self.strict, call)
             if order:
                 if op == "layer_norm":
                     return layer_norm(x, shape, w, b, eps, order=order)
@@ -404,9 +422,10 @@ class pinned(TorchFunctionMode):
             dropout_p = float(_arg(args, kwargs, 4, "dropout_p", 0.0))
             is_causal = bool(_arg(args, kwargs, 5, "is_causal", False))
             scale = _arg(args, kwargs, 6, "scale", None)
-            gqa = bool(_arg(args, kwargs, 7, "enable_gqa", False))
-            call = (_dt(q), _dt(k), _dt(v), tuple(q.shape), tuple(k.shape), tuple(v.shape), mask is not None, dropout_p,
-                    is_causal, None if scale is None else float(scale), gqa, _torch_threads())
+            # enable_gqa needs no handling: ordo takes equal head counts only, where it changes nothing
+            call = (_dt(q), _dt(k), _dt(v), tuple(q.shape), tuple(k.shape), tuple(v.shape),
+                    (q.stride(-1), k.stride(-1), v.stride(-1)), mask is not None, dropout_p, is_causal,
+                    None if scale is None else float(scale), _torch_threads())
             order = _route("scaled_dot_product_attention", self.order, self.strict, call)
             if order:
                 return scaled_dot_product_attention(q, k, v, is_causal, scale, order=order)

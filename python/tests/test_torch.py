@@ -1,0 +1,328 @@
+#!/usr/bin/env python3
+"""ordo.torch against PyTorch 2.15, bit for bit.
+
+Run with the torch 2.15 venv's python (a different or missing torch fails, never skips):
+    PYTHONPATH=build/python "$(scripts/torch2-venv --python)" python/tests/test_torch.py
+
+  - `import ordo` imports no torch; ordo.torch does.
+  - The custom ops equal eager torch for torch2.15-cpu (f32, bf16, f16, mixed dtypes,
+    multi-dim normalized_shape, softmax dtype=, SDPA causal and scaled), and
+    torch.compile(fullgraph=True) keeps them in one graph.
+  - pinned: every routed spelling (F.*, torch.*, Tensor.*, nn modules) reaches ordo (checked
+    with an order torch does not have) and equals eager with torch2.15-cpu, in eager mode and
+    compiled inside the block, where the graph holds ordo's ops and none of torch's.
+  - Non-contiguous inputs and mixed dtypes give eager's bits.
+  - Calls ordo cannot run: torch's result and one OrdoFallbackWarning per block and reason,
+    naming it; strict=True raises ValueError, in eager and compiled code.
+  - Backward raises RuntimeError naming the op, in eager and compiled code; forward works.
+"""
+import os
+import subprocess
+import sys
+import tempfile
+import warnings
+
+os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", tempfile.mkdtemp(prefix="ordo_test_inductor_"))
+
+import torch  # noqa: E402
+import torch.nn as nn  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
+
+WANT_TORCH = "2.15.0"
+EXACT = "torch2.15-cpu"
+failures = []
+
+
+def check(cond, what):
+    print(("ok   " if cond else "FAIL ") + what, flush=True)
+    if not cond:
+        failures.append(what)
+
+
+def bits(t):
+    t = t.detach().contiguous()
+    return t.view({2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()])
+
+
+def same(a, b):
+    """Same dtype, shape and bit patterns; every NaN equals every NaN."""
+    if a.dtype != b.dtype or a.shape != b.shape:
+        return False
+    return bool(((bits(a) == bits(b)) | (a.detach().isnan() & b.detach().isnan())).all())
+
+
+def fallback_warnings(record):
+    import ordo.torch as ot
+    return [str(r.message) for r in record if issubclass(r.category, ot.OrdoFallbackWarning)]
+
+
+class OpLog(TorchDispatchMode):
+    """The operators that reach the dispatcher, by name: ordo's custom ops among them."""
+
+    def __init__(self):
+        super().__init__()
+        self.names = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.names.append(str(func))
+        return func(*args, **(kwargs or {}))
+
+
+class Recorder:
+    """A torch.compile backend that keeps the graph's call targets and runs it as traced."""
+
+    def __init__(self):
+        self.targets = []
+
+    def __call__(self, gm, example_inputs):
+        self.targets += [str(n.target) for n in gm.graph.nodes if n.op == "call_function"]
+        return gm.forward
+
+
+def test_import_is_lazy():
+    r = subprocess.run([sys.executable, "-c", "import sys, ordo; ordo.layer_norm; assert 'torch' not in sys.modules, 'torch imported'"],
+                       capture_output=True, text=True)
+    check(r.returncode == 0, f"import ordo imports no torch {r.stderr.strip()[-200:]}")
+
+
+def test_ops_exact():
+    import ordo.torch as ot
+    g = torch.Generator().manual_seed(1)
+    for dt in (torch.float32, torch.bfloat16, torch.float16):
+        x = (torch.randn(3, 5, 300, generator=g) * 3 + 1).to(dt)
+        w, b = torch.randn(300, generator=g).to(dt), torch.randn(300, generator=g).to(dt)
+        check(same(ot.layer_norm(x, (300,), w, b, 1e-5, order=EXACT), F.layer_norm(x, (300,), w, b)), f"layer_norm {dt}")
+        check(same(ot.layer_norm(x, [300], order=EXACT), F.layer_norm(x, [300])), f"layer_norm {dt} without weight and bias")
+        check(same(ot.rms_norm(x, (300,), w, order=EXACT), F.rms_norm(x, (300,), w)), f"rms_norm {dt} eps=None")
+        check(same(ot.rms_norm(x, (300,), None, 1e-6, order=EXACT), F.rms_norm(x, (300,), None, 1e-6)), f"rms_norm {dt} no weight")
+        check(same(ot.softmax(x, -1, order=EXACT), torch.softmax(x, -1)), f"softmax {dt}")
+        check(same(ot.log_softmax(x, 2, order=EXACT), torch.log_softmax(x, 2)), f"log_softmax {dt}")
+    x = torch.randn(4, 7, 64, generator=g).bfloat16()
+    w, b = torch.randn(64, generator=g), torch.randn(64, generator=g)
+    check(same(ot.layer_norm(x, (64,), w, b, order=EXACT), F.layer_norm(x, (64,), w, b)), "layer_norm bf16 input, f32 weight and bias")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch's own note that mixed dtypes skip its fused kernel
+        check(same(ot.rms_norm(x, (64,), w, order=EXACT), F.rms_norm(x, (64,), w)), "rms_norm bf16 input, f32 weight")
+    check(same(ot.softmax(x, -1, torch.float32, order=EXACT), F.softmax(x, -1, dtype=torch.float32)), "softmax bf16 with dtype=float32")
+    x = torch.randn(6, 10, 12, generator=g)
+    w = torch.randn(10, 12, generator=g)
+    check(same(ot.layer_norm(x, (10, 12), w, order=EXACT), F.layer_norm(x, (10, 12), w)), "layer_norm over two dims")
+    check(same(ot.rms_norm(x, (10, 12), w, order=EXACT), F.rms_norm(x, (10, 12), w)), "rms_norm over two dims")
+    for dt in (torch.float32, torch.bfloat16):
+        q = torch.randn(2, 3, 37, 64, generator=g).to(dt)
+        k, v = torch.randn(2, 3, 45, 64, generator=g).to(dt), torch.randn(2, 3, 45, 64, generator=g).to(dt)
+        for causal, scale in ((False, None), (True, None), (True, 0.3)):
+            check(same(ot.scaled_dot_product_attention(q, k, v, causal, scale, order=EXACT),
+                       F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale)),
+                  f"scaled_dot_product_attention {dt} causal={causal} scale={scale}")
+    for bad, call in (("dim=0", lambda: ot.softmax(x, 0, order=EXACT)),
+                      ("float64", lambda: ot.layer_norm(x.double(), (12,), order=EXACT)),
+                      ("normalized_shape [5]", lambda: ot.layer_norm(x, (5,), order=EXACT)),
+                      ("unknown order 'nope'", lambda: ot.softmax(x, -1, order="nope"))):
+        try:
+            call()
+            check(False, f"bad input {bad} raises")
+        except (ValueError, RuntimeError) as e:
+            check(bad in str(e), f"bad input {bad} raises, naming it: {str(e)[:120]}")
+
+
+def test_ops_compiled():
+    import ordo.torch as ot
+    x = torch.randn(5, 128)
+    w = torch.randn(128)
+    q, k, v = (torch.randn(1, 2, 16, 32) for _ in range(3))
+
+    def f(x, q):
+        return (ot.layer_norm(x, (128,), w, w, order=EXACT), ot.rms_norm(x, (128,), w, order=EXACT),
+                ot.softmax(x, -1, order=EXACT), ot.log_softmax(x, -1, order=EXACT),
+                ot.scaled_dot_product_attention(q, k, v, True, order=EXACT))
+
+    explanation = torch._dynamo.explain(f)(x, q)
+    check(explanation.graph_count == 1 and explanation.graph_break_count == 0,
+          f"the custom ops trace as one graph (graphs {explanation.graph_count}, breaks {explanation.graph_break_count})")
+    torch._dynamo.reset()
+    got = torch.compile(f, fullgraph=True)(x, q)
+    want = (F.layer_norm(x, (128,), w, w), F.rms_norm(x, (128,), w), torch.softmax(x, -1), torch.log_softmax(x, -1),
+            F.scaled_dot_product_attention(q, k, v, is_causal=True))
+    check(all(same(a, b) for a, b in zip(want, got)), "the custom ops compiled by Inductor equal eager torch")
+
+
+def spellings(x, q, k, v, ln, rms):
+    """Every call pinned routes, on the last dim."""
+    return (F.layer_norm(x, (x.shape[-1],), ln.weight, ln.bias), torch.layer_norm(x, [x.shape[-1]]), ln(x),
+            F.rms_norm(x, (x.shape[-1],), rms.weight), torch.rms_norm(x, [x.shape[-1]], None, 1e-5), rms(x),
+            F.softmax(x, dim=-1), torch.softmax(x, -1), x.softmax(-1), nn.Softmax(dim=-1)(x),
+            F.log_softmax(x, -1), torch.log_softmax(x, dim=-1), x.log_softmax(-1), nn.LogSoftmax(-1)(x),
+            F.scaled_dot_product_attention(q, k, v), F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=0.2))
+
+
+def test_pinned():
+    import ordo.torch as ot
+    g = torch.Generator().manual_seed(2)
+    for dt in (torch.float32, torch.bfloat16):
+        x = torch.randn(4, 9, 256, generator=g).to(dt)
+        # q, k, v as a projection's strided [batch, heads, seq, head_dim] views (last dim contiguous)
+        q, k, v = torch.randn(2, 33, 3, 4, 64, generator=g).to(dt).permute(2, 0, 3, 1, 4)
+        ln, rms = nn.LayerNorm(256).to(dt), nn.RMSNorm(256).to(dt)
+        with torch.no_grad():
+            nn.init.normal_(ln.weight, generator=g), nn.init.normal_(ln.bias, generator=g), nn.init.normal_(rms.weight, generator=g)
+            want = spellings(x, q, k, v, ln, rms)
+            # Routing: with an order torch lacks, each spelling must give ordo's bits for that order.
+            with ot.pinned("fast"), OpLog() as log:
+                routed = spellings(x, q, k, v, ln, rms)
+            ran = [n for n in log.names if n.startswith("ordo.")]
+            theirs = [n for n in log.names if any(s in n for s in ("norm", "softmax", "attention")) and not n.startswith("ordo.")]
+            check(len(ran) == 16 and not theirs, f"pinned eager runs 16 ordo ops and none of torch's ({dt}): {theirs}")
+            direct = [ot.layer_norm(x, (256,), ln.weight, ln.bias, order="fast"),
+                      ot.layer_norm(x, (256,), order="fast"),
+                      ot.layer_norm(x, (256,), ln.weight, ln.bias, order="fast"),
+                      ot.rms_norm(x, (256,), rms.weight, order="fast"),
+                      ot.rms_norm(x, (256,), None, 1e-5, order="fast"),
+                      ot.rms_norm(x, (256,), rms.weight, order="fast")]
+            direct += [ot.softmax(x, order="fast")] * 4 + [ot.log_softmax(x, order="fast")] * 4
+            direct += [ot.scaled_dot_product_attention(q, k, v, order="fast"),
+                       ot.scaled_dot_product_attention(q, k, v, True, 0.2, order="fast")]
+            check(all(same(a, b) for a, b in zip(routed, direct)), f"pinned routes all 16 spellings to ordo ({dt})")
+            with ot.pinned(EXACT, strict=True):
+                eager = spellings(x, q, k, v, ln, rms)
+            check(all(same(a, b) for a, b in zip(want, eager)), f"pinned({EXACT}) eager equals torch, 16 spellings ({dt})")
+            torch._dynamo.reset()
+            rec = Recorder()
+            with ot.pinned(EXACT, strict=True):
+                traced = torch.compile(spellings, backend=rec, fullgraph=True)(x, q, k, v, ln, rms)
+            ordo_ops = [t for t in rec.targets if t.startswith("ordo.")]
+            torch_ops = [t for t in rec.targets if any(s in t for s in ("norm", "softmax", "attention")) and not t.startswith("ordo.")]
+            check(len(ordo_ops) == 16 and not torch_ops, f"the compiled graph holds 16 ordo ops and none of torch's ({dt}): {torch_ops}")
+            check(all(same(a, b) for a, b in zip(want, traced)), f"the traced graph equals torch ({dt})")
+            torch._dynamo.reset()
+            with ot.pinned(EXACT, strict=True):
+                compiled = torch.compile(spellings, fullgraph=True)(x, q, k, v, ln, rms)
+            check(all(same(a, b) for a, b in zip(want, compiled)), f"compiled by Inductor inside pinned equals eager torch ({dt})")
+    torch._dynamo.reset()
+
+
+def test_layouts_and_dtypes():
+    import ordo.torch as ot
+    g = torch.Generator().manual_seed(3)
+    base = torch.randn(200, 24, generator=g)
+    xt = base.t()                       # [24, 200], last dim stride 24
+    xs = torch.randn(24, 300, generator=g)[:, 50:250]  # rows strided, last dim contiguous
+    xb = torch.randn(3, 5, 200, generator=g).bfloat16()
+    wf, bf = torch.randn(200, generator=g), torch.randn(200, generator=g)
+    q, k, v = torch.randn(2, 40, 3, 4, 32, generator=g).permute(2, 0, 3, 1, 4)
+    with torch.no_grad(), warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        with ot.pinned(EXACT):
+            got = [F.layer_norm(xt, (200,)), F.softmax(xt, -1), F.log_softmax(xt, -1), F.rms_norm(xs, (200,)),
+                   F.layer_norm(xb, (200,), wf, bf), F.rms_norm(xb, (200,), wf), F.softmax(xb, -1, dtype=torch.float32),
+                   F.scaled_dot_product_attention(q, k, v, is_causal=True)]
+        want = [F.layer_norm(xt, (200,)), F.softmax(xt, -1), F.log_softmax(xt, -1), F.rms_norm(xs, (200,)),
+                F.layer_norm(xb, (200,), wf, bf), F.rms_norm(xb, (200,), wf), F.softmax(xb, -1, dtype=torch.float32),
+                F.scaled_dot_product_attention(q, k, v, is_causal=True)]
+    names = ["layer_norm transposed", "softmax transposed", "log_softmax transposed", "rms_norm rows strided",
+             "layer_norm bf16 with f32 weight, bias", "rms_norm bf16 with f32 weight", "softmax bf16 dtype=float32",
+             "sdpa permuted q, k, v"]
+    for name, a, b in zip(names, got, want):
+        check(same(a, b), f"pinned {name} equals torch")
+    check(not fallback_warnings(record), f"none of them falls back: {fallback_warnings(record)}")
+
+
+def test_fallbacks():
+    import ordo.torch as ot
+    g = torch.Generator().manual_seed(4)
+    x = torch.randn(6, 40, generator=g)
+    q, k, v = (torch.randn(1, 2, 9, 32, generator=g) for _ in range(3))
+    mask = torch.ones(9, 9, dtype=torch.bool).tril()
+    # (reason the warning must name, the call): each runs torch's own op
+    calls = [
+        ("input dtype float64", lambda: F.layer_norm(x.double(), (40,))),
+        ("dim=0 is not the last dim", lambda: torch.softmax(x, 0)),
+        ("dim=None", lambda: F.log_softmax(x)),
+        ("attn_mask is given", lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=mask)),
+        ("dropout_p=0.5", lambda: F.scaled_dot_product_attention(q, k, v, dropout_p=0.5)),
+        ("query is 3-D", lambda: F.scaled_dot_product_attention(q[0], k[0], v[0])),
+        ("last dim is strided", lambda: F.scaled_dot_product_attention(q, k, v.transpose(-1, -2).contiguous().transpose(-1, -2))),
+        ("last dim has stride 40", lambda: F.rms_norm(x.t(), (6,))),
+        ("f16 CPU attention is not modelled", lambda: F.scaled_dot_product_attention(q.half(), k.half(), v.half())),
+    ]
+    with torch.no_grad():
+        for reason, call in calls:
+            torch.manual_seed(0)  # dropout draws the same mask each time
+            want = call()
+            got = []
+            with warnings.catch_warnings(record=True) as record:
+                warnings.simplefilter("always")
+                with ot.pinned(EXACT):
+                    for _ in range(3):
+                        torch.manual_seed(0)
+                        got.append(call())
+            texts = fallback_warnings(record)
+            check(len(texts) == 1 and reason in texts[0] and all(same(want, y) for y in got),
+                  f"fallback {reason}: torch's result, one warning for three calls: {texts}")
+            try:
+                with ot.pinned(EXACT, strict=True):
+                    call()
+                check(False, f"strict {reason} raises")
+            except ValueError as e:
+                check(reason in str(e) and "cannot run in ordo" in str(e), f"strict {reason} raises ValueError naming it")
+        # Compiled: the warning comes once, at trace time; strict raises when tracing.
+        torch._dynamo.reset()
+        with warnings.catch_warnings(record=True) as record:
+            warnings.simplefilter("always")
+            with ot.pinned(EXACT):
+                f = torch.compile(lambda t: torch.softmax(t, 0) + F.softmax(t, -1), fullgraph=True)
+                got = [f(x) for _ in range(3)]
+        texts = fallback_warnings(record)
+        check(len(texts) == 1 and "dim=0" in texts[0] and all(same(got[0], y) for y in got),
+              f"compiled fallback warns once, at trace time: {texts}")
+        torch._dynamo.reset()
+        try:
+            with ot.pinned(EXACT, strict=True):
+                torch.compile(lambda t: torch.softmax(t, 0), fullgraph=True)(x)
+            check(False, "strict raises under torch.compile")
+        except Exception as e:  # Dynamo wraps the ValueError raised while tracing
+            check("dim=0 is not the last dim" in str(e), f"strict raises under torch.compile, naming the reason ({type(e).__name__})")
+        torch._dynamo.reset()
+    for bad in ("nope", "llama-rmsnorm-torch2.15-cpu"):
+        try:
+            ot.pinned(bad)
+            check(False, f"pinned({bad!r}) raises")
+        except ValueError as e:
+            check(bad in str(e), f"pinned({bad!r}) raises ValueError: {str(e)[:100]}")
+
+
+def test_no_backward():
+    import ordo.torch as ot
+    x = torch.randn(3, 64, requires_grad=True)
+    ln = nn.LayerNorm(64)
+    y = ot.softmax(x, order=EXACT)
+    check(same(y, torch.softmax(x, -1)), "forward runs on inputs that require grad")
+    for name, run in (("eager", lambda: ln(x)), ("compiled", lambda: torch.compile(ln, fullgraph=True)(x))):
+        torch._dynamo.reset()
+        with ot.pinned(EXACT, strict=True):
+            y = run()
+        check(same(y, F.layer_norm(x, (64,), ln.weight, ln.bias)), f"{name}: pinned forward with parameters that require grad")
+        try:
+            y.sum().backward()
+            check(False, f"{name}: backward raises")
+        except RuntimeError as e:
+            check("ordo::layer_norm has no backward" in str(e), f"{name}: backward raises RuntimeError naming the op")
+    torch._dynamo.reset()
+
+
+def main():
+    if torch.__version__.split("+")[0] != WANT_TORCH:
+        print(f"FAIL: this is torch {torch.__version__} ({sys.executable}); ordo.torch is checked against {WANT_TORCH} "
+              f"(scripts/torch2-venv --python)")
+        return 1
+    for test in (test_import_is_lazy, test_ops_exact, test_ops_compiled, test_pinned, test_layouts_and_dtypes, test_fallbacks,
+                 test_no_backward):
+        print(f"--- {test.__name__}", flush=True)
+        test()
+    print(f"\n{len(failures)} failed" if failures else "\nall passed")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
