@@ -68,6 +68,12 @@ def _norm_kernel(op: str, cols: int, x_dtype: torch.dtype, weight: Optional[Tens
     return _ordo.compile(op, cols, xd, wd, order, float(eps), weight is not None, bias is not None, bool(wd) and wd != xd, "")
 
 
+def _size(v, placeholder: int = 1) -> int:
+    """A size as ordo's requests take it: an int, or a placeholder for a symbolic size (dynamic
+    shapes), where only checks that do not depend on it can run before the kernel does."""
+    return v if isinstance(v, int) else placeholder
+
+
 def _out_dtype(kernel, name: str) -> torch.dtype:
     for arg, dt, is_out, _ in kernel.args:
         if is_out and arg == name:
@@ -96,7 +102,7 @@ def _layer_norm_op(x: Tensor, weight: Optional[Tensor], bias: Optional[Tensor], 
 
 @_layer_norm_op.register_fake
 def _(x, weight, bias, eps, order):
-    k = _norm_kernel("layer_norm", x.shape[-1], x.dtype, weight, bias, eps, order)
+    k = _norm_kernel("layer_norm", _size(x.shape[-1]), x.dtype, weight, bias, eps, order)
     stat = x.shape[:-1]
     return (x.new_empty(x.shape, dtype=_out_dtype(k, "y")), x.new_empty(stat, dtype=_out_dtype(k, "mean")),
             x.new_empty(stat, dtype=_out_dtype(k, "rstd")))
@@ -110,7 +116,7 @@ def _rms_norm_op(x: Tensor, weight: Optional[Tensor], eps: float, order: str) ->
 
 @_rms_norm_op.register_fake
 def _(x, weight, eps, order):
-    k = _norm_kernel("rms_norm", x.shape[-1], x.dtype, weight, None, eps, order)
+    k = _norm_kernel("rms_norm", _size(x.shape[-1]), x.dtype, weight, None, eps, order)
     return x.new_empty(x.shape, dtype=_out_dtype(k, "y")), x.new_empty(x.shape[:-1], dtype=_out_dtype(k, "rstd"))
 
 
@@ -121,7 +127,7 @@ def _softmax_op(x: Tensor, order: str) -> Tensor:
 
 @_softmax_op.register_fake
 def _(x, order):
-    _ordo.compile("softmax", x.shape[-1], _DTYPE_NAMES[x.dtype], "", order)  # an order ordo lacks fails at trace time
+    _ordo.compile("softmax", _size(x.shape[-1]), _DTYPE_NAMES[x.dtype], "", order)  # an order ordo lacks fails at trace time
     return torch.empty_like(x, memory_format=torch.contiguous_format)
 
 
@@ -132,7 +138,7 @@ def _log_softmax_op(x: Tensor, order: str) -> Tensor:
 
 @_log_softmax_op.register_fake
 def _(x, order):
-    _ordo.compile("log_softmax", x.shape[-1], _DTYPE_NAMES[x.dtype], "", order)
+    _ordo.compile("log_softmax", _size(x.shape[-1]), _DTYPE_NAMES[x.dtype], "", order)
     return torch.empty_like(x, memory_format=torch.contiguous_format)
 
 
@@ -143,8 +149,8 @@ def _sdpa_op(query: Tensor, key: Tensor, value: Tensor, is_causal: bool, scale: 
 
 @_sdpa_op.register_fake
 def _(query, key, value, is_causal, scale, order):
-    _ordo.compile_attention(query.shape[-1], query.shape[-2], key.shape[-2], _DTYPE_NAMES[query.dtype], order, is_causal,
-                            scale, False)
+    _ordo.compile_attention(_size(query.shape[-1], 8), _size(query.shape[-2]), _size(key.shape[-2]),
+                            _DTYPE_NAMES[query.dtype], order, is_causal, scale, False)
     return query.new_empty(query.shape)
 
 
@@ -275,24 +281,24 @@ def _attention_order(order: str, threads: int) -> str:
 
 def _why_not(op: str, order: str, call: tuple) -> str:
     """'' when ordo runs this call with `order`; else the reason it cannot. `call` is plain data
-    (dtypes as names, shapes as tuples) so the result is a constant of a traced graph."""
+    (dtype names, flags, the sizes ordo compiles for) so the result is a constant of a traced
+    graph."""
     if op in ("layer_norm", "rms_norm"):
-        x_dtype, w_dtype, b_dtype, shape, norm_shape, eps, last_stride = call
+        x_dtype, w_dtype, b_dtype, shape_ok, n, eps, last_contiguous = call
         for what, dt in (("input", x_dtype), ("weight", w_dtype), ("bias", b_dtype)):
             if dt and getattr(torch, dt) not in _DTYPE_NAMES:
                 return f"{what} dtype {dt}; ordo runs float32, bfloat16 and float16"
-        if len(norm_shape) == 0 or len(norm_shape) > len(shape) or tuple(shape[len(shape) - len(norm_shape):]) != norm_shape:
+        if not shape_ok:
             return ""  # torch raises its own error for this call
-        n = math.prod(norm_shape)
-        if op == "rms_norm" and last_stride != 1 and n > 1 and _exact(order):
+        if op == "rms_norm" and not last_contiguous and _exact(order):
             # layer_norm and softmax copy a strided input to rows first; F.rms_norm's composite
             # reduces it in place, in another order (measured: its bits change with the layout).
-            return (f"the input's last dim has stride {last_stride}: torch's rms_norm sums such a row in another order "
-                    f"than a contiguous one, which '{order}' does not model; pass a contiguous input")
+            return (f"the input's last dim is strided: torch's rms_norm sums such a row in another order than a "
+                    f"contiguous one, which '{order}' does not model; pass a contiguous input")
+        wd = w_dtype or b_dtype
         try:
-            _ordo.compile(op, n, _DTYPE_NAMES[getattr(torch, x_dtype)],
-                          _DTYPE_NAMES[getattr(torch, w_dtype or b_dtype)] if (w_dtype or b_dtype) else "", order, float(eps),
-                          bool(w_dtype), bool(b_dtype), bool(w_dtype or b_dtype) and (w_dtype or b_dtype) != x_dtype, "")
+            _ordo.compile(op, n, _DTYPE_NAMES[getattr(torch, x_dtype)], _DTYPE_NAMES[getattr(torch, wd)] if wd else "", order,
+                          float(eps), bool(w_dtype), bool(b_dtype), bool(wd) and wd != x_dtype, "")
         except ValueError as e:
             return str(e)
         return ""
@@ -313,48 +319,50 @@ def _why_not(op: str, order: str, call: tuple) -> str:
             return str(e)
         return ""
     # scaled_dot_product_attention
-    (q_dtype, k_dtype, v_dtype, q_shape, k_shape, v_shape, last_strides, has_mask, dropout_p, is_causal, scale,
+    (q_dtype, k_dtype, v_dtype, ndim, shapes_ok, d, s_q, s_k, last_contiguous, has_mask, dropout_p, is_causal, scale,
      threads) = call
     if has_mask:
         return "attn_mask is given; ordo's attention takes no mask (is_causal=True is supported)"
     if dropout_p != 0.0:
         return f"dropout_p={dropout_p}; ordo's attention has no dropout"
-    if len(q_shape) != 4:
-        return f"query is {len(q_shape)}-D; torch runs its flash kernel (which ordo reproduces) on 4-D inputs only"
+    if ndim != 4:
+        return f"query is {ndim}-D; torch runs its flash kernel (which ordo reproduces) on 4-D inputs only"
     if not (q_dtype == k_dtype == v_dtype):
         return f"query, key, value dtypes differ ({q_dtype}, {k_dtype}, {v_dtype})"
     if getattr(torch, q_dtype) not in _DTYPE_NAMES:
         return f"dtype {q_dtype}; ordo runs float32, bfloat16 and float16"
-    if last_strides != (1, 1, 1) and _exact(order):
-        return (f"a last dim is strided (strides {list(last_strides)} for query, key, value): torch then runs its math "
-                f"path, not the flash kernel '{order}' reproduces; pass tensors whose last dim is contiguous")
-    if k_shape != v_shape or q_shape[:-2] != k_shape[:-2] or q_shape[-1] != k_shape[-1]:
-        return (f"shapes query {list(q_shape)}, key {list(k_shape)}, value {list(v_shape)}: ordo needs equal leading dims "
-                f"and one head dim (no broadcasting, no grouped-query heads)")
+    if not all(last_contiguous) and _exact(order):
+        return (f"a last dim is strided (contiguous: query {last_contiguous[0]}, key {last_contiguous[1]}, value "
+                f"{last_contiguous[2]}): torch then runs its math path, not the flash kernel '{order}' reproduces; pass "
+                f"tensors whose last dim is contiguous")
+    if not shapes_ok:
+        return ("query, key, value shapes: ordo needs equal leading dims, one head dim and key and value of one shape "
+                "(no broadcasting, no grouped-query heads)")
     try:
-        _ordo.compile_attention(q_shape[-1], q_shape[-2], k_shape[-2], _DTYPE_NAMES[getattr(torch, q_dtype)],
-                                _attention_order(order, threads), bool(is_causal), scale, False)
+        _ordo.compile_attention(d, s_q, s_k, _DTYPE_NAMES[getattr(torch, q_dtype)], _attention_order(order, threads),
+                                bool(is_causal), scale, False)
     except ValueError as e:
         return str(e)
     return ""
 
 
 @torch.compiler.assume_constant_result
-def _route(op: str, order: str, strict: bool, call: tuple) -> str:
-    """The order to run this call with, or '' for torch's own op. Runs once per call in eager
-    and once at trace time under torch.compile, where its result is a constant of the graph.
-    Warns (once per pinned block and reason) or raises."""
+def _route(op: str, order: str, strict: bool, call: tuple) -> Tuple[str, str]:
+    """(the order to run this call with, or '' for torch's own op; the error to raise when
+    strict, else ''). Runs once per call in eager and once at trace time under torch.compile,
+    where its result is a constant of the graph; a fallback warns there, once per pinned block
+    and reason. The caller raises, so that Dynamo sees an ordinary exception of user code."""
     why = _why_not(op, order, call)
     if not why:
-        return _attention_order(order, call[-1]) if op == "scaled_dot_product_attention" else order
-    message = f"ordo.torch.pinned({order!r}): {op} runs torch's own kernel, not ordo's: {why}"
+        return (_attention_order(order, call[-1]) if op == "scaled_dot_product_attention" else order), ""
     if strict:
-        raise ValueError(message.replace("runs torch's own kernel, not ordo's", "cannot run in ordo"))
+        return "", f"ordo.torch.pinned({order!r}): {op} cannot run in ordo: {why}"
     seen = _warned_stack[-1] if _warned_stack else set()
     if (op, why) not in seen:
         seen.add((op, why))
-        warnings.warn(message, OrdoFallbackWarning, stacklevel=3)
-    return ""
+        warnings.warn(f"ordo.torch.pinned({order!r}): {op} runs torch's own kernel, not ordo's: {why}", OrdoFallbackWarning,
+                      stacklevel=3)
+    return "", ""
 
 
 @torch.compiler.assume_constant_result
@@ -383,16 +391,29 @@ class pinned(TorchFunctionMode):
 
     def __enter__(self):
         _warned_stack.append(set())
+        # ordo compiles a kernel per row length and attention shape, so the sizes it is asked
+        # for are constants of a traced graph: a new shape recompiles instead of making the
+        # graph dynamic (torch.compile(dynamic=True) is not supported inside the block).
+        self._static_shapes = torch._dynamo.config.patch(automatic_dynamic_shapes=False)
+        self._static_shapes.__enter__()
         return super().__enter__()
 
     def __exit__(self, *exc):
         try:
             return super().__exit__(*exc)
         finally:
+            self._static_shapes.__exit__(None, None, None)
             _warned_stack.pop()
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
+        # Dynamo traces this method. What _route decides from must be constants: sizes are
+        # (automatic dynamic shapes are off inside the block), and conditions on sizes and
+        # strides become constants through `True if ... else False` (a guard).
         kwargs = kwargs or {}
+        if (func in _NORMS or func in _SOFTMAXES or func is F.scaled_dot_product_attention) and \
+                not torch._dynamo.config.assume_static_by_default:
+            raise ValueError("ordo.torch.pinned: torch.compile(dynamic=True) is not supported inside the block: ordo "
+                             "compiles its kernels for fixed sizes; use the default (dynamic=None) or dynamic=False")
         if func in _NORMS:
             op = _NORMS[func]
             x, norm_shape, w = args[0], _arg(args, kwargs, 1, "normalized_shape", None), _arg(args, kwargs, 2, "weight", None)
@@ -402,8 +423,16 @@ class pinned(TorchFunctionMode):
                 b, eps = None, _arg(args, kwargs, 3, "eps", None)
                 eps = _RMS_NORM_DEFAULT_EPS if eps is None else eps
             shape = (norm_shape,) if isinstance(norm_shape, int) else tuple(norm_shape)
-            call = (_dt(x), _dt(w), _dt(b), tuple(x.shape), shape, float(eps), x.stride(-1) if x.dim() else 1)
-            order = _route(op, self.order, self.strict, call)
+            shape_ok = True if 0 < len(shape) <= x.dim() and tuple(x.shape[x.dim() - len(shape):]) == shape else False
+            n = 1
+            if shape_ok:
+                for size in shape:
+                    n = n * int(size)
+            last_contiguous = True if x.dim() == 0 or x.shape[-1] == 1 or x.stride(-1) == 1 else False
+            call = (_dt(x), _dt(w), _dt(b), shape_ok, n, float(eps), last_contiguous)
+            order, error = _route(op, self.order, self.strict, call)
+            if error:
+                raise ValueError(error)
             if order:
                 if op == "layer_norm":
                     return layer_norm(x, shape, w, b, eps, order=order)
@@ -413,7 +442,10 @@ class pinned(TorchFunctionMode):
             # F.softmax(input, dim, _stacklevel, dtype); torch.softmax and Tensor.softmax (input, dim, dtype)
             x, dim = args[0], _arg(args, kwargs, 1, "dim", None)
             dtype = _arg(args, kwargs, 3 if func in (F.softmax, F.log_softmax) else 2, "dtype", None)
-            order = _route(op, self.order, self.strict, (_dt(x), x.dim(), x.shape[-1] if x.dim() else 1, dim, _dt_name(dtype)))
+            call = (_dt(x), x.dim(), int(x.shape[-1]) if x.dim() else 1, dim, _dt_name(dtype))
+            order, error = _route(op, self.order, self.strict, call)
+            if error:
+                raise ValueError(error)
             if order:
                 return (softmax if op == "softmax" else log_softmax)(x, dim, dtype, order=order)
         elif func is F.scaled_dot_product_attention:
@@ -423,10 +455,15 @@ class pinned(TorchFunctionMode):
             is_causal = bool(_arg(args, kwargs, 5, "is_causal", False))
             scale = _arg(args, kwargs, 6, "scale", None)
             # enable_gqa needs no handling: ordo takes equal head counts only, where it changes nothing
-            call = (_dt(q), _dt(k), _dt(v), tuple(q.shape), tuple(k.shape), tuple(v.shape),
-                    (q.stride(-1), k.stride(-1), v.stride(-1)), mask is not None, dropout_p, is_causal,
-                    None if scale is None else float(scale), _torch_threads())
-            order = _route("scaled_dot_product_attention", self.order, self.strict, call)
+            four_d = q.dim() == 4 and k.dim() == 4 and v.dim() == 4
+            shapes_ok = True if four_d and q.shape[:2] == k.shape[:2] and k.shape == v.shape and q.shape[3] == k.shape[3] else False
+            last_contiguous = tuple(True if t.shape[-1] == 1 or t.stride(-1) == 1 else False for t in (q, k, v))
+            call = (_dt(q), _dt(k), _dt(v), q.dim(), shapes_ok, int(q.shape[-1]) if shapes_ok else 0,
+                    int(q.shape[-2]) if shapes_ok else 0, int(k.shape[-2]) if shapes_ok else 0, last_contiguous,
+                    mask is not None, dropout_p, is_causal, None if scale is None else float(scale), _torch_threads())
+            order, error = _route("scaled_dot_product_attention", self.order, self.strict, call)
+            if error:
+                raise ValueError(error)
             if order:
                 return scaled_dot_product_attention(q, k, v, is_causal, scale, order=order)
         return func(*args, **kwargs)

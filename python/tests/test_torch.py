@@ -242,8 +242,8 @@ def test_fallbacks():
         ("attn_mask is given", lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=mask)),
         ("dropout_p=0.5", lambda: F.scaled_dot_product_attention(q, k, v, dropout_p=0.5)),
         ("query is 3-D", lambda: F.scaled_dot_product_attention(q[0], k[0], v[0])),
-        ("last dim is strided", lambda: F.scaled_dot_product_attention(q, k, v.transpose(-1, -2).contiguous().transpose(-1, -2))),
-        ("last dim has stride 40", lambda: F.rms_norm(x.t(), (6,))),
+        ("a last dim is strided", lambda: F.scaled_dot_product_attention(q, k, v.transpose(-1, -2).contiguous().transpose(-1, -2))),
+        ("last dim is strided: torch's rms_norm", lambda: F.rms_norm(x.t(), (6,))),
         ("f16 CPU attention is not modelled", lambda: F.scaled_dot_product_attention(q.half(), k.half(), v.half())),
     ]
     with torch.no_grad():
@@ -281,7 +281,7 @@ def test_fallbacks():
             with ot.pinned(EXACT, strict=True):
                 torch.compile(lambda t: torch.softmax(t, 0), fullgraph=True)(x)
             check(False, "strict raises under torch.compile")
-        except Exception as e:  # Dynamo wraps the ValueError raised while tracing
+        except Exception as e:  # fullgraph: Dynamo's Unsupported, with the ValueError in its text
             check("dim=0 is not the last dim" in str(e), f"strict raises under torch.compile, naming the reason ({type(e).__name__})")
         torch._dynamo.reset()
     for bad in ("nope", "llama-rmsnorm-torch2.15-cpu"):
@@ -290,6 +290,36 @@ def test_fallbacks():
             check(False, f"pinned({bad!r}) raises")
         except ValueError as e:
             check(bad in str(e), f"pinned({bad!r}) raises ValueError: {str(e)[:100]}")
+
+
+def test_new_shapes():
+    """Compiled inside pinned, new shapes recompile (ordo's kernels have fixed sizes), never
+    make the graph dynamic; dynamic=True is refused with a message."""
+    import ordo.torch as ot
+    w = torch.randn(64)
+
+    def f(x, q):
+        return (F.layer_norm(x, (64,), w), F.rms_norm(x, x.shape[-1:]), torch.softmax(x, -1),
+                F.scaled_dot_product_attention(q, q, q, is_causal=True))
+
+    torch._dynamo.reset()
+    with torch.no_grad():
+        ok = True
+        with ot.pinned(EXACT, strict=True):
+            compiled = torch.compile(f, fullgraph=True)
+            cases = [(torch.randn(3, s, 64), torch.randn(1, 2, s, 64)) for s in (9, 17, 33)]
+            got = [compiled(*c) for c in cases]
+        for c, outs in zip(cases, got):
+            ok &= all(same(a, b) for a, b in zip(f(*c), outs))
+        check(ok, "compiled inside pinned, three sequence lengths (automatic dynamic shapes off) equal eager")
+        torch._dynamo.reset()
+        try:
+            with ot.pinned(EXACT):
+                torch.compile(f, fullgraph=True, dynamic=True)(*cases[0])
+            check(False, "dynamic=True inside pinned raises")
+        except Exception as e:
+            check("dynamic=True) is not supported" in str(e), f"dynamic=True inside pinned raises, saying so ({type(e).__name__}): {str(e)[:300]}")
+    torch._dynamo.reset()
 
 
 def test_no_backward():
@@ -317,7 +347,7 @@ def main():
               f"(scripts/torch2-venv --python)")
         return 1
     for test in (test_import_is_lazy, test_ops_exact, test_ops_compiled, test_pinned, test_layouts_and_dtypes, test_fallbacks,
-                 test_no_backward):
+                 test_new_shapes, test_no_backward):
         print(f"--- {test.__name__}", flush=True)
         test()
     print(f"\n{len(failures)} failed" if failures else "\nall passed")
