@@ -36,6 +36,10 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.overrides import TorchFunctionMode
 
+if not hasattr(torch.library, "custom_op"):
+    raise ImportError(f"ordo.torch needs torch >= 2.4 (torch.library.custom_op); this is torch {torch.__version__}. "
+                      f"The rest of ordo works without it")
+
 import ordo
 from . import _ordo
 
@@ -271,9 +275,10 @@ def _exact(order: str) -> bool:
     return _orders().get(order.split("(", 1)[0], False)
 
 
-def _attention_order(order: str, threads: int) -> str:
-    """An order reproducing torch's CPU attention names torch's thread count (MKL splits some
-    products between threads); other orders are taken as given."""
+def _with_threads(order: str, threads: int) -> str:
+    """An order that reproduces torch 2.15 names torch's thread count: torch splits a single long
+    row of rms_norm between threads, and MKL some attention products; other orders are taken as
+    given."""
     if "(" in order or threads <= 1 or not order.startswith("torch2.15-cpu"):
         return order
     return f"{order}(threads={threads})"
@@ -319,8 +324,7 @@ def _why_not(op: str, order: str, call: tuple) -> str:
             return str(e)
         return ""
     # scaled_dot_product_attention
-    (q_dtype, k_dtype, v_dtype, ndim, shapes_ok, d, s_q, s_k, last_contiguous, has_mask, dropout_p, is_causal, scale,
-     threads) = call
+    q_dtype, k_dtype, v_dtype, ndim, shapes_ok, d, s_q, s_k, last_contiguous, has_mask, dropout_p, is_causal, scale = call
     if has_mask:
         return "attn_mask is given; ordo's attention takes no mask (is_causal=True is supported)"
     if dropout_p != 0.0:
@@ -339,7 +343,7 @@ def _why_not(op: str, order: str, call: tuple) -> str:
         return ("query, key, value shapes: ordo needs equal leading dims, one head dim and key and value of one shape "
                 "(no broadcasting, no grouped-query heads)")
     try:
-        _ordo.compile_attention(d, s_q, s_k, _DTYPE_NAMES[getattr(torch, q_dtype)], _attention_order(order, threads),
+        _ordo.compile_attention(d, s_q, s_k, _DTYPE_NAMES[getattr(torch, q_dtype)], order,
                                 bool(is_causal), scale, False)
     except ValueError as e:
         return str(e)
@@ -347,14 +351,15 @@ def _why_not(op: str, order: str, call: tuple) -> str:
 
 
 @torch.compiler.assume_constant_result
-def _route(op: str, order: str, strict: bool, call: tuple) -> Tuple[str, str]:
+def _route(op: str, order: str, strict: bool, threads: int, call: tuple) -> Tuple[str, str]:
     """(the order to run this call with, or '' for torch's own op; the error to raise when
     strict, else ''). Runs once per call in eager and once at trace time under torch.compile,
     where its result is a constant of the graph; a fallback warns there, once per pinned block
     and reason. The caller raises, so that Dynamo sees an ordinary exception of user code."""
-    why = _why_not(op, order, call)
+    run = _with_threads(order, threads)
+    why = _why_not(op, run, call)
     if not why:
-        return (_attention_order(order, call[-1]) if op == "scaled_dot_product_attention" else order), ""
+        return run, ""
     if strict:
         return "", f"ordo.torch.pinned({order!r}): {op} cannot run in ordo: {why}"
     seen = _warned_stack[-1] if _warned_stack else set()
@@ -430,7 +435,7 @@ class pinned(TorchFunctionMode):
                     n = n * int(size)
             last_contiguous = True if x.dim() == 0 or x.shape[-1] == 1 or x.stride(-1) == 1 else False
             call = (_dt(x), _dt(w), _dt(b), shape_ok, n, float(eps), last_contiguous)
-            order, error = _route(op, self.order, self.strict, call)
+            order, error = _route(op, self.order, self.strict, _torch_threads(), call)
             if error:
                 raise ValueError(error)
             if order:
@@ -443,7 +448,7 @@ class pinned(TorchFunctionMode):
             x, dim = args[0], _arg(args, kwargs, 1, "dim", None)
             dtype = _arg(args, kwargs, 3 if func in (F.softmax, F.log_softmax) else 2, "dtype", None)
             call = (_dt(x), x.dim(), int(x.shape[-1]) if x.dim() else 1, dim, _dt_name(dtype))
-            order, error = _route(op, self.order, self.strict, call)
+            order, error = _route(op, self.order, self.strict, _torch_threads(), call)
             if error:
                 raise ValueError(error)
             if order:
@@ -460,8 +465,8 @@ class pinned(TorchFunctionMode):
             last_contiguous = tuple(True if t.shape[-1] == 1 or t.stride(-1) == 1 else False for t in (q, k, v))
             call = (_dt(q), _dt(k), _dt(v), q.dim(), shapes_ok, int(q.shape[-1]) if shapes_ok else 0,
                     int(q.shape[-2]) if shapes_ok else 0, int(k.shape[-2]) if shapes_ok else 0, last_contiguous,
-                    mask is not None, dropout_p, is_causal, None if scale is None else float(scale), _torch_threads())
-            order, error = _route("scaled_dot_product_attention", self.order, self.strict, call)
+                    mask is not None, dropout_p, is_causal, None if scale is None else float(scale))
+            order, error = _route("scaled_dot_product_attention", self.order, self.strict, _torch_threads(), call)
             if error:
                 raise ValueError(error)
             if order:

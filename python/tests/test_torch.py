@@ -226,6 +226,19 @@ def test_layouts_and_dtypes():
     for name, a, b in zip(names, got, want):
         check(same(a, b), f"pinned {name} equals torch")
     check(not fallback_warnings(record), f"none of them falls back: {fallback_warnings(record)}")
+    # One row longer than 32768: torch 2.15 splits rms_norm's sum between its threads; pinned
+    # names torch's thread count in the order.
+    long_row = torch.randn(1, 70001, generator=torch.Generator().manual_seed(0)) * 3 + 1
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        with torch.no_grad(), ot.pinned(EXACT, strict=True):
+            got = F.rms_norm(long_row, (70001,))
+        want = F.rms_norm(long_row, (70001,))
+        check(same(got, want), "pinned rms_norm of one 70001-long row on 2 torch threads equals torch")
+        check(not same(ot.rms_norm(long_row, (70001,), order=EXACT), want), "(and the one-thread order would not)")
+    finally:
+        torch.set_num_threads(threads)
 
 
 def test_fallbacks():
