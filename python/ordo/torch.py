@@ -2,13 +2,14 @@
 
     import torch, ordo.torch
     y = ordo.torch.layer_norm(x, (x.shape[-1],), w, b, 1e-5, order="torch2.15-cpu")
-    with ordo.torch.pinned("torch2.15-cpu"):
+    with torch.no_grad(), ordo.torch.pinned("torch2.15-cpu"):
         out = torch.compile(model, fullgraph=True)(x)   # the eager model's bits
 
 The operators (`torch.ops.ordo.*`) are registered with `torch.library` with fake kernels, so
 `torch.compile(fullgraph=True)` puts them in its graph; Inductor calls them as extern kernels.
 Each takes the order as a string argument, a constant of the graph. They run on the CPU through
-ordo's compiled extension; inputs of any layout are copied to contiguous rows first.
+ordo's compiled extension; inputs of any layout are copied to contiguous rows first, so the
+result is torch's for the same values in contiguous memory.
 
 Inside `pinned(order)`, a TorchFunctionMode sends these calls to the operators:
   torch.nn.functional.layer_norm, rms_norm, softmax, log_softmax, scaled_dot_product_attention
@@ -16,17 +17,20 @@ Inside `pinned(order)`, a TorchFunctionMode sends these calls to the operators:
   Tensor.log_softmax
 and so the modules that call them (nn.LayerNorm, nn.RMSNorm, nn.Softmax, nn.LogSoftmax). Dynamo
 traces the mode when the compiled function is called inside the block. A call ordo cannot run
-with the order (a dtype the order lacks, an attn_mask, dropout_p > 0, a softmax over a dim other
-than the last, a 3-D SDPA, ...) runs torch's own op instead and warns once per block and reason
-(OrdoFallbackWarning, the reason in its text); `pinned(order, strict=True)` raises ValueError
-instead. Calls made from inside another overridable torch function (F.multi_head_attention_forward,
-which nn.MultiheadAttention uses) are not seen: a TorchFunctionMode is off while it handles a call.
+with the order (a dtype the order lacks, an attn_mask, dropout_p > 0, a 3-D SDPA, a softmax over
+a dim other than the last, a layout whose bits torch itself changes: rms_norm or SDPA with a
+strided last dim, for orders reproducing a library) runs torch's own op instead and warns once
+per block and reason (OrdoFallbackWarning, the reason in its text); `pinned(order, strict=True)`
+raises ValueError instead. Calls made from inside another overridable torch function
+(F.multi_head_attention_forward, which nn.MultiheadAttention uses) are not seen: a
+TorchFunctionMode is off while it handles a call. The torch2.15 orders get torch's thread count,
+`order(threads=T)`, read when the call is traced. Automatic dynamic shapes are off inside the
+block, and torch.compile(dynamic=True) is refused: ordo's kernels are compiled per size.
 
 No backward: ordo has no backward kernels yet. The forward runs with inputs that require grad,
 and torch.compile traces such graphs, but backward() raises RuntimeError naming the op. Run
 under torch.no_grad() or torch.inference_mode().
 """
-import contextlib
 import math
 import warnings
 from typing import List, Optional, Sequence, Tuple
@@ -54,12 +58,6 @@ _RMS_NORM_DEFAULT_EPS = float(torch.finfo(torch.float32).eps)
 
 class OrdoFallbackWarning(UserWarning):
     """Inside `pinned`, a call ordo cannot run went to torch's own op; the text names the reason."""
-
-
-def _dtype_name(t: Tensor, what: str) -> str:
-    if t.dtype not in _DTYPE_NAMES:
-        raise ValueError(f"{what} has dtype {t.dtype}; ordo runs float32, bfloat16 and float16")
-    return _DTYPE_NAMES[t.dtype]
 
 
 def _norm_kernel(op: str, cols: int, x_dtype: torch.dtype, weight: Optional[Tensor], bias: Optional[Tensor], eps: float,
@@ -289,12 +287,10 @@ def _why_not(op: str, order: str, call: tuple) -> str:
     (dtype names, flags, the sizes ordo compiles for) so the result is a constant of a traced
     graph."""
     if op in ("layer_norm", "rms_norm"):
-        x_dtype, w_dtype, b_dtype, shape_ok, n, eps, last_contiguous = call
+        x_dtype, w_dtype, b_dtype, n, eps, last_contiguous = call
         for what, dt in (("input", x_dtype), ("weight", w_dtype), ("bias", b_dtype)):
             if dt and getattr(torch, dt) not in _DTYPE_NAMES:
                 return f"{what} dtype {dt}; ordo runs float32, bfloat16 and float16"
-        if not shape_ok:
-            return ""  # torch raises its own error for this call
         if op == "rms_norm" and not last_contiguous and _exact(order):
             # layer_norm and softmax copy a strided input to rows first; F.rms_norm's composite
             # reduces it in place, in another order (measured: its bits change with the layout).
@@ -429,12 +425,13 @@ class pinned(TorchFunctionMode):
                 eps = _RMS_NORM_DEFAULT_EPS if eps is None else eps
             shape = (norm_shape,) if isinstance(norm_shape, int) else tuple(norm_shape)
             shape_ok = True if 0 < len(shape) <= x.dim() and tuple(x.shape[x.dim() - len(shape):]) == shape else False
+            if not shape_ok:
+                return func(*args, **kwargs)  # torch's own error for a normalized_shape that does not fit
             n = 1
-            if shape_ok:
-                for size in shape:
-                    n = n * int(size)
-            last_contiguous = True if x.dim() == 0 or x.shape[-1] == 1 or x.stride(-1) == 1 else False
-            call = (_dt(x), _dt(w), _dt(b), shape_ok, n, float(eps), last_contiguous)
+            for size in shape:
+                n = n * int(size)
+            last_contiguous = True if x.shape[-1] == 1 or x.stride(-1) == 1 else False
+            call = (_dt(x), _dt(w), _dt(b), n, float(eps), last_contiguous)
             order, error = _route(op, self.order, self.strict, _torch_threads(), call)
             if error:
                 raise ValueError(error)

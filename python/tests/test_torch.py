@@ -297,6 +297,12 @@ def test_fallbacks():
         except Exception as e:  # fullgraph: Dynamo's Unsupported, with the ValueError in its text
             check("dim=0 is not the last dim" in str(e), f"strict raises under torch.compile, naming the reason ({type(e).__name__})")
         torch._dynamo.reset()
+    try:
+        with ot.pinned(EXACT):
+            F.layer_norm(x, (7,))
+        check(False, "a normalized_shape that does not fit raises inside pinned")
+    except RuntimeError as e:  # torch's own error, as outside the block
+        check("normalized_shape" in str(e), f"a normalized_shape that does not fit raises torch's error: {str(e)[:80]}")
     for bad in ("nope", "llama-rmsnorm-torch2.15-cpu"):
         try:
             ot.pinned(bad)
