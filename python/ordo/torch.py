@@ -32,6 +32,7 @@ and torch.compile traces such graphs, but backward() raises RuntimeError naming 
 under torch.no_grad() or torch.inference_mode().
 """
 import math
+import threading
 import warnings
 from typing import List, Optional, Sequence, Tuple
 
@@ -258,7 +259,15 @@ def _dt(t) -> str:
 
 
 _ORDERS = None
-_warned_stack: List[set] = []  # one set of (op, reason) per active pinned block: each warns once
+# Per thread (as torch's mode stack is), one set of (op, reason) per active pinned block: each
+# reason warns once per block.
+_blocks = threading.local()
+
+
+def _warned_stack() -> List[set]:
+    if not hasattr(_blocks, "warned"):
+        _blocks.warned = []
+    return _blocks.warned
 
 
 def _orders():
@@ -358,7 +367,8 @@ def _route(op: str, order: str, strict: bool, threads: int, call: tuple) -> Tupl
         return run, ""
     if strict:
         return "", f"ordo.torch.pinned({order!r}): {op} cannot run in ordo: {why}"
-    seen = _warned_stack[-1] if _warned_stack else set()
+    stack = _warned_stack()
+    seen = stack[-1] if stack else set()
     if (op, why) not in seen:
         seen.add((op, why))
         warnings.warn(f"ordo.torch.pinned({order!r}): {op} runs torch's own kernel, not ordo's: {why}", OrdoFallbackWarning,
@@ -391,7 +401,7 @@ class pinned(TorchFunctionMode):
         self.strict = bool(strict)
 
     def __enter__(self):
-        _warned_stack.append(set())
+        _warned_stack().append(set())
         # ordo compiles a kernel per row length and attention shape, so the sizes it is asked
         # for are constants of a traced graph: a new shape recompiles instead of making the
         # graph dynamic (torch.compile(dynamic=True) is not supported inside the block).
@@ -404,7 +414,7 @@ class pinned(TorchFunctionMode):
             return super().__exit__(*exc)
         finally:
             self._static_shapes.__exit__(None, None, None)
-            _warned_stack.pop()
+            _warned_stack().pop()
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         # Dynamo traces this method. What _route decides from must be constants: sizes are
