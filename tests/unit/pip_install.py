@@ -4,7 +4,8 @@ environment, and `import ordo` works from any directory.
 Two fresh venvs (Debian's python3, as the torch 2.15 venv uses):
   1. `pip install .`: numpy comes along as the one dependency; ordo runs on numpy arrays.
   2. `pip install --no-deps .` into a venv that sees the torch 2.15 venv's packages (a .pth
-     file): ordo runs on torch tensors and gives torch's bits with order torch2.15-cpu.
+     file): ordo runs on torch tensors and gives torch's bits with order torch2.15-cpu, and
+     ordo.torch (installed with it) routes F.layer_norm to ordo inside pinned.
 Both import ordo from a temporary directory, never from the source tree. The build directory
 (build/pip, pyproject.toml) is kept, so the second install and later runs rebuild nothing.
 """
@@ -33,6 +34,10 @@ w = torch.randn(1000)
 want = torch.nn.functional.layer_norm(x, [1000], w.bfloat16(), None, 1e-5)
 got = ordo.layer_norm(x, w.bfloat16(), None, order="torch2.15-cpu")[0]
 assert torch.equal(want.view(torch.int16), got.view(torch.int16)), "ordo's torch2.15-cpu layer_norm differs from torch's"
+import ordo.torch  # installed with the package: torch's own call, routed to ordo
+with torch.no_grad(), ordo.torch.pinned("torch2.15-cpu", strict=True):
+    pinned = torch.nn.functional.layer_norm(x, [1000], w.bfloat16(), None, 1e-5)
+assert torch.equal(want.view(torch.int16), pinned.view(torch.int16)), "ordo.torch.pinned's layer_norm differs from torch's"
 print("torch", torch.__version__, ":", ordo.__file__)
 '''
 
