@@ -31,11 +31,18 @@ import sys
 import tempfile
 import time
 
-import torch
-import torch.nn as nn
-import torch.nn.functional as F
+# torch's OpenMP threads spin after each parallel region by default, on cores that ordo's own
+# threads and other processes need: on a small or shared machine the spinning, not the kernels,
+# then sets the times (90 to 135 ms for every variant on the 2-core test machine, against 6 to 39
+# with passive waits). OpenMP reads this when torch loads it; set OMP_WAIT_POLICY to measure
+# otherwise.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-import ordo.torch
+import torch  # noqa: E402
+import torch.nn as nn  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+import ordo.torch  # noqa: E402
 
 
 class Block(nn.Module):
@@ -134,7 +141,7 @@ def main():
     args = ap.parse_args()
     exact = args.order.startswith("torch2.15-cpu")
 
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, capability "
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads (OMP_WAIT_POLICY={os.environ['OMP_WAIT_POLICY']}), capability "
           f"{torch.backends.cpu.get_cpu_capability()}; block dim={args.dim} heads={args.heads} seq={args.seq} "
           f"batch={args.batch} vocab={args.vocab}; pinned order {args.order}")
     rows = [run(dtype, args) for dtype in (torch.float32, torch.bfloat16)]
