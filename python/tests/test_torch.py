@@ -14,6 +14,7 @@ Run with the torch 2.15 venv's python (a different or missing torch fails, never
   - Non-contiguous inputs and mixed dtypes give eager's bits.
   - Calls ordo cannot run: torch's result and one OrdoFallbackWarning per block and reason,
     naming it; strict=True raises ValueError, in eager and compiled code.
+  - One compiled function in blocks of different orders and outside runs the graph of each.
   - Backward raises RuntimeError naming the op, in eager and compiled code; forward works.
 """
 import os
@@ -341,6 +342,28 @@ def test_new_shapes():
     torch._dynamo.reset()
 
 
+def test_blocks_recompile():
+    """One compiled function called in blocks of different orders, and outside: Dynamo guards on
+    the block, so each runs its own graph."""
+    import ordo.torch as ot
+    x = torch.randn(16, 1000, generator=torch.Generator().manual_seed(6))
+    torch._dynamo.reset()
+    compiled = torch.compile(lambda t: F.layer_norm(t, (1000,)), fullgraph=True)
+    with torch.no_grad():
+        with ot.pinned(EXACT):
+            exact = compiled(x)
+        with ot.pinned("fast"):
+            fast = compiled(x)
+        outside = compiled(x)
+        with ot.pinned(EXACT):
+            again = compiled(x)
+        want = F.layer_norm(x, (1000,))
+        check(same(exact, want) and same(again, want), "in a torch2.15-cpu block, before and after another block: eager's bits")
+        check(same(fast, ot.layer_norm(x, (1000,), order="fast")) and not same(fast, want), "in a fast block: ordo's fast bits")
+        check(not same(outside, want), "outside any block: Inductor's own kernel (not eager's bits here)")
+    torch._dynamo.reset()
+
+
 def test_no_backward():
     import ordo.torch as ot
     x = torch.randn(3, 64, requires_grad=True)
@@ -366,7 +389,7 @@ def main():
               f"(scripts/torch2-venv --python)")
         return 1
     for test in (test_import_is_lazy, test_ops_exact, test_ops_compiled, test_pinned, test_layouts_and_dtypes, test_fallbacks,
-                 test_new_shapes, test_no_backward):
+                 test_new_shapes, test_blocks_recompile, test_no_backward):
         print(f"--- {test.__name__}", flush=True)
         test()
     print(f"\n{len(failures)} failed" if failures else "\nall passed")
