@@ -8,10 +8,13 @@ Run with the torch 2.15 venv's python (a different or missing torch fails, never
   - The custom ops equal eager torch for torch2.15-cpu (f32, bf16, f16, mixed dtypes,
     multi-dim normalized_shape, softmax dtype=, SDPA causal and scaled), and
     torch.compile(fullgraph=True) keeps them in one graph.
-  - pinned: every routed spelling (F.*, torch.*, Tensor.*, nn modules) reaches ordo (checked
-    with an order torch does not have) and equals eager with torch2.15-cpu, in eager mode and
-    compiled inside the block, where the graph holds ordo's ops and none of torch's.
-  - Non-contiguous inputs and mixed dtypes give eager's bits.
+  - pinned: every routed spelling (F.*, torch.*, Tensor.*, nn modules) reaches ordo (the
+    operators that reach the dispatcher; the bits of ordo's `fast` order) and equals eager with
+    torch2.15-cpu, in eager mode and compiled inside the block, where the graph holds ordo's
+    ops and none of torch's.
+  - Non-contiguous inputs and mixed dtypes give eager's bits; so does a single long rms_norm
+    row on 2 threads (the order names torch's thread count).
+  - New shapes recompile inside the block; dynamic=True is refused with a message.
   - Calls ordo cannot run: torch's result and one OrdoFallbackWarning per block and reason,
     naming it; strict=True raises ValueError, in eager and compiled code.
   - One compiled function in blocks of different orders and outside runs the graph of each.
