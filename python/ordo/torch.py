@@ -318,6 +318,8 @@ def _why_not(op: str, order: str, call: tuple) -> str:
             return "dim=None (torch picks a dim implicitly); pass dim=-1"
         if not isinstance(dim, int):
             return f"dim={dim!r} is not an int"
+        if ndim == 0:
+            return "the input is 0-d; ordo reduces a last dim"
         if dim not in (-1, ndim - 1):
             return f"dim={dim} is not the last dim; ordo reduces the last dim only"
         dt = dtype or x_dtype
