@@ -143,6 +143,46 @@ Order torch215(ScalarType storage, Capability cap, const Request& r) {
   return o;
 }
 
+// torch.compile(dynamic=False) of PyTorch 2.15 on the CPU: the C++ Inductor generates and builds
+// with -O3 -ffp-contract=off (no fma), read with TORCH_LOGS=output_code and measured
+// (docs/research/inductor2.15-cpu.md). Vectors of V = 16 floats on AVX-512, 8 on AVX2; a kernel
+// over 16-bit values works on pairs of them (VectorizedN<float, 2>), so its reductions have 2V
+// lanes. Sums: Inductor's CascadeSumHelper (ChunkStack). layer_norm: var_mean two-pass for
+// N <= 1024 in a launch of several rows, else Welford (WelfordHelper); mean = sum / N, rstd =
+// 1 / sqrt(var + eps), y = ((x - mean) * rstd) * weight + bias in f32, rounded once. rms_norm:
+// sum(x*x) / N, rstd likewise, y = (x * rstd) * weight. softmax: y = exp(x - max) / sum with
+// Sleef's expf_u10, the sum over V lanes (the exponentials go through an f32 buffer);
+// log_softmax: (x - max) - log(sum), the sum over the input's lanes, log by Sleef's logf_u10 over
+// a vector of rows, or glibc's logf below 4 rows. A single-row launch of N >= 512 * T on T threads
+// splits the row between them (threads=T: torch.get_num_threads()).
+Order inductor215(ScalarType storage, Capability cap, const Request& r) {
+  const int V = cap == Capability::avx512 ? 16 : 8;
+  const int lanes = storage == f32 ? V : 2 * V;
+  SumOrder sum;
+  sum.kind = S::ChunkStack;
+  sum.lanes = lanes;
+  sum.fold = LaneFold::Halving;
+  sum.unroll_below = 8;  // torch._inductor.config.unroll_reductions_threshold
+  Order o;
+  o.square_sum = sum;
+  o.moments.kind = K::VectorWelford;
+  o.moments.acc = f32;
+  o.moments.lanes = V;
+  o.moments.streams = storage == f32 ? 1 : 2;
+  o.moments.chunk = 4096;
+  o.moments.two_pass_max_n = 1024;
+  o.moments.sum = sum;
+  o.affine = {F::CenterScale, false};
+  o.softmax.kind = SoftmaxOrder::Kind::Decomposed;
+  o.softmax.lanes = lanes;
+  o.softmax.exp = o.softmax.log = MathImpl::SleefU10;
+  o.softmax.multiply_by_reciprocal = false;
+  o.softmax.sum = sum;
+  if (r.op == OpKind::softmax) o.softmax.sum.lanes = V;
+  o.elementwise_lanes = lanes;
+  return o;
+}
+
 // Hugging Face transformers 5.23's RMSNorm classes as torch 2.15 eager runs them (read from
 // modeling_llama.py and modeling_gemma.py): h = x.float(); h * rsqrt(h.pow(2).mean(-1) + eps),
 // the mean as F.rms_norm sums it; then Llama: weight * h.to(x.dtype), whose type torch promotes
@@ -173,6 +213,17 @@ Capability torch_capability() {
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return Capability::avx2;
     return Capability::base;
   }();
+  return cap;
+}
+
+// The vector ISA Inductor's C++ backend picks (torch/_inductor/cpu_vec_isa.py): the one
+// ATEN_CPU_CAPABILITY names, else the best the CPU has. It has no kernel for `default` (it emits
+// scalar C++ there, which ordo does not model), so that resolves to an error.
+Capability inductor_capability() {
+  const Capability cap = torch_capability();
+  if (cap == Capability::base)
+    throw Error("order 'inductor2.15-cpu': Inductor would emit scalar C++ here (ATEN_CPU_CAPABILITY=default or a CPU without "
+                "AVX2), which ordo does not model; name inductor2.15-cpu-avx2 or -avx512");
   return cap;
 }
 
@@ -324,6 +375,29 @@ std::vector<NamedOrder> make_table() {
     t.back().alias = !cap;
     t.back().takes_environment = true;
   }
+  // torch.compile's CPU kernels, per vector ISA Inductor picks, and the alias.
+  const std::vector<OpKind> inductor_ops = {OpKind::layer_norm, OpKind::rms_norm, OpKind::softmax, OpKind::log_softmax};
+  t.push_back({"inductor2.15-cpu-avx2",
+               "torch.compile (PyTorch 2.15, dynamic=False) on the CPU, Inductor's AVX2 C++: 8-lane vector sums with a masked tail "
+               "(16 lanes over 16-bit inputs), halving fold, no fma; layer_norm: two-pass var_mean for N <= 1024 in a launch of "
+               "several rows, else Inductor's vector Welford; softmax/log_softmax: Sleef exp/log; threads=T: torch's thread count",
+               inductor_ops, kAllStorage, true, true,
+               [](ScalarType s, ScalarType, const Request& r) { return inductor215(s, Capability::avx2, r); }});
+  t.back().takes_environment = true;
+  t.push_back({"inductor2.15-cpu-avx512",
+               "torch.compile (PyTorch 2.15, dynamic=False) on the CPU, Inductor's AVX-512 C++: as inductor2.15-cpu-avx2 with "
+               "16-lane vectors (32 over 16-bit inputs)",
+               inductor_ops, kAllStorage, true, true,
+               [](ScalarType s, ScalarType, const Request& r) { return inductor215(s, Capability::avx512, r); }});
+  t.back().takes_environment = true;
+  t.push_back({"inductor2.15-cpu",
+               "inductor2.15-cpu-{avx2,avx512} for the vector ISA Inductor picks here: ATEN_CPU_CAPABILITY if set, else the "
+               "best this CPU has",
+               inductor_ops, kAllStorage, true, true, [](ScalarType s, ScalarType, const Request& r) {
+                 return inductor215(s, inductor_capability(), r);
+               }});
+  t.back().alias = true;
+  t.back().takes_environment = true;
   // The Hugging Face RMSNorm classes: one row per class and capability, and an alias per class.
   auto hf_rms_norm_row = [&t](std::string_view name, std::string_view description, bool gemma, std::optional<Capability> cap) {
     t.push_back({name, description, {OpKind::rms_norm}, kAllStorage, true, true, [gemma, cap](ScalarType, ScalarType, const Request&) {
@@ -667,6 +741,11 @@ void apply_environment(Order& o, std::string_view params, std::string_view order
       // MKL's splits were measured with 2 threads; more threads take the same splits (a launch of one
       // (batch, head) on more than 2 threads is unverified; every other launch runs MKL on one thread).
       o.threads = o.attention.gemm.threads = v;
+      // Inductor's kernels split a row between threads by their own rule (SumOrder::parts,
+      // MomentsOrder::parts), not by PyTorch eager's `threads`.
+      for (SumOrder* sum : {&o.square_sum, &o.softmax.sum, &o.moments.sum})
+        if (sum->kind == S::ChunkStack) sum->parts = v;
+      if (o.moments.kind == K::VectorWelford) o.moments.parts = v;
     } else if (key == "mkl") {
       if (value == "amd")
         throw Error(fmt::format("order '{}': mkl=amd: the MKL kernels of AMD hosts are not modelled yet (mkl=intel is)", order_name));

@@ -251,6 +251,108 @@ ExprRef emit_level_cascade(Builder& b, const SumOrder& o, const Arith& ar, int64
   return b.let("sum", ar.add(ar.constant(0.0), b.get(f)));
 }
 
+
+// OpenMP's static schedule of `iters` iterations over `parts` threads: part p's first iteration
+// and count (the first iters mod parts parts take one more).
+std::pair<int64_t, int64_t> static_schedule(int64_t iters, int parts, int p) {
+  const int64_t q = iters / parts, rem = iters % parts;
+  return {p * q + std::min<int64_t>(p, rem), q + (p < rem ? 1 : 0)};
+}
+
+int64_t ceil_log2_u64(int64_t n) {
+  int64_t d = 0;
+  while ((int64_t(1) << d) < n) ++d;
+  return d;
+}
+
+// One part of a ChunkStack sum: full vectors [first, first + count) (vector indices) into the
+// stack, sized for `sized_for` vectors. Returns the stack's sum, a V-lane vector.
+ExprRef chunk_stack_part(Builder& b, const SumOrder& o, const Arith& ar, int64_t first, int64_t count, int64_t sized_for,
+                         const TermFn& term) {
+  const int V = o.lanes;
+  const int64_t C = o.stack_chunk;
+  const int64_t depth = ceil_log2_u64((sized_for + C - 1) / C);
+  std::vector<int> level;
+  for (int64_t l = 0; l < std::max<int64_t>(depth, 1); ++l) {
+    level.push_back(b.local(fmt::format("S{}", l), Type{ar.t, V}));
+    b.assign(level.back(), ar.constant(0.0, V));
+  }
+  auto add_vectors = [&](ExprRef from, ExprRef to) {
+    b.for_range("v", from, to, 1, [&](ExprRef v) {
+      b.assign(level[0], accumulate(ar, b.get(level[0]), term(mul(v, index_const(V)), V), o.fma));
+    });
+  };
+  if (depth < 2 || count < C) {  // no carry ever runs: level 0 takes every vector
+    if (count > 0) add_vectors(index_const(first), index_const(first + count));
+  } else {
+    const int64_t chunks = count / C;
+    b.for_range("chunk", index_const(0), index_const(chunks), 1, [&](ExprRef j) {
+      ExprRef base = add(index_const(first), mul(j, index_const(C)));
+      add_vectors(base, add(base, index_const(C)));
+      ExprRef done = add(j, index_const(1));  // chunks finished, counted from 1
+      // Level l takes level l-1 when the low l bits of `done` are all 0 (the binary counter).
+      std::function<void(int64_t)> carry = [&](int64_t l) {
+        if (l >= depth) return;
+        b.if_(binary(Op::Eq, binary(Op::Rem, done, index_const(int64_t(1) << l)), index_const(0)), [&] {
+          b.assign(level[size_t(l)], ar.add(b.get(level[size_t(l)]), b.get(level[size_t(l - 1)])));
+          b.assign(level[size_t(l - 1)], ar.constant(0.0, V));
+          carry(l + 1);
+        });
+      };
+      carry(1);
+    });
+    if (count % C) add_vectors(index_const(first + chunks * C), index_const(first + count));
+  }
+  ExprRef sum = b.get(level[0]);
+  for (int64_t l = 1; l < depth; ++l) sum = ar.add(sum, b.get(level[size_t(l)]));
+  return b.let("stack", sum);
+}
+
+// Inductor's C++ backend splits a row's reduction loop between its threads only when the launch
+// is that single row and the row has at least 512 elements per thread.
+ExprRef single_row_launch() { return binary(Op::Eq, grid_extent(0), index_const(1)); }
+bool splits(int parts, int64_t n) { return parts > 1 && n / parts >= 512; }
+
+ExprRef emit_chunk_stack(Builder& b, const SumOrder& o, const Arith& ar, int64_t n, const TermFn& term) {
+  const int V = o.lanes, P = std::max(o.parts, 1);
+  const int64_t nvec = n / V, r = n % V, iters = nvec + (r ? 1 : 0);
+  auto unrolled = [&] {  // left to right from the first term
+    ExprRef acc = b.let("sum", first_value(ar, term(index_const(0), 1)));
+    for (int64_t i = 1; i < n; ++i) acc = b.let("sum", accumulate(ar, acc, term(index_const(i), 1), o.fma));
+    return acc;
+  };
+  if (n == 1) return unrolled();
+  if (n < o.unroll_below) {
+    const int result = b.local("sum", Type{ar.t, 1});
+    SumOrder rolled = o;
+    rolled.unroll_below = 0;
+    b.if_else(single_row_launch(), [&] { b.assign(result, emit_chunk_stack(b, rolled, ar, n, term)); },
+              [&] { b.assign(result, unrolled()); });
+    return b.get(result);
+  }
+  const int total = b.local("full", Type{ar.t, V});
+  auto whole = [&] { b.assign(total, chunk_stack_part(b, o, ar, 0, nvec, nvec, term)); };
+  auto split = [&] {  // each part's stack, added lane-wise in part order into a vector from +0
+    b.assign(total, ar.constant(0.0, V));
+    for (int p = 0; p < P; ++p) {
+      const auto [begin, count] = static_schedule(iters, P, p);
+      const int64_t vectors = std::max<int64_t>(0, std::min(begin + count, nvec) - begin);
+      ExprRef part = chunk_stack_part(b, o, ar, begin, vectors, (nvec + P - 1) / P, term);
+      b.assign(total, ar.add(b.get(total), part));
+    }
+  };
+  if (splits(P, n)) b.if_else(single_row_launch(), split, whole);
+  else whole();
+  ExprRef full = b.get(total);
+  // The tail vector (lanes 0..r-1 from +0) added lane-wise: lane l is full_l + t_l. (0 + t_l
+  // differs from t_l only for -0, and a zero's sign here cannot reach the result: a nonzero sum
+  // ignores it, and a zero sum becomes +0 in the final 0 + sum.)
+  std::vector<ExprRef> lanes = lanes_of(full);
+  for (int64_t t = 0; t < r; ++t)
+    lanes[size_t(t)] = b.let("lane", accumulate(ar, lanes[size_t(t)], term(index_const(nvec * V + t), 1), o.fma));
+  return b.let("sum", ar.add(ar.constant(0.0), fold_lanes(lanes, o.fold, ar)));
+}
+
 }  // namespace
 
 ExprRef emit_sum(Builder& b, const SumOrder& o, const Arith& ar, int64_t n, const TermFn& term, const std::string& label) {
@@ -266,6 +368,7 @@ ExprRef emit_sum(Builder& b, const SumOrder& o, const Arith& ar, int64_t n, cons
       case SumOrder::Kind::Pairwise: return emit_pairwise(b, o, ar, count, t);
       case SumOrder::Kind::LaneTree: return emit_lane_tree(b, o, ar, count, t);
       case SumOrder::Kind::LevelCascade: return emit_level_cascade(b, o, ar, count, t);
+      case SumOrder::Kind::ChunkStack: return emit_chunk_stack(b, o, ar, count, t);
     }
     return nullptr;
   };
@@ -574,6 +677,214 @@ Moments two_passes_as_loop(Builder& b, const MomentsOrder& o, const Arith& ar, i
   return {b.get(mean), b.get(var)};
 }
 
+
+// Inductor's Welford (MomentsOrder::Kind::VectorWelford): a state of `lanes` lane streams with
+// float weights, and the step count `n` every lane shares (Inductor's `index`).
+struct WeightedWelford {
+  ExprRef mean, m2, w, n;
+};
+
+WeightedWelford weighted_empty(const Arith& ar, int lanes) {
+  return {ar.constant(0.0, lanes), ar.constant(0.0, lanes), ar.constant(0.0, lanes), index_const(0)};
+}
+
+// welford_combine(a, b): an empty side (n == 0) gives the other; else, lane-wise,
+// d = b.mean - a.mean (0 where the means are equal), r = wb / (wa + wb) (0 where that sum is 0),
+// mean = a.mean + d*r, m2 = (a.m2 + b.m2) + ((d*d)*wa)*r.
+WeightedWelford weighted_merge(Builder& b, const Arith& ar, const WeightedWelford& A, const WeightedWelford& B) {
+  const int L = A.mean->type.lanes;
+  auto lanewise = [&](ExprRef c) { return L > 1 ? broadcast(std::move(c), L) : c; };
+  ExprRef zero = ar.constant(0.0, L);
+  ExprRef d = b.let("merge.d", select(binary(Op::Eq, A.mean, B.mean), zero, ar.sub(B.mean, A.mean)));
+  ExprRef w = b.let("merge.w", ar.add(A.w, B.w));
+  ExprRef r = b.let("merge.r", select(binary(Op::Eq, w, zero), zero, ar.div(B.w, w)));
+  ExprRef mean = ar.add(A.mean, ar.mul(d, r));
+  ExprRef m2 = ar.add(ar.add(A.m2, B.m2), ar.mul(ar.mul(ar.mul(d, d), A.w), r));
+  ExprRef a_empty = lanewise(binary(Op::Eq, A.n, index_const(0))), b_empty = lanewise(binary(Op::Eq, B.n, index_const(0)));
+  auto pick = [&](ExprRef merged, const ExprRef& a, const ExprRef& bv) { return select(a_empty, bv, select(b_empty, a, std::move(merged))); };
+  return {b.let("merged.mean", pick(mean, A.mean, B.mean)), b.let("merged.m2", pick(m2, A.m2, B.m2)),
+          b.let("merged.w", pick(w, A.w, B.w)), b.let("merged.n", add(A.n, B.n))};
+}
+
+struct WeightedLocals {
+  int mean, m2, w, n;
+  WeightedWelford get(Builder& b) const { return {b.get(mean), b.get(m2), b.get(w), b.get(n)}; }
+  void set(Builder& b, const WeightedWelford& v) const {
+    b.assign(mean, v.mean);
+    b.assign(m2, v.m2);
+    b.assign(w, v.w);
+    b.assign(n, v.n);
+  }
+};
+
+WeightedLocals weighted_locals(Builder& b, const Arith& ar, const std::string& name, int lanes) {
+  WeightedLocals s{b.local(name + ".mean", Type{ar.t, lanes}), b.local(name + ".m2", Type{ar.t, lanes}),
+                   b.local(name + ".w", Type{ar.t, lanes}), b.local(name + ".n", Type{ScalarType::i64, 1})};
+  s.set(b, weighted_empty(ar, lanes));
+  return s;
+}
+
+// A state's lanes folded to lane 0, as welford_vec_reduce_all runs on AVX2/AVX-512: the streams
+// (lanes [0,V) and [V,2V)) merge first; then per group of four lanes merge(merge(l0, l3),
+// merge(l2, l1)) (vec_shuffle_down(1) is _mm*_permute_ps(1,1,3,3)); then the groups merge as
+// neighbours ((g0 g1) (g2 g3)). The result's count is its weight.
+WeightedWelford weighted_fold(Builder& b, const Arith& ar, std::vector<WeightedWelford> v, ExprRef count, int V, int streams) {
+  if (streams > 1)
+    for (int l = 0; l < V; ++l) v[size_t(l)] = weighted_merge(b, ar, v[size_t(l)], v[size_t(l + V)]);
+  std::vector<WeightedWelford> groups;
+  for (int g = 0; g + 3 < V; g += 4)
+    groups.push_back(weighted_merge(b, ar, weighted_merge(b, ar, v[size_t(g)], v[size_t(g + 3)]),
+                                    weighted_merge(b, ar, v[size_t(g + 2)], v[size_t(g + 1)])));
+  while (groups.size() > 1) {
+    std::vector<WeightedWelford> next;
+    for (size_t i = 0; i + 1 < groups.size(); i += 2) next.push_back(weighted_merge(b, ar, groups[i], groups[i + 1]));
+    groups = std::move(next);
+  }
+  WeightedWelford out = groups[0];
+  // An empty state folds to the empty scalar state (welford_vec_reduce_all's early return).
+  ExprRef empty = binary(Op::Eq, count, index_const(0));
+  out.mean = b.let("fold.mean", select(empty, ar.constant(0.0), out.mean));
+  out.m2 = b.let("fold.m2", select(empty, ar.constant(0.0), out.m2));
+  out.w = b.let("fold.w", select(empty, ar.constant(0.0), out.w));
+  // Inductor sets the count to the weight; only whether it is 0 is ever read after the fold.
+  out.n = b.let("fold.n", select(binary(Op::Eq, out.w, ar.constant(0.0)), index_const(0), index_const(1)));
+  return out;
+}
+
+// The lanes of a vector state, each a scalar state with the shared count.
+std::vector<WeightedWelford> weighted_lanes(const WeightedWelford& s) {
+  std::vector<WeightedWelford> out;
+  for (int l = 0; l < s.mean->type.lanes; ++l) out.push_back({extract(s.mean, l), extract(s.m2, l), extract(s.w, l), s.n});
+  return out;
+}
+
+Moments vector_welford(Builder& b, const MomentsOrder& o, const Arith& ar, int64_t N, const LoadFn& x) {
+  const int V = o.lanes, S = std::max(o.streams, 1), L = V * S, P = std::max(o.parts, 1);
+  const int64_t C = o.chunk, nvec = N / L, r = N % L, iters = nvec + (r ? 1 : 0);
+  auto run_part = [&](int64_t first, int64_t count, const std::string& name, bool threaded) {
+    const int64_t chunks = (count + C - 1) / C, depth = ceil_log2_u64(chunks);
+    if (threaded && depth > 0)
+      throw Error(fmt::format("{}: a row of {} split into {} parts has {} vectors per part, more than one chunk of {}: Inductor's "
+                              "kernel then shares one Welford stack between its threads (a static WelfordHelper), so its "
+                              "result depends on their timing and no order reproduces it",
+                              describe(o), N, P, count, C));
+    WeightedLocals acc = weighted_locals(b, ar, name, L);
+    std::vector<WeightedLocals> stack;
+    for (int64_t l = 0; l < depth; ++l) stack.push_back(weighted_locals(b, ar, fmt::format("{}.level{}", name, l), L));
+    auto steps = [&](ExprRef from, ExprRef to) {  // vectors [from, to) of one chunk, its j counted from `from`
+      b.for_range("v", from, to, 1, [&](ExprRef v) {
+        ExprRef xv = b.let("x", x(mul(v, index_const(L)), L));
+        WeightedWelford s = acc.get(b);
+        ExprRef j = sub(v, from);
+        ExprRef recp = b.let("recp", ar.div(ar.constant(1.0), ar.count(add(j, index_const(1)))));
+        ExprRef d = b.let("d", ar.sub(xv, s.mean));
+        ExprRef mean = b.let("mean", ar.add(s.mean, ar.mul(d, broadcast(recp, L))));
+        acc.set(b, {mean, ar.add(s.m2, ar.mul(d, ar.sub(xv, mean))), ar.add(s.w, ar.constant(1.0, L)), add(s.n, index_const(1))});
+      });
+    };
+    auto flush = [&](ExprRef done) {  // a full chunk into level 0, then the binary counter's carries
+      stack[0].set(b, weighted_merge(b, ar, stack[0].get(b), acc.get(b)));
+      acc.set(b, weighted_empty(ar, L));
+      std::function<void(int64_t)> carry = [&](int64_t l) {
+        if (l >= depth) return;
+        b.if_(binary(Op::Eq, binary(Op::Rem, done, index_const(int64_t(1) << l)), index_const(0)), [&] {
+          stack[size_t(l)].set(b, weighted_merge(b, ar, stack[size_t(l)].get(b), stack[size_t(l - 1)].get(b)));
+          stack[size_t(l - 1)].set(b, weighted_empty(ar, L));
+          carry(l + 1);
+        });
+      };
+      carry(1);
+    };
+    if (depth == 0) {
+      if (count > 0) steps(index_const(first), index_const(first + count));
+    } else {
+      const int64_t full = count / C;
+      b.for_range("chunk", index_const(0), index_const(full), 1, [&](ExprRef c) {
+        b.if_(binary(Op::Lt, index_const(0), c), [&] { flush(c); });
+        ExprRef from = add(index_const(first), mul(c, index_const(C)));
+        steps(from, add(from, index_const(C)));
+      });
+      if (count % C) {
+        flush(index_const(full));
+        steps(index_const(first + full * C), index_const(first + count));
+      }
+    }
+    WeightedWelford out = acc.get(b);
+    for (int64_t l = 0; l < depth; ++l) out = weighted_merge(b, ar, out, stack[size_t(l)].get(b));
+    return out;
+  };
+  // The tail: one step from the empty state in lanes 0..r-1 (weight 1), the other lanes empty;
+  // its count is 1. It sits in the part that runs the last step, and merging it into the other
+  // parts' empty tails gives it unchanged.
+  std::vector<WeightedWelford> tail;
+  for (int l = 0; l < L; ++l) {
+    if (l < r) {
+      ExprRef xv = b.let("x.tail", x(index_const(nvec * L + l), 1));
+      ExprRef d = ar.sub(xv, ar.constant(0.0));
+      ExprRef mu = b.let("tail.mean", ar.add(ar.constant(0.0), ar.mul(d, ar.constant(1.0))));
+      tail.push_back({mu, b.let("tail.m2", ar.add(ar.constant(0.0), ar.mul(d, ar.sub(xv, mu)))), ar.constant(1.0), index_const(1)});
+    } else {
+      tail.push_back({ar.constant(0.0), ar.constant(0.0), ar.constant(0.0), index_const(r ? 1 : 0)});
+    }
+  }
+  const WeightedLocals full_at = weighted_locals(b, ar, "full", L);
+  auto whole = [&] { full_at.set(b, run_part(0, nvec, "acc", false)); };
+  auto split = [&] {
+    WeightedWelford merged = weighted_empty(ar, L);
+    for (int p = 0; p < P; ++p) {
+      const auto [begin, count] = static_schedule(iters, P, p);
+      const int64_t vectors = std::max<int64_t>(0, std::min(begin + count, nvec) - begin);
+      merged = weighted_merge(b, ar, merged, run_part(begin, vectors, fmt::format("part{}", p), true));
+    }
+    full_at.set(b, merged);
+  };
+  if (splits(P, N)) b.if_else(single_row_launch(), split, whole);
+  else whole();
+  const WeightedWelford full = full_at.get(b);
+  WeightedWelford row = weighted_merge(b, ar, weighted_empty(ar, 1), weighted_fold(b, ar, tail, index_const(r ? 1 : 0), V, S));
+  row = weighted_merge(b, ar, row, weighted_fold(b, ar, weighted_lanes(full), full.n, V, S));
+  return {b.let("mean", row.mean), b.let("var", ar.div(row.m2, ar.count(index_const(N))))};
+}
+
+// Inductor's var_mean: two-pass for a row of N <= two_pass_max_n in a launch of several rows, else
+// its Welford.
+Moments two_pass_moments(Builder& b, const MomentsOrder& o, const Arith& ar, int64_t N, const LoadFn& x);
+
+Moments vector_welford_or_two_pass(Builder& b, const MomentsOrder& o, const Arith& ar, int64_t N, const LoadFn& x) {
+  if (N > o.two_pass_max_n) return vector_welford(b, o, ar, N, x);
+  const int mean = b.local("mean", Type{ar.t, 1}), var = b.local("var", Type{ar.t, 1});
+  b.if_else(
+      single_row_launch(),
+      [&] {
+        Moments m = vector_welford(b, o, ar, N, x);
+        b.assign(mean, m.mean);
+        b.assign(var, m.var);
+      },
+      [&] {
+        Moments m = two_pass_moments(b, o, ar, N, x);
+        b.assign(mean, m.mean);
+        b.assign(var, m.var);
+      });
+  return {b.get(mean), b.get(var)};
+}
+
+Moments two_pass_moments(Builder& b, const MomentsOrder& o, const Arith& ar, int64_t N, const LoadFn& x) {
+  ExprRef total = emit_sum(b, o.sum, ar, N, [&](ExprRef i, int lanes) { return Term{x(i, lanes), nullptr}; }, "sum(x)");
+  ExprRef mean = b.let("mean", ar.div(total, ar.count(index_const(N))));
+  const Arith dev{o.dev_acc.value_or(ar.t), ar.round_to};
+  ExprRef dev_mean = dev.t == ar.t ? mean : b.let("mean.dev", cast(mean, dev.t));
+  auto x_dev = [&](ExprRef i, int lanes) {  // exact: x came from storage no wider than f32
+    ExprRef v = x(std::move(i), lanes);
+    return v->type.scalar == dev.t ? v : cast(v, dev.t);
+  };
+  ExprRef m2 = emit_sum(b, o.dev_sum.value_or(o.sum), dev, N, [&](ExprRef i, int lanes) {
+    ExprRef mb = lanes > 1 ? broadcast(dev_mean, lanes) : dev_mean;
+    ExprRef d = dev.sub(x_dev(i, lanes), mb);
+    return Term{d, d};
+  }, "sum((x-mean)^2)");
+  return {mean, b.let("var", dev.div(m2, dev.count(index_const(N))))};
+}
+
 }  // namespace
 
 Moments emit_moments(Builder& b, const MomentsOrder& o, const Arith& ar, int64_t N, const LoadFn& x, bool passes_as_loop) {
@@ -582,25 +893,13 @@ Moments emit_moments(Builder& b, const MomentsOrder& o, const Arith& ar, int64_t
     switch (o.kind) {
       case MomentsOrder::Kind::LaneWelford: out = lane_welford(b, o, ar, N, x, false); break;
       case MomentsOrder::Kind::SequentialWelford: out = sequential_welford(b, ar, N, x); break;
+      case MomentsOrder::Kind::VectorWelford: out = vector_welford_or_two_pass(b, o, ar, N, x); break;
       case MomentsOrder::Kind::TwoPass: {
         if (passes_as_loop && !o.dev_acc && !o.dev_sum) {
           out = two_passes_as_loop(b, o, ar, N, x);
           break;
         }
-        ExprRef total = emit_sum(b, o.sum, ar, N, [&](ExprRef i, int lanes) { return Term{x(i, lanes), nullptr}; }, "sum(x)");
-        ExprRef mean = b.let("mean", ar.div(total, ar.count(index_const(N))));
-        const Arith dev{o.dev_acc.value_or(ar.t), ar.round_to};
-        ExprRef dev_mean = dev.t == ar.t ? mean : b.let("mean.dev", cast(mean, dev.t));
-        auto x_dev = [&](ExprRef i, int lanes) {  // exact: x came from storage no wider than f32
-          ExprRef v = x(std::move(i), lanes);
-          return v->type.scalar == dev.t ? v : cast(v, dev.t);
-        };
-        ExprRef m2 = emit_sum(b, o.dev_sum.value_or(o.sum), dev, N, [&](ExprRef i, int lanes) {
-          ExprRef mb = lanes > 1 ? broadcast(dev_mean, lanes) : dev_mean;
-          ExprRef d = dev.sub(x_dev(i, lanes), mb);
-          return Term{d, d};
-        }, "sum((x-mean)^2)");
-        out = {mean, b.let("var", dev.div(m2, dev.count(index_const(N))))};
+        out = two_pass_moments(b, o, ar, N, x);
         break;
       }
       case MomentsOrder::Kind::OnePass: {

@@ -74,8 +74,10 @@ Kernel build_rms_norm(const Request& r, const Order& o) {
     return Term{v, v};
   };
   const int squares_at = warp ? emit_warp_sum(b, o.square_sum, stats, r.cols, square, nullptr, "sum(x*x)") : -1;
-  ExprRef squares_once = warp || o.threads > 1 ? nullptr : emit_sum(b, o.square_sum, stats, r.cols, square, "sum(x*x)");
-  if (!warp && o.threads > 1) squares_once = threaded_sum(b, o, stats, r.cols, square);
+  // PyTorch eager's thread split (threaded_sum); a ChunkStack sum carries Inductor's own (its parts).
+  const bool eager_split = o.threads > 1 && o.square_sum.kind != SumOrder::Kind::ChunkStack;
+  ExprRef squares_once = warp || eager_split ? nullptr : emit_sum(b, o.square_sum, stats, r.cols, square, "sum(x*x)");
+  if (!warp && eager_split) squares_once = threaded_sum(b, o, stats, r.cols, square);
   // The rest on every thread of the warp, or on the one thread.
   in_team_if(b, warp, [&](ExprRef tid) {
     ExprRef squares = warp ? load(k, squares_at, index_const(0)) : squares_once;

@@ -263,8 +263,58 @@ struct Softmax {
     return {b.get(M), b.get(S)};
   }
 
+  // Inductor's C++ for the decomposition (SoftmaxOrder::Kind::Decomposed).
+  SoftmaxStats decomposed() {
+    const int V = o.lanes;
+    const int64_t N = row.N, full_end = N - N % V;
+    // The max: lanes from -inf, each full vector and then the tail (lanes 0..r-1) by at::vec::maximum
+    // (eager_max), folded by halving; max_propagate_nan(-inf, that) is that.
+    int m = b.local("max.lanes", Type{ScalarType::f32, V});
+    b.assign(m, f32c(-kInf, V));
+    if (full_end > 0)
+      b.for_range("col", index_const(0), index_const(full_end), V, [&](ExprRef c) { b.assign(m, eager_max(b.get(m), load(c, V))); });
+    std::vector<ExprRef> ml = lanes_of(b, b.get(m), "max.lane");
+    for (int64_t t = 0; t < N % V; ++t) ml[size_t(t)] = b.let("max.tail", eager_max(ml[size_t(t)], load(index_const(full_end + t), 1)));
+    ExprRef mx = b.let("max", fold(b, std::move(ml), LaneFold::Halving, eager_max, "max.fold"));
+    const Arith f32{ScalarType::f32, std::nullopt};
+    auto e = [&](ExprRef c, int n) { return exp_f32(b, o.exp, sub(load(std::move(c), n), splat(mx, n))); };
+    auto sum_of = [&](const SumOrder& so, MathImpl exp) {
+      return emit_sum(b, so, f32, N, [&](ExprRef c, int n) {
+        return Term{exp_f32(b, exp, sub(load(std::move(c), n), splat(mx, n))), nullptr};
+      }, "sum(exp(x - max))");
+    };
+    if (log) {
+      const int sum_at = b.local("sum", Type{ScalarType::f32, 1}), ls_at = b.local("log_sum", Type{ScalarType::f32, 1});
+      // Inductor vectorizes log(sum) over the rows when the launch has vector_log_rows or more.
+      auto rolled = [&] {
+        SumOrder so = o.sum;
+        so.unroll_below = 0;
+        ExprRef s = b.let("sum", sum_of(so, o.exp));
+        ExprRef vector_loop = binary(Op::Le, index_const(o.vector_log_rows), grid_extent(0));
+        b.assign(sum_at, s);
+        b.assign(ls_at, select(vector_loop, log_f32(b, o.log, s), log_f32(b, MathImpl::Glibc, s)));
+      };
+      // An unrolled sum is scalar code: glibc's expf for each term and logf for the row.
+      auto unrolled = [&] {
+        ExprRef s = b.let("sum", sum_of(o.sum, MathImpl::Glibc));
+        b.assign(sum_at, s);
+        b.assign(ls_at, log_f32(b, MathImpl::Glibc, s));
+      };
+      if (N == 1) unrolled();
+      else if (N < o.sum.unroll_below) b.if_else(binary(Op::Eq, grid_extent(0), index_const(1)), rolled, unrolled);
+      else rolled();
+      ExprRef ls = b.get(ls_at);
+      row.for_each(V, [&](ExprRef col, int n) { row.store_as(y, col, sub(sub(load(col, n), splat(mx, n)), splat(ls, n))); });
+      return {mx, b.get(sum_at)};
+    }
+    ExprRef sum = b.let("sum", sum_of(o.sum, o.exp));
+    row.for_each(V, [&](ExprRef col, int n) { row.store_as(y, col, div(e(col, n), splat(sum, n))); });
+    return {mx, sum};
+  }
+
   SoftmaxStats run() {
     switch (o.kind) {
+      case SoftmaxOrder::Kind::Decomposed: return decomposed();
       case SoftmaxOrder::Kind::TwoPass: return two_pass();
       case SoftmaxOrder::Kind::Staged: return staged();
       case SoftmaxOrder::Kind::Online: return online();

@@ -20,6 +20,9 @@ std::string describe(const SumOrder& s) {
       return fmt::format("level_cascade(lanes={}, accumulators={}{})", s.lanes, s.accumulators, fma);
     case SumOrder::Kind::LaneTree:
       return fmt::format("lane_tree(lanes={}, accumulators={}, fold={}{})", s.lanes, s.accumulators, fold_name(s.fold), fma);
+    case SumOrder::Kind::ChunkStack:
+      return fmt::format("chunk_stack(lanes={}, chunk={}, fold={}{}{})", s.lanes, s.stack_chunk, fold_name(s.fold),
+                         s.parts > 1 ? fmt::format(", parts={}", s.parts) : "", fma);
   }
   return "?";
 }
@@ -31,6 +34,12 @@ std::string describe(const MomentsOrder& m) {
                          m.streams > 1 ? fmt::format(", streams={}", m.streams) : "", m.chunk,
                          m.cascade_merge == WelfordMerge::ScaledDelta ? ", merge=scaled_delta" : "", name(m.acc),
                          m.fma_update ? ", fma_update" : "", m.fma_merge ? ", fma_merge" : "", m.fma_tail ? ", fma_tail" : "");
+    case MomentsOrder::Kind::VectorWelford:
+      return fmt::format("vector_welford(lanes={}{}, chunk={}, fold=shuffle_down{}{}, acc={})", m.lanes,
+                         m.streams > 1 ? fmt::format(", streams={}", m.streams) : "", m.chunk,
+                         m.parts > 1 ? fmt::format(", parts={}", m.parts) : "",
+                         m.two_pass_max_n > 0 ? fmt::format("; N <= {} in a launch of several rows: two_pass(sum={})", m.two_pass_max_n, describe(m.sum)) : "",
+                         name(m.acc));
     case MomentsOrder::Kind::SequentialWelford: return fmt::format("sequential_welford(acc={})", name(m.acc));
     case MomentsOrder::Kind::TwoPass:
       if (m.dev_acc || m.dev_sum)
@@ -79,6 +88,9 @@ std::string describe(const SoftmaxOrder& s) {
   if (s.kind == SoftmaxOrder::Kind::WarpButterfly)
     return fmt::format("warp_butterfly(team=32, thread max then xor 16..1, exp={}, log={}, {})", math_name(s.exp), math_name(s.log),
                        s.multiply_by_reciprocal ? "y=e*(1/s)" : "y=e/s");
+  if (s.kind == SoftmaxOrder::Kind::Decomposed)
+    return fmt::format("decomposed(max=lanes {} folded, exp={}, sum={}, y=e/s, log={} from {} rows in the launch, else glibc)",
+                       s.lanes, math_name(s.exp), describe(s.sum), math_name(s.log), s.vector_log_rows);
   const char* kind = s.kind == SoftmaxOrder::Kind::TwoPass ? "two_pass" : s.kind == SoftmaxOrder::Kind::Staged ? "staged" : "online";
   std::string tail = s.kind == SoftmaxOrder::Kind::Staged ? fmt::format(", tail_exp={}", math_name(s.tail_exp)) : "";
   return fmt::format("{}(lanes={}, fold={}, exp={}{}, log={}, {})", kind, s.lanes, fold_name(s.fold), math_name(s.exp), tail,

@@ -39,6 +39,22 @@ struct SumOrder {
                    // terms summed from 0 first, then the lanes added in order, and finally 0 + that.
                    // N < lanes: `accumulators` scalar accumulators take terms round robin, the
                    // N mod a leftovers go into the first, folded in order; 0 + that.
+    ChunkStack,    // Inductor's C++ vector sum (torch/csrc/inductor/cpp_prefix.h, CascadeSumHelper):
+                   // one accumulator S0 of `lanes` lanes from +0, each full vector added lane-wise.
+                   // With c = ceil(nvec / stack_chunk) chunks and depth = ceil(log2 c), after chunk
+                   // j (from 1), for levels l = 1 .. depth-1 while bit l-1 of j is 0: S_l += S_(l-1),
+                   // S_(l-1) = 0; at the end S = ((S0 + S1) + ...) + S_(depth-1). The N mod lanes tail
+                   // terms go into lanes 0..r-1 of a second vector from +0, added lane-wise to S; the
+                   // lanes fold by `fold`; the result is 0 + that. N < lanes: only the tail vector.
+                   // N < unroll_below in a launch of more than one row, and N = 1: Inductor unrolls
+                   // the reduction into ((t0 + t1) + t2) + ...
+                   // `parts` is the thread count Inductor's kernel runs on. A launch of a single row
+                   // with N / parts >= 512 splits the row between the threads (the loop-nest heuristic
+                   // of Inductor's C++ backend): the ceil(N / lanes) vector steps, the tail step last,
+                   // are cut as OpenMP's static schedule cuts them;
+                   // each part sums its own steps as above (its stack sized for ceil(nvec / parts)
+                   // vectors), and the parts' S and tail vectors are added lane-wise, in part order,
+                   // into vectors from +0 before the tail is added and the lanes fold.
   };
   Kind kind = Kind::Sequential;
   int lanes = 8;
@@ -55,6 +71,9 @@ struct SumOrder {
   // With tail_after_fold and fma: the first r - r mod g tail product terms are rounded and
   // added (a compiler-vectorized loop of g lanes without fma); the rest use fma. 0: all fused.
   int tail_unfused_group = 0;
+  int64_t stack_chunk = 4096;  // ChunkStack: vectors per chunk
+  int parts = 1;               // ChunkStack: thread parts of one row
+  int64_t unroll_below = 0;  // ChunkStack
 };
 
 // How a Welford merge of a partial result B = (nb, mb, Mb) into an accumulator A = (na, ma, Ma)
@@ -97,6 +116,26 @@ struct MomentsOrder {
                         // Merge of own A with other B: A empty: B; B empty: A; else
                         // d = B.mean - A.mean, n = nA + nB, c = nB/n, mean = fma(d, c, A.mean),
                         // m2 = fma((d*d)*nA, c, A.m2 + B.m2). var = m2 / n.
+    VectorWelford,      // Inductor's C++ Welford (torch/csrc/inductor/cpp_prefix.h, welford_combine):
+                        // lanes*streams lane streams, each with a float weight w. A step of vector x:
+                        // d = x - mean; mean = mean + d*r_j (r_j = float(1/(j+1)), j the step's index
+                        // in its chunk of `chunk` vectors); m2 = m2 + d*(x - mean); w = w + 1. With
+                        // more than one chunk (depth = ceil(log2 chunks)), a full chunk is merged into
+                        // stack level 0 before the next step, then carried up as ChunkStack carries;
+                        // at the end acc = merge(acc, level i) for i = 0..depth-1. The N mod
+                        // (lanes*streams) tail is a one-step stream in lanes 0..r-1 (w = 1; the other
+                        // lanes w = 0). Merge(A, B): an empty side gives the other; d = B.mean - A.mean
+                        // (0 where the means are equal); r = wB / (wA + wB) (0 where that is 0);
+                        // mean = A.mean + d*r; m2 = (A.m2 + B.m2) + ((d*d)*wA)*r; w = wA + wB. A
+                        // vector folds to lane 0: stream 1 into stream 0 lane-wise, then in each
+                        // group of four lanes merge(merge(l0, l3), merge(l2, l1)), then groups
+                        // pairwise as a halving tree (AVX's vec_shuffle_down). The row: merge(merge(
+                        // empty, fold(tail)), fold(full vectors)); var = m2 / N. No fma anywhere.
+                        // `two_pass_max_n` > 0: a row of N <= two_pass_max_n in a launch of more than
+                        // one row is TwoPass with `sum` instead (Inductor's var_mean lowering).
+                        // `parts`: the thread count, splitting a single-row launch as ChunkStack's does;
+                        // each part runs its own streams from weight 0, and the parts' vectors merge
+                        // lane-wise in part order into an empty one.
   };
   Kind kind = Kind::LaneWelford;
   ScalarType acc = ScalarType::f32;  // the type the reduction accumulates in (f32 or f64)
@@ -122,6 +161,8 @@ struct MomentsOrder {
   // LaneWelford's scalar tail: m2 = fma(d, x - mean, m2). GCC contracted it in one instance of
   // PyTorch 2.15's kernel (f16 input, f32 weight) and left it unfused in the others (measured).
   bool fma_tail = false;
+  int64_t two_pass_max_n = 0;  // VectorWelford
+  int parts = 1;               // VectorWelford
 };
 
 // How y is formed from x, the statistics and the optional weight (gamma) and bias (beta).
@@ -201,6 +242,12 @@ struct SoftmaxOrder {
                 // warp max by xor butterfly (16, ..., 1) with m = m < o ? o : m; e = exp(x - m)
                 // summed per thread from 0 in i order, then a butterfly sum s = s + o; softmax
                 // y = e / s, log_softmax y = (x - m) - log(s).
+    Decomposed, // Inductor's C++ for the decomposition exp(x - max) / sum(...) and (x - max) - log(sum):
+                // max from -inf lanes with a masked tail, folded (exact); e = exp(x - mx) by `exp`,
+                // summed by `sum` (a ChunkStack); softmax y = e / s; log_softmax y = (x - mx) - log(s),
+                // log by `log` when the launch has at least `vector_log_rows` rows (Inductor
+                // vectorizes the loop over rows), else by glibc's logf. A log_softmax sum that
+                // `sum` unrolls (N < sum.unroll_below, several rows) takes glibc's expf and logf.
   };
   Kind kind = Kind::TwoPass;
   int lanes = 8;
@@ -209,6 +256,8 @@ struct SoftmaxOrder {
   MathImpl tail_exp = MathImpl::Glibc;  // Staged only
   MathImpl log = MathImpl::SleefU10;
   bool multiply_by_reciprocal = true;  // softmax: y = e * (1/s); otherwise y = e / s
+  SumOrder sum{};                      // Decomposed
+  int vector_log_rows = 4;             // Decomposed
 };
 
 // Which kernels a BLAS library runs for the small matrix products inside an attention block.
