@@ -153,8 +153,9 @@ Order torch215(ScalarType storage, Capability cap, const Request& r) {
 // sum(x*x) / N, rstd likewise, y = (x * rstd) * weight. softmax: y = exp(x - max) / sum with
 // Sleef's expf_u10, the sum over V lanes (the exponentials go through an f32 buffer);
 // log_softmax: (x - max) - log(sum), the sum over the input's lanes, log by Sleef's logf_u10 over
-// a vector of rows, or glibc's logf below 4 rows. A single-row launch of N >= 512 * T on T threads
-// splits the row between them (threads=T: torch.get_num_threads()).
+// a vector of rows, or glibc's logf below 4 rows. On T threads (threads=T: torch.get_num_threads())
+// a single-row launch of N >= 512 T, and a launch of R rows whose row loop has over 300 R steps,
+// split each row between them.
 Order inductor215(ScalarType storage, Capability cap, const Request& r) {
   const int V = cap == Capability::avx512 ? 16 : 8;
   const int lanes = storage == f32 ? V : 2 * V;
@@ -163,6 +164,7 @@ Order inductor215(ScalarType storage, Capability cap, const Request& r) {
   sum.lanes = lanes;
   sum.fold = LaneFold::Halving;
   sum.unroll_below = 8;  // torch._inductor.config.unroll_reductions_threshold
+  sum.loop_step = lanes;
   Order o;
   o.square_sum = sum;
   o.moments.kind = K::VectorWelford;
@@ -178,7 +180,8 @@ Order inductor215(ScalarType storage, Capability cap, const Request& r) {
   o.softmax.exp = o.softmax.log = MathImpl::SleefU10;
   o.softmax.multiply_by_reciprocal = false;
   o.softmax.sum = sum;
-  if (r.op == OpKind::softmax) o.softmax.sum.lanes = V;
+  if (r.op == OpKind::softmax) o.softmax.sum.lanes = o.softmax.sum.loop_step = V;
+  if (cap == Capability::avx512 && storage == f32) o.softmax.scalar_exp_below = V / 4;  // Inductor's tiling_factor / 4
   o.elementwise_lanes = lanes;
   return o;
 }

@@ -308,10 +308,21 @@ ExprRef chunk_stack_part(Builder& b, const SumOrder& o, const Arith& ar, int64_t
   return b.let("stack", sum);
 }
 
-// Inductor's C++ backend splits a row's reduction loop between its threads only when the launch
-// is that single row and the row has at least 512 elements per thread.
 ExprRef single_row_launch() { return binary(Op::Eq, grid_extent(0), index_const(1)); }
-bool splits(int parts, int64_t n) { return parts > 1 && n / parts >= 512; }
+
+// Whether Inductor's C++ backend splits each row's reduction loop between its `parts` threads in
+// this launch (its loop-nest heuristic, torch/_inductor/codegen/cpp.py max_parallel_depth and
+// decide_parallel_depth): a single row when N / parts >= 512 (its loop over rows is gone); R > 1
+// rows when the row loop's N / step steps exceed 300 R and R N / parts >= 512 (else it runs the
+// rows in parallel). Null when no launch splits.
+ExprRef split_launch(int parts, int64_t n, int64_t step) {
+  if (parts <= 1) return nullptr;
+  ExprRef rows = grid_extent(0);
+  ExprRef many = binary(Op::And, binary(Op::Lt, mul(rows, index_const(300)), index_const(n / step)),
+                        binary(Op::Le, index_const(512 * int64_t(parts)), mul(rows, index_const(n))));
+  if (n / parts < 512) return n / step > 600 ? many : nullptr;
+  return binary(Op::Or, single_row_launch(), many);
+}
 
 ExprRef emit_chunk_stack(Builder& b, const SumOrder& o, const Arith& ar, int64_t n, const TermFn& term) {
   const int V = o.lanes, P = std::max(o.parts, 1);
@@ -341,7 +352,7 @@ ExprRef emit_chunk_stack(Builder& b, const SumOrder& o, const Arith& ar, int64_t
       b.assign(total, ar.add(b.get(total), part));
     }
   };
-  if (splits(P, n)) b.if_else(single_row_launch(), split, whole);
+  if (ExprRef splits = split_launch(P, n, o.loop_step > 0 ? o.loop_step : V)) b.if_else(splits, split, whole);
   else whole();
   ExprRef full = b.get(total);
   // The tail vector (lanes 0..r-1 from +0) added lane-wise: lane l is full_l + t_l. (0 + t_l
@@ -761,24 +772,28 @@ std::vector<WeightedWelford> weighted_lanes(const WeightedWelford& s) {
 Moments vector_welford(Builder& b, const MomentsOrder& o, const Arith& ar, int64_t N, const LoadFn& x) {
   const int V = o.lanes, S = std::max(o.streams, 1), L = V * S, P = std::max(o.parts, 1);
   const int64_t C = o.chunk, nvec = N / L, r = N % L, iters = nvec + (r ? 1 : 0);
-  auto run_part = [&](int64_t first, int64_t count, const std::string& name, bool threaded) {
-    const int64_t chunks = (count + C - 1) / C, depth = ceil_log2_u64(chunks);
-    if (threaded && depth > 0)
-      throw Error(fmt::format("{}: a row of {} split into {} parts has {} vectors per part, more than one chunk of {}: Inductor's "
-                              "kernel then shares one Welford stack between its threads (a static WelfordHelper), so its "
-                              "result depends on their timing and no order reproduces it",
-                              describe(o), N, P, count, C));
+  // One thread's part: `count` vectors from `first`, through a WelfordHelper sized for
+  // `sized_for` vectors (its stack depth). Past its table of 4096 reciprocals (a part longer than
+  // its helper's size, whose stack then never flushes) a step divides by the weight instead.
+  auto run_part = [&](int64_t first, int64_t count, const std::string& name, int64_t sized_for) {
+    const int64_t depth = ceil_log2_u64((sized_for + C - 1) / C);
     WeightedLocals acc = weighted_locals(b, ar, name, L);
     std::vector<WeightedLocals> stack;
     for (int64_t l = 0; l < depth; ++l) stack.push_back(weighted_locals(b, ar, fmt::format("{}.level{}", name, l), L));
-    auto steps = [&](ExprRef from, ExprRef to) {  // vectors [from, to) of one chunk, its j counted from `from`
+    auto steps = [&](ExprRef from, ExprRef to, int64_t j0, bool divide) {  // vectors [from, to), the first with j = j0
       b.for_range("v", from, to, 1, [&](ExprRef v) {
         ExprRef xv = b.let("x", x(mul(v, index_const(L)), L));
         WeightedWelford s = acc.get(b);
-        ExprRef j = sub(v, from);
-        ExprRef recp = b.let("recp", ar.div(ar.constant(1.0), ar.count(add(j, index_const(1)))));
+        ExprRef j = add(sub(v, from), index_const(j0));
         ExprRef d = b.let("d", ar.sub(xv, s.mean));
-        ExprRef mean = b.let("mean", ar.add(s.mean, ar.mul(d, broadcast(recp, L))));
+        ExprRef step;
+        if (divide) {
+          step = ar.div(d, ar.add(s.w, ar.constant(1.0, L)));
+        } else {
+          ExprRef recp = b.let("recp", ar.div(ar.constant(1.0), ar.count(add(j, index_const(1)))));
+          step = ar.mul(d, broadcast(recp, L));
+        }
+        ExprRef mean = b.let("mean", ar.add(s.mean, step));
         acc.set(b, {mean, ar.add(s.m2, ar.mul(d, ar.sub(xv, mean))), ar.add(s.w, ar.constant(1.0, L)), add(s.n, index_const(1))});
       });
     };
@@ -796,17 +811,19 @@ Moments vector_welford(Builder& b, const MomentsOrder& o, const Arith& ar, int64
       carry(1);
     };
     if (depth == 0) {
-      if (count > 0) steps(index_const(first), index_const(first + count));
+      const int64_t tabled = std::min(count, C);
+      if (tabled > 0) steps(index_const(first), index_const(first + tabled), 0, false);
+      if (count > C) steps(index_const(first + C), index_const(first + count), C, true);
     } else {
       const int64_t full = count / C;
       b.for_range("chunk", index_const(0), index_const(full), 1, [&](ExprRef c) {
         b.if_(binary(Op::Lt, index_const(0), c), [&] { flush(c); });
         ExprRef from = add(index_const(first), mul(c, index_const(C)));
-        steps(from, add(from, index_const(C)));
+        steps(from, add(from, index_const(C)), 0, false);
       });
       if (count % C) {
         flush(index_const(full));
-        steps(index_const(first + full * C), index_const(first + count));
+        steps(index_const(first + full * C), index_const(first + count), 0, false);
       }
     }
     WeightedWelford out = acc.get(b);
@@ -828,17 +845,17 @@ Moments vector_welford(Builder& b, const MomentsOrder& o, const Arith& ar, int64
     }
   }
   const WeightedLocals full_at = weighted_locals(b, ar, "full", L);
-  auto whole = [&] { full_at.set(b, run_part(0, nvec, "acc", false)); };
+  auto whole = [&] { full_at.set(b, run_part(0, nvec, "acc", nvec)); };
   auto split = [&] {
     WeightedWelford merged = weighted_empty(ar, L);
     for (int p = 0; p < P; ++p) {
       const auto [begin, count] = static_schedule(iters, P, p);
       const int64_t vectors = std::max<int64_t>(0, std::min(begin + count, nvec) - begin);
-      merged = weighted_merge(b, ar, merged, run_part(begin, vectors, fmt::format("part{}", p), true));
+      merged = weighted_merge(b, ar, merged, run_part(begin, vectors, fmt::format("part{}", p), (nvec + P - 1) / P));
     }
     full_at.set(b, merged);
   };
-  if (splits(P, N)) b.if_else(single_row_launch(), split, whole);
+  if (ExprRef splits = split_launch(P, N, L)) b.if_else(splits, split, whole);
   else whole();
   const WeightedWelford full = full_at.get(b);
   WeightedWelford row = weighted_merge(b, ar, weighted_empty(ar, 1), weighted_fold(b, ar, tail, index_const(r ? 1 : 0), V, S));

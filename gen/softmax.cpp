@@ -277,7 +277,6 @@ struct Softmax {
     for (int64_t t = 0; t < N % V; ++t) ml[size_t(t)] = b.let("max.tail", eager_max(ml[size_t(t)], load(index_const(full_end + t), 1)));
     ExprRef mx = b.let("max", fold(b, std::move(ml), LaneFold::Halving, eager_max, "max.fold"));
     const Arith f32{ScalarType::f32, std::nullopt};
-    auto e = [&](ExprRef c, int n) { return exp_f32(b, o.exp, sub(load(std::move(c), n), splat(mx, n))); };
     auto sum_of = [&](const SumOrder& so, MathImpl exp) {
       return emit_sum(b, so, f32, N, [&](ExprRef c, int n) {
         return Term{exp_f32(b, exp, sub(load(std::move(c), n), splat(mx, n))), nullptr};
@@ -307,9 +306,20 @@ struct Softmax {
       row.for_each(V, [&](ExprRef col, int n) { row.store_as(y, col, sub(sub(load(col, n), splat(mx, n)), splat(ls, n))); });
       return {mx, b.get(sum_at)};
     }
-    ExprRef sum = b.let("sum", sum_of(o.sum, o.exp));
-    row.for_each(V, [&](ExprRef col, int n) { row.store_as(y, col, div(e(col, n), splat(sum, n))); });
-    return {mx, sum};
+    auto softmax_by = [&](MathImpl exp) {
+      ExprRef sum = b.let("sum", sum_of(o.sum, exp));
+      row.for_each(V, [&](ExprRef col, int n) {
+        row.store_as(y, col, div(exp_f32(b, exp, sub(load(col, n), splat(mx, n))), splat(sum, n)));
+      });
+      return sum;
+    };
+    if (1 < N && N < o.scalar_exp_below && N < o.sum.unroll_below) {
+      const int sum_at = b.local("sum", Type{ScalarType::f32, 1});
+      b.if_else(binary(Op::Eq, grid_extent(0), index_const(1)), [&] { b.assign(sum_at, softmax_by(o.exp)); },
+                [&] { b.assign(sum_at, softmax_by(MathImpl::Glibc)); });
+      return {mx, b.get(sum_at)};
+    }
+    return {mx, softmax_by(o.exp)};
   }
 
   SoftmaxStats run() {

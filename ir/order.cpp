@@ -89,8 +89,9 @@ std::string describe(const SoftmaxOrder& s) {
     return fmt::format("warp_butterfly(team=32, thread max then xor 16..1, exp={}, log={}, {})", math_name(s.exp), math_name(s.log),
                        s.multiply_by_reciprocal ? "y=e*(1/s)" : "y=e/s");
   if (s.kind == SoftmaxOrder::Kind::Decomposed)
-    return fmt::format("decomposed(max=lanes {} folded, exp={}, sum={}, y=e/s, log={} from {} rows in the launch, else glibc)",
-                       s.lanes, math_name(s.exp), describe(s.sum), math_name(s.log), s.vector_log_rows);
+    return fmt::format("decomposed(max=lanes {} folded, exp={}, sum={}, y=e/s, log={} from {} rows in the launch, else glibc{})",
+                       s.lanes, math_name(s.exp), describe(s.sum), math_name(s.log), s.vector_log_rows,
+                       s.scalar_exp_below > 0 ? fmt::format("; scalar glibc exp for several rows of N < {}", s.scalar_exp_below) : "");
   const char* kind = s.kind == SoftmaxOrder::Kind::TwoPass ? "two_pass" : s.kind == SoftmaxOrder::Kind::Staged ? "staged" : "online";
   std::string tail = s.kind == SoftmaxOrder::Kind::Staged ? fmt::format(", tail_exp={}", math_name(s.tail_exp)) : "";
   return fmt::format("{}(lanes={}, fold={}, exp={}{}, log={}, {})", kind, s.lanes, fold_name(s.fold), math_name(s.exp), tail,

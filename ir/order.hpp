@@ -48,9 +48,11 @@ struct SumOrder {
                    // lanes fold by `fold`; the result is 0 + that. N < lanes: only the tail vector.
                    // N < unroll_below in a launch of more than one row, and N = 1: Inductor unrolls
                    // the reduction into ((t0 + t1) + t2) + ...
-                   // `parts` is the thread count Inductor's kernel runs on. A launch of a single row
-                   // with N / parts >= 512 splits the row between the threads (the loop-nest heuristic
-                   // of Inductor's C++ backend): the ceil(N / lanes) vector steps, the tail step last,
+                   // `parts` is the thread count Inductor's kernel runs on. A launch of R rows splits
+                   // each row between the threads (the loop-nest heuristic of Inductor's C++
+                   // backend) when R = 1 and N / parts >= 512, or R > 1 and 300 R < N / loop_step
+                   // (its loop over the row has 300 times the steps of the loop over the rows)
+                   // and R N / parts >= 512: the ceil(N / lanes) vector steps, the tail step last,
                    // are cut as OpenMP's static schedule cuts them;
                    // each part sums its own steps as above (its stack sized for ceil(nvec / parts)
                    // vectors), and the parts' S and tail vectors are added lane-wise, in part order,
@@ -74,6 +76,7 @@ struct SumOrder {
   int64_t stack_chunk = 4096;  // ChunkStack: vectors per chunk
   int parts = 1;               // ChunkStack: thread parts of one row
   int64_t unroll_below = 0;  // ChunkStack
+  int loop_step = 0;         // ChunkStack: elements per step of the kernel's loop over a row (0: lanes)
 };
 
 // How a Welford merge of a partial result B = (nb, mb, Mb) into an accumulator A = (na, ma, Ma)
@@ -162,7 +165,7 @@ struct MomentsOrder {
   // PyTorch 2.15's kernel (f16 input, f32 weight) and left it unfused in the others (measured).
   bool fma_tail = false;
   int64_t two_pass_max_n = 0;  // VectorWelford
-  int parts = 1;               // VectorWelford
+  int parts = 1;               // VectorWelford: split between threads as SumOrder::ChunkStack, loop step lanes*streams
 };
 
 // How y is formed from x, the statistics and the optional weight (gamma) and bias (beta).
@@ -247,7 +250,8 @@ struct SoftmaxOrder {
                 // summed by `sum` (a ChunkStack); softmax y = e / s; log_softmax y = (x - mx) - log(s),
                 // log by `log` when the launch has at least `vector_log_rows` rows (Inductor
                 // vectorizes the loop over rows), else by glibc's logf. A log_softmax sum that
-                // `sum` unrolls (N < sum.unroll_below, several rows) takes glibc's expf and logf.
+                // `sum` unrolls (N < sum.unroll_below, several rows) takes glibc's expf and logf,
+                // and so does a softmax of such rows with N < scalar_exp_below.
   };
   Kind kind = Kind::TwoPass;
   int lanes = 8;
@@ -258,6 +262,11 @@ struct SoftmaxOrder {
   bool multiply_by_reciprocal = true;  // softmax: y = e * (1/s); otherwise y = e / s
   SumOrder sum{};                      // Decomposed
   int vector_log_rows = 4;             // Decomposed
+  // Decomposed: a softmax of several rows with 1 < N < scalar_exp_below (and N < sum.unroll_below,
+  // where its sums are unrolled into pointwise code) is scalar code, exp by glibc's expf. Inductor
+  // leaves a pointwise loop of fewer than a quarter of its f32 vector's lanes, with few ops,
+  // unvectorized (measured: f32 under AVX-512, N = 2 and 3; bf16, f16 and AVX2 stay vectorized).
+  int scalar_exp_below = 0;
 };
 
 // Which kernels a BLAS library runs for the small matrix products inside an attention block.

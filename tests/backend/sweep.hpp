@@ -209,6 +209,42 @@ inline void thread_split_vs_interpreter(Target target) {
         }
 }
 
+// The inductor2.15 orders on T threads (gen/reductions.cpp split_launch): a launch of one row of
+// N >= 512 T, or of R rows whose row loop has over 300 R vector steps, splits each row's sums and
+// Welford between the threads, with per-thread stacks (70001: two Welford chunks per part at
+// T = 2 on AVX2's 8 lanes). `target` against the interpreter, bitwise, on launches that split and
+// launches of the same kernel that do not. `reduced` (cuda-emu, a host compile per kernel): one
+// thread count and f32 only.
+inline void inductor_split_vs_interpreter(Target target, bool reduced) {
+  int cases = 0;
+  for (int threads : reduced ? std::vector<int>{2} : std::vector<int>{2, 3})
+    for (OpKind op : {OpKind::layer_norm, OpKind::rms_norm, OpKind::softmax, OpKind::log_softmax})
+      for (int64_t n : {1024, 4900, 70001})
+        for (ScalarType t : reduced ? std::vector<ScalarType>{ScalarType::f32} : std::vector<ScalarType>{ScalarType::f32, ScalarType::bf16}) {
+          Request r;
+          r.op = op;
+          r.cols = n;
+          r.order = fmt::format("inductor2.15-cpu-avx2(threads={})", threads);
+          r.x_dtype = t;
+          r.has_weight = op == OpKind::layer_norm || op == OpKind::rms_norm;
+          r.has_bias = op == OpKind::layer_norm;
+          for (int64_t rows : {1, 2, 3}) {
+            std::vector<std::vector<uint8_t>> outs[2];
+            int i = 0;
+            for (Target tg : {Target::interpreter, target}) {
+              r.target = tg;
+              outs[i++] = outputs_of(r, rows, 11, 0.5, 2.0);
+            }
+            for (size_t o = 0; o < outs[0].size(); ++o) {
+              INFO(fmt::format("{} threads={} N={} rows={} dtype={} target={} output {}", name(op), threads, n, rows, name(t), name(target), o));
+              CHECK(outs[0][o] == outs[1][o]);  // byte for byte (these inputs hold no NaN)
+            }
+            ++cases;
+          }
+        }
+  MESSAGE(fmt::format("inductor thread splits: {} (op, N, threads, dtype, rows) cases compared bitwise", cases));
+}
+
 // Attention on `target` against the interpreter: every order (and flash variants) the target can
 // run, on shapes across the query-lane and key-group boundaries (S_q, S_k not multiples of 8,
 // S_q != S_k, one key, one query), causal and not, with the lse output, on inputs that include a

@@ -103,6 +103,10 @@ TEST_CASE("cuda-emu: rms_norm's single-row thread split (torch2.15 orders, threa
   thread_split_vs_interpreter(Target::cuda_emu);
 }
 
+TEST_CASE("cuda-emu: the inductor2.15 orders' thread splits (threads=T) match the interpreter") {
+  inductor_split_vs_interpreter(Target::cuda_emu, true);
+}
+
 TEST_CASE("cuda-emu: a misaligned buffer is refused, naming it") {
   Request r;
   r.op = OpKind::softmax;

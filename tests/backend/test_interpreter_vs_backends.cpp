@@ -82,6 +82,10 @@ TEST_CASE("rms_norm's single-row thread split (torch2.15 orders, threads=T) matc
   thread_split_vs_interpreter(Target::cpu);
 }
 
+TEST_CASE("the inductor2.15 orders' thread splits (threads=T) match the interpreter") {
+  inductor_split_vs_interpreter(Target::cpu, false);
+}
+
 TEST_CASE("attention: every backend matches the interpreter bit for bit") {
   const bool reduced = std::getenv("ORDO_BACKEND_SWEEP") && std::string(std::getenv("ORDO_BACKEND_SWEEP")) == "reduced";
   const int cases = attention_vs_interpreter(Target::cpu, reduced);
