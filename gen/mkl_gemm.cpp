@@ -678,6 +678,16 @@ void emit_amd_nt(Builder& b, const GemmOrder& order, GemmInputs inputs, int64_t 
     });
     return;
   }
+  if (inputs == GemmInputs::bf16 && threaded && order.threads > 1 && m >= 4) {
+    // Threaded, gemm_bf16bf16f32 cuts the keys in two, floor(m/2) and the rest, and runs each part
+    // as a call of its own on one thread, as on the Intel host.
+    const int64_t half = m / 2;
+    emit_amd_nt(b, order, inputs, n, half, K, a, bm, c, false, n_call);
+    const Matrix rest_keys{bm.buffer, b.let("keys_rest", add(bm.base, idx(half * bm.stride))), bm.stride, bm.align};
+    const Matrix rest_out{c.buffer, b.let("out_rest", add(c.base, idx(half))), c.stride, c.align};
+    emit_amd_nt(b, order, inputs, n, m - half, K, a, rest_keys, rest_out, false, n_call);
+    return;
+  }
   if (inputs == GemmInputs::bf16) a.align = 0;  // converted into MKL's aligned buffer
   if (n_call == 1) {  // one query: gemv 'T' over the key rows
     E.gemv_t(bm, Row{&a, idx(0)}, a.align, m, K, [&](ExprRef i, ExprRef y) { E.store(c, idx(0), std::move(i), std::move(y)); });

@@ -165,11 +165,13 @@ def mkl_host():
             flags = set(line.split(":", 1)[1].split())
             break
     avx512 = "avx512f" in flags
+    if "AuthenticAMD" in info and avx512:
+        return True, True, "an AMD CPU with AVX-512 (MKL's generic kernels, mkl=amd)"
     if not (intel and avx512):
-        return False, False, "not an Intel CPU with AVX-512"
+        return False, False, "neither an Intel nor an AMD CPU with AVX-512"
     if "avx512_bf16" in flags:
         return True, False, "an Intel CPU with avx512_bf16, whose bf16 MKL kernels are other ones"
-    return True, True, "an Intel CPU with AVX-512, without avx512_bf16"
+    return True, True, "an Intel CPU with AVX-512, without avx512_bf16 (mkl=intel)"
 
 
 def main():
@@ -189,8 +191,8 @@ def main():
     f32_ok, bf16_ok, host = mkl_host()
     print(f"MKL host: {host}")
     if not f32_ok:
-        print("NOT VERIFIED: torch2.15-cpu-* attention (ordo models the MKL kernels of Intel AVX-512 hosts only; "
-              "this host's are other ones, and the orders refuse to run here without mkl=intel)")
+        print("NOT VERIFIED: torch2.15-cpu-* attention (ordo models the MKL kernels of Intel and AMD AVX-512 hosts only; "
+              "this host's are other ones, and the orders refuse to run here without mkl=intel or mkl=amd)")
         return 0
     if not bf16_ok:
         print("NOT VERIFIED: torch2.15-cpu-* attention in bf16 (this host's bf16 MKL kernels are not modelled)")
