@@ -60,9 +60,21 @@ struct CpuFlash {
     return r.x_dtype == ScalarType::f32 ? p : cast(cast(std::move(p), r.x_dtype), ScalarType::f32);
   }
 
-  // The distance of the output rows' scratch from a 64-byte line when PyTorch runs the block on
-  // thread 0 (its per-thread buffer holds the scores, max, sum, then the output rows).
-  int64_t rows_align() const { return (qS * kS + 2 * qS) % 16; }
+  // The distance of the output rows' scratch from a 64-byte line, in floats, where PyTorch keeps
+  // them: each of its threads has a buffer of spt floats (the scores, max, sum, then the output
+  // rows), one after the other from a 64-byte line, and at::parallel_for cuts the
+  // batch*heads*blocks items into T = min(threads, items) runs of ceil(items / T), in order. The
+  // Intel model reads it only when MKL runs threaded (one item: thread 0).
+  ExprRef rows_align(bool threaded) const {
+    const int64_t first = qS * kS + 2 * qS, spt = first + qS * D;
+    if (o.gemm.kind != GemmOrder::Kind::MklAmdAvx512 || threaded || o.gemm.threads == 1) return idx(first % 16);
+    const int64_t blocks = (Sq + qS - 1) / qS;
+    const ExprRef items = mul(grid_extent(0), idx(blocks));
+    const ExprRef T = binary(Op::Min, items, idx(o.gemm.threads));
+    const ExprRef run = div(sub(add(items, T), idx(1)), T);
+    const ExprRef thread = div(add(mul(program_id(0), idx(blocks)), div(m0, idx(qS))), run);
+    return b.let("rows_align", binary(Op::Rem, add(mul(thread, idx(spt)), idx(first)), idx(16)));
+  }
 
   // One query block of qB rows. threaded: MKL runs on torch_threads threads.
   void block(int64_t qB, bool threaded) {
@@ -92,7 +104,7 @@ struct CpuFlash {
       b.for_range("r", idx(0), idx(qB), 1, [&](ExprRef j) { row_softmax(j, n, kvB, first); });
     });
     b.region("p@v", fmt::format("{} rows x {} keys, D = {}{}", qB, kvB, D, first ? "" : ", beta = 1"),
-             [&] { emit_gemm_nn(b, o.gemm, inputs(), qB, D, kvB, s, v_rows, acc, !first, threaded, rows_align()); });
+             [&] { emit_gemm_nn(b, o.gemm, inputs(), qB, D, kvB, s, v_rows, acc, !first, threaded, rows_align(threaded)); });
   }
 
   void row_softmax(ExprRef j, const ExprRef& n, int64_t kvB, bool first) {

@@ -72,7 +72,7 @@ Kernel build_cpu_matmul_attention(const Request& r, const Order& order) {
       });
       b.region("p@v", fmt::format("{} of {} rows x {} keys, D = {}", n, Sq, Sk, D), [&] {
         if (naive) emit_naive_nn(b, n, D, Sk, s, v_rows, out_rows);
-        else emit_gemm_nn(b, o.gemm, GemmInputs::f32, n, D, Sk, s, v_rows, out_rows, false, threaded, 0, Sq);
+        else emit_gemm_nn(b, o.gemm, GemmInputs::f32, n, D, Sk, s, v_rows, out_rows, false, threaded, idx(0), Sq);
       });
     };
     auto body = [&](bool threaded) {

@@ -1,7 +1,7 @@
 // oneMKL's sgemm and gemm_bf16bf16f32 as PyTorch 2.15's x86-64 wheels call them, on an Intel CPU
-// with AVX-512 (GemmOrder::Kind::MklIntelAvx512), on one thread and on two. MKL is closed source:
-// every kernel and every choice below was measured against torch 2.15.0 on such a host
-// (docs/research/torch2.15-attention.md). The shapes are fixed when the kernel is generated, so
+// with AVX-512 (GemmOrder::Kind::MklIntelAvx512) and on an AMD one (MklAmdAvx512, at the end of
+// this file), on one thread and on two. MKL is closed source: every kernel and every choice below
+// was measured against torch 2.15.0 on such hosts (docs/research/torch2.15-attention.md). The shapes are fixed when the kernel is generated, so
 // each choice is made here, in C++, and the IR holds only the chosen kernel's order; whether MKL
 // ran threaded is a property of the launch, which the caller branches on.
 //
@@ -271,13 +271,29 @@ struct Emitter {
 // MKL's small-matrix kernel for 'T','N' takes these shapes (measured on one thread, n, m >= 2).
 bool takes_pst(int64_t m, int64_t n, int64_t K) { return (m == 2 && n <= 15) || (m == 3 && n <= 10) || (4 <= m && m <= 11 && n < m && K <= m); }
 
+// The AMD host: its small-matrix kernel takes m < 12, n < 4 or K <= 1 (m: the columns of C, n its
+// rows; n, m >= 2); on 2 threads MKL runs a call of 5..11 rows, not a multiple of 4, as its rows in
+// fours (the general kernel) and the rest (the small-matrix one).
+bool amd_takes_pst(int64_t m, int64_t n, int64_t K) { return m < 12 || n < 4 || K <= 1; }
+bool amd_splits_fours(int64_t n) { return n < 12 && n % 4 != 0; }
+
+void emit_amd_nt(Builder& b, const GemmOrder& order, GemmInputs inputs, int64_t n, int64_t m, int64_t K, Matrix a, const Matrix& bm,
+                 const Matrix& c, bool threaded, int64_t n_call);
+void emit_amd_nn(Builder& b, const GemmOrder& order, GemmInputs inputs, int64_t n, int64_t m, int64_t K, const Matrix& p, const Matrix& v,
+                 const Matrix& c, bool accumulate, bool threaded, const ExprRef& c_align, int64_t n_call);
+
 }  // namespace
 
-// The general kernel: not a gemv (one row or one column; in bf16 too), not smalln, not pst.
-bool gemm_nt_splits_rows(const GemmOrder&, GemmInputs, int64_t n_call, int64_t m, int64_t K) {
+// The general kernel: not a gemv (one row or one column; in bf16 too), not smalln, not pst; on the
+// AMD host not the small-matrix kernel, nor a call its threads would split in fours.
+bool gemm_nt_splits_rows(const GemmOrder& order, GemmInputs, int64_t n_call, int64_t m, int64_t K) {
+  if (order.kind == GemmOrder::Kind::MklAmdAvx512) return n_call > 1 && m > 1 && !amd_takes_pst(m, n_call, K) && !amd_splits_fours(n_call);
   return n_call > 1 && m > 1 && !(K >= 24 * n_call && n_call < 16) && !takes_pst(m, n_call, K);
 }
-bool gemm_nn_splits_rows(const GemmOrder&, GemmInputs, int64_t n_call, int64_t, int64_t) { return n_call > 1; }
+bool gemm_nn_splits_rows(const GemmOrder& order, GemmInputs, int64_t n_call, int64_t m, int64_t K) {
+  if (order.kind == GemmOrder::Kind::MklAmdAvx512) return n_call > 1 && m > 1 && !amd_takes_pst(m, n_call, K) && !amd_splits_fours(n_call);
+  return n_call > 1;
+}
 
 void emit_naive_nt(Builder& b, int64_t n, int64_t m, int64_t K, const Matrix& a, const Matrix& bm, const Matrix& c) {
   const Emitter E{b};
@@ -307,6 +323,7 @@ void emit_gemm_nt(Builder& b, const GemmOrder& order, GemmInputs inputs, int64_t
   if (n_call == 0) n_call = n;
   if (n_call != n && !gemm_nt_splits_rows(order, inputs, n_call, m, K))
     throw Error(fmt::format("internal: q @ k^T of {} rows emitted in part ({} rows) outside MKL's general kernel", n_call, n));
+  if (order.kind == GemmOrder::Kind::MklAmdAvx512) return emit_amd_nt(b, order, inputs, n, m, K, a, bm, c, threaded, n_call);
   const Emitter E{b};
   const bool split = threaded && order.threads > 1;
   if (inputs == GemmInputs::bf16 && (n_call == 1 || m == 1)) {  // bf16 gemv 'T': 4 lanes
@@ -362,10 +379,14 @@ void emit_gemm_nt(Builder& b, const GemmOrder& order, GemmInputs inputs, int64_t
 }
 
 void emit_gemm_nn(Builder& b, const GemmOrder& order, GemmInputs inputs, int64_t n, int64_t m, int64_t K, const Matrix& p,
-                  const Matrix& v, const Matrix& c, bool accumulate, bool threaded, int64_t c_align, int64_t n_call) {
+                  const Matrix& v, const Matrix& c, bool accumulate, bool threaded, const ExprRef& c_align_at, int64_t n_call) {
   if (n_call == 0) n_call = n;
   if (n_call != n && !gemm_nn_splits_rows(order, inputs, n_call, m, K))
     throw Error(fmt::format("internal: p @ v of {} rows emitted in part ({} rows) outside MKL's general kernel", n_call, n));
+  if (order.kind == GemmOrder::Kind::MklAmdAvx512)
+    return emit_amd_nn(b, order, inputs, n, m, K, p, v, c, accumulate, threaded, c_align_at, n_call);
+  if (c_align_at->op != Op::Const) throw Error("internal: the Intel model's p @ v takes a constant alignment of C");
+  const int64_t c_align = c_align_at->imm_i;
   const Emitter E{b};
   if (inputs == GemmInputs::bf16 && n_call == 1) {  // bf16 gemv 'N': even and odd k apart
     const Row x{&p, idx(0)};
@@ -452,5 +473,270 @@ void emit_gemm_nn(Builder& b, const GemmOrder& order, GemmInputs inputs, int64_t
     });
   });
 }
+
+
+// ---- The AMD host (GemmOrder::Kind::MklAmdAvx512). MKL runs its generic kernels here, measured
+// against torch 2.15.0 on an AMD EPYC with AVX-512 and avx512_bf16 (docs/research/torch2.15-attention.md):
+//   sse row   (gemv 'T', and the small-matrix kernel's 'T','N') y = A_r . x: every product rounded,
+//             no fma. The first `peel` products summed in order from +0 into lane 0 of a 4-lane
+//             accumulator (the others 0); then, by the row's kind, "four": 4 products per step
+//             added lane-wise; "pair": products 8t..8t+3 into one accumulator and 8t+4..8t+7 into
+//             another, which are then added; "second": 8 per step into one accumulator, its first
+//             four then its last four; then (l0 + l2) + (l1 + l3), then the rest in order.
+//             gemv 'T' rows of whole 4-row blocks are "four" and peel up to A_r's 16-byte
+//             boundary (1 to 4 products); the rows left over peel up to x's ("pair", the second
+//             of a left-over pair "second"). The small-matrix kernel peels C[j][i]'s dot product
+//             up to the query row's boundary (0 to 3 products), "four" for the keys of whole
+//             4-key blocks, "pair" for the rest.
+//   sse col   (gemv 'N', and the small-matrix kernel's 'N','N') C[j][e] = C0 + sum_k P[j][k] V[k][e]:
+//             products rounded, no fma. The columns before C's row reaches a 16-byte boundary
+//             (0 to 3): per group of 8 k, t0 = (((y + p0) + p1) + p2) + p3, t1 = ((p4 + p5) + p6)
+//             + p7, y = t0 + t1 (y from C0, or +0), then the last K mod 8 in order; every other
+//             column one sequential sum from C0 (or +0).
+//   chain     the general kernel: an fma chain from +0 per K block (amd_k_blocks), the block sums
+//             added in order after C0.
+//   bf16 gemv 'T' as the Intel host's without avx512_bf16 (gemv_t4); 'N': per group of 4 k,
+//             y = y + ((p0 + p2) + (p1 + p3)) from C0 (or +0), then the last K mod 4 products
+//             from the last k down. Every other bf16 product is converted to f32 into MKL's own
+//             aligned buffers and takes the f32 kernels with the query rows at a boundary.
+namespace {
+
+// K <= 192: one block; up to 384: two of floor(K/2), then one of 1 when K is odd; beyond: blocks
+// of 192 and the rest last.
+std::vector<int64_t> amd_k_blocks(int64_t K) {
+  constexpr int64_t kc = 192;
+  if (K <= kc) return {K};
+  if (K <= 2 * kc) {
+    std::vector<int64_t> parts = {K / 2, K / 2};
+    if (K % 2) parts.push_back(1);
+    return parts;
+  }
+  std::vector<int64_t> parts(size_t(K / kc), kc);
+  if (K % kc) parts.push_back(K % kc);
+  return parts;
+}
+
+struct AmdEmitter : Emitter {
+  enum class SseRow { Four, Pair, Second };
+
+  static Type v4() { return Type{ScalarType::f32, 4}; }
+  ExprRef lane0_of4(ExprRef s) const {
+    return select(binary(Op::Eq, iota(4), broadcast(idx(0), 4)), broadcast(std::move(s), 4), zero(4));
+  }
+  ExprRef products4(const Row& a, const Row& x, ExprRef k) const { return mul(get(a, k, 4), get(x, k, 4)); }
+
+  // The sse row kernel: A_r . x over K, `peel` scalar products first (see the top of this part).
+  ExprRef sse_row(const Row& a, const Row& x, int64_t K, int64_t peel, SseRow kind) const {
+    peel = std::min(peel, K);
+    ExprRef s = zero(1);
+    for (int64_t k = 0; k < peel; ++k) s = add(s, mul(get(a, idx(k)), get(x, idx(k))));
+    s = b.let("peel", s);
+    const int64_t step = kind == SseRow::Four ? 4 : 8;
+    const int64_t done = peel + (K - peel) / step * step;
+    const int acc = b.local("sse", v4());
+    b.assign(acc, lane0_of4(s));
+    if (kind == SseRow::Pair) {
+      const int second = b.local("sse.b", v4());
+      b.assign(second, zero(4));
+      if (done > peel)
+        b.for_range("k", idx(peel), idx(done), 8, [&](ExprRef k) {
+          b.assign(acc, add(b.get(acc), products4(a, x, k)));
+          b.assign(second, add(b.get(second), products4(a, x, add(k, idx(4)))));
+        });
+      b.assign(acc, add(b.get(acc), b.get(second)));
+    } else if (done > peel) {
+      b.for_range("k", idx(peel), idx(done), step, [&](ExprRef k) {
+        b.assign(acc, add(b.get(acc), products4(a, x, k)));
+        if (kind == SseRow::Second) b.assign(acc, add(b.get(acc), products4(a, x, add(k, idx(4)))));
+      });
+    }
+    const ExprRef l = b.let("sse.lanes", b.get(acc));
+    ExprRef h = add(add(extract(l, 0), extract(l, 2)), add(extract(l, 1), extract(l, 3)));
+    for (int64_t k = done; k < K; ++k) h = add(h, mul(get(a, idx(k)), get(x, idx(k))));
+    return h;
+  }
+
+  // gemv 'T': y[r] = rows_r . x for r < count.
+  void gemv_t(const Matrix& rows, const Row& x, int64_t x_align, int64_t count, int64_t K,
+              const std::function<void(ExprRef r, ExprRef y)>& store_row) const {
+    const int64_t blocks_end = count / 4 * 4;
+    const int64_t row_peel = 4 - rows.align % 4, x_peel = 4 - x_align % 4;
+    if (blocks_end > 0)
+      b.for_range("r", idx(0), idx(blocks_end), 1,
+                  [&](ExprRef r) { store_row(r, sse_row(Row{&rows, r}, x, K, row_peel, SseRow::Four)); });
+    for (int64_t r = blocks_end; r < count; ++r) {
+      const SseRow kind = r == blocks_end + 1 && count - blocks_end >= 2 ? SseRow::Second : SseRow::Pair;
+      store_row(idx(r), sse_row(Row{&rows, idx(r)}, x, K, count == 1 ? row_peel : x_peel, kind));
+    }
+  }
+
+  // The small-matrix kernel 'T','N' for the query rows [j0, j1): C[j][i] = A_j . B_i.
+  void pst_nt(const Matrix& a, const Matrix& bm, const Matrix& c, int64_t j0, int64_t j1, int64_t m, int64_t K) const {
+    const int64_t peel = (4 - (a.align + j0 * a.stride) % 4) % 4;
+    const int64_t blocks_end = m / 4 * 4;
+    b.for_range("j", idx(j0), idx(j1), 1, [&](ExprRef j) {
+      if (blocks_end > 0)
+        b.for_range("i", idx(0), idx(blocks_end), 1,
+                    [&](ExprRef i) { store(c, j, i, sse_row(Row{&a, j}, Row{&bm, i}, K, peel, SseRow::Four)); });
+      if (m > blocks_end)
+        b.for_range("i", idx(blocks_end), idx(m), 1,
+                    [&](ExprRef i) { store(c, j, i, sse_row(Row{&a, j}, Row{&bm, i}, K, peel, SseRow::Pair)); });
+    });
+  }
+
+  // The sse col kernel for row j of C over its m columns: x = P_j. `peel` (i64, 0 .. 3, may depend
+  // on program_id): the columns before C's row reaches a 16-byte boundary.
+  void sse_cols(const Matrix& p, const Matrix& v, const Matrix& c, const ExprRef& j, int64_t m, int64_t K, bool accumulate,
+                const ExprRef& peel) const {
+    const Row x{&p, j};
+    auto product = [&](ExprRef k, const ExprRef& e, int lanes) {
+      ExprRef xk = get(x, k);
+      return mul(get(Row{&v, std::move(k)}, e, lanes), lanes > 1 ? broadcast(xk, lanes) : xk);
+    };
+    const int64_t fixed = peel->op == Op::Const ? peel->imm_i : -1;
+    const int64_t peel_columns = fixed >= 0 ? std::min(fixed, m) : std::min<int64_t>(3, m);
+    // The peeled columns' values first: C0 is read before the chains overwrite it.
+    std::vector<ExprRef> peeled;
+    for (int64_t e = 0; e < peel_columns; ++e) {
+      const int y = b.local("peel.y", kF32);
+      b.assign(y, accumulate ? stored(c, j, idx(e)) : zero(1));
+      const int64_t groups_end = K / 8 * 8;
+      if (groups_end > 0)
+        b.for_range("k", idx(0), idx(groups_end), 8, [&](ExprRef kb) {
+          auto pk = [&](int t) { return product(t ? add(kb, idx(t)) : kb, idx(e), 1); };
+          const ExprRef t0 = add(add(add(add(b.get(y), pk(0)), pk(1)), pk(2)), pk(3));
+          const ExprRef t1 = add(add(add(pk(4), pk(5)), pk(6)), pk(7));
+          b.assign(y, add(t0, t1));
+        });
+      for (int64_t k = groups_end; k < K; ++k) b.assign(y, add(b.get(y), product(idx(k), idx(e), 1)));
+      peeled.push_back(b.let("peeled", b.get(y)));
+    }
+    const int lanes = m % 16 == 0 ? 16 : m % 8 == 0 ? 8 : m % 4 == 0 ? 4 : 1;
+    b.for_range("e", idx(0), idx(m), lanes, [&](ExprRef e) {
+      const int y = b.local("chain", Type{ScalarType::f32, lanes});
+      b.assign(y, accumulate ? stored(c, j, e, lanes) : zero(lanes));
+      b.for_range("k", idx(0), idx(K), 1, [&](ExprRef k) { b.assign(y, add(b.get(y), product(k, e, lanes))); });
+      store(c, j, e, b.get(y));
+    });
+    for (int64_t e = 0; e < peel_columns; ++e)
+      store(c, j, idx(e), fixed >= 0 ? peeled[size_t(e)] : select(binary(Op::Lt, idx(e), peel), peeled[size_t(e)], stored(c, j, idx(e))));
+  }
+
+  // bf16 gemv 'N' for the columns e .. e + lanes - 1 (see the top of this part).
+  ExprRef bf16_gemv_n(const Row& x, const Matrix& v, const ExprRef& e, int lanes, int64_t K, ExprRef y0) const {
+    auto product = [&](ExprRef k) { return mul(get(Row{&v, k}, e, lanes), broadcast(get(x, k), lanes)); };
+    const int y = b.local("gemv.y", Type{ScalarType::f32, lanes});
+    b.assign(y, y0 ? std::move(y0) : zero(lanes));
+    const int64_t groups_end = K / 4 * 4;
+    if (groups_end > 0)
+      b.for_range("k", idx(0), idx(groups_end), 4, [&](ExprRef k) {
+        auto pk = [&](int t) { return product(t ? add(k, idx(t)) : k); };
+        b.assign(y, add(b.get(y), add(add(pk(0), pk(2)), add(pk(1), pk(3)))));
+      });
+    for (int64_t k = K - 1; k >= groups_end; --k) b.assign(y, add(b.get(y), product(idx(k))));
+    return b.get(y);
+  }
+
+  // The general kernel for rows [j0, j1) of C.
+  void general_nt(const Matrix& a, const Matrix& bm, const Matrix& c, int64_t j0, int64_t j1, int64_t m, int64_t K) const {
+    const std::vector<int64_t> parts = amd_k_blocks(K);
+    b.for_range("j", idx(j0), idx(j1), 1, [&](ExprRef j) {
+      b.for_range("i", idx(0), idx(m), 1, [&](ExprRef i) {
+        const Row x{&a, j}, y{&bm, i};
+        store(c, j, i, blocked_chain(parts, 1, [&](ExprRef k) { return get(x, k); }, [&](ExprRef k) { return get(y, k); }, nullptr));
+      });
+    });
+  }
+  void general_nn(const Matrix& p, const Matrix& v, const Matrix& c, int64_t j0, int64_t j1, int64_t m, int64_t K, bool accumulate) const {
+    const std::vector<int64_t> parts = amd_k_blocks(K);
+    const int lanes = m % 16 == 0 ? 16 : m % 8 == 0 ? 8 : m % 4 == 0 ? 4 : 1;
+    b.for_range("j", idx(j0), idx(j1), 1, [&](ExprRef j) {
+      b.for_range("e", idx(0), idx(m), lanes, [&](ExprRef e) {
+        const Row x{&p, j};
+        auto pk = [&](ExprRef k) {
+          ExprRef s = get(x, std::move(k));
+          return lanes > 1 ? broadcast(s, lanes) : s;
+        };
+        auto vk = [&](ExprRef k) { return get(Row{&v, std::move(k)}, e, lanes); };
+        store(c, j, e, blocked_chain(parts, lanes, pk, vk, accumulate ? stored(c, j, e, lanes) : nullptr));
+      });
+    });
+  }
+};
+
+void emit_amd_nt(Builder& b, const GemmOrder& order, GemmInputs inputs, int64_t n, int64_t m, int64_t K, Matrix a, const Matrix& bm,
+                 const Matrix& c, bool threaded, int64_t n_call) {
+  const AmdEmitter E{{b}};
+  if (a.stride % 4 != 0 || bm.stride % 4 != 0) throw Error("internal: the AMD model's q @ k^T takes rows of a multiple of 4 elements");
+  if (inputs == GemmInputs::bf16 && (n_call == 1 || m == 1)) {  // bf16 gemv 'T'
+    const Row x = n_call == 1 ? Row{&a, idx(0)} : Row{&bm, idx(0)};
+    const Matrix& rows = n_call == 1 ? bm : a;
+    b.for_range("r", idx(0), idx(n_call == 1 ? m : n), 1, [&](ExprRef r) {
+      const ExprRef y = E.gemv_t4(Row{&rows, r}, x, K);
+      if (n_call == 1) E.store(c, idx(0), r, y);
+      else E.store(c, r, idx(0), y);
+    });
+    return;
+  }
+  if (inputs == GemmInputs::bf16 && threaded && order.threads > 1 && m >= 4) {
+    // Threaded, gemm_bf16bf16f32 cuts the keys in two, floor(m/2) and the rest, and runs each part
+    // as a call of its own on one thread, as on the Intel host.
+    const int64_t half = m / 2;
+    emit_amd_nt(b, order, inputs, n, half, K, a, bm, c, false, n_call);
+    const Matrix rest_keys{bm.buffer, b.let("keys_rest", add(bm.base, idx(half * bm.stride))), bm.stride, bm.align};
+    const Matrix rest_out{c.buffer, b.let("out_rest", add(c.base, idx(half))), c.stride, c.align};
+    emit_amd_nt(b, order, inputs, n, m - half, K, a, rest_keys, rest_out, false, n_call);
+    return;
+  }
+  if (inputs == GemmInputs::bf16) a.align = 0;  // converted into MKL's aligned buffer
+  if (n_call == 1) {  // one query: gemv 'T' over the key rows
+    E.gemv_t(bm, Row{&a, idx(0)}, a.align, m, K, [&](ExprRef i, ExprRef y) { E.store(c, idx(0), std::move(i), std::move(y)); });
+    return;
+  }
+  if (m == 1) {  // one key: gemv 'T' over the query rows
+    E.gemv_t(a, Row{&bm, idx(0)}, bm.align, n, K, [&](ExprRef j, ExprRef y) { E.store(c, std::move(j), idx(0), std::move(y)); });
+    return;
+  }
+  if (amd_takes_pst(m, n_call, K)) return E.pst_nt(a, bm, c, 0, n, m, K);
+  if (threaded && order.threads > 1 && amd_splits_fours(n_call)) {
+    const int64_t fours = n_call / 4 * 4;
+    E.general_nt(a, bm, c, 0, fours, m, K);
+    E.pst_nt(a, bm, c, fours, n, m, K);
+    return;
+  }
+  E.general_nt(a, bm, c, 0, n, m, K);
+}
+
+void emit_amd_nn(Builder& b, const GemmOrder& order, GemmInputs inputs, int64_t n, int64_t m, int64_t K, const Matrix& p, const Matrix& v,
+                 const Matrix& c, bool accumulate, bool threaded, const ExprRef& c_align, int64_t n_call) {
+  const AmdEmitter E{{b}};
+  if (m == 1) throw Error("internal: the AMD model's p @ v of one column (D = 1) is not measured");
+  if (c.stride % 4 != 0) throw Error("internal: the AMD model's p @ v takes rows of C of a multiple of 4 floats");
+  if (inputs == GemmInputs::bf16 && n_call == 1) {  // bf16 gemv 'N'
+    const Row x{&p, idx(0)};
+    const int lanes = m % 16 == 0 ? 16 : m % 8 == 0 ? 8 : m % 4 == 0 ? 4 : 1;
+    b.for_range("e", idx(0), idx(m), lanes, [&](ExprRef e) {
+      E.store(c, idx(0), e, E.bf16_gemv_n(x, v, e, lanes, K, accumulate ? E.stored(c, idx(0), e, lanes) : nullptr));
+    });
+    return;
+  }
+  // Every row of C starts at C's alignment (its stride is a multiple of 4 floats): the columns up
+  // to the 16-byte boundary.
+  const ExprRef peel = c_align->op == Op::Const ? idx((4 - c_align->imm_i % 4) % 4)
+                                                : b.let("peel_columns", binary(Op::Rem, sub(idx(4), binary(Op::Rem, c_align, idx(4))), idx(4)));
+  auto pst = [&](int64_t j0, int64_t j1) {
+    b.for_range("j", idx(j0), idx(j1), 1, [&](ExprRef j) { E.sse_cols(p, v, c, j, m, K, accumulate, peel); });
+  };
+  if (n_call == 1 || amd_takes_pst(m, n_call, K)) return pst(0, n);  // gemv 'N' is the same kernel as the small-matrix one's rows
+  if (threaded && order.threads > 1 && amd_splits_fours(n_call)) {
+    const int64_t fours = n_call / 4 * 4;
+    E.general_nn(p, v, c, 0, fours, m, K, accumulate);
+    pst(fours, n);
+    return;
+  }
+  E.general_nn(p, v, c, 0, n, m, K, accumulate);
+}
+
+}  // namespace
 
 }  // namespace ordo::gen

@@ -11,11 +11,13 @@
 namespace ordo::gen {
 
 // A row-major matrix in a buffer: element (row, col) at base + row*stride + col. Elements of a
-// 16-bit type are read as their (exact) f32 values.
+// 16-bit type are read as their (exact) f32 values. `align`: where PyTorch's matrix starts
+// relative to a 16-byte boundary, in elements (0 .. 3), which the AMD model's kernels peel by.
 struct Matrix {
   int buffer = -1;
   ir::ExprRef base;
   int64_t stride = 0;
+  int64_t align = 0;
 };
 
 // The operands of a product: f32 (sgemm) or bf16 values (gemm_bf16bf16f32, whose products are
@@ -33,10 +35,12 @@ void emit_gemm_nt(ir::Builder& b, const ir::GemmOrder& order, GemmInputs inputs,
 
 // C[j][e] = (accumulate ? C[j][e] : nothing) + sum_k P[j][k] * V[k][e] for j < n, e < m, k < K:
 // PyTorch's p @ v, the call sgemm('N', 'N', m, n, K, 1, V, P, beta, C) with beta = 1 when
-// accumulating. c_align: the distance of C's first element from a 64-byte boundary, in floats,
-// which MKL's threaded gemv splits by.
+// accumulating. c_align: the distance of PyTorch's C (its first element) from a 64-byte boundary,
+// in floats, an i64 expression that may depend on program_id (which of PyTorch's threads owns the
+// scratch): the Intel model's threaded gemv splits by it (it must then be a constant), the AMD
+// model's gemv and small-matrix kernels peel each row of C to a 16-byte boundary.
 void emit_gemm_nn(ir::Builder& b, const ir::GemmOrder& order, GemmInputs inputs, int64_t n, int64_t m, int64_t K, const Matrix& p,
-                  const Matrix& v, const Matrix& c, bool accumulate, bool threaded, int64_t c_align, int64_t n_call = 0);
+                  const Matrix& v, const Matrix& c, bool accumulate, bool threaded, const ir::ExprRef& c_align, int64_t n_call = 0);
 
 // Whether emit_gemm_nt / emit_gemm_nn may emit rows 0..n-1 of a call of n_call rows (its general
 // kernel) rather than the whole call.

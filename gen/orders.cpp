@@ -338,7 +338,7 @@ std::vector<NamedOrder> make_table() {
                "vector), no fma; rms_norm: F.rms_norm's composite in f32 (SumKernel's 4x8-lane cascade over the rounded squares; "
                "a single row over 32768 long is summed in per-thread chunks, as torch does, given threads=T); "
                "softmax/log_softmax: torch1.13-cpu-default's; var_mean: sequential Welford in f64; attention (f32, bf16): the CPU "
-               "flash kernel with glibc expf, MKL's block products (threads=T: torch's thread count; mkl=intel)",
+               "flash kernel with glibc expf, MKL's block products (threads=T: torch's thread count; mkl=intel or mkl=amd: the host whose MKL kernels ran)",
                torch215_ops, kAllStorage, true, true,
                [](ScalarType s, ScalarType, const Request& r) { return torch215(s, Capability::base, r); }});
   t.back().takes_environment = true;
@@ -698,24 +698,35 @@ void apply_parameters(Order& o, std::string_view params, std::string_view order_
                             o.moments.sum.lanes));
 }
 
-// The MKL model for PyTorch's CPU attention: the running host's, unless the order names one
-// (mkl=intel). ordo models an Intel CPU with AVX-512 (in bf16, one without avx512_bf16, whose
-// gemm_bf16bf16f32 kernels are others); MKL runs other kernels elsewhere (an AMD CPU's were
-// measured to differ, ../shared/torch2-orders.md), so there the order refuses rather than
-// give other bits.
-GemmOrder::Kind mkl_host_model(const Request& r) {
-  if (r.order.find("mkl=") != std::string::npos) return GemmOrder::Kind::MklIntelAvx512;  // checked by apply_environment
-  const std::string base = r.order.substr(0, r.order.find('('));
+// The MKL model for PyTorch's CPU attention: the one the order names (mkl=intel, mkl=amd), else
+// the running host's. MKL runs other kernels on other CPUs, so a host with no model has none.
+// ordo models an Intel CPU with AVX-512 (in bf16, one without avx512_bf16, whose
+// gemm_bf16bf16f32 kernels are others) and an AMD CPU with AVX-512 (measured on one with
+// avx512_bf16, f32 and bf16). Empty when neither fits; `why` then says what the host lacks.
+std::optional<GemmOrder::Kind> mkl_model(const Request& r, std::string* why = nullptr) {
+  const size_t param = r.order.find("mkl=");
+  if (param != std::string::npos)  // checked by apply_environment
+    return r.order.compare(param, 7, "mkl=amd") == 0 ? GemmOrder::Kind::MklAmdAvx512 : GemmOrder::Kind::MklIntelAvx512;
   __builtin_cpu_init();
-  const char* why = nullptr;
-  if (!__builtin_cpu_is("intel") || !__builtin_cpu_supports("avx512f")) why = "is not an Intel CPU with AVX-512";
-  else if (r.x_dtype == ScalarType::bf16 && __builtin_cpu_supports("avx512bf16")) why = "has avx512_bf16, whose bf16 MKL kernels";
-  if (why)
-    throw Error(fmt::format("order '{}': this host {}{}; PyTorch's attention calls MKL, and ordo models the MKL kernels of an "
-                            "Intel AVX-512 host (without avx512_bf16 for bf16) only. '{}(mkl=intel)' gives that host's bits",
-                            r.order, why, r.x_dtype == ScalarType::bf16 && std::string_view(why).starts_with("has") ? " are not modelled" : "",
-                            base));
-  return GemmOrder::Kind::MklIntelAvx512;
+  const bool avx512 = __builtin_cpu_supports("avx512f");
+  if (avx512 && __builtin_cpu_is("amd")) return GemmOrder::Kind::MklAmdAvx512;
+  if (avx512 && __builtin_cpu_is("intel")) {
+    if (r.x_dtype != ScalarType::bf16 || !__builtin_cpu_supports("avx512bf16")) return GemmOrder::Kind::MklIntelAvx512;
+    if (why) *why = "is an Intel CPU with avx512_bf16, whose bf16 MKL kernels are not modelled";
+    return std::nullopt;
+  }
+  if (why) *why = "is neither an Intel nor an AMD CPU with AVX-512";
+  return std::nullopt;
+}
+
+GemmOrder::Kind mkl_host_model(const Request& r) {
+  std::string why;
+  if (std::optional<GemmOrder::Kind> kind = mkl_model(r, &why)) return *kind;
+  const std::string base = r.order.substr(0, r.order.find('('));
+  throw Error(fmt::format("order '{}': this host {}; PyTorch's attention calls MKL, and ordo models the MKL kernels of an Intel "
+                          "AVX-512 host (without avx512_bf16 for bf16) and of an AMD AVX-512 host only. '{}(mkl=intel)' or "
+                          "'{}(mkl=amd)' gives that host's bits",
+                          r.order, why, base, base));
 }
 
 // The parameters of an order that reproduces PyTorch 2.15 (NamedOrder::takes_environment): not
@@ -750,13 +761,11 @@ void apply_environment(Order& o, std::string_view params, std::string_view order
         if (sum->kind == S::ChunkStack) sum->parts = v;
       if (o.moments.kind == K::VectorWelford) o.moments.parts = v;
     } else if (key == "mkl") {
-      if (value == "amd")
-        throw Error(fmt::format("order '{}': mkl=amd: the MKL kernels of AMD hosts are not modelled yet (mkl=intel is)", order_name));
-      if (value != "intel") throw Error(fmt::format("order '{}': mkl={} is not intel or amd", order_name, value));
-      o.attention.gemm.kind = GemmOrder::Kind::MklIntelAvx512;
+      if (value != "intel" && value != "amd") throw Error(fmt::format("order '{}': mkl={} is not intel or amd", order_name, value));
+      o.attention.gemm.kind = value == "amd" ? GemmOrder::Kind::MklAmdAvx512 : GemmOrder::Kind::MklIntelAvx512;
     } else {
       throw Error(fmt::format("order '{}' reproduces PyTorch; its parameters are the environment torch ran in: "
-                              "threads (torch.get_num_threads()) and mkl (intel), not '{}'",
+                              "threads (torch.get_num_threads()) and mkl (intel or amd), not '{}'",
                               order_name, key));
     }
   }
@@ -775,6 +784,13 @@ std::string known_orders(OpKind op) {
 std::string shape_error(const Request& r, const Order& o, const NamedOrder& n) {
   if (r.op == OpKind::attention && o.attention.kind == AttentionOrder::Kind::CpuFlash && r.x_dtype == f16)
     return fmt::format("order '{}' runs attention in f32 and bf16 (PyTorch's f16 CPU attention is not modelled)", r.order);
+  const bool cpu_blas = r.op == OpKind::attention &&
+                        (o.attention.kind == AttentionOrder::Kind::CpuFlash || o.attention.kind == AttentionOrder::Kind::CpuMatmul);
+  if (cpu_blas && o.attention.gemm.kind == GemmOrder::Kind::MklAmdAvx512 && r.cols % 4 != 0)
+    return fmt::format("order '{}' with an AMD host's MKL: its gemv and small-matrix kernels peel each row up to a 16-byte boundary, "
+                       "and with D = {} (not a multiple of 4) rows start at alignments that change from row to row, block to block "
+                       "and (batch, head) to (batch, head); ordo's model takes D a multiple of 4",
+                       r.order, r.cols);
   if (r.op == OpKind::attention && o.attention.kind == AttentionOrder::Kind::CpuMatmul) {
     if (r.lse_output) return fmt::format("order '{}' is a composite of matmul and softmax, which makes no log-sum-exp", r.order);
     // Rows of scores in scratch: 32 (or S_q when fewer, or when MKL's kernel takes the whole product) x S_k.
@@ -800,7 +816,9 @@ std::string shape_error(const Request& r, const Order& o, const NamedOrder& n) {
 bool takes_shape(const Request& r) {
   const NamedOrder* n = find_order(r.order);
   if (!n || r.cols <= 0) return false;
-  return shape_error(r, n->make(r.x_dtype, r.acc_dtype.value_or(f32), r), *n).empty();
+  Order o = n->make(r.x_dtype, r.acc_dtype.value_or(f32), r);
+  if (std::optional<GemmOrder::Kind> kind = mkl_model(r)) o.attention.gemm.kind = *kind;
+  return shape_error(r, o, *n).empty();
 }
 
 const std::vector<NamedOrder>& named_orders() {

@@ -103,7 +103,7 @@ std::string describe(const SoftmaxOrder& s) {
 namespace ordo::ir {
 
 std::string describe(const GemmOrder& g) {
-  return fmt::format("mkl_intel_avx512(threads={})", g.threads);
+  return fmt::format("{}(threads={})", g.kind == GemmOrder::Kind::MklAmdAvx512 ? "mkl_amd_avx512" : "mkl_intel_avx512", g.threads);
 }
 
 std::string describe(const AttentionOrder& a) {

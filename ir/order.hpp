@@ -278,6 +278,16 @@ struct GemmOrder {
     // oneMKL as PyTorch 2.15's x86-64 wheels link it, on an Intel CPU with AVX-512 (its avx512
     // sgemm and sgemv kernels; measured, see docs/research/torch2.15-attention.md).
     MklIntelAvx512,
+    // oneMKL as PyTorch 2.15's x86-64 wheels link it, on an AMD CPU with AVX-512 (measured on an
+    // EPYC with avx512_bf16): MKL takes its generic ('def') kernels there. gemv ('T' and 'N') and
+    // the small-matrix kernel (m < 12, n < 4 or K <= 1) are SSE code without fma: every product
+    // rounded, 4-lane sums, and a scalar peel up to each row's 16-byte boundary, so the bits
+    // depend on where a row starts (gen/mkl_gemm.cpp); the general kernel is one fma chain per K
+    // block (one block up to 192, two of floor(K/2) (and one of 1 for odd K) up to 384, else
+    // 192-blocks and the rest), the block sums added in order after C. On 2 threads a product of
+    // 5..11 rows (not a multiple of 4) runs its first rows in fours by the general kernel and the
+    // rest by the small-matrix one.
+    MklAmdAvx512,
   };
   Kind kind = Kind::MklIntelAvx512;
   // Threads MKL runs on when it is called outside a parallel region. PyTorch calls it that way

@@ -265,6 +265,14 @@ inline int attention_vs_interpreter(Target target, bool reduced) {
   // PyTorch's CPU attention on several threads, launched as one (batch, head): the MKL calls its
   // threads split (gen/mkl_gemm.cpp).
   for (ScalarType t : {ScalarType::f32, ScalarType::bf16}) orders.emplace_back("torch2.15-cpu-avx512(threads=2)", t);
+  // Each host's MKL model whatever the host: on 2 threads as one (batch, head) (MKL threaded), and on
+  // 3 threads with 3 instances, where each instance's output rows sit in another thread's scratch
+  // (the AMD model peels by that alignment, chosen by program_id).
+  for (const char* mkl : {"amd", "intel"}) {
+    for (ScalarType t : {ScalarType::f32, ScalarType::bf16})
+      for (const char* threads : {"threads=2,", "threads=3,"}) orders.emplace_back(fmt::format("torch2.15-cpu-avx512({}mkl={})", threads, mkl), t);
+    orders.emplace_back(fmt::format("torch2.15-cpu-math-avx512(threads=2,mkl={})", mkl), ScalarType::f32);
+  }
   int cases = 0;
   for (const auto& [order, dtype] : orders)
     for (const Shape& s : shapes)

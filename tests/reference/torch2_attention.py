@@ -19,12 +19,15 @@ where PyTorch's parallel loop may have a single iteration and MKL then runs on a
 more. Values: normal, sharp (logits 8 times larger: near one-hot rows) and flat (logits near 0).
 
 The MKL kernels inside are the running host's (the orders take them as a parameter, mkl=, from
-this host by default). Only an Intel AVX-512 host is modelled, for bf16 one without avx512_bf16;
-on another host the test says what it cannot verify and checks the rest. One regime is compared on
-1 thread only: bf16 with batch*heads = 1, a single query block of 11..32 rows and a key block of
-exactly 3 keys, where MKL splits q @ k^T between threads in a way the orders do not model; and for torch2.15-cpu-math-*,
-batch*heads = 1 with S_k > 768, where MKL splits p @ v between threads by rules measured only in
-part (docs/research/torch2.15-attention.md).
+this host by default). An Intel AVX-512 host (for bf16 one without avx512_bf16) and an AMD AVX-512
+host are modelled; on another host the test says what it cannot verify and checks the rest. On an
+AMD host MKL's small kernels peel rows to 16-byte boundaries, and the output rows live in the
+scratch of whichever PyTorch thread runs the block: shapes with several (batch, head)s on 2 threads
+check that. On an Intel host two regimes are compared on 1 thread only: bf16 with batch*heads = 1,
+a single query block of 11..32 rows and a key block of exactly 3 keys, where MKL splits q @ k^T
+between threads in a way the orders do not model; and for torch2.15-cpu-math-*, batch*heads = 1
+with S_k > 768, where MKL splits p @ v between threads by rules measured only in part
+(docs/research/torch2.15-attention.md).
 """
 import argparse
 import json
@@ -50,6 +53,9 @@ SHAPES = [
     (32, 1030, 32, 1, 1), (300, 1100, 32, 1, 1), (800, 900, 64, 1, 1), (100, 300, 256, 1, 2),
     # MKL's K blocks of p @ v when S_k > 768: uniform once S_q and D are both at least 192
     (192, 800, 192, 1, 1), (191, 800, 256, 1, 2), (200, 1600, 256, 1, 1),
+    # AMD: the output rows' scratch of PyTorch's thread 1 starts at another 16-byte offset than
+    # thread 0's, which MKL's small-matrix and gemv kernels peel by
+    (2, 7, 32, 2, 3), (3, 13, 48, 1, 3), (1, 33, 96, 3, 1),
 ]
 SHAPES_QUICK = [(1, 17, 64, 1, 2), (5, 40, 64, 1, 1), (17, 9, 24, 1, 1), (66, 66, 32, 2, 1), (200, 200, 128, 1, 1),
                 (40, 513, 32, 1, 1)]
@@ -76,7 +82,7 @@ import torch
 import torch.nn.functional as F
 import ordo
 
-cap, cases, skip_bf16 = sys.argv[1], json.load(open(sys.argv[2])), sys.argv[4] == "1"
+cap, cases, skip_bf16, host = sys.argv[1], json.load(open(sys.argv[2])), sys.argv[4] == "1", sys.argv[5]
 RANGES = dict(json.loads(sys.argv[3]))
 
 def bits(t):
@@ -104,14 +110,15 @@ def inputs(c):
 def threaded_split(c):
     """bf16, one (batch, head) and one query block of 11..32 rows, with a key block of exactly 3
     keys: PyTorch calls MKL outside its parallel loop, and how MKL then splits that q @ k^T between
-    its threads is not modelled."""
-    return (c["dtype"] == "bf16" and c["batch"] * c["heads"] == 1 and 11 <= c["sq"] <= 32
+    its threads is not modelled. Intel hosts only."""
+    return (host == "intel" and c["dtype"] == "bf16" and c["batch"] * c["heads"] == 1 and 11 <= c["sq"] <= 32
             and (c["sk"] == 3 or c["sk"] % 512 == 3))
 
 def threaded_long_keys(c):
     """The composite on one (batch, head) with S_k > 768: bmm calls MKL on all threads, which then
-    may cut p @ v's K between them by rules measured only in part (docs/research/torch2.15-attention.md)."""
-    return c["batch"] * c["heads"] == 1 and c["sk"] > 768
+    may cut p @ v's K between them by rules measured only in part (docs/research/torch2.15-attention.md).
+    Intel hosts only: the AMD host's MKL does not cut them."""
+    return host == "intel" and c["batch"] * c["heads"] == 1 and c["sk"] > 768
 
 results = []
 for threads in (1, 2):
@@ -153,7 +160,7 @@ print(json.dumps({"torch": torch.__version__, "capability": torch.backends.cpu.g
 
 
 def mkl_host():
-    """(modelled f32, modelled bf16, description) for this host's MKL kernels."""
+    """(modelled f32, modelled bf16, description, model) for this host's MKL kernels."""
     try:
         info = open("/proc/cpuinfo").read()
     except OSError:
@@ -165,11 +172,13 @@ def mkl_host():
             flags = set(line.split(":", 1)[1].split())
             break
     avx512 = "avx512f" in flags
+    if "AuthenticAMD" in info and avx512:
+        return True, True, "an AMD CPU with AVX-512 (MKL's generic kernels, mkl=amd)", "amd"
     if not (intel and avx512):
-        return False, False, "not an Intel CPU with AVX-512"
+        return False, False, "neither an Intel nor an AMD CPU with AVX-512", ""
     if "avx512_bf16" in flags:
-        return True, False, "an Intel CPU with avx512_bf16, whose bf16 MKL kernels are other ones"
-    return True, True, "an Intel CPU with AVX-512, without avx512_bf16"
+        return True, False, "an Intel CPU with avx512_bf16, whose bf16 MKL kernels are other ones", "intel"
+    return True, True, "an Intel CPU with AVX-512, without avx512_bf16 (mkl=intel)", "intel"
 
 
 def main():
@@ -186,11 +195,11 @@ def main():
     if torch.__version__.split("+")[0] != WANT_TORCH:
         print(f"FAIL: this is torch {torch.__version__} ({sys.executable}); the torch2.15 orders are checked against {WANT_TORCH}")
         return 1
-    f32_ok, bf16_ok, host = mkl_host()
+    f32_ok, bf16_ok, host, model = mkl_host()
     print(f"MKL host: {host}")
     if not f32_ok:
-        print("NOT VERIFIED: torch2.15-cpu-* attention (ordo models the MKL kernels of Intel AVX-512 hosts only; "
-              "this host's are other ones, and the orders refuse to run here without mkl=intel)")
+        print("NOT VERIFIED: torch2.15-cpu-* attention (ordo models the MKL kernels of Intel and AMD AVX-512 hosts only; "
+              "this host's are other ones, and the orders refuse to run here without mkl=intel or mkl=amd)")
         return 0
     if not bf16_ok:
         print("NOT VERIFIED: torch2.15-cpu-* attention in bf16 (this host's bf16 MKL kernels are not modelled)")
@@ -204,7 +213,7 @@ def main():
     env_base = dict(os.environ, PYTHONPATH=os.path.join(os.path.abspath(args.build), "python"))
     for cap in capabilities(print, "torch2.15-cpu-avx512"):
         env = dict(env_base, ATEN_CPU_CAPABILITY=cap, OMP_WAIT_POLICY="PASSIVE")
-        worker = subprocess.run([sys.executable, "-c", WORKER, cap, spec.name, json.dumps(RANGES), "0" if bf16_ok else "1"],
+        worker = subprocess.run([sys.executable, "-c", WORKER, cap, spec.name, json.dumps(RANGES), "0" if bf16_ok else "1", model],
                                 env=env, capture_output=True, text=True)
         if worker.returncode != 0:
             print(f"FAIL: worker for ATEN_CPU_CAPABILITY={cap} exited {worker.returncode}:\n{worker.stderr}")
