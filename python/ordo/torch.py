@@ -284,9 +284,9 @@ def _exact(order: str) -> bool:
 
 def _with_threads(order: str, threads: int) -> str:
     """An order that reproduces torch 2.15 names torch's thread count: torch splits a single long
-    row of rms_norm between threads, and MKL some attention products; other orders are taken as
-    given."""
-    if "(" in order or threads <= 1 or not order.startswith("torch2.15-cpu"):
+    row of rms_norm between threads, MKL some attention products, and Inductor's kernels long
+    rows; other orders are taken as given."""
+    if "(" in order or threads <= 1 or not order.startswith(("torch2.15-cpu", "inductor2.15-cpu")):
         return order
     return f"{order}(threads={threads})"
 
