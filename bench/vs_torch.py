@@ -1,0 +1,140 @@
+"""ordo against the installed PyTorch 2.15, every row of issue 21's target table, in one process.
+
+    $(scripts/torch2-venv --python) bench/vs_torch.py [--threads 2] [--seconds 2] [--json out.json]
+
+Each row times torch (eager, torch.set_num_threads(T)) in this process and ordo through
+`build/bin/ordo bench ... --threads T --json` right after it, so both see the same machine
+state; a ratio is torch's time over ordo's (above 1: ordo is faster). Times are the fastest of
+the runs in the time budget; the machine is shared, so read the ratios, not the seconds.
+
+Rows:
+  * layer_norm, rms_norm, softmax over 8192 x 4096, f32 and bf16, order torch2.15-cpu (the bits
+    of the torch it is timed against): target 3x in f32, 2x in bf16;
+  * attention, batch*heads 8, S = 1024, D = 64, f32 and bf16, against
+    F.scaled_dot_product_attention: torch2.15-cpu (target 1.0x), exact-tiled and
+    torch1.13-cpu-math (1.0x f32, 0.7x bf16), fast (2.0x f32, 1.5x bf16), flash(64) (no target);
+  * causal fast: its time over non-causal fast's (target <= 0.6), with torch's own ratio;
+  * the honest peak: `fast` attention's fraction_of_peak (<= 1, target >= 0.6);
+  * compile latency: compile_ms_cold of each order above (norms <= 20 ms, attention <= 50 ms);
+  * backward rows: not measurable yet (ordo has no backward ops; issue 20).
+The chart the issue asks for is not written yet: the table and --json are the output.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ORDO = os.path.join(HERE, "..", "build", "bin", "ordo")
+TORCH_DTYPE = {"f32": torch.float32, "bf16": torch.bfloat16}
+
+
+def best_seconds(fn, budget):
+    """The fastest of at least 3 runs within `budget` seconds (after one warm-up)."""
+    fn()
+    best, start, runs = float("inf"), time.perf_counter(), 0
+    while runs < 3 or (time.perf_counter() - start < budget and runs < 2000):
+        t = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t)
+        runs += 1
+    return best
+
+
+def ordo_bench(args, op, order, dtype, extra):
+    cmd = [ORDO, "bench", op, "--order", order, "--dtype", dtype, "--threads", str(args.threads), "--seconds", str(args.seconds),
+           "--json"] + extra
+    out = subprocess.run(cmd, capture_output=True, text=True)
+    if out.returncode != 0:
+        raise SystemExit(f"ordo bench failed ({' '.join(cmd)}):\n{out.stderr}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def norm_rows(args):
+    rows, cols = 8192, 4096
+    out = []
+    for op in ("layer_norm", "rms_norm", "softmax"):
+        for dtype in ("f32", "bf16"):
+            x = torch.randn(rows, cols).to(TORCH_DTYPE[dtype])
+            w = torch.randn(cols).to(TORCH_DTYPE[dtype])
+            b = torch.randn(cols).to(TORCH_DTYPE[dtype])
+            fn = {"layer_norm": lambda: F.layer_norm(x, [cols], w, b, 1e-5), "rms_norm": lambda: F.rms_norm(x, [cols], w, 1e-5),
+                  "softmax": lambda: torch.softmax(x, -1)}[op]
+            t_torch = best_seconds(fn, args.seconds)
+            extra = ["--rows", str(rows), "--cols", str(cols)] + (["--no-bias"] if op == "rms_norm" else [])
+            j = ordo_bench(args, op, "torch2.15-cpu", dtype, extra)
+            out.append({"row": f"{op} {dtype} 8192x4096", "order": "torch2.15-cpu", "torch_ms": 1e3 * t_torch,
+                        "ordo_ms": 1e3 * j["seconds_min"], "ratio": t_torch / j["seconds_min"], "target": 3.0 if dtype == "f32" else 2.0,
+                        "compile_ms_cold": j["compile_ms_cold"], "compile_target_ms": 20.0})
+    return out
+
+
+ATTENTION_TARGETS = {"torch2.15-cpu": (1.0, 1.0), "exact-tiled": (1.0, 0.7), "torch1.13-cpu-math": (1.0, 0.7), "fast": (2.0, 1.5),
+                     "flash(64)": (None, None)}
+
+
+def attention_rows(args):
+    bh, s, d = 8, 1024, 64
+    out, extras = [], {}
+    for dtype in ("f32", "bf16"):
+        q, k, v = (torch.randn(1, bh, s, d).to(TORCH_DTYPE[dtype]) for _ in range(3))
+        t_torch = best_seconds(lambda: F.scaled_dot_product_attention(q, k, v), args.seconds)
+        t_torch_causal = best_seconds(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True), args.seconds)
+        for order, targets in ATTENTION_TARGETS.items():
+            j = ordo_bench(args, "attention", order, dtype, ["--rows", str(bh), "--sq", str(s), "--cols", str(d)])
+            out.append({"row": f"attention {dtype} B*H={bh} S={s} D={d}", "order": order, "torch_ms": 1e3 * t_torch,
+                        "ordo_ms": 1e3 * j["seconds_min"], "ratio": t_torch / j["seconds_min"],
+                        "target": targets[0 if dtype == "f32" else 1], "compile_ms_cold": j["compile_ms_cold"], "compile_target_ms": 50.0})
+            if order == "fast":
+                extras[dtype] = j
+        causal = ordo_bench(args, "attention", "fast", dtype, ["--rows", str(bh), "--sq", str(s), "--cols", str(d), "--causal"])
+        out.append({"row": f"attention {dtype} causal/non-causal time", "order": "fast", "torch_ms": 1e3 * t_torch_causal,
+                    "ordo_ms": 1e3 * causal["seconds_min"], "ratio": causal["seconds_min"] / extras[dtype]["seconds_min"],
+                    "torch_ratio": t_torch_causal / t_torch, "target": 0.6, "lower_is_better": True})
+        out.append({"row": f"attention {dtype} fraction_of_peak", "order": "fast", "ratio": extras[dtype]["fraction_of_peak"],
+                    "peak_fma_gflops": extras[dtype]["peak_fma_gflops"], "target": 0.6})
+    return out
+
+
+def met(r):
+    if r.get("target") is None:
+        return "-"
+    return "yes" if (r["ratio"] <= r["target"] if r.get("lower_is_better") else r["ratio"] >= r["target"]) else "NO"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--threads", type=int, default=2, help="torch.set_num_threads and ordo's pool (2)")
+    ap.add_argument("--seconds", type=float, default=2.0, help="time budget per measurement (2)")
+    ap.add_argument("--json", help="also write the rows to this file")
+    args = ap.parse_args()
+    if not os.path.exists(ORDO):
+        raise SystemExit(f"{ORDO} is missing: build ordo first (scripts/setup.sh)")
+    torch.set_num_threads(args.threads)
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    rows = norm_rows(args) + attention_rows(args)
+    print(f"torch {torch.__version__}, {args.threads} threads, capability {torch.backends.cpu.get_cpu_capability()}")
+    print(f"{'row':<42} {'order':<20} {'torch ms':>9} {'ordo ms':>9} {'ratio':>7} {'target':>7} {'met':>4} {'compile ms':>11}")
+    for r in rows:
+        target = "" if r.get("target") is None else (f"<={r['target']}" if r.get("lower_is_better") else f">={r['target']}")
+        print(f"{r['row']:<42} {r['order']:<20} {r.get('torch_ms', float('nan')):>9.3f} {r.get('ordo_ms', float('nan')):>9.3f} "
+              f"{r['ratio']:>7.2f} {target:>7} {met(r):>4} {r.get('compile_ms_cold', float('nan')):>11.1f}")
+    for r in rows:
+        if "torch_ratio" in r:
+            print(f"torch's own causal/non-causal time ({r['row'].split()[1]}): {r['torch_ratio']:.2f}")
+    slow = [r for r in rows if "compile_ms_cold" in r and r["compile_ms_cold"] > r["compile_target_ms"]]
+    print(f"compile latency: {len(slow)} of {sum('compile_ms_cold' in r for r in rows)} rows over their target "
+          f"(norms 20 ms, attention 50 ms){': ' + ', '.join(r['order'] + ' ' + r['row'] for r in slow) if slow else ''}")
+    print("backward rows (layer_norm_backward, attention backward): not measurable, ordo has no backward ops yet")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"torch": torch.__version__, "threads": args.threads, "rows": rows}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
