@@ -20,8 +20,11 @@ key ignores ATEN_CPU_CAPABILITY, so a cached kernel could come from another capa
 
 The program validates before it times: with an order that reproduces eager PyTorch 2.15 (the
 default, torch2.15-cpu), pinned must equal eager in every output bit (exit 1 otherwise); strict
-mode makes any call ordo cannot run an error, not a quiet fallback. It then prints, per dtype,
-how many outputs differ from eager and the median time of a forward pass.
+mode makes any call ordo cannot run an error, not a quiet fallback. One exception: on a host
+whose BLAS kernels ordo does not model for a dtype (MKL takes other kernels by CPU; see the
+torch2.15 attention order), that dtype prints NOT VERIFIED with the order's reason, runs pinned
+with torch's own SDPA, and is not checked. It then prints, per dtype, how many outputs differ
+from eager and the median time of a forward pass.
 """
 import argparse
 import contextlib
@@ -30,6 +33,7 @@ import statistics
 import sys
 import tempfile
 import time
+import warnings
 
 # torch's OpenMP threads spin after each parallel region by default, on cores that ordo's own
 # threads and other processes need: on a small or shared machine the spinning, not the kernels,
@@ -105,7 +109,20 @@ def differing(a, b):
     return int(((ia != ib) & ~(a.isnan() & b.isnan())).sum())
 
 
-def run(dtype, args):
+def host_refusal(dtype, args):
+    """Why the order cannot run this block's attention here, when the reason is this host's BLAS
+    (MKL's kernels differ by CPU, and ordo models some hosts only); '' when it can."""
+    threads = torch.get_num_threads()
+    order = args.order if threads == 1 or "(" in args.order else f"{args.order}(threads={threads})"
+    q = torch.zeros(1, 1, args.seq, args.dim // args.heads, dtype=dtype)
+    try:
+        ordo.attention(q, q, q, order=order, causal=True)
+    except ValueError as e:
+        return str(e) if "host" in str(e) else ""
+    return ""
+
+
+def run(dtype, args, strict):
     torch.manual_seed(0)
     block = Block(args.dim, args.heads, args.vocab).to(dtype).eval()
     x = torch.randn(args.batch, args.seq, args.dim).to(dtype)
@@ -117,7 +134,8 @@ def run(dtype, args):
             plain = compiled(x)
             compile_plain = time.perf_counter() - t
             t_plain = median_ms(compiled, x, args.repeats)
-        with fresh_inductor_cache(), ordo.torch.pinned(args.order, strict=True):
+        with fresh_inductor_cache(), ordo.torch.pinned(args.order, strict=strict), warnings.catch_warnings():
+            warnings.simplefilter("ignore", ordo.torch.OrdoFallbackWarning)  # reported by main
             compiled = torch.compile(block, fullgraph=True, dynamic=False)
             t = time.perf_counter()
             pinned = compiled(x)
@@ -148,7 +166,13 @@ def main():
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads (OMP_WAIT_POLICY={os.environ['OMP_WAIT_POLICY']}), capability "
           f"{torch.backends.cpu.get_cpu_capability()}; block dim={args.dim} heads={args.heads} seq={args.seq} "
           f"batch={args.batch} vocab={args.vocab}; pinned order {args.order}")
-    rows = [run(dtype, args) for dtype in (torch.float32, torch.bfloat16)]
+    rows = []
+    for dtype in (torch.float32, torch.bfloat16):
+        refusal = host_refusal(dtype, args) if exact else ""
+        if refusal:
+            print(f"NOT VERIFIED: {str(dtype).replace('torch.', '')}: this host's attention kernels are not modelled, so "
+                  f"pinned runs torch's own SDPA there: {refusal}")
+        rows.append(dict(run(dtype, args, strict=not refusal), unverified=bool(refusal)))
 
     print(f"\noutputs differing from eager (of {rows[0]['n']}), and the median forward time over {args.repeats} runs")
     print(f"  {'dtype':<9}{'compiled':>10}{'pinned':>10}{'eager ms':>11}{'compiled ms':>13}{'pinned ms':>11}"
@@ -156,12 +180,13 @@ def main():
     for r in rows:
         print(f"  {r['dtype']:<9}{r['plain']:>10}{r['pinned']:>10}{r['t_eager']:>11.3f}{r['t_plain']:>13.3f}"
               f"{r['t_pinned']:>11.3f}{r['compile_plain']:>11.2f}{r['compile_pinned']:>18.2f}")
-    failed = [r["dtype"] for r in rows if exact and r["pinned"]]
+    failed = [r["dtype"] for r in rows if exact and r["pinned"] and not r["unverified"]]
     if failed:
         print(f"\nFAIL: with order {args.order}, the pinned compiled block differs from eager in {', '.join(failed)}")
         return 1
-    if exact:
-        print(f"\npinned with {args.order}: the compiled block equals eager bit for bit in float32 and bfloat16")
+    verified = [r["dtype"] for r in rows if not r["unverified"]]
+    if exact and verified:
+        print(f"\npinned with {args.order}: the compiled block equals eager bit for bit in {' and '.join(verified)}")
     return 0
 
 
