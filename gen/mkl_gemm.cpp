@@ -323,9 +323,9 @@ void emit_gemm_nt(Builder& b, const GemmOrder& order, GemmInputs inputs, int64_t
   if (n_call == 0) n_call = n;
   if (n_call != n && !gemm_nt_splits_rows(order, inputs, n_call, m, K))
     throw Error(fmt::format("internal: q @ k^T of {} rows emitted in part ({} rows) outside MKL's general kernel", n_call, n));
-  if (order.kind == GemmOrder::Kind::MklAmdAvx512) return emit_amd_nt(b, order, inputs, n, m, K, a, bm, c, threaded, n_call);
   const Emitter E{b};
   const bool split = threaded && order.threads > 1;
+  // gemm_bf16bf16f32's gemv 'T' and its threaded key split are the same on both hosts.
   if (inputs == GemmInputs::bf16 && (n_call == 1 || m == 1)) {  // bf16 gemv 'T': 4 lanes
     const Row x = n_call == 1 ? Row{&a, idx(0)} : Row{&bm, idx(0)};
     const Matrix& rows = n_call == 1 ? bm : a;
@@ -343,11 +343,12 @@ void emit_gemm_nt(Builder& b, const GemmOrder& order, GemmInputs inputs, int64_t
     // which is left unsplit here and not reproduced (docs/research/torch2.15-attention.md).
     const int64_t half = m / 2;
     emit_gemm_nt(b, order, inputs, n, half, K, a, bm, c, false, n_call);
-    const Matrix rest_keys{bm.buffer, b.let("keys_rest", add(bm.base, idx(half * bm.stride))), bm.stride};
-    const Matrix rest_out{c.buffer, b.let("out_rest", add(c.base, idx(half))), c.stride};
+    const Matrix rest_keys{bm.buffer, b.let("keys_rest", add(bm.base, idx(half * bm.stride))), bm.stride, bm.align};
+    const Matrix rest_out{c.buffer, b.let("out_rest", add(c.base, idx(half))), c.stride, c.align};
     emit_gemm_nt(b, order, inputs, n, m - half, K, a, rest_keys, rest_out, false, n_call);
     return;
   }
+  if (order.kind == GemmOrder::Kind::MklAmdAvx512) return emit_amd_nt(b, order, inputs, n, m, K, a, bm, c, threaded, n_call);
   if (n_call == 1) {  // one query: gemv 'T' over the key rows
     const Row x{&a, idx(0)};
     E.gemv_t(m, K, split, [&](ExprRef i, Emitter::RowKind kind) { E.store(c, idx(0), i, E.gemv_t_row(Row{&bm, i}, x, K, kind)); });
@@ -668,26 +669,6 @@ void emit_amd_nt(Builder& b, const GemmOrder& order, GemmInputs inputs, int64_t 
                  const Matrix& c, bool threaded, int64_t n_call) {
   const AmdEmitter E{{b}};
   if (a.stride % 4 != 0 || bm.stride % 4 != 0) throw Error("internal: the AMD model's q @ k^T takes rows of a multiple of 4 elements");
-  if (inputs == GemmInputs::bf16 && (n_call == 1 || m == 1)) {  // bf16 gemv 'T'
-    const Row x = n_call == 1 ? Row{&a, idx(0)} : Row{&bm, idx(0)};
-    const Matrix& rows = n_call == 1 ? bm : a;
-    b.for_range("r", idx(0), idx(n_call == 1 ? m : n), 1, [&](ExprRef r) {
-      const ExprRef y = E.gemv_t4(Row{&rows, r}, x, K);
-      if (n_call == 1) E.store(c, idx(0), r, y);
-      else E.store(c, r, idx(0), y);
-    });
-    return;
-  }
-  if (inputs == GemmInputs::bf16 && threaded && order.threads > 1 && m >= 4) {
-    // Threaded, gemm_bf16bf16f32 cuts the keys in two, floor(m/2) and the rest, and runs each part
-    // as a call of its own on one thread, as on the Intel host.
-    const int64_t half = m / 2;
-    emit_amd_nt(b, order, inputs, n, half, K, a, bm, c, false, n_call);
-    const Matrix rest_keys{bm.buffer, b.let("keys_rest", add(bm.base, idx(half * bm.stride))), bm.stride, bm.align};
-    const Matrix rest_out{c.buffer, b.let("out_rest", add(c.base, idx(half))), c.stride, c.align};
-    emit_amd_nt(b, order, inputs, n, m - half, K, a, rest_keys, rest_out, false, n_call);
-    return;
-  }
   if (inputs == GemmInputs::bf16) a.align = 0;  // converted into MKL's aligned buffer
   if (n_call == 1) {  // one query: gemv 'T' over the key rows
     E.gemv_t(bm, Row{&a, idx(0)}, a.align, m, K, [&](ExprRef i, ExprRef y) { E.store(c, idx(0), std::move(i), std::move(y)); });
