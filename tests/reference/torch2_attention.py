@@ -85,18 +85,7 @@ import ordo
 cap, cases, skip_bf16, host = sys.argv[1], json.load(open(sys.argv[2])), sys.argv[4] == "1", sys.argv[5]
 RANGES = dict(json.loads(sys.argv[3]))
 
-def bits(t):
-    t = t.contiguous()
-    return t.view(torch.int16).numpy() if t.element_size() == 2 else t.view(torch.int32).numpy()
-
-def same(a, b):
-    if a.dtype != b.dtype or tuple(a.shape) != tuple(b.shape):
-        return False, f"dtype/shape {b.dtype}{tuple(b.shape)} vs torch {a.dtype}{tuple(a.shape)}"
-    differ = (bits(a) != bits(b)) & ~(torch.isnan(a.float()) & torch.isnan(b.float())).numpy()
-    if differ.any():
-        i = int(np.flatnonzero(differ.ravel())[0])
-        return False, f"{int(differ.sum())} of {a.numel()} differ; first at {i}: ordo {b.reshape(-1)[i].item()!r} torch {a.reshape(-1)[i].item()!r}"
-    return True, ""
+from tensor_bits import same
 
 def inputs(c):
     g = torch.Generator().manual_seed(2000 + c["seed"])
@@ -210,7 +199,7 @@ def main():
     json.dump(all_cases, spec)
     spec.close()
     table, passed, failed = {}, 0, 0
-    env_base = dict(os.environ, PYTHONPATH=os.path.join(os.path.abspath(args.build), "python"))
+    env_base = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.join(os.path.abspath(args.build), "python"), HERE]))
     for cap in capabilities(print, "torch2.15-cpu-avx512"):
         env = dict(env_base, ATEN_CPU_CAPABILITY=cap, OMP_WAIT_POLICY="PASSIVE")
         worker = subprocess.run([sys.executable, "-c", WORKER, cap, spec.name, json.dumps(RANGES), "0" if bf16_ok else "1", model],

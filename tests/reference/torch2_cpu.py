@@ -86,19 +86,7 @@ cap, cases = sys.argv[1], json.load(open(sys.argv[2]))
 TORCH_DTYPE = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}
 RANGES = {name: (offset, scale) for name, offset, scale in json.loads(sys.argv[3])}
 
-def bits(t):
-    t = t.contiguous()
-    return t.view(torch.int16).numpy() if t.element_size() == 2 else t.view(torch.int32).numpy()
-
-def same(a, b):
-    """(ok, why): same dtype, shape and bit patterns; every NaN equals every NaN."""
-    if a.dtype != b.dtype or tuple(a.shape) != tuple(b.shape):
-        return False, f"dtype/shape {b.dtype}{tuple(b.shape)} vs torch {a.dtype}{tuple(a.shape)}"
-    differ = (bits(a) != bits(b)) & ~(torch.isnan(a.float()) & torch.isnan(b.float())).numpy()
-    if differ.any():
-        i = int(np.flatnonzero(differ.ravel())[0])
-        return False, f"{int(differ.sum())} of {a.numel()} differ; first at {i}: ordo {b.reshape(-1)[i].item()!r} torch {a.reshape(-1)[i].item()!r}"
-    return True, ""
+from tensor_bits import same
 
 def inputs(c):
     rng = np.random.default_rng(1000 + c["seed"])
@@ -199,7 +187,7 @@ def main():
     json.dump(all_cases, spec)
     spec.close()
     table, passed, failed = {}, 0, 0
-    env_base = dict(os.environ, PYTHONPATH=os.path.join(os.path.abspath(args.build), "python"))
+    env_base = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.join(os.path.abspath(args.build), "python"), HERE]))
     for cap in capabilities(print, "torch2.15-cpu-avx512"):
         # Passive OpenMP waits: ctest runs other tests beside this one, and spinning threads on a
         # shared core slow torch several times over. Scheduling only; the bits do not change.

@@ -93,18 +93,7 @@ if not isa:
     print(json.dumps({"error": "Inductor found no vector ISA (it would emit scalar C++); is TORCH_USE_RTLD_GLOBAL=1 set?"}))
     sys.exit(0)
 
-def bits(t):
-    t = t.contiguous()
-    return t.view(torch.int16).numpy() if t.element_size() == 2 else t.view(torch.int32).numpy()
-
-def same(a, b):
-    if a.dtype != b.dtype or tuple(a.shape) != tuple(b.shape):
-        return False, f"dtype/shape {b.dtype}{tuple(b.shape)} vs torch {a.dtype}{tuple(a.shape)}"
-    differ = (bits(a) != bits(b)) & ~(torch.isnan(a.float()) & torch.isnan(b.float())).numpy()
-    if differ.any():
-        i = int(np.flatnonzero(differ.ravel())[0])
-        return False, f"{int(differ.sum())} of {a.numel()} differ; first at {i}: ordo {b.reshape(-1)[i].item()!r} torch {a.reshape(-1)[i].item()!r}"
-    return True, ""
+from tensor_bits import same
 
 def params(c):
     """The case's weight and bias (fixed per case: they are inputs of the compiled graph)."""
@@ -197,7 +186,7 @@ def main():
             with tempfile.TemporaryDirectory(prefix="ordo_inductor_cache_") as cache:
                 # A fresh cache: Inductor must generate and compile every kernel here. Passive
                 # OpenMP waits keep torch's threads from spinning on cores other tests share.
-                env = dict(os.environ, PYTHONPATH=os.path.join(os.path.abspath(args.build), "python"), ATEN_CPU_CAPABILITY=cap,
+                env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.join(os.path.abspath(args.build), "python"), HERE]), ATEN_CPU_CAPABILITY=cap,
                            TORCHINDUCTOR_CACHE_DIR=cache, TORCH_USE_RTLD_GLOBAL="1", OMP_WAIT_POLICY="PASSIVE")
                 worker = subprocess.run([sys.executable, "-c", WORKER, cap, str(threads), spec.name, json.dumps(RANGES), str(args.batch)],
                                         env=env, capture_output=True, text=True)
