@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include <array>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -155,6 +156,18 @@ inline std::vector<std::vector<uint8_t>> outputs_of(const Request& r, int64_t ro
   return outs;
 }
 
+// r's outputs over `rows` instances of outputs_of's inputs, on the interpreter (the
+// specification) and on `target`.
+inline std::array<std::vector<std::vector<uint8_t>>, 2> on_interpreter_and(Request r, Target target, int64_t rows, uint64_t seed,
+                                                                           double offset, double scale) {
+  std::array<std::vector<std::vector<uint8_t>>, 2> outs;
+  r.target = Target::interpreter;
+  outs[0] = outputs_of(r, rows, seed, offset, scale);
+  r.target = target;
+  outs[1] = outputs_of(r, rows, seed, offset, scale);
+  return outs;
+}
+
 // Orders whose rounding depends on the launch's row count (grid_extent): torch-decomp-cpu-avx2
 // in bf16 rounds its rsqrt once inside 16-row vectors. `target` against the interpreter, bitwise,
 // for each row count in `rows_list` (both sides of the boundary) and three N.
@@ -166,12 +179,7 @@ inline void launch_dependent_vs_interpreter(Target target, const std::vector<int
       r.cols = n;
       r.order = "torch-decomp-cpu-avx2";
       r.x_dtype = ScalarType::bf16;
-      std::vector<std::vector<uint8_t>> outs[2];
-      int i = 0;
-      for (Target t : {Target::interpreter, target}) {
-        r.target = t;
-        outs[i++] = outputs_of(r, rows, 5, 0.5, 2.0);
-      }
+      const auto outs = on_interpreter_and(r, target, rows, 5, 0.5, 2.0);
       for (size_t o = 0; o < outs[0].size(); ++o) {
         INFO(fmt::format("rows={} N={} target={} output {}", rows, n, name(target), o));
         CHECK(count_identical(ScalarType::bf16, outs[0][o], outs[1][o]) == static_cast<int64_t>(outs[0][o].size() / 2));
@@ -195,12 +203,7 @@ inline void thread_split_vs_interpreter(Target target) {
           r.order = fmt::format("torch2.15-cpu-avx2(threads={})", threads);
           r.x_dtype = t;
           r.has_weight = true;
-          std::vector<std::vector<uint8_t>> outs[2];
-          int i = 0;
-          for (Target tg : {Target::interpreter, target}) {
-            r.target = tg;
-            outs[i++] = outputs_of(r, rows, 9, 0.5, 2.0);
-          }
+          const auto outs = on_interpreter_and(r, target, rows, 9, 0.5, 2.0);
           for (size_t o = 0; o < outs[0].size(); ++o) {
             INFO(fmt::format("threads={} N={} rows={} dtype={} target={} output {}", threads, n, rows, name(t), name(target), o));
             const int64_t bytes = static_cast<int64_t>(outs[0][o].size()), width = t == ScalarType::f32 ? 4 : 2;
@@ -229,12 +232,7 @@ inline void inductor_split_vs_interpreter(Target target, bool reduced) {
           r.has_weight = op == OpKind::layer_norm || op == OpKind::rms_norm;
           r.has_bias = op == OpKind::layer_norm;
           for (int64_t rows : {1, 2, 3}) {
-            std::vector<std::vector<uint8_t>> outs[2];
-            int i = 0;
-            for (Target tg : {Target::interpreter, target}) {
-              r.target = tg;
-              outs[i++] = outputs_of(r, rows, 11, 0.5, 2.0);
-            }
+            const auto outs = on_interpreter_and(r, target, rows, 11, 0.5, 2.0);
             for (size_t o = 0; o < outs[0].size(); ++o) {
               INFO(fmt::format("{} threads={} N={} rows={} dtype={} target={} output {}", name(op), threads, n, rows, name(t), name(target), o));
               CHECK(outs[0][o] == outs[1][o]);  // byte for byte (these inputs hold no NaN)
