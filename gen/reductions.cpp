@@ -320,7 +320,7 @@ ExprRef split_launch(int parts, int64_t n, int64_t step) {
   ExprRef rows = grid_extent(0);
   ExprRef many = binary(Op::And, binary(Op::Lt, mul(rows, index_const(300)), index_const(n / step)),
                         binary(Op::Le, index_const(512 * int64_t(parts)), mul(rows, index_const(n))));
-  if (n / parts < 512) return n / step > 600 ? many : nullptr;
+  if (n / parts < 512) return n / step > 300 * 2 ? many : nullptr;  // only launches of R >= 2 rows can split
   return binary(Op::Or, single_row_launch(), many);
 }
 
