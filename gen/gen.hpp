@@ -48,7 +48,12 @@ ir::Order resolve(const Request& r);
 // resolve() throws, naming the limit, for the others. Tests use it to skip those shapes.
 bool takes_shape(const Request& r);
 
-// Builds the kernel. The request must have passed resolve().
+// Builds the op's kernels (its stages): one for a forward op; a backward op whose weight
+// gradients sum over the rows adds a column stage (Kernel::grid_over_rows false). Every stage
+// takes the same arguments, in one order; they run one after another, each over the whole
+// launch. The request must have passed resolve().
+std::vector<ir::Kernel> build_stages(const Request& r, const ir::Order& order);
+// The first stage (the only one of a forward op).
 ir::Kernel build(const Request& r, const ir::Order& order);
 
 // Per op.
@@ -57,6 +62,7 @@ ir::Kernel build_rms_norm(const Request& r, const ir::Order& order);
 ir::Kernel build_var_mean(const Request& r, const ir::Order& order);
 ir::Kernel build_softmax(const Request& r, const ir::Order& order);  // softmax and log_softmax
 ir::Kernel build_attention(const Request& r, const ir::Order& order);
+std::vector<ir::Kernel> build_layer_norm_backward(const Request& r, const ir::Order& order);
 // AttentionOrder::Kind::CpuFlash (gen/cpu_flash_attention.cpp), and its query block for S_q rows.
 ir::Kernel build_cpu_flash_attention(const Request& r, const ir::Order& order);
 int64_t cpu_flash_query_block(int64_t seq_q);

@@ -25,7 +25,7 @@ const std::vector<OpKind> kNormOps = {OpKind::layer_norm, OpKind::rms_norm, OpKi
 const std::vector<ScalarType> kAllStorage = {f32, bf16, f16};
 const std::vector<OpKind> kSoftmaxOps = {OpKind::softmax, OpKind::log_softmax};
 const std::vector<OpKind> kAllOps = {OpKind::layer_norm, OpKind::rms_norm, OpKind::var_mean, OpKind::softmax, OpKind::log_softmax,
-                                     OpKind::attention};
+                                     OpKind::attention, OpKind::layer_norm_backward};
 
 // PyTorch 1.13 CPU softmax/log_softmax over the last dim (docs/research/softmax-torch1.13.md).
 // float: reduce_all trees over 8 lanes (avx2: a halving tree; default: lanes in order), exp and
@@ -112,6 +112,23 @@ Order torch215_math(Capability cap) {
   return o;
 }
 
+// layer_norm_backward (docs/research/torch2.15-backward.md; measured against torch 2.15): like the
+// forward, registered with REGISTER_DISPATCH, so avx512 runs the avx2 kernel: 8 lanes, the
+// halving tree, and GCC's contractions (the reductions' masked tail, the mixed loop, dx's b2*x,
+// the slot update); default: no fma, lanes folded in order. dgamma and dbeta: per-thread slots
+// (threads=T), a 16-bit input's slots rounded to its type after every row.
+NormBackwardOrder torch215_layer_norm_backward(Capability cap) {
+  NormBackwardOrder n;
+  n.kind = NormBackwardOrder::Kind::TorchCpu;
+  n.lanes = 8;
+  n.fold = cap == Capability::base ? LaneFold::Sequential : LaneFold::Halving;
+  n.fma = cap != Capability::base;
+  n.columns.kind = ColumnSumOrder::Kind::ThreadSlots;
+  n.columns.slots = 1;
+  n.columns.round_slots = true;  // acts on 16-bit input only
+  return n;
+}
+
 Order torch215(ScalarType storage, Capability cap, const Request& r) {
   Order o;
   if (r.op == OpKind::attention) {
@@ -120,6 +137,10 @@ Order torch215(ScalarType storage, Capability cap, const Request& r) {
   }
   if (r.op == OpKind::var_mean) {
     o.moments = {K::SequentialWelford, f64, 1, 1, false, false, {}};
+    return o;
+  }
+  if (r.op == OpKind::layer_norm_backward) {
+    o.norm_backward = torch215_layer_norm_backward(cap);
     return o;
   }
   o.softmax = torch113_softmax(storage, cap);
@@ -320,6 +341,17 @@ Order two_pass(SumOrder sum, ScalarType acc) {
   return o;
 }
 
+// ordo's own backward: the centered form (NormBackwardOrder::Kind::Centered) with `sum` for
+// the row sums and a block tree over blocks of `block_rows` for the weight gradients.
+NormBackwardOrder centered_backward(SumOrder sum, int64_t block_rows) {
+  NormBackwardOrder n;
+  n.kind = NormBackwardOrder::Kind::Centered;
+  n.sum = sum;
+  n.columns.kind = ColumnSumOrder::Kind::BlockTree;
+  n.columns.block_rows = block_rows;
+  return n;
+}
+
 std::vector<NamedOrder> make_table() {
   std::vector<NamedOrder> t;
   t.push_back({"fast", "the fastest order ordo has: two-pass, 4x8-lane fma sums, fused affine; attention: flash(bc=64,queries=16,exp2=on,fma=all) (no reference)",
@@ -329,10 +361,20 @@ std::vector<NamedOrder> make_table() {
                  o.softmax.lanes = 16;  // two AVX2 vectors per step: more independent exps in flight
                  o.attention = flash(64, true, true);
                  o.attention.query_lanes = 16;  // two AVX2 vectors of queries: each loaded key value serves 16 queries
+                 o.norm_backward = centered_backward(lane_tree(8, 4, true), 64);
+                 return o;
+               }});
+  t.push_back({"batch-invariant",
+               "backward ops: every bit independent of the thread count and of how rows are batched: dx from its own row's "
+               "16-lane fma sums; weight gradients summed in blocks of 32 rows, the blocks combined by a fixed binary tree "
+               "(no reference)",
+               {OpKind::layer_norm_backward}, kAllStorage, false, false, [](ScalarType, ScalarType, const Request&) {
+                 Order o;
+                 o.norm_backward = centered_backward(lane_tree(16, 1, true), 32);
                  return o;
                }});
   const std::vector<OpKind> torch215_ops = {OpKind::layer_norm, OpKind::rms_norm, OpKind::var_mean, OpKind::softmax,
-                                            OpKind::log_softmax, OpKind::attention};
+                                            OpKind::log_softmax, OpKind::attention, OpKind::layer_norm_backward};
   t.push_back({"torch2.15-cpu-default",
                "PyTorch 2.15 CPU, ATEN_CPU_CAPABILITY=default. layer_norm: f32 8-lane Welford cascade (two f32 streams per 16-bit "
                "vector), no fma; rms_norm: F.rms_norm's composite in f32 (SumKernel's 4x8-lane cascade over the rounded squares; "
@@ -760,6 +802,7 @@ void apply_environment(Order& o, std::string_view params, std::string_view order
       for (SumOrder* sum : {&o.square_sum, &o.softmax.sum, &o.moments.sum})
         if (sum->kind == S::ChunkStack) sum->parts = v;
       if (o.moments.kind == K::VectorWelford) o.moments.parts = v;
+      if (o.norm_backward.columns.kind == ColumnSumOrder::Kind::ThreadSlots) o.norm_backward.columns.slots = v;
     } else if (key == "mkl") {
       if (value != "intel" && value != "amd") throw Error(fmt::format("order '{}': mkl={} is not intel or amd", order_name, value));
       o.attention.gemm.kind = value == "amd" ? GemmOrder::Kind::MklAmdAvx512 : GemmOrder::Kind::MklIntelAvx512;
@@ -861,6 +904,10 @@ Order resolve(const Request& r) {
   if (wt != r.x_dtype && !r.allow_mixed_dtypes)
     throw Error(fmt::format("x is {} but weight is {}; mixed dtypes need --allow-mixed-dtypes (Request::allow_mixed_dtypes)",
                             name(r.x_dtype), name(wt)));
+  if (r.op == OpKind::layer_norm_backward && !r.has_weight && r.has_bias && wt != r.x_dtype)
+    throw Error(fmt::format("layer_norm_backward: x is {} but bias is {}; without a weight PyTorch takes no mixed dtypes, give the bias "
+                            "x's dtype",
+                            name(r.x_dtype), name(wt)));
   if (r.rows_in_flight < 0 || r.rows_in_flight > 16)
     throw Error(fmt::format("rows in flight {} outside [0, 16]", r.rows_in_flight));
   if (r.target == Target::cuda && r.cuda_arch != 80 && r.cuda_arch != 86 && r.cuda_arch != 89 && r.cuda_arch != 90)
@@ -931,21 +978,32 @@ Order resolve(const Request& r) {
   return o;
 }
 
-Kernel build(const Request& r, const Order& o) {
-  Kernel k;
+std::vector<Kernel> build_stages(const Request& r, const Order& o) {
+  std::vector<Kernel> ks;
   switch (r.op) {
-    case OpKind::layer_norm: k = build_layer_norm(r, o); break;
-    case OpKind::rms_norm: k = build_rms_norm(r, o); break;
-    case OpKind::var_mean: k = build_var_mean(r, o); break;
+    case OpKind::layer_norm: ks.push_back(build_layer_norm(r, o)); break;
+    case OpKind::rms_norm: ks.push_back(build_rms_norm(r, o)); break;
+    case OpKind::var_mean: ks.push_back(build_var_mean(r, o)); break;
     case OpKind::softmax:
-    case OpKind::log_softmax: k = build_softmax(r, o); break;
-    case OpKind::attention: k = build_attention(r, o); break;
+    case OpKind::log_softmax: ks.push_back(build_softmax(r, o)); break;
+    case OpKind::attention: ks.push_back(build_attention(r, o)); break;
+    case OpKind::layer_norm_backward: ks = build_layer_norm_backward(r, o); break;
+    case OpKind::rms_norm_backward:
+    case OpKind::softmax_backward:
+    case OpKind::log_softmax_backward:
+    case OpKind::attention_backward: throw Error(fmt::format("{} has no kernel yet", name(r.op)));
   }
-  k.description = r.op == OpKind::attention
-                      ? fmt::format("attention D={} Sq={} Sk={}{} x={} order={}", r.cols, r.seq_q, r.seq_k, r.causal ? " causal" : "",
-                                    name(r.x_dtype), r.order)
-                      : fmt::format("{} N={} x={} weight={} order={}", name(r.op), r.cols, name(r.x_dtype), name(r.weight_type()), r.order);
-  return k;
+  for (size_t i = 0; i < ks.size(); ++i) {
+    Kernel& k = ks[i];
+    k.description = forward_of(r.op) == OpKind::attention
+                        ? fmt::format("{} D={} Sq={} Sk={}{} x={} order={}", name(r.op), r.cols, r.seq_q, r.seq_k, r.causal ? " causal" : "",
+                                      name(r.x_dtype), r.order)
+                        : fmt::format("{} N={} x={} weight={} order={}", name(r.op), r.cols, name(r.x_dtype), name(r.weight_type()), r.order);
+    if (ks.size() > 1) k.description += fmt::format(" (stage {} of {})", i + 1, ks.size());
+  }
+  return ks;
 }
+
+Kernel build(const Request& r, const Order& o) { return build_stages(r, o).at(0); }
 
 }  // namespace ordo::gen

@@ -13,13 +13,31 @@ std::string_view name(OpKind op) {
     case OpKind::softmax: return "softmax";
     case OpKind::log_softmax: return "log_softmax";
     case OpKind::attention: return "attention";
+    case OpKind::layer_norm_backward: return "layer_norm_backward";
+    case OpKind::rms_norm_backward: return "rms_norm_backward";
+    case OpKind::softmax_backward: return "softmax_backward";
+    case OpKind::log_softmax_backward: return "log_softmax_backward";
+    case OpKind::attention_backward: return "attention_backward";
   }
   return "?";
 }
 std::optional<OpKind> parse_op(std::string_view s) {
-  for (OpKind o : {OpKind::layer_norm, OpKind::rms_norm, OpKind::var_mean, OpKind::softmax, OpKind::log_softmax, OpKind::attention})
+  for (OpKind o : {OpKind::layer_norm, OpKind::rms_norm, OpKind::var_mean, OpKind::softmax, OpKind::log_softmax, OpKind::attention,
+                   OpKind::layer_norm_backward, OpKind::rms_norm_backward, OpKind::softmax_backward, OpKind::log_softmax_backward,
+                   OpKind::attention_backward})
     if (s == name(o)) return o;
   return std::nullopt;
+}
+bool is_backward(OpKind op) { return forward_of(op) != op; }
+OpKind forward_of(OpKind op) {
+  switch (op) {
+    case OpKind::layer_norm_backward: return OpKind::layer_norm;
+    case OpKind::rms_norm_backward: return OpKind::rms_norm;
+    case OpKind::softmax_backward: return OpKind::softmax;
+    case OpKind::log_softmax_backward: return OpKind::log_softmax;
+    case OpKind::attention_backward: return OpKind::attention;
+    default: return op;
+  }
 }
 std::string_view name(Target t) {
   switch (t) {
@@ -41,7 +59,8 @@ std::string Request::key() const {
                               cols, name(x_dtype), name(weight_type()), acc_dtype ? name(*acc_dtype) : "default", has_weight,
                               has_bias, allow_mixed_dtypes, eps, order, name(target), rows_in_flight);
   if (target == Target::cuda) k += fmt::format("|arch=sm_{}", cuda_arch);
-  if (op == OpKind::attention)
+  if (is_backward(op)) k += fmt::format("|saved_stats={}", saved_stats);
+  if (forward_of(op) == OpKind::attention)
     k += fmt::format("|sq={}|sk={}|causal={}|scale={}|lse={}", seq_q, seq_k, causal, scale ? fmt::format("{:a}", *scale) : "default",
                      lse_output);
   return k;

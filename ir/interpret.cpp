@@ -100,6 +100,7 @@ struct Machine {
   std::vector<BufferArg> buffers;  // the arguments, then each scratch buffer's storage
   std::vector<int64_t> pid;
   std::vector<int64_t> extents;
+  int64_t launch_rows = 0;
   std::vector<Value> locals;
   std::vector<char> assigned;
   // Team kernels: per-thread locals live in thread_locals[thread * locals + id].
@@ -184,6 +185,9 @@ struct Machine {
         return v;
       case Op::GridExtent:
         v.lane[0].i = extents[static_cast<size_t>(e.index)];
+        return v;
+      case Op::LaunchRows:
+        v.lane[0].i = launch_rows;
         return v;
       case Op::Load: {
         const BufferArg& b = buffers[static_cast<size_t>(e.index)];
@@ -465,9 +469,13 @@ void interpret(const Kernel& k, const std::vector<BufferArg>& buffers, const std
       scratch.emplace_back(static_cast<size_t>(b.per_row * size_bytes(b.elem)));
       all.push_back(BufferArg{scratch.back().data(), b.per_row});
     }
-  if (static_cast<int>(extents.size()) != k.grid_rank)
-    throw Error(fmt::format("interpreter: kernel {} has grid rank {}, got {} extents", k.name, k.grid_rank, extents.size()));
-  Machine m{k, all, std::vector<int64_t>(extents.size(), 0), extents, std::vector<Value>(k.locals.size()), {}};
+  const size_t rank = static_cast<size_t>(k.grid_rank);
+  if (extents.size() != rank + 1 && (extents.size() != rank || !k.grid_over_rows))
+    throw Error(fmt::format("interpreter: kernel {} has grid rank {}, got {} extents{}", k.name, k.grid_rank, extents.size(),
+                            k.grid_over_rows ? "" : " (a column stage also takes the launch's rows)"));
+  const std::vector<int64_t> grid(extents.begin(), extents.begin() + static_cast<std::ptrdiff_t>(rank));
+  Machine m{k, all, std::vector<int64_t>(rank, 0), grid, extents.size() > rank ? extents[rank] : extents[0],
+            std::vector<Value>(k.locals.size()), {}};
   // Instances are independent; run them in row-major grid order.
   if (k.team > 1) {
     m.thread_locals.resize(k.locals.size() * static_cast<size_t>(k.team));
@@ -479,7 +487,8 @@ void interpret(const Kernel& k, const std::vector<BufferArg>& buffers, const std
   }
   std::vector<int64_t>& p = m.pid;
   int64_t total = 1;
-  for (int64_t e : extents) {
+  if (m.launch_rows < 0) throw Error(fmt::format("interpreter: launch rows {} is negative", m.launch_rows));
+  for (int64_t e : grid) {
     if (e < 0) throw Error(fmt::format("interpreter: grid extent {} is negative", e));
     if (e != 0 && total > INT64_MAX / e) throw Error("interpreter: the grid has more than INT64_MAX instances");
     total *= e;
@@ -487,8 +496,8 @@ void interpret(const Kernel& k, const std::vector<BufferArg>& buffers, const std
   for (int64_t flat = 0; flat < total; ++flat) {
     int64_t rest = flat;
     for (int d = k.grid_rank - 1; d >= 0; --d) {
-      p[static_cast<size_t>(d)] = rest % extents[static_cast<size_t>(d)];
-      rest /= extents[static_cast<size_t>(d)];
+      p[static_cast<size_t>(d)] = rest % grid[static_cast<size_t>(d)];
+      rest /= grid[static_cast<size_t>(d)];
     }
     m.assigned.assign(k.locals.size(), 0);
     m.thread_assigned.assign(k.team > 1 ? k.locals.size() * static_cast<size_t>(k.team) : 0, 0);

@@ -15,8 +15,9 @@ struct BufferArg {
   int64_t elements = 0;  // bounds for every access; an access outside them throws
 };
 
-// Runs every instance of the grid (extents[d] for d < k.grid_rank). Throws ordo::Error on an
-// out-of-bounds access or a read of an unassigned local.
+// Runs every instance of the grid (extents[d] for d < k.grid_rank). A further extent is the
+// launch's row count (launch_rows), which a kernel whose grid is over rows may leave out (it is
+// extents[0] there). Throws ordo::Error on an out-of-bounds access or a read of an unassigned local.
 void interpret(const Kernel& k, const std::vector<BufferArg>& buffers, const std::vector<int64_t>& extents);
 
 }  // namespace ordo::ir

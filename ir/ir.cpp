@@ -66,6 +66,7 @@ ExprRef var(const Kernel& k, int local) {
 }
 ExprRef program_id(int dim) { return make(Op::ProgramId, Type{ScalarType::i64, 1}, {}, dim); }
 ExprRef grid_extent(int dim) { return make(Op::GridExtent, Type{ScalarType::i64, 1}, {}, dim); }
+ExprRef launch_rows() { return make(Op::LaunchRows, Type{ScalarType::i64, 1}, {}, 0); }
 ExprRef load(const Kernel& k, int buffer, ExprRef index, int lanes) {
   return make(Op::Load, Type{k.buffers.at(static_cast<size_t>(buffer)).elem, lanes}, {std::move(index)}, buffer);
 }
@@ -274,6 +275,8 @@ std::string print(const Expr& e, const Kernel& k) {
       return fmt::format("program_id({})", e.index);
     case Op::GridExtent:
       return fmt::format("grid_extent({})", e.index);
+    case Op::LaunchRows:
+      return "launch_rows";
     case Op::ThreadId:
       return "thread_id";
     case Op::ShuffleDown:

@@ -64,6 +64,9 @@ std::string to_string(Type t);
   X(ProgramId, 0, "program_id")                                                              \
   /* The launch's extent of grid dimension Expr::index (i64; the same for every instance). */ \
   X(GridExtent, 0, "grid_extent")                                                            \
+  /* The launch's row count (i64, uniform): grid_extent(0) in a kernel whose grid is over rows; \
+     a column stage (Kernel::grid_over_rows false) reads it to loop over the rows. */          \
+  X(LaunchRows, 0, "launch_rows")                                                            \
   /* Team kernels, inside a Team statement: this thread's index in [0, Kernel::team) (i64). */ \
   X(ThreadId, 0, "thread_id")                                                                \
   /* Team kernels, a top-level statement of a Team body: per-thread local Expr::index (a      \
@@ -225,6 +228,12 @@ struct Kernel {
   // Extents of grid dims 1 .. grid_rank-1 when they are fixed at compile time (attention's query
   // blocks); dim 0 is the launch's row count. Empty: every extent is given at launch.
   std::vector<int64_t> grid_fixed;
+  // Whether grid dim 0 is the launch's row count (an instance per row, or per (batch, head)).
+  // false: a column stage. Every grid extent is fixed (grid_fixed lists all grid_rank of them)
+  // and the kernel reads the row count with launch_rows, looping over the rows itself: the
+  // weight gradients of a backward op, a sum over every row, in an order that does not depend on
+  // how the launch is split.
+  bool grid_over_rows = true;
   // Threads per program instance. 1: the body is one thread's program. > 1: a team kernel (see
   // the top of this file); CUDA runs an instance as one block of `team` threads.
   int team = 1;
@@ -239,6 +248,7 @@ ExprRef index_const(int64_t value);
 ExprRef var(const Kernel& k, int local);
 ExprRef program_id(int dim);
 ExprRef grid_extent(int dim);
+ExprRef launch_rows();
 ExprRef load(const Kernel& k, int buffer, ExprRef index, int lanes = 1);
 ExprRef gather(const Kernel& k, int buffer, ExprRef indices);
 ExprRef iota(int lanes);

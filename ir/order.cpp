@@ -130,3 +130,20 @@ std::string describe(const AttentionOrder& a) {
 }
 
 }  // namespace ordo::ir
+
+namespace ordo::ir {
+
+std::string describe(const ColumnSumOrder& c) {
+  if (c.kind == ColumnSumOrder::Kind::ThreadSlots)
+    return fmt::format("thread_slots(slots={}{})", c.slots, c.round_slots ? ", slots rounded to storage per row" : "");
+  return fmt::format("block_tree(block_rows={}, {})", c.block_rows, c.fma ? "fma" : "mul+add");
+}
+
+std::string describe(const NormBackwardOrder& n) {
+  if (n.kind == NormBackwardOrder::Kind::TorchCpu)
+    return fmt::format("torch_cpu(lanes={}, fold={}, {}, columns={})", n.lanes, fold_name(n.fold), n.fma ? "gcc fma" : "no fma",
+                       describe(n.columns));
+  return fmt::format("centered(sum={}, dx={}, columns={})", describe(n.sum), n.fma_dx ? "fma" : "mul+add", describe(n.columns));
+}
+
+}  // namespace ordo::ir

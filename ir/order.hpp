@@ -365,6 +365,60 @@ struct AttentionOrder {
   bool paired_exp_sum = false;
 };
 
+// How a weight gradient sums its per-row terms over the rows of the launch (a column
+// reduction: every row contributes to each column). Each column is independent; the order is
+// the same for every column.
+struct ColumnSumOrder {
+  enum class Kind : uint8_t {
+    // PyTorch's CPU backward kernels (at::parallel_for over the rows, grain 1): the M rows are
+    // cut for `slots` threads as nt = min(slots, M), chunks of ceil(M / nt) rows, thread t taking
+    // rows [t*chunk, min(M, (t+1)*chunk)); each slot accumulates its rows in row order into its
+    // own buffer from +0, rounded to x's storage type after every row when `round_slots` (a 16-bit
+    // buffer); then, per column, the `slots` buffers (unused ones +0) are added in slot order to +0.
+    ThreadSlots,
+    // Rows in blocks of `block_rows`, each block accumulated in row order from +0. The block sums
+    // combine by a binary counter: after block j (from 0) the carry starts as its sum and, for
+    // level l = 0, 1, ... while bit l of j is 1, becomes S_l + carry (S_l emptied); the first level
+    // whose bit is 0 keeps the carry. At the end the levels held (the set bits of the block count)
+    // are added from the highest (the earliest rows) down: (S_top + ...) + S_0. The tree depends on
+    // the row count alone: neither the threads nor how a launch is split change a bit.
+    BlockTree,
+  };
+  Kind kind = Kind::BlockTree;
+  int slots = 1;
+  bool round_slots = false;
+  int64_t block_rows = 32;
+  bool fma = true;  // BlockTree: a product term accumulates as fma(a, b, acc)
+  int lanes = 16;   // columns per program instance (a vector each); no numerical effect
+};
+
+// How the backward of a normalization (layer_norm, rms_norm) forms dx and its row sums.
+struct NormBackwardOrder {
+  enum class Kind : uint8_t {
+    // PyTorch 2.x's CPU LayerNormBackwardKernel (aten/src/ATen/native/cpu/layer_norm_kernel.cpp;
+    // docs/research/torch2.15-backward.md). Row sums ds = sum(dy*x*g) and db = sum(dy*g) (raw x)
+    // by vec::map*_reduce_all on vectors of `lanes` f32 (a 16-bit vector of 2*lanes elements is two
+    // accumulators); b2 = ((((db*mean - ds)*a)*a)*a)*(1/N), c = (-b2)*mean - (db*a)*(1/N),
+    // dx = ((a*dy)*g + b2*x) + c with a = rstd. dgamma's term dy*(a*x + (-a)*mean), dbeta's dy,
+    // summed by `columns` (ThreadSlots). `fma`: GCC's contractions in the x86 AVX2 build.
+    TorchCpu,
+    // ordo's own: xhat = (x - mean)*rstd, wdy = dy*g; s1 = sum(wdy), s2 = sum(wdy*xhat) by `sum`;
+    // dx = (wdy - (xhat*(s2/N) + s1/N))*rstd; dgamma sums dy*xhat and dbeta dy by `columns`.
+    Centered,
+  };
+  Kind kind = Kind::Centered;
+  int lanes = 8;                     // TorchCpu
+  LaneFold fold = LaneFold::Halving;  // TorchCpu: the horizontal sum of a vector accumulator
+  bool fma = true;                   // TorchCpu: the build contracts (the default capability does not)
+  // TorchCpu, f16 input with an f16 weight: GCC also contracted the reductions' steady loop and
+  // their short-row path (lanes < N < 2*lanes) there (measured; bf16 and the weightless f16 kernel
+  // keep both unfused).
+  bool fma_half_weighted = true;
+  SumOrder sum{};                    // Centered: the row sums
+  bool fma_dx = true;                // Centered: xhat*c2 + c1 as one fma
+  ColumnSumOrder columns{};
+};
+
 // The whole order of a normalization-family op.
 struct Order {
   MomentsOrder moments;      // layer_norm, var_mean
@@ -372,6 +426,7 @@ struct Order {
   AffineOrder affine;        // layer_norm, rms_norm (rms_norm uses only gamma)
   SoftmaxOrder softmax;      // softmax, log_softmax
   AttentionOrder attention;  // attention
+  NormBackwardOrder norm_backward;  // layer_norm_backward, rms_norm_backward
   // PyTorch 1.13's bf16 kernels round every intermediate of the statistics and of rstd to
   // the storage type. When set and the storage type is 16-bit, every such f32 result is
   // followed by a Cast to storage and back, visible in the IR. An f64 accumulation is
@@ -390,5 +445,7 @@ std::string describe(const AffineOrder& a);
 std::string describe(const SoftmaxOrder& s);
 std::string describe(const GemmOrder& g);
 std::string describe(const AttentionOrder& a);
+std::string describe(const ColumnSumOrder& c);
+std::string describe(const NormBackwardOrder& n);
 
 }  // namespace ordo::ir

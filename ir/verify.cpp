@@ -109,6 +109,9 @@ struct Verifier {
         if (e.index < 0 || e.index >= k.grid_rank) return fail(e, fmt::format("grid has rank {}", k.grid_rank));
         if (t != Type{ScalarType::i64, 1}) return fail(e, fmt::format("{} is a scalar i64", spelling(e.op)));
         return true;
+      case Op::LaunchRows:
+        if (t != Type{ScalarType::i64, 1}) return fail(e, "launch_rows is a scalar i64");
+        return true;
       case Op::Load:
         if (e.index < 0 || e.index >= static_cast<int64_t>(k.buffers.size())) return fail(e, "unknown buffer");
         if (k.buffers[static_cast<size_t>(e.index)].elem != t.scalar) return fail(e, "type differs from the buffer's");
@@ -378,8 +381,10 @@ std::string verify(const Kernel& k) {
   v.per_thread = per_thread_locals(k);
   if (k.team < 1 || k.team > 1024) return fmt::format("kernel {}: team of {} threads outside [1, 1024]", k.name, k.team);
   if (k.grid_rank < 1 || k.grid_rank > 3) return fmt::format("kernel {}: grid rank {} outside [1, 3]", k.name, k.grid_rank);
-  if (!k.grid_fixed.empty() && static_cast<int>(k.grid_fixed.size()) != k.grid_rank - 1)
-    return fmt::format("kernel {}: {} fixed grid extents for grid rank {}", k.name, k.grid_fixed.size(), k.grid_rank);
+  const size_t fixed_dims = static_cast<size_t>(k.grid_over_rows ? k.grid_rank - 1 : k.grid_rank);
+  if ((!k.grid_fixed.empty() || !k.grid_over_rows) && k.grid_fixed.size() != fixed_dims)
+    return fmt::format("kernel {}: {} fixed grid extents for grid rank {}{}", k.name, k.grid_fixed.size(), k.grid_rank,
+                       k.grid_over_rows ? "" : " (a column stage fixes every dimension)");
   for (int64_t e : k.grid_fixed)
     if (e < 1) return fmt::format("kernel {}: fixed grid extent {} is not positive", k.name, e);
   bool seen_scratch = false;

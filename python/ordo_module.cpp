@@ -142,7 +142,7 @@ PYBIND11_MODULE(_ordo, m) {
 
   m.def("compile", [](const std::string& op, int64_t cols, const std::string& dtype, const std::string& weight_dtype,
                       const std::string& order, double eps, bool weight, bool bias, bool allow_mixed_dtypes,
-                      const std::string& acc) {
+                      const std::string& acc, bool saved_stats) {
     return translate([&] {
       ordo::Request r;
       auto kind = ordo::parse_op(op);
@@ -157,11 +157,12 @@ PYBIND11_MODULE(_ordo, m) {
       r.has_weight = weight;
       r.has_bias = bias;
       r.allow_mixed_dtypes = allow_mixed_dtypes;
+      r.saved_stats = saved_stats;
       return std::const_pointer_cast<ordo::CompiledKernel>(ordo::compile(r));
     });
   }, py::arg("op"), py::arg("cols"), py::arg("dtype"), py::arg("weight_dtype") = "", py::arg("order") = "fast",
      py::arg("eps") = 1e-5, py::arg("weight") = false, py::arg("bias") = false, py::arg("allow_mixed_dtypes") = false,
-     py::arg("acc") = "");
+     py::arg("acc") = "", py::arg("saved_stats") = true);
 
   m.def("compile_attention", [](int64_t head_dim, int64_t seq_q, int64_t seq_k, const std::string& dtype, const std::string& order,
                                 bool causal, std::optional<double> scale, bool lse) {

@@ -160,8 +160,49 @@ std::map<std::string, std::vector<double>> attention_f64(const Request& r, const
 }
 }  // namespace
 
+// layer_norm_backward in float64 from the given mean and rstd: xhat = (x - mean)*rstd, wdy = dy*w,
+// dx = rstd*(wdy - mean(wdy) - xhat*mean(wdy*xhat)), dweight = sum over rows of dy*xhat, dbias of dy.
+std::map<std::string, std::vector<double>> layer_norm_backward_f64(const Request& r, const HostBuffers& in, int64_t rows) {
+  const int64_t N = r.cols;
+  const ScalarType xt = r.x_dtype, wt = r.weight_type();
+  auto has = [&](const char* n) {
+    for (const ArgSpec& a : in.args)
+      if (a.name == n) return true;
+    return false;
+  };
+  const ArgSpec* stats = nullptr;
+  for (const ArgSpec& a : in.args)
+    if (a.name == "mean") stats = &a;
+  const uint8_t *x = in.get("x").data(), *dy = in.get("dy").data(), *mean = in.get("mean").data(), *rstd = in.get("rstd").data();
+  const uint8_t* w = has("weight") ? in.get("weight").data() : nullptr;
+  std::map<std::string, std::vector<double>> out;
+  std::vector<double> dw(size_t(N), 0.0), db(size_t(N), 0.0);
+  for (int64_t row = 0; row < rows; ++row) {
+    const double mu = value_at(stats->dtype, mean, row), rs = value_at(stats->dtype, rstd, row);
+    double s1 = 0, s2 = 0;
+    for (int64_t j = 0; j < N; ++j) {
+      const double g = value_at(xt, dy, row * N + j) * (w ? value_at(wt, w, j) : 1.0);
+      const double xhat = (value_at(xt, x, row * N + j) - mu) * rs;
+      s1 += g;
+      s2 += g * xhat;
+      dw[size_t(j)] += value_at(xt, dy, row * N + j) * xhat;
+      db[size_t(j)] += value_at(xt, dy, row * N + j);
+    }
+    for (int64_t j = 0; j < N; ++j) {
+      const double g = value_at(xt, dy, row * N + j) * (w ? value_at(wt, w, j) : 1.0);
+      const double xhat = (value_at(xt, x, row * N + j) - mu) * rs;
+      out["dx"].push_back(rs * (g - s1 / N - xhat * (s2 / N)));
+    }
+  }
+  if (has("dweight")) out["dweight"] = dw;
+  if (has("dbias")) out["dbias"] = db;
+  return out;
+}
+
 std::map<std::string, std::vector<double>> reference_f64(const Request& r, const HostBuffers& in, int64_t rows) {
   if (r.op == OpKind::attention) return attention_f64(r, in, rows);
+  if (r.op == OpKind::layer_norm_backward) return layer_norm_backward_f64(r, in, rows);
+  if (is_backward(r.op)) throw Error(fmt::format("compare: {} has no float64 reference yet", name(r.op)));
   const int64_t N = r.cols;
   const ScalarType xt = r.x_dtype, wt = r.weight_type();
   const uint8_t* x = in.get("x").data();
@@ -226,7 +267,7 @@ std::map<std::string, std::vector<double>> reference_f64(const Request& r, const
         }
         break;
       }
-      case OpKind::attention: break;  // attention_f64
+      default: break;  // attention_f64, layer_norm_backward_f64
     }
   }
   return out;

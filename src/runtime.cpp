@@ -134,15 +134,10 @@ void dump_stages(const Request& r, const ir::Kernel& k, int rows_in_flight) {
 
 }  // namespace
 
-KernelHandle compile_uncached(const Request& r) {
-  auto start = std::chrono::steady_clock::now();
-  auto k = std::make_shared<CompiledKernel>();
-  k->request_ = r;
-  k->order_ = gen::resolve(r);
-  k->kernel_ = gen::build(r, k->order_);
-  if (std::string err = ir::verify(k->kernel_); !err.empty()) throw Error("internal: generated IR is malformed: " + err);
-  for (const ir::Buffer& b : k->kernel_.buffers)
-    if (ir::is_argument(b)) k->args_.push_back(ArgSpec{b.name, b.elem, b.output, b.extent, b.per_row});
+// Compiles one stage for the request's target: LLVM machine code (through the disk cache), or
+// CUDA C++ for NVRTC or cuda-emu. The interpreter needs nothing.
+void CompiledKernel::compile_stage(Stage& st) {
+  const Request& r = request_;
   if (r.target == Target::cpu) {
     llvm_backend::Options options;
     options.rows_in_flight = r.rows_in_flight;
@@ -150,7 +145,7 @@ KernelHandle compile_uncached(const Request& r) {
     // Everything the machine code depends on; the printed IR carries the order.
     const std::string disk_key =
         use_disk ? disk_cache::key(fmt::format("ordo {}\n{}\n{}\n{}", kOrdoVersion, llvm_backend::fingerprint(), r.key(),
-                                               ir::print(k->kernel_)))
+                                               ir::print(st.kernel)))
                  : std::string();
     // Held while this key is loaded, or compiled and stored: a thread or process that asks for
     // the same new kernel meanwhile waits, then loads it (include/ordo/disk_cache.hpp).
@@ -159,33 +154,33 @@ KernelHandle compile_uncached(const Request& r) {
     if (use_disk) {
       if (std::optional<disk_cache::Entry> e = disk_cache::load(disk_key)) {
         try {
-          k->entry_ = llvm_backend::load_object(e->object, e->symbol);
-          k->rows_in_flight_ = e->rows_in_flight;
-          k->from_disk_cache_ = true;
+          st.entry = llvm_backend::load_object(e->object, e->symbol);
+          st.rows_in_flight = e->rows_in_flight;
+          from_disk_cache_ = true;
         } catch (const Error&) {
           disk_cache::discard(disk_key);  // intact but unloadable: rebuild below
         }
       }
     }
-    if (!k->entry_) {
-      llvm_backend::Object o = llvm_backend::compile_object(k->kernel_, options);
+    if (!st.entry) {
+      llvm_backend::Object o = llvm_backend::compile_object(st.kernel, options);
       auto t = std::chrono::steady_clock::now();
-      k->entry_ = llvm_backend::load_object(o.bytes, o.symbol);
-      k->rows_in_flight_ = o.rows_in_flight;
-      k->lower_ms_ = o.lower_ms;
-      k->optimize_ms_ = o.optimize_ms;
-      k->codegen_ms_ = o.codegen_ms + std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
+      st.entry = llvm_backend::load_object(o.bytes, o.symbol);
+      st.rows_in_flight = o.rows_in_flight;
+      lower_ms_ += o.lower_ms;
+      optimize_ms_ += o.optimize_ms;
+      codegen_ms_ += o.codegen_ms + std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
       if (use_disk) disk_cache::store(disk_key, disk_cache::Entry{std::move(o.bytes), o.symbol, o.rows_in_flight});
     }
   }
   if (r.target == Target::cuda || r.target == Target::cuda_emu) {
-    cuda_backend::Source src = cuda_backend::render(k->kernel_);  // refuses Op::Call with a clear error
-    k->cuda_source_ = src.text;
+    cuda_backend::Source src = cuda_backend::render(st.kernel);  // refuses Op::Call with a clear error
+    st.cuda_source = src.text;
     if (r.target == Target::cuda) {
       auto c = std::make_shared<cuda_backend::Compiled>(cuda_backend::compile(src, r.cuda_arch, true, false));
-      k->codegen_ms_ = c->nvrtc_ms;
-      k->cuda_device_ = std::make_shared<cuda_backend::DeviceKernel>(std::move(src), c->cubin, r.cuda_arch);
-      k->cuda_compiled_ = std::move(c);
+      codegen_ms_ += c->nvrtc_ms;
+      st.cuda_device = std::make_shared<cuda_backend::DeviceKernel>(std::move(src), c->cubin, r.cuda_arch);
+      st.cuda_compiled = std::move(c);
     } else {
       // The host compiler takes about a second per kernel; the shared object is kept in the
       // disk cache, keyed by everything it depends on.
@@ -195,23 +190,51 @@ KernelHandle compile_uncached(const Request& r) {
       std::optional<disk_cache::Entry> e = use_disk ? disk_cache::load(disk_key) : std::nullopt;
       if (e) {
         try {
-          k->cuda_emu_ = std::make_shared<cuda_backend::EmuKernel>(cuda_backend::load_emu(src, e->object));
-          k->from_disk_cache_ = true;
+          st.cuda_emu = std::make_shared<cuda_backend::EmuKernel>(cuda_backend::load_emu(src, e->object));
+          from_disk_cache_ = true;
         } catch (const Error&) {
           disk_cache::discard(disk_key);  // intact but unloadable: rebuild below
         }
       }
-      if (!k->cuda_emu_) {
+      if (!st.cuda_emu) {
         const auto t = std::chrono::steady_clock::now();
         std::string object = cuda_backend::compile_emu_object(src);
-        k->codegen_ms_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
-        k->cuda_emu_ = std::make_shared<cuda_backend::EmuKernel>(cuda_backend::load_emu(src, object, k->codegen_ms_));
+        const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
+        codegen_ms_ += ms;
+        st.cuda_emu = std::make_shared<cuda_backend::EmuKernel>(cuda_backend::load_emu(src, object, ms));
         if (use_disk) disk_cache::store(disk_key, disk_cache::Entry{std::move(object), "ordo_emu_run", 1});
       }
     }
   }
+}
+
+KernelHandle compile_uncached(const Request& r) {
+  auto start = std::chrono::steady_clock::now();
+  auto k = std::make_shared<CompiledKernel>();
+  k->request_ = r;
+  k->order_ = gen::resolve(r);
+  for (ir::Kernel& kernel : gen::build_stages(r, k->order_)) {
+    if (std::string err = ir::verify(kernel); !err.empty()) throw Error("internal: generated IR is malformed: " + err);
+    CompiledKernel::Stage& s = k->stages_.emplace_back();
+    s.kernel = std::move(kernel);
+  }
+  for (const ir::Buffer& b : k->stages_[0].kernel.buffers)
+    if (ir::is_argument(b)) k->args_.push_back(ArgSpec{b.name, b.elem, b.output, b.extent, b.per_row});
+  // Every stage takes the op's arguments, in one order (gen/gen.hpp, build_stages).
+  for (const CompiledKernel::Stage& s : k->stages_) {
+    std::vector<ArgSpec> args;
+    for (const ir::Buffer& b : s.kernel.buffers)
+      if (ir::is_argument(b)) args.push_back(ArgSpec{b.name, b.elem, b.output, b.extent, b.per_row});
+    bool same = args.size() == k->args_.size();
+    for (size_t i = 0; same && i < args.size(); ++i)
+      same = args[i].name == k->args_[i].name && args[i].dtype == k->args_[i].dtype && args[i].extent == k->args_[i].extent;
+    if (!same) throw Error(fmt::format("internal: stage {} of {} takes other arguments than stage 0", s.kernel.name, name(r.op)));
+  }
+  for (CompiledKernel::Stage& s : k->stages_) {
+    k->compile_stage(s);
+    dump_stages(r, s.kernel, s.rows_in_flight);
+  }
   k->compile_ms_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-  dump_stages(r, k->kernel_, k->rows_in_flight_);
   return k;
 }
 
@@ -285,37 +308,49 @@ void CompiledKernel::run(const std::vector<BufferRef>& buffers, int64_t rows, in
     views.push_back(ir::BufferArg{buffers[i].data, buffers[i].elements});
   }
   if (rows == 0) return;
-  // Dim 0 is the launch's rows; further dims (attention's query blocks) are fixed by the kernel.
-  std::vector<int64_t> extents{rows};
-  int64_t instances = rows;
-  for (int64_t e : kernel_.grid_fixed) {
+  for (const Stage& s : stages_) run_stage(s, ptrs, views, buffers, rows, threads, stores);
+}
+
+// One stage over the launch. Its grid: the rows (then any fixed dims), or for a column stage its
+// fixed dims alone; every entry point also gets the launch's rows after the grid's extents.
+void CompiledKernel::run_stage(const Stage& s, const std::vector<void*>& ptrs, const std::vector<ir::BufferArg>& views,
+                               const std::vector<BufferRef>& buffers, int64_t rows, int threads, Stores stores) const {
+  const ir::Kernel& k = s.kernel;
+  std::vector<int64_t> extents;
+  int64_t instances = 1;
+  if (k.grid_over_rows) {
+    extents.push_back(rows);
+    instances = rows;
+  }
+  for (int64_t e : k.grid_fixed) {
     extents.push_back(e);
     if (__builtin_mul_overflow(instances, e, &instances)) throw Error(fmt::format("rows={} makes more than 2^63 program instances", rows));
   }
-  if (cuda_device_ || cuda_emu_) {
+  extents.push_back(rows);
+  if (s.cuda_device || s.cuda_emu) {
     std::vector<cuda_backend::BufferView> views_cuda;
     std::vector<std::string> names;
     for (size_t i = 0; i < args_.size(); ++i) {
       views_cuda.push_back({buffers[i].data, buffers[i].elements * size_bytes(args_[i].dtype), args_[i].output});
       names.push_back(args_[i].name);
     }
-    if (cuda_device_) return cuda_device_->launch(views_cuda, extents);
+    if (s.cuda_device) return s.cuda_device->launch(views_cuda, extents);
     // cuda-emu: the host runs the launch's blocks; blocks are independent, so any split over the
     // pool gives the same bits. Vector accesses need the alignment the GPU would.
-    cuda_backend::check_alignment(cuda_emu_->source(), names, views_cuda);
+    cuda_backend::check_alignment(s.cuda_emu->source(), names, views_cuda);
     const std::vector<long long> emu_extents(extents.begin(), extents.end());
-    const int64_t per_block = cuda_emu_->source().instances_per_block;
+    const int64_t per_block = s.cuda_emu->source().instances_per_block;
     const int64_t blocks = (instances + per_block - 1) / per_block;
     if (rows * request_.cols < (int64_t(1) << 15)) threads = 1;
-    auto fn = cuda_emu_->run();
+    auto fn = s.cuda_emu->run();
     Pool::instance().parallel_for(blocks, threads, [&](int64_t b, int64_t e) { fn(ptrs.data(), emu_extents.data(), instances, b, e); });
     return;
   }
-  if (!entry_) {
-    ir::interpret(kernel_, views, extents);
+  if (!s.entry) {
+    ir::interpret(k, views, extents);
     return;
   }
-  Entry entry = entry_;
+  Entry entry = s.entry;
   int64_t output_bytes = 0;
   constexpr int64_t kStreamAbove = int64_t(32) << 20;
   for (const ArgSpec& a : args_)  // each term is at most 2^62 bytes (kMaxElements); stop before a sum could overflow

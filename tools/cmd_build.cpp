@@ -42,13 +42,20 @@ int build_cuda(Args& a, ordo::OpKind op) {
   if (!a.get("cols")) throw Error("missing --cols N (the reduced dim is fixed at compile time)");
   if (!a.get("order")) throw Error("missing --order NAME");
   ordo::ir::Order o = ordo::gen::resolve(r);
-  ordo::ir::Kernel k = ordo::gen::build(r, o);
+  const std::vector<ordo::ir::Kernel> stages = ordo::gen::build_stages(r, o);
+  if (stages.size() > 1)
+    throw Error(fmt::format("{} with order '{}' is {} kernels launched in turn (its weight gradients sum over the rows in a kernel of "
+                            "their own); --target cuda writes one kernel per file, and writing such an op is not implemented yet: "
+                            "build it for --target cpu, or run it with --target cuda",
+                            ordo::name(op), r.order, stages.size()));
+  const ordo::ir::Kernel& k = stages[0];
   if (std::string err = ordo::ir::verify(k); !err.empty()) throw Error("internal: " + err);
   const ordo::cuda_backend::Source src = ordo::cuda_backend::render(k);
   const ordo::cuda_backend::Compiled c = ordo::cuda_backend::compile(src, r.cuda_arch, !ptx, true);
 
   // Parameters: the argument buffers (scratch buffers are not arguments), then each grid
-  // extent (dim 0 the launch's rows, the others fixed at compile time), then the instance count.
+  // extent (dim 0 the launch's rows, the others fixed at compile time), the launch's rows, then
+  // the instance count.
   std::vector<const ordo::ir::Buffer*> arguments;
   for (const ordo::ir::Buffer& b : k.buffers)
     if (ordo::ir::is_argument(b)) arguments.push_back(&b);
@@ -70,6 +77,8 @@ int build_cuda(Args& a, ordo::OpKind op) {
                          json_string(b.name), ordo::name(b.elem), len, b.output ? "true" : "false", src.buffer_align[i]);
     } else if (const size_t d = i - arguments.size(); d < static_cast<size_t>(k.grid_rank)) {
       what = d == 0 ? "\"value\": \"rows\"" : fmt::format("\"value\": {}", k.grid_fixed.at(d - 1));
+    } else if (d == static_cast<size_t>(k.grid_rank)) {
+      what = "\"value\": \"rows\"";  // launch_rows
     } else {
       what = fmt::format("\"value\": \"{}\"", instances);
     }
@@ -140,28 +149,36 @@ int cmd_build(int argc, char** argv) {
   const fs::path header = fs::path(so).replace_extension(".h"), manifest = fs::path(so).replace_extension(".json");
   const std::string guard = "ORDO_" + c_identifier(so.stem().string()) + "_H";
 
+  // One entry per kernel; an op of several stages has one per stage, and its _run helper (after
+  // its last stage) launches them in turn.
   struct Built {
     std::string name;
     ordo::Request request;
     ordo::ir::Kernel kernel;
     ordo::llvm_backend::Object object;
+    std::string op_name;  // the op's symbol: the first stage's name
+    size_t stage = 0, stages = 1;
   };
   std::vector<Built> kernels;
   for (const std::string& order : orders) {
     ordo::Request r = base;
     r.order = order;
     ordo::ir::Order o = ordo::gen::resolve(r);
-    ordo::ir::Kernel k = ordo::gen::build(r, o);
-    if (std::string err = ordo::ir::verify(k); !err.empty()) throw Error("internal: " + err);
-    ordo::llvm_backend::Options options;
-    options.rows_in_flight = r.rows_in_flight;
-    options.position_independent = true;
-    options.symbol = fmt::format("ordo_{}_{}_n{}_{}", ordo::name(op), c_identifier(order), r.cols, ordo::name(r.x_dtype));
+    const std::vector<ordo::ir::Kernel> stages = ordo::gen::build_stages(r, o);
+    std::string op_symbol = fmt::format("ordo_{}_{}_n{}_{}", ordo::name(op), c_identifier(order), r.cols, ordo::name(r.x_dtype));
     if (op == ordo::OpKind::attention)  // one library may hold several shapes
-      options.symbol += fmt::format("_sq{}_sk{}{}", r.seq_q, r.seq_k, r.causal ? "_causal" : "");
+      op_symbol += fmt::format("_sq{}_sk{}{}", r.seq_q, r.seq_k, r.causal ? "_causal" : "");
     for (const Built& b : kernels)
-      if (b.name == options.symbol) throw Error(fmt::format("order '{}' is listed twice", order));
-    kernels.push_back({options.symbol, r, k, ordo::llvm_backend::compile_object(k, options)});
+      if (b.op_name == op_symbol) throw Error(fmt::format("order '{}' is listed twice", order));
+    for (size_t s = 0; s < stages.size(); ++s) {
+      const ordo::ir::Kernel& k = stages[s];
+      if (std::string err = ordo::ir::verify(k); !err.empty()) throw Error("internal: " + err);
+      ordo::llvm_backend::Options options;
+      options.rows_in_flight = r.rows_in_flight;
+      options.position_independent = true;
+      options.symbol = s == 0 ? op_symbol : fmt::format("{}_stage{}", op_symbol, s + 1);
+      kernels.push_back({options.symbol, r, k, ordo::llvm_backend::compile_object(k, options), op_symbol, s, stages.size()});
+    }
   }
 
   // Everything goes to temporaries beside the outputs first; renamed only when all succeeded.
@@ -188,12 +205,16 @@ int cmd_build(int argc, char** argv) {
 
     std::string h = fmt::format(
         "/* Generated by `ordo build`: machine code for {} ({}). Link with {} (and -lm).\n"
-        " * Each kernel runs rows [begin, end) of a launch over `rows` rows: extents[0] = rows. Any split of\n"
-        " * [0, rows) across threads gives the same bits. buffers[] follow the argument list below. */\n"
+        " * Each kernel runs program instances [begin, end) of a launch over `rows` rows; extents[] holds its grid's\n"
+        " * extents, then rows. A kernel over rows has instances [0, rows * fixed dims); a column stage (a backward\n"
+        " * op's weight gradients) has its fixed extents alone. Any split of the instances across threads gives\n"
+        " * the same bits. An op of several stages runs them in order, each over the whole launch (its _run does).\n"
+        " * buffers[] follow the argument list below. */\n"
         "#ifndef {}\n#define {}\n\n#include <stdint.h>\n\n#ifdef __cplusplus\nextern \"C\" {{\n#endif\n",
         ordo::llvm_backend::host_description(), "x86-64 SysV", so.filename().string(), guard, guard);
     std::string m = fmt::format("{{\n  \"library\": {},\n  \"target\": \"cpu\",\n  \"host\": {},\n  \"kernels\": [", json_string(so.filename().string()),
                                 json_string(ordo::llvm_backend::fingerprint()));
+    std::string op_run;  // the body of the current op's _run, one block per stage
     for (size_t i = 0; i < kernels.size(); ++i) {
       const Built& b = kernels[i];
       std::string arg_doc, arg_json;
@@ -208,21 +229,26 @@ int cmd_build(int argc, char** argv) {
         arg_json += fmt::format("{}\n        {{\"name\": {}, \"dtype\": \"{}\", \"elements\": \"{}\", \"output\": {}}}", j ? "," : "",
                                 json_string(buf.name), ordo::name(buf.elem), len, buf.output ? "true" : "false");
       }
-      // Grid: dim 0 is the rows; attention adds its fixed query blocks. Instances run in
-      // row-major order over [0, rows * blocks).
-      std::string extents = "rows", grid = "\"rows\"", instances = "rows";
+      // Grid: dim 0 is the rows, and attention adds its fixed query blocks; a column stage's grid
+      // is fixed. Instances run in row-major order. The launch's rows follow the extents.
+      std::string extents, grid, instances;
+      if (b.kernel.grid_over_rows) extents = grid = instances = "rows";
       for (int64_t e : b.kernel.grid_fixed) {
-        extents += fmt::format(", {}", e);
-        grid += fmt::format(", {}", e);
-        instances += fmt::format(" * {}", e);
+        extents += fmt::format("{}{}", extents.empty() ? "" : ", ", e);
+        grid += fmt::format("{}{}", grid.empty() ? "" : ", ", e);
+        instances += fmt::format("{}{}", instances.empty() ? "" : " * ", e);
       }
-      h += fmt::format(
-          "\n/* {} with order {}: N = {}, x {}.\n{} */\n"
-          "void {}(void* const* buffers, const int64_t* extents, int64_t begin, int64_t end, int64_t flags);\n"
-          "static inline void {}_run(void* const* buffers, int64_t rows) {{\n"
-          "  int64_t extents[{}] = {{{}}};\n  {}(buffers, extents, 0, {}, 0);\n}}\n",
-          ordo::name(op), b.request.order, b.request.cols, ordo::name(b.request.x_dtype), arg_doc, b.name, b.name,
-          1 + b.kernel.grid_fixed.size(), extents, b.name, instances);
+      if (b.kernel.grid_over_rows) grid = "\"rows\"" + grid.substr(4);
+      const std::string stage_note = b.stages > 1 ? fmt::format(", stage {} of {}", b.stage + 1, b.stages) : "";
+      h += fmt::format("\n/* {} with order {}: N = {}, x {}{}.\n{} */\n"
+                       "void {}(void* const* buffers, const int64_t* extents, int64_t begin, int64_t end, int64_t flags);\n",
+                       ordo::name(op), b.request.order, b.request.cols, ordo::name(b.request.x_dtype), stage_note, arg_doc, b.name);
+      op_run += fmt::format("  {{\n    int64_t extents[{}] = {{{}, rows}};\n    {}(buffers, extents, 0, {}, 0);\n  }}\n",
+                            b.kernel.grid_fixed.size() + (b.kernel.grid_over_rows ? 2 : 1), extents, b.name, instances);
+      if (b.stage + 1 == b.stages) {
+        h += fmt::format("static inline void {}_run(void* const* buffers, int64_t rows) {{\n{}}}\n", b.op_name, op_run);
+        op_run.clear();
+      }
       m += fmt::format(
           "{}\n    {{\n      \"name\": {},\n      \"signature\": \"void(void* const* buffers, const int64_t* extents, int64_t begin, "
           "int64_t end, int64_t flags)\",\n      \"launch\": {{\"grid\": [{}], \"rows_in_flight\": {}, \"flags\": {{\"1\": "

@@ -8,13 +8,19 @@ namespace ordo::cli {
 const char* const kRunHelp = R"(usage: ordo run <op> --order NAME --in NAME=FILE.npy ... --out NAME=FILE.npy ... [options]
 
   --in NAME=FILE.npy    an input: x, weight, bias (attention: q, k, v)   --in x=x.npy
+                        backward ops: dy and the forward's tensors: layer_norm_backward dy, x, weight, mean, rstd;
+                        rms_norm_backward dy, x, weight, rstd (optional); softmax_backward and
+                        log_softmax_backward dy, y (the forward's output)
   --out NAME=FILE.npy   an output to write: y, mean, rstd, var (attention: out, lse)  --out y=y.npy
+                        backward ops: dx, dweight, dbias (layer_norm_backward; computed when asked for)
   --threads T           threads of ordo's pool (0: every core)           --threads 2
   --scale S             attention: replaces 1/sqrt(D)                    --scale 0.125
 Outputs are written all together, or none of them. x may have any rank; the op reduces its last dim.
 
-example:
+examples:
   ordo run layer_norm --order torch2.15-cpu --in x=x.npy --in weight=w.npy --in bias=b.npy --out y=y.npy --out rstd=rstd.npy
+  ordo run layer_norm_backward --order 'torch2.15-cpu(threads=2)' --in dy=dy.npy --in x=x.npy --in weight=w.npy \
+      --in mean=mean.npy --in rstd=rstd.npy --out dx=dx.npy --out dweight=dw.npy --out dbias=db.npy
 )";
 
 namespace {
@@ -52,6 +58,63 @@ int run_attention(const Args& a, ordo::Request r, int threads) {
   return 0;
 }
 
+// The row-wise backward ops: dy and the forward's tensors in, dx and the weight gradients out.
+// `data` is the forward input the shape comes from (x, or softmax's y); every per-element input
+// must have its shape and dtype, per-row ones its leading dims, weight (N,).
+int run_row_backward(const Args& a, ordo::Request r, int threads) {
+  const ordo::OpKind op = r.op;
+  const bool softmax = op == ordo::OpKind::softmax_backward || op == ordo::OpKind::log_softmax_backward;
+  const std::string data = softmax ? "y" : "x";
+  std::vector<std::string> names{"dy", data};
+  std::vector<std::string> per_row;
+  if (!softmax) names.push_back("weight");
+  if (op == ordo::OpKind::layer_norm_backward) per_row = {"mean", "rstd"};
+  if (op == ordo::OpKind::rms_norm_backward) per_row = {"rstd"};
+  names.insert(names.end(), per_row.begin(), per_row.end());
+  const std::map<std::string, ordo::NpyArray> in = read_inputs(a, op, names);
+  for (const std::string& n : {std::string("dy"), data})
+    if (!in.count(n)) throw Error(fmt::format("missing --in {}=FILE.npy", n));
+  if (op == ordo::OpKind::layer_norm_backward)
+    for (const char* n : {"mean", "rstd"})
+      if (!in.count(n)) throw Error(fmt::format("missing --in {}=FILE.npy (layer_norm's saved statistic)", n));
+  const ordo::NpyArray& x = in.at(data);
+  const ordo::NpyArray& dy = in.at("dy");
+  if (x.shape.empty()) throw Error(fmt::format("{} has shape (), it needs at least one dim", data));
+  if (dy.shape != x.shape) throw Error(fmt::format("dy has shape {} but {} has {}; they must match", dy.shape_text(), data, x.shape_text()));
+  if (dy.dtype != x.dtype)
+    throw Error(fmt::format("dy is {} but {} is {}; they must match", ordo::name(dy.dtype), data, ordo::name(x.dtype)));
+  r.cols = x.shape.back();
+  r.x_dtype = x.dtype;
+  const std::vector<int64_t> leading(x.shape.begin(), x.shape.end() - 1);
+  for (const std::string& n : per_row)
+    if (in.count(n) && in.at(n).shape != leading && in.at(n).elements() != x.elements() / std::max<int64_t>(1, r.cols))
+      throw Error(fmt::format("{} has shape {} but {} has {}; a saved statistic has one value per row of {}", n, in.at(n).shape_text(), data,
+                              x.shape_text(), data));
+  if (per_row.size() == 2 && in.at("mean").dtype != in.at("rstd").dtype)
+    throw Error(fmt::format("mean is {} but rstd is {}; they must match", ordo::name(in.at("mean").dtype), ordo::name(in.at("rstd").dtype)));
+  r.saved_stats = op != ordo::OpKind::rms_norm_backward || in.count("rstd");
+  r.has_weight = in.count("weight") > 0;
+  if (r.has_weight) {
+    const ordo::NpyArray& w = in.at("weight");
+    if (w.shape.size() != 1 || w.shape[0] != r.cols)
+      throw Error(fmt::format("weight has shape {}, expected ({},) to match N of {} {}", w.shape_text(), r.cols, data, x.shape_text()));
+    r.weight_dtype = w.dtype;
+  }
+  // dbias is computed when asked for; dweight needs the weight.
+  r.has_bias = false;
+  for (const std::string& o : a.all("out")) {
+    const std::string n = name_file("out", o).first;
+    r.has_bias |= n == "dbias" && op == ordo::OpKind::layer_norm_backward;
+    if (n == "dweight" && !r.has_weight) throw Error("--out dweight needs --in weight=FILE.npy (no weight, no weight gradient)");
+  }
+  const int64_t rows = r.cols == 0 ? 0 : x.elements() / r.cols;
+  ordo::KernelHandle k = ordo::compile(r);
+  run_and_write(*k, in, output_files(a, *k), rows, threads, [&](const ordo::ArgSpec& s) {
+    return s.extent == ordo::ir::Extent::rows_by_cols ? x.shape : s.extent == ordo::ir::Extent::cols ? std::vector<int64_t>{r.cols} : leading;
+  });
+  return 0;
+}
+
 }  // namespace
 
 int cmd_run(int argc, char** argv) {
@@ -69,6 +132,8 @@ int cmd_run(int argc, char** argv) {
   if (!a.get("order")) throw Error("missing --order NAME (see `ordo orders`)");
   const int threads = a.get("threads") ? static_cast<int>(parse_int("--threads", *a.get("threads"), 0, 1024)) : 0;
   if (op == ordo::OpKind::attention) return run_attention(a, r, threads);
+  if (op == ordo::OpKind::attention_backward) throw Error("ordo run attention_backward: not available yet");
+  if (ordo::is_backward(op)) return run_row_backward(a, r, threads);
 
   const std::map<std::string, ordo::NpyArray> inputs =
       read_inputs(a, op, op == ordo::OpKind::layer_norm ? std::vector<std::string>{"x", "weight", "bias"}

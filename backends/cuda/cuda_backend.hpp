@@ -42,8 +42,8 @@ struct Source {
   int instances_per_block = kBlockSize;  // kBlockSize, or 1 for a team kernel
   // CUDA's own functions the kernel calls (ir::device_only): it runs on a GPU only.
   std::vector<std::string> device_calls;
-  // Parameters, in order: one pointer per buffer, then the grid extents (long long each), then
-  // the instance count (long long): their C spelling, for manifests and the launch.
+  // Parameters, in order: one pointer per buffer, then the grid extents (long long each), the
+  // launch's rows and the instance count (long long): their C spelling, for manifests and the launch.
   std::vector<std::string> params;
   std::vector<std::string> param_types;  // the same parameters' types alone
 };

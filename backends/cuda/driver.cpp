@@ -180,9 +180,10 @@ void DeviceKernel::launch(const std::vector<BufferView>& buffers, const std::vec
     // Outputs too: bytes a kernel does not write keep the caller's values, as on the CPU.
     if (b.bytes > 0) d.check(a.cuMemcpyHtoD(p, b.data, static_cast<size_t>(b.bytes)), "cuMemcpyHtoD");
   }
+  // extents: the grid's, then the launch's rows (launch_rows).
   long long instances = 1;
   std::vector<long long> ext(extents.begin(), extents.end());
-  for (long long e : ext) instances *= e;
+  for (int d = 0; d < source_.grid_rank; ++d) instances *= ext.at(static_cast<size_t>(d));
   std::vector<void*> params;
   for (CUdeviceptr& p : mem.p) params.push_back(&p);
   for (long long& e : ext) params.push_back(&e);

@@ -205,6 +205,7 @@ struct Renderer {
       case Op::Var: return locals[static_cast<size_t>(e.index)];
       case Op::ProgramId: return fmt::format("pid{}", e.index);
       case Op::GridExtent: return fmt::format("ext{}", e.index);
+      case Op::LaunchRows: return "launch_rows";
       case Op::Iota: return n == 1 ? std::string("0LL") : temp(e, fmt::format("ordo_rt::iota<{}>()", n));
       case Op::ThreadId: return "(long long)threadIdx.x";
       // Every thread of the warp runs the statement (the verifier keeps shuffles out of
@@ -463,6 +464,8 @@ Source render(const Kernel& k) {
     s.params.push_back(fmt::format("long long ext{}", d));
     s.param_types.push_back("long long");
   }
+  s.params.push_back("long long launch_rows");
+  s.param_types.push_back("long long");
   s.params.push_back("long long instances");
   s.param_types.push_back("long long");
   for (size_t i = 0; i < s.params.size(); ++i) {

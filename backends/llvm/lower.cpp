@@ -236,6 +236,9 @@ struct Lowerer {
         case Op::GridExtent:
           v = B.CreateLoad(B.getInt64Ty(), B.CreateGEP(B.getInt64Ty(), extents_arg, B.getInt64(static_cast<uint64_t>(e.index))));
           break;
+        case Op::LaunchRows:  // after the grid's extents (llvm_backend.hpp, EntryFn)
+          v = B.CreateLoad(B.getInt64Ty(), B.CreateGEP(B.getInt64Ty(), extents_arg, B.getInt64(static_cast<uint64_t>(k.grid_rank))));
+          break;
         case Op::Load: {
           llvm::Type* elem = scalar(t.scalar);
           llvm::Value* p = B.CreateGEP(elem, buffers[static_cast<size_t>(e.index)][static_cast<size_t>(i)], A(0));

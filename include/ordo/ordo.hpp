@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "ir/interpret.hpp"
 #include "ir/ir.hpp"
 #include "ir/order.hpp"
 #include "ordo/request.hpp"
@@ -58,21 +59,25 @@ class CompiledKernel {
  public:
   const Request& request() const { return request_; }
   const ir::Order& order() const { return order_; }
-  const ir::Kernel& kernel() const { return kernel_; }
+  // The kernel, or a backward op's first stage. An op is one or more kernels (stages) over the
+  // same arguments, launched one after another: layer_norm_backward's dx over the rows, then its
+  // weight gradients over column blocks (Kernel::grid_over_rows).
+  const ir::Kernel& kernel(size_t stage = 0) const { return stages_.at(stage).kernel; }
+  size_t stage_count() const { return stages_.size(); }
   const std::vector<ArgSpec>& args() const { return args_; }
   double compile_ms() const { return compile_ms_; }  // request to callable kernel, all phases
   // The backend's share, by phase: IR -> LLVM IR, LLVM optimization, machine code.
   double lower_ms() const { return lower_ms_; }
   double optimize_ms() const { return optimize_ms_; }
   double codegen_ms() const { return codegen_ms_; }
-  int rows_in_flight() const { return rows_in_flight_; }
+  int rows_in_flight() const { return stages_.at(0).rows_in_flight; }
   // The machine code came from the persistent disk cache (include/ordo/disk_cache.hpp); the
   // lower/optimize/codegen times are then 0.
   bool from_disk_cache() const { return from_disk_cache_; }
   // Targets cuda and cuda-emu: the CUDA C++ source (what NVRTC and the host compiler compile).
-  const std::string& cuda_source() const { return cuda_source_; }
+  const std::string& cuda_source(size_t stage = 0) const { return stages_.at(stage).cuda_source; }
   // Target cuda: NVRTC's output (PTX, cubin, ptxas's register and spill counts).
-  const cuda_backend::Compiled* cuda_compiled() const { return cuda_compiled_.get(); }
+  const cuda_backend::Compiled* cuda_compiled(size_t stage = 0) const { return stages_.at(stage).cuda_compiled.get(); }
 
   // How outputs are stored. Never changes results. automatic streams (non-temporal stores)
   // when the per-row outputs of the launch exceed 32 MiB, far more than stays in cache.
@@ -85,17 +90,23 @@ class CompiledKernel {
  private:
   friend std::shared_ptr<const CompiledKernel> compile_uncached(const Request&);
   using Entry = void (*)(void* const*, const int64_t*, int64_t, int64_t, int64_t);
+  struct Stage {
+    ir::Kernel kernel;
+    Entry entry = nullptr;  // null for the interpreter and CUDA targets
+    std::string cuda_source;
+    std::shared_ptr<const cuda_backend::Compiled> cuda_compiled;
+    std::shared_ptr<const cuda_backend::DeviceKernel> cuda_device;  // target cuda
+    std::shared_ptr<const cuda_backend::EmuKernel> cuda_emu;        // target cuda-emu
+    int rows_in_flight = 1;
+  };
+  void compile_stage(Stage& s);
+  void run_stage(const Stage& s, const std::vector<void*>& ptrs, const std::vector<ir::BufferArg>& views,
+                 const std::vector<BufferRef>& buffers, int64_t rows, int threads, Stores stores) const;
   Request request_;
   ir::Order order_;
-  ir::Kernel kernel_;
+  std::vector<Stage> stages_;
   std::vector<ArgSpec> args_;
-  Entry entry_ = nullptr;  // null for the interpreter and CUDA targets
-  std::string cuda_source_;
-  std::shared_ptr<const cuda_backend::Compiled> cuda_compiled_;
-  std::shared_ptr<const cuda_backend::DeviceKernel> cuda_device_;  // target cuda
-  std::shared_ptr<const cuda_backend::EmuKernel> cuda_emu_;        // target cuda-emu
   double compile_ms_ = 0, lower_ms_ = 0, optimize_ms_ = 0, codegen_ms_ = 0;
-  int rows_in_flight_ = 1;
   bool from_disk_cache_ = false;
 };
 

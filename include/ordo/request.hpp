@@ -10,9 +10,17 @@
 
 namespace ordo {
 
-enum class OpKind : uint8_t { layer_norm, rms_norm, var_mean, softmax, log_softmax, attention };
+enum class OpKind : uint8_t {
+  layer_norm, rms_norm, var_mean, softmax, log_softmax, attention,
+  // The gradients of the forward ops: given the forward's inputs, its saved outputs and dy, they
+  // compute dx and the weight gradients (summed over every row of the launch).
+  layer_norm_backward, rms_norm_backward, softmax_backward, log_softmax_backward, attention_backward,
+};
 std::string_view name(OpKind op);
 std::optional<OpKind> parse_op(std::string_view s);
+bool is_backward(OpKind op);
+// The forward op a backward op differentiates (the op itself for a forward op).
+OpKind forward_of(OpKind op);
 
 enum class Target : uint8_t {
   cpu,          // LLVM, ORC JIT for the host CPU
@@ -41,6 +49,9 @@ struct Request {
   bool causal = false;            // key j is visible to query i when j <= i (top-left aligned)
   std::optional<double> scale;    // default 1/sqrt(D)
   bool lse_output = false;        // also write the log-sum-exp of each query row
+  // Backward ops: the forward's saved statistics are inputs (rms_norm_backward's rstd,
+  // attention_backward's lse). When false the kernel recomputes them as the order's forward does.
+  bool saved_stats = true;
   std::string order = "fast";
   Target target = Target::cpu;
   // Program instances the CPU backend runs in lock step (0: its choice). Never changes bits.

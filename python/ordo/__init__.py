@@ -15,7 +15,7 @@ import math
 
 from . import _ordo
 
-__all__ = ["layer_norm", "rms_norm", "var_mean", "softmax", "log_softmax", "attention", "orders", "compare"]
+__all__ = ["layer_norm", "rms_norm", "var_mean", "softmax", "log_softmax", "attention", "layer_norm_backward", "orders", "compare"]
 
 
 def __getattr__(name):
@@ -150,6 +150,43 @@ def attention(q, k, v, order="fast", causal=False, scale=None, return_lse=False,
         tensors.append(_capsule(outs[name]))
     kernel.run(tensors, rows, threads)
     return (outs["out"], outs["lse"]) if return_lse else outs["out"]
+
+
+def _run_backward(op, data, inputs, order, bias=False, saved_stats=True, dtype=None, weight_dtype=None,
+                  allow_mixed_dtypes=False, threads=0):
+    """A row-wise backward op: `data` is the forward tensor that gives the shape (x, or softmax's y),
+    inputs {name: array or None} the others (dy first). Outputs shaped like data (dx), (N,) for the
+    weight gradients."""
+    if not hasattr(data, "shape") or len(data.shape) < 1:
+        raise ValueError("x must have at least one dimension; the op reduces the last")
+    given = {k: v for k, v in inputs.items() if v is not None}
+    for name in ("dy",) + tuple(n for n in given if n in ("dy",)):
+        if tuple(given[name].shape) != tuple(data.shape):
+            raise ValueError(f"{name} has shape {tuple(given[name].shape)} but x has {tuple(data.shape)}; they must match")
+    xd = _dtype_of(data, dtype)
+    if _dtype_of(given["dy"], dtype) != xd:
+        raise ValueError(f"dy is {_dtype_of(given['dy'], dtype)} but x is {xd}; they must match")
+    cols = int(data.shape[-1])
+    rows = math.prod(int(s) for s in data.shape[:-1])
+    wd = weight_dtype or (_dtype_of(given["weight"], None) if "weight" in given else "")
+    kernel = _ordo.compile(op, cols, xd, wd, order, 1e-5, "weight" in given, bool(bias), allow_mixed_dtypes, "", bool(saved_stats))
+    outs, tensors = {}, []
+    for name, dt, is_out, extent in kernel.args:
+        if not is_out:
+            tensors.append(_capsule(data if name in ("x", "y") else given[name]))
+            continue
+        shape = tuple(data.shape) if extent == "rows*N" else (cols,) if extent == "N" else tuple(data.shape[:-1])
+        outs[name] = _empty_like_kind(data, shape, dt)
+        tensors.append(_capsule(outs[name]))
+    kernel.run(tensors, rows, threads)
+    return outs
+
+
+def layer_norm_backward(dy, x, weight, mean, rstd, order="fast", bias=True, **kw):
+    """dx, dweight, dbias of layer_norm over the last dim, from its saved mean and rstd (as
+    layer_norm returns them). dweight is None without a weight, dbias None when bias=False."""
+    o = _run_backward("layer_norm_backward", x, {"dy": dy, "weight": weight, "mean": mean, "rstd": rstd}, order, bias, **kw)
+    return o["dx"], o.get("dweight"), o.get("dbias")
 
 
 def orders():

@@ -324,4 +324,72 @@ inline int attention_vs_interpreter(Target target, bool reduced) {
   return cases;
 }
 
+// The backward ops' requests: every named order that defines `op` (a torch2.15 order with
+// threads=2 and 3, its slot count), every storage dtype, the mixed 16-bit x with f32 weight, and
+// every combination of weight and bias (`sparse`: one per width, in rotation). Requests whose
+// kernels equal an earlier one's (an avx512 order that runs the avx2 kernel) are left out.
+inline std::vector<Request> backward_requests(OpKind op, const std::vector<int64_t>& ns, bool sparse = false) {
+  std::vector<Request> out;
+  std::set<std::string> seen;
+  auto add = [&](const Request& r) {
+    std::string key = fmt::format("{}|{}|{}|{}|{}|{}|", r.cols, name(r.x_dtype), name(r.weight_type()), r.has_weight, r.has_bias, r.saved_stats);
+    for (ir::Kernel k : gen::build_stages(r, gen::resolve(r))) {
+      k.description.clear();
+      key += ir::print(k);
+    }
+    if (seen.insert(key).second) out.push_back(r);
+  };
+  int rotation = 0;
+  for (const gen::NamedOrder& n : gen::named_orders()) {
+    bool has = false;
+    for (OpKind o : n.ops) has |= o == op;
+    if (!has || n.device_only || n.alias) continue;
+    std::vector<std::string> names{std::string(n.name)};
+    if (n.takes_environment) names = {std::string(n.name) + "(threads=2)", std::string(n.name) + "(threads=3)"};
+    for (const std::string& order : names)
+      for (ScalarType t : n.dtypes)
+        for (int affine = 0; affine < 4; ++affine)
+          for (int64_t cols : ns) {
+            if (sparse && (rotation++ % 4) != affine) continue;
+            Request r;
+            r.op = op;
+            r.cols = cols;
+            r.order = order;
+            r.x_dtype = t;
+            r.has_weight = affine < 2;
+            r.has_bias = affine % 2 == 0;
+            add(r);
+            if (t != ScalarType::f32 && affine < 2 && cols % 3 == 0) {  // the mixed path, on a share of the widths
+              r.weight_dtype = ScalarType::f32;
+              r.allow_mixed_dtypes = true;
+              add(r);
+            }
+          }
+  }
+  return out;
+}
+
+// Every output of each backward request on `target` against the interpreter, bitwise, over row
+// counts that split unevenly into slots and blocks. Returns the number of cases compared.
+inline int backward_vs_interpreter(OpKind op, Target target, const std::vector<int64_t>& ns, const std::vector<int64_t>& rows_list,
+                                   bool sparse = false) {
+  int cases = 0;
+  size_t i = 0;
+  for (const Request& base : backward_requests(op, ns, sparse)) {
+    const int64_t rows = rows_list[i++ % rows_list.size()];
+    const auto outs = on_interpreter_and(base, target, rows, 11 + i, i % 3 == 0 ? 50.0 : 0.0, 2.0);
+    KernelHandle k = compile(base);
+    size_t o = 0;
+    for (const ArgSpec& a : k->args()) {
+      if (!a.output) continue;
+      INFO(fmt::format("{} order={} x={} weight={} N={} rows={} target={} output {}", name(op), base.order, name(base.x_dtype),
+                       name(base.weight_type()), base.cols, rows, name(target), a.name));
+      CHECK(count_identical(a.dtype, outs[0][o], outs[1][o]) == a.elements(rows, base.cols));
+      ++o;
+    }
+    ++cases;
+  }
+  return cases;
+}
+
 }  // namespace ordo::backend_sweep

@@ -89,6 +89,10 @@ void sweep_emu(OpKind op) {
 }  // namespace
 
 TEST_CASE("layer_norm: cuda-emu matches the interpreter bit for bit") { sweep_emu(OpKind::layer_norm); }
+TEST_CASE("layer_norm_backward: cuda-emu matches the interpreter bit for bit (both stages)") {
+  const int cases = backward_vs_interpreter(OpKind::layer_norm_backward, Target::cuda_emu, {1, 9, 17, 129}, {1, 7, 33}, /*sparse=*/true);
+  MESSAGE(fmt::format("layer_norm_backward: {} requests compared bitwise on cuda-emu", cases));
+}
 TEST_CASE("rms_norm: cuda-emu matches the interpreter bit for bit") { sweep_emu(OpKind::rms_norm); }
 TEST_CASE("var_mean: cuda-emu matches the interpreter bit for bit") { sweep_emu(OpKind::var_mean); }
 TEST_CASE("softmax: cuda-emu matches the interpreter bit for bit") { sweep_emu(OpKind::softmax); }

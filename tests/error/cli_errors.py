@@ -76,6 +76,14 @@ def make_inputs(d):
     np.save(f"{d}/v_d6.npy", rng.standard_normal((2, 3, 7, 6)).astype("<f4"))
     np.save(f"{d}/k_f16.npy", rng.standard_normal((2, 3, 7, 8)).astype("<f2"))
     np.save(f"{d}/q_1d.npy", rng.standard_normal(8).astype("<f4"))
+    # layer_norm_backward: dy like x, per-row statistics, and wrong variants.
+    np.save(f"{d}/dy.npy", rng.standard_normal((ROWS, N)).astype("<f4"))
+    np.save(f"{d}/dy_short.npy", rng.standard_normal((ROWS, N - 1)).astype("<f4"))
+    np.save(f"{d}/dy_f16.npy", rng.standard_normal((ROWS, N)).astype("<f2"))
+    np.save(f"{d}/mean.npy", x.mean(-1).astype("<f4"))
+    np.save(f"{d}/rstd.npy", (1 / np.sqrt(x.var(-1) + 1e-5)).astype("<f4"))
+    np.save(f"{d}/rstd_f16.npy", (1 / np.sqrt(x.var(-1) + 1e-5)).astype("<f2"))
+    np.save(f"{d}/mean_rows.npy", np.zeros(ROWS + 1, "<f4"))
     assert np.load(f"{d}/x_fortran.npy").flags.f_contiguous and not np.load(f"{d}/x_fortran.npy").flags.c_contiguous
 
 
@@ -151,6 +159,19 @@ def cuda_manifest(block, grid, params):
     return check
 
 
+def lnb(*extra, order="torch2.15-cpu", dy="dy.npy", x="x.npy", mean="mean.npy", rstd="rstd.npy", w=None, out=("dx",)):
+    argv = ["run", "layer_norm_backward", "--order", order, "--in", "dy={in}/" + dy, "--in", "x={in}/" + x]
+    if mean:
+        argv += ["--in", "mean={in}/" + mean]
+    argv += ["--in", "rstd={in}/" + rstd]
+    if w:
+        argv += ["--in", "weight={in}/" + w]
+    argv += list(extra)
+    for o in out:
+        argv += ["--out", f"{o}={{out}}/{o}.npy"]
+    return argv
+
+
 def attn(*extra, order="exact-tiled", q="q.npy", k="k.npy", v="v.npy", out=("out",)):
     argv = ["run", "attention", "--order", order, "--in", "q={in}/" + q, "--in", "k={in}/" + k, "--in", "v={in}/" + v]
     argv += list(extra)
@@ -206,20 +227,30 @@ def cases(ind):
         Case("torch-cuda with N not a multiple of 4 builds a 512-thread block",
              ["build", "layer_norm", "--order", "torch-cuda", "--cols", "6", "--target", "cuda", "-o", "{out}/k.cubin"], None,
              cuda_manifest(512, "ceil(rows / 1)", [("b0_x", "rows*6"), ("b1_weight", "6"), ("b2_bias", "6"), ("b3_y", "rows*6"),
-                                                   ("b4_mean", "rows"), ("b5_rstd", "rows"), ("ext0", "rows"), ("instances", "rows")])),
+                                                   ("b4_mean", "rows"), ("b5_rstd", "rows"), ("ext0", "rows"), ("launch_rows", "rows"), ("instances", "rows")])),
         Case("torch-cuda builds for target cuda, with its block launch in the manifest",
              ["build", "layer_norm", "--order", "torch-cuda", "--cols", "8", "--target", "cuda", "-o", "{out}/k.cubin"], None,
              cuda_manifest(128, "ceil(rows / 1)", [("b0_x", "rows*8"), ("b1_weight", "8"), ("b2_bias", "8"), ("b3_y", "rows*8"),
-                                                   ("b4_mean", "rows"), ("b5_rstd", "rows"), ("ext0", "rows"), ("instances", "rows")])),
+                                                   ("b4_mean", "rows"), ("b5_rstd", "rows"), ("ext0", "rows"), ("launch_rows", "rows"), ("instances", "rows")])),
         Case("flash-cuda manifest: q/k/v per (batch, head), query blocks fixed",
              ["build", "attention", "--order", "flash-cuda", "--cols", "64", "--sq", "100", "--sk", "30", "--target", "cuda",
               "-o", "{out}/k.cubin"], None,
              cuda_manifest(64, "ceil(rows*2 / 1)", [("b0_q", "rows*6400"), ("b1_k", "rows*1920"), ("b2_v", "rows*1920"),
-                                                    ("b3_out", "rows*6400"), ("ext0", "rows"), ("ext1", 2), ("instances", "rows*2")])),
+                                                    ("b3_out", "rows*6400"), ("ext0", "rows"), ("ext1", 2), ("launch_rows", "rows"), ("instances", "rows*2")])),
         Case("flash-cuda threads not a power of two", attn(order="flash-cuda(threads=48)"), ["threads=48", "power of two"]),
 
         Case("valid attention with lse", attn(out=("out", "lse")), None,
              expect_outputs([("out", (2, 3, 5, 8), "<f4"), ("lse", (2, 3, 5), "<f4")], ind, attention_values(ind))),
+
+        # layer_norm_backward's inputs: each mismatch names both tensors.
+        Case("layer_norm_backward: dy and x shapes differ", lnb(dy="dy_short.npy"), ["dy has shape", "x has"]),
+        Case("layer_norm_backward: dy and x dtypes differ", lnb(dy="dy_f16.npy"), ["dy is f16", "x is f32"]),
+        Case("layer_norm_backward: mean has the wrong row count", lnb(mean="mean_rows.npy"), ["mean has shape", "x has"]),
+        Case("layer_norm_backward: mean and rstd dtypes differ", lnb(rstd="rstd_f16.npy"), ["mean is f32", "rstd is f16"]),
+        Case("layer_norm_backward: mean missing", lnb(mean=None), ["missing --in mean"]),
+        Case("layer_norm_backward: dweight without a weight", lnb(out=("dx", "dweight")), ["dweight", "weight"]),
+        Case("layer_norm_backward: threads=0", lnb(order="torch2.15-cpu(threads=0)"), ["threads=0"]),
+        Case("layer_norm_backward: an input the op has not", lnb("--in", "bias={in}/b.npy"), ["no input 'bias'"]),
 
         # Attention's own inputs.
         Case("attention: k and v differ", attn(v="v_short.npy"), ["k has shape", "v has"]),

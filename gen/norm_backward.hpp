@@ -1,0 +1,65 @@
+// The pieces the normalization backward ops share: PyTorch's vectorized row reductions, and the
+// column stage that sums weight gradients over the rows of a launch.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "gen/reductions.hpp"
+
+namespace ordo::gen {
+
+// PyTorch's vec::map2_reduce_all / map3_reduce_all / reduce_all (ATen/cpu/vec/functional_base.h
+// and functional_bfloat16.h) over a row of n terms, as its CPU backward kernels call them.
+//  f32 (!split16): n < lanes: the terms summed in order. Else the first vector's terms start a
+//   `lanes`-lane accumulator, each further whole vector is added lane-wise, the n mod lanes tail
+//   terms go into lanes 0..r-1, and the lanes fold by `fold`.
+//  16-bit input (split16): a vector holds 2*lanes elements, whose low and high halves feed two
+//   accumulators, started by the first vector; the tail's low half (all of it or its first r
+//   terms) goes into the first, the rest into the second's first lanes; fold(acc0 + acc1).
+//   n < 2*lanes: for n > lanes, the second half's terms are added (rounded products) into the
+//   first vector's lanes 0..n-lanes-1 and its lanes fold in order (or by `fold` when
+//   small_fold_by_tree, the mixed-dtype loop); for n <= lanes the terms summed in order.
+// A product term accumulates as fma(a, b, acc) in the loop when fma_loop, in the tail when
+// fma_tail; otherwise as a rounded product added. The first vector's products are rounded.
+struct VecReduceAll {
+  int lanes = 8;
+  ir::LaneFold fold = ir::LaneFold::Halving;
+  bool split16 = false;
+  bool fma_loop = false;
+  bool fma_tail = false;
+  bool small_fold_by_tree = false;
+  bool fma_small = false;  // the short-row path's second-half terms as fma(a, b, lane)
+};
+// Returns a read of a scalar f32 local holding the sum.
+ir::ExprRef emit_vec_reduce_all(ir::Builder& b, const VecReduceAll& o, int64_t n, const TermFn& term, const std::string& label);
+
+// One row of a column stage, as a ColumnSum sees it: this instance's columns of row `row`.
+struct ColumnRow {
+  ir::Builder& b;
+  ir::ExprRef row;         // i64
+  ir::ExprRef first_col;   // i64: the instance's first column
+  ir::ExprRef cols;        // i64 vector of the instance's columns (clamped to N-1), or null when contiguous
+  int lanes;
+  int64_t n;
+  // This row's values of a rows_by_cols buffer at the instance's columns, as f32.
+  ir::ExprRef load(int buffer) const;
+  // Element `row` of a per-row buffer (mean, rstd), as an f32 scalar.
+  ir::ExprRef stat(int buffer) const;
+};
+
+// A weight gradient: acc = accumulate(row, acc) for each row, starting from +0, in the order's
+// grouping; the result is stored, rounded once, into `out` (a cols buffer).
+struct ColumnSum {
+  int out = -1;
+  std::string label;
+  std::function<ir::ExprRef(const ColumnRow&, ir::ExprRef acc)> accumulate;
+};
+
+// Makes the kernel a column stage (Kernel::grid_over_rows false, an instance per vector of
+// order.lanes columns) and emits every sum over the launch's rows in `order`. `storage` is the
+// slot buffers' type for ThreadSlots with round_slots.
+void emit_column_sums(ir::Builder& b, const ir::ColumnSumOrder& order, int64_t n, ScalarType storage, const std::vector<ColumnSum>& sums);
+
+}  // namespace ordo::gen
