@@ -27,9 +27,11 @@ TorchFunctionMode is off while it handles a call. The torch2.15 orders get torch
 `order(threads=T)`, read when the call is traced. Automatic dynamic shapes are off inside the
 block, and torch.compile(dynamic=True) is refused: ordo's kernels are compiled per size.
 
-No backward: ordo has no backward kernels yet. The forward runs with inputs that require grad,
-and torch.compile traces such graphs, but backward() raises RuntimeError naming the op. Run
-under torch.no_grad() or torch.inference_mode().
+Backward: layer_norm's gradients run ordo's layer_norm_backward kernel, in the forward's order
+unless `backward_order=` (of the function, or of pinned) names another; with a torch2.15 order
+they are eager autograd's bits. The ops that have no backward kernel yet (rms_norm, softmax,
+log_softmax, scaled_dot_product_attention) run their forward on inputs that require grad, and
+torch.compile traces such graphs, but backward() raises RuntimeError naming the op.
 """
 import math
 import threading
@@ -96,7 +98,7 @@ def _missing_backward_message(op: str) -> str:
 
 @torch.library.custom_op("ordo::layer_norm", mutates_args=())
 def _layer_norm_op(x: Tensor, weight: Optional[Tensor], bias: Optional[Tensor], eps: float,
-                   order: str) -> Tuple[Tensor, Tensor, Tensor]:
+                   order: str, backward_order: str) -> Tuple[Tensor, Tensor, Tensor]:
     w = weight.contiguous() if weight is not None else None
     b = bias.contiguous() if bias is not None else None
     mixed = w is not None and w.dtype != x.dtype or b is not None and b.dtype != x.dtype
@@ -104,7 +106,7 @@ def _layer_norm_op(x: Tensor, weight: Optional[Tensor], bias: Optional[Tensor], 
 
 
 @_layer_norm_op.register_fake
-def _(x, weight, bias, eps, order):
+def _(x, weight, bias, eps, order, backward_order):
     k = _norm_kernel("layer_norm", _size(x.shape[-1]), x.dtype, weight, bias, eps, order)
     stat = x.shape[:-1]
     return (x.new_empty(x.shape, dtype=_out_dtype(k, "y")), x.new_empty(stat, dtype=_out_dtype(k, "mean")),
@@ -182,7 +184,43 @@ def _register_no_backward(opdef, name: str, tensor_inputs: Sequence[int]):
     opdef.register_autograd(backward, setup_context=setup_context)
 
 
-_register_no_backward(_layer_norm_op, "layer_norm", (0, 1, 2))
+# Backward ops: each runs ordo's backward kernel with the order it is given (the forward's unless
+# the caller named another). An absent weight gradient comes back as an empty tensor (a custom
+# op returns tensors only).
+@torch.library.custom_op("ordo::layer_norm_backward", mutates_args=())
+def _layer_norm_backward_op(dy: Tensor, x: Tensor, weight: Optional[Tensor], mean: Tensor, rstd: Tensor, bias_grad: bool,
+                            order: str) -> Tuple[Tensor, Tensor, Tensor]:
+    w = weight.contiguous() if weight is not None else None
+    dx, dw, db = ordo.layer_norm_backward(dy.contiguous(), x.contiguous(), w, mean.contiguous().reshape(-1),
+                                          rstd.contiguous().reshape(-1), order=order, bias=bias_grad,
+                                          allow_mixed_dtypes=w is not None and w.dtype != x.dtype)
+    empty = x.new_empty(0)
+    return dx, empty if dw is None else dw, empty if db is None else db
+
+
+@_layer_norm_backward_op.register_fake
+def _(dy, x, weight, mean, rstd, bias_grad, order):
+    wd = weight.dtype if weight is not None else x.dtype
+    n = x.shape[-1]
+    return (x.new_empty(x.shape), x.new_empty(n if weight is not None else 0, dtype=wd),
+            x.new_empty(n if bias_grad else 0, dtype=wd))
+
+
+def _layer_norm_setup(ctx, inputs, output):
+    x, weight, bias, eps, order, backward_order = inputs
+    _, mean, rstd = output
+    ctx.save_for_backward(x, weight, mean, rstd)
+    ctx.has_bias = bias is not None
+    ctx.order = backward_order or order
+
+
+def _layer_norm_backward(ctx, dy, _dmean, _drstd):
+    x, weight, mean, rstd = ctx.saved_tensors
+    dx, dw, db = torch.ops.ordo.layer_norm_backward(dy, x, weight, mean, rstd, ctx.has_bias, ctx.order)
+    return dx, dw if weight is not None else None, db if ctx.has_bias else None, None, None, None
+
+
+_layer_norm_op.register_autograd(_layer_norm_backward, setup_context=_layer_norm_setup)
 _register_no_backward(_rms_norm_op, "rms_norm", (0, 1))
 _register_no_backward(_softmax_op, "softmax", (0,))
 _register_no_backward(_log_softmax_op, "log_softmax", (0,))
@@ -199,14 +237,15 @@ def _normalized_cols(x: Tensor, normalized_shape, op: str) -> int:
 
 
 def layer_norm(input: Tensor, normalized_shape, weight: Optional[Tensor] = None, bias: Optional[Tensor] = None,
-               eps: float = 1e-5, *, order: str) -> Tensor:
+               eps: float = 1e-5, *, order: str, backward_order: Optional[str] = None) -> Tensor:
     """F.layer_norm with ordo's kernel and order. normalized_shape may span several trailing dims
-    (they are normalized as one row, as torch does)."""
+    (they are normalized as one row, as torch does). Gradients run ordo's layer_norm_backward with
+    backward_order, by default the forward's order."""
     n = _normalized_cols(input, normalized_shape, "layer_norm")
     dims = 1 if isinstance(normalized_shape, int) else len(tuple(normalized_shape))
     x = input.reshape(input.shape[:input.dim() - dims] + (n,))
     y, _, _ = torch.ops.ordo.layer_norm(x, None if weight is None else weight.reshape(n),
-                                        None if bias is None else bias.reshape(n), float(eps), order)
+                                        None if bias is None else bias.reshape(n), float(eps), order, backward_order or "")
     return y.reshape(input.shape)
 
 
@@ -387,9 +426,10 @@ class pinned(TorchFunctionMode):
     """with ordo.torch.pinned(order): torch's layer_norm, rms_norm, softmax, log_softmax and
     scaled_dot_product_attention run ordo's kernels with `order`, in eager mode and in functions
     torch.compile traces inside the block. A call ordo cannot run goes to torch with one
-    OrdoFallbackWarning per block and reason, or raises ValueError when strict=True."""
+    OrdoFallbackWarning per block and reason, or raises ValueError when strict=True. Gradients of
+    the routed calls run ordo's backward kernels with `backward_order` (default: `order`)."""
 
-    def __init__(self, order: str, *, strict: bool = False):
+    def __init__(self, order: str, *, strict: bool = False, backward_order: Optional[str] = None):
         super().__init__()
         if not isinstance(order, str) or not order:
             raise ValueError(f"order must be a non-empty string, got {order!r}")
@@ -401,6 +441,9 @@ class pinned(TorchFunctionMode):
                              f"torch's functions, so it would change their math (call ordo.torch.rms_norm with it instead)")
         self.order = order
         self.strict = bool(strict)
+        if backward_order is not None and backward_order.split("(", 1)[0] not in _orders():
+            raise ValueError(f"unknown backward_order '{backward_order}'; ordo.orders() lists them")
+        self.backward_order = backward_order
 
     def __enter__(self):
         _warned_stack().append(set())
@@ -449,7 +492,8 @@ class pinned(TorchFunctionMode):
                 raise ValueError(error)
             if order:
                 if op == "layer_norm":
-                    return layer_norm(x, shape, w, b, eps, order=order)
+                    backward = _with_threads(self.backward_order, _torch_threads()) if self.backward_order else None
+                    return layer_norm(x, shape, w, b, eps, order=order, backward_order=backward)
                 return rms_norm(x, shape, w, eps, order=order)
         elif func in _SOFTMAXES:
             op = _SOFTMAXES[func]

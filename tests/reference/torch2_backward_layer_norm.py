@@ -1,0 +1,166 @@
+"""Bit-exact check of ordo's layer_norm_backward under the torch2.15-cpu-* orders against PyTorch 2.15.0.
+
+Runs with the python of the torch 2.15 venv (scripts/torch2-venv --python); a missing or
+different torch is a failure, never a skip. For each CPU capability this machine has, a worker
+process starts with ATEN_CPU_CAPABILITY set, runs torch's forward (native_layer_norm, for its
+mean and rstd) and then aten.native_layer_norm_backward on 1 and on 2 threads, and runs
+`torch2.15-cpu-<cap>(threads=T)` on the same tensors through ordo's Python package. dx, dweight
+and dbias must have the same bit patterns. The weight gradients are sums over the rows that
+torch splits between its threads, so the row counts include ones that split unevenly, and a
+few thousand-row launches.
+
+Dtypes: f32, bf16, f16, and bf16/f16 input with f32 weight (PyTorch's mixed kernel); with and
+without weight and bias (the mixed kernel needs a weight).
+"""
+import argparse
+import itertools
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from bits import capabilities  # noqa: E402
+from summary import print_summary  # noqa: E402
+
+WANT_TORCH = "2.15.0"
+
+# Every tail mod 8 and mod 16 (the kernels' f32 and 16-bit vectors), both sides of the short-row
+# paths (N < 8, 8 < N < 16), and long rows.
+N_SWEEP = list(range(1, 34)) + [47, 48, 49, 63, 64, 65, 127, 128, 129, 255, 256, 257, 1000, 1024, 4097, 12345]
+N_QUICK = [1, 7, 8, 9, 15, 16, 17, 33, 129, 1000]
+# (name, offset, scale) of x: ordinary values; a mean far from zero (ds and db*mean cancel in
+# dx's b2); a wide range.
+RANGES = [("normal", 1.0, 3.0), ("offset", 60.0, 3.0), ("wide", 0.0, 1e3)]
+AFFINE = ["weight+bias", "weight", "bias", "none"]
+# Row counts: single rows (torch's serial path), uneven splits over 2 threads, more rows than a
+# vector of columns.
+ROWS = [1, 2, 3, 5, 7, 64, 129]
+DTYPES = [("f32", "f32"), ("bf16", "bf16"), ("f16", "f16"), ("bf16", "f32"), ("f16", "f32")]
+BIG = [(1000, 300), (999, 1000), (4000, 33)]
+
+
+def cases(quick):
+    out = []
+    ns = N_QUICK if quick else N_SWEEP
+    i = 0
+    for k, ((xd, wd), n) in enumerate(itertools.product(DTYPES, ns)):
+        affine = AFFINE[k % 4] if wd == xd else ["weight+bias", "weight"][k % 2]
+        for r in range(1 if quick else 2):
+            out.append({"dtype": xd, "weight_dtype": wd, "n": n, "range": RANGES[(k + r) % 3][0], "affine": affine,
+                        "rows": ROWS[i % len(ROWS)] if n < 5000 else 1 + i % 3, "seed": i})
+            i += 1
+    for (xd, wd), (rows, n) in itertools.product(DTYPES, BIG[:1] if quick else BIG):
+        out.append({"dtype": xd, "weight_dtype": wd, "n": n, "range": "offset", "affine": "weight+bias", "rows": rows, "seed": i})
+        i += 1
+    return out
+
+
+WORKER = r'''
+import json, sys
+import numpy as np
+import torch
+import ordo
+from tensor_bits import same
+
+cap, cases = sys.argv[1], json.load(open(sys.argv[2]))
+TORCH_DTYPE = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}
+RANGES = {name: (offset, scale) for name, offset, scale in json.loads(sys.argv[3])}
+
+def inputs(c):
+    rng = np.random.default_rng(2000 + c["seed"])
+    off, scale = RANGES[c["range"]]
+    xd, wd = TORCH_DTYPE[c["dtype"]], TORCH_DTYPE[c["weight_dtype"]]
+    shape = (c["rows"], c["n"])
+    x = torch.from_numpy((off + scale * rng.standard_normal(shape)).astype(np.float32)).to(xd)
+    dy = torch.from_numpy(rng.standard_normal(shape).astype(np.float32)).to(xd)
+    w = torch.from_numpy((1 + 0.5 * rng.standard_normal(c["n"])).astype(np.float32)).to(wd) if "weight" in c["affine"] else None
+    b = torch.from_numpy((0.1 * rng.standard_normal(c["n"])).astype(np.float32)).to(wd) if "bias" in c["affine"] else None
+    return x, dy, w, b
+
+results = []
+for threads in (1, 2):
+    torch.set_num_threads(threads)
+    for i, c in enumerate(cases):
+        x, dy, w, b = inputs(c)
+        _, mean, rstd = torch.native_layer_norm(x, [c["n"]], w, b, 1e-5)
+        mask = [True, w is not None, b is not None]
+        dx, dw, db = torch.ops.aten.native_layer_norm_backward(dy, x, [c["n"]], mean, rstd, w, b, mask)
+        want = {"dx": dx, "dweight": dw, "dbias": db}
+        orders = [f"torch2.15-cpu-{cap}"] + (["torch2.15-cpu"] if i % 5 == 0 else [])
+        for order in orders:
+            named = f"{order}(threads={threads})"
+            try:
+                gdx, gdw, gdb = ordo.layer_norm_backward(dy, x, w, mean.reshape(-1), rstd.reshape(-1), order=named, bias=b is not None,
+                                                         allow_mixed_dtypes=c["weight_dtype"] != c["dtype"])
+            except Exception as e:  # ordo refused the request: a failure, with its message
+                results.append({"case": i, "order": named, "threads": threads, "ok": False, "why": f"ordo: {e}"})
+                continue
+            got = {"dx": gdx, "dweight": gdw, "dbias": gdb}
+            why = []
+            for k in want:
+                if (want[k] is None) != (got[k] is None):
+                    why.append(f"{k}: torch gives {want[k] is not None}, ordo {got[k] is not None}")
+                elif want[k] is not None:
+                    ok, m = same(want[k], got[k])
+                    if not ok:
+                        why.append(f"{k}: {m}")
+            results.append({"case": i, "order": named, "threads": threads, "ok": not why, "why": "; ".join(why)})
+print(json.dumps({"torch": torch.__version__, "capability": torch.backends.cpu.get_cpu_capability(), "results": results}))
+'''
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--build", default=os.path.join(HERE, "..", "..", "build"), help="ordo's build directory")
+    ap.add_argument("--quick", action="store_true", help="fewer shapes")
+    args = ap.parse_args()
+    try:
+        import torch
+    except ImportError:
+        print(f"FAIL: torch is not importable by {sys.executable}; scripts/setup.sh installs the torch 2.15 venv "
+              f"(scripts/torch2-venv --python names its python)")
+        return 1
+    if torch.__version__.split("+")[0] != WANT_TORCH:
+        print(f"FAIL: this is torch {torch.__version__} ({sys.executable}); the torch2.15 orders are checked against {WANT_TORCH}")
+        return 1
+
+    all_cases = cases(args.quick)
+    spec = tempfile.NamedTemporaryFile("w", suffix=".json", prefix="ordo_torch2_lnb_", delete=False)
+    json.dump(all_cases, spec)
+    spec.close()
+    table, passed, failed = {}, 0, 0
+    env_base = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.join(os.path.abspath(args.build), "python"), HERE]))
+    for cap in capabilities(print, "torch2.15-cpu-avx512"):
+        # Passive OpenMP waits: ctest runs other tests beside this one (scheduling only, same bits).
+        env = dict(env_base, ATEN_CPU_CAPABILITY=cap, OMP_WAIT_POLICY="PASSIVE")
+        worker = subprocess.run([sys.executable, "-c", WORKER, cap, spec.name, json.dumps(RANGES)], env=env,
+                                capture_output=True, text=True)
+        if worker.returncode != 0:
+            print(f"FAIL: worker for ATEN_CPU_CAPABILITY={cap} exited {worker.returncode}:\n{worker.stderr}")
+            return 1
+        out = json.loads(worker.stdout.strip().splitlines()[-1])
+        print(f"torch {out['torch']}, ATEN_CPU_CAPABILITY={cap} (torch reports {out['capability']}), threads 1 and 2")
+        for r in out["results"]:
+            c = all_cases[r["case"]]
+            dtype = c["dtype"] if c["weight_dtype"] == c["dtype"] else f"{c['dtype']}+{c['weight_dtype']}"
+            base = r["order"].split("(")[0]
+            key = ("layer_norm_backward", base + ("" if base.endswith(cap) else f"[{cap}]"), dtype)
+            entry = table.setdefault(key, [0, 0])
+            entry[1] += 1
+            if r["ok"]:
+                entry[0] += 1
+                passed += 1
+            else:
+                failed += 1
+                print(f"FAIL layer_norm_backward {r['order']} {dtype} N={c['n']} rows={c['rows']} {c['range']} affine={c['affine']}: "
+                      f"{r['why']}")
+    os.unlink(spec.name)
+    print("\n(each case is counted once per torch thread count, 1 and 2)")
+    return print_summary(table, passed, failed)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
