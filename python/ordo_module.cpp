@@ -211,8 +211,8 @@ PYBIND11_MODULE(_ordo, m) {
       o.base.op = *kind;
       o.base.cols = cols;
       o.base.x_dtype = dtype_named(dtype);
-      o.base.has_weight = *kind == ordo::OpKind::layer_norm || *kind == ordo::OpKind::rms_norm;
-      o.base.has_bias = *kind == ordo::OpKind::layer_norm;
+      o.base.has_weight = ordo::forward_of(*kind) == ordo::OpKind::layer_norm || ordo::forward_of(*kind) == ordo::OpKind::rms_norm;
+      o.base.has_bias = ordo::forward_of(*kind) == ordo::OpKind::layer_norm;
       o.rows = rows;
       o.seed = seed;
       o.offset = offset;

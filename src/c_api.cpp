@@ -98,8 +98,8 @@ ordo_request* ordo_request_new(const char* op) {
     if (!kind) throw ordo::Error(fmt::format("unknown op '{}'; ops: layer_norm, rms_norm, var_mean, softmax, log_softmax, attention", name));
     out = new ordo_request{};
     out->r.op = *kind;
-    out->r.has_weight = *kind == ordo::OpKind::layer_norm || *kind == ordo::OpKind::rms_norm;
-    out->r.has_bias = *kind == ordo::OpKind::layer_norm;
+    out->r.has_weight = ordo::forward_of(*kind) == ordo::OpKind::layer_norm || ordo::forward_of(*kind) == ordo::OpKind::rms_norm;
+    out->r.has_bias = ordo::forward_of(*kind) == ordo::OpKind::layer_norm;
   });
   return out;
 }

@@ -69,6 +69,71 @@ std::vector<uint8_t> random_values(ScalarType t, int64_t n, uint64_t seed, doubl
   return out;
 }
 
+namespace {
+
+void store_value(ScalarType t, uint8_t* data, int64_t i, double v) {
+  const float f = static_cast<float>(v);
+  if (t == ScalarType::f32) {
+    std::memcpy(data + 4 * i, &f, 4);
+  } else {
+    const uint16_t h = t == ScalarType::bf16 ? f32_to_bf16_bits(f) : f32_to_f16_bits(f);
+    std::memcpy(data + 2 * i, &h, 2);
+  }
+}
+
+// A backward op's inputs that its forward saved are made the forward's, from the random x (or
+// softmax's input): mean and rstd of each row (layer_norm: eps 1e-5; rms_norm's rstd of the mean
+// square), and softmax's y (log_softmax's), computed in float64 and rounded to their types.
+void forward_outputs(const Request& r, HostBuffers& h, int64_t rows) {
+  const int64_t N = r.cols;
+  auto find = [&](const char* name) -> std::vector<uint8_t>* {
+    for (size_t i = 0; i < h.args.size(); ++i)
+      if (!h.args[i].output && h.args[i].name == name) return &h.bytes[i];
+    return nullptr;
+  };
+  auto type_of = [&](const char* name) {
+    for (const ArgSpec& a : h.args)
+      if (a.name == name) return a.dtype;
+    return ScalarType::f32;
+  };
+  if (r.op == OpKind::layer_norm_backward || r.op == OpKind::rms_norm_backward) {
+    const std::vector<uint8_t>& x = *find("x");
+    std::vector<uint8_t>* mean = find("mean");
+    std::vector<uint8_t>* rstd = find("rstd");
+    for (int64_t row = 0; row < rows; ++row) {
+      double sum = 0, sq = 0;
+      for (int64_t j = 0; j < N; ++j) {
+        const double v = value_at(r.x_dtype, x.data(), row * N + j);
+        sum += v;
+        sq += v * v;
+      }
+      double m2 = 0;
+      for (int64_t j = 0; j < N; ++j) {
+        const double d = value_at(r.x_dtype, x.data(), row * N + j) - sum / N;
+        m2 += d * d;
+      }
+      if (mean) store_value(type_of("mean"), mean->data(), row, sum / N);
+      if (rstd)
+        store_value(type_of("rstd"), rstd->data(), row,
+                    1.0 / std::sqrt((r.op == OpKind::layer_norm_backward ? m2 / N : sq / N) + static_cast<double>(static_cast<float>(r.eps))));
+    }
+  }
+  if (r.op == OpKind::softmax_backward || r.op == OpKind::log_softmax_backward) {
+    std::vector<uint8_t>& y = *find("y");
+    for (int64_t row = 0; row < rows; ++row) {
+      double mx = -INFINITY, s = 0;
+      for (int64_t j = 0; j < N; ++j) mx = std::max(mx, value_at(r.x_dtype, y.data(), row * N + j));
+      for (int64_t j = 0; j < N; ++j) s += std::exp(value_at(r.x_dtype, y.data(), row * N + j) - mx);
+      for (int64_t j = 0; j < N; ++j) {
+        const double d = value_at(r.x_dtype, y.data(), row * N + j) - mx;
+        store_value(r.x_dtype, y.data(), row * N + j, r.op == OpKind::softmax_backward ? std::exp(d) / s : d - std::log(s));
+      }
+    }
+  }
+}
+
+}  // namespace
+
 HostBuffers make_buffers(const CompiledKernel& k, int64_t rows, uint64_t seed, double offset, double scale) {
   HostBuffers h;
   h.args = k.args();
@@ -92,6 +157,7 @@ HostBuffers make_buffers(const CompiledKernel& k, int64_t rows, uint64_t seed, d
     else if (a.name == "bias") h.bytes.push_back(random_values(a.dtype, n, seed + 202, 0.0, 0.1));
     else h.bytes.push_back(random_values(a.dtype, n, seed + 7919 * i, offset, scale));  // x (i = 0) keeps `seed`
   }
+  forward_outputs(k.request(), h, rows);
   return h;
 }
 
@@ -276,7 +342,13 @@ std::map<std::string, std::vector<double>> reference_f64(const Request& r, const
 CompareReport compare_orders(const CompareOptions& opt) {
   CompareReport rep;
   rep.options = opt;
-  rep.primary = opt.base.op == OpKind::var_mean ? "var" : opt.base.op == OpKind::attention ? "out" : "y";
+  // A backward op's report is about its weight gradient, the sum over every row, when it has one.
+  const bool weight_grad = opt.base.has_weight && (opt.base.op == OpKind::layer_norm_backward || opt.base.op == OpKind::rms_norm_backward);
+  rep.primary = opt.base.op == OpKind::var_mean      ? "var"
+                : opt.base.op == OpKind::attention   ? "out"
+                : weight_grad                        ? "dweight"
+                : is_backward(opt.base.op)           ? "dx"
+                                                     : "y";
   std::map<std::string, std::vector<double>> ref;
   for (const std::string& name : opt.orders) {
     if (opt.progress) opt.progress(rep.results.size(), opt.orders.size(), name);

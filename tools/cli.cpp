@@ -182,12 +182,14 @@ ordo::Request request_from(const Args& a, ordo::OpKind op) {
   if (auto v = a.get("sk")) r.seq_k = parse_int("--sk", *v, 1, int64_t(1) << 24);
   r.causal = a.flag("causal");
   r.lse_output = a.flag("lse");
-  if (op == ordo::OpKind::attention) {
+  // A backward op takes its forward's shape options (weight and bias: their gradients).
+  const ordo::OpKind forward = ordo::forward_of(op);
+  if (forward == ordo::OpKind::attention) {
     if (!r.seq_q) r.seq_q = r.seq_k ? r.seq_k : 1024;
     if (!r.seq_k) r.seq_k = r.seq_q;
   }
-  r.has_weight = (op == ordo::OpKind::layer_norm || op == ordo::OpKind::rms_norm) && !a.flag("no-weight");
-  r.has_bias = op == ordo::OpKind::layer_norm && !a.flag("no-bias");
+  r.has_weight = (forward == ordo::OpKind::layer_norm || forward == ordo::OpKind::rms_norm) && !a.flag("no-weight");
+  r.has_bias = forward == ordo::OpKind::layer_norm && !a.flag("no-bias");
   return r;
 }
 

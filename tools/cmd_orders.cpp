@@ -44,8 +44,8 @@ int cmd_orders(int argc, char** argv) {
         r.seq_q = r.seq_k = o == ordo::OpKind::attention ? 9 : 0;
         r.x_dtype = t;
         r.order = std::string(n.name);
-        r.has_weight = o == ordo::OpKind::layer_norm || o == ordo::OpKind::rms_norm;
-        r.has_bias = o == ordo::OpKind::layer_norm;
+        r.has_weight = ordo::forward_of(o) == ordo::OpKind::layer_norm || ordo::forward_of(o) == ordo::OpKind::rms_norm;
+        r.has_bias = ordo::forward_of(o) == ordo::OpKind::layer_norm;
         if (!ordo::gen::takes_shape(r)) continue;  // a dtype the order has for other ops (torch2.15-cpu's f16 attention)
         const ordo::ir::Kernel k = ordo::gen::build(r, ordo::gen::resolve(r));
         if (std::vector<std::string> d = ordo::cuda_backend::device_calls(k); !d.empty()) {

@@ -58,21 +58,24 @@ inline std::vector<uint8_t> special_values(ScalarType t, int64_t n) {
 // ordo::Error here is a fault: resolve() is where a bad request must be rejected.
 inline void check_resolved(const Request& r, const ir::Order& order) {
   if (r.cols > kMaxBuiltCols) return;
-  ir::Kernel k;
+  std::vector<ir::Kernel> stages;
   try {
-    k = gen::build(r, order);
+    stages = gen::build_stages(r, order);
   } catch (const std::exception& e) {
-    broken(fmt::format("gen::build threw for an accepted request {}: {}", r.key(), e.what()));
+    broken(fmt::format("gen::build_stages threw for an accepted request {}: {}", r.key(), e.what()));
   }
-  if (std::string err = ir::verify(k); !err.empty()) broken(fmt::format("generated IR does not verify for {}: {}", r.key(), err));
-  (void)ir::print(k);
+  for (const ir::Kernel& k : stages) {
+    if (std::string err = ir::verify(k); !err.empty()) broken(fmt::format("generated IR does not verify for {}: {}", r.key(), err));
+    (void)ir::print(k);
+  }
   if (r.cols > kMaxInterpretedCols) return;
 
+  // Every stage (a backward op's weight gradients too) over the same buffers, as a launch runs them.
   constexpr int64_t rows = 2;
   std::vector<std::vector<uint8_t>> storage;
   std::vector<ir::BufferArg> args;
   std::vector<ScalarType> types;
-  for (const ir::Buffer& b : k.buffers) {
+  for (const ir::Buffer& b : stages[0].buffers) {
     if (!ir::is_argument(b)) continue;  // scratch (team memory, attention's blocks): the kernel's own
     const int64_t n = b.extent == ir::Extent::rows_by_cols    ? rows * r.cols
                       : b.extent == ir::Extent::cols          ? r.cols
@@ -83,12 +86,18 @@ inline void check_resolved(const Request& r, const ir::Order& order) {
   }
   for (size_t i = 0; i < storage.size(); ++i)
     args.push_back(ir::BufferArg{storage[i].data(), static_cast<int64_t>(storage[i].size()) / size_bytes(types[i])});
-  std::vector<int64_t> extents = {rows};  // then the grid dims fixed at compile time (attention's query blocks)
-  extents.insert(extents.end(), k.grid_fixed.begin(), k.grid_fixed.end());
-  try {
-    ir::interpret(k, args, extents);
-  } catch (const std::exception& e) {
-    broken(fmt::format("the interpreter rejected a generated kernel for {}: {}", r.key(), e.what()));
+  for (const ir::Kernel& k : stages) {
+    // The grid: the rows, then dims fixed at compile time (attention's query blocks), or a column
+    // stage's fixed dims alone; then the launch's rows.
+    std::vector<int64_t> extents;
+    if (k.grid_over_rows) extents.push_back(rows);
+    extents.insert(extents.end(), k.grid_fixed.begin(), k.grid_fixed.end());
+    extents.push_back(rows);
+    try {
+      ir::interpret(k, args, extents);
+    } catch (const std::exception& e) {
+      broken(fmt::format("the interpreter rejected a generated kernel for {}: {}", r.key(), e.what()));
+    }
   }
 }
 

@@ -39,10 +39,12 @@ namespace {
 
 using namespace ordo;
 
-// The ops whose inputs this target knows how to fill (x, weight, bias over N; attention's q, k,
-// v as whole buffers). A new op joins here with its inputs.
+// The ops whose inputs this target knows how to fill (per-row inputs such as x and dy row by
+// row, weight and bias over N, saved statistics one per row; attention's q, k, v as whole
+// buffers). A new op joins here with its inputs.
 constexpr OpKind kOps[] = {OpKind::layer_norm, OpKind::rms_norm, OpKind::var_mean, OpKind::softmax, OpKind::log_softmax,
-                           OpKind::attention};
+                           OpKind::attention, OpKind::layer_norm_backward};
+constexpr int kLastOp = static_cast<int>(sizeof kOps / sizeof kOps[0]) - 1;
 constexpr ScalarType kStorage[] = {ScalarType::f32, ScalarType::bf16, ScalarType::f16};
 // N: lane (8, 16, 32), chunk (16 vectors of 8 or 16 lanes), pairwise block (128) and numpy's
 // 8192-element chunk boundaries.
@@ -180,11 +182,12 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   FuzzedDataProvider in(data, size);
   Request r;
-  r.op = kOps[in.ConsumeIntegralInRange(0, 5)];
+  r.op = kOps[in.ConsumeIntegralInRange(0, kLastOp)];
   r.x_dtype = kStorage[in.ConsumeIntegralInRange(0, 2)];
-  const bool norm_with_weight = r.op == OpKind::layer_norm || r.op == OpKind::rms_norm;
+  const OpKind forward = forward_of(r.op);
+  const bool norm_with_weight = forward == OpKind::layer_norm || forward == OpKind::rms_norm;
   r.has_weight = norm_with_weight && in.ConsumeIntegralInRange(0, 3) != 0;
-  r.has_bias = r.op == OpKind::layer_norm && in.ConsumeIntegralInRange(0, 3) != 0;
+  r.has_bias = forward == OpKind::layer_norm && in.ConsumeIntegralInRange(0, 3) != 0;
   if (r.has_weight && in.ConsumeIntegralInRange(0, 7) == 0) {
     r.weight_dtype = kStorage[in.ConsumeIntegralInRange(0, 2)];
     r.allow_mixed_dtypes = true;
@@ -246,8 +249,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       std::fill(a.bytes[i].begin(), a.bytes[i].end(), uint8_t{0x5a});
     } else if (r.op == OpKind::attention) {  // q, k, v: whole buffers, one value profile each
       fill(in, arg.dtype, a.bytes[i].data(), 0, arg.elements(rows, r.cols), 0.0, 1.0);
-    } else if (arg.name == "x") {
+    } else if (arg.extent == ir::Extent::rows_by_cols) {  // x, dy
       for (int64_t row = 0; row < rows; ++row) fill(in, arg.dtype, a.bytes[i].data(), row * r.cols, r.cols, 0.0, 1.0);
+    } else if (arg.extent == ir::Extent::rows) {  // a backward op's saved statistics (mean, rstd)
+      fill(in, arg.dtype, a.bytes[i].data(), 0, rows, arg.name == "rstd" ? 1.0 : 0.0, 1.0);
     } else {
       fill(in, arg.dtype, a.bytes[i].data(), 0, r.cols, arg.name == "weight" ? 1.0 : 0.0, 0.5);
     }
