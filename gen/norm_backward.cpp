@@ -107,97 +107,129 @@ ExprRef ColumnRow::stat(int buffer) const {
 
 void emit_column_sums(Builder& b, const ColumnSumOrder& order, int64_t n, ScalarType storage, const std::vector<ColumnSum>& sums) {
   Kernel& k = b.kernel();
+  // An instance takes `per` vectors of L columns side by side: each row then reads per*L
+  // contiguous elements of every input (a page walk serves more of them). Columns are
+  // independent, so the tiling changes no bit. When N is a multiple of L, `per` divides N / L
+  // and every load is a vector load; otherwise the instance's columns past N - 1 repeat column
+  // N - 1 (computing its sums again and storing the same bits to it) through gathers.
   const int L = static_cast<int>(std::min<int64_t>(order.lanes, n));
-  const int64_t instances = (n + L - 1) / L;
+  const int64_t vectors = (n + L - 1) / L;
+  int per = static_cast<int>(std::min<int64_t>(8, vectors));
+  if (n % L == 0)
+    while (vectors % per != 0) --per;
+  const int64_t width = int64_t(per) * L;
+  const int64_t instances = (n + width - 1) / width;
   k.grid_over_rows = false;
   k.grid_rank = 1;
   k.grid_fixed = {instances};
-  ExprRef first_col = b.let("first_col", mul(program_id(0), index_const(L)));
-  // When N is not a multiple of the vector, the last instance's spare lanes repeat column N-1:
-  // they compute that column's sum again and store the same bits to it.
-  ExprRef cols;
-  if (n % L != 0) cols = b.let("cols", binary(Op::Min, add(broadcast(first_col, L), iota(L)), broadcast(index_const(n - 1), L)));
+  ExprRef first = b.let("first_col", mul(program_id(0), index_const(width)));
+  std::vector<ExprRef> first_col(static_cast<size_t>(per)), cols(static_cast<size_t>(per));
+  for (int v = 0; v < per; ++v) {
+    first_col[size_t(v)] = v == 0 ? first : b.let("first_col", add(first, index_const(int64_t(v) * L)));
+    if (n % width != 0)
+      cols[size_t(v)] = b.let("cols", binary(Op::Min, add(broadcast(first_col[size_t(v)], L), iota(L)), broadcast(index_const(n - 1), L)));
+  }
   const Type vec{f32, L};
   ExprRef M = b.let("rows", launch_rows());
-  auto row_view = [&](ExprRef i) { return ColumnRow{b, std::move(i), first_col, cols, L, n}; };
   auto zero = [&] { return f32c(0.0, L); };
-  std::vector<int> total(sums.size());
-  for (size_t s = 0; s < sums.size(); ++s) total[s] = b.local(sums[s].label, vec);
+  // Locals per (sum, vector of the tile).
+  auto locals = [&](const std::string& what) {
+    std::vector<std::vector<int>> out(sums.size());
+    for (size_t s = 0; s < sums.size(); ++s)
+      for (int v = 0; v < per; ++v) out[s].push_back(b.local(fmt::format("{}{}.v{}", sums[s].label, what, v), vec));
+    return out;
+  };
+  // body(s, v, local) for every sum and vector of the tile.
+  auto each = [&](const auto& body) {
+    for (size_t s = 0; s < sums.size(); ++s)
+      for (int v = 0; v < per; ++v) body(s, v);
+  };
+  auto accumulate_row = [&](ExprRef i, const std::vector<std::vector<int>>& acc, bool round) {
+    each([&](size_t s, int v) {
+      const ColumnRow cr{b, i, first_col[size_t(v)], cols[size_t(v)], L, n};
+      ExprRef x = sums[s].accumulate(cr, b.get(acc[s][size_t(v)]));
+      if (round) x = cast(cast(x, storage), f32);
+      b.assign(acc[s][size_t(v)], x);
+    });
+  };
+  const std::vector<std::vector<int>> total = locals("");
 
   b.region("columns", describe(order), [&] {
     if (order.kind == ColumnSumOrder::Kind::ThreadSlots) {
       ExprRef used = b.let("slots_used", binary(Op::Min, index_const(order.slots), M));
       ExprRef chunk = b.let("chunk", div(sub(add(M, used), index_const(1)), used));
-      for (size_t s = 0; s < sums.size(); ++s) b.assign(total[s], zero());
-      std::vector<int> slot(sums.size());
-      for (size_t s = 0; s < sums.size(); ++s) slot[s] = b.local(sums[s].label + ".slot", vec);
+      each([&](size_t s, int v) { b.assign(total[s][size_t(v)], zero()); });
+      const std::vector<std::vector<int>> slot = locals(".slot");
       b.for_range("slot", index_const(0), index_const(order.slots), 1, [&](ExprRef t) {
-        for (size_t s = 0; s < sums.size(); ++s) b.assign(slot[s], zero());
+        each([&](size_t s, int v) { b.assign(slot[s][size_t(v)], zero()); });
         ExprRef end = binary(Op::Min, M, mul(add(t, index_const(1)), chunk));
-        b.for_range("row", mul(t, chunk), end, 1, [&](ExprRef i) {
-          const ColumnRow cr = row_view(i);
-          for (size_t s = 0; s < sums.size(); ++s) {
-            ExprRef v = sums[s].accumulate(cr, b.get(slot[s]));
-            if (order.round_slots) v = cast(cast(v, storage), f32);
-            b.assign(slot[s], v);
-          }
-        });
-        for (size_t s = 0; s < sums.size(); ++s) b.assign(total[s], add(b.get(total[s]), b.get(slot[s])));
+        b.for_range("row", mul(t, chunk), end, 1, [&](ExprRef i) { accumulate_row(i, slot, order.round_slots); });
+        each([&](size_t s, int v) { b.assign(total[s][size_t(v)], add(b.get(total[s][size_t(v)]), b.get(slot[s][size_t(v)]))); });
       });
     } else {
       const int64_t B = order.block_rows;
-      // Levels of the binary counter: enough for every block count a launch can have.
+      // Levels of the binary counter: enough for every block count a launch can have. They live
+      // in scratch, level l of sum s, vector v at ((l * sums + s) * per + v) * L.
       const int64_t max_blocks = (int64_t(1) << 59) / n / B + 1;
       const int depth = std::bit_width(static_cast<uint64_t>(max_blocks));
+      const int64_t stride = int64_t(sums.size()) * per * L;
+      const int levels = b.buffer("levels", f32, true, Extent::scratch, depth * stride);
+      auto level_at = [&](ExprRef l, size_t s, int v) {
+        return add(mul(l, index_const(stride)), index_const((int64_t(s) * per + v) * L));
+      };
       ExprRef blocks = b.let("blocks", div(add(M, index_const(B - 1)), index_const(B)));
-      std::vector<std::vector<int>> level(sums.size());
-      std::vector<int> block(sums.size()), carry(sums.size());
-      for (size_t s = 0; s < sums.size(); ++s) {
-        for (int l = 0; l < depth; ++l) {
-          level[s].push_back(b.local(fmt::format("{}.level{}", sums[s].label, l), vec));
-          b.assign(level[s].back(), zero());  // never read before a block stores into it
-        }
-        block[s] = b.local(sums[s].label + ".block", vec);
-        carry[s] = b.local(sums[s].label + ".carry", vec);
-      }
+      const std::vector<std::vector<int>> block = locals(".block"), carry = locals(".carry");
+      const int carrying = b.local("carrying", Type{ScalarType::i64, 1});
+      const int bit_value = b.local("bit_value", Type{ScalarType::i64, 1});
+      auto bit_of = [&](ExprRef value) {  // bit (value / bit_value) % 2, as an i64
+        return binary(Op::Rem, div(value, b.get(bit_value)), index_const(2));
+      };
       b.for_range("block", index_const(0), blocks, 1, [&](ExprRef j) {
-        for (size_t s = 0; s < sums.size(); ++s) b.assign(block[s], zero());
+        each([&](size_t s, int v) { b.assign(block[s][size_t(v)], zero()); });
         ExprRef end = binary(Op::Min, M, mul(add(j, index_const(1)), index_const(B)));
-        b.for_range("row", mul(j, index_const(B)), end, 1, [&](ExprRef i) {
-          const ColumnRow cr = row_view(i);
-          for (size_t s = 0; s < sums.size(); ++s) b.assign(block[s], sums[s].accumulate(cr, b.get(block[s])));
-        });
-        for (size_t s = 0; s < sums.size(); ++s) b.assign(carry[s], b.get(block[s]));
+        b.for_range("row", mul(j, index_const(B)), end, 1, [&](ExprRef i) { accumulate_row(i, block, false); });
         // Carry up while bit l of j is set; the first clear bit's level keeps the carry.
-        std::function<void(int)> carry_from = [&](int l) {
-          if (l == depth) return;
-          ExprRef bit_set = binary(Op::Ne, binary(Op::BitAnd, j, index_const(int64_t(1) << l)), index_const(0));
-          b.if_else(
-              bit_set,
-              [&] {
-                for (size_t s = 0; s < sums.size(); ++s) b.assign(carry[s], add(b.get(level[s][size_t(l)]), b.get(carry[s])));
-                carry_from(l + 1);
-              },
-              [&] {
-                for (size_t s = 0; s < sums.size(); ++s) b.assign(level[s][size_t(l)], b.get(carry[s]));
-              });
-        };
-        carry_from(0);
-      });
-      // The levels held, from the highest (earliest rows) down; -0 + v is v exactly.
-      for (size_t s = 0; s < sums.size(); ++s) b.assign(total[s], f32c(-0.0, L));
-      for (int l = depth - 1; l >= 0; --l)
-        b.if_(binary(Op::Ne, binary(Op::BitAnd, blocks, index_const(int64_t(1) << l)), index_const(0)), [&] {
-          for (size_t s = 0; s < sums.size(); ++s) b.assign(total[s], add(b.get(total[s]), b.get(level[s][size_t(l)])));
+        each([&](size_t s, int v) { b.assign(carry[s][size_t(v)], b.get(block[s][size_t(v)])); });
+        b.assign(carrying, index_const(1));
+        b.assign(bit_value, index_const(1));
+        b.for_range("level", index_const(0), index_const(depth), 1, [&](ExprRef l) {
+          b.if_(binary(Op::Ne, b.get(carrying), index_const(0)), [&] {
+            b.if_else(
+                binary(Op::Eq, bit_of(j), index_const(1)),
+                [&] {
+                  each([&](size_t s, int v) {
+                    b.assign(carry[s][size_t(v)], add(load(k, levels, level_at(l, s, v), L), b.get(carry[s][size_t(v)])));
+                  });
+                },
+                [&] {
+                  each([&](size_t s, int v) { b.store(levels, level_at(l, s, v), b.get(carry[s][size_t(v)])); });
+                  b.assign(carrying, index_const(0));
+                });
+          });
+          b.assign(bit_value, mul(b.get(bit_value), index_const(2)));
         });
+      });
+      // The levels held (the set bits of the block count), from the highest (the earliest rows)
+      // down; -0 + v is v exactly.
+      each([&](size_t s, int v) { b.assign(total[s][size_t(v)], f32c(-0.0, L)); });
+      b.assign(bit_value, index_const(int64_t(1) << (depth - 1)));
+      b.for_range("from_top", index_const(0), index_const(depth), 1, [&](ExprRef t) {
+        ExprRef l = sub(index_const(depth - 1), t);
+        b.if_(binary(Op::Eq, bit_of(blocks), index_const(1)), [&] {
+          each([&](size_t s, int v) {
+            b.assign(total[s][size_t(v)], add(b.get(total[s][size_t(v)]), load(k, levels, level_at(l, s, v), L)));
+          });
+        });
+        b.assign(bit_value, div(b.get(bit_value), index_const(2)));
+      });
     }
   });
-  for (size_t s = 0; s < sums.size(); ++s) {
+  each([&](size_t s, int v) {
     const ScalarType out = k.buffers[size_t(sums[s].out)].elem;
-    ExprRef v = out == f32 ? b.get(total[s]) : cast(b.get(total[s]), out);
-    if (cols) b.store(sums[s].out, cols, v);
-    else b.store(sums[s].out, first_col, v);
-  }
+    ExprRef x = out == f32 ? b.get(total[s][size_t(v)]) : cast(b.get(total[s][size_t(v)]), out);
+    if (cols[size_t(v)]) b.store(sums[s].out, cols[size_t(v)], x);
+    else b.store(sums[s].out, first_col[size_t(v)], x);
+  });
 }
 
 }  // namespace ordo::gen
