@@ -11,6 +11,7 @@
 #include "gen/gen.hpp"
 #include "gen/norm_backward.hpp"
 #include "gen/row.hpp"
+#include "gen/warp.hpp"
 #include "ir/error.hpp"
 
 namespace ordo::gen {
@@ -177,7 +178,7 @@ std::vector<Kernel> build_layer_norm_backward(const Request& r, const Order& ord
   }
   ColumnSumOrder columns = o.columns;
   if (columns.kind == ColumnSumOrder::Kind::ThreadSlots) columns.round_slots = columns.round_slots && reduced;
-  emit_column_sums(b, columns, r.cols, r.x_dtype, sums);
+  emit_column_sums(b, columns, r.cols, r.x_dtype, sums, cuda_target(r));
   return stages;
 }
 

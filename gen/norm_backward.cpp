@@ -105,16 +105,17 @@ ExprRef ColumnRow::stat(int buffer) const {
   return v->type.scalar == f32 ? v : cast(v, f32);
 }
 
-void emit_column_sums(Builder& b, const ColumnSumOrder& order, int64_t n, ScalarType storage, const std::vector<ColumnSum>& sums) {
+void emit_column_sums(Builder& b, const ColumnSumOrder& order, int64_t n, ScalarType storage, const std::vector<ColumnSum>& sums,
+                      bool one_column) {
   Kernel& k = b.kernel();
   // An instance takes `per` vectors of L columns side by side: each row then reads per*L
   // contiguous elements of every input (a page walk serves more of them). Columns are
   // independent, so the tiling changes no bit. When N is a multiple of L, `per` divides N / L
   // and every load is a vector load; otherwise the instance's columns past N - 1 repeat column
   // N - 1 (computing its sums again and storing the same bits to it) through gathers.
-  const int L = static_cast<int>(std::min<int64_t>(order.lanes, n));
+  const int L = one_column ? 1 : static_cast<int>(std::min<int64_t>(order.lanes, n));
   const int64_t vectors = (n + L - 1) / L;
-  int per = static_cast<int>(std::min<int64_t>(8, vectors));
+  int per = one_column ? 1 : static_cast<int>(std::min<int64_t>(8, vectors));
   if (n % L == 0)
     while (vectors % per != 0) --per;
   const int64_t width = int64_t(per) * L;

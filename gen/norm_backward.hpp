@@ -57,9 +57,12 @@ struct ColumnSum {
   std::function<ir::ExprRef(const ColumnRow&, ir::ExprRef acc)> accumulate;
 };
 
-// Makes the kernel a column stage (Kernel::grid_over_rows false, an instance per vector of
-// order.lanes columns) and emits every sum over the launch's rows in `order`. `storage` is the
-// slot buffers' type for ThreadSlots with round_slots.
-void emit_column_sums(ir::Builder& b, const ir::ColumnSumOrder& order, int64_t n, ScalarType storage, const std::vector<ColumnSum>& sums);
+// Makes the kernel a column stage (Kernel::grid_over_rows false) and emits every sum over the
+// launch's rows in `order`. An instance takes a tile of columns: up to 8 vectors of order.lanes
+// on the CPU; one column per thread on the CUDA targets (`one_column`), where a block's threads
+// then read a row's adjacent columns together. Columns are independent: the tile changes no bit.
+// `storage` is the slot buffers' type for ThreadSlots with round_slots.
+void emit_column_sums(ir::Builder& b, const ir::ColumnSumOrder& order, int64_t n, ScalarType storage, const std::vector<ColumnSum>& sums,
+                      bool one_column);
 
 }  // namespace ordo::gen

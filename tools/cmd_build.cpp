@@ -41,72 +41,86 @@ int build_cuda(Args& a, ordo::OpKind op) {
   ordo::Request r = request_from(a, op);
   if (!a.get("cols")) throw Error("missing --cols N (the reduced dim is fixed at compile time)");
   if (!a.get("order")) throw Error("missing --order NAME");
+  std::vector<std::string> options_json;
   ordo::ir::Order o = ordo::gen::resolve(r);
+  // An op of several kernels (a backward op's weight gradients) writes one binary per stage:
+  // k.cubin, then k.stage2.cubin, ..., launched in that order over the same buffers.
   const std::vector<ordo::ir::Kernel> stages = ordo::gen::build_stages(r, o);
-  if (stages.size() > 1)
-    throw Error(fmt::format("{} with order '{}' is {} kernels launched in turn (its weight gradients sum over the rows in a kernel of "
-                            "their own); --target cuda writes one kernel per file, and writing such an op is not implemented yet: "
-                            "build it for --target cpu, or run it with --target cuda",
-                            ordo::name(op), r.order, stages.size()));
-  const ordo::ir::Kernel& k = stages[0];
-  if (std::string err = ordo::ir::verify(k); !err.empty()) throw Error("internal: " + err);
-  const ordo::cuda_backend::Source src = ordo::cuda_backend::render(k);
-  const ordo::cuda_backend::Compiled c = ordo::cuda_backend::compile(src, r.cuda_arch, !ptx, true);
+  std::vector<std::pair<fs::path, std::string>> files;
+  std::string kernels_json, summary;
+  for (size_t stage = 0; stage < stages.size(); ++stage) {
+    const ordo::ir::Kernel& k = stages[stage];
+    const fs::path stage_bin =
+        stage == 0 ? bin : fs::path(bin).replace_filename(bin.stem().string() + fmt::format(".stage{}", stage + 1) + ext);
+    if (std::string err = ordo::ir::verify(k); !err.empty()) throw Error("internal: " + err);
+    const ordo::cuda_backend::Source src = ordo::cuda_backend::render(k);
+    const ordo::cuda_backend::Compiled c = ordo::cuda_backend::compile(src, r.cuda_arch, !ptx, true);
 
-  // Parameters: the argument buffers (scratch buffers are not arguments), then each grid
-  // extent (dim 0 the launch's rows, the others fixed at compile time), the launch's rows, then
-  // the instance count.
-  std::vector<const ordo::ir::Buffer*> arguments;
-  for (const ordo::ir::Buffer& b : k.buffers)
-    if (ordo::ir::is_argument(b)) arguments.push_back(&b);
-  int64_t fixed_instances = 1;
-  for (int64_t e : k.grid_fixed) fixed_instances *= e;
-  const std::string instances = fixed_instances == 1 ? "rows" : fmt::format("rows*{}", fixed_instances);
-  std::string params;
-  for (size_t i = 0; i < src.params.size(); ++i) {
-    const std::string& decl = src.params[i];
-    const std::string pname = decl.substr(decl.rfind(' ') + 1);
-    std::string what;
-    if (i < arguments.size()) {
-      const ordo::ir::Buffer& b = *arguments[i];
-      const std::string len = b.extent == ordo::ir::Extent::rows_by_cols    ? fmt::format("rows*{}", r.cols)
-                              : b.extent == ordo::ir::Extent::cols          ? fmt::format("{}", r.cols)
-                              : b.extent == ordo::ir::Extent::rows_by_fixed ? fmt::format("rows*{}", b.per_row)
-                                                                            : "rows";
-      what = fmt::format("\"buffer\": {}, \"dtype\": \"{}\", \"elements\": \"{}\", \"output\": {}, \"align_bytes\": {}",
-                         json_string(b.name), ordo::name(b.elem), len, b.output ? "true" : "false", src.buffer_align[i]);
-    } else if (const size_t d = i - arguments.size(); d < static_cast<size_t>(k.grid_rank)) {
-      what = d == 0 ? "\"value\": \"rows\"" : fmt::format("\"value\": {}", k.grid_fixed.at(d - 1));
-    } else if (d == static_cast<size_t>(k.grid_rank)) {
-      what = "\"value\": \"rows\"";  // launch_rows
-    } else {
-      what = fmt::format("\"value\": \"{}\"", instances);
+    // Parameters: the argument buffers (scratch buffers are not arguments), then each grid
+    // extent (dim 0 the launch's rows, the others fixed at compile time; a column stage's all
+    // fixed), the launch's rows, then the instance count.
+    std::vector<const ordo::ir::Buffer*> arguments;
+    for (const ordo::ir::Buffer& b : k.buffers)
+      if (ordo::ir::is_argument(b)) arguments.push_back(&b);
+    int64_t fixed_instances = 1;
+    for (int64_t e : k.grid_fixed) fixed_instances *= e;
+    const std::string instances = !k.grid_over_rows ? fmt::format("{}", fixed_instances)
+                                  : fixed_instances == 1 ? "rows"
+                                                         : fmt::format("rows*{}", fixed_instances);
+    std::string params;
+    for (size_t i = 0; i < src.params.size(); ++i) {
+      const std::string& decl = src.params[i];
+      const std::string pname = decl.substr(decl.rfind(' ') + 1);
+      std::string what;
+      if (i < arguments.size()) {
+        const ordo::ir::Buffer& b = *arguments[i];
+        const std::string len = b.extent == ordo::ir::Extent::rows_by_cols    ? fmt::format("rows*{}", r.cols)
+                                : b.extent == ordo::ir::Extent::cols          ? fmt::format("{}", r.cols)
+                                : b.extent == ordo::ir::Extent::rows_by_fixed ? fmt::format("rows*{}", b.per_row)
+                                                                              : "rows";
+        what = fmt::format("\"buffer\": {}, \"dtype\": \"{}\", \"elements\": \"{}\", \"output\": {}, \"align_bytes\": {}",
+                           json_string(b.name), ordo::name(b.elem), len, b.output ? "true" : "false", src.buffer_align[i]);
+      } else if (const size_t d = i - arguments.size(); d < static_cast<size_t>(k.grid_rank)) {
+        const bool rows_dim = k.grid_over_rows && d == 0;
+        what = rows_dim ? "\"value\": \"rows\"" : fmt::format("\"value\": {}", k.grid_fixed.at(k.grid_over_rows ? d - 1 : d));
+      } else if (d == static_cast<size_t>(k.grid_rank)) {
+        what = "\"value\": \"rows\"";  // launch_rows
+      } else {
+        what = fmt::format("\"value\": \"{}\"", instances);
+      }
+      params += fmt::format("{}\n        {{\"name\": {}, \"c_type\": {}, {}}}", i ? "," : "", json_string(pname),
+                            json_string(src.param_types[i]), what);
     }
-    params += fmt::format("{}\n        {{\"name\": {}, \"c_type\": {}, {}}}", i ? "," : "", json_string(pname),
-                          json_string(src.param_types[i]), what);
+    kernels_json += fmt::format(
+        "{}    {{\n      \"name\": {},\n      \"binary\": {},\n      \"stage\": {},\n"
+        "      \"launch\": {{\"block\": [{}, 1, 1], \"grid\": [\"ceil({} / {})\", 1, 1], \"shared_bytes\": 0, "
+        "\"mapping\": \"{}\"}},\n"
+        "      \"params\": [{}\n      ],\n"
+        "      \"ptxas\": {{\"registers\": {}, \"stack_frame_bytes\": {}, \"spill_stores_bytes\": {}, \"spill_loads_bytes\": {}}},\n"
+        "      \"request\": {{\"op\": \"{}\", \"order\": {}, \"cols\": {}, \"x_dtype\": \"{}\", \"weight_dtype\": \"{}\", "
+        "\"eps\": {}, \"key\": {}}}\n    }}",
+        stage ? ",\n" : "", json_string(src.entry), json_string(stage_bin.filename().string()), stage + 1, src.block_threads, instances,
+        src.instances_per_block,
+        src.instances_per_block == 1 ? "one block per instance: instance = blockIdx.x (static __shared__ memory is in the binary), rows >= 1"
+                                     : "one thread per instance: instance = blockIdx.x * blockDim.x + threadIdx.x, rows >= 1",
+        params, c.ptxas.registers, c.ptxas.stack_frame, c.ptxas.spill_stores, c.ptxas.spill_loads, ordo::name(op),
+        json_string(r.order), r.cols, ordo::name(r.x_dtype), ordo::name(r.weight_type()), r.eps, json_string(r.key()));
+    files.emplace_back(stage_bin, ptx ? c.ptx : c.cubin);
+    summary += fmt::format("{}{} (entry {}; {})", stage ? ", " : "", stage_bin.string(), src.entry, c.ptxas.line);
+    if (stage == 0) options_json = c.options;
   }
   std::string options;
-  for (const std::string& opt : c.options) options += (options.empty() ? "" : ", ") + json_string(opt);
+  for (const std::string& opt : options_json) options += (options.empty() ? "" : ", ") + json_string(opt);
   const fs::path manifest = fs::path(bin).replace_extension(".json");
+  // Stages run in the order listed, each after the previous has finished, over the same buffers.
   const std::string m = fmt::format(
       "{{\n  \"binary\": {},\n  \"format\": \"{}\",\n  \"target\": \"cuda\",\n  \"arch\": \"sm_{}\",\n  \"nvrtc\": \"{}\",\n"
-      "  \"nvrtc_options\": [{}],\n  \"kernels\": [\n    {{\n      \"name\": {},\n"
-      "      \"launch\": {{\"block\": [{}, 1, 1], \"grid\": [\"ceil({} / {})\", 1, 1], \"shared_bytes\": 0, "
-      "\"mapping\": \"{}\"}},\n"
-      "      \"params\": [{}\n      ],\n"
-      "      \"ptxas\": {{\"registers\": {}, \"stack_frame_bytes\": {}, \"spill_stores_bytes\": {}, \"spill_loads_bytes\": {}}},\n"
-      "      \"request\": {{\"op\": \"{}\", \"order\": {}, \"cols\": {}, \"x_dtype\": \"{}\", \"weight_dtype\": \"{}\", "
-      "\"eps\": {}, \"key\": {}}}\n    }}\n  ]\n}}\n",
+      "  \"nvrtc_options\": [{}],\n  \"kernels\": [\n{}\n  ]\n}}\n",
       json_string(bin.filename().string()), ptx ? "ptx" : "cubin", r.cuda_arch, ordo::cuda_backend::nvrtc_version(), options,
-      json_string(src.entry), src.block_threads, instances, src.instances_per_block,
-      src.instances_per_block == 1 ? "one block per instance: instance = blockIdx.x (static __shared__ memory is in the binary), rows >= 1"
-                                   : "one thread per instance: instance = blockIdx.x * blockDim.x + threadIdx.x, rows >= 1",
-      params, c.ptxas.registers,
-      c.ptxas.stack_frame, c.ptxas.spill_stores, c.ptxas.spill_loads, ordo::name(op), json_string(r.order), r.cols,
-      ordo::name(r.x_dtype), ordo::name(r.weight_type()), r.eps, json_string(r.key()));
-  write_files_atomic({{bin, ptx ? c.ptx : c.cubin}, {manifest, m}});
-  fmt::print("wrote {} ({} for sm_{}, entry {}), {}; {}\n", bin.string(), ptx ? "PTX" : "cubin", r.cuda_arch, src.entry,
-             manifest.string(), c.ptxas.line);
+      kernels_json);
+  files.emplace_back(manifest, m);
+  write_files_atomic(files);
+  fmt::print("wrote {} for sm_{}: {}; {}\n", ptx ? "PTX" : "cubin", r.cuda_arch, summary, manifest.string());
   return 0;
 }
 

@@ -66,8 +66,8 @@ std::vector<Request> shipped(int64_t n) {
         r.cols = n;
         r.order = std::string(o.name);
         r.x_dtype = t;
-        r.has_weight = op == OpKind::layer_norm || op == OpKind::rms_norm;
-        r.has_bias = op == OpKind::layer_norm;
+        r.has_weight = forward_of(op) == OpKind::layer_norm || forward_of(op) == OpKind::rms_norm;
+        r.has_bias = forward_of(op) == OpKind::layer_norm;
         r.target = Target::cuda;
         if (op == OpKind::attention) {
           r.cols = n < 64 ? 32 : 64;
@@ -102,8 +102,8 @@ TEST_CASE("NVRTC: the PTX holds exactly the IR's fmas, and ptxas spills nothing 
   std::string worst;
   std::vector<std::string> spilling;
   for (int64_t n : {17, 4096}) {
-    for (const Request& r : shipped(n)) {
-      const ir::Kernel k = kernel_for(r);
+    for (const Request& r : shipped(n))
+    for (const ir::Kernel& k : gen::build_stages(r, gen::resolve(r))) {  // every stage of a backward op
       const cuda_backend::Compiled c = cuda_backend::compile(cuda_backend::render(k), 90, false, true);
       INFO(describe(r));
       // CUDA's own expf/logf (device-only orders) bring libdevice's fmas on top of the IR's.

@@ -159,6 +159,21 @@ def cuda_manifest(block, grid, params):
     return check
 
 
+def lnb_cuda_manifest(out):
+    """k.json lists the rows stage (k.cubin) and the column stage (k.stage2.cubin), with the column
+    stage's fixed grid of one thread per column."""
+    kernels = json.load(open(f"{out}/k.json"))["kernels"]
+    if [k["binary"] for k in kernels] != ["k.cubin", "k.stage2.cubin"]:
+        return f"binaries {[k['binary'] for k in kernels]}"
+    for k in kernels:
+        if not os.path.getsize(f"{out}/{k['binary']}"):
+            return f"{k['binary']} is empty"
+    params = [(p["name"], p.get("elements", p.get("value"))) for p in kernels[1]["params"]]
+    if params[-3:] != [("ext0", 100), ("launch_rows", "rows"), ("instances", "100")]:
+        return f"column stage params {params[-3:]}"
+    return None
+
+
 def lnb(*extra, order="torch2.15-cpu", dy="dy.npy", x="x.npy", mean="mean.npy", rstd="rstd.npy", w=None, out=("dx",)):
     argv = ["run", "layer_norm_backward", "--order", order, "--in", "dy={in}/" + dy, "--in", "x={in}/" + x]
     if mean:
@@ -237,6 +252,9 @@ def cases(ind):
               "-o", "{out}/k.cubin"], None,
              cuda_manifest(64, "ceil(rows*2 / 1)", [("b0_q", "rows*6400"), ("b1_k", "rows*1920"), ("b2_v", "rows*1920"),
                                                     ("b3_out", "rows*6400"), ("ext0", "rows"), ("ext1", 2), ("launch_rows", "rows"), ("instances", "rows*2")])),
+        Case("layer_norm_backward builds for target cuda: one binary per stage, the column stage's grid fixed",
+             ["build", "layer_norm_backward", "--order", "torch2.15-cpu(threads=2)", "--cols", "100", "--target", "cuda", "-o",
+              "{out}/k.cubin"], None, lnb_cuda_manifest),
         Case("flash-cuda threads not a power of two", attn(order="flash-cuda(threads=48)"), ["threads=48", "power of two"]),
 
         Case("valid attention with lse", attn(out=("out", "lse")), None,
