@@ -27,10 +27,11 @@ inline const std::vector<int64_t> kFullSweepN = {1, 2, 7, 8, 9, 15, 16, 17, 127,
 // ~10x slower): one N per regime (below a vector, exact vectors, a tail, several chunks, a
 // long row with a tail) instead of every boundary.
 inline const std::vector<int64_t> kReducedSweepN = {1, 7, 8, 17, 129, 4097};
-inline const std::vector<int64_t>& sweep_n() {
+inline bool reduced_sweep() {
   const char* v = std::getenv("ORDO_BACKEND_SWEEP");
-  return v && std::string(v) == "reduced" ? kReducedSweepN : kFullSweepN;
+  return v && std::string(v) == "reduced";
 }
+inline const std::vector<int64_t>& sweep_n() { return reduced_sweep() ? kReducedSweepN : kFullSweepN; }
 // cuda-emu, where every kernel is a host-compiler run (about a second, several for the 16-bit
 // cascades): each regime once, plus the boundaries of a vector (2, 16) and the longest row;
 // ORDO_CUDA_EMU_SWEEP=full runs the CPU backend's full list. The CPU backend runs all 17 sizes,

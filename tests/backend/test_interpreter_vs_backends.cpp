@@ -68,7 +68,11 @@ void sweep(OpKind op) {
 
 TEST_CASE("layer_norm: every backend matches the interpreter bit for bit") { sweep(OpKind::layer_norm); }
 TEST_CASE("layer_norm_backward: every backend matches the interpreter bit for bit (both stages)") {
-  const int cases = backward_vs_interpreter(OpKind::layer_norm_backward, Target::cpu, {1, 7, 8, 9, 15, 16, 17, 33, 129, 1000}, {1, 2, 7, 33, 70});
+  // The reduced sweep (ASan builds): one width per regime, weight and bias in rotation.
+  const int cases = reduced_sweep()
+                        ? backward_vs_interpreter(OpKind::layer_norm_backward, Target::cpu, {1, 9, 17, 129}, {1, 7, 33}, true)
+                        : backward_vs_interpreter(OpKind::layer_norm_backward, Target::cpu, {1, 7, 8, 9, 15, 16, 17, 33, 129, 1000},
+                                                  {1, 2, 7, 33, 70});
   MESSAGE(fmt::format("layer_norm_backward: {} requests compared bitwise", cases));
 }
 
