@@ -122,6 +122,32 @@ int main(void) {
     ordo_kernel_release(at);
   }
 
+  /* A backward op: two kernels behind one handle (dx over the rows, then the weight gradients
+   * over the columns). dy = 1 everywhere: dbias is the row count, and with weight 1 the row sums
+   * of dx vanish up to rounding. */
+  ordo_request* br = ordo_request_new("layer_norm_backward");
+  CHECK(br != NULL, "layer_norm_backward request");
+  CHECK(ordo_request_set(br, "cols", "8") == ORDO_OK && ordo_request_set(br, "order", "batch-invariant") == ORDO_OK, "set");
+  ordo_kernel* bk = ordo_compile(br);
+  CHECK(bk != NULL, "layer_norm_backward compiles: %s", ordo_last_error());
+  ordo_request_free(br);
+  if (bk) {
+    CHECK(ordo_kernel_num_args(bk) == 8, "dy, x, weight, mean, rstd, dx, dweight, dbias: got %d", ordo_kernel_num_args(bk));
+    float dy[24], xs[24], w[8], mean[3] = {3.5f, 3.5f, 3.5f}, rstd[3] = {0.5f, 0.5f, 0.5f}, dx[24], dw[8], db[8];
+    for (int i = 0; i < 24; ++i) {
+      dy[i] = 1.0f;
+      xs[i] = (float)(i % 8);
+    }
+    for (int i = 0; i < 8; ++i) w[i] = 1.0f;
+    void* bb[8] = {dy, xs, w, mean, rstd, dx, dw, db};
+    int64_t lens[8] = {24, 24, 8, 3, 3, 24, 8, 8};
+    CHECK(ordo_kernel_run(bk, bb, lens, 3, 1) == ORDO_OK, "layer_norm_backward runs: %s", ordo_last_error());
+    CHECK(db[0] == 3.0f && db[7] == 3.0f, "dbias = 3 rows of dy = 1 (got %g, %g)", (double)db[0], (double)db[7]);
+    CHECK(dw[0] == -5.25f && dw[7] == 5.25f, "dweight = 3 * (x - 3.5) * 0.5 (got %g, %g)", (double)dw[0], (double)dw[7]);
+    CHECK(dx[0] == 0.0f && dx[23] == 0.0f, "dx of a constant dy is 0 (got %g, %g)", (double)dx[0], (double)dx[23]);
+    ordo_kernel_release(bk);
+  }
+
   ordo_kernel_release(sm);
   ordo_kernel_release(jit);
   ordo_kernel_release(spec);
