@@ -14,6 +14,7 @@
 
 #include "gen/gen.hpp"
 #include "ir/error.hpp"
+#include "ordo/plot.hpp"
 #include "ordo/compare.hpp"
 #include "ordo/ordo.hpp"
 
@@ -182,6 +183,17 @@ PYBIND11_MODULE(_ordo, m) {
     });
   }, py::arg("head_dim"), py::arg("seq_q"), py::arg("seq_k"), py::arg("dtype"), py::arg("order"), py::arg("causal") = false,
      py::arg("scale") = std::nullopt, py::arg("lse") = false);
+
+  // A bar chart of speed ratios (bench/vs_torch.py): rows of (label, ratio, target, lower_is_better).
+  m.def("write_ratio_chart", [](const std::string& path, const std::string& heading,
+                                const std::vector<std::tuple<std::string, double, double, bool>>& rows) {
+    translate([&] {
+      std::vector<ordo::RatioBar> bars;
+      for (const auto& [label, ratio, target, lower] : rows) bars.push_back({label, ratio, target, lower});
+      ordo::write_ratio_chart_png(path, heading, bars);
+      return 0;
+    });
+  });
 
   m.def("orders", [] {
     py::list out;

@@ -422,4 +422,55 @@ void write_ulp_histogram_png(const std::string& path, const std::string& heading
   write_file_atomic(path, encode_png(canvas));
 }
 
+void write_ratio_chart_png(const std::string& path, const std::string& heading, const std::vector<RatioBar>& rows) {
+  if (rows.empty()) throw Error(fmt::format("{}: no rows to plot", path));
+  double lo = 1, hi = 1;  // the axis always shows parity
+  for (const RatioBar& r : rows) {
+    if (!(r.ratio > 0) || !std::isfinite(r.ratio)) throw Error(fmt::format("{}: row '{}' has ratio {}", path, r.label, r.ratio));
+    lo = std::min({lo, r.ratio, r.target > 0 ? r.target : lo});
+    hi = std::max({hi, r.ratio, r.target > 0 ? r.target : hi});
+  }
+  const double log_lo = std::floor(std::log10(lo) * 2) / 2, log_hi = std::ceil(std::log10(hi) * 2) / 2 + 0.25;
+  constexpr int kRowH = kTextH + 14, kPlotW = 560;
+  int label_w = 0;
+  for (const RatioBar& r : rows) label_w = std::max(label_w, text_width(r.label, kScale));
+  const int plot_x = kPad + label_w + 16, value_w = text_width("99.99x (>=9.9) ", kScale);
+  const int width = std::max(kMinWidth, plot_x + kPlotW + value_w + kPad);
+  const std::string caption = "ratio = torch time / ordo time (above 1: ordo is faster); log axis; tick: target; "
+                              "green: met, red: missed";
+  const std::vector<std::string> heading_lines = wrap(heading, kScale, width - 2 * kPad);
+  const std::vector<std::string> caption_lines = wrap(caption, kScale, width - 2 * kPad);
+  const int plot_y = kPad + int(heading_lines.size()) * (kTextH + 6) + 10;
+  const int axis_y = plot_y + int(rows.size()) * kRowH;
+  const int height = axis_y + 2 * kTextH + 20 + int(caption_lines.size()) * (kTextH + 4) + kPad;
+  Canvas canvas(width, height);
+  for (size_t i = 0; i < heading_lines.size(); ++i) canvas.text(kPad, kPad + int(i) * (kTextH + 6), heading_lines[i], kScale, kInk);
+  auto x_of = [&](double v) { return plot_x + int(std::lround(kPlotW * (std::log10(v) - log_lo) / (log_hi - log_lo))); };
+  // Grid at each power of ten and its half decade, labelled below the axis.
+  for (double e = std::ceil(log_lo * 2) / 2; e <= log_hi; e += 0.5) {
+    const double v = std::pow(10.0, e);
+    canvas.fill(x_of(v), plot_y, 1, axis_y - plot_y, kGrid);
+    const std::string tick = v >= 1 ? fmt::format("{:g}x", std::round(v * 10) / 10) : fmt::format("{:.2g}x", v);
+    canvas.text(x_of(v) - text_width(tick, kScale) / 2, axis_y + 8, tick, kScale, kNote);
+  }
+  constexpr Rgb kMet{56, 150, 70}, kMissed{200, 55, 45}, kNone{150, 150, 150};
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const RatioBar& r = rows[i];
+    const int y = plot_y + int(i) * kRowH;
+    canvas.text(plot_x - 16 - text_width(r.label, kScale), y + 4, r.label, kScale, kInk);
+    const bool met = r.target <= 0 || (r.lower_is_better ? r.ratio <= r.target : r.ratio >= r.target);
+    const int x0 = x_of(std::pow(10.0, log_lo)), x1 = x_of(r.ratio);
+    canvas.fill(x0, y + 2, std::max(1, x1 - x0), kRowH - 6, r.target <= 0 ? kNone : met ? kMet : kMissed);
+    if (r.target > 0) canvas.fill(x_of(r.target) - 1, y, 3, kRowH - 2, kInk);
+    const std::string value = r.target > 0 ? fmt::format("{:.2f}x ({}{:g})", r.ratio, r.lower_is_better ? "<=" : ">=", r.target)
+                                           : fmt::format("{:.2f}x", r.ratio);
+    canvas.text(std::max(x1, r.target > 0 ? x_of(r.target) : x1) + 8, y + 4, value, kScale, kInk);
+  }
+  canvas.fill(x_of(1.0) - 1, plot_y, 2, axis_y - plot_y, kAxis);  // parity
+  canvas.fill(plot_x, axis_y, kPlotW, 2, kAxis);
+  for (size_t i = 0; i < caption_lines.size(); ++i)
+    canvas.text(kPad, axis_y + 2 * kTextH + 20 + int(i) * (kTextH + 4), caption_lines[i], kScale, kNote);
+  write_file_atomic(path, encode_png(canvas));
+}
+
 }  // namespace ordo

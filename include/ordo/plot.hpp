@@ -24,4 +24,19 @@ struct UlpHistogramPanel {
 void write_ulp_histogram_png(const std::string& path, const std::string& heading,
                              const std::vector<UlpHistogramPanel>& panels);
 
+// One bar of a speed chart: a ratio against a baseline (torch's time over ordo's), and its target.
+struct RatioBar {
+  std::string label;
+  double ratio = 0;        // > 0
+  double target = 0;       // 0: none
+  bool lower_is_better = false;
+};
+
+// Writes `path` as a PNG: `heading`, then one horizontal bar per row on a log axis shared by all
+// bars, with a line at 1x (parity), each target as a black tick, the ratio printed after the bar,
+// and the bar green where the target is met, red where it is missed, grey without a target.
+// Throws ordo::Error naming `path` on failure (no rows, a ratio that is not a positive number);
+// written beside `path` and renamed, as write_ulp_histogram_png.
+void write_ratio_chart_png(const std::string& path, const std::string& heading, const std::vector<RatioBar>& rows);
+
 }  // namespace ordo

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -222,4 +223,29 @@ TEST_CASE("bad input is rejected before anything is written") {
   CHECK_THROWS_WITH_AS(write_ulp_histogram_png(path.string(), "h", {{"fast", {0, -2}}}),
                        doctest::Contains("-2"), Error);
   CHECK(fs::is_empty(dir.path));
+}
+
+TEST_CASE("the speed chart: a bar per row, longer for a larger ratio, green where the target is met, red where missed") {
+  TempDir dir;
+  const fs::path path = dir.path / "speed.png";
+  write_ratio_chart_png(path.string(), "ordo vs torch",
+                        {{"met", 4.0, 3.0, false}, {"missed", 2.0, 3.0, false}, {"lower is better, met", 0.5, 0.6, true}});
+  const DecodedPng d = read_png(path);
+  constexpr uint8_t kMet[3] = {56, 150, 70}, kMissed[3] = {200, 55, 45};
+  // Where each colour's bars end (the target ticks cross the bars, so runs are cut; the ends are not).
+  auto right_end = [&](const uint8_t (&rgb)[3]) {
+    uint32_t end = 0;
+    for (uint32_t y = 0; y < d.height; ++y)
+      for (auto [a, b] : runs_in_row(d, y, rgb)) end = std::max(end, b);
+    return end;
+  };
+  const uint32_t met = right_end(kMet), missed = right_end(kMissed);
+  CHECK(met > 0);
+  CHECK(missed > 0);
+  CHECK(met > missed);  // 4x reaches further than 2x on the shared axis
+  CHECK_THROWS_WITH_AS(write_ratio_chart_png((dir.path / "none.png").string(), "x", {}), doctest::Contains("no rows"), Error);
+  CHECK_THROWS_WITH_AS(write_ratio_chart_png((dir.path / "bad.png").string(), "x", {{"zero", 0.0, 1.0, false}}),
+                       doctest::Contains("zero"), Error);
+  CHECK(!fs::exists(dir.path / "none.png"));
+  CHECK(!fs::exists(dir.path / "bad.png"));
 }
