@@ -428,9 +428,10 @@ struct NormBackwardOrder {
 struct SoftmaxBackwardOrder {
   enum class Kind : uint8_t {
     // PyTorch 2.x's CPU _vec_host_softmax_backward_lastdim (ATen/native/cpu/SoftMaxKernel.cpp;
-    // measured against torch 2.15): s by vec::map2_reduce_all (softmax) or vec::reduce_all
-    // (log_softmax) on vectors of `lanes` f32, a 16-bit vector of 2*lanes elements feeding two
-    // accumulators (gen/norm_backward.hpp, VecReduceAll): the first vector's products rounded,
+    // measured against torch 2.15, docs/research/torch2.15-softmax-backward.md): s by
+    // vec::map2_reduce_all (softmax) or vec::reduce_all (log_softmax) on vectors of `lanes` f32, a
+    // 16-bit vector of 2*lanes elements feeding two accumulators (gen/norm_backward.hpp,
+    // VecReduceAll): the first vector's products rounded,
     // the steady loop's products rounded then added, the masked tail's as `fma_tail` says, the
     // lanes folded by `fold`. dx by `exp`; log_softmax's dx = fma(-exp(y), s, dy) when `fma`.
     TorchCpu,
@@ -445,12 +446,12 @@ struct SoftmaxBackwardOrder {
   // of two widened 16-bit values is exact in f32, so for 16-bit storage the choice changes no bit.
   enum class TailFma : uint8_t { Never, Always, Inline };
   Kind kind = Kind::Summed;
-  int lanes = 8;                      // TorchCpu
-  LaneFold fold = LaneFold::Halving;  // TorchCpu
+  int lanes = 8;                       // TorchCpu
+  LaneFold fold = LaneFold::Halving;   // TorchCpu
   TailFma fma_tail = TailFma::Inline;  // TorchCpu
-  bool fma = true;                    // log_softmax's dx as one fma
-  MathImpl exp = MathImpl::SleefU10;  // log_softmax's exp(y)
-  SumOrder sum{};                     // Summed
+  bool fma = true;                     // log_softmax's dx as one fma
+  MathImpl exp = MathImpl::SleefU10;   // log_softmax's exp(y)
+  SumOrder sum{};                      // Summed
 };
 
 // The whole order of a normalization-family op.
