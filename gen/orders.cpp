@@ -25,7 +25,8 @@ const std::vector<OpKind> kNormOps = {OpKind::layer_norm, OpKind::rms_norm, OpKi
 const std::vector<ScalarType> kAllStorage = {f32, bf16, f16};
 const std::vector<OpKind> kSoftmaxOps = {OpKind::softmax, OpKind::log_softmax};
 const std::vector<OpKind> kAllOps = {OpKind::layer_norm, OpKind::rms_norm, OpKind::var_mean, OpKind::softmax, OpKind::log_softmax,
-                                     OpKind::attention, OpKind::layer_norm_backward};
+                                     OpKind::attention, OpKind::layer_norm_backward, OpKind::softmax_backward,
+                                     OpKind::log_softmax_backward};
 
 // PyTorch 1.13 CPU softmax/log_softmax over the last dim (docs/research/softmax-torch1.13.md).
 // float: reduce_all trees over 8 lanes (avx2: a halving tree; default: lanes in order), exp and
@@ -129,6 +130,30 @@ NormBackwardOrder torch215_layer_norm_backward(Capability cap) {
   return n;
 }
 
+// softmax_backward / log_softmax_backward over the last dim (../shared/backward-orders.md section 3.1;
+// measured against torch 2.15 on 1 and 2 threads): registered with ALSO_REGISTER_AVX512_DISPATCH,
+// so avx512 runs 16 lanes and avx2 8, both folded by halving and contracted by GCC (the masked tail
+// of map2_reduce_all on the inline path only, log_softmax's dx), exp by Sleef's expf_u10; default:
+// 8 lanes folded in order, no fma, glibc's expf.
+SoftmaxBackwardOrder torch215_softmax_backward(Capability cap) {
+  SoftmaxBackwardOrder s;
+  s.kind = SoftmaxBackwardOrder::Kind::TorchCpu;
+  s.lanes = cap == Capability::avx512 ? 16 : 8;
+  s.fold = cap == Capability::base ? LaneFold::Sequential : LaneFold::Halving;
+  s.fma_tail = cap == Capability::base ? SoftmaxBackwardOrder::TailFma::Never : SoftmaxBackwardOrder::TailFma::Inline;
+  s.fma = cap != Capability::base;
+  s.exp = cap == Capability::base ? MathImpl::Glibc : MathImpl::SleefU10;
+  return s;
+}
+
+// ordo's own softmax backward: s by `sum`, Sleef's exp, log_softmax's dx as one fma.
+SoftmaxBackwardOrder summed_softmax_backward(SumOrder sum) {
+  SoftmaxBackwardOrder s;
+  s.kind = SoftmaxBackwardOrder::Kind::Summed;
+  s.sum = sum;
+  return s;
+}
+
 Order torch215(ScalarType storage, Capability cap, const Request& r) {
   Order o;
   if (r.op == OpKind::attention) {
@@ -141,6 +166,10 @@ Order torch215(ScalarType storage, Capability cap, const Request& r) {
   }
   if (r.op == OpKind::layer_norm_backward) {
     o.norm_backward = torch215_layer_norm_backward(cap);
+    return o;
+  }
+  if (r.op == OpKind::softmax_backward || r.op == OpKind::log_softmax_backward) {
+    o.softmax_backward = torch215_softmax_backward(cap);
     return o;
   }
   o.softmax = torch113_softmax(storage, cap);
@@ -354,7 +383,8 @@ NormBackwardOrder centered_backward(SumOrder sum, int64_t block_rows) {
 
 std::vector<NamedOrder> make_table() {
   std::vector<NamedOrder> t;
-  t.push_back({"fast", "the fastest order ordo has: two-pass, 4x8-lane fma sums, fused affine; attention: flash(bc=64,queries=16,exp2=on,fma=all) (no reference)",
+  t.push_back({"fast", "the fastest order ordo has: two-pass, 4x8-lane fma sums, fused affine; attention: flash(bc=64,queries=16,exp2=on,fma=all); "
+               "softmax/log_softmax_backward: s by 4x8-lane fma sums, Sleef exp, log_softmax's dx as one fma (no reference)",
                kAllOps, kAllStorage, false, false, [](ScalarType, ScalarType acc, const Request&) {
                  Order o = two_pass(lane_tree(8, 4, true), acc);
                  o.affine = {F::ScaleBias, true};
@@ -362,39 +392,48 @@ std::vector<NamedOrder> make_table() {
                  o.attention = flash(64, true, true);
                  o.attention.query_lanes = 16;  // two AVX2 vectors of queries: each loaded key value serves 16 queries
                  o.norm_backward = centered_backward(lane_tree(8, 4, true), 64);
+                 o.softmax_backward = summed_softmax_backward(lane_tree(8, 4, true));
                  return o;
                }});
   t.push_back({"batch-invariant",
                "backward ops: every bit independent of the thread count and of how rows are batched: dx from its own row's "
-               "16-lane fma sums; weight gradients summed in blocks of 32 rows, the blocks combined by a fixed binary tree "
-               "(no reference)",
-               {OpKind::layer_norm_backward}, kAllStorage, false, false, [](ScalarType, ScalarType, const Request&) {
+               "16-lane fma sums; weight gradients summed in blocks of 32 rows, the blocks combined by a fixed binary tree; "
+               "softmax/log_softmax_backward: s = sum(dy*y) or sum(dy) as one 16-lane fma sum, halving fold, Sleef exp, "
+               "log_softmax's dx = fma(-exp(y), s, dy) (no reference)",
+               {OpKind::layer_norm_backward, OpKind::softmax_backward, OpKind::log_softmax_backward}, kAllStorage, false, false,
+               [](ScalarType, ScalarType, const Request&) {
                  Order o;
                  o.norm_backward = centered_backward(lane_tree(16, 1, true), 32);
+                 o.softmax_backward = summed_softmax_backward(lane_tree(16, 1, true));
                  return o;
                }});
-  const std::vector<OpKind> torch215_ops = {OpKind::layer_norm, OpKind::rms_norm, OpKind::var_mean, OpKind::softmax,
-                                            OpKind::log_softmax, OpKind::attention, OpKind::layer_norm_backward};
+  const std::vector<OpKind> torch215_ops = {OpKind::layer_norm,          OpKind::rms_norm,         OpKind::var_mean,
+                                            OpKind::softmax,             OpKind::log_softmax,      OpKind::attention,
+                                            OpKind::layer_norm_backward, OpKind::softmax_backward, OpKind::log_softmax_backward};
   t.push_back({"torch2.15-cpu-default",
                "PyTorch 2.15 CPU, ATEN_CPU_CAPABILITY=default. layer_norm: f32 8-lane Welford cascade (two f32 streams per 16-bit "
                "vector), no fma; rms_norm: F.rms_norm's composite in f32 (SumKernel's 4x8-lane cascade over the rounded squares; "
                "a single row over 32768 long is summed in per-thread chunks, as torch does, given threads=T); "
                "softmax/log_softmax: torch1.13-cpu-default's; var_mean: sequential Welford in f64; attention (f32, bf16): the CPU "
-               "flash kernel with glibc expf, MKL's block products (threads=T: torch's thread count; mkl=intel or mkl=amd: the host whose MKL kernels ran)",
+               "flash kernel with glibc expf, MKL's block products (threads=T: torch's thread count; mkl=intel or mkl=amd: the host whose MKL kernels ran); "
+               "softmax/log_softmax_backward: vec::map2_reduce_all/reduce_all on 8 lanes folded in order, no fma, glibc expf",
                torch215_ops, kAllStorage, true, true,
                [](ScalarType s, ScalarType, const Request& r) { return torch215(s, Capability::base, r); }});
   t.back().takes_environment = true;
   t.push_back({"torch2.15-cpu-avx2",
                "PyTorch 2.15 CPU, ATEN_CPU_CAPABILITY=avx2. layer_norm: the cascade with fma updates and AddMomentsVec merges, "
                "fused affine; rms_norm: as default; softmax/log_softmax: torch1.13-cpu-avx2's; var_mean: sequential Welford in f64; "
-               "attention: the CPU flash kernel with 8-lane exp_u20",
+               "attention: the CPU flash kernel with 8-lane exp_u20; softmax/log_softmax_backward: 8-lane map2_reduce_all/reduce_all, "
+               "halving fold, the masked tail fused when torch runs the rows inline (threads=1 or one row), dx = fma(-exp(y), s, dy) "
+               "with Sleef expf_u10",
                torch215_ops, kAllStorage, true, true,
                [](ScalarType s, ScalarType, const Request& r) { return torch215(s, Capability::avx2, r); }});
   t.back().takes_environment = true;
   t.push_back({"torch2.15-cpu-avx512",
                "PyTorch 2.15 CPU, ATEN_CPU_CAPABILITY=avx512: softmax/log_softmax by its AVX-512 kernels (16 lanes); layer_norm "
                "has no AVX-512 kernel, so it is torch2.15-cpu-avx2's; rms_norm: as default (8 lanes here too); var_mean: "
-               "sequential Welford in f64; attention: the CPU flash kernel with 16-lane exp_u20",
+               "sequential Welford in f64; attention: the CPU flash kernel with 16-lane exp_u20; softmax/log_softmax_backward: "
+               "torch2.15-cpu-avx2's on 16 lanes",
                torch215_ops, kAllStorage, true, true,
                [](ScalarType s, ScalarType, const Request& r) { return torch215(s, Capability::avx512, r); }});
   t.back().takes_environment = true;
@@ -685,11 +724,11 @@ void apply_parameters(Order& o, std::string_view params, std::string_view order_
     };
     if (key == "lanes") {
       int v = power_of_two(integer(1, 32));
-      o.moments.lanes = o.moments.sum.lanes = o.square_sum.lanes = o.softmax.lanes = v;
+      o.moments.lanes = o.moments.sum.lanes = o.square_sum.lanes = o.softmax.lanes = o.softmax_backward.sum.lanes = v;
     } else if (key == "chunk") {
       o.moments.chunk = integer(1, 64);
     } else if (key == "accumulators") {
-      o.moments.sum.accumulators = o.square_sum.accumulators = integer(1, 8);
+      o.moments.sum.accumulators = o.square_sum.accumulators = o.softmax_backward.sum.accumulators = integer(1, 8);
     } else if (key == "outer") {
       o.moments.sum.outer_chunk = o.square_sum.outer_chunk = integer(0, 1 << 30);
     } else if (key == "block") {
@@ -699,7 +738,7 @@ void apply_parameters(Order& o, std::string_view params, std::string_view order_
         throw Error(fmt::format("order '{}': fma={} is not none, update, merge or all", order_name, value));
       o.moments.fma_update = value == "update" || value == "all";
       o.moments.fma_merge = value == "merge" || value == "all";
-      o.moments.sum.fma = o.square_sum.fma = value != "none";
+      o.moments.sum.fma = o.square_sum.fma = o.softmax_backward.sum.fma = o.softmax_backward.fma = value != "none";
       o.attention.dot_fma = value != "none";
     } else if (key == "bc") {
       o.attention.key_block = integer(1, 4096);
@@ -988,9 +1027,9 @@ std::vector<Kernel> build_stages(const Request& r, const Order& o) {
     case OpKind::log_softmax: ks.push_back(build_softmax(r, o)); break;
     case OpKind::attention: ks.push_back(build_attention(r, o)); break;
     case OpKind::layer_norm_backward: ks = build_layer_norm_backward(r, o); break;
-    case OpKind::rms_norm_backward:
     case OpKind::softmax_backward:
-    case OpKind::log_softmax_backward:
+    case OpKind::log_softmax_backward: ks.push_back(build_softmax_backward(r, o)); break;
+    case OpKind::rms_norm_backward:
     case OpKind::attention_backward: throw Error(fmt::format("{} has no kernel yet", name(r.op)));
   }
   for (size_t i = 0; i < ks.size(); ++i) {

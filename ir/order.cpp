@@ -146,4 +146,15 @@ std::string describe(const NormBackwardOrder& n) {
   return fmt::format("centered(sum={}, dx={}, columns={})", describe(n.sum), n.fma_dx ? "fma" : "mul+add", describe(n.columns));
 }
 
+std::string describe(const SoftmaxBackwardOrder& s) {
+  const char* dx = s.fma ? "log dx fma" : "log dx mul+sub";
+  if (s.kind == SoftmaxBackwardOrder::Kind::TorchCpu) {
+    using T = SoftmaxBackwardOrder::TailFma;
+    const char* tail = s.fma_tail == T::Always ? "fma" : s.fma_tail == T::Never ? "mul+add" : "fma when inline (threads=1 or one row)";
+    return fmt::format("torch_cpu(vec_reduce_all lanes={}, fold={}, tail {}, {}, exp={})", s.lanes, fold_name(s.fold), tail, dx,
+                       math_name(s.exp));
+  }
+  return fmt::format("summed(sum={}, {}, exp={})", describe(s.sum), dx, math_name(s.exp));
+}
+
 }  // namespace ordo::ir

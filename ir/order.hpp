@@ -419,6 +419,41 @@ struct NormBackwardOrder {
   ColumnSumOrder columns{};
 };
 
+// How the backward of softmax and log_softmax over the last dim forms dx from dy and the
+// forward's output y (one row per program instance; no weight gradients):
+//   softmax_backward:     s = sum(dy*y),  dx = (dy - s)*y
+//   log_softmax_backward: s = sum(dy),    dx = dy - exp(y)*s
+// s is an f32 scalar, also for 16-bit storage (it is not rounded to the storage type); dx is
+// computed in f32 on the widened inputs and rounded once, at the store.
+struct SoftmaxBackwardOrder {
+  enum class Kind : uint8_t {
+    // PyTorch 2.x's CPU _vec_host_softmax_backward_lastdim (ATen/native/cpu/SoftMaxKernel.cpp;
+    // measured against torch 2.15, docs/research/torch2.15-softmax-backward.md): s by
+    // vec::map2_reduce_all (softmax) or vec::reduce_all (log_softmax) on vectors of `lanes` f32, a
+    // 16-bit vector of 2*lanes elements feeding two accumulators (gen/norm_backward.hpp,
+    // VecReduceAll): the first vector's products rounded,
+    // the steady loop's products rounded then added, the masked tail's as `fma_tail` says, the
+    // lanes folded by `fold`. dx by `exp`; log_softmax's dx = fma(-exp(y), s, dy) when `fma`.
+    TorchCpu,
+    // ordo's own: s by `sum` (a SumOrder over the terms dy*y or dy), dx as above by `exp`,
+    // log_softmax's as one fma when `fma`.
+    Summed,
+  };
+  // TorchCpu: whether the masked tail's products accumulate as fma(dy, y, lane). PyTorch runs the
+  // row loop through at::parallel_for, inline when it has one thread (Order::threads == 1) or the
+  // launch has one row, else in OpenMP's outlined copy of the loop; GCC contracted the tail in the
+  // inline copy only (measured: torch 2.15 on 1 and 2 threads). `Inline` is that rule. A product
+  // of two widened 16-bit values is exact in f32, so for 16-bit storage the choice changes no bit.
+  enum class TailFma : uint8_t { Never, Always, Inline };
+  Kind kind = Kind::Summed;
+  int lanes = 8;                       // TorchCpu
+  LaneFold fold = LaneFold::Halving;   // TorchCpu
+  TailFma fma_tail = TailFma::Inline;  // TorchCpu
+  bool fma = true;                     // log_softmax's dx as one fma
+  MathImpl exp = MathImpl::SleefU10;   // log_softmax's exp(y)
+  SumOrder sum{};                      // Summed
+};
+
 // The whole order of a normalization-family op.
 struct Order {
   MomentsOrder moments;      // layer_norm, var_mean
@@ -427,6 +462,7 @@ struct Order {
   SoftmaxOrder softmax;      // softmax, log_softmax
   AttentionOrder attention;  // attention
   NormBackwardOrder norm_backward;  // layer_norm_backward, rms_norm_backward
+  SoftmaxBackwardOrder softmax_backward;  // softmax_backward, log_softmax_backward
   // PyTorch 1.13's bf16 kernels round every intermediate of the statistics and of rstd to
   // the storage type. When set and the storage type is 16-bit, every such f32 result is
   // followed by a Cast to storage and back, visible in the IR. An f64 accumulation is
@@ -435,7 +471,8 @@ struct Order {
   int elementwise_lanes = 8;  // vector width of elementwise passes; has no numerical effect
   // The reference library's intra-op thread count, for the reductions whose order depends on it:
   // PyTorch 2.x sums a single row of more than 32768 elements in per-thread chunks (rms_norm's
-  // mean of squares, gen/rms_norm.cpp); its CPU attention calls MKL threaded (AttentionOrder::gemm).
+  // mean of squares, gen/rms_norm.cpp); its CPU attention calls MKL threaded (AttentionOrder::gemm);
+  // its softmax backward contracts differently on one thread (SoftmaxBackwardOrder::TailFma::Inline).
   int threads = 1;
 };
 
@@ -447,5 +484,6 @@ std::string describe(const GemmOrder& g);
 std::string describe(const AttentionOrder& a);
 std::string describe(const ColumnSumOrder& c);
 std::string describe(const NormBackwardOrder& n);
+std::string describe(const SoftmaxBackwardOrder& s);
 
 }  // namespace ordo::ir

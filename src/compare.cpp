@@ -265,9 +265,28 @@ std::map<std::string, std::vector<double>> layer_norm_backward_f64(const Request
   return out;
 }
 
+// softmax_backward and log_softmax_backward in float64 from the given y: softmax
+// dx = (dy - sum(dy*y))*y, log_softmax dx = dy - exp(y)*sum(dy).
+std::map<std::string, std::vector<double>> softmax_backward_f64(const Request& r, const HostBuffers& in, int64_t rows) {
+  const int64_t N = r.cols;
+  const ScalarType t = r.x_dtype;
+  const bool log = r.op == OpKind::log_softmax_backward;
+  const uint8_t *dy = in.get("dy").data(), *y = in.get("y").data();
+  std::map<std::string, std::vector<double>> out;
+  std::vector<double>& dx = out["dx"];
+  for (int64_t row = 0; row < rows; ++row) {
+    double s = 0;
+    for (int64_t j = row * N; j < (row + 1) * N; ++j) s += log ? value_at(t, dy, j) : value_at(t, dy, j) * value_at(t, y, j);
+    for (int64_t j = row * N; j < (row + 1) * N; ++j)
+      dx.push_back(log ? value_at(t, dy, j) - std::exp(value_at(t, y, j)) * s : (value_at(t, dy, j) - s) * value_at(t, y, j));
+  }
+  return out;
+}
+
 std::map<std::string, std::vector<double>> reference_f64(const Request& r, const HostBuffers& in, int64_t rows) {
   if (r.op == OpKind::attention) return attention_f64(r, in, rows);
   if (r.op == OpKind::layer_norm_backward) return layer_norm_backward_f64(r, in, rows);
+  if (r.op == OpKind::softmax_backward || r.op == OpKind::log_softmax_backward) return softmax_backward_f64(r, in, rows);
   if (is_backward(r.op)) throw Error(fmt::format("compare: {} has no float64 reference yet", name(r.op)));
   const int64_t N = r.cols;
   const ScalarType xt = r.x_dtype, wt = r.weight_type();
@@ -333,7 +352,7 @@ std::map<std::string, std::vector<double>> reference_f64(const Request& r, const
         }
         break;
       }
-      default: break;  // attention_f64, layer_norm_backward_f64
+      default: break;  // attention_f64, layer_norm_backward_f64, softmax_backward_f64
     }
   }
   return out;

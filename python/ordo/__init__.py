@@ -15,7 +15,8 @@ import math
 
 from . import _ordo
 
-__all__ = ["layer_norm", "rms_norm", "var_mean", "softmax", "log_softmax", "attention", "layer_norm_backward", "orders", "compare"]
+__all__ = ["layer_norm", "rms_norm", "var_mean", "softmax", "log_softmax", "attention", "layer_norm_backward", "softmax_backward",
+           "log_softmax_backward", "orders", "compare"]
 
 
 def __getattr__(name):
@@ -157,15 +158,15 @@ def _run_backward(op, data, inputs, order, bias=False, saved_stats=True, dtype=N
     """A row-wise backward op: `data` is the forward tensor that gives the shape (x, or softmax's y),
     inputs {name: array or None} the others (dy first). Outputs shaped like data (dx), (N,) for the
     weight gradients."""
+    dname = "y" if op in ("softmax_backward", "log_softmax_backward") else "x"
     if not hasattr(data, "shape") or len(data.shape) < 1:
-        raise ValueError("x must have at least one dimension; the op reduces the last")
+        raise ValueError(f"{dname} must have at least one dimension; the op reduces the last")
     given = {k: v for k, v in inputs.items() if v is not None}
-    for name in ("dy",) + tuple(n for n in given if n in ("dy",)):
-        if tuple(given[name].shape) != tuple(data.shape):
-            raise ValueError(f"{name} has shape {tuple(given[name].shape)} but x has {tuple(data.shape)}; they must match")
+    if tuple(given["dy"].shape) != tuple(data.shape):
+        raise ValueError(f"dy has shape {tuple(given['dy'].shape)} but {dname} has {tuple(data.shape)}; they must match")
     xd = _dtype_of(data, dtype)
     if _dtype_of(given["dy"], dtype) != xd:
-        raise ValueError(f"dy is {_dtype_of(given['dy'], dtype)} but x is {xd}; they must match")
+        raise ValueError(f"dy is {_dtype_of(given['dy'], dtype)} but {dname} is {xd}; they must match")
     cols = int(data.shape[-1])
     rows = math.prod(int(s) for s in data.shape[:-1])
     wd = weight_dtype or (_dtype_of(given["weight"], None) if "weight" in given else "")
@@ -187,6 +188,18 @@ def layer_norm_backward(dy, x, weight, mean, rstd, order="fast", bias=True, **kw
     layer_norm returns them). dweight is None without a weight, dbias None when bias=False."""
     o = _run_backward("layer_norm_backward", x, {"dy": dy, "weight": weight, "mean": mean, "rstd": rstd}, order, bias, **kw)
     return o["dx"], o.get("dweight"), o.get("dbias")
+
+
+def softmax_backward(dy, y, order="fast", **kw):
+    """dx of softmax over the last dim from dy and the forward's output y (torch's
+    _softmax_backward_data): dx = (dy - sum(dy*y))*y, in the order's summation."""
+    return _run_backward("softmax_backward", y, {"dy": dy}, order, **kw)["dx"]
+
+
+def log_softmax_backward(dy, y, order="fast", **kw):
+    """dx of log_softmax over the last dim from dy and the forward's output y (torch's
+    _log_softmax_backward_data): dx = dy - exp(y)*sum(dy), in the order's summation and exp."""
+    return _run_backward("log_softmax_backward", y, {"dy": dy}, order, **kw)["dx"]
 
 
 def orders():

@@ -72,6 +72,22 @@ before = ordo.softmax(x2, order="fast")
 x2[0, 0, 0] += 10
 check(not np.array_equal(ordo.softmax(x2, order="fast")[0, 0], before[0, 0]), "inputs are read in place")
 
+# softmax and log_softmax backward from dy and the forward's y: numpy in, numpy out; torch in,
+# torch out; the same bits either way, and close to the float64 formulas.
+sm, lsm = ordo.softmax(x, order="fast"), ordo.log_softmax(x, order="fast")
+dy = rng.standard_normal(x.shape).astype(np.float32)
+y64, ly64, dy64 = sm.astype(np.float64), lsm.astype(np.float64), dy.astype(np.float64)
+want = {"softmax": (dy64 - (dy64 * y64).sum(-1, keepdims=True)) * y64,
+        "log_softmax": dy64 - np.exp(ly64) * dy64.sum(-1, keepdims=True)}
+for op, fwd in (("softmax", sm), ("log_softmax", lsm)):
+    backward = getattr(ordo, op + "_backward")
+    dx = backward(dy, fwd, order="fast")
+    dxt = backward(torch.from_numpy(dy), torch.from_numpy(fwd), order="torch2.15-cpu-avx2(threads=2)")
+    check(isinstance(dx, np.ndarray) and dx.shape == x.shape and np.abs(dx - want[op]).max() < 1e-4 * np.abs(want[op]).max(),
+          f"{op}_backward: numpy out, close to float64")
+    check(isinstance(dxt, torch.Tensor) and same_bits(dxt, torch.from_numpy(backward(dy, fwd, order="torch2.15-cpu-avx2(threads=2)"))),
+          f"{op}_backward: torch and numpy results agree bit for bit")
+
 # Errors are ValueError/TypeError naming the problem; nothing crashes.
 for what, call, expect in [
     ("non-contiguous", lambda: ordo.softmax(xt.transpose(0, 2)), "contiguous"),
@@ -80,6 +96,8 @@ for what, call, expect in [
     ("uint16 without dtype", lambda: ordo.softmax(np.ones((2, 3), np.uint16)), "dtype='bf16'"),
     ("weight length", lambda: ordo.layer_norm(x, w[:10], b), "weight"),
     ("not an array", lambda: ordo.softmax([1.0, 2.0]), "dimension"),
+    ("softmax_backward shapes", lambda: ordo.softmax_backward(x[..., :10], x), "dy has shape (3, 5, 10) but y has (3, 5, 200)"),
+    ("softmax_backward dtypes", lambda: ordo.softmax_backward(x.astype(np.float16), x), "dy is f16 but y is f32"),
 ]:
     try:
         call()

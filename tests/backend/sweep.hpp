@@ -326,9 +326,10 @@ inline int attention_vs_interpreter(Target target, bool reduced) {
 }
 
 // The backward ops' requests: every named order that defines `op` (a torch2.15 order with
-// threads=2 and 3, its slot count), every storage dtype, the mixed 16-bit x with f32 weight, and
-// every combination of weight and bias (`sparse`: one per width, in rotation). Requests whose
-// kernels equal an earlier one's (an avx512 order that runs the avx2 kernel) are left out.
+// threads=2 and 3, its slot count), every storage dtype, and for the ops with a weight the mixed
+// 16-bit x with f32 weight and every combination of weight and bias (`sparse`: one per width, in
+// rotation). Requests whose kernels equal an earlier one's (an avx512 order that runs the avx2
+// kernel) are left out.
 inline std::vector<Request> backward_requests(OpKind op, const std::vector<int64_t>& ns, bool sparse = false) {
   std::vector<Request> out;
   std::set<std::string> seen;
@@ -341,6 +342,8 @@ inline std::vector<Request> backward_requests(OpKind op, const std::vector<int64
     if (seen.insert(key).second) out.push_back(r);
   };
   int rotation = 0;
+  const bool weighted = op == OpKind::layer_norm_backward || op == OpKind::rms_norm_backward;
+  const int affines = weighted ? 4 : 1;
   for (const gen::NamedOrder& n : gen::named_orders()) {
     bool has = false;
     for (OpKind o : n.ops) has |= o == op;
@@ -349,18 +352,18 @@ inline std::vector<Request> backward_requests(OpKind op, const std::vector<int64
     if (n.takes_environment) names = {std::string(n.name) + "(threads=2)", std::string(n.name) + "(threads=3)"};
     for (const std::string& order : names)
       for (ScalarType t : n.dtypes)
-        for (int affine = 0; affine < 4; ++affine)
+        for (int affine = 0; affine < affines; ++affine)
           for (int64_t cols : ns) {
-            if (sparse && (rotation++ % 4) != affine) continue;
+            if (sparse && (rotation++ % affines) != affine) continue;
             Request r;
             r.op = op;
             r.cols = cols;
             r.order = order;
             r.x_dtype = t;
-            r.has_weight = affine < 2;
-            r.has_bias = affine % 2 == 0;
+            r.has_weight = weighted && affine < 2;
+            r.has_bias = weighted && affine % 2 == 0;
             add(r);
-            if (t != ScalarType::f32 && affine < 2 && cols % 3 == 0) {  // the mixed path, on a share of the widths
+            if (weighted && t != ScalarType::f32 && affine < 2 && cols % 3 == 0) {  // the mixed path, on a share of the widths
               r.weight_dtype = ScalarType::f32;
               r.allow_mixed_dtypes = true;
               add(r);

@@ -93,6 +93,14 @@ TEST_CASE("layer_norm_backward: cuda-emu matches the interpreter bit for bit (bo
   const int cases = backward_vs_interpreter(OpKind::layer_norm_backward, Target::cuda_emu, {1, 9, 17, 129}, {1, 7, 33}, /*sparse=*/true);
   MESSAGE(fmt::format("layer_norm_backward: {} requests compared bitwise on cuda-emu", cases));
 }
+TEST_CASE("softmax_backward, log_softmax_backward: cuda-emu matches the interpreter bit for bit") {
+  // 9: an 8-lane tail (16-bit: two halves, short row); 33: a 16-lane tail (16-bit: 32 + 1). Rows 1
+  // and several in rotation: the one-row launch takes torch2.15-cpu-*(threads=2)'s fused tail.
+  for (OpKind op : {OpKind::softmax_backward, OpKind::log_softmax_backward}) {
+    const int cases = backward_vs_interpreter(op, Target::cuda_emu, {9, 33}, {1, 7, 2}, /*sparse=*/true);
+    MESSAGE(fmt::format("{}: {} requests compared bitwise on cuda-emu", name(op), cases));
+  }
+}
 TEST_CASE("rms_norm: cuda-emu matches the interpreter bit for bit") { sweep_emu(OpKind::rms_norm); }
 TEST_CASE("var_mean: cuda-emu matches the interpreter bit for bit") { sweep_emu(OpKind::var_mean); }
 TEST_CASE("softmax: cuda-emu matches the interpreter bit for bit") { sweep_emu(OpKind::softmax); }

@@ -110,6 +110,42 @@ TEST_CASE("layer_norm_backward: batch-invariant and fast give the same bits alon
         CHECK(std::memcmp(alone.get("dx").data(), h.get("dx").data() + row * bytes, size_t(bytes)) == 0);
       }
 }
+TEST_CASE("softmax_backward, log_softmax_backward: every backend matches the interpreter bit for bit") {
+  // Row counts 1 and several: torch2.15-cpu-*(threads=2) fuses the sum's tail on a one-row launch only.
+  for (OpKind op : {OpKind::softmax_backward, OpKind::log_softmax_backward}) {
+    const int cases = backward_vs_interpreter(op, Target::cpu, {1, 7, 8, 9, 15, 16, 17, 31, 33, 129, 1000}, {1, 2, 7, 33});
+    MESSAGE(fmt::format("{}: {} requests compared bitwise", name(op), cases));
+  }
+}
+
+// dx of a row from its own row alone, on any thread count (the deterministic orders, and every
+// order: softmax backward has no reduction across rows).
+TEST_CASE("softmax_backward, log_softmax_backward: batch-invariant and fast give the same bits alone, batched, and on any thread count") {
+  for (OpKind op : {OpKind::softmax_backward, OpKind::log_softmax_backward})
+    for (const char* order : {"batch-invariant", "fast"})
+      for (ScalarType t : {ScalarType::f32, ScalarType::bf16})
+        for (int64_t n : {7, 100, 4097}) {
+          Request r;
+          r.op = op;
+          r.cols = n;
+          r.order = order;
+          r.x_dtype = t;
+          KernelHandle k = compile(r);
+          const int64_t rows = 300;
+          HostBuffers h = make_buffers(*k, rows, 3, 1.0, 2.0);
+          k->run(h.refs(rows, n), rows, 1);
+          const HostBuffers one_thread = h;
+          k->run(h.refs(rows, n), rows, 2);
+          INFO(fmt::format("{} {} {} N={}: 1 vs 2 threads", name(op), order, name(t), n));
+          CHECK(h.get("dx") == one_thread.get("dx"));
+          HostBuffers alone = make_buffers(*k, 1, 3, 1.0, 2.0);
+          const int64_t row = 123, bytes = n * size_bytes(t);
+          for (const char* in : {"dy", "y"}) std::memcpy(alone.get(in).data(), h.get(in).data() + row * bytes, size_t(bytes));
+          k->run(alone.refs(1, n), 1);
+          INFO(fmt::format("{} {} {} N={}: dx of row {} alone vs batched", name(op), order, name(t), n, row));
+          CHECK(std::memcmp(alone.get("dx").data(), h.get("dx").data() + row * bytes, size_t(bytes)) == 0);
+        }
+}
 TEST_CASE("rms_norm: every backend matches the interpreter bit for bit") { sweep(OpKind::rms_norm); }
 TEST_CASE("var_mean: every backend matches the interpreter bit for bit") { sweep(OpKind::var_mean); }
 TEST_CASE("softmax: every backend matches the interpreter bit for bit") { sweep(OpKind::softmax); }
