@@ -27,10 +27,10 @@ TorchFunctionMode is off while it handles a call. The torch2.15 orders get torch
 `order(threads=T)`, read when the call is traced. Automatic dynamic shapes are off inside the
 block, and torch.compile(dynamic=True) is refused: ordo's kernels are compiled per size.
 
-Backward: layer_norm's gradients run ordo's layer_norm_backward kernel, in the forward's order
-unless `backward_order=` (of the function, or of pinned) names another; with a torch2.15 order
-they are eager autograd's bits. The ops that have no backward kernel yet (rms_norm, softmax,
-log_softmax, scaled_dot_product_attention) run their forward on inputs that require grad, and
+Backward: the gradients of layer_norm, softmax and log_softmax run ordo's backward kernels, in
+the forward's order unless `backward_order=` (of the function, or of pinned) names another; with
+a torch2.15 order they are eager autograd's bits. The ops that have no backward kernel yet
+(rms_norm, scaled_dot_product_attention) run their forward on inputs that require grad, and
 torch.compile traces such graphs, but backward() raises RuntimeError naming the op.
 """
 import math
@@ -126,23 +126,23 @@ def _(x, weight, eps, order):
 
 
 @torch.library.custom_op("ordo::softmax", mutates_args=())
-def _softmax_op(x: Tensor, order: str) -> Tensor:
+def _softmax_op(x: Tensor, order: str, backward_order: str) -> Tensor:
     return ordo.softmax(x.contiguous(), order=order)
 
 
 @_softmax_op.register_fake
-def _(x, order):
+def _(x, order, backward_order):
     _ordo.compile("softmax", _size(x.shape[-1]), _DTYPE_NAMES[x.dtype], "", order)  # an order ordo lacks fails at trace time
     return torch.empty_like(x, memory_format=torch.contiguous_format)
 
 
 @torch.library.custom_op("ordo::log_softmax", mutates_args=())
-def _log_softmax_op(x: Tensor, order: str) -> Tensor:
+def _log_softmax_op(x: Tensor, order: str, backward_order: str) -> Tensor:
     return ordo.log_softmax(x.contiguous(), order=order)
 
 
 @_log_softmax_op.register_fake
-def _(x, order):
+def _(x, order, backward_order):
     _ordo.compile("log_softmax", _size(x.shape[-1]), _DTYPE_NAMES[x.dtype], "", order)
     return torch.empty_like(x, memory_format=torch.contiguous_format)
 
@@ -222,8 +222,31 @@ def _layer_norm_backward(ctx, dy, _dmean, _drstd):
 
 _layer_norm_op.register_autograd(_layer_norm_backward, setup_context=_layer_norm_setup)
 _register_no_backward(_rms_norm_op, "rms_norm", (0, 1))
-_register_no_backward(_softmax_op, "softmax", (0,))
-_register_no_backward(_log_softmax_op, "log_softmax", (0,))
+def _register_softmax_backward(forward_op, name: str):
+    """softmax and log_softmax: dx from dy and the forward's output, by ordo's <name>_backward."""
+    @torch.library.custom_op(f"ordo::{name}_backward", mutates_args=())
+    def backward_op(dy: Tensor, y: Tensor, order: str) -> Tensor:
+        return getattr(ordo, f"{name}_backward")(dy.contiguous(), y.contiguous(), order=order)
+
+    @backward_op.register_fake
+    def _(dy, y, order):
+        return torch.empty_like(y, memory_format=torch.contiguous_format)
+
+    def setup_context(ctx, inputs, output):
+        _, order, backward_order = inputs
+        ctx.save_for_backward(output)
+        ctx.order = backward_order or order
+
+    def backward(ctx, dy):
+        (y,) = ctx.saved_tensors
+        return backward_op(dy, y, ctx.order), None, None
+
+    forward_op.register_autograd(backward, setup_context=setup_context)
+    return backward_op
+
+
+_softmax_backward_op = _register_softmax_backward(_softmax_op, "softmax")
+_log_softmax_backward_op = _register_softmax_backward(_log_softmax_op, "log_softmax")
 _register_no_backward(_sdpa_op, "scaled_dot_product_attention", (0, 1, 2))
 
 
@@ -265,16 +288,20 @@ def _last_dim(input: Tensor, dim: int, op: str):
         raise ValueError(f"{op}: dim={dim}; ordo reduces the last dim only (dim=-1 or {input.dim() - 1} here)")
 
 
-def softmax(input: Tensor, dim: int = -1, dtype: Optional[torch.dtype] = None, *, order: str) -> Tensor:
-    """softmax over the last dim with ordo's order; dtype= casts the input first, as torch does."""
+def softmax(input: Tensor, dim: int = -1, dtype: Optional[torch.dtype] = None, *, order: str,
+            backward_order: Optional[str] = None) -> Tensor:
+    """softmax over the last dim with ordo's order; dtype= casts the input first, as torch does.
+    Gradients run ordo's softmax_backward with backward_order, by default the forward's order."""
     _last_dim(input, dim, "softmax")
-    return torch.ops.ordo.softmax(input if dtype is None else input.to(dtype), order)
+    return torch.ops.ordo.softmax(input if dtype is None else input.to(dtype), order, backward_order or "")
 
 
-def log_softmax(input: Tensor, dim: int = -1, dtype: Optional[torch.dtype] = None, *, order: str) -> Tensor:
-    """log_softmax over the last dim with ordo's order; dtype= casts the input first, as torch does."""
+def log_softmax(input: Tensor, dim: int = -1, dtype: Optional[torch.dtype] = None, *, order: str,
+                backward_order: Optional[str] = None) -> Tensor:
+    """log_softmax over the last dim with ordo's order; dtype= casts the input first, as torch does.
+    Gradients run ordo's log_softmax_backward with backward_order, by default the forward's order."""
     _last_dim(input, dim, "log_softmax")
-    return torch.ops.ordo.log_softmax(input if dtype is None else input.to(dtype), order)
+    return torch.ops.ordo.log_softmax(input if dtype is None else input.to(dtype), order, backward_order or "")
 
 
 def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, is_causal: bool = False,
@@ -505,7 +532,8 @@ class pinned(TorchFunctionMode):
             if error:
                 raise ValueError(error)
             if order:
-                return (softmax if op == "softmax" else log_softmax)(x, dim, dtype, order=order)
+                backward = _with_threads(self.backward_order, _torch_threads()) if self.backward_order else None
+                return (softmax if op == "softmax" else log_softmax)(x, dim, dtype, order=order, backward_order=backward)
         elif func is F.scaled_dot_product_attention:
             q, k, v = args[0], _arg(args, kwargs, 1, "key", None), _arg(args, kwargs, 2, "value", None)
             mask = _arg(args, kwargs, 3, "attn_mask", None)
