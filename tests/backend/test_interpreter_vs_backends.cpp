@@ -72,6 +72,32 @@ TEST_CASE("layer_norm_backward: every backend matches the interpreter bit for bi
   MESSAGE(fmt::format("layer_norm_backward: {} requests compared bitwise", cases));
 }
 
+// N covers both column walks of SumKernel's dim-0 sum (whole groups of 32 columns, the
+// interleaved rest), N < 8 (groups of 4) and N = 1 (the contiguous sum); 300 rows reach the
+// cascade's second level.
+TEST_CASE("rms_norm_backward: every backend matches the interpreter bit for bit (all stages)") {
+  const int cases = backward_vs_interpreter(OpKind::rms_norm_backward, Target::cpu, {1, 3, 7, 8, 9, 17, 33, 40, 64, 129, 1000}, {1, 2, 7, 33, 300});
+  MESSAGE(fmt::format("rms_norm_backward: {} requests compared bitwise", cases));
+}
+
+// torch2.15's one-column dweight on T threads: more than 32768 rows are cut into per-thread chunks.
+TEST_CASE("rms_norm_backward: the one-column thread split (torch2.15, threads=T) matches the interpreter") {
+  for (int threads : {2, 3, 9})
+    for (int64_t rows : {32768, 40000}) {
+      Request r;
+      r.op = OpKind::rms_norm_backward;
+      r.cols = 1;
+      r.order = fmt::format("torch2.15-cpu-avx2(threads={})", threads);
+      r.has_weight = true;
+      r.has_bias = false;
+      const auto outs = on_interpreter_and(r, Target::cpu, rows, 7, 0.5, 2.0);
+      for (size_t o = 0; o < outs[0].size(); ++o) {
+        INFO(fmt::format("threads={} rows={} output {}", threads, rows, o));
+        CHECK(count_identical(ScalarType::f32, outs[0][o], outs[1][o]) == static_cast<int64_t>(outs[0][o].size() / 4));
+      }
+    }
+}
+
 // The orders that are deterministic on purpose: dx of a row does not depend on the rows beside it,
 // and no output depends on the threads ordo runs with.
 TEST_CASE("layer_norm_backward: batch-invariant and fast give the same bits alone, batched, and on any thread count") {
