@@ -132,6 +132,39 @@ TEST_CASE("layer_norm_backward: batch-invariant and fast give the same bits alon
         CHECK(std::memcmp(alone.get("dx").data(), h.get("dx").data() + row * bytes, size_t(bytes)) == 0);
       }
 }
+TEST_CASE("rms_norm_backward: batch-invariant and fast give the same bits alone, batched, and on any thread count") {
+  for (const char* order : {"batch-invariant", "fast"})
+    for (ScalarType t : {ScalarType::f32, ScalarType::bf16})
+      for (int64_t n : {7, 100, 4097}) {
+        Request r;
+        r.op = OpKind::rms_norm_backward;
+        r.cols = n;
+        r.order = order;
+        r.x_dtype = t;
+        r.has_bias = false;
+        r.saved_stats = n != 100;  // rstd recomputed on one width
+        KernelHandle k = compile(r);
+        const int64_t rows = 300;
+        HostBuffers h = make_buffers(*k, rows, 3, 1.0, 2.0);
+        k->run(h.refs(rows, n), rows, 1);
+        const HostBuffers one_thread = h;
+        k->run(h.refs(rows, n), rows, 2);
+        for (size_t a = 0; a < h.args.size(); ++a) {
+          INFO(fmt::format("{} {} N={} output {}: 1 vs 2 threads", order, name(t), n, h.args[a].name));
+          CHECK(h.bytes[a] == one_thread.bytes[a]);
+        }
+        // Row 123 alone: its dx equals its dx among the 300.
+        HostBuffers alone = make_buffers(*k, 1, 3, 1.0, 2.0);
+        const int64_t row = 123, bytes = n * size_bytes(t);
+        for (const char* in : {"dy", "x"})
+          std::memcpy(alone.get(in).data(), h.get(in).data() + row * bytes, size_t(bytes));
+        if (r.saved_stats) std::memcpy(alone.get("rstd").data(), h.get("rstd").data() + row * 4, 4);
+        alone.get("weight") = h.get("weight");
+        k->run(alone.refs(1, n), 1);
+        INFO(fmt::format("{} {} N={}: dx of row {} alone vs batched", order, name(t), n, row));
+        CHECK(std::memcmp(alone.get("dx").data(), h.get("dx").data() + row * bytes, size_t(bytes)) == 0);
+      }
+}
 TEST_CASE("rms_norm: every backend matches the interpreter bit for bit") { sweep(OpKind::rms_norm); }
 TEST_CASE("var_mean: every backend matches the interpreter bit for bit") { sweep(OpKind::var_mean); }
 TEST_CASE("softmax: every backend matches the interpreter bit for bit") { sweep(OpKind::softmax); }
