@@ -64,6 +64,7 @@ ir::Kernel build_softmax(const Request& r, const ir::Order& order);  // softmax 
 ir::Kernel build_attention(const Request& r, const ir::Order& order);
 std::vector<ir::Kernel> build_layer_norm_backward(const Request& r, const ir::Order& order);
 ir::Kernel build_softmax_backward(const Request& r, const ir::Order& order);  // and log_softmax_backward
+std::vector<ir::Kernel> build_rms_norm_backward(const Request& r, const ir::Order& order);
 // AttentionOrder::Kind::CpuFlash (gen/cpu_flash_attention.cpp), and its query block for S_q rows.
 ir::Kernel build_cpu_flash_attention(const Request& r, const ir::Order& order);
 int64_t cpu_flash_query_block(int64_t seq_q);

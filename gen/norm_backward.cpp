@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include <array>
 #include <bit>
 
 #include "ir/error.hpp"
@@ -95,6 +96,10 @@ ExprRef emit_vec_reduce_all(Builder& b, const VecReduceAll& o, int64_t n, const 
 
 ExprRef ColumnRow::load(int buffer) const {
   const Kernel& k = b.kernel();
+  if (row->type.lanes > 1) {
+    ExprRef v = gather(k, buffer, add(mul(row, broadcast(index_const(n), lanes)), broadcast(first_col, lanes)));
+    return v->type.scalar == f32 ? v : cast(v, f32);
+  }
   ExprRef base = mul(row, index_const(n));
   ExprRef v = cols ? gather(k, buffer, add(broadcast(base, lanes), cols)) : ir::load(k, buffer, add(base, first_col), lanes);
   return v->type.scalar == f32 ? v : cast(v, f32);
@@ -105,8 +110,220 @@ ExprRef ColumnRow::stat(int buffer) const {
   return v->type.scalar == f32 ? v : cast(v, f32);
 }
 
-void emit_column_sums(Builder& b, const ColumnSumOrder& order, int64_t n, ScalarType storage, const std::vector<ColumnSum>& sums,
+ExprRef ColumnRow::stat_lanes(int buffer) const {
+  if (row->type.lanes > 1) {
+    ExprRef v = gather(b.kernel(), buffer, row);
+    return v->type.scalar == f32 ? v : cast(v, f32);
+  }
+  ExprRef v = stat(buffer);
+  return lanes > 1 ? broadcast(v, lanes) : v;
+}
+
+namespace {
+
+using RowAt = std::function<ColumnRow(ExprRef)>;
+
+// acc[s] = sums[s].accumulate(row, acc[s]) for every sum.
+void accumulate_row(Builder& b, const std::vector<ColumnSum>& sums, const ColumnRow& cr, const std::vector<int>& acc) {
+  for (size_t s = 0; s < sums.size(); ++s) b.assign(acc[s], sums[s].accumulate(cr, b.get(acc[s])));
+}
+
+// ColumnSumOrder::LevelCascade's cascade over rows at(0) .. at(count-1) into result[s] (locals of
+// type vec): SumKernel's multi_row_sum.
+void level_cascade(Builder& b, const std::vector<ColumnSum>& sums, ExprRef count, const RowAt& at, Type vec,
+                   const std::vector<int>& result) {
+  // L = 2^P, P = max(4, ceil(log2 m) / 4): P >= t exactly when m - 1 >= 2^(4t - 1).
+  ExprRef m1 = b.let("cascade_m1", sub(count, index_const(1)));
+  ExprRef L = index_const(16);
+  for (int t = 5; t <= 15; ++t) L = select(binary(Op::Le, index_const(int64_t(1) << (4 * t - 1)), m1), index_const(int64_t(1) << t), L);
+  L = b.let("level_rows", L);
+  ExprRef LL = b.let("level_rows2", mul(L, L));
+  ExprRef groups = b.let("level_groups", div(count, L));
+  std::vector<std::array<int, 4>> A(sums.size());
+  const ExprRef zero = vec.lanes > 1 ? broadcast(constant(Type{f32, 1}, 0.0), vec.lanes) : constant(Type{f32, 1}, 0.0);
+  for (size_t s = 0; s < sums.size(); ++s)
+    for (int l = 0; l < 4; ++l) {
+      A[s][size_t(l)] = b.local(fmt::format("{}.A{}", sums[s].label, l), vec);
+      b.assign(A[s][size_t(l)], zero);
+    }
+  auto level = [&](int l) {
+    std::vector<int> v;
+    for (auto& a : A) v.push_back(a[size_t(l)]);
+    return v;
+  };
+  // A[to] += A[from]; A[from] = +0.
+  auto carry = [&](int from, int to) {
+    for (auto& a : A) {
+      b.assign(a[size_t(to)], add(b.get(a[size_t(to)]), b.get(a[size_t(from)])));
+      b.assign(a[size_t(from)], zero);
+    }
+  };
+  b.for_range("group", index_const(0), groups, 1, [&](ExprRef g) {
+    ExprRef first = mul(g, L);
+    b.for_range("row", first, add(first, L), 1, [&](ExprRef i) { accumulate_row(b, sums, at(i), level(0)); });
+    carry(0, 1);
+    ExprRef done = add(g, index_const(1));
+    b.if_(binary(Op::Eq, binary(Op::Rem, done, L), index_const(0)), [&] {
+      carry(1, 2);
+      b.if_(binary(Op::Eq, binary(Op::Rem, done, LL), index_const(0)), [&] { carry(2, 3); });
+    });
+  });
+  b.for_range("row", mul(groups, L), count, 1, [&](ExprRef i) { accumulate_row(b, sums, at(i), level(0)); });
+  for (size_t s = 0; s < sums.size(); ++s)
+    b.assign(result[s], add(add(add(b.get(A[s][0]), b.get(A[s][1])), b.get(A[s][2])), b.get(A[s][3])));
+}
+
+// The interleaved form (SumKernel's row_sum): rows at(4i + k) into partial k by the cascade, the
+// count mod 4 leftovers into partial 0, ((P0 + P1) + P2) + P3.
+void interleaved_cascade(Builder& b, const std::vector<ColumnSum>& sums, ExprRef count, const RowAt& at, Type vec,
+                         const std::vector<int>& result) {
+  ExprRef quads = b.let("quads", div(count, index_const(4)));
+  std::vector<std::array<int, 4>> P(sums.size());
+  for (int k = 0; k < 4; ++k) {
+    std::vector<int> part;
+    for (size_t s = 0; s < sums.size(); ++s) {
+      P[s][size_t(k)] = b.local(fmt::format("{}.P{}", sums[s].label, k), vec);
+      part.push_back(P[s][size_t(k)]);
+    }
+    level_cascade(b, sums, quads, [&, k](ExprRef i) { return at(add(mul(i, index_const(4)), index_const(k))); }, vec, part);
+  }
+  std::vector<int> p0;
+  for (auto& p : P) p0.push_back(p[0]);
+  b.for_range("row", mul(quads, index_const(4)), count, 1, [&](ExprRef i) { accumulate_row(b, sums, at(i), p0); });
+  for (size_t s = 0; s < sums.size(); ++s)
+    b.assign(result[s], add(add(add(b.get(P[s][0]), b.get(P[s][1])), b.get(P[s][2])), b.get(P[s][3])));
+}
+
+// SumOrder::LevelCascade (V lanes, 4 accumulators) over the `count` terms of a one-column sum from
+// row `begin`: vectors of V consecutive rows by the interleaved cascade, then 0 + the count mod V
+// tail rows in order, plus the V lanes in order; fewer than V rows: the interleaved cascade over
+// single rows. result[s] (scalar locals) = +0 + that.
+void contiguous_cascade(Builder& b, const std::vector<ColumnSum>& sums, int V, ExprRef begin, ExprRef count, ExprRef first_col,
+                        const std::vector<int>& result) {
+  const Type one{f32, 1};
+  auto scalar_row = [&](ExprRef i) { return ColumnRow{b, std::move(i), first_col, nullptr, 1, 1}; };
+  std::vector<int> fin;
+  for (const ColumnSum& s : sums) fin.push_back(b.local(s.label + ".fin", one));
+  b.if_else(
+      binary(Op::Le, index_const(V), count),
+      [&] {
+        ExprRef vectors = b.let("vectors", div(count, index_const(V)));
+        std::vector<int> vacc;
+        for (const ColumnSum& s : sums) vacc.push_back(b.local(s.label + ".vacc", Type{f32, V}));
+        interleaved_cascade(
+            b, sums, vectors,
+            [&](ExprRef v) {
+              ExprRef rows = add(broadcast(add(begin, mul(v, index_const(V))), V), iota(V));
+              return ColumnRow{b, rows, first_col, nullptr, V, 1};
+            },
+            Type{f32, V}, vacc);
+        for (size_t s = 0; s < sums.size(); ++s) b.assign(fin[s], constant(one, 0.0));
+        b.for_range("row", add(begin, mul(vectors, index_const(V))), add(begin, count), 1,
+                    [&](ExprRef i) { accumulate_row(b, sums, scalar_row(i), fin); });
+        for (size_t s = 0; s < sums.size(); ++s)
+          for (int l = 0; l < V; ++l) b.assign(fin[s], add(b.get(fin[s]), extract(b.get(vacc[s]), l)));
+      },
+      [&] { interleaved_cascade(b, sums, count, [&](ExprRef i) { return scalar_row(add(begin, i)); }, one, fin); });
+  for (size_t s = 0; s < sums.size(); ++s) b.assign(result[s], add(constant(one, 0.0), b.get(fin[s])));
+}
+
+}  // namespace
+
+std::vector<ColumnSpan> column_spans(const ColumnSumOrder& order, int64_t n) {
+  using W = ColumnSpan::Walk;
+  if (order.kind != ColumnSumOrder::Kind::LevelCascade) return {ColumnSpan{0, n, W::Order}};
+  if (n == 1) return {ColumnSpan{0, 1, W::Contiguous}};
+  const int64_t group = n >= order.vector ? 4 * int64_t(order.vector) : 4;
+  const int64_t split = n / group * group;
+  std::vector<ColumnSpan> out;
+  if (split > 0) out.push_back({0, split, W::Cascade});
+  if (split < n) out.push_back({split, n, W::Interleaved});
+  return out;
+}
+
+// The LevelCascade walks: an instance per vector of order.lanes columns of `span` (one column on
+// the CUDA targets).
+void span_column_sums(Builder& b, const ColumnSumOrder& order, int64_t n, const ColumnSpan& span, const std::vector<ColumnSum>& sums,
                       bool one_column) {
+  Kernel& k = b.kernel();
+  const int64_t width = span.end - span.first;
+  const int L = one_column ? 1 : static_cast<int>(std::min<int64_t>(order.lanes, width));
+  const int64_t instances = (width + L - 1) / L;
+  k.grid_over_rows = false;
+  k.grid_rank = 1;
+  k.grid_fixed = {instances};
+  ExprRef first_col = b.let("first_col", add(index_const(span.first), mul(program_id(0), index_const(L))));
+  // When the span is not a multiple of the vector, the last instance's spare lanes repeat its
+  // last column: they compute that column's sum again and store the same bits to it.
+  ExprRef cols;
+  if (width % L != 0)
+    cols = b.let("cols", binary(Op::Min, add(broadcast(first_col, L), iota(L)), broadcast(index_const(span.end - 1), L)));
+  const Type vec{f32, L};
+  ExprRef M = b.let("rows", launch_rows());
+  auto row_view = [&](ExprRef i) { return ColumnRow{b, std::move(i), first_col, cols, L, n}; };
+  auto zero = [&] { return f32c(0.0, L); };
+  std::vector<int> total(sums.size());
+  for (size_t s = 0; s < sums.size(); ++s) total[s] = b.local(sums[s].label, vec);
+
+  b.region("columns", describe(order), [&] {
+    if (span.walk == ColumnSpan::Walk::Cascade || span.walk == ColumnSpan::Walk::Interleaved) {
+      std::vector<int> res(sums.size());
+      for (size_t s = 0; s < sums.size(); ++s) res[s] = b.local(sums[s].label + ".cascade", vec);
+      if (span.walk == ColumnSpan::Walk::Cascade) level_cascade(b, sums, M, row_view, vec, res);
+      else interleaved_cascade(b, sums, M, row_view, vec, res);
+      for (size_t s = 0; s < sums.size(); ++s) b.assign(total[s], add(zero(), b.get(res[s])));
+    } else if (span.walk == ColumnSpan::Walk::Contiguous) {
+      // One column (L = 1); on several threads a long sum is cut into per-thread chunks.
+      const int V = order.vector;
+      const int64_t T = order.slots, grain = 32768;
+      std::vector<int> res(sums.size());
+      for (size_t s = 0; s < sums.size(); ++s) res[s] = b.local(sums[s].label + ".cascade", vec);
+      auto whole = [&] {
+        contiguous_cascade(b, sums, V, index_const(0), M, first_col, res);
+        for (size_t s = 0; s < sums.size(); ++s) b.assign(total[s], b.get(res[s]));
+      };
+      if (T == 1) {
+        whole();
+      } else {
+        std::vector<int> slots;
+        for (const ColumnSum& s : sums) slots.push_back(b.buffer(s.label + ".thread_slots", f32, true, Extent::scratch, T));
+        b.if_else(binary(Op::Lt, index_const(grain), M), [&] {
+          ExprRef used = b.let("slots_used", binary(Op::Min, index_const(T), div(add(M, index_const(grain - 1)), index_const(grain))));
+          ExprRef chunk = b.let("chunk", div(sub(add(M, used), index_const(1)), used));
+          for (int64_t t = 0; t < T; ++t) {
+            for (size_t s = 0; s < sums.size(); ++s) b.store(slots[s], index_const(t), f32c(0.0));
+            b.if_(binary(Op::Lt, index_const(t), used), [&] {
+              ExprRef begin = b.let("chunk_begin", mul(index_const(t), chunk));
+              ExprRef count = b.let("chunk_rows", sub(binary(Op::Min, M, add(begin, chunk)), begin));
+              contiguous_cascade(b, sums, V, begin, count, first_col, res);
+              for (size_t s = 0; s < sums.size(); ++s) b.store(slots[s], index_const(t), b.get(res[s]));
+            });
+          }
+          SumOrder slot_sum;
+          slot_sum.kind = SumOrder::Kind::LevelCascade;
+          slot_sum.lanes = V;
+          slot_sum.accumulators = 4;
+          for (size_t s = 0; s < sums.size(); ++s)
+            b.assign(total[s], emit_sum(b, slot_sum, Arith{f32, std::nullopt}, T,
+                                        [&, s](ExprRef i, int lanes) { return Term{ir::load(k, slots[s], i, lanes), nullptr}; },
+                                        sums[s].label + " over the thread slots"));
+        }, whole);
+      }
+    } else {
+      throw Error("internal: the order's own walk is tiled_column_sums'");
+    }
+  });
+  for (size_t s = 0; s < sums.size(); ++s) {
+    const ScalarType out = k.buffers[size_t(sums[s].out)].elem;
+    ExprRef v = out == f32 ? b.get(total[s]) : cast(b.get(total[s]), out);
+    if (cols) b.store(sums[s].out, cols, v);
+    else b.store(sums[s].out, first_col, v);
+  }
+}
+
+// ThreadSlots and BlockTree over columns [0, n): an instance per tile of columns.
+void tiled_column_sums(Builder& b, const ColumnSumOrder& order, int64_t n, ScalarType storage, const std::vector<ColumnSum>& sums,
+                       bool one_column) {
   Kernel& k = b.kernel();
   // An instance takes `per` vectors of L columns side by side: each row then reads per*L
   // contiguous elements of every input (a page walk serves more of them). Columns are
@@ -231,6 +448,18 @@ void emit_column_sums(Builder& b, const ColumnSumOrder& order, int64_t n, Scalar
     if (cols[size_t(v)]) b.store(sums[s].out, cols[size_t(v)], x);
     else b.store(sums[s].out, first_col[size_t(v)], x);
   });
+}
+
+
+void emit_column_sums(Builder& b, const ColumnSumOrder& order, int64_t n, const ColumnSpan& span, ScalarType storage,
+                      const std::vector<ColumnSum>& sums, bool one_column) {
+  if (span.walk == ColumnSpan::Walk::Order && span.first == 0 && span.end == n) return tiled_column_sums(b, order, n, storage, sums, one_column);
+  span_column_sums(b, order, n, span, sums, one_column);
+}
+
+void emit_column_sums(Builder& b, const ColumnSumOrder& order, int64_t n, ScalarType storage, const std::vector<ColumnSum>& sums,
+                      bool one_column) {
+  tiled_column_sums(b, order, n, storage, sums, one_column);
 }
 
 }  // namespace ordo::gen

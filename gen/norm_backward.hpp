@@ -35,18 +35,22 @@ struct VecReduceAll {
 // Returns a read of a scalar f32 local holding the sum.
 ir::ExprRef emit_vec_reduce_all(ir::Builder& b, const VecReduceAll& o, int64_t n, const TermFn& term, const std::string& label);
 
-// One row of a column stage, as a ColumnSum sees it: this instance's columns of row `row`.
+// One row of a column stage, as a ColumnSum sees it: this instance's columns of row `row`. With
+// an i64 vector `row` (the contiguous walk of a one-column sum), lane l is column first_col of
+// row row[l].
 struct ColumnRow {
   ir::Builder& b;
-  ir::ExprRef row;         // i64
+  ir::ExprRef row;         // i64, or an i64 vector of `lanes` rows
   ir::ExprRef first_col;   // i64: the instance's first column
   ir::ExprRef cols;        // i64 vector of the instance's columns (clamped to N-1), or null when contiguous
   int lanes;
   int64_t n;
   // This row's values of a rows_by_cols buffer at the instance's columns, as f32.
   ir::ExprRef load(int buffer) const;
-  // Element `row` of a per-row buffer (mean, rstd), as an f32 scalar.
+  // Element `row` of a per-row buffer (mean, rstd), as an f32 scalar (scalar `row` only).
   ir::ExprRef stat(int buffer) const;
+  // The same as a vector of `lanes` (a scalar when lanes is 1): each lane its own row's value.
+  ir::ExprRef stat_lanes(int buffer) const;
 };
 
 // A weight gradient: acc = accumulate(row, acc) for each row, starting from +0, in the order's
@@ -57,11 +61,29 @@ struct ColumnSum {
   std::function<ir::ExprRef(const ColumnRow&, ir::ExprRef acc)> accumulate;
 };
 
-// Makes the kernel a column stage (Kernel::grid_over_rows false) and emits every sum over the
-// launch's rows in `order`. An instance takes a tile of columns: up to 8 vectors of order.lanes
-// on the CPU; one column per thread on the CUDA targets (`one_column`), where a block's threads
-// then read a row's adjacent columns together. Columns are independent: the tile changes no bit.
-// `storage` is the slot buffers' type for ThreadSlots with round_slots.
+// The columns [first, end) one column stage covers, and how it walks the rows. An order whose
+// columns walk the rows in different ways (LevelCascade) has a stage per way, so that every
+// instance's columns share one walk and no control flow depends on program_id.
+struct ColumnSpan {
+  int64_t first = 0, end = 0;
+  enum class Walk : uint8_t {
+    Order,        // ThreadSlots, BlockTree: the order's own
+    Cascade,      // LevelCascade: the level cascade over the M rows
+    Interleaved,  // LevelCascade: rows 4i + k into partial k
+    Contiguous,   // LevelCascade, N = 1: the row sum's LevelCascade over the M terms
+  } walk = Walk::Order;
+};
+std::vector<ColumnSpan> column_spans(const ir::ColumnSumOrder& order, int64_t n);
+
+// Makes the kernel a column stage (Kernel::grid_over_rows false) over the columns of `span` and
+// emits every sum over the launch's rows in `order`. ThreadSlots and BlockTree over a whole row:
+// an instance takes a tile of up to 8 vectors of order.lanes columns. The LevelCascade walks: an
+// instance per vector of order.lanes columns. On the CUDA targets (`one_column`) an instance is one
+// column, so a block's threads read a row's adjacent columns together. Columns are independent:
+// the tiling changes no bit. `storage` is the slot buffers' type for ThreadSlots with round_slots.
+void emit_column_sums(ir::Builder& b, const ir::ColumnSumOrder& order, int64_t n, const ColumnSpan& span, ScalarType storage,
+                      const std::vector<ColumnSum>& sums, bool one_column);
+// The whole row (orders with a single span).
 void emit_column_sums(ir::Builder& b, const ir::ColumnSumOrder& order, int64_t n, ScalarType storage, const std::vector<ColumnSum>& sums,
                       bool one_column);
 

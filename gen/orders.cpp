@@ -25,8 +25,8 @@ const std::vector<OpKind> kNormOps = {OpKind::layer_norm, OpKind::rms_norm, OpKi
 const std::vector<ScalarType> kAllStorage = {f32, bf16, f16};
 const std::vector<OpKind> kSoftmaxOps = {OpKind::softmax, OpKind::log_softmax};
 const std::vector<OpKind> kAllOps = {OpKind::layer_norm, OpKind::rms_norm, OpKind::var_mean, OpKind::softmax, OpKind::log_softmax,
-                                     OpKind::attention, OpKind::layer_norm_backward, OpKind::softmax_backward,
-                                     OpKind::log_softmax_backward};
+                                     OpKind::attention, OpKind::layer_norm_backward, OpKind::rms_norm_backward,
+                                     OpKind::softmax_backward, OpKind::log_softmax_backward};
 
 // PyTorch 1.13 CPU softmax/log_softmax over the last dim (docs/research/softmax-torch1.13.md).
 // float: reduce_all trees over 8 lanes (avx2: a halving tree; default: lanes in order), exp and
@@ -154,6 +154,20 @@ SoftmaxBackwardOrder summed_softmax_backward(SumOrder sum) {
   return s;
 }
 
+// rms_norm_backward: F.rms_norm's autograd, a chain of eager ops (measured against torch 2.15,
+// every capability on 1 and 2 threads): its two sums are SumKernel's 8-lane cascade under every
+// capability (avx512 included), the row sum as the forward's mean of squares, the weight's over
+// dim 0 (ColumnSumOrder::LevelCascade); no fma. rstd, when not given, as the forward's.
+NormBackwardOrder torch215_rms_norm_backward() {
+  NormBackwardOrder n;
+  n.kind = NormBackwardOrder::Kind::TorchComposite;
+  n.sum = torch215_mean_sum(Capability::base);
+  n.columns.kind = ColumnSumOrder::Kind::LevelCascade;
+  n.columns.vector = 8;
+  n.columns.lanes = 8;  // an instance per vector of SumKernel's columns
+  return n;
+}
+
 Order torch215(ScalarType storage, Capability cap, const Request& r) {
   Order o;
   if (r.op == OpKind::attention) {
@@ -170,6 +184,11 @@ Order torch215(ScalarType storage, Capability cap, const Request& r) {
   }
   if (r.op == OpKind::softmax_backward || r.op == OpKind::log_softmax_backward) {
     o.softmax_backward = torch215_softmax_backward(cap);
+    return o;
+  }
+  if (r.op == OpKind::rms_norm_backward) {
+    o.norm_backward = torch215_rms_norm_backward();
+    o.square_sum = torch215_mean_sum(cap);
     return o;
   }
   o.softmax = torch113_softmax(storage, cap);
@@ -400,23 +419,27 @@ std::vector<NamedOrder> make_table() {
                "16-lane fma sums; weight gradients summed in blocks of 32 rows, the blocks combined by a fixed binary tree; "
                "softmax/log_softmax_backward: s = sum(dy*y) or sum(dy) as one 16-lane fma sum, halving fold, Sleef exp, "
                "log_softmax's dx = fma(-exp(y), s, dy) (no reference)",
-               {OpKind::layer_norm_backward, OpKind::softmax_backward, OpKind::log_softmax_backward}, kAllStorage, false, false,
-               [](ScalarType, ScalarType, const Request&) {
+               {OpKind::layer_norm_backward, OpKind::rms_norm_backward, OpKind::softmax_backward, OpKind::log_softmax_backward},
+               kAllStorage, false, false, [](ScalarType, ScalarType, const Request&) {
                  Order o;
                  o.norm_backward = centered_backward(lane_tree(16, 1, true), 32);
+                 o.square_sum = lane_tree(16, 1, true);  // rms_norm_backward's rstd when not given: rstd = 1/sqrt(sum(x*x)/N + eps)
                  o.softmax_backward = summed_softmax_backward(lane_tree(16, 1, true));
                  return o;
                }});
-  const std::vector<OpKind> torch215_ops = {OpKind::layer_norm,          OpKind::rms_norm,         OpKind::var_mean,
-                                            OpKind::softmax,             OpKind::log_softmax,      OpKind::attention,
-                                            OpKind::layer_norm_backward, OpKind::softmax_backward, OpKind::log_softmax_backward};
+  const std::vector<OpKind> torch215_ops = {OpKind::layer_norm,          OpKind::rms_norm,          OpKind::var_mean,
+                                            OpKind::softmax,             OpKind::log_softmax,       OpKind::attention,
+                                            OpKind::layer_norm_backward, OpKind::rms_norm_backward, OpKind::softmax_backward,
+                                            OpKind::log_softmax_backward};
   t.push_back({"torch2.15-cpu-default",
                "PyTorch 2.15 CPU, ATEN_CPU_CAPABILITY=default. layer_norm: f32 8-lane Welford cascade (two f32 streams per 16-bit "
                "vector), no fma; rms_norm: F.rms_norm's composite in f32 (SumKernel's 4x8-lane cascade over the rounded squares; "
                "a single row over 32768 long is summed in per-thread chunks, as torch does, given threads=T); "
                "softmax/log_softmax: torch1.13-cpu-default's; var_mean: sequential Welford in f64; attention (f32, bf16): the CPU "
                "flash kernel with glibc expf, MKL's block products (threads=T: torch's thread count; mkl=intel or mkl=amd: the host whose MKL kernels ran); "
-               "softmax/log_softmax_backward: vec::map2_reduce_all/reduce_all on 8 lanes folded in order, no fma, glibc expf",
+               "softmax/log_softmax_backward: vec::map2_reduce_all/reduce_all on 8 lanes folded in order, no fma, glibc expf; "
+               "rms_norm_backward: F.rms_norm's autograd chain in f32 (SumKernel's 8-lane cascades for the row sum and dweight's dim-0 sum; "
+               "the same under every capability)",
                torch215_ops, kAllStorage, true, true,
                [](ScalarType s, ScalarType, const Request& r) { return torch215(s, Capability::base, r); }});
   t.back().takes_environment = true;
@@ -841,7 +864,8 @@ void apply_environment(Order& o, std::string_view params, std::string_view order
       for (SumOrder* sum : {&o.square_sum, &o.softmax.sum, &o.moments.sum})
         if (sum->kind == S::ChunkStack) sum->parts = v;
       if (o.moments.kind == K::VectorWelford) o.moments.parts = v;
-      if (o.norm_backward.columns.kind == ColumnSumOrder::Kind::ThreadSlots) o.norm_backward.columns.slots = v;
+      if (o.norm_backward.columns.kind == ColumnSumOrder::Kind::ThreadSlots || o.norm_backward.columns.kind == ColumnSumOrder::Kind::LevelCascade)
+        o.norm_backward.columns.slots = v;
     } else if (key == "mkl") {
       if (value != "intel" && value != "amd") throw Error(fmt::format("order '{}': mkl={} is not intel or amd", order_name, value));
       o.attention.gemm.kind = value == "amd" ? GemmOrder::Kind::MklAmdAvx512 : GemmOrder::Kind::MklIntelAvx512;
@@ -947,6 +971,7 @@ Order resolve(const Request& r) {
     throw Error(fmt::format("layer_norm_backward: x is {} but bias is {}; without a weight PyTorch takes no mixed dtypes, give the bias "
                             "x's dtype",
                             name(r.x_dtype), name(wt)));
+  if (r.op == OpKind::rms_norm_backward && r.has_bias) throw Error("rms_norm_backward: rms_norm has no bias, so there is no dbias");
   if (r.rows_in_flight < 0 || r.rows_in_flight > 16)
     throw Error(fmt::format("rows in flight {} outside [0, 16]", r.rows_in_flight));
   if (r.target == Target::cuda && r.cuda_arch != 80 && r.cuda_arch != 86 && r.cuda_arch != 89 && r.cuda_arch != 90)
@@ -1027,9 +1052,9 @@ std::vector<Kernel> build_stages(const Request& r, const Order& o) {
     case OpKind::log_softmax: ks.push_back(build_softmax(r, o)); break;
     case OpKind::attention: ks.push_back(build_attention(r, o)); break;
     case OpKind::layer_norm_backward: ks = build_layer_norm_backward(r, o); break;
+    case OpKind::rms_norm_backward: ks = build_rms_norm_backward(r, o); break;
     case OpKind::softmax_backward:
     case OpKind::log_softmax_backward: ks.push_back(build_softmax_backward(r, o)); break;
-    case OpKind::rms_norm_backward:
     case OpKind::attention_backward: throw Error(fmt::format("{} has no kernel yet", name(r.op)));
   }
   for (size_t i = 0; i < ks.size(); ++i) {

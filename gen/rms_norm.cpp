@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "gen/gen.hpp"
+#include "gen/rms_norm.hpp"
 #include "gen/row.hpp"
 #include "gen/warp.hpp"
 
@@ -12,21 +13,22 @@ namespace ordo::gen {
 using namespace ordo::ir;
 
 namespace {
-
 constexpr int64_t kGrain = 32768;  // at::internal::GRAIN_SIZE
+}  // namespace
 
-// PyTorch's sum of one row as its parallel_reduce runs it on o.threads = T threads (measured,
+// PyTorch's sum of one row as its parallel_reduce runs it on `threads` = T threads (measured,
 // docs/research/torch2.15-rms-norm.md): only when the launch is that single row and N > 32768,
 // the row is cut into nt = min(T, ceil(N / 32768)) chunks of c = ceil(N / nt), each summed by the
 // order on its own (indices from the chunk's start) into slot t, the other T - nt slots +0; the
 // T slots are then summed by the same order as a row of T terms. Any other launch sums each row
 // whole, as with one thread.
-ExprRef threaded_sum(Builder& b, const Order& o, const Arith& ar, int64_t n, const TermFn& term) {
-  const int total = b.local("sum(x*x)", Type{ar.t, 1});
-  const int64_t T = o.threads;
+ExprRef torch_threaded_sum(Builder& b, const SumOrder& order, int threads, const Arith& ar, int64_t n, const TermFn& term,
+                           const std::string& label) {
+  const int total = b.local(label, Type{ar.t, 1});
+  const int64_t T = threads;
   const int64_t nt = std::min<int64_t>(T, (n + kGrain - 1) / kGrain), c = (n + nt - 1) / nt;
-  auto whole = [&] { b.assign(total, emit_sum(b, o.square_sum, ar, n, term, "sum(x*x)")); };
-  if (n <= kGrain) {
+  auto whole = [&] { b.assign(total, emit_sum(b, order, ar, n, term, label)); };
+  if (n <= kGrain || T == 1) {
     whole();
     return b.get(total);
   }
@@ -36,13 +38,13 @@ ExprRef threaded_sum(Builder& b, const Order& o, const Arith& ar, int64_t n, con
       [&] {
         for (int64_t t = 0; t < T; ++t) {
           const int64_t first = t * c, len = t < nt ? std::min(n, first + c) - first : 0;
-          ExprRef slot = len > 0 ? emit_sum(b, o.square_sum, ar, len,
+          ExprRef slot = len > 0 ? emit_sum(b, order, ar, len,
                                             [&](ExprRef i, int lanes) { return term(add(i, index_const(first)), lanes); },
-                                            fmt::format("sum(x*x) of thread {}'s chunk", t))
+                                            fmt::format("{} of thread {}'s chunk", label, t))
                                  : ar.constant(0.0);
           b.store(slots, index_const(t), slot);
         }
-        b.assign(total, emit_sum(b, o.square_sum, ar, T,
+        b.assign(total, emit_sum(b, order, ar, T,
                                  [&](ExprRef i, int lanes) { return Term{load(b.kernel(), slots, i, lanes), nullptr}; },
                                  "sum of the thread slots"));
       },
@@ -50,7 +52,25 @@ ExprRef threaded_sum(Builder& b, const Order& o, const Arith& ar, int64_t n, con
   return b.get(total);
 }
 
-}  // namespace
+ExprRef rms_norm_square_sum(Builder& b, const Request& r, const Order& o, const Row& row, int x) {
+  const ScalarType acc = o.moments.acc;
+  const TermFn square = [&](ExprRef col, int lanes) {
+    ExprRef v = row.load_as(x, col, lanes, acc);
+    return Term{v, v};
+  };
+  const Arith stats = stats_arith(o, acc, r.x_dtype);
+  // PyTorch eager's thread split (torch_threaded_sum); a ChunkStack sum carries Inductor's own (its parts).
+  if (o.threads > 1 && o.square_sum.kind != SumOrder::Kind::ChunkStack)
+    return torch_threaded_sum(b, o.square_sum, o.threads, stats, r.cols, square, "sum(x*x)");
+  return emit_sum(b, o.square_sum, stats, r.cols, square, "sum(x*x)");
+}
+
+ExprRef rms_norm_rstd(Builder& b, const Request& r, const Order& o, ExprRef squares) {
+  const Arith stats = stats_arith(o, o.moments.acc, r.x_dtype);
+  const Arith ar = stats_arith(o, ScalarType::f32, r.x_dtype);
+  ExprRef ms = b.let("mean_sq", ar.r(to_f32(stats.div(std::move(squares), stats.count(index_const(r.cols))))));
+  return b.let("rstd", ar.div(ar.constant(1.0), ar.sqrt(ar.add(ms, ar.constant(r.eps)))));
+}
 
 Kernel build_rms_norm(const Request& r, const Order& o) {
   Kernel k;
@@ -74,16 +94,10 @@ Kernel build_rms_norm(const Request& r, const Order& o) {
     return Term{v, v};
   };
   const int squares_at = warp ? emit_warp_sum(b, o.square_sum, stats, r.cols, square, nullptr, "sum(x*x)") : -1;
-  // PyTorch eager's thread split (threaded_sum); a ChunkStack sum carries Inductor's own (its parts).
-  const bool eager_split = o.threads > 1 && o.square_sum.kind != SumOrder::Kind::ChunkStack;
-  ExprRef squares_once = warp || eager_split ? nullptr : emit_sum(b, o.square_sum, stats, r.cols, square, "sum(x*x)");
-  if (!warp && eager_split) squares_once = threaded_sum(b, o, stats, r.cols, square);
+  ExprRef squares_once = warp ? nullptr : rms_norm_square_sum(b, r, o, row, x);
   // The rest on every thread of the warp, or on the one thread.
   in_team_if(b, warp, [&](ExprRef tid) {
-    ExprRef squares = warp ? load(k, squares_at, index_const(0)) : squares_once;
-    const Arith ar = stats_arith(o, ScalarType::f32, r.x_dtype);
-    ExprRef ms = b.let("mean_sq", ar.r(to_f32(stats.div(squares, stats.count(index_const(r.cols))))));
-    ExprRef rstd = b.let("rstd", ar.div(ar.constant(1.0), ar.sqrt(ar.add(ms, ar.constant(r.eps)))));
+    ExprRef rstd = rms_norm_rstd(b, r, o, warp ? load(k, squares_at, index_const(0)) : squares_once);
     on_one_thread(b, tid, [&] { store_stat(b, rstd_out, rstd); });
 
     const Arith f32{ScalarType::f32, std::nullopt};

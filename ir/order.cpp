@@ -136,6 +136,7 @@ namespace ordo::ir {
 std::string describe(const ColumnSumOrder& c) {
   if (c.kind == ColumnSumOrder::Kind::ThreadSlots)
     return fmt::format("thread_slots(slots={}{})", c.slots, c.round_slots ? ", slots rounded to storage per row" : "");
+  if (c.kind == ColumnSumOrder::Kind::LevelCascade) return fmt::format("level_cascade(vector={}, slots={})", c.vector, c.slots);
   return fmt::format("block_tree(block_rows={}, {})", c.block_rows, c.fma ? "fma" : "mul+add");
 }
 
@@ -143,6 +144,8 @@ std::string describe(const NormBackwardOrder& n) {
   if (n.kind == NormBackwardOrder::Kind::TorchCpu)
     return fmt::format("torch_cpu(lanes={}, fold={}, {}, columns={})", n.lanes, fold_name(n.fold), n.fma ? "gcc fma" : "no fma",
                        describe(n.columns));
+  if (n.kind == NormBackwardOrder::Kind::TorchComposite)
+    return fmt::format("torch_composite(sum={}, columns={})", describe(n.sum), describe(n.columns));
   return fmt::format("centered(sum={}, dx={}, columns={})", describe(n.sum), n.fma_dx ? "fma" : "mul+add", describe(n.columns));
 }
 

@@ -383,9 +383,26 @@ struct ColumnSumOrder {
     // are added from the highest (the earliest rows) down: (S_top + ...) + S_0. The tree depends on
     // the row count alone: neither the threads nor how a launch is split change a bit.
     BlockTree,
+    // PyTorch's CPU sum (SumKernel) over dim 0 of the contiguous rows x N terms, as `.sum(0)` runs
+    // it (measured against torch 2.15). Every step is an f32 add. Its level cascade over m rows
+    // (multi_row_sum): L = 2^P, P = max(4, ceil(log2 m) / 4) (ceil(log2 m) = 1 for m <= 2);
+    // A0 += row in order; after every L rows A1 += A0 (A0 = +0), after every L^2 also A2 += A1
+    // (A1 = +0), after every L^3 also A3 += A2 (A2 = +0); the m mod L leftover rows into A0;
+    // result ((A0 + A1) + A2) + A3. The interleaved form (row_sum): rows 4i + k, i < floor(m/4),
+    // go into partial k by the cascade over floor(m/4) rows; the m mod 4 leftovers into partial 0;
+    // ((P0 + P1) + P2) + P3. With V = `vector` and W = 4V if N >= V else 4, column j takes the
+    // cascade over the M rows when j < W*floor(N/W), else the interleaved form; the column's
+    // result is +0 + that. N = 1 makes the rows contiguous, and the sum is SumOrder::LevelCascade
+    // (V lanes, 4 accumulators) over the M terms; on `slots` threads with M > 32768 it is cut
+    // into nt = min(slots, ceil(M / 32768)) chunks of ceil(M / nt) rows, each summed so, slot t
+    // of `slots` (+0 when unused), and the slots summed likewise as `slots` terms. For N > 1 the
+    // threads split the columns at multiples of 32, which keeps every column's order: no bit
+    // depends on `slots`.
+    LevelCascade,
   };
   Kind kind = Kind::BlockTree;
-  int slots = 1;
+  int slots = 1;       // ThreadSlots, LevelCascade: the reference's thread count
+  int vector = 8;      // LevelCascade: SumKernel's vector width V (8 lanes under every capability)
   bool round_slots = false;
   int64_t block_rows = 32;
   bool fma = true;  // BlockTree: a product term accumulates as fma(a, b, acc)
@@ -404,7 +421,17 @@ struct NormBackwardOrder {
     TorchCpu,
     // ordo's own: xhat = (x - mean)*rstd, wdy = dy*g; s1 = sum(wdy), s2 = sum(wdy*xhat) by `sum`;
     // dx = (wdy - (xhat*(s2/N) + s1/N))*rstd; dgamma sums dy*xhat and dbeta dy by `columns`.
+    // rms_norm_backward: mean = 0 and no s1: xhat = x*rstd, dx = (wdy - xhat*(s2/N))*rstd, with
+    // fma_dx as fma(-xhat, s2/N, wdy).
     Centered,
+    // PyTorch 2.15's F.rms_norm autograd on the CPU (rms_norm_backward only): a chain of
+    // TensorIterator ops, every result rounded to f32, with r = rstd and u = x, g = dy in f32:
+    // gz = g*w (g without a weight); gr = sum(gz*u) over the row by `sum` (a single row of more
+    // than 32768 terms on Order::threads threads in per-thread chunks, as the forward's sum of
+    // squares); ga = (gr*(-0.5))*((r*r)*r); gm = ga / N; dx = gz*r + gm*(2*u), rounded once to
+    // x's type. dweight sums the rounded g*(u*r) by `columns` (LevelCascade), rounded once to
+    // the weight's type. No fma anywhere.
+    TorchComposite,
   };
   Kind kind = Kind::Centered;
   int lanes = 8;                     // TorchCpu
@@ -414,7 +441,7 @@ struct NormBackwardOrder {
   // their short-row path (lanes < N < 2*lanes) there (measured; bf16 and the weightless f16 kernel
   // keep both unfused).
   bool fma_half_weighted = true;
-  SumOrder sum{};                    // Centered: the row sums
+  SumOrder sum{};                    // Centered, TorchComposite: the row sums
   bool fma_dx = true;                // Centered: xhat*c2 + c1 as one fma
   ColumnSumOrder columns{};
 };

@@ -15,8 +15,8 @@ import math
 
 from . import _ordo
 
-__all__ = ["layer_norm", "rms_norm", "var_mean", "softmax", "log_softmax", "attention", "layer_norm_backward", "softmax_backward",
-           "log_softmax_backward", "orders", "compare"]
+__all__ = ["layer_norm", "rms_norm", "var_mean", "softmax", "log_softmax", "attention", "layer_norm_backward", "rms_norm_backward",
+           "softmax_backward", "log_softmax_backward", "orders", "compare"]
 
 
 def __getattr__(name):
@@ -154,7 +154,7 @@ def attention(q, k, v, order="fast", causal=False, scale=None, return_lse=False,
 
 
 def _run_backward(op, data, inputs, order, bias=False, saved_stats=True, dtype=None, weight_dtype=None,
-                  allow_mixed_dtypes=False, threads=0):
+                  allow_mixed_dtypes=False, threads=0, eps=1e-5):
     """A row-wise backward op: `data` is the forward tensor that gives the shape (x, or softmax's y),
     inputs {name: array or None} the others (dy first). Outputs shaped like data (dx), (N,) for the
     weight gradients."""
@@ -170,7 +170,8 @@ def _run_backward(op, data, inputs, order, bias=False, saved_stats=True, dtype=N
     cols = int(data.shape[-1])
     rows = math.prod(int(s) for s in data.shape[:-1])
     wd = weight_dtype or (_dtype_of(given["weight"], None) if "weight" in given else "")
-    kernel = _ordo.compile(op, cols, xd, wd, order, 1e-5, "weight" in given, bool(bias), allow_mixed_dtypes, "", bool(saved_stats))
+    # eps matters only where the kernel recomputes a statistic (saved_stats false).
+    kernel = _ordo.compile(op, cols, xd, wd, order, float(eps), "weight" in given, bool(bias), allow_mixed_dtypes, "", bool(saved_stats))
     outs, tensors = {}, []
     for name, dt, is_out, extent in kernel.args:
         if not is_out:
@@ -188,6 +189,15 @@ def layer_norm_backward(dy, x, weight, mean, rstd, order="fast", bias=True, **kw
     layer_norm returns them). dweight is None without a weight, dbias None when bias=False."""
     o = _run_backward("layer_norm_backward", x, {"dy": dy, "weight": weight, "mean": mean, "rstd": rstd}, order, bias, **kw)
     return o["dx"], o.get("dweight"), o.get("dbias")
+
+
+def rms_norm_backward(dy, x, weight=None, rstd=None, order="fast", eps=1e-5, **kw):
+    """dx and dweight of rms_norm over the last dim. rstd: the forward's f32 (opmath) rstd, one per
+    row (leading dims of x); None recomputes it with `eps` as the order's forward does (the kernel
+    then also outputs it, as "rstd", which this function drops). dweight is None without a weight."""
+    o = _run_backward("rms_norm_backward", x, {"dy": dy, "weight": weight, "rstd": rstd}, order, False, saved_stats=rstd is not None,
+                      eps=eps, **kw)
+    return o["dx"], o.get("dweight")
 
 
 def softmax_backward(dy, y, order="fast", **kw):

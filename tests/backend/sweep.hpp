@@ -327,9 +327,9 @@ inline int attention_vs_interpreter(Target target, bool reduced) {
 
 // The backward ops' requests: every named order that defines `op` (a torch2.15 order with
 // threads=2 and 3, its slot count), every storage dtype, and for the ops with a weight the mixed
-// 16-bit x with f32 weight and every combination of weight and bias (`sparse`: one per width, in
-// rotation). Requests whose kernels equal an earlier one's (an avx512 order that runs the avx2
-// kernel) are left out.
+// 16-bit x with f32 weight and every combination of weight and bias, or for rms_norm_backward of
+// weight and a given or recomputed rstd (`sparse`: one per width, in rotation). Requests whose
+// kernels equal an earlier one's (an avx512 order that runs the avx2 kernel) are left out.
 inline std::vector<Request> backward_requests(OpKind op, const std::vector<int64_t>& ns, bool sparse = false) {
   std::vector<Request> out;
   std::set<std::string> seen;
@@ -361,7 +361,10 @@ inline std::vector<Request> backward_requests(OpKind op, const std::vector<int64
             r.order = order;
             r.x_dtype = t;
             r.has_weight = weighted && affine < 2;
-            r.has_bias = weighted && affine % 2 == 0;
+            // rms_norm has no bias; its backward takes rstd or recomputes it instead.
+            const bool rms = op == OpKind::rms_norm_backward;
+            r.has_bias = weighted && !rms && affine % 2 == 0;
+            r.saved_stats = !rms || affine % 2 == 0;
             add(r);
             if (weighted && t != ScalarType::f32 && affine < 2 && cols % 3 == 0) {  // the mixed path, on a share of the widths
               r.weight_dtype = ScalarType::f32;

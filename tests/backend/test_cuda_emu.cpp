@@ -89,6 +89,10 @@ void sweep_emu(OpKind op) {
 }  // namespace
 
 TEST_CASE("layer_norm: cuda-emu matches the interpreter bit for bit") { sweep_emu(OpKind::layer_norm); }
+TEST_CASE("rms_norm_backward: cuda-emu matches the interpreter bit for bit (all stages)") {
+  const int cases = backward_vs_interpreter(OpKind::rms_norm_backward, Target::cuda_emu, {1, 7, 9, 40}, {1, 7, 33}, /*sparse=*/true);
+  MESSAGE(fmt::format("rms_norm_backward: {} requests compared bitwise on cuda-emu", cases));
+}
 TEST_CASE("layer_norm_backward: cuda-emu matches the interpreter bit for bit (both stages)") {
   const int cases = backward_vs_interpreter(OpKind::layer_norm_backward, Target::cuda_emu, {1, 9, 17, 129}, {1, 7, 33}, /*sparse=*/true);
   MESSAGE(fmt::format("layer_norm_backward: {} requests compared bitwise on cuda-emu", cases));

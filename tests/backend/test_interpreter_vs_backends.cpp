@@ -76,6 +76,32 @@ TEST_CASE("layer_norm_backward: every backend matches the interpreter bit for bi
   MESSAGE(fmt::format("layer_norm_backward: {} requests compared bitwise", cases));
 }
 
+// N covers both column walks of SumKernel's dim-0 sum (whole groups of 32 columns, the
+// interleaved rest), N < 8 (groups of 4) and N = 1 (the contiguous sum); 300 rows reach the
+// cascade's second level.
+TEST_CASE("rms_norm_backward: every backend matches the interpreter bit for bit (all stages)") {
+  const int cases = backward_vs_interpreter(OpKind::rms_norm_backward, Target::cpu, {1, 3, 7, 8, 9, 17, 33, 40, 64, 129, 1000}, {1, 2, 7, 33, 300});
+  MESSAGE(fmt::format("rms_norm_backward: {} requests compared bitwise", cases));
+}
+
+// torch2.15's one-column dweight on T threads: more than 32768 rows are cut into per-thread chunks.
+TEST_CASE("rms_norm_backward: the one-column thread split (torch2.15, threads=T) matches the interpreter") {
+  for (int threads : {2, 3, 9})
+    for (int64_t rows : {32768, 40000}) {
+      Request r;
+      r.op = OpKind::rms_norm_backward;
+      r.cols = 1;
+      r.order = fmt::format("torch2.15-cpu-avx2(threads={})", threads);
+      r.has_weight = true;
+      r.has_bias = false;
+      const auto outs = on_interpreter_and(r, Target::cpu, rows, 7, 0.5, 2.0);
+      for (size_t o = 0; o < outs[0].size(); ++o) {
+        INFO(fmt::format("threads={} rows={} output {}", threads, rows, o));
+        CHECK(count_identical(ScalarType::f32, outs[0][o], outs[1][o]) == static_cast<int64_t>(outs[0][o].size() / 4));
+      }
+    }
+}
+
 // The orders that are deterministic on purpose: dx of a row does not depend on the rows beside it,
 // and no output depends on the threads ordo runs with.
 TEST_CASE("layer_norm_backward: batch-invariant and fast give the same bits alone, batched, and on any thread count") {
@@ -145,6 +171,40 @@ TEST_CASE("softmax_backward, log_softmax_backward: batch-invariant and fast give
           INFO(fmt::format("{} {} {} N={}: dx of row {} alone vs batched", name(op), order, name(t), n, row));
           CHECK(std::memcmp(alone.get("dx").data(), h.get("dx").data() + row * bytes, size_t(bytes)) == 0);
         }
+}
+
+TEST_CASE("rms_norm_backward: batch-invariant and fast give the same bits alone, batched, and on any thread count") {
+  for (const char* order : {"batch-invariant", "fast"})
+    for (ScalarType t : {ScalarType::f32, ScalarType::bf16})
+      for (int64_t n : {7, 100, 4097}) {
+        Request r;
+        r.op = OpKind::rms_norm_backward;
+        r.cols = n;
+        r.order = order;
+        r.x_dtype = t;
+        r.has_bias = false;
+        r.saved_stats = n != 100;  // rstd recomputed on one width
+        KernelHandle k = compile(r);
+        const int64_t rows = 300;
+        HostBuffers h = make_buffers(*k, rows, 3, 1.0, 2.0);
+        k->run(h.refs(rows, n), rows, 1);
+        const HostBuffers one_thread = h;
+        k->run(h.refs(rows, n), rows, 2);
+        for (size_t a = 0; a < h.args.size(); ++a) {
+          INFO(fmt::format("{} {} N={} output {}: 1 vs 2 threads", order, name(t), n, h.args[a].name));
+          CHECK(h.bytes[a] == one_thread.bytes[a]);
+        }
+        // Row 123 alone: its dx equals its dx among the 300.
+        HostBuffers alone = make_buffers(*k, 1, 3, 1.0, 2.0);
+        const int64_t row = 123, bytes = n * size_bytes(t);
+        for (const char* in : {"dy", "x"})
+          std::memcpy(alone.get(in).data(), h.get(in).data() + row * bytes, size_t(bytes));
+        if (r.saved_stats) std::memcpy(alone.get("rstd").data(), h.get("rstd").data() + row * 4, 4);
+        alone.get("weight") = h.get("weight");
+        k->run(alone.refs(1, n), 1);
+        INFO(fmt::format("{} {} N={}: dx of row {} alone vs batched", order, name(t), n, row));
+        CHECK(std::memcmp(alone.get("dx").data(), h.get("dx").data() + row * bytes, size_t(bytes)) == 0);
+      }
 }
 TEST_CASE("rms_norm: every backend matches the interpreter bit for bit") { sweep(OpKind::rms_norm); }
 TEST_CASE("var_mean: every backend matches the interpreter bit for bit") { sweep(OpKind::var_mean); }

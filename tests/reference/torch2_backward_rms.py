@@ -1,0 +1,173 @@
+"""Bit-exact check of ordo's rms_norm_backward under the torch2.15-cpu-* orders against PyTorch
+2.15.0 as installed: the gradients autograd gives through torch.nn.functional.rms_norm.
+
+Runs with the python of the torch 2.15 venv (scripts/torch2-venv --python); a missing or
+different torch is a failure, never a skip. For each CPU capability this machine has, a worker
+process starts with ATEN_CPU_CAPABILITY set, runs F.rms_norm forward and backward with
+x.requires_grad and weight.requires_grad on 1 and 2 threads, and runs ordo's
+torch2.15-cpu-<cap>(threads=T) in the same process through the Python package (build/python).
+dx and dweight must have torch's bit patterns (every NaN equals every NaN). rstd is the tensor
+autograd saved (RsqrtBackward0's result, f32), given to ordo on alternate cases and recomputed by
+ordo on the others. Single rows of more than 32768 elements and one-column launches of more than
+32768 rows, which torch sums in per-thread chunks, also run on 3 threads.
+
+Cases: f32, bf16, f16, and bf16/f16 input with an f32 weight; with and without weight; N across
+every tail mod 16 and long rows; row counts 1..7 and larger; several value ranges and eps.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from bits import capabilities  # noqa: E402
+from summary import print_summary  # noqa: E402
+
+WANT_TORCH = "2.15.0"
+
+# Every tail mod 16, SumKernel's 32-column groups and their edges, and long rows.
+N_SWEEP = list(range(1, 18)) + [31, 32, 33, 40, 63, 64, 65, 100, 127, 129, 255, 257, 1000, 4097]
+N_QUICK = [1, 3, 7, 8, 9, 17, 33, 40, 100, 1000]
+ROWS = [1, 2, 3, 4, 5, 6, 7, 300, 40, 17]
+# (name, offset, scale): ordinary values, an offset with a small spread, tiny values, a wide range.
+RANGES = [("normal", 0.5, 2.0), ("offset", 100.0, 0.1), ("tiny", 0.0, 1e-20), ("wide", 0.0, 1e3)]
+EPS = [1e-6, 1e-5, 0.1]
+DTYPES = [("f32", "f32"), ("bf16", "bf16"), ("f16", "f16"), ("bf16", "f32"), ("f16", "f32")]
+
+
+def cases(quick):
+    out = []
+    i = 0
+    for (xd, wd) in DTYPES:
+        for n in (N_QUICK if quick else N_SWEEP):
+            for weight in (True, False):
+                if not weight and wd != xd:
+                    continue  # without a weight there is no mixed case
+                out.append({"dtype": xd, "weight_dtype": wd, "weight": weight, "n": n, "rows": ROWS[i % len(ROWS)],
+                            "range": RANGES[i % len(RANGES)][0], "eps": EPS[i % len(EPS)], "saved": i % 2 == 0, "seed": i})
+                i += 1
+    # The thread-split regimes: one long row (the row sum), one column of many rows (dweight's sum).
+    long_shapes = [(1, 40000), (2, 40000), (40000, 1), (1, 70001)] if not quick else [(1, 40000), (40000, 1)]
+    for rows, n in long_shapes:
+        for xd, wd in (DTYPES if not quick else DTYPES[:2]):
+            out.append({"dtype": xd, "weight_dtype": wd, "weight": True, "n": n, "rows": rows, "range": "normal",
+                        "eps": 1e-6, "saved": i % 2 == 0, "seed": i})
+            i += 1
+    return out
+
+
+WORKER = r'''
+import json, sys
+import numpy as np
+import torch
+import torch.nn.functional as F
+import ordo
+from tensor_bits import same
+
+cap, cases = sys.argv[1], json.load(open(sys.argv[2]))
+RANGES = {name: (offset, scale) for name, offset, scale in json.loads(sys.argv[3])}
+TD = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}
+
+def saved_rstd(y):
+    """The rsqrt result autograd saved (RsqrtBackward0), as the backward reads it."""
+    seen, todo = set(), [y.grad_fn]
+    while todo:
+        f = todo.pop()
+        if f is None or f in seen:
+            continue
+        seen.add(f)
+        if type(f).__name__ == "RsqrtBackward0":
+            return f._saved_result
+        todo.extend(g for g, _ in f.next_functions)
+    raise RuntimeError("no RsqrtBackward0 in F.rms_norm's graph: not the composite this test models")
+
+def split_regime(c):
+    return (c["rows"] == 1 and c["n"] > 32768) or (c["n"] == 1 and c["rows"] > 32768)
+
+results = []
+for threads in (1, 2, 3):
+    torch.set_num_threads(threads)
+    for i, c in enumerate(cases):
+        if threads == 3 and not split_regime(c):
+            continue
+        rng = np.random.default_rng(2000 + c["seed"])
+        off, scale = RANGES[c["range"]]
+        shape = (c["rows"], c["n"])
+        x = torch.from_numpy((off + scale * rng.standard_normal(shape)).astype(np.float32)).to(TD[c["dtype"]]).requires_grad_()
+        dy = torch.from_numpy(rng.standard_normal(shape).astype(np.float32)).to(TD[c["dtype"]])
+        w = None
+        if c["weight"]:
+            w = torch.from_numpy((1 + 0.5 * rng.standard_normal(c["n"])).astype(np.float32)).to(TD[c["weight_dtype"]]).requires_grad_()
+        y = F.rms_norm(x, [c["n"]], w, c["eps"])
+        rstd = saved_rstd(y).detach().reshape(-1).clone()
+        y.backward(dy)
+        want = {"dx": x.grad}
+        if w is not None:
+            want["dweight"] = w.grad
+        order = f"torch2.15-cpu-{cap}" + ("" if threads == 1 else f"(threads={threads})")
+        try:
+            dx, dw = ordo.rms_norm_backward(dy, x.detach(), None if w is None else w.detach(), rstd if c["saved"] else None,
+                                            order=order, eps=c["eps"], allow_mixed_dtypes=c["weight_dtype"] != c["dtype"])
+        except Exception as e:  # ordo refused the request: a failure, with its message
+            results.append({"case": i, "threads": threads, "ok": False, "why": f"ordo: {e}"})
+            continue
+        got = {"dx": dx, "dweight": dw}
+        why = [f"{k}: {m}" for k in want for ok, m in [same(want[k], got[k])] if not ok]
+        results.append({"case": i, "threads": threads, "ok": not why, "why": "; ".join(why)})
+print(json.dumps({"torch": torch.__version__, "capability": torch.backends.cpu.get_cpu_capability(), "results": results}))
+'''
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--build", default=os.path.join(HERE, "..", "..", "build"), help="ordo's build directory")
+    ap.add_argument("--quick", action="store_true", help="fewer shapes")
+    args = ap.parse_args()
+    try:
+        import torch
+    except ImportError:
+        print(f"FAIL: torch is not importable by {sys.executable}; scripts/setup.sh installs the torch 2.15 venv "
+              f"(scripts/torch2-venv --python names its python)")
+        return 1
+    if torch.__version__.split("+")[0] != WANT_TORCH:
+        print(f"FAIL: this is torch {torch.__version__} ({sys.executable}); the torch2.15 orders are checked against {WANT_TORCH}")
+        return 1
+
+    all_cases = cases(args.quick)
+    spec = tempfile.NamedTemporaryFile("w", suffix=".json", prefix="ordo_torch2_rms_bwd_", delete=False)
+    json.dump(all_cases, spec)
+    spec.close()
+    table, passed, failed = {}, 0, 0
+    env_base = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.join(os.path.abspath(args.build), "python"), HERE]))
+    for cap in capabilities(print, "torch2.15-cpu-avx512"):
+        env = dict(env_base, ATEN_CPU_CAPABILITY=cap, OMP_WAIT_POLICY="PASSIVE", PYTHONWARNINGS="ignore")
+        worker = subprocess.run([sys.executable, "-c", WORKER, cap, spec.name, json.dumps(RANGES)], env=env,
+                                capture_output=True, text=True)
+        if worker.returncode != 0:
+            print(f"FAIL: worker for ATEN_CPU_CAPABILITY={cap} exited {worker.returncode}:\n{worker.stderr}")
+            return 1
+        out = json.loads(worker.stdout.strip().splitlines()[-1])
+        print(f"torch {out['torch']}, ATEN_CPU_CAPABILITY={cap} (torch reports {out['capability']}), threads 1 and 2")
+        for r in out["results"]:
+            c = all_cases[r["case"]]
+            dtype = c["dtype"] if c["weight_dtype"] == c["dtype"] else f"{c['dtype']}+{c['weight_dtype']}"
+            key = ("rms_norm_backward" + ("" if c["weight"] else " (no weight)"), f"torch2.15-cpu-{cap}", dtype)
+            entry = table.setdefault(key, [0, 0])
+            entry[1] += 1
+            if r["ok"]:
+                entry[0] += 1
+                passed += 1
+            else:
+                failed += 1
+                print(f"FAIL {dtype} weight={c['weight']} N={c['n']} rows={c['rows']} {c['range']} eps={c['eps']} "
+                      f"rstd={'given' if c['saved'] else 'recomputed'} threads={r['threads']}: {r['why']}")
+    os.unlink(spec.name)
+    print("\n(each case is counted once per torch thread count, 1 and 2; the thread-split regimes also on 3)")
+    return print_summary(table, passed, failed)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
