@@ -408,6 +408,7 @@ CompareReport compare_orders(const CompareOptions& opt) {
   const bool weight_grad = opt.base.has_weight && (opt.base.op == OpKind::layer_norm_backward || opt.base.op == OpKind::rms_norm_backward);
   rep.primary = opt.base.op == OpKind::var_mean      ? "var"
                 : opt.base.op == OpKind::attention   ? "out"
+                : opt.base.op == OpKind::attention_backward ? "dq"
                 : weight_grad                        ? "dweight"
                 : is_backward(opt.base.op)           ? "dx"
                                                      : "y";
@@ -479,8 +480,8 @@ std::string format_report(const CompareReport& rep) {
   const CompareOptions& o = rep.options;
   std::string s = fmt::format("{} rows={} N={} dtype={} input=N({}, {}^2) seed={} target={}\n", name(o.base.op), o.rows, o.base.cols,
                               name(o.base.x_dtype), o.offset, o.scale, o.seed, name(o.base.target));
-  if (o.base.op == OpKind::attention)
-    s = fmt::format("attention batch*heads={} S_q={} S_k={} D={}{} dtype={} q,k,v=N({}, {}^2) seed={} target={}\n", o.rows, o.base.seq_q,
+  if (forward_of(o.base.op) == OpKind::attention)
+    s = fmt::format("{} batch*heads={} S_q={} S_k={} D={}{} dtype={} q,k,v=N({}, {}^2) seed={} target={}\n", name(o.base.op), o.rows, o.base.seq_q,
                     o.base.seq_k, o.base.cols, o.base.causal ? " causal" : "", name(o.base.x_dtype), o.offset, o.scale, o.seed,
                     name(o.base.target));
   std::vector<std::string> outs;
