@@ -412,9 +412,10 @@ inline int attention_backward_vs_interpreter(Target target, bool sparse) {
   for (const char* p : {"flash(queries=3,fma=all)", "flash(bc=16,queries=5)", "fast(queries=1)"}) orders.emplace_back(p, ScalarType::f32);
   int cases = 0, rotation = 0;
   for (const auto& [order, dtype] : orders)
-    for (const Shape& s : shapes)
+    for (const Shape& s : shapes) {
+      const int pick = rotation++ % 4;  // sparse: one (causal, lse) variant per (order, shape), in rotation
       for (int variant = 0; variant < 4; ++variant) {
-        if (sparse && (rotation++ % 4) != variant) continue;
+        if (sparse && pick != variant) continue;
         Request r;
         r.op = OpKind::attention_backward;
         r.cols = s.d;
@@ -461,6 +462,7 @@ inline int attention_backward_vs_interpreter(Target target, bool sparse) {
         }
         ++cases;
       }
+    }
   return cases;
 }
 
