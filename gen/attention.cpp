@@ -44,6 +44,10 @@ struct Attention {
   int qt = -1;  // scratch f32[D*L]: qt[d*L + l] = q[query of lane l][d]
   ExprRef query{};        // i64 x L: the query row of each lane
   ExprRef q_base{}, kv_base{}, lse_base{};
+  // Only the log-sum-exp, into local lse_local (the backward's recomputation): flash() leaves out
+  // the output accumulator and P @ v, which do not feed m and l.
+  bool lse_only = false;
+  int lse_local = -1;
 
   Type vec() const { return Type{ScalarType::f32, L}; }
   ExprRef splat(ExprRef s) const { return broadcast(std::move(s), L); }
@@ -178,7 +182,8 @@ struct Attention {
   }
   // The log-sum-exp, built only when the request asks for it (its log is many IR nodes).
   void write_lse(const std::function<ExprRef()>& value) {
-    if (lse >= 0) b.store(lse, add(splat(lse_base), query), value());
+    if (lse_local >= 0) b.assign(lse_local, value());
+    else if (lse >= 0) b.store(lse, add(splat(lse_base), query), value());
   }
 
   // ----------------------------------------------------------------------------------------
@@ -461,12 +466,12 @@ struct Attention {
   void flash() {
     load_queries();
     const int64_t Bc = std::min<int64_t>(o.key_block, Sk);
-    const int acc = b.buffer("acc", ScalarType::f32, true, Extent::scratch, D * L);
+    const int acc = lse_only ? -1 : b.buffer("acc", ScalarType::f32, true, Extent::scratch, D * L);
     const int sblk = b.buffer("block", ScalarType::f32, true, Extent::scratch, Bc * L);
     const int m = b.local("max", vec()), l = b.local("sum", vec());
     b.assign(m, f32c(-kInf, L));
     b.assign(l, f32c(0.0f, L));
-    zero(acc, D);
+    if (!lse_only) zero(acc, D);
     auto block = [&](ExprRef begin, int64_t count) {
       int bm = b.local("block_max", vec());
       b.assign(bm, f32c(-kInf, L));
@@ -489,16 +494,19 @@ struct Attention {
         b.store(sblk, mul(t, idx(L)), pt);
         b.assign(l, add(b.get(l), pt));
       });
-      b.for_range("d", idx(0), idx(D), 1, [&](ExprRef d) {
-        b.store(acc, mul(d, idx(L)), mul(load(b.kernel(), acc, mul(d, idx(L)), L), alpha));
-      });
-      accumulate_pv(acc, sblk, begin, int(count), false);
+      if (!lse_only) {
+        b.for_range("d", idx(0), idx(D), 1, [&](ExprRef d) {
+          b.store(acc, mul(d, idx(L)), mul(load(b.kernel(), acc, mul(d, idx(L)), L), alpha));
+        });
+        accumulate_pv(acc, sblk, begin, int(count), false);
+      }
       b.assign(m, m_new);
     };
     const int64_t full = Sk - Sk % Bc;
     b.region("flash", describe(o), [&] {
       b.for_range("kb", idx(0), idx(full), Bc, [&](ExprRef kb) { block(kb, Bc); });
       if (Sk % Bc) block(idx(full), Sk % Bc);
+      if (lse_only) return;
       ExprRef inv = b.let("inv_sum", div(f32c(1.0f, L), b.get(l)));
       write_out(acc, [&](ExprRef x) { return mul(x, inv); });
     });
@@ -511,6 +519,21 @@ struct Attention {
 };
 
 }  // namespace
+
+ExprRef emit_attention_lse(Builder& b, const Request& r, const AttentionOrder& o, int q, int k, ExprRef query) {
+  if (o.kind != AttentionOrder::Kind::Flash || o.team > 0)
+    throw Error(fmt::format("order '{}': attention_backward recomputes lse only by a flash forward order; give lse", r.order));
+  Attention a{r, o, b, r.cols, r.seq_q, r.seq_k, query->type.lanes, r.x_dtype};
+  a.q = q;
+  a.k = k;
+  a.query = std::move(query);
+  a.q_base = b.let("q_base", mul(program_id(0), idx(r.seq_q * r.cols)));
+  a.kv_base = b.let("kv_base", mul(program_id(0), idx(r.seq_k * r.cols)));
+  a.lse_only = true;
+  a.lse_local = b.local("lse", a.vec());
+  b.region("lse", "the forward's log-sum-exp: " + describe(o), [&] { a.flash(); });
+  return b.get(a.lse_local);
+}
 
 Kernel build_attention(const Request& r, const Order& order) {
   const AttentionOrder& o = order.attention;

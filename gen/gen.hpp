@@ -62,6 +62,11 @@ ir::Kernel build_rms_norm(const Request& r, const ir::Order& order);
 ir::Kernel build_var_mean(const Request& r, const ir::Order& order);
 ir::Kernel build_softmax(const Request& r, const ir::Order& order);  // softmax and log_softmax
 ir::Kernel build_attention(const Request& r, const ir::Order& order);
+// attention_backward's two stages (gen/attention_backward.cpp).
+std::vector<ir::Kernel> build_attention_backward(const Request& r, const ir::Order& order);
+// The log-sum-exp the forward order `o` (kind Flash) writes, for the queries in the lanes of
+// `query` (an i64 vector) of the (batch, head) program_id(0), from the q and k buffers.
+ir::ExprRef emit_attention_lse(ir::Builder& b, const Request& r, const ir::AttentionOrder& o, int q, int k, ir::ExprRef query);
 std::vector<ir::Kernel> build_layer_norm_backward(const Request& r, const ir::Order& order);
 ir::Kernel build_softmax_backward(const Request& r, const ir::Order& order);  // and log_softmax_backward
 std::vector<ir::Kernel> build_rms_norm_backward(const Request& r, const ir::Order& order);

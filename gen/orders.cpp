@@ -26,7 +26,7 @@ const std::vector<ScalarType> kAllStorage = {f32, bf16, f16};
 const std::vector<OpKind> kSoftmaxOps = {OpKind::softmax, OpKind::log_softmax};
 const std::vector<OpKind> kAllOps = {OpKind::layer_norm, OpKind::rms_norm, OpKind::var_mean, OpKind::softmax, OpKind::log_softmax,
                                      OpKind::attention, OpKind::layer_norm_backward, OpKind::rms_norm_backward,
-                                     OpKind::softmax_backward, OpKind::log_softmax_backward};
+                                     OpKind::softmax_backward, OpKind::log_softmax_backward, OpKind::attention_backward};
 
 // PyTorch 1.13 CPU softmax/log_softmax over the last dim (docs/research/softmax-torch1.13.md).
 // float: reduce_all trees over 8 lanes (avx2: a halving tree; default: lanes in order), exp and
@@ -403,7 +403,8 @@ NormBackwardOrder centered_backward(SumOrder sum, int64_t block_rows) {
 std::vector<NamedOrder> make_table() {
   std::vector<NamedOrder> t;
   t.push_back({"fast", "the fastest order ordo has: two-pass, 4x8-lane fma sums, fused affine; attention: flash(bc=64,queries=16,exp2=on,fma=all); "
-               "softmax/log_softmax_backward: s by 4x8-lane fma sums, Sleef exp, log_softmax's dx as one fma (no reference)",
+               "softmax/log_softmax_backward: s by 4x8-lane fma sums, Sleef exp, log_softmax's dx as one fma; "
+               "attention_backward: flash's tiled backward with fma, 16 lanes, lse recomputed by fast's forward (no reference)",
                kAllOps, kAllStorage, false, false, [](ScalarType, ScalarType acc, const Request&) {
                  Order o = two_pass(lane_tree(8, 4, true), acc);
                  o.affine = {F::ScaleBias, true};
@@ -412,6 +413,8 @@ std::vector<NamedOrder> make_table() {
                  o.attention.query_lanes = 16;  // two AVX2 vectors of queries: each loaded key value serves 16 queries
                  o.norm_backward = centered_backward(lane_tree(8, 4, true), 64);
                  o.softmax_backward = summed_softmax_backward(lane_tree(8, 4, true));
+                 o.attention_backward.fma = true;
+                 o.attention_backward.lanes = 16;
                  return o;
                }});
   t.push_back({"batch-invariant",
@@ -564,8 +567,11 @@ std::vector<NamedOrder> make_table() {
                }});
   t.push_back({"flash",
                "FlashAttention-2 online softmax over key blocks (default Bc=64; flash(128) or flash(bc=32,exp2=on,fma=all)), "
-               "Sleef exp, scores times the scale",
-               {OpKind::attention}, kAllStorage, false, false, [](ScalarType, ScalarType, const Request&) {
+               "Sleef exp, scores times the scale. attention_backward: FlashAttention-2's backward without atomics, P recomputed "
+               "from lse, D_i = rowsum(dout*out); stage 1 per block of keys (lanes) sums dk, dv over the queries in ascending "
+               "order, stage 2 per block of queries sums dq over the keys in ascending order, sequential dots "
+               "(AttentionBackwardOrder::Tiled); lse, when not given, recomputed by flash(Bc)'s forward; parameters as flash",
+               {OpKind::attention, OpKind::attention_backward}, kAllStorage, false, false, [](ScalarType, ScalarType, const Request&) {
                  Order o;
                  o.attention = flash(64, false, false);
                  return o;
@@ -763,12 +769,13 @@ void apply_parameters(Order& o, std::string_view params, std::string_view order_
       o.moments.fma_merge = value == "merge" || value == "all";
       o.moments.sum.fma = o.square_sum.fma = o.softmax_backward.sum.fma = o.softmax_backward.fma = value != "none";
       o.attention.dot_fma = value != "none";
+      o.attention_backward.fma = value != "none";
     } else if (key == "bc") {
       o.attention.key_block = integer(1, 4096);
     } else if (key == "threads") {  // flash on CUDA: a block of this many threads, a query each
       o.attention.team = power_of_two(integer(32, 1024));
     } else if (key == "queries") {
-      o.attention.query_lanes = integer(1, 16);
+      o.attention.query_lanes = o.attention_backward.lanes = integer(1, 16);
     } else if (key == "exp2") {
       if (value != "on" && value != "off") throw Error(fmt::format("order '{}': exp2={} is not on or off", order_name, value));
       o.attention.exp2 = value == "on";
@@ -941,7 +948,7 @@ const NamedOrder* find_order(std::string_view name) {
 
 // Attention's own fields: shapes and scale. Checked before any order is built.
 void check_attention_request(const Request& r) {
-  if (r.op != OpKind::attention) {
+  if (forward_of(r.op) != OpKind::attention) {
     if (r.seq_q || r.seq_k || r.causal || r.scale || r.lse_output)
       throw Error(fmt::format("seq lengths, causal, scale and lse are attention's; {} takes none of them", name(r.op)));
     return;
@@ -953,6 +960,13 @@ void check_attention_request(const Request& r) {
   if (r.scale && !(std::isfinite(*r.scale) && *r.scale > 0))
     throw Error(fmt::format("attention scale must be finite and > 0, got {}", *r.scale));
   if (r.acc_dtype && *r.acc_dtype != f32) throw Error(fmt::format("attention accumulates in f32; --acc {} is not supported", name(*r.acc_dtype)));
+  if (r.op == OpKind::attention_backward && r.lse_output)
+    throw Error("attention_backward writes dq, dk and dv; lse is one of its inputs (Request::saved_stats), not an output");
+  // Recomputing lse keeps every query's in an instance's scratch (stage 1).
+  if (r.op == OpKind::attention_backward && !r.saved_stats && r.seq_q > (int64_t(1) << 18))
+    throw Error(fmt::format("attention_backward without lse keeps S_q = {} recomputed values per instance, over 1 MiB; give lse (S_q up to "
+                            "{} without it)",
+                            r.seq_q, int64_t(1) << 18));
 }
 
 Order resolve(const Request& r) {
@@ -1055,7 +1069,7 @@ std::vector<Kernel> build_stages(const Request& r, const Order& o) {
     case OpKind::rms_norm_backward: ks = build_rms_norm_backward(r, o); break;
     case OpKind::softmax_backward:
     case OpKind::log_softmax_backward: ks.push_back(build_softmax_backward(r, o)); break;
-    case OpKind::attention_backward: throw Error(fmt::format("{} has no kernel yet", name(r.op)));
+    case OpKind::attention_backward: ks = build_attention_backward(r, o); break;
   }
   for (size_t i = 0; i < ks.size(); ++i) {
     Kernel& k = ks[i];

@@ -161,3 +161,12 @@ std::string describe(const SoftmaxBackwardOrder& s) {
 }
 
 }  // namespace ordo::ir
+
+namespace ordo::ir {
+
+std::string describe(const AttentionBackwardOrder& a) {
+  return fmt::format("tiled_backward(lanes={}, dots=sequential{}, dk/dv: queries ascending, dq: keys ascending, exp=sleef_u10)", a.lanes,
+                     a.fma ? "+fma" : "");
+}
+
+}  // namespace ordo::ir

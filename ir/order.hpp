@@ -365,6 +365,32 @@ struct AttentionOrder {
   bool paired_exp_sum = false;
 };
 
+// How the backward of attention over one (batch, head) forms dq, dk and dv from q, k, v, the
+// forward's out and lse, and dout. With lse not given (Request::saved_stats false) it is
+// recomputed exactly as the forward order (Order::attention) writes it.
+struct AttentionBackwardOrder {
+  enum class Kind : uint8_t {
+    // FlashAttention-2's backward, deterministic (no atomics), in two stages over the same
+    // arguments. c = (float)scale; a dot product is a sequential sum over d from +0, each step
+    // fma(a, b, acc) with `fma`, else acc + a*b rounded; masked means causal and key j > query i.
+    //   D_i  = dot(dout_i, out_i)
+    //   s_ij = dot(q_i, k_j) * c;  P_ij = masked ? 0 : exp(s_ij - lse_i)  (Sleef expf_u10)
+    //   dP_ij = dot(dout_i, v_j);  dS_ij = masked ? 0 : P_ij * (dP_ij - D_i)  (sub, then mul)
+    // Stage 1, a program instance per (batch*head, block of `lanes` keys, a key per lane):
+    //   dv_j[d] = sum_i P_ij dout_i[d],  dk_j[d] = (sum_i dS_ij q_i[d]) * c,
+    //   each sum one chain from +0 over the queries i = 0, 1, ..., S_q-1 in ascending order
+    //   (the query blocks in order, every term added, masked ones as 0).
+    // Stage 2, a program instance per (batch*head, block of `lanes` queries, a query per lane):
+    //   dq_i[d] = (sum_j dS_ij k_j[d]) * c, one chain from +0 over keys j = 0 .. S_k-1 ascending.
+    // P and dS are recomputed in each stage by the same operations, so both stages use the same
+    // bits. Outputs are rounded once to the storage type. The launch split changes no bit.
+    Tiled,
+  };
+  Kind kind = Kind::Tiled;
+  int lanes = 8;     // Tiled: keys (stage 1) or queries (stage 2) per program instance; no numerical effect
+  bool fma = false;  // Tiled: every dot-product and accumulation step is one fma
+};
+
 // How a weight gradient sums its per-row terms over the rows of the launch (a column
 // reduction: every row contributes to each column). Each column is independent; the order is
 // the same for every column.
@@ -487,7 +513,8 @@ struct Order {
   SumOrder square_sum;       // rms_norm: sum of x*x
   AffineOrder affine;        // layer_norm, rms_norm (rms_norm uses only gamma)
   SoftmaxOrder softmax;      // softmax, log_softmax
-  AttentionOrder attention;  // attention
+  AttentionOrder attention;  // attention; attention_backward: the forward that recomputes lse
+  AttentionBackwardOrder attention_backward;  // attention_backward
   NormBackwardOrder norm_backward;  // layer_norm_backward, rms_norm_backward
   SoftmaxBackwardOrder softmax_backward;  // softmax_backward, log_softmax_backward
   // PyTorch 1.13's bf16 kernels round every intermediate of the statistics and of rstd to
@@ -509,6 +536,7 @@ std::string describe(const AffineOrder& a);
 std::string describe(const SoftmaxOrder& s);
 std::string describe(const GemmOrder& g);
 std::string describe(const AttentionOrder& a);
+std::string describe(const AttentionBackwardOrder& a);
 std::string describe(const ColumnSumOrder& c);
 std::string describe(const NormBackwardOrder& n);
 std::string describe(const SoftmaxBackwardOrder& s);

@@ -166,10 +166,13 @@ PYBIND11_MODULE(_ordo, m) {
      py::arg("acc") = "", py::arg("saved_stats") = true);
 
   m.def("compile_attention", [](int64_t head_dim, int64_t seq_q, int64_t seq_k, const std::string& dtype, const std::string& order,
-                                bool causal, std::optional<double> scale, bool lse) {
+                                bool causal, std::optional<double> scale, bool lse, const std::string& op, bool saved_stats) {
     return translate([&] {
       ordo::Request r;
-      r.op = ordo::OpKind::attention;
+      auto kind = ordo::parse_op(op);
+      if (!kind || ordo::forward_of(*kind) != ordo::OpKind::attention) throw ordo::Error("compile_attention: op '" + op + "' is not attention's");
+      r.op = *kind;
+      r.saved_stats = saved_stats;
       r.cols = head_dim;
       r.seq_q = seq_q;
       r.seq_k = seq_k;
@@ -182,7 +185,7 @@ PYBIND11_MODULE(_ordo, m) {
       return std::const_pointer_cast<ordo::CompiledKernel>(ordo::compile(r));
     });
   }, py::arg("head_dim"), py::arg("seq_q"), py::arg("seq_k"), py::arg("dtype"), py::arg("order"), py::arg("causal") = false,
-     py::arg("scale") = std::nullopt, py::arg("lse") = false);
+     py::arg("scale") = std::nullopt, py::arg("lse") = false, py::arg("op") = "attention", py::arg("saved_stats") = true);
 
   // A bar chart of speed ratios (bench/vs_torch.py): rows of (label, ratio, target, lower_is_better).
   m.def("write_ratio_chart", [](const std::string& path, const std::string& heading,

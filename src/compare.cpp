@@ -84,6 +84,8 @@ void store_value(ScalarType t, uint8_t* data, int64_t i, double v) {
 // A backward op's inputs that its forward saved are made the forward's, from the random x (or
 // softmax's input): mean and rstd of each row (layer_norm: eps 1e-5; rms_norm's rstd of the mean
 // square), and softmax's y (log_softmax's), computed in float64 and rounded to their types.
+std::map<std::string, std::vector<double>> attention_f64(const Request& r, const HostBuffers& in, int64_t rows);
+
 void forward_outputs(const Request& r, HostBuffers& h, int64_t rows) {
   const int64_t N = r.cols;
   auto find = [&](const char* name) -> std::vector<uint8_t>* {
@@ -117,6 +119,13 @@ void forward_outputs(const Request& r, HostBuffers& h, int64_t rows) {
         store_value(type_of("rstd"), rstd->data(), row,
                     1.0 / std::sqrt((r.op == OpKind::layer_norm_backward ? m2 / N : sq / N) + static_cast<double>(static_cast<float>(r.eps))));
     }
+  }
+  if (r.op == OpKind::attention_backward) {  // out and lse of the float64 forward, out rounded to q's type
+    std::map<std::string, std::vector<double>> f = attention_f64(r, h, rows);
+    std::vector<uint8_t>& out = *find("out");
+    for (size_t i = 0; i < f["out"].size(); ++i) store_value(r.x_dtype, out.data(), int64_t(i), f["out"][i]);
+    if (std::vector<uint8_t>* lse = find("lse"))
+      for (size_t i = 0; i < f["lse"].size(); ++i) store_value(ScalarType::f32, lse->data(), int64_t(i), f["lse"][i]);
   }
   if (r.op == OpKind::softmax_backward || r.op == OpKind::log_softmax_backward) {
     std::vector<uint8_t>& y = *find("y");
@@ -224,6 +233,58 @@ std::map<std::string, std::vector<double>> attention_f64(const Request& r, const
     }
   return out;
 }
+
+// attention_backward in float64 from q, k, v and dout alone: P from the exact scores (the given
+// out and lse are not read), D_i = dout_i . out_i with out = P v, dS = P (dout v^T - D),
+// dv = P^T dout, dk = scale dS^T q, dq = scale dS k.
+std::map<std::string, std::vector<double>> attention_backward_f64(const Request& r, const HostBuffers& in, int64_t rows) {
+  const int64_t D = r.cols, Sq = r.seq_q, Sk = r.seq_k;
+  const ScalarType t = r.x_dtype;
+  const uint8_t *q = in.get("q").data(), *k = in.get("k").data(), *v = in.get("v").data(), *g = in.get("dout").data();
+  const double scale = r.scale.value_or(1.0 / std::sqrt(static_cast<double>(D)));
+  std::map<std::string, std::vector<double>> res;
+  std::vector<double>& dq = res["dq"];
+  std::vector<double>& dk = res["dk"];
+  std::vector<double>& dv = res["dv"];
+  dq.assign(size_t(rows * Sq * D), 0.0);
+  dk.assign(size_t(rows * Sk * D), 0.0);
+  dv.assign(size_t(rows * Sk * D), 0.0);
+  std::vector<double> p(static_cast<size_t>(Sk)), o(static_cast<size_t>(D));
+  for (int64_t bh = 0; bh < rows; ++bh)
+    for (int64_t i = 0; i < Sq; ++i) {
+      const int64_t qi = (bh * Sq + i) * D;
+      double mx = -INFINITY, sum = 0;
+      for (int64_t j = 0; j < Sk; ++j) {
+        double dot = 0;
+        for (int64_t d = 0; d < D; ++d) dot += value_at(t, q, qi + d) * value_at(t, k, (bh * Sk + j) * D + d);
+        p[size_t(j)] = r.causal && j > i ? -INFINITY : dot * scale;
+        mx = std::max(mx, p[size_t(j)]);
+      }
+      for (int64_t j = 0; j < Sk; ++j) {
+        p[size_t(j)] = std::exp(p[size_t(j)] - mx);
+        sum += p[size_t(j)];
+      }
+      for (int64_t j = 0; j < Sk; ++j) p[size_t(j)] /= sum;
+      double di = 0;
+      for (int64_t d = 0; d < D; ++d) {
+        o[size_t(d)] = 0;
+        for (int64_t j = 0; j < Sk; ++j) o[size_t(d)] += p[size_t(j)] * value_at(t, v, (bh * Sk + j) * D + d);
+        di += value_at(t, g, qi + d) * o[size_t(d)];
+      }
+      for (int64_t j = 0; j < Sk; ++j) {
+        const int64_t kj = (bh * Sk + j) * D;
+        double dp = 0;
+        for (int64_t d = 0; d < D; ++d) dp += value_at(t, g, qi + d) * value_at(t, v, kj + d);
+        const double ds = p[size_t(j)] * (dp - di);
+        for (int64_t d = 0; d < D; ++d) {
+          dv[size_t(kj + d)] += p[size_t(j)] * value_at(t, g, qi + d);
+          dk[size_t(kj + d)] += scale * ds * value_at(t, q, qi + d);
+          dq[size_t(qi + d)] += scale * ds * value_at(t, k, kj + d);
+        }
+      }
+    }
+  return res;
+}
 }  // namespace
 
 // layer_norm_backward in float64 from the given mean and rstd: xhat = (x - mean)*rstd, wdy = dy*w,
@@ -287,6 +348,7 @@ std::map<std::string, std::vector<double>> reference_f64(const Request& r, const
   if (r.op == OpKind::attention) return attention_f64(r, in, rows);
   if (r.op == OpKind::layer_norm_backward) return layer_norm_backward_f64(r, in, rows);
   if (r.op == OpKind::softmax_backward || r.op == OpKind::log_softmax_backward) return softmax_backward_f64(r, in, rows);
+  if (r.op == OpKind::attention_backward) return attention_backward_f64(r, in, rows);
   if (is_backward(r.op)) throw Error(fmt::format("compare: {} has no float64 reference yet", name(r.op)));
   const int64_t N = r.cols;
   const ScalarType xt = r.x_dtype, wt = r.weight_type();
@@ -365,6 +427,7 @@ CompareReport compare_orders(const CompareOptions& opt) {
   const bool weight_grad = opt.base.has_weight && (opt.base.op == OpKind::layer_norm_backward || opt.base.op == OpKind::rms_norm_backward);
   rep.primary = opt.base.op == OpKind::var_mean      ? "var"
                 : opt.base.op == OpKind::attention   ? "out"
+                : opt.base.op == OpKind::attention_backward ? "dq"
                 : weight_grad                        ? "dweight"
                 : is_backward(opt.base.op)           ? "dx"
                                                      : "y";
@@ -436,8 +499,8 @@ std::string format_report(const CompareReport& rep) {
   const CompareOptions& o = rep.options;
   std::string s = fmt::format("{} rows={} N={} dtype={} input=N({}, {}^2) seed={} target={}\n", name(o.base.op), o.rows, o.base.cols,
                               name(o.base.x_dtype), o.offset, o.scale, o.seed, name(o.base.target));
-  if (o.base.op == OpKind::attention)
-    s = fmt::format("attention batch*heads={} S_q={} S_k={} D={}{} dtype={} q,k,v=N({}, {}^2) seed={} target={}\n", o.rows, o.base.seq_q,
+  if (forward_of(o.base.op) == OpKind::attention)
+    s = fmt::format("{} batch*heads={} S_q={} S_k={} D={}{} dtype={} q,k,v=N({}, {}^2) seed={} target={}\n", name(o.base.op), o.rows, o.base.seq_q,
                     o.base.seq_k, o.base.cols, o.base.causal ? " causal" : "", name(o.base.x_dtype), o.offset, o.scale, o.seed,
                     name(o.base.target));
   std::vector<std::string> outs;

@@ -60,7 +60,7 @@ int compare(const Args& a, ordo::OpKind op, int64_t default_rows) {
   if (auto v = a.get("offset")) o.offset = parse_double("--offset", *v);
   if (auto v = a.get("scale")) o.scale = parse_double("--scale", *v);
   if (auto v = a.get("repeats")) o.repeats = static_cast<int>(parse_int("--repeats", *v, 1, 1000));
-  if (op == ordo::OpKind::attention) {  // a drift study that runs in seconds, float64 reference included
+  if (ordo::forward_of(op) == ordo::OpKind::attention) {  // a drift study that runs in seconds, float64 reference included
     if (!a.get("cols")) o.base.cols = 64;
     if (!a.get("sq") && !a.get("sk")) o.base.seq_q = o.base.seq_k = 512;
     if (!a.get("rows")) o.rows = 4;

@@ -39,9 +39,9 @@ int cmd_orders(int argc, char** argv) {
         ordo::Request r;
         r.op = o;
         // 68: a tail for every lane count below it, and a multiple of 4 (torch-cuda's layer_norm).
-        r.cols = o == ordo::OpKind::attention ? 32 : 68;
+        r.cols = ordo::forward_of(o) == ordo::OpKind::attention ? 32 : 68;
         r.target = n.device_only ? ordo::Target::cuda : ordo::Target::cpu;
-        r.seq_q = r.seq_k = o == ordo::OpKind::attention ? 9 : 0;
+        r.seq_q = r.seq_k = ordo::forward_of(o) == ordo::OpKind::attention ? 9 : 0;
         r.x_dtype = t;
         r.order = std::string(n.name);
         r.has_weight = ordo::forward_of(o) == ordo::OpKind::layer_norm || ordo::forward_of(o) == ordo::OpKind::rms_norm;

@@ -10,17 +10,22 @@ const char* const kRunHelp = R"(usage: ordo run <op> --order NAME --in NAME=FILE
   --in NAME=FILE.npy    an input: x, weight, bias (attention: q, k, v)   --in x=x.npy
                         backward ops: dy and the forward's tensors: layer_norm_backward dy, x, weight, mean, rstd;
                         rms_norm_backward dy, x, weight, rstd (optional); softmax_backward and
-                        log_softmax_backward dy, y (the forward's output)
+                        log_softmax_backward dy, y (the forward's output); attention_backward q, k, v, out,
+                        dout and lse (optional: without it the order's forward recomputes it)
   --out NAME=FILE.npy   an output to write: y, mean, rstd, var (attention: out, lse)  --out y=y.npy
-                        backward ops: dx, dweight, dbias (layer_norm_backward; computed when asked for)
+                        backward ops: dx, dweight, dbias (layer_norm_backward; computed when asked for);
+                        attention_backward: dq, dk, dv
   --threads T           threads of ordo's pool (0: every core)           --threads 2
   --scale S             attention: replaces 1/sqrt(D)                    --scale 0.125
+  --causal              attention: key j is hidden from query i when j > i
 Outputs are written all together, or none of them. x may have any rank; the op reduces its last dim.
 
 examples:
   ordo run layer_norm --order torch2.15-cpu --in x=x.npy --in weight=w.npy --in bias=b.npy --out y=y.npy --out rstd=rstd.npy
   ordo run layer_norm_backward --order 'torch2.15-cpu(threads=2)' --in dy=dy.npy --in x=x.npy --in weight=w.npy \
       --in mean=mean.npy --in rstd=rstd.npy --out dx=dx.npy --out dweight=dw.npy --out dbias=db.npy
+  ordo run attention_backward --order flash --causal --in q=q.npy --in k=k.npy --in v=v.npy --in out=o.npy \
+      --in dout=do.npy --in lse=lse.npy --out dq=dq.npy --out dk=dk.npy --out dv=dv.npy
 )";
 
 namespace {
@@ -55,6 +60,49 @@ int run_attention(const Args& a, ordo::Request r, int threads) {
   run_and_write(*kernel, in, output_files(a, *kernel), rows, threads, [&](const ordo::ArgSpec& s) {
     return s.name == "out" ? q.shape : std::vector<int64_t>(q.shape.begin(), q.shape.end() - 1);
   });
+  return 0;
+}
+
+// ordo run attention_backward: q, out and dout [..., S_q, D], k and v [..., S_k, D] with the same
+// leading dims and one dtype, lse [..., S_q] f32 (optional); dq like q, dk and dv like k.
+int run_attention_backward(const Args& a, ordo::Request r, int threads) {
+  const std::vector<std::string> names{"q", "k", "v", "out", "dout", "lse"};
+  std::map<std::string, ordo::NpyArray> in = read_inputs(a, r.op, names);
+  for (const char* n : {"q", "k", "v", "out", "dout"})
+    if (!in.count(n)) throw Error(fmt::format("missing --in {}=FILE.npy", n));
+  const ordo::NpyArray &q = in.at("q"), &k = in.at("k");
+  for (const auto& [n, t] : in)
+    if (n != "lse" && t.shape.size() < 2) throw Error(fmt::format("{} has shape {}; attention_backward needs [..., S, D]", n, t.shape_text()));
+  if (k.shape != in.at("v").shape)
+    throw Error(fmt::format("k has shape {} but v has {}; they must match", k.shape_text(), in.at("v").shape_text()));
+  for (const char* n : {"out", "dout"})
+    if (in.at(n).shape != q.shape) throw Error(fmt::format("{} has shape {} but q has {}; they must match", n, in.at(n).shape_text(), q.shape_text()));
+  if (q.shape.size() != k.shape.size() || !std::equal(q.shape.begin(), q.shape.end() - 2, k.shape.begin()))
+    throw Error(fmt::format("q {} and k {} differ in their leading (batch, head) dims", q.shape_text(), k.shape_text()));
+  if (q.shape.back() != k.shape.back()) throw Error(fmt::format("q has D = {} but k has D = {}", q.shape.back(), k.shape.back()));
+  for (const char* n : {"k", "v", "out", "dout"})
+    if (in.at(n).dtype != q.dtype)
+      throw Error(fmt::format("{} is {} but q is {}; q, k, v, out and dout must share one dtype", n, ordo::name(in.at(n).dtype), ordo::name(q.dtype)));
+  const std::vector<int64_t> per_query(q.shape.begin(), q.shape.end() - 1);
+  if (in.count("lse")) {
+    const ordo::NpyArray& lse = in.at("lse");
+    if (lse.shape != per_query)
+      throw Error(fmt::format("lse has shape {} but q has {}; lse has one value per query row of q", lse.shape_text(), q.shape_text()));
+    if (lse.dtype != ordo::ScalarType::f32) throw Error(fmt::format("lse is {}; the forward's log-sum-exp is f32", ordo::name(lse.dtype)));
+  }
+  r.cols = q.shape.back();
+  r.seq_q = q.shape[q.shape.size() - 2];
+  r.seq_k = k.shape[k.shape.size() - 2];
+  r.x_dtype = q.dtype;
+  r.saved_stats = in.count("lse") > 0;
+  r.has_weight = r.has_bias = false;
+  if (auto s = a.get("scale")) r.scale = parse_double("--scale", *s);
+  r.causal = a.flag("causal");
+  int64_t rows = 1;
+  for (size_t i = 0; i + 2 < q.shape.size(); ++i) rows *= q.shape[i];
+  ordo::KernelHandle kernel = ordo::compile(r);
+  run_and_write(*kernel, in, output_files(a, *kernel), rows, threads,
+                [&](const ordo::ArgSpec& s) { return s.name == "dq" ? q.shape : k.shape; });
   return 0;
 }
 
@@ -124,7 +172,7 @@ int cmd_run(int argc, char** argv) {
   const ordo::OpKind op = parse_op_arg(a);
   if (a.get("sq") || a.get("sk") || a.flag("lse"))
     throw Error("ordo run takes attention's shape from the --in files and writes lse when --out lse= names it; drop --sq/--sk/--lse");
-  if (op != ordo::OpKind::attention && (a.get("scale") || a.flag("causal")))
+  if (ordo::forward_of(op) != ordo::OpKind::attention && (a.get("scale") || a.flag("causal")))
     throw Error(fmt::format("--scale and --causal are attention's; {} takes neither", ordo::name(op)));
   if (a.get("cols") || a.get("dtype") || a.get("weight-dtype") || a.flag("no-weight") || a.flag("no-bias"))
     throw Error("ordo run takes N, dtypes and which inputs exist from the --in files; drop --cols/--dtype/--weight-dtype/--no-weight/--no-bias");
@@ -132,7 +180,7 @@ int cmd_run(int argc, char** argv) {
   if (!a.get("order")) throw Error("missing --order NAME (see `ordo orders`)");
   const int threads = a.get("threads") ? static_cast<int>(parse_int("--threads", *a.get("threads"), 0, 1024)) : 0;
   if (op == ordo::OpKind::attention) return run_attention(a, r, threads);
-  if (op == ordo::OpKind::attention_backward) throw Error("ordo run attention_backward: not available yet");
+  if (op == ordo::OpKind::attention_backward) return run_attention_backward(a, r, threads);
   if (ordo::is_backward(op)) return run_row_backward(a, r, threads);
 
   const std::map<std::string, ordo::NpyArray> inputs =

@@ -16,7 +16,7 @@ import math
 from . import _ordo
 
 __all__ = ["layer_norm", "rms_norm", "var_mean", "softmax", "log_softmax", "attention", "layer_norm_backward", "rms_norm_backward",
-           "softmax_backward", "log_softmax_backward", "orders", "compare"]
+           "softmax_backward", "log_softmax_backward", "attention_backward", "orders", "compare"]
 
 
 def __getattr__(name):
@@ -151,6 +151,46 @@ def attention(q, k, v, order="fast", causal=False, scale=None, return_lse=False,
         tensors.append(_capsule(outs[name]))
     kernel.run(tensors, rows, threads)
     return (outs["out"], outs["lse"]) if return_lse else outs["out"]
+
+
+def attention_backward(q, k, v, out, dout, lse=None, order="fast", causal=False, scale=None, dtype=None, threads=0):
+    """dq, dk, dv of scaled-dot-product attention (see attention) from its inputs, its output `out`,
+    the gradient `dout` (shaped like q) and its float32 log-sum-exp `lse` ([..., S_q]). Without lse
+    the kernel recomputes it as the order's forward does. order: "flash" (FlashAttention-2's
+    tiled backward without atomics) or "fast"."""
+    for name, a in (("q", q), ("k", k), ("v", v), ("out", out), ("dout", dout)):
+        if not hasattr(a, "shape") or len(a.shape) < 2:
+            raise ValueError(f"{name} must be [..., S, D]")
+    if tuple(k.shape) != tuple(v.shape):
+        raise ValueError(f"k has shape {tuple(k.shape)} but v has {tuple(v.shape)}; they must match")
+    for name, a in (("out", out), ("dout", dout)):
+        if tuple(a.shape) != tuple(q.shape):
+            raise ValueError(f"{name} has shape {tuple(a.shape)} but q has {tuple(q.shape)}; they must match")
+    if tuple(q.shape[:-2]) != tuple(k.shape[:-2]) or q.shape[-1] != k.shape[-1]:
+        raise ValueError(f"q {tuple(q.shape)} and k {tuple(k.shape)} differ in leading dims or D")
+    qd = _dtype_of(q, dtype)
+    for name, a in (("k", k), ("v", v), ("out", out), ("dout", dout)):
+        if _dtype_of(a, dtype) != qd:
+            raise ValueError(f"q is {qd} but {name} is {_dtype_of(a, dtype)}; they must match")
+    if lse is not None:
+        if tuple(lse.shape) != tuple(q.shape[:-1]):
+            raise ValueError(f"lse has shape {tuple(lse.shape)} but q has {tuple(q.shape)}; lse has one value per query row")
+        if _dtype_of(lse, None) != "f32":
+            raise ValueError(f"lse is {_dtype_of(lse, None)}; the forward's log-sum-exp is f32")
+    d, sq, sk = int(q.shape[-1]), int(q.shape[-2]), int(k.shape[-2])
+    rows = math.prod(int(s) for s in q.shape[:-2])
+    kernel = _ordo.compile_attention(d, sq, sk, qd, order, bool(causal), None if scale is None else float(scale), False,
+                                     "attention_backward", lse is not None)
+    given = {"q": q, "k": k, "v": v, "out": out, "dout": dout, "lse": lse}
+    outs, tensors = {}, []
+    for name, dt, is_out, extent in kernel.args:
+        if not is_out:
+            tensors.append(_capsule(given[name]))
+            continue
+        outs[name] = _empty_like_kind(q, tuple(q.shape) if name == "dq" else tuple(k.shape), dt)
+        tensors.append(_capsule(outs[name]))
+    kernel.run(tensors, rows, threads)
+    return outs["dq"], outs["dk"], outs["dv"]
 
 
 def _run_backward(op, data, inputs, order, bias=False, saved_stats=True, dtype=None, weight_dtype=None,

@@ -119,7 +119,21 @@ got, lse = ordo.attention(q.numpy(), k.numpy(), v.numpy(), order="flash(16)", re
 ref_lse = torch.logsumexp(q.double() @ k.double().transpose(-2, -1) / 8, -1).numpy()
 check(isinstance(got, np.ndarray) and got.shape == (2, 3, 19, 64) and np.abs(got - eager.numpy()).max() < 1e-5
       and lse.shape == (2, 3, 19) and np.abs(lse - ref_lse).max() < 1e-5, "attention flash: numpy out, close, lse")
+# attention_backward: close to autograd of the float64 composite; torch tensors in and out; lse
+# given or recomputed by the order's forward.
+qd, kd, vd = (t.double().requires_grad_() for t in (q, k, v))
+od = torch.softmax(qd @ kd.transpose(-2, -1) / 8, -1) @ vd
+dout = torch.randn(2, 3, 19, 64, generator=g)
+od.backward(dout.double())
+lse32 = torch.from_numpy(ref_lse.astype(np.float32))
+for given in (True, False):
+    grads = ordo.attention_backward(q, k, v, od.detach().float(), dout, lse=lse32 if given else None, order="flash")
+    check(all(isinstance(t, torch.Tensor) for t in grads)
+          and all(np.abs(t.numpy() - r.grad.numpy()).max() < 1e-4 for t, r in zip(grads, (qd, kd, vd))),
+          f"attention_backward flash (lse {'given' if given else 'recomputed'}): dq, dk, dv close to float64 autograd")
 for what, call, expect in [
+    ("attention_backward dout shape", lambda: ordo.attention_backward(q, k, v, q, dout[..., :5, :]), "dout has shape"),
+    ("attention_backward lse shape", lambda: ordo.attention_backward(q, k, v, q, dout, lse=lse32[..., :3]), "lse has shape"),
     ("attention shapes", lambda: ordo.attention(q, k[..., :32], v[..., :32]), "differ"),
     ("attention D", lambda: ordo.attention(q[..., :12], k[..., :12], v[..., :12]), "head dim"),
 ]:

@@ -400,3 +400,77 @@ inline int backward_vs_interpreter(OpKind op, Target target, const std::vector<i
 }
 
 }  // namespace ordo::backend_sweep
+
+namespace ordo::backend_sweep {
+
+// attention_backward's requests: the orders that define it (and parameterized variants: other
+// lane counts, fma), every storage dtype, lse given and recomputed, causal or not, over shapes with
+// partial lane blocks on both sides. `sparse`: each (order, dtype) on a rotating share of the rest.
+inline int attention_backward_vs_interpreter(Target target, bool sparse) {
+  struct Shape {
+    int64_t sq, sk, d;
+  };
+  const std::vector<Shape> shapes = {{1, 1, 8}, {7, 17, 32}, {17, 7, 16}, {9, 33, 64}};
+  std::vector<std::pair<std::string, ScalarType>> orders;
+  for (const gen::NamedOrder& n : gen::named_orders())
+    for (OpKind o : n.ops)
+      if (o == OpKind::attention_backward && !n.device_only && !n.alias)
+        for (ScalarType t : n.dtypes) orders.emplace_back(std::string(n.name), t);
+  for (const char* p : {"flash(queries=3,fma=all)", "flash(bc=16,queries=5)", "fast(queries=1)"}) orders.emplace_back(p, ScalarType::f32);
+  int cases = 0, rotation = 0;
+  for (const auto& [order, dtype] : orders)
+    for (const Shape& s : shapes) {
+      const int pick = rotation++ % 4;  // sparse: one (causal, lse) variant per (order, shape), in rotation
+      for (int variant = 0; variant < 4; ++variant) {
+        if (sparse && pick != variant) continue;
+        Request r;
+        r.op = OpKind::attention_backward;
+        r.cols = s.d;
+        r.seq_q = s.sq;
+        r.seq_k = s.sk;
+        r.causal = variant % 2 == 1;
+        r.saved_stats = variant < 2;
+        r.order = order;
+        r.x_dtype = dtype;
+        r.has_weight = r.has_bias = false;
+        if (!gen::takes_shape(r)) continue;
+        constexpr int64_t kHeads = 3;
+        std::vector<std::vector<uint8_t>> outs[2];
+        int i = 0;
+        for (Target t : {Target::interpreter, target}) {
+          r.target = t;
+          KernelHandle k = compile(r);
+          HostBuffers h = make_buffers(*k, kHeads, 13 + cases, 0, 1.5);
+          if (cases % 5 == 4) {  // a NaN in dout and an Inf in v: the specials reach every output
+            auto poke = [&](const char* name, int64_t at, float v) {
+              std::vector<uint8_t>& b = h.get(name);
+              if (dtype == ScalarType::f32) std::memcpy(b.data() + 4 * at, &v, 4);
+              else {
+                uint16_t bits = dtype == ScalarType::bf16 ? f32_to_bf16_bits(v) : f32_to_f16_bits(v);
+                std::memcpy(b.data() + 2 * at, &bits, 2);
+              }
+            };
+            poke("dout", 1, NAN);
+            poke("v", s.d + 2, INFINITY);
+          }
+          k->run(h.refs(kHeads, s.d), kHeads);
+          for (size_t a = 0; a < h.args.size(); ++a)
+            if (h.args[a].output) outs[i].push_back(h.bytes[a]);
+          ++i;
+        }
+        KernelHandle k = compile(r);
+        size_t o = 0;
+        for (const ArgSpec& a : k->args()) {
+          if (!a.output) continue;
+          INFO(fmt::format("attention_backward order={} dtype={} Sq={} Sk={} D={} causal={} lse={} target={} output={}", order,
+                           name(dtype), s.sq, s.sk, s.d, r.causal, r.saved_stats ? "given" : "recomputed", name(target), a.name));
+          CHECK(count_identical(a.dtype, outs[1][o], outs[0][o]) == a.elements(kHeads, s.d));
+          ++o;
+        }
+        ++cases;
+      }
+    }
+  return cases;
+}
+
+}  // namespace ordo::backend_sweep

@@ -141,6 +141,10 @@ TEST_CASE("cuda-emu: a misaligned buffer is refused, naming it") {
 
 // Attention on cuda-emu: the shapes of the CPU test (reduced unless ORDO_CUDA_EMU_SWEEP=full: each
 // attention kernel is a host-compiler run of about a second).
+TEST_CASE("attention_backward: cuda-emu matches the interpreter bit for bit (both stages)") {
+  const int cases = attention_backward_vs_interpreter(Target::cuda_emu, /*sparse=*/true);
+  MESSAGE(fmt::format("attention_backward on cuda-emu: {} cases compared bitwise", cases));
+}
 TEST_CASE("attention: cuda-emu matches the interpreter bit for bit") {
   const char* full = std::getenv("ORDO_CUDA_EMU_SWEEP");
   const int cases = attention_vs_interpreter(Target::cuda_emu, !(full && std::string(full) == "full"));

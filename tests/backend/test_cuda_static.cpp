@@ -69,7 +69,7 @@ std::vector<Request> shipped(int64_t n) {
         r.has_weight = forward_of(op) == OpKind::layer_norm || forward_of(op) == OpKind::rms_norm;
         r.has_bias = forward_of(op) == OpKind::layer_norm;
         r.target = Target::cuda;
-        if (op == OpKind::attention) {
+        if (forward_of(op) == OpKind::attention) {
           r.cols = n < 64 ? 32 : 64;
           r.seq_q = r.seq_k = std::min<int64_t>(n, 128);
         }
@@ -81,8 +81,8 @@ std::vector<Request> shipped(int64_t n) {
 }
 
 std::string describe(const Request& r) {
-  if (r.op == OpKind::attention)
-    return fmt::format("attention order={} dtype={} D={} S={}", r.order, name(r.x_dtype), r.cols, r.seq_q);
+  if (forward_of(r.op) == OpKind::attention)
+    return fmt::format("{} order={} dtype={} D={} S={}", name(r.op), r.order, name(r.x_dtype), r.cols, r.seq_q);
   return fmt::format("{} order={} dtype={} N={}", name(r.op), r.order, name(r.x_dtype), r.cols);
 }
 

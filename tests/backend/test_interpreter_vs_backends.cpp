@@ -232,6 +232,52 @@ TEST_CASE("attention: every backend matches the interpreter bit for bit") {
 }
 
 // Instances (batch, head, query block) are independent, so the thread count cannot change bits.
+TEST_CASE("attention_backward: every backend matches the interpreter bit for bit (both stages)") {
+  const int cases = attention_backward_vs_interpreter(Target::cpu, false);
+  MESSAGE(fmt::format("attention_backward: {} (order, dtype, shape, causal, lse) cases compared bitwise", cases));
+}
+
+// The tiled backward's outputs do not depend on how a launch is split: one (batch, head) alone
+// gives the bits it gives among others, on any thread count.
+TEST_CASE("attention_backward: flash and fast give the same bits alone, batched, and on any thread count") {
+  for (const char* order : {"flash", "fast"})
+    for (bool saved : {true, false}) {
+      Request r;
+      r.op = OpKind::attention_backward;
+      r.cols = 32;
+      r.seq_q = 37;
+      r.seq_k = 45;
+      r.causal = true;
+      r.saved_stats = saved;
+      r.order = order;
+      r.has_weight = r.has_bias = false;
+      KernelHandle k = compile(r);
+      const int64_t heads = 5;
+      HostBuffers h = make_buffers(*k, heads, 3, 0.0, 1.0);
+      k->run(h.refs(heads, r.cols), heads, 1);
+      const HostBuffers one_thread = h;
+      k->run(h.refs(heads, r.cols), heads, 2);
+      for (size_t a = 0; a < h.args.size(); ++a) {
+        INFO(fmt::format("{} lse={} output {}: 1 vs 2 threads", order, saved, h.args[a].name));
+        CHECK(h.bytes[a] == one_thread.bytes[a]);
+      }
+      HostBuffers alone = make_buffers(*k, 1, 3, 0.0, 1.0);
+      const int64_t head = 3;
+      for (size_t a = 0; a < h.args.size(); ++a) {
+        if (h.args[a].output) continue;
+        const size_t bytes = alone.bytes[a].size();
+        std::memcpy(alone.bytes[a].data(), h.bytes[a].data() + head * bytes, bytes);
+      }
+      k->run(alone.refs(1, r.cols), 1);
+      for (size_t a = 0; a < h.args.size(); ++a) {
+        if (!h.args[a].output) continue;
+        INFO(fmt::format("{} lse={} output {}: head {} alone vs batched", order, saved, h.args[a].name, head));
+        const size_t bytes = alone.bytes[a].size();
+        CHECK(std::memcmp(alone.bytes[a].data(), h.bytes[a].data() + head * bytes, bytes) == 0);
+      }
+    }
+}
+
 TEST_CASE("attention: results do not depend on the thread count") {
   for (const char* order : {"fast", "exact-tiled", "torch1.13-cpu-math"}) {
     Request r;

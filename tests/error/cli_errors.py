@@ -76,6 +76,14 @@ def make_inputs(d):
     np.save(f"{d}/v_d6.npy", rng.standard_normal((2, 3, 7, 6)).astype("<f4"))
     np.save(f"{d}/k_f16.npy", rng.standard_normal((2, 3, 7, 8)).astype("<f2"))
     np.save(f"{d}/q_1d.npy", rng.standard_normal(8).astype("<f4"))
+    # attention_backward: out and dout like q, lse [2, 3, 5] f32, and wrong variants.
+    np.save(f"{d}/ab_out.npy", rng.standard_normal((2, 3, 5, 8)).astype("<f4"))
+    np.save(f"{d}/ab_dout.npy", rng.standard_normal((2, 3, 5, 8)).astype("<f4"))
+    np.save(f"{d}/ab_dout_short.npy", rng.standard_normal((2, 3, 4, 8)).astype("<f4"))
+    np.save(f"{d}/ab_dout_f16.npy", rng.standard_normal((2, 3, 5, 8)).astype("<f2"))
+    np.save(f"{d}/ab_lse.npy", rng.standard_normal((2, 3, 5)).astype("<f4"))
+    np.save(f"{d}/ab_lse_rows.npy", rng.standard_normal((2, 3, 6)).astype("<f4"))
+    np.save(f"{d}/ab_lse_f16.npy", rng.standard_normal((2, 3, 5)).astype("<f2"))
     # layer_norm_backward: dy like x, per-row statistics, and wrong variants.
     np.save(f"{d}/dy.npy", rng.standard_normal((ROWS, N)).astype("<f4"))
     np.save(f"{d}/dy_short.npy", rng.standard_normal((ROWS, N - 1)).astype("<f4"))
@@ -195,6 +203,20 @@ def attn(*extra, order="exact-tiled", q="q.npy", k="k.npy", v="v.npy", out=("out
     return argv
 
 
+def attnb(*extra, order="flash", q="q.npy", k="k.npy", v="v.npy", out_in="ab_out.npy", dout="ab_dout.npy", lse="ab_lse.npy",
+          out=("dq", "dk", "dv")):
+    argv = ["run", "attention_backward", "--order", order, "--in", "q={in}/" + q, "--in", "k={in}/" + k, "--in", "v={in}/" + v,
+            "--in", "out={in}/" + out_in]
+    if dout:
+        argv += ["--in", "dout={in}/" + dout]
+    if lse:
+        argv += ["--in", "lse={in}/" + lse]
+    argv += list(extra)
+    for o in out:
+        argv += ["--out", f"{o}={{out}}/{o}.npy"]
+    return argv
+
+
 def attention_values(ind):
     def check(out):
         q, k, v = (np.load(f"{ind}/{n}.npy").astype(np.float64) for n in "qkv")
@@ -284,6 +306,22 @@ def cases(ind):
         Case("attention: exp2 with division", attn(order="flash(exp2=on,scale=divide)"), ["exp2", "scale=multiply"]),
         Case("attention: reference order with parameters", attn(order="exact-tiled(bc=8)"), ["exact-tiled", "no parameters"]),
         Case("attention: causal on layer_norm", ln("--causal"), ["--causal", "layer_norm"]),
+
+        # attention_backward: each mismatch names both tensors.
+        Case("valid attention_backward", attnb("--causal"), None,
+             expect_outputs([("dq", (2, 3, 5, 8), "<f4"), ("dk", (2, 3, 7, 8), "<f4"), ("dv", (2, 3, 7, 8), "<f4")], ind)),
+        Case("valid attention_backward without lse", attnb(lse=None, order="fast"), None,
+             expect_outputs([("dq", (2, 3, 5, 8), "<f4"), ("dk", (2, 3, 7, 8), "<f4"), ("dv", (2, 3, 7, 8), "<f4")], ind)),
+        Case("attention_backward: dout and q shapes differ", attnb(dout="ab_dout_short.npy"), ["dout has shape", "q has"]),
+        Case("attention_backward: out and q shapes differ", attnb(out_in="v.npy"), ["out has shape", "q has"]),
+        Case("attention_backward: k and v differ", attnb(v="v_short.npy"), ["k has shape", "v has"]),
+        Case("attention_backward: dout dtype differs from q", attnb(dout="ab_dout_f16.npy"), ["dout is f16", "q is f32"]),
+        Case("attention_backward: lse has the wrong row count", attnb(lse="ab_lse_rows.npy"), ["lse has shape", "q has"]),
+        Case("attention_backward: lse not f32", attnb(lse="ab_lse_f16.npy"), ["lse is f16", "f32"]),
+        Case("attention_backward: heads differ", attnb(k="k_heads.npy", v="k_heads.npy"), ["leading"]),
+        Case("attention_backward: missing dout", attnb(dout=None), ["missing --in dout"]),
+        Case("attention_backward: lse as an output", attnb(out=("dq", "lse")), ["no output 'lse'"]),
+        Case("attention_backward: order without a backward", attnb(order="exact-tiled"), ["exact-tiled", "attention_backward"]),
         Case("attention: f16 for an eager order", attn(q="q.npy", k="k_f16.npy", v="k_f16.npy"), ["one dtype"]),
 
         # Op and order.

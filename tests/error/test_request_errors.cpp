@@ -110,3 +110,27 @@ TEST_CASE("run() checks buffer count, dtype and length before touching memory") 
   CHECK_THROWS_WITH_AS(k->run(wrong_type, 3), "x: dtype f16 given, kernel expects f32", Error);
   CHECK_THROWS_WITH_AS(k->run({bufs[0]}, 3), "layer_norm takes 6 buffers (x, weight, bias, y, mean, rstd), got 1", Error);
 }
+
+TEST_CASE("attention_backward: requests outside what its orders define are rejected") {
+  auto backward = [](Request& r, const char* order) {
+    r.op = OpKind::attention_backward;
+    r.order = order;
+    r.cols = 64;
+    r.seq_q = r.seq_k = 40;
+    r.has_weight = r.has_bias = false;
+  };
+  CHECK(error_of([&](Request& r) { backward(r, "flash"); }) == "(accepted)");
+  CHECK(error_of([&](Request& r) {
+    backward(r, "flash");
+    r.lse_output = true;
+  }).find("attention_backward writes dq, dk and dv; lse is one of its inputs") == 0);
+  CHECK(error_of([&](Request& r) {
+    backward(r, "fast");
+    r.saved_stats = false;
+    r.seq_q = (int64_t(1) << 18) + 1;
+  }).find("attention_backward without lse keeps S_q = 262145 recomputed values per instance") == 0);
+  // PyTorch's backward orders are not modelled yet: the torch rows do not list the op.
+  CHECK(error_of([&](Request& r) { backward(r, "torch2.15-cpu-avx512"); })
+            .find("order 'torch2.15-cpu-avx512' is not defined for attention_backward; known: fast, flash") == 0);
+  CHECK(error_of([&](Request& r) { backward(r, "exact-tiled"); }).find("is not defined for attention_backward") != std::string::npos);
+}

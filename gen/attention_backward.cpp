@@ -1,0 +1,213 @@
+// Scaled-dot-product attention backward, per (batch, head) = row of the launch:
+//   dv_j = sum_i P_ij dout_i,  dk_j = scale * sum_i dS_ij q_i,  dq_i = scale * sum_j dS_ij k_j
+//   with P_ij = exp(s_ij - lse_i), dS_ij = P_ij (dout_i . v_j - dout_i . out_i)
+// from q, k, v, the forward's out and lse (recomputed by the forward order when not given), and
+// dout. AttentionBackwardOrder (ir/order.hpp) states the order of every sum.
+//
+// Two stages over the same arguments, with no atomics: stage 1 holds `lanes` keys in the lanes
+// of its vectors and loops over every query, accumulating dk and dv; stage 2 holds `lanes`
+// queries and loops over every key, accumulating dq. Lanes past the last key (query) repeat the
+// last one, computing and storing the same bits (gen/attention.cpp does the same). Causal
+// masking is a select: every instance runs the same loops.
+#include <fmt/format.h>
+
+#include <cmath>
+
+#include "gen/gen.hpp"
+#include "gen/math.hpp"
+#include "ir/error.hpp"
+
+namespace ordo::gen {
+
+using namespace ordo::ir;
+
+namespace {
+
+ExprRef idx(int64_t v) { return index_const(v); }
+ExprRef f32c(float v, int lanes) {
+  ExprRef c = constant(Type{ScalarType::f32, 1}, static_cast<double>(v));
+  return lanes > 1 ? broadcast(c, lanes) : c;
+}
+
+struct Backward {
+  const Request& r;
+  const Order& order;
+  const AttentionBackwardOrder& o;
+  Builder& b;
+  int64_t D, Sq, Sk;
+  int L;
+  int q = -1, k = -1, v = -1, out = -1, dout = -1, lse = -1, dq = -1, dk = -1, dv = -1;
+
+  // The arguments, one order for both stages.
+  void arguments() {
+    const ScalarType t = r.x_dtype;
+    q = b.buffer("q", t, false, Extent::rows_by_fixed, Sq * D);
+    k = b.buffer("k", t, false, Extent::rows_by_fixed, Sk * D);
+    v = b.buffer("v", t, false, Extent::rows_by_fixed, Sk * D);
+    out = b.buffer("out", t, false, Extent::rows_by_fixed, Sq * D);
+    dout = b.buffer("dout", t, false, Extent::rows_by_fixed, Sq * D);
+    if (r.saved_stats) lse = b.buffer("lse", ScalarType::f32, false, Extent::rows_by_fixed, Sq);
+    dq = b.buffer("dq", t, true, Extent::rows_by_fixed, Sq * D);
+    dk = b.buffer("dk", t, true, Extent::rows_by_fixed, Sk * D);
+    dv = b.buffer("dv", t, true, Extent::rows_by_fixed, Sk * D);
+  }
+
+  Type vec() const { return Type{ScalarType::f32, L}; }
+  ExprRef splat(ExprRef s) const { return broadcast(std::move(s), L); }
+  ExprRef load_f32(int buffer, ExprRef at) const {
+    ExprRef x = load(b.kernel(), buffer, std::move(at));
+    return x->type.scalar == ScalarType::f32 ? x : cast(x, ScalarType::f32);
+  }
+  ExprRef gather_f32(int buffer, ExprRef at) const {
+    ExprRef x = gather(b.kernel(), buffer, std::move(at));
+    return x->type.scalar == ScalarType::f32 ? x : cast(x, ScalarType::f32);
+  }
+  ExprRef stored(ExprRef x, int buffer) const {
+    const ScalarType t = b.kernel().buffers[size_t(buffer)].elem;
+    return t == ScalarType::f32 ? x : cast(std::move(x), t);
+  }
+  // One step of a dot product or accumulation: fma(a, x, acc), or acc + a*x rounded twice.
+  ExprRef step(ExprRef acc, ExprRef a, ExprRef x) const {
+    if (o.fma) return fma(std::move(a), std::move(x), std::move(acc));
+    return add(std::move(acc), mul(std::move(a), std::move(x)));
+  }
+  ExprRef scale() const {
+    return f32c(static_cast<float>(r.scale.value_or(1.0 / std::sqrt(static_cast<double>(D)))), L);
+  }
+  int scratch(const char* name, int64_t elements) { return b.buffer(name, ScalarType::f32, true, Extent::scratch, elements); }
+  void zero(int buffer) {
+    b.for_range("d", idx(0), idx(D), 1, [&](ExprRef d) { b.store(buffer, mul(d, idx(L)), f32c(0.0f, L)); });
+  }
+
+  // P and dS from a score's and dP's dot products (raw, per lane), lse and D_i.
+  std::pair<ExprRef, ExprRef> probabilities(ExprRef qk, ExprRef dp, ExprRef lse_i, ExprRef d_i, ExprRef masked) {
+    ExprRef s = b.let("s", mul(std::move(qk), scale()));
+    ExprRef p = b.let("p", exp_f32(b, MathImpl::SleefU10, sub(s, std::move(lse_i))));
+    ExprRef ds = mul(p, sub(std::move(dp), std::move(d_i)));
+    if (masked) {
+      p = b.let("p.masked", select(masked, f32c(0.0f, L), p));
+      ds = select(masked, f32c(0.0f, L), ds);
+    }
+    return {p, b.let("ds", ds)};
+  }
+
+  // Stage 1: keys in lanes, every query in order.
+  void keys_stage() {
+    ExprRef key = b.let("key", binary(Op::Min, add(splat(mul(program_id(1), idx(L))), iota(L)), splat(idx(Sk - 1))));
+    ExprRef q_base = b.let("q_base", mul(program_id(0), idx(Sq * D)));
+    ExprRef key_rows = b.let("key_rows", add(splat(mul(program_id(0), idx(Sk * D))), mul(key, splat(idx(D)))));
+    const int kt = scratch("k_t", D * L), vt = scratch("v_t", D * L), dk_acc = scratch("dk_acc", D * L), dv_acc = scratch("dv_acc", D * L);
+    b.for_range("d", idx(0), idx(D), 1, [&](ExprRef d) {
+      b.store(kt, mul(d, idx(L)), gather_f32(k, add(key_rows, splat(d))));
+      b.store(vt, mul(d, idx(L)), gather_f32(v, add(key_rows, splat(d))));
+    });
+    zero(dk_acc);
+    zero(dv_acc);
+    // lse of every query: given, or recomputed `lanes` queries at a time by the forward order.
+    int lse_s = -1;
+    if (lse < 0) {
+      lse_s = scratch("lse_s", Sq);
+      b.for_range("g", idx(0), idx((Sq + L - 1) / L), 1, [&](ExprRef g) {
+        ExprRef query = b.let("query", binary(Op::Min, add(splat(mul(g, idx(L))), iota(L)), splat(idx(Sq - 1))));
+        ExprRef value = emit_attention_lse(b, r, order.attention, q, k, query);
+        b.store(lse_s, query, value);
+      });
+    }
+    b.region("dk,dv", describe(o) + ": stage 1, queries ascending", [&] {
+      b.for_range("i", idx(0), idx(Sq), 1, [&](ExprRef i) {
+        ExprRef row = b.let("row", add(q_base, mul(i, idx(D))));
+        ExprRef lse_i = b.let("lse_i", lse >= 0 ? load(b.kernel(), lse, add(mul(program_id(0), idx(Sq)), i)) : load(b.kernel(), lse_s, i));
+        const int di = b.local("D_i", Type{ScalarType::f32, 1}), qk = b.local("qk", vec()), dp = b.local("dp", vec());
+        b.assign(di, f32c(0.0f, 1));
+        b.assign(qk, f32c(0.0f, L));
+        b.assign(dp, f32c(0.0f, L));
+        b.for_range("d", idx(0), idx(D), 1, [&](ExprRef d) {
+          ExprRef at = b.let("at", add(row, d));
+          ExprRef g = b.let("dout_d", load_f32(dout, at));
+          b.assign(di, step(b.get(di), g, load_f32(out, at)));
+          b.assign(qk, step(b.get(qk), splat(load_f32(q, at)), load(b.kernel(), kt, mul(d, idx(L)), L)));
+          b.assign(dp, step(b.get(dp), splat(g), load(b.kernel(), vt, mul(d, idx(L)), L)));
+        });
+        ExprRef masked = r.causal ? binary(Op::Lt, splat(i), key) : nullptr;
+        auto [p, ds] = probabilities(b.get(qk), b.get(dp), splat(lse_i), splat(b.get(di)), masked);
+        b.for_range("d", idx(0), idx(D), 1, [&](ExprRef d) {
+          ExprRef at = b.let("at", add(row, d));
+          ExprRef slot = b.let("slot", mul(d, idx(L)));
+          b.store(dv_acc, slot, step(load(b.kernel(), dv_acc, slot, L), p, splat(load_f32(dout, at))));
+          b.store(dk_acc, slot, step(load(b.kernel(), dk_acc, slot, L), ds, splat(load_f32(q, at))));
+        });
+      });
+      b.for_range("d", idx(0), idx(D), 1, [&](ExprRef d) {
+        ExprRef at = b.let("at", add(key_rows, splat(d)));
+        b.store(dk, at, stored(mul(load(b.kernel(), dk_acc, mul(d, idx(L)), L), scale()), dk));
+        b.store(dv, at, stored(load(b.kernel(), dv_acc, mul(d, idx(L)), L), dv));
+      });
+    });
+  }
+
+  // Stage 2: queries in lanes, every key in order.
+  void queries_stage() {
+    ExprRef query = b.let("query", binary(Op::Min, add(splat(mul(program_id(1), idx(L))), iota(L)), splat(idx(Sq - 1))));
+    ExprRef kv_base = b.let("kv_base", mul(program_id(0), idx(Sk * D)));
+    ExprRef q_rows = b.let("q_rows", add(splat(mul(program_id(0), idx(Sq * D))), mul(query, splat(idx(D)))));
+    const int qt = scratch("q_t", D * L), gt = scratch("dout_t", D * L), dq_acc = scratch("dq_acc", D * L);
+    const int di = b.local("D_i", vec());
+    b.assign(di, f32c(0.0f, L));
+    b.for_range("d", idx(0), idx(D), 1, [&](ExprRef d) {
+      ExprRef at = b.let("at", add(q_rows, splat(d)));
+      ExprRef g = b.let("dout_d", gather_f32(dout, at));
+      b.store(qt, mul(d, idx(L)), gather_f32(q, at));
+      b.store(gt, mul(d, idx(L)), g);
+      b.assign(di, step(b.get(di), g, gather_f32(out, at)));
+    });
+    zero(dq_acc);
+    ExprRef lse_i = b.let("lse_i", lse >= 0 ? gather(b.kernel(), lse, add(splat(mul(program_id(0), idx(Sq))), query))
+                                            : emit_attention_lse(b, r, order.attention, q, k, query));
+    b.region("dq", describe(o) + ": stage 2, keys ascending", [&] {
+      b.for_range("j", idx(0), idx(Sk), 1, [&](ExprRef j) {
+        ExprRef row = b.let("key_row", add(kv_base, mul(j, idx(D))));
+        const int qk = b.local("qk", vec()), dp = b.local("dp", vec());
+        b.assign(qk, f32c(0.0f, L));
+        b.assign(dp, f32c(0.0f, L));
+        b.for_range("d", idx(0), idx(D), 1, [&](ExprRef d) {
+          ExprRef at = b.let("at", add(row, d));
+          ExprRef slot = b.let("slot", mul(d, idx(L)));
+          b.assign(qk, step(b.get(qk), load(b.kernel(), qt, slot, L), splat(load_f32(k, at))));
+          b.assign(dp, step(b.get(dp), load(b.kernel(), gt, slot, L), splat(load_f32(v, at))));
+        });
+        ExprRef masked = r.causal ? binary(Op::Lt, query, splat(j)) : nullptr;
+        ExprRef ds = probabilities(b.get(qk), b.get(dp), lse_i, b.get(di), masked).second;
+        b.for_range("d", idx(0), idx(D), 1, [&](ExprRef d) {
+          ExprRef slot = b.let("slot", mul(d, idx(L)));
+          b.store(dq_acc, slot, step(load(b.kernel(), dq_acc, slot, L), ds, splat(load_f32(k, add(row, d)))));
+        });
+      });
+      b.for_range("d", idx(0), idx(D), 1, [&](ExprRef d) {
+        b.store(dq, add(q_rows, splat(d)), stored(mul(load(b.kernel(), dq_acc, mul(d, idx(L)), L), scale()), dq));
+      });
+    });
+  }
+};
+
+}  // namespace
+
+std::vector<Kernel> build_attention_backward(const Request& r, const Order& order) {
+  const AttentionBackwardOrder& o = order.attention_backward;
+  std::vector<Kernel> stages(2);
+  const char* names[2] = {"attention_backward_dkdv", "attention_backward_dq"};
+  for (int s = 0; s < 2; ++s) {
+    Kernel& k = stages[size_t(s)];
+    k.name = names[s];
+    Builder b(k);
+    Backward w{r, order, o, b, r.cols, r.seq_q, r.seq_k, o.lanes};
+    w.arguments();
+    k.grid_rank = 2;
+    const int64_t along = s == 0 ? r.seq_k : r.seq_q;
+    k.grid_fixed = {(along + o.lanes - 1) / o.lanes};
+    if (s == 0) w.keys_stage();
+    else w.queries_stage();
+  }
+  return stages;
+}
+
+}  // namespace ordo::gen
