@@ -27,16 +27,16 @@ TorchFunctionMode is off while it handles a call. The torch2.15 orders get torch
 `order(threads=T)`, read when the call is traced. Automatic dynamic shapes are off inside the
 block, and torch.compile(dynamic=True) is refused: ordo's kernels are compiled per size.
 
-Backward: the gradients of layer_norm, softmax and log_softmax run ordo's backward kernels, in
-the forward's order unless `backward_order=` (of the function, or of pinned) names another; with
-a torch2.15 order they are eager autograd's bits. The ops that have no backward kernel yet
-(rms_norm, scaled_dot_product_attention) run their forward on inputs that require grad, and
-torch.compile traces such graphs, but backward() raises RuntimeError naming the op.
+Backward: every op's gradients run ordo's backward kernels, in the forward's order unless
+`backward_order=` (of the function, or of pinned) names another; with a torch2.15 order the
+layer_norm, rms_norm, softmax and log_softmax gradients are eager autograd's bits.
+scaled_dot_product_attention's backward runs the tiled orders (flash, fast): a forward order
+without an attention_backward is refused when backward() runs, naming it.
 """
 import math
 import threading
 import warnings
-from typing import List, Optional, Sequence, Tuple
+from typing import List, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -86,12 +86,6 @@ def _out_dtype(kernel, name: str) -> torch.dtype:
     raise AssertionError(f"kernel has no output {name}")
 
 
-def _missing_backward_message(op: str) -> str:
-    return (f"ordo::{op} has no backward: ordo has no backward kernels yet, so gradients cannot flow through ordo's "
-            f"{op} (or through ordo.torch.pinned). Run the forward under torch.no_grad() or torch.inference_mode(), "
-            f"or call torch's own op where you need gradients")
-
-
 # --- operators -------------------------------------------------------------------------------
 # Each takes its input with the reduced dim last; the Python functions below flatten a
 # multi-dim normalized_shape into it.
@@ -114,13 +108,13 @@ def _(x, weight, bias, eps, order, backward_order):
 
 
 @torch.library.custom_op("ordo::rms_norm", mutates_args=())
-def _rms_norm_op(x: Tensor, weight: Optional[Tensor], eps: float, order: str) -> Tuple[Tensor, Tensor]:
+def _rms_norm_op(x: Tensor, weight: Optional[Tensor], eps: float, order: str, backward_order: str) -> Tuple[Tensor, Tensor]:
     w = weight.contiguous() if weight is not None else None
     return ordo.rms_norm(x.contiguous(), w, eps=eps, order=order, allow_mixed_dtypes=w is not None and w.dtype != x.dtype)
 
 
 @_rms_norm_op.register_fake
-def _(x, weight, eps, order):
+def _(x, weight, eps, order, backward_order):
     k = _norm_kernel("rms_norm", _size(x.shape[-1]), x.dtype, weight, None, eps, order)
     return x.new_empty(x.shape, dtype=_out_dtype(k, "y")), x.new_empty(x.shape[:-1], dtype=_out_dtype(k, "rstd"))
 
@@ -148,40 +142,16 @@ def _(x, order, backward_order):
 
 
 @torch.library.custom_op("ordo::scaled_dot_product_attention", mutates_args=())
-def _sdpa_op(query: Tensor, key: Tensor, value: Tensor, is_causal: bool, scale: Optional[float], order: str) -> Tensor:
+def _sdpa_op(query: Tensor, key: Tensor, value: Tensor, is_causal: bool, scale: Optional[float], order: str,
+             backward_order: str) -> Tensor:
     return ordo.attention(query.contiguous(), key.contiguous(), value.contiguous(), order=order, causal=is_causal, scale=scale)
 
 
 @_sdpa_op.register_fake
-def _(query, key, value, is_causal, scale, order):
+def _(query, key, value, is_causal, scale, order, backward_order):
     _ordo.compile_attention(_size(query.shape[-1], 8), _size(query.shape[-2]), _size(key.shape[-2]),
                             _DTYPE_NAMES[query.dtype], order, is_causal, scale, False)
     return query.new_empty(query.shape)
-
-
-# Backward: every gradient comes from ordo::missing_backward, which raises when it runs and has a
-# fake kernel, so AOTAutograd can trace a joint graph (torch.compile with inputs that require
-# grad) and the error comes only from backward().
-@torch.library.custom_op("ordo::missing_backward", mutates_args=())
-def _missing_backward(grad: Tensor, shape: List[int], dtype: torch.dtype, op: str) -> Tensor:
-    raise RuntimeError(_missing_backward_message(op))
-
-
-@_missing_backward.register_fake
-def _(grad, shape, dtype, op):
-    return grad.new_empty(shape, dtype=dtype)
-
-
-def _register_no_backward(opdef, name: str, tensor_inputs: Sequence[int]):
-    def setup_context(ctx, inputs, output):
-        ctx.meta = [(list(inputs[i].shape), inputs[i].dtype) if i in tensor_inputs and inputs[i] is not None else None
-                    for i in range(len(inputs))]
-
-    def backward(ctx, *grads):
-        g = next(g for g in grads if g is not None)
-        return tuple(None if m is None else torch.ops.ordo.missing_backward(g, m[0], m[1], name) for m in ctx.meta)
-
-    opdef.register_autograd(backward, setup_context=setup_context)
 
 
 # Backward ops: each runs ordo's backward kernel with the order it is given (the forward's unless
@@ -221,7 +191,36 @@ def _layer_norm_backward(ctx, dy, _dmean, _drstd):
 
 
 _layer_norm_op.register_autograd(_layer_norm_backward, setup_context=_layer_norm_setup)
-_register_no_backward(_rms_norm_op, "rms_norm", (0, 1))
+@torch.library.custom_op("ordo::rms_norm_backward", mutates_args=())
+def _rms_norm_backward_op(dy: Tensor, x: Tensor, weight: Optional[Tensor], rstd: Tensor, eps: float,
+                          order: str) -> Tuple[Tensor, Tensor]:
+    w = weight.contiguous() if weight is not None else None
+    # The backward takes the f32 rstd torch's autograd saves; the forward returns rstd in x's dtype
+    # for 16-bit x, rounded, so then the kernel recomputes it as the forward does.
+    saved = rstd.contiguous().reshape(-1) if rstd.dtype == torch.float32 else None
+    dx, dw = ordo.rms_norm_backward(dy.contiguous(), x.contiguous(), w, saved, order=order, eps=eps,
+                                    allow_mixed_dtypes=w is not None and w.dtype != x.dtype)
+    return dx, x.new_empty(0) if dw is None else dw
+
+
+@_rms_norm_backward_op.register_fake
+def _(dy, x, weight, rstd, eps, order):
+    return x.new_empty(x.shape), (x.new_empty(x.shape[-1], dtype=weight.dtype) if weight is not None else x.new_empty(0))
+
+
+def _rms_norm_setup(ctx, inputs, output):
+    x, weight, eps, order, backward_order = inputs
+    ctx.save_for_backward(x, weight, output[1])  # the forward's f32 rstd, as torch's autograd saves it
+    ctx.eps, ctx.order = eps, backward_order or order
+
+
+def _rms_norm_backward(ctx, dy, _drstd):
+    x, weight, rstd = ctx.saved_tensors
+    dx, dw = torch.ops.ordo.rms_norm_backward(dy, x, weight, rstd, ctx.eps, ctx.order)
+    return dx, dw if weight is not None else None, None, None, None
+
+
+_rms_norm_op.register_autograd(_rms_norm_backward, setup_context=_rms_norm_setup)
 def _register_softmax_backward(forward_op, name: str):
     """softmax and log_softmax: dx from dy and the forward's output, by ordo's <name>_backward."""
     @torch.library.custom_op(f"ordo::{name}_backward", mutates_args=())
@@ -247,7 +246,32 @@ def _register_softmax_backward(forward_op, name: str):
 
 _softmax_backward_op = _register_softmax_backward(_softmax_op, "softmax")
 _log_softmax_backward_op = _register_softmax_backward(_log_softmax_op, "log_softmax")
-_register_no_backward(_sdpa_op, "scaled_dot_product_attention", (0, 1, 2))
+@torch.library.custom_op("ordo::attention_backward", mutates_args=())
+def _attention_backward_op(q: Tensor, k: Tensor, v: Tensor, out: Tensor, dout: Tensor, is_causal: bool, scale: Optional[float],
+                           order: str) -> Tuple[Tensor, Tensor, Tensor]:
+    # lse is recomputed by the kernel, as the order's forward writes it.
+    return ordo.attention_backward(q.contiguous(), k.contiguous(), v.contiguous(), out.contiguous(), dout.contiguous(),
+                                   order=order, causal=is_causal, scale=scale)
+
+
+@_attention_backward_op.register_fake
+def _(q, k, v, out, dout, is_causal, scale, order):
+    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
+
+
+def _sdpa_setup(ctx, inputs, output):
+    q, k, v, is_causal, scale, order, backward_order = inputs
+    ctx.save_for_backward(q, k, v, output)
+    ctx.is_causal, ctx.scale, ctx.order = is_causal, scale, backward_order or order
+
+
+def _sdpa_backward(ctx, dout):
+    q, k, v, out = ctx.saved_tensors
+    dq, dk, dv = torch.ops.ordo.attention_backward(q, k, v, out, dout, ctx.is_causal, ctx.scale, ctx.order)
+    return dq, dk, dv, None, None, None, None
+
+
+_sdpa_op.register_autograd(_sdpa_backward, setup_context=_sdpa_setup)
 
 
 # --- the functions, with torch's signatures plus order= --------------------------------------
@@ -273,13 +297,14 @@ def layer_norm(input: Tensor, normalized_shape, weight: Optional[Tensor] = None,
 
 
 def rms_norm(input: Tensor, normalized_shape, weight: Optional[Tensor] = None, eps: Optional[float] = None, *,
-             order: str) -> Tensor:
-    """F.rms_norm with ordo's kernel and order; eps=None is float32's epsilon, as in torch."""
+             order: str, backward_order: Optional[str] = None) -> Tensor:
+    """F.rms_norm with ordo's kernel and order; eps=None is float32's epsilon, as in torch. Gradients
+    run ordo's rms_norm_backward with backward_order, by default the forward's order."""
     n = _normalized_cols(input, normalized_shape, "rms_norm")
     dims = 1 if isinstance(normalized_shape, int) else len(tuple(normalized_shape))
     x = input.reshape(input.shape[:input.dim() - dims] + (n,))
     y, _ = torch.ops.ordo.rms_norm(x, None if weight is None else weight.reshape(n),
-                                   _RMS_NORM_DEFAULT_EPS if eps is None else float(eps), order)
+                                   _RMS_NORM_DEFAULT_EPS if eps is None else float(eps), order, backward_order or "")
     return y.reshape(input.shape)
 
 
@@ -305,11 +330,13 @@ def log_softmax(input: Tensor, dim: int = -1, dtype: Optional[torch.dtype] = Non
 
 
 def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, is_causal: bool = False,
-                                 scale: Optional[float] = None, *, order: str) -> Tensor:
+                                 scale: Optional[float] = None, *, order: str, backward_order: Optional[str] = None) -> Tensor:
     """F.scaled_dot_product_attention without a mask or dropout: [..., S_q, D] x [..., S_k, D],
-    causal top-left aligned, scale 1/sqrt(D) by default."""
+    causal top-left aligned, scale 1/sqrt(D) by default. Gradients run ordo's attention_backward
+    with backward_order, by default the forward's order (an order without an attention_backward,
+    such as torch2.15-cpu, is refused when backward() runs; name one, e.g. backward_order="flash")."""
     return torch.ops.ordo.scaled_dot_product_attention(query, key, value, bool(is_causal),
-                                                       None if scale is None else float(scale), order)
+                                                       None if scale is None else float(scale), order, backward_order or "")
 
 
 # --- pinned ----------------------------------------------------------------------------------
@@ -521,7 +548,8 @@ class pinned(TorchFunctionMode):
                 if op == "layer_norm":
                     backward = _with_threads(self.backward_order, _torch_threads()) if self.backward_order else None
                     return layer_norm(x, shape, w, b, eps, order=order, backward_order=backward)
-                return rms_norm(x, shape, w, eps, order=order)
+                backward = _with_threads(self.backward_order, _torch_threads()) if self.backward_order else None
+                return rms_norm(x, shape, w, eps, order=order, backward_order=backward)
         elif func in _SOFTMAXES:
             op = _SOFTMAXES[func]
             # F.softmax(input, dim, _stacklevel, dtype); torch.softmax and Tensor.softmax (input, dim, dtype)
@@ -551,7 +579,8 @@ class pinned(TorchFunctionMode):
             if error:
                 raise ValueError(error)
             if order:
-                return scaled_dot_product_attention(q, k, v, is_causal, scale, order=order)
+                backward = _with_threads(self.backward_order, _torch_threads()) if self.backward_order else None
+                return scaled_dot_product_attention(q, k, v, is_causal, scale, order=order, backward_order=backward)
         return func(*args, **kwargs)
 
 

@@ -427,15 +427,39 @@ def test_backward():
                     grads.append(x.grad)
                 check(same(grads[0], grads[1]), f"{fn.__name__} {dtype} {'compiled' if compiled else 'eager'}: pinned x.grad has "
                                                 f"eager autograd's bits")
-    # An op without a backward kernel.
-    x = torch.randn(3, 64, requires_grad=True)
-    y = ot.rms_norm(x, (64,), order=EXACT)
-    check(same(y, F.rms_norm(x, (64,))), "forward runs on inputs that require grad")
+    # rms_norm through pinned (nn.RMSNorm), eager: eager autograd's x.grad and weight.grad.
+    for dtype in (torch.float32, torch.bfloat16):
+        g = torch.Generator().manual_seed(9)
+        x0 = torch.randn(6, 130, generator=g).to(dtype)
+        dy = torch.randn(6, 130, generator=g).to(dtype)
+        grads = []
+        for use_ordo in (False, True):
+            x = x0.clone().requires_grad_(True)
+            m = nn.RMSNorm(130, eps=1e-6).to(dtype)
+            with torch.no_grad():
+                m.weight.copy_(torch.linspace(0.5, 1.5, 130))
+            if use_ordo:
+                with ot.pinned(EXACT, strict=True):
+                    y = m(x)
+            else:
+                y = m(x)
+            y.backward(dy)
+            grads.append((x.grad, m.weight.grad))
+        check(same(grads[0][0], grads[1][0]) and same(grads[0][1], grads[1][1]),
+              f"rms_norm {dtype}: pinned x.grad and weight.grad have eager autograd's bits")
+    # SDPA: gradients by the tiled backward; a forward order without one is refused by backward().
+    q, k, v = (torch.randn(1, 2, 33, 16, requires_grad=True) for _ in range(3))
+    out = ot.scaled_dot_product_attention(q, k, v, True, order="fast")
+    dout = torch.randn_like(out)
+    out.backward(dout)
+    dq, dk, dv = ordo.attention_backward(q.detach(), k.detach(), v.detach(), out.detach(), dout, order="fast", causal=True)
+    check(same(q.grad, dq) and same(k.grad, dk) and same(v.grad, dv), "sdpa: gradients are ordo's attention_backward, order fast")
+    out = ot.scaled_dot_product_attention(q, k, v, order=EXACT)
     try:
-        y.sum().backward()
-        check(False, "rms_norm backward raises")
-    except RuntimeError as e:
-        check("ordo::rms_norm has no backward" in str(e), "rms_norm backward raises RuntimeError naming the op")
+        out.sum().backward()
+        check(False, "sdpa under torch2.15-cpu: backward is refused")
+    except Exception as e:
+        check("attention_backward" in str(e), f"sdpa under torch2.15-cpu: backward is refused, naming attention_backward ({e})")
     torch._dynamo.reset()
 
 
