@@ -43,7 +43,8 @@ using namespace ordo;
 // row, weight and bias over N, saved statistics one per row; attention's q, k, v as whole
 // buffers). A new op joins here with its inputs.
 constexpr OpKind kOps[] = {OpKind::layer_norm, OpKind::rms_norm, OpKind::var_mean, OpKind::softmax, OpKind::log_softmax,
-                           OpKind::attention, OpKind::layer_norm_backward, OpKind::softmax_backward, OpKind::log_softmax_backward};
+                           OpKind::attention, OpKind::layer_norm_backward, OpKind::rms_norm_backward, OpKind::softmax_backward,
+                           OpKind::log_softmax_backward, OpKind::attention_backward};
 constexpr int kLastOp = static_cast<int>(sizeof kOps / sizeof kOps[0]) - 1;
 constexpr ScalarType kStorage[] = {ScalarType::f32, ScalarType::bf16, ScalarType::f16};
 // N: lane (8, 16, 32), chunk (16 vectors of 8 or 16 lanes), pairwise block (128) and numpy's
@@ -201,7 +202,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   r.rows_in_flight = in.ConsumeIntegralInRange(0, 7) == 0 ? in.ConsumeIntegralInRange(1, 5) : 0;
   r.cols = in.ConsumeIntegralInRange(0, 3) == 0 ? in.ConsumeIntegralInRange<int64_t>(1, 600)
                                                  : kCols[in.ConsumeIntegralInRange<size_t>(0, sizeof kCols / sizeof kCols[0] - 1)];
-  if (r.op == OpKind::attention) {  // small heads: the interpreter runs S_q*S_k*D steps per head
+  if (r.op == OpKind::rms_norm_backward) r.saved_stats = in.ConsumeBool();  // rstd given, or recomputed
+  if (forward == OpKind::attention) {  // small heads: the interpreter runs S_q*S_k*D steps per head
     static constexpr int64_t kHeadDims[] = {8, 16, 24, 32, 64};
     static constexpr double kScales[] = {0.1, 0.37, 2.0, 1e-3};
     r.acc_dtype.reset();
@@ -209,12 +211,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     r.seq_q = in.ConsumeIntegralInRange<int64_t>(1, 20);
     r.seq_k = in.ConsumeIntegralInRange<int64_t>(1, 40);
     r.causal = in.ConsumeBool();
-    r.lse_output = in.ConsumeBool();
+    if (r.op == OpKind::attention) r.lse_output = in.ConsumeBool();
+    else r.saved_stats = in.ConsumeBool();  // attention_backward: lse given, or recomputed
     if (in.ConsumeIntegralInRange(0, 3) == 0) r.scale = kScales[in.ConsumeIntegralInRange(0, 3)];
   }
   r.order = order_name(in, r.op, r.x_dtype);
   // The interpreter is slow (and slower under ASan): long rows run one at a time.
-  const int64_t rows = r.op == OpKind::attention ? in.ConsumeIntegralInRange(1, 3)
+  const int64_t rows = forward == OpKind::attention ? in.ConsumeIntegralInRange(1, 3)
                        : r.cols > 1100           ? 1
                        : r.cols <= 64 && in.ConsumeIntegralInRange(0, 3) == 0 ? in.ConsumeIntegralInRange(1, 40)
                                                                                 : in.ConsumeIntegralInRange(1, 4);
@@ -247,7 +250,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const ArgSpec& arg = a.args[i];
     if (arg.output) {
       std::fill(a.bytes[i].begin(), a.bytes[i].end(), uint8_t{0x5a});
-    } else if (r.op == OpKind::attention) {  // q, k, v: whole buffers, one value profile each
+    } else if (forward == OpKind::attention) {  // q, k, v (out, dout, lse): whole buffers, one value profile each
       fill(in, arg.dtype, a.bytes[i].data(), 0, arg.elements(rows, r.cols), 0.0, 1.0);
     } else if (arg.extent == ir::Extent::rows_by_cols) {  // x, dy
       for (int64_t row = 0; row < rows; ++row) fill(in, arg.dtype, a.bytes[i].data(), row * r.cols, r.cols, 0.0, 1.0);
