@@ -19,7 +19,8 @@ Rows:
   * layer_norm_backward over 8192 x 4096, f32 and bf16, weight and bias, against torch autograd's
     backward of F.layer_norm (torch.autograd.grad of the saved graph): torch2.15-cpu(threads=T)
     (its bits; target 1.5x) and fast (target 3x);
-  * attention backward: not measurable yet (ordo has no attention_backward kernel on main).
+  * attention backward, batch*heads 8, S = 1024, D = 64, f32 and bf16: `fast` against torch
+    autograd's backward of F.scaled_dot_product_attention (target 1.0x).
 It prints the table and writes the bar chart (--png, default bench/vs_torch.png; needs ordo's
 Python package from build/python); --json also writes the rows.
 """
@@ -93,6 +94,17 @@ def backward_rows(args):
             out.append({"row": f"layer_norm_backward {dtype} 8192x4096", "order": order.split("(")[0], "torch_ms": 1e3 * t_torch,
                         "ordo_ms": 1e3 * j["seconds_min"], "ratio": t_torch / j["seconds_min"], "target": target,
                         "compile_ms_cold": j["compile_ms_cold"], "compile_target_ms": 20.0})
+    # Attention's backward: torch's SDPA backward (its CPU flash kernel) against ordo's fast.
+    bh, s, d = 8, 1024, 64
+    for dtype in ("f32", "bf16"):
+        q, k, v = (torch.randn(1, bh, s, d).to(TORCH_DTYPE[dtype]).requires_grad_(True) for _ in range(3))
+        o = F.scaled_dot_product_attention(q, k, v)
+        do = torch.randn_like(o)
+        t_torch = best_seconds(lambda: torch.autograd.grad(o, (q, k, v), do, retain_graph=True), args.seconds)
+        j = ordo_bench(args, "attention_backward", "fast", dtype, ["--rows", str(bh), "--sq", str(s), "--cols", str(d)])
+        out.append({"row": f"attention_backward {dtype} B*H={bh} S={s} D={d}", "order": "fast", "torch_ms": 1e3 * t_torch,
+                    "ordo_ms": 1e3 * j["seconds_min"], "ratio": t_torch / j["seconds_min"], "target": 1.0,
+                    "compile_ms_cold": j["compile_ms_cold"], "compile_target_ms": 50.0})
     return out
 
 
@@ -155,7 +167,6 @@ def main():
     slow = [r for r in rows if "compile_ms_cold" in r and r["compile_ms_cold"] > r["compile_target_ms"]]
     print(f"compile latency: {len(slow)} of {sum('compile_ms_cold' in r for r in rows)} rows over their target "
           f"(norms and their backward 20 ms, attention 50 ms){': ' + ', '.join(r['order'] + ' ' + r['row'] for r in slow) if slow else ''}")
-    print("attention backward: not measurable, ordo has no attention_backward kernel on main yet")
     sys.path.insert(0, os.path.join(HERE, "..", "build", "python"))
     import ordo
     bars = [(f"{r['row']} {r['order']}", r["ratio"], r.get("target") or 0.0, bool(r.get("lower_is_better"))) for r in rows]

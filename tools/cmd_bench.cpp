@@ -53,17 +53,20 @@ int bench_attention(const Args& a, ordo::Request r) {
     ts.push_back(since(t));
   }
   const double tmin = *std::min_element(ts.begin(), ts.end());
-  const double flops = 4.0 * static_cast<double>(rows) * static_cast<double>(r.seq_q) * static_cast<double>(r.seq_k) *
+  // Two S_q x S_k x D products forward (q k^T, p v); the backward's five (q k^T again for P,
+  // dO v^T, P^T dO, dS k, dS^T q), counting a multiply-add as 2 flops.
+  const double products = r.op == ordo::OpKind::attention_backward ? 5.0 : 2.0;
+  const double flops = 2.0 * products * static_cast<double>(rows) * static_cast<double>(r.seq_q) * static_cast<double>(r.seq_k) *
                        static_cast<double>(r.cols);
   const ordo::PeakFlops peak = a.flag("no-peak") ? ordo::PeakFlops{} : ordo::measure_fma_peak(threads);
   struct rusage ru {};
   getrusage(RUSAGE_SELF, &ru);
   fmt::print(
-      "{{\"op\": \"attention\", \"order\": \"{}\", \"batch_heads\": {}, \"seq_q\": {}, \"seq_k\": {}, \"head_dim\": {}, "
+      "{{\"op\": \"{}\", \"order\": \"{}\", \"batch_heads\": {}, \"seq_q\": {}, \"seq_k\": {}, \"head_dim\": {}, "
       "\"causal\": {}, \"dtype\": \"{}\", \"threads\": {}, \"seconds_min\": {:.6g}, \"seconds_median\": {:.6g}, \"runs\": {}, "
       "\"gflops\": {:.3f}, \"peak_fma_gflops\": {}, \"fraction_of_peak\": {}, \"compile_ms_cold\": {:.3f}, "
       "\"peak_rss_mb\": {:.1f}, \"input_output_mb\": {:.1f}}}\n",
-      r.order, rows, r.seq_q, r.seq_k, r.cols, r.causal, ordo::name(r.x_dtype), threads, tmin, median(ts), ts.size(), flops / tmin / 1e9,
+      ordo::name(r.op), r.order, rows, r.seq_q, r.seq_k, r.cols, r.causal, ordo::name(r.x_dtype), threads, tmin, median(ts), ts.size(), flops / tmin / 1e9,
       peak.available ? fmt::format("{:.3f}", peak.gflops) : "null",
       peak.available ? fmt::format("{:.4f}", flops / tmin / 1e9 / peak.gflops) : "null", compile_ms, ru.ru_maxrss / 1024.0,
       [&] {
@@ -84,7 +87,7 @@ int cmd_bench(int argc, char** argv) {
   Args a = Args::parse(argc, argv, 2, flags, values);
   const ordo::OpKind op = parse_op_arg(a);
   ordo::Request r = request_from(a, op);
-  if (op == ordo::OpKind::attention) {
+  if (ordo::forward_of(op) == ordo::OpKind::attention) {
     if (!a.get("order")) throw Error("missing --order NAME");
     if (!a.flag("json")) throw Error("bench prints JSON only: add --json");
     return bench_attention(a, r);
