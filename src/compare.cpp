@@ -344,9 +344,48 @@ std::map<std::string, std::vector<double>> softmax_backward_f64(const Request& r
   return out;
 }
 
+// rms_norm_backward in float64, from the given rstd r (or one recomputed from x with eps):
+// g = dy*w, dx = r*g - x*(r^3/N)*sum(g*x), dweight = sum over rows of dy*x*r.
+std::map<std::string, std::vector<double>> rms_norm_backward_f64(const Request& r, const HostBuffers& in, int64_t rows) {
+  const int64_t N = r.cols;
+  const ScalarType xt = r.x_dtype, wt = r.weight_type();
+  const ArgSpec* rstd_arg = nullptr;
+  bool has_weight = false;
+  for (const ArgSpec& a : in.args) {
+    if (a.name == "rstd" && !a.output) rstd_arg = &a;
+    has_weight |= a.name == "weight";
+  }
+  const uint8_t *x = in.get("x").data(), *dy = in.get("dy").data();
+  const uint8_t* w = has_weight ? in.get("weight").data() : nullptr;
+  std::map<std::string, std::vector<double>> out;
+  std::vector<double> dw(size_t(N), 0.0);
+  for (int64_t row = 0; row < rows; ++row) {
+    double rs = 0;
+    if (rstd_arg) {
+      rs = value_at(rstd_arg->dtype, in.get("rstd").data(), row);
+    } else {
+      double sq = 0;
+      for (int64_t j = 0; j < N; ++j) sq += value_at(xt, x, row * N + j) * value_at(xt, x, row * N + j);
+      rs = 1.0 / std::sqrt(sq / N + static_cast<double>(static_cast<float>(r.eps)));
+      out["rstd"].push_back(rs);
+    }
+    double gx = 0;
+    for (int64_t j = 0; j < N; ++j)
+      gx += value_at(xt, dy, row * N + j) * (w ? value_at(wt, w, j) : 1.0) * value_at(xt, x, row * N + j);
+    for (int64_t j = 0; j < N; ++j) {
+      const double xv = value_at(xt, x, row * N + j), g = value_at(xt, dy, row * N + j) * (w ? value_at(wt, w, j) : 1.0);
+      out["dx"].push_back(rs * g - xv * (rs * rs * rs / N) * gx);
+      dw[size_t(j)] += value_at(xt, dy, row * N + j) * xv * rs;
+    }
+  }
+  if (has_weight) out["dweight"] = dw;
+  return out;
+}
+
 std::map<std::string, std::vector<double>> reference_f64(const Request& r, const HostBuffers& in, int64_t rows) {
   if (r.op == OpKind::attention) return attention_f64(r, in, rows);
   if (r.op == OpKind::layer_norm_backward) return layer_norm_backward_f64(r, in, rows);
+  if (r.op == OpKind::rms_norm_backward) return rms_norm_backward_f64(r, in, rows);
   if (r.op == OpKind::softmax_backward || r.op == OpKind::log_softmax_backward) return softmax_backward_f64(r, in, rows);
   if (r.op == OpKind::attention_backward) return attention_backward_f64(r, in, rows);
   if (is_backward(r.op)) throw Error(fmt::format("compare: {} has no float64 reference yet", name(r.op)));
