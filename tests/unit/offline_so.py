@@ -17,6 +17,72 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 EXAMPLE = os.path.join(HERE, "..", "..", "examples", "offline_so.c")
 
 
+# A backward op is two kernels; its _run launches both. C that reads raw f32 inputs, runs the
+# layer_norm_backward kernel of one order, and writes dx, dweight and dbias raw.
+BACKWARD_C = r'''
+#include <stdio.h>
+#include <stdlib.h>
+#include "liblnb.h"
+static float* read_all(const char* path, long n) {
+  float* p = malloc(sizeof(float) * n);
+  FILE* f = fopen(path, "rb");
+  if (!f || fread(p, sizeof(float), n, f) != (size_t)n) exit(3);
+  fclose(f);
+  return p;
+}
+static void write_all(const char* path, const float* p, long n) {
+  FILE* f = fopen(path, "wb");
+  if (!f || fwrite(p, sizeof(float), n, f) != (size_t)n) exit(4);
+  fclose(f);
+}
+int main(int argc, char** argv) {
+  const long rows = 37, n = 100;
+  float *dy = read_all(argv[1], rows * n), *x = read_all(argv[2], rows * n), *w = read_all(argv[3], n);
+  float *mean = read_all(argv[4], rows), *rstd = read_all(argv[5], rows);
+  float *dx = malloc(sizeof(float) * rows * n), *dw = malloc(sizeof(float) * n), *db = malloc(sizeof(float) * n);
+  void* buffers[] = {dy, x, w, mean, rstd, dx, dw, db};
+  if (argv[6][0] == 't') ordo_layer_norm_backward_torch2_15_cpu_avx2_threads_2_n100_f32_run(buffers, rows);
+  else ordo_layer_norm_backward_batch_invariant_n100_f32_run(buffers, rows);
+  write_all(argv[7], dx, rows * n);
+  write_all(argv[8], dw, n);
+  write_all(argv[9], db, n);
+  return 0;
+}
+'''
+
+
+def backward_so(ordo, d):
+    """layer_norm_backward's two stages from a .so equal `ordo run`'s outputs."""
+    failures = []
+    lib = os.path.join(d, "liblnb.so")
+    subprocess.run([ordo, "build", "layer_norm_backward", "--orders", "torch2.15-cpu-avx2(threads=2),batch-invariant", "--cols", "100",
+                    "-o", lib], check=True)
+    names = [k["name"] for k in json.load(open(os.path.join(d, "liblnb.json")))["kernels"]]
+    if len(names) != 4 or not names[1].endswith("_stage2"):
+        failures.append(f"backward manifest kernels: {names}")
+    src, exe = os.path.join(d, "lnb.c"), os.path.join(d, "lnb")
+    open(src, "w").write(BACKWARD_C)
+    subprocess.run(["cc", "-O2", "-Wall", "-Werror", f"-I{d}", src, f"-L{d}", "-llnb", "-lm", f"-Wl,-rpath,{d}", "-o", exe], check=True)
+    rng = np.random.default_rng(9)
+    x = (rng.standard_normal((37, 100)) * 2 + 3).astype(np.float32)
+    arrays = {"dy": rng.standard_normal((37, 100)).astype(np.float32), "x": x, "weight": (1 + rng.standard_normal(100) / 4).astype(np.float32),
+              "mean": x.mean(-1).astype(np.float32), "rstd": (1 / np.sqrt(x.var(-1) + 1e-5)).astype(np.float32)}
+    for k, a in arrays.items():
+        a.tofile(os.path.join(d, f"{k}.raw"))
+        np.save(os.path.join(d, f"{k}.npy"), a)
+    for order, tag in (("torch2.15-cpu-avx2(threads=2)", "t"), ("batch-invariant", "b")):
+        outs = [os.path.join(d, f"{o}_so.raw") for o in ("dx", "dweight", "dbias")]
+        subprocess.run([exe] + [os.path.join(d, f"{k}.raw") for k in ("dy", "x", "weight", "mean", "rstd")] + [tag] + outs, check=True)
+        run = [ordo, "run", "layer_norm_backward", "--order", order] + sum((["--in", f"{k}={d}/{k}.npy"] for k in arrays), [])
+        run += sum((["--out", f"{o}={d}/{o}_jit.npy"] for o in ("dx", "dweight", "dbias")), [])
+        subprocess.run(run, check=True)
+        for o, so in zip(("dx", "dweight", "dbias"), outs):
+            got, want = np.fromfile(so, np.float32), np.load(os.path.join(d, f"{o}_jit.npy")).reshape(-1)
+            if not np.array_equal(got.view(np.uint32), want.view(np.uint32)):
+                failures.append(f"{order} {o}: the .so differs from ordo run in {(got.view(np.uint32) != want.view(np.uint32)).sum()} elements")
+    return failures
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--ordo", required=True)
@@ -48,6 +114,7 @@ def main():
             failures.append(f"manifest kernels: {names}")
         if [a["name"] for a in manifest["kernels"][0]["args"]] != ["x", "weight", "bias", "y", "mean", "rstd"]:
             failures.append("manifest argument layout")
+        failures += backward_so(ordo, d)
         # Bad input: no partial output set.
         bad = subprocess.run([ordo, "build", "layer_norm", "--order", "no-such-order", "--cols", "8", "-o", os.path.join(d, "libbad.so")],
                              capture_output=True, text=True)
