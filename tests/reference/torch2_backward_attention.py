@@ -11,7 +11,8 @@ Python package (build/python). dq, dk and dv must have torch's bit patterns (eve
 every NaN). The alias torch2.15-cpu runs on a share of the cases and must agree as well.
 
 Cases, f32: S_q and S_k from 1 to 1100 across the query blocks (32, 64, 256 rows, by S_q) and the
-512-key blocks, S_q != S_k both ways; D in {8, 16, 32, 64, 128}; batch*heads from 1 to 3, where
+512-key blocks, S_q != S_k both ways; D in {8, 16, 32, 64, 128} (the measured set) and 24, 40,
+256 (dsum's tail past its last whole vector, and a wide head); batch*heads from 1 to 3, where
 1 makes PyTorch call MKL on all its threads (the only way the backward's bits depend on the
 thread count); shapes whose products take MKL's gemv (one query or one key), small-matrix
 (fewer than 12 columns or 4 rows) and general kernels, and on 2 threads its split of 5..11 rows
@@ -46,6 +47,8 @@ SHAPES = [
     (257, 255, 128, 1, 1), (100, 513, 32, 1, 1), (40, 1025, 16, 1, 1), (300, 1100, 64, 1, 1),
     # 256-row query blocks
     (767, 100, 32, 1, 1), (768, 769, 64, 1, 1), (1100, 1100, 128, 1, 1),
+    # D off the measured set: dsum's tail past the last whole vector (D mod 16 = 8), D = 256
+    (40, 50, 24, 1, 2), (33, 70, 40, 1, 1), (100, 300, 256, 2, 1),
 ]
 SHAPES_QUICK = [(1, 300, 64, 1, 2), (7, 40, 32, 1, 1), (10, 9, 32, 1, 1), (3, 13, 16, 1, 3), (65, 65, 8, 1, 2),
                 (100, 513, 32, 1, 1)]
