@@ -73,6 +73,8 @@ std::vector<ir::Kernel> build_rms_norm_backward(const Request& r, const ir::Orde
 // AttentionOrder::Kind::CpuFlash (gen/cpu_flash_attention.cpp), and its query block for S_q rows.
 ir::Kernel build_cpu_flash_attention(const Request& r, const ir::Order& order);
 int64_t cpu_flash_query_block(int64_t seq_q);
+// AttentionBackwardOrder::Kind::CpuFlash (gen/cpu_flash_attention_backward.cpp): one stage.
+ir::Kernel build_cpu_flash_attention_backward(const Request& r, const ir::Order& order);
 // AttentionOrder::Kind::CpuMatmul (gen/cpu_matmul_attention.cpp).
 ir::Kernel build_cpu_matmul_attention(const Request& r, const ir::Order& order);
 // The CUDA-native orders (gen/team.cpp): a team of threads per row.

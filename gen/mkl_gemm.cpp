@@ -52,7 +52,9 @@ ExprRef zero(int lanes) {
 struct Row {
   const Matrix* m;
   ExprRef row;
-  ExprRef at_index(ExprRef col) const { return add(add(m->base, mul(row, idx(m->stride))), std::move(col)); }
+  ExprRef at_index(ExprRef col) const {
+    return add(add(m->base, mul(row, idx(m->stride))), m->step == 1 ? std::move(col) : mul(std::move(col), idx(m->step)));
+  }
 };
 
 ExprRef as_f32(ExprRef x) { return x->type.scalar == ScalarType::f32 ? x : cast(std::move(x), ScalarType::f32); }
@@ -60,10 +62,14 @@ ExprRef as_f32(ExprRef x) { return x->type.scalar == ScalarType::f32 ? x : cast(
 struct Emitter {
   Builder& b;
 
-  ExprRef get(const Row& r, ExprRef col, int lanes = 1) const { return as_f32(load(b.kernel(), r.m->buffer, r.at_index(std::move(col)), lanes)); }
+  ExprRef get(const Row& r, ExprRef col, int lanes = 1) const {
+    if (lanes > 1 && r.m->step != 1) throw Error("internal: a vector of a transposed operand's row");
+    return as_f32(load(b.kernel(), r.m->buffer, r.at_index(std::move(col)), lanes));
+  }
   // Elements col .. col + w - 1 in lanes 0 .. w-1 of a 16-lane vector; the other lanes repeat the
   // last element (they are never used).
   ExprRef get_partial(const Row& r, int64_t col, int64_t w) const {
+    if (r.m->step != 1) throw Error("internal: a vector of a transposed operand's row");
     ExprRef lanes = binary(Op::Min, iota(kLanes), broadcast(idx(w - 1), kLanes));
     return as_f32(gather(b.kernel(), r.m->buffer, add(broadcast(r.at_index(idx(col)), kLanes), lanes)));
   }
@@ -273,26 +279,39 @@ bool takes_pst(int64_t m, int64_t n, int64_t K) { return (m == 2 && n <= 15) || 
 
 // The AMD host: its small-matrix kernel takes m < 12, n < 4 or K <= 1 (m: the columns of C, n its
 // rows; n, m >= 2); on 2 threads MKL runs a call of 5..11 rows, not a multiple of 4, as its rows in
-// fours (the general kernel) and the rest (the small-matrix one).
+// fours (the general kernel) and the rest (the small-matrix one), when the call is large enough:
+// K >= 17, or m >= 17 with K >= 5, or m >= 101 with K >= 2 (measured with the backward's calls,
+// docs/research/torch2.15-attention-backward.md section 4.1; no forward shape falls outside).
 bool amd_takes_pst(int64_t m, int64_t n, int64_t K) { return m < 12 || n < 4 || K <= 1; }
-bool amd_splits_fours(int64_t n) { return n < 12 && n % 4 != 0; }
+bool amd_splits_fours(int64_t n, int64_t m, int64_t K) {
+  return n < 12 && n % 4 != 0 && (K >= 17 || (m >= 17 && K >= 5) || (m >= 101 && K >= 2));
+}
 
 void emit_amd_nt(Builder& b, const GemmOrder& order, GemmInputs inputs, int64_t n, int64_t m, int64_t K, Matrix a, const Matrix& bm,
-                 const Matrix& c, bool threaded, int64_t n_call);
+                 const Matrix& c, bool threaded, int64_t n_call, float alpha);
 void emit_amd_nn(Builder& b, const GemmOrder& order, GemmInputs inputs, int64_t n, int64_t m, int64_t K, const Matrix& p, const Matrix& v,
-                 const Matrix& c, bool accumulate, bool threaded, const ExprRef& c_align, int64_t n_call);
+                 const Matrix& c, bool accumulate, bool threaded, const ExprRef& c_align, int64_t n_call, float alpha);
 
 }  // namespace
 
 // The general kernel: not a gemv (one row or one column; in bf16 too), not smalln, not pst; on the
 // AMD host not the small-matrix kernel, nor a call its threads would split in fours.
 bool gemm_nt_splits_rows(const GemmOrder& order, GemmInputs, int64_t n_call, int64_t m, int64_t K) {
-  if (order.kind == GemmOrder::Kind::MklAmdAvx512) return n_call > 1 && m > 1 && !amd_takes_pst(m, n_call, K) && !amd_splits_fours(n_call);
+  if (order.kind == GemmOrder::Kind::MklAmdAvx512) return n_call > 1 && m > 1 && !amd_takes_pst(m, n_call, K) && !amd_splits_fours(n_call, m, K);
   return n_call > 1 && m > 1 && !(K >= 24 * n_call && n_call < 16) && !takes_pst(m, n_call, K);
 }
 bool gemm_nn_splits_rows(const GemmOrder& order, GemmInputs, int64_t n_call, int64_t m, int64_t K) {
-  if (order.kind == GemmOrder::Kind::MklAmdAvx512) return n_call > 1 && m > 1 && !amd_takes_pst(m, n_call, K) && !amd_splits_fours(n_call);
+  if (order.kind == GemmOrder::Kind::MklAmdAvx512) return n_call > 1 && m > 1 && !amd_takes_pst(m, n_call, K) && !amd_splits_fours(n_call, m, K);
   return n_call > 1;
+}
+
+// On the AMD host only the f32 split in fours (amd_splits_fours) and gemm_bf16bf16f32's key split
+// (12 <= m: a half below 12 keys takes the small-matrix kernel) differ from one thread.
+bool gemm_threads_matter(const GemmOrder& order, GemmInputs inputs, int64_t n, int64_t m, int64_t K) {
+  if (order.threads == 1) return false;
+  if (order.kind != GemmOrder::Kind::MklAmdAvx512) return true;
+  if (inputs == GemmInputs::bf16) return true;
+  return n > 1 && m > 1 && !amd_takes_pst(m, n, K) && amd_splits_fours(n, m, K);
 }
 
 void emit_naive_nt(Builder& b, int64_t n, int64_t m, int64_t K, const Matrix& a, const Matrix& bm, const Matrix& c) {
@@ -319,8 +338,10 @@ void emit_naive_nn(Builder& b, int64_t n, int64_t m, int64_t K, const Matrix& p,
 }
 
 void emit_gemm_nt(Builder& b, const GemmOrder& order, GemmInputs inputs, int64_t n, int64_t m, int64_t K, const Matrix& a,
-                  const Matrix& bm, const Matrix& c, bool threaded, int64_t n_call) {
+                  const Matrix& bm, const Matrix& c, bool threaded, int64_t n_call, float alpha) {
   if (n_call == 0) n_call = n;
+  if (alpha != 1.0f && (order.kind != GemmOrder::Kind::MklAmdAvx512 || inputs != GemmInputs::f32))
+    throw Error("internal: where MKL applies alpha is measured for the AMD host's sgemm only");
   if (n_call != n && !gemm_nt_splits_rows(order, inputs, n_call, m, K))
     throw Error(fmt::format("internal: q @ k^T of {} rows emitted in part ({} rows) outside MKL's general kernel", n_call, n));
   const Emitter E{b};
@@ -342,13 +363,13 @@ void emit_gemm_nt(Builder& b, const GemmOrder& order, GemmInputs inputs, int64_t
     // shapes with n up to 32, m up to 512 and K from 8 to 256 agree but for m = 3 with n >= 11,
     // which is left unsplit here and not reproduced (docs/research/torch2.15-attention.md).
     const int64_t half = m / 2;
-    emit_gemm_nt(b, order, inputs, n, half, K, a, bm, c, false, n_call);
+    emit_gemm_nt(b, order, inputs, n, half, K, a, bm, c, false, n_call, alpha);
     const Matrix rest_keys{bm.buffer, b.let("keys_rest", add(bm.base, idx(half * bm.stride))), bm.stride, bm.align};
     const Matrix rest_out{c.buffer, b.let("out_rest", add(c.base, idx(half))), c.stride, c.align};
-    emit_gemm_nt(b, order, inputs, n, m - half, K, a, rest_keys, rest_out, false, n_call);
+    emit_gemm_nt(b, order, inputs, n, m - half, K, a, rest_keys, rest_out, false, n_call, alpha);
     return;
   }
-  if (order.kind == GemmOrder::Kind::MklAmdAvx512) return emit_amd_nt(b, order, inputs, n, m, K, a, bm, c, threaded, n_call);
+  if (order.kind == GemmOrder::Kind::MklAmdAvx512) return emit_amd_nt(b, order, inputs, n, m, K, a, bm, c, threaded, n_call, alpha);
   if (n_call == 1) {  // one query: gemv 'T' over the key rows
     const Row x{&a, idx(0)};
     E.gemv_t(m, K, split, [&](ExprRef i, Emitter::RowKind kind) { E.store(c, idx(0), i, E.gemv_t_row(Row{&bm, i}, x, K, kind)); });
@@ -380,12 +401,14 @@ void emit_gemm_nt(Builder& b, const GemmOrder& order, GemmInputs inputs, int64_t
 }
 
 void emit_gemm_nn(Builder& b, const GemmOrder& order, GemmInputs inputs, int64_t n, int64_t m, int64_t K, const Matrix& p,
-                  const Matrix& v, const Matrix& c, bool accumulate, bool threaded, const ExprRef& c_align_at, int64_t n_call) {
+                  const Matrix& v, const Matrix& c, bool accumulate, bool threaded, const ExprRef& c_align_at, int64_t n_call, float alpha) {
   if (n_call == 0) n_call = n;
+  if (alpha != 1.0f && (order.kind != GemmOrder::Kind::MklAmdAvx512 || inputs != GemmInputs::f32))
+    throw Error("internal: where MKL applies alpha is measured for the AMD host's sgemm only");
   if (n_call != n && !gemm_nn_splits_rows(order, inputs, n_call, m, K))
     throw Error(fmt::format("internal: p @ v of {} rows emitted in part ({} rows) outside MKL's general kernel", n_call, n));
   if (order.kind == GemmOrder::Kind::MklAmdAvx512)
-    return emit_amd_nn(b, order, inputs, n, m, K, p, v, c, accumulate, threaded, c_align_at, n_call);
+    return emit_amd_nn(b, order, inputs, n, m, K, p, v, c, accumulate, threaded, c_align_at, n_call, alpha);
   if (c_align_at->op != Op::Const) throw Error("internal: the Intel model's p @ v takes a constant alignment of C");
   const int64_t c_align = c_align_at->imm_i;
   const Emitter E{b};
@@ -519,6 +542,15 @@ std::vector<int64_t> amd_k_blocks(int64_t K) {
 
 struct AmdEmitter : Emitter {
   enum class SseRow { Four, Pair, Second };
+  float alpha = 1.0f;  // the call's alpha; each kernel applies it where MKL does (emit_gemm_nt, emit_gemm_nn)
+
+  // x * alpha, rounded (x itself when alpha is 1).
+  ExprRef scaled(ExprRef x) const {
+    if (alpha == 1.0f) return x;
+    ExprRef a = constant(kF32, static_cast<double>(alpha));
+    const int lanes = x->type.lanes;
+    return mul(std::move(x), lanes > 1 ? broadcast(a, lanes) : a);
+  }
 
   static Type v4() { return Type{ScalarType::f32, 4}; }
   ExprRef lane0_of4(ExprRef s) const {
@@ -578,10 +610,10 @@ struct AmdEmitter : Emitter {
     b.for_range("j", idx(j0), idx(j1), 1, [&](ExprRef j) {
       if (blocks_end > 0)
         b.for_range("i", idx(0), idx(blocks_end), 1,
-                    [&](ExprRef i) { store(c, j, i, sse_row(Row{&a, j}, Row{&bm, i}, K, peel, SseRow::Four)); });
+                    [&](ExprRef i) { store(c, j, i, scaled(sse_row(Row{&a, j}, Row{&bm, i}, K, peel, SseRow::Four))); });
       if (m > blocks_end)
         b.for_range("i", idx(blocks_end), idx(m), 1,
-                    [&](ExprRef i) { store(c, j, i, sse_row(Row{&a, j}, Row{&bm, i}, K, peel, SseRow::Pair)); });
+                    [&](ExprRef i) { store(c, j, i, scaled(sse_row(Row{&a, j}, Row{&bm, i}, K, peel, SseRow::Pair))); });
     });
   }
 
@@ -591,7 +623,7 @@ struct AmdEmitter : Emitter {
                 const ExprRef& peel) const {
     const Row x{&p, j};
     auto product = [&](ExprRef k, const ExprRef& e, int lanes) {
-      ExprRef xk = get(x, k);
+      ExprRef xk = scaled(get(x, k));
       return mul(get(Row{&v, std::move(k)}, e, lanes), lanes > 1 ? broadcast(xk, lanes) : xk);
     };
     const int64_t fixed = peel->op == Op::Const ? peel->imm_i : -1;
@@ -644,7 +676,7 @@ struct AmdEmitter : Emitter {
     b.for_range("j", idx(j0), idx(j1), 1, [&](ExprRef j) {
       b.for_range("i", idx(0), idx(m), 1, [&](ExprRef i) {
         const Row x{&a, j}, y{&bm, i};
-        store(c, j, i, blocked_chain(parts, 1, [&](ExprRef k) { return get(x, k); }, [&](ExprRef k) { return get(y, k); }, nullptr));
+        store(c, j, i, blocked_chain(parts, 1, [&](ExprRef k) { return get(x, k); }, [&](ExprRef k) { return scaled(get(y, k)); }, nullptr));
       });
     });
   }
@@ -658,7 +690,7 @@ struct AmdEmitter : Emitter {
           ExprRef s = get(x, std::move(k));
           return lanes > 1 ? broadcast(s, lanes) : s;
         };
-        auto vk = [&](ExprRef k) { return get(Row{&v, std::move(k)}, e, lanes); };
+        auto vk = [&](ExprRef k) { return scaled(get(Row{&v, std::move(k)}, e, lanes)); };
         store(c, j, e, blocked_chain(parts, lanes, pk, vk, accumulate ? stored(c, j, e, lanes) : nullptr));
       });
     });
@@ -666,20 +698,20 @@ struct AmdEmitter : Emitter {
 };
 
 void emit_amd_nt(Builder& b, const GemmOrder& order, GemmInputs inputs, int64_t n, int64_t m, int64_t K, Matrix a, const Matrix& bm,
-                 const Matrix& c, bool threaded, int64_t n_call) {
-  const AmdEmitter E{{b}};
+                 const Matrix& c, bool threaded, int64_t n_call, float alpha) {
+  const AmdEmitter E{{b}, alpha};
   if (a.stride % 4 != 0 || bm.stride % 4 != 0) throw Error("internal: the AMD model's q @ k^T takes rows of a multiple of 4 elements");
   if (inputs == GemmInputs::bf16) a.align = 0;  // converted into MKL's aligned buffer
   if (n_call == 1) {  // one query: gemv 'T' over the key rows
-    E.gemv_t(bm, Row{&a, idx(0)}, a.align, m, K, [&](ExprRef i, ExprRef y) { E.store(c, idx(0), std::move(i), std::move(y)); });
+    E.gemv_t(bm, Row{&a, idx(0)}, a.align, m, K, [&](ExprRef i, ExprRef y) { E.store(c, idx(0), std::move(i), E.scaled(std::move(y))); });
     return;
   }
   if (m == 1) {  // one key: gemv 'T' over the query rows
-    E.gemv_t(a, Row{&bm, idx(0)}, bm.align, n, K, [&](ExprRef j, ExprRef y) { E.store(c, std::move(j), idx(0), std::move(y)); });
+    E.gemv_t(a, Row{&bm, idx(0)}, bm.align, n, K, [&](ExprRef j, ExprRef y) { E.store(c, std::move(j), idx(0), E.scaled(std::move(y))); });
     return;
   }
   if (amd_takes_pst(m, n_call, K)) return E.pst_nt(a, bm, c, 0, n, m, K);
-  if (threaded && order.threads > 1 && amd_splits_fours(n_call)) {
+  if (threaded && order.threads > 1 && amd_splits_fours(n_call, m, K)) {
     const int64_t fours = n_call / 4 * 4;
     E.general_nt(a, bm, c, 0, fours, m, K);
     E.pst_nt(a, bm, c, fours, n, m, K);
@@ -689,8 +721,8 @@ void emit_amd_nt(Builder& b, const GemmOrder& order, GemmInputs inputs, int64_t 
 }
 
 void emit_amd_nn(Builder& b, const GemmOrder& order, GemmInputs inputs, int64_t n, int64_t m, int64_t K, const Matrix& p, const Matrix& v,
-                 const Matrix& c, bool accumulate, bool threaded, const ExprRef& c_align, int64_t n_call) {
-  const AmdEmitter E{{b}};
+                 const Matrix& c, bool accumulate, bool threaded, const ExprRef& c_align, int64_t n_call, float alpha) {
+  const AmdEmitter E{{b}, alpha};
   if (m == 1) throw Error("internal: the AMD model's p @ v of one column (D = 1) is not measured");
   if (c.stride % 4 != 0) throw Error("internal: the AMD model's p @ v takes rows of C of a multiple of 4 floats");
   if (inputs == GemmInputs::bf16 && n_call == 1) {  // bf16 gemv 'N'
@@ -709,7 +741,7 @@ void emit_amd_nn(Builder& b, const GemmOrder& order, GemmInputs inputs, int64_t 
     b.for_range("j", idx(j0), idx(j1), 1, [&](ExprRef j) { E.sse_cols(p, v, c, j, m, K, accumulate, peel); });
   };
   if (n_call == 1 || amd_takes_pst(m, n_call, K)) return pst(0, n);  // gemv 'N' is the same kernel as the small-matrix one's rows
-  if (threaded && order.threads > 1 && amd_splits_fours(n_call)) {
+  if (threaded && order.threads > 1 && amd_splits_fours(n_call, m, K)) {
     const int64_t fours = n_call / 4 * 4;
     E.general_nn(p, v, c, 0, fours, m, K, accumulate);
     pst(fours, n);

@@ -10,14 +10,17 @@
 
 namespace ordo::gen {
 
-// A row-major matrix in a buffer: element (row, col) at base + row*stride + col. Elements of a
+// A matrix in a buffer: element (row, col) at base + row*stride + col*step (step 1: row-major;
+// a transposed operand, which MKL reads as 'T', has stride 1 and step > 1). Elements of a
 // 16-bit type are read as their (exact) f32 values. `align`: where PyTorch's matrix starts
 // relative to a 16-byte boundary, in elements (0 .. 3), which the AMD model's kernels peel by.
+// Only the nn products' P may have step > 1 (its elements are read one at a time).
 struct Matrix {
   int buffer = -1;
   ir::ExprRef base;
   int64_t stride = 0;
   int64_t align = 0;
+  int64_t step = 1;
 };
 
 // The operands of a product: f32 (sgemm) or bf16 values (gemm_bf16bf16f32, whose products are
@@ -30,8 +33,12 @@ enum class GemmInputs { f32, bf16 };
 // `n_call`: the rows of the call MKL sees when this emits only some of them (rows 0 .. n-1 of a
 // product of n_call rows, starting at a's and c's bases); MKL chooses its kernel by n_call. Only the
 // general kernel, whose every element is its own dot product, can be emitted in part.
+// `alpha`: the call's alpha (C = alpha * A.B), applied where the kernel applies it (AMD model
+// only, measured in f32): the general kernel packs the key rows (MKL's A) times alpha, each
+// product fl(alpha*B_i[k]) * A_j[k] in its fma chain; gemv and the small-matrix kernel multiply
+// each finished dot product by alpha.
 void emit_gemm_nt(ir::Builder& b, const ir::GemmOrder& order, GemmInputs inputs, int64_t n, int64_t m, int64_t K, const Matrix& a,
-                  const Matrix& bm, const Matrix& c, bool threaded, int64_t n_call = 0);
+                  const Matrix& bm, const Matrix& c, bool threaded, int64_t n_call = 0, float alpha = 1.0f);
 
 // C[j][e] = (accumulate ? C[j][e] : nothing) + sum_k P[j][k] * V[k][e] for j < n, e < m, k < K:
 // PyTorch's p @ v, the call sgemm('N', 'N', m, n, K, 1, V, P, beta, C) with beta = 1 when
@@ -39,8 +46,17 @@ void emit_gemm_nt(ir::Builder& b, const ir::GemmOrder& order, GemmInputs inputs,
 // in floats, an i64 expression that may depend on program_id (which of PyTorch's threads owns the
 // scratch): the Intel model's threaded gemv splits by it (it must then be a constant), the AMD
 // model's gemv and small-matrix kernels peel each row of C to a 16-byte boundary.
+// `alpha` (C = beta*C + alpha * P.V; AMD model only, measured in f32): the general kernel packs V
+// (MKL's A) times alpha, each product fl(alpha*V[k][e]) * P[j][k] in its fma chain; gemv and the
+// small-matrix kernel first multiply each element of P (MKL's B) by alpha, then run as with
+// alpha = 1. The same kernels serve PyTorch's 'N','T' calls (P given transposed, Matrix::step).
 void emit_gemm_nn(ir::Builder& b, const ir::GemmOrder& order, GemmInputs inputs, int64_t n, int64_t m, int64_t K, const Matrix& p,
-                  const Matrix& v, const Matrix& c, bool accumulate, bool threaded, const ir::ExprRef& c_align, int64_t n_call = 0);
+                  const Matrix& v, const Matrix& c, bool accumulate, bool threaded, const ir::ExprRef& c_align, int64_t n_call = 0,
+                  float alpha = 1.0f);
+
+// Whether MKL on order.threads threads runs this product otherwise than on one (when not, a caller
+// need not emit both): p @ v and q @ k^T alike, n rows of C, m columns, K terms.
+bool gemm_threads_matter(const ir::GemmOrder& order, GemmInputs inputs, int64_t n, int64_t m, int64_t K);
 
 // Whether emit_gemm_nt / emit_gemm_nn may emit rows 0..n-1 of a call of n_call rows (its general
 // kernel) rather than the whole call.

@@ -103,6 +103,23 @@ AttentionOrder torch215_attention(ScalarType storage, Capability cap) {
   return a;
 }
 
+// scaled_dot_product_attention's autograd: the CPU flash backward (gen/cpu_flash_attention_backward.cpp),
+// compiled per capability (docs/research/torch2.15-attention-backward.md): dsum by
+// vec::map2_reduce_all on 16 lanes folded by halving (avx512), 8 (avx2), 8 folded in order
+// (default), never fused; P's exp is Vectorized<float>::exp (Sleef expf_u10) or, under default,
+// glibc's expf. The products are MKL's; only an AMD host's were measured (the MKL model is
+// checked in shape_error).
+AttentionBackwardOrder torch215_attention_backward(Capability cap) {
+  AttentionBackwardOrder a;
+  a.kind = AttentionBackwardOrder::Kind::CpuFlash;
+  a.key_block = 512;
+  a.dsum_lanes = cap == Capability::avx512 ? 16 : 8;
+  a.dsum_fold = cap == Capability::base ? LaneFold::Sequential : LaneFold::Halving;
+  a.exp = cap == Capability::base ? MathImpl::Glibc : MathImpl::SleefU10;
+  a.gemm.kind = GemmOrder::Kind::MklAmdAvx512;
+  return a;
+}
+
 // The eager composite softmax(q @ k^T * scale) @ v (gen/cpu_matmul_attention.cpp): MKL's products
 // (the PyPI wheel's, whatever the capability) and the softmax op's order for the capability.
 Order torch215_math(Capability cap) {
@@ -172,6 +189,10 @@ Order torch215(ScalarType storage, Capability cap, const Request& r) {
   Order o;
   if (r.op == OpKind::attention) {
     o.attention = torch215_attention(storage, cap);
+    return o;
+  }
+  if (r.op == OpKind::attention_backward) {
+    o.attention_backward = torch215_attention_backward(cap);
     return o;
   }
   if (r.op == OpKind::var_mean) {
@@ -433,7 +454,7 @@ std::vector<NamedOrder> make_table() {
   const std::vector<OpKind> torch215_ops = {OpKind::layer_norm,          OpKind::rms_norm,          OpKind::var_mean,
                                             OpKind::softmax,             OpKind::log_softmax,       OpKind::attention,
                                             OpKind::layer_norm_backward, OpKind::rms_norm_backward, OpKind::softmax_backward,
-                                            OpKind::log_softmax_backward};
+                                            OpKind::log_softmax_backward, OpKind::attention_backward};
   t.push_back({"torch2.15-cpu-default",
                "PyTorch 2.15 CPU, ATEN_CPU_CAPABILITY=default. layer_norm: f32 8-lane Welford cascade (two f32 streams per 16-bit "
                "vector), no fma; rms_norm: F.rms_norm's composite in f32 (SumKernel's 4x8-lane cascade over the rounded squares; "
@@ -442,7 +463,8 @@ std::vector<NamedOrder> make_table() {
                "flash kernel with glibc expf, MKL's block products (threads=T: torch's thread count; mkl=intel or mkl=amd: the host whose MKL kernels ran); "
                "softmax/log_softmax_backward: vec::map2_reduce_all/reduce_all on 8 lanes folded in order, no fma, glibc expf; "
                "rms_norm_backward: F.rms_norm's autograd chain in f32 (SumKernel's 8-lane cascades for the row sum and dweight's dim-0 sum; "
-               "the same under every capability)",
+               "the same under every capability); attention_backward (f32, lse given, an AMD host's MKL): the CPU flash backward with "
+               "dsum on 8 lanes folded in order and glibc expf",
                torch215_ops, kAllStorage, true, true,
                [](ScalarType s, ScalarType, const Request& r) { return torch215(s, Capability::base, r); }});
   t.back().takes_environment = true;
@@ -451,7 +473,8 @@ std::vector<NamedOrder> make_table() {
                "fused affine; rms_norm: as default; softmax/log_softmax: torch1.13-cpu-avx2's; var_mean: sequential Welford in f64; "
                "attention: the CPU flash kernel with 8-lane exp_u20; softmax/log_softmax_backward: 8-lane map2_reduce_all/reduce_all, "
                "halving fold, the masked tail fused when torch runs the rows inline (threads=1 or one row), dx = fma(-exp(y), s, dy) "
-               "with Sleef expf_u10",
+               "with Sleef expf_u10; attention_backward (f32, lse given, an AMD host's MKL): the CPU flash backward with dsum on 8 "
+               "lanes, halving fold, Sleef expf_u10",
                torch215_ops, kAllStorage, true, true,
                [](ScalarType s, ScalarType, const Request& r) { return torch215(s, Capability::avx2, r); }});
   t.back().takes_environment = true;
@@ -459,7 +482,8 @@ std::vector<NamedOrder> make_table() {
                "PyTorch 2.15 CPU, ATEN_CPU_CAPABILITY=avx512: softmax/log_softmax by its AVX-512 kernels (16 lanes); layer_norm "
                "has no AVX-512 kernel, so it is torch2.15-cpu-avx2's; rms_norm: as default (8 lanes here too); var_mean: "
                "sequential Welford in f64; attention: the CPU flash kernel with 16-lane exp_u20; softmax/log_softmax_backward: "
-               "torch2.15-cpu-avx2's on 16 lanes",
+               "torch2.15-cpu-avx2's on 16 lanes; attention_backward (f32, lse given, an AMD host's MKL): the CPU flash backward "
+               "with dsum on 16 lanes, halving fold, Sleef expf_u10",
                torch215_ops, kAllStorage, true, true,
                [](ScalarType s, ScalarType, const Request& r) { return torch215(s, Capability::avx512, r); }});
   t.back().takes_environment = true;
@@ -865,7 +889,7 @@ void apply_environment(Order& o, std::string_view params, std::string_view order
         throw Error(fmt::format("order '{}': threads={} is not a positive integer", order_name, value));
       // MKL's splits were measured with 2 threads; more threads take the same splits (a launch of one
       // (batch, head) on more than 2 threads is unverified; every other launch runs MKL on one thread).
-      o.threads = o.attention.gemm.threads = v;
+      o.threads = o.attention.gemm.threads = o.attention_backward.gemm.threads = v;
       // Inductor's kernels split a row between threads by their own rule (SumOrder::parts,
       // MomentsOrder::parts), not by PyTorch eager's `threads`.
       for (SumOrder* sum : {&o.square_sum, &o.softmax.sum, &o.moments.sum})
@@ -875,7 +899,8 @@ void apply_environment(Order& o, std::string_view params, std::string_view order
         o.norm_backward.columns.slots = v;
     } else if (key == "mkl") {
       if (value != "intel" && value != "amd") throw Error(fmt::format("order '{}': mkl={} is not intel or amd", order_name, value));
-      o.attention.gemm.kind = value == "amd" ? GemmOrder::Kind::MklAmdAvx512 : GemmOrder::Kind::MklIntelAvx512;
+      o.attention.gemm.kind = o.attention_backward.gemm.kind =
+          value == "amd" ? GemmOrder::Kind::MklAmdAvx512 : GemmOrder::Kind::MklIntelAvx512;
     } else {
       throw Error(fmt::format("order '{}' reproduces PyTorch; its parameters are the environment torch ran in: "
                               "threads (torch.get_num_threads()) and mkl (intel or amd), not '{}'",
@@ -895,6 +920,18 @@ std::string known_orders(OpKind op) {
 // The shapes an order is defined for, beyond the op's own limits: an order that reproduces one
 // kernel of a library takes the shapes that kernel runs. Empty when `r` is one of them.
 std::string shape_error(const Request& r, const Order& o, const NamedOrder& n) {
+  if (r.op == OpKind::attention_backward && o.attention_backward.kind == AttentionBackwardOrder::Kind::CpuFlash) {
+    if (o.attention_backward.gemm.kind != GemmOrder::Kind::MklAmdAvx512)
+      return fmt::format("order '{}' with an Intel host's MKL: PyTorch's CPU attention backward was measured on an AMD AVX-512 host "
+                         "only; on Intel MKL runs its avx512 kernels, and where they apply alpha in the backward's products and how "
+                         "they run its 'N','T' calls are not measured. '{}(mkl=amd)' gives the AMD host's bits",
+                         r.order, r.order.substr(0, r.order.find('(')));
+    if (r.x_dtype != f32)
+      return fmt::format("order '{}' runs attention_backward in f32 only (PyTorch's {} CPU attention backward is not modelled)", r.order,
+                         name(r.x_dtype));
+    if (!r.saved_stats)
+      return fmt::format("order '{}' reproduces PyTorch's backward, which reads the forward's saved logsumexp: give lse", r.order);
+  }
   if (r.op == OpKind::attention && o.attention.kind == AttentionOrder::Kind::CpuFlash && r.x_dtype == f16)
     return fmt::format("order '{}' runs attention in f32 and bf16 (PyTorch's f16 CPU attention is not modelled)", r.order);
   const bool cpu_blas = r.op == OpKind::attention &&
@@ -930,7 +967,7 @@ bool takes_shape(const Request& r) {
   const NamedOrder* n = find_order(r.order);
   if (!n || r.cols <= 0) return false;
   Order o = n->make(r.x_dtype, r.acc_dtype.value_or(f32), r);
-  if (std::optional<GemmOrder::Kind> kind = mkl_model(r)) o.attention.gemm.kind = *kind;
+  if (std::optional<GemmOrder::Kind> kind = mkl_model(r)) o.attention.gemm.kind = o.attention_backward.gemm.kind = *kind;
   return shape_error(r, o, *n).empty();
 }
 
@@ -1014,6 +1051,8 @@ Order resolve(const Request& r) {
   const bool cpu_blas = r.op == OpKind::attention &&
                         (o.attention.kind == AttentionOrder::Kind::CpuFlash || o.attention.kind == AttentionOrder::Kind::CpuMatmul);
   if (cpu_blas) o.attention.gemm.kind = mkl_host_model(r);
+  if (r.op == OpKind::attention_backward && o.attention_backward.kind == AttentionBackwardOrder::Kind::CpuFlash)
+    o.attention_backward.gemm.kind = mkl_host_model(r);
   if (open != std::string::npos && n->takes_environment) {
     if (r.order.back() != ')') throw Error(fmt::format("order '{}': missing ')'", r.order));
     apply_environment(o, std::string_view(r.order).substr(open + 1, r.order.size() - open - 2), r.order);

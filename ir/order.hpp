@@ -385,10 +385,33 @@ struct AttentionBackwardOrder {
     // P and dS are recomputed in each stage by the same operations, so both stages use the same
     // bits. Outputs are rounded once to the storage type. The launch split changes no bit.
     Tiled,
+    // PyTorch 2.x's CPU flash backward (cpu_flash_attention_backward in FlashAttentionKernel.cpp;
+    // measured against torch 2.15.0 on an AMD AVX-512 host, docs/research/torch2.15-attention-backward.md).
+    // A program instance per (batch, head), lse given. c = (float)scale. Query blocks of qB rows
+    // (qS = 256 if S_q >= 768, 64 if S_q >= 192, else 32, at most S_q) ascending; per block:
+    //   D_r = sum_d dout_r[d]*out_r[d], each product rounded (no fma): D < dsum_lanes: in order
+    //     from the first product; else lanes from the first vector, each further vector added
+    //     lane-wise, the D mod dsum_lanes tail into lanes 0.., then folded by dsum_fold;
+    //   key blocks of kvB keys (key_block, the last shorter; causal: those starting below
+    //     min(m0 + qB, S_k)) ascending; per block five products by the BLAS order `gemm`
+    //     (gen/mkl_gemm.cpp, each its own kernel choice, K blocks and place of alpha):
+    //     A = c * Q_m K_n^T;  P = exp(A - lse_r) (`exp`), causal: P = 0 where key > query;
+    //     dV_n += P^T dout_m;  GA = dout_m V_n^T;  G = P * (GA - D_r) (sub, then mul);
+    //     dQ_m += c * G K_n;  dK_n += c * G^T Q_m.
+    // dq, dk, dv start at +0 and every product adds into them (beta = 1), so dq sums over key
+    // blocks ascending and dk, dv over query blocks ascending.
+    CpuFlash,
   };
   Kind kind = Kind::Tiled;
   int lanes = 8;     // Tiled: keys (stage 1) or queries (stage 2) per program instance; no numerical effect
   bool fma = false;  // Tiled: every dot-product and accumulation step is one fma
+  int key_block = 512;                   // CpuFlash: kvS
+  int dsum_lanes = 16;                   // CpuFlash: vec::map2_reduce_all's vector of floats
+  LaneFold dsum_fold = LaneFold::Halving;  // CpuFlash
+  MathImpl exp = MathImpl::SleefU10;     // CpuFlash: P's exp
+  // CpuFlash: the block products. Its `threads` is PyTorch's intra-op thread count, which changes
+  // bits only when a launch is one (batch, head): PyTorch then calls MKL outside its parallel loop.
+  GemmOrder gemm{GemmOrder::Kind::MklAmdAvx512, 1};
 };
 
 // How a weight gradient sums its per-row terms over the rows of the launch (a column

@@ -129,8 +129,18 @@ TEST_CASE("attention_backward: requests outside what its orders define are rejec
     r.saved_stats = false;
     r.seq_q = (int64_t(1) << 18) + 1;
   }).find("attention_backward without lse keeps S_q = 262145 recomputed values per instance") == 0);
-  // PyTorch's backward orders are not modelled yet: the torch rows do not list the op.
-  CHECK(error_of([&](Request& r) { backward(r, "torch2.15-cpu-avx512"); })
-            .find("order 'torch2.15-cpu-avx512' is not defined for attention_backward; known: fast, flash") == 0);
+  // PyTorch 2.15's CPU backward: measured in f32 with an AMD host's MKL, from the saved lse.
+  CHECK(error_of([&](Request& r) { backward(r, "torch2.15-cpu-avx512(mkl=amd,threads=2)"); }) == "(accepted)");
+  CHECK(error_of([&](Request& r) { backward(r, "torch2.15-cpu-avx2(mkl=intel)"); })
+            .find("order 'torch2.15-cpu-avx2(mkl=intel)' with an Intel host's MKL: PyTorch's CPU attention backward was measured on an "
+                  "AMD AVX-512 host only") == 0);
+  CHECK(error_of([&](Request& r) {
+    backward(r, "torch2.15-cpu-default(mkl=amd)");
+    r.x_dtype = ScalarType::f16;
+  }).find("order 'torch2.15-cpu-default(mkl=amd)' runs attention_backward in f32 only") == 0);
+  CHECK(error_of([&](Request& r) {
+    backward(r, "torch2.15-cpu-avx512(mkl=amd)");
+    r.saved_stats = false;
+  }).find("order 'torch2.15-cpu-avx512(mkl=amd)' reproduces PyTorch's backward, which reads the forward's saved logsumexp: give lse") == 0);
   CHECK(error_of([&](Request& r) { backward(r, "exact-tiled"); }).find("is not defined for attention_backward") != std::string::npos);
 }

@@ -1,0 +1,230 @@
+// PyTorch 2.x's CPU flash attention backward (AttentionBackwardOrder::Kind::CpuFlash): what
+// scaled_dot_product_attention's autograd runs on the CPU (cpu_flash_attention_backward in
+// FlashAttentionKernel.cpp), from the forward's saved out and lse. Its order was read there and
+// measured against torch 2.15.0 on an AMD AVX-512 host (docs/research/torch2.15-attention-backward.md).
+//
+// A program instance is one (batch, head), as PyTorch gives each to one thread. dq, dk and dv
+// start at +0; per query block of qB rows (cpu_flash_query_block), ascending:
+//   dsum_r = dout_r . out_r (rounded products, the order's lanes and fold);
+//   per key block of kvB keys (512, the last shorter; causal: those starting below min(m0 + qB, S_k)):
+//     attn  = scale * q_rows @ k_rows^T               (MKL 'T','N', alpha = scale)
+//     attn  = exp(attn - lse_r); causal: 0 where key > query
+//     dv_rows += attn^T @ dout_rows                   (MKL 'N','T', beta = 1)
+//     grad  = dout_rows @ v_rows^T                    (MKL 'T','N')
+//     grad  = attn * (grad - dsum_r)                  (sub, then mul)
+//     dq_rows += scale * grad @ k_rows                (MKL 'N','N', alpha = scale, beta = 1)
+//     dk_rows += scale * grad^T @ q_rows              (MKL 'N','T', alpha = scale, beta = 1)
+// each product by the kernel MKL picks for its shape (gen/mkl_gemm.cpp). PyTorch's per-thread
+// buffers attn and grad (qB x kvB floats each) and dsum become scratch. Control flow may not
+// depend on program_id, so the instance runs its blocks in order; MKL runs threaded only when
+// the launch is one (batch, head) (PyTorch's parallel loop then has a single iteration).
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "gen/gen.hpp"
+#include "gen/math.hpp"
+#include "gen/mkl_gemm.hpp"
+#include "gen/reductions.hpp"
+#include "ir/error.hpp"
+
+namespace ordo::gen {
+
+using namespace ordo::ir;
+
+namespace {
+
+ExprRef idx(int64_t v) { return index_const(v); }
+ExprRef f32c(float v, int lanes = 1) {
+  ExprRef c = constant(Type{ScalarType::f32, 1}, static_cast<double>(v));
+  return lanes > 1 ? broadcast(c, lanes) : c;
+}
+
+struct CpuFlashBackward {
+  const Request& r;
+  const AttentionBackwardOrder& o;
+  Builder& b;
+  int64_t D, Sq, Sk, qS, kS;
+  float scale;
+  int q = -1, k = -1, v = -1, out = -1, dout = -1, lse = -1, dq = -1, dk = -1, dv = -1;
+  int attn = -1, grad = -1, dsum = -1;  // scratch
+  ExprRef q_base{}, kv_base{}, m0{};
+
+  GemmInputs inputs() const { return r.x_dtype == ScalarType::f32 ? GemmInputs::f32 : GemmInputs::bf16; }
+  ExprRef load_f32(int buffer, ExprRef at, int lanes = 1) const {
+    ExprRef x = load(b.kernel(), buffer, std::move(at), lanes);
+    return x->type.scalar == ScalarType::f32 ? x : cast(x, ScalarType::f32);
+  }
+
+  void zero(int buffer, const ExprRef& base, int64_t elements) {
+    b.for_range("z", idx(0), idx(elements), 8, [&](ExprRef i) { b.store(buffer, add(base, i), f32c(0.0f, 8)); });
+  }
+
+  // dsum_r = vec::map2_reduce_all(x*y, x+y)(dout_r, out_r): every product rounded, no fma.
+  ExprRef row_dsum(const ExprRef& at) {
+    const int V = o.dsum_lanes;
+    auto product = [&](ExprRef i, int lanes) { return mul(load_f32(dout, add(at, i), lanes), load_f32(out, add(at, i), lanes)); };
+    if (D < V) {
+      ExprRef s = product(idx(0), 1);
+      for (int64_t i = 1; i < D; ++i) s = add(s, product(idx(i), 1));
+      return s;
+    }
+    const Type vt{ScalarType::f32, V};
+    const int acc = b.local("dsum.lanes", vt);
+    b.assign(acc, product(idx(0), V));
+    const int64_t full_end = D / V * V;
+    if (full_end > V) b.for_range("d", idx(V), idx(full_end), V, [&](ExprRef d) { b.assign(acc, add(b.get(acc), product(d, V))); });
+    if (const int64_t tail = D - full_end; tail > 0) {  // lanes 0 .. tail-1 take the last elements
+      const ExprRef lanes = binary(Op::Min, iota(V), broadcast(idx(tail - 1), V));
+      const ExprRef where = add(broadcast(add(at, idx(full_end)), V), lanes);
+      auto gathered = [&](int buffer) {
+        ExprRef x = gather(b.kernel(), buffer, where);
+        return x->type.scalar == ScalarType::f32 ? x : cast(x, ScalarType::f32);
+      };
+      b.assign(acc, select(binary(Op::Lt, iota(V), broadcast(idx(tail), V)), add(b.get(acc), mul(gathered(dout), gathered(out))), b.get(acc)));
+    }
+    const ExprRef bound = b.let("dsum.acc", b.get(acc));
+    std::vector<ExprRef> parts;
+    for (int l = 0; l < V; ++l) parts.push_back(extract(bound, l));
+    return fold_lanes(parts, o.dsum_fold, Arith{});
+  }
+
+  // Whether MKL on several threads runs any of this launch's products otherwise than on one.
+  bool threads_matter() const {
+    std::vector<int64_t> qBs = {qS}, kvBs = {kS};
+    if (Sq % qS) qBs.push_back(Sq % qS);
+    if (Sk % kS) kvBs.push_back(Sk % kS);
+    for (int64_t qB : qBs)
+      for (int64_t kvB : kvBs)
+        if (gemm_threads_matter(o.gemm, inputs(), qB, kvB, D) || gemm_threads_matter(o.gemm, inputs(), kvB, D, qB) ||
+            gemm_threads_matter(o.gemm, inputs(), qB, D, kvB))
+          return true;
+    return false;
+  }
+
+  void query_block(int64_t qB, bool threaded) {
+    b.region("dsum", fmt::format("dsum = rowsum(dout*out), {} lanes, no fma", o.dsum_lanes), [&] {
+      b.for_range("r", idx(0), idx(qB), 1, [&](ExprRef j) {
+        b.store(dsum, j, row_dsum(b.let("row_at", add(q_base, mul(add(m0, j), idx(D))))));
+      });
+    });
+    const ExprRef num_keys = r.causal ? b.let("num_keys", binary(Op::Min, add(m0, idx(qB)), idx(Sk))) : idx(Sk);
+    const int64_t full_end = Sk - Sk % kS;
+    if (full_end > 0)
+      b.for_range("n", idx(0), r.causal ? binary(Op::Min, idx(full_end), num_keys) : idx(full_end), kS,
+                  [&](ExprRef n) { key_block(qB, n, kS, threaded); });
+    if (Sk % kS) {
+      if (r.causal) b.if_(binary(Op::Lt, idx(full_end), num_keys), [&] { key_block(qB, idx(full_end), Sk % kS, threaded); });
+      else key_block(qB, idx(full_end), Sk % kS, threaded);
+    }
+  }
+
+  void key_block(int64_t qB, ExprRef n, int64_t kvB, bool threaded) {
+    n = n->op == Op::Const ? n : b.let("n", n);
+    const ExprRef q_at = b.let("q_at", add(q_base, mul(m0, idx(D))));
+    const ExprRef k_at = b.let("k_at", add(kv_base, mul(n, idx(D))));
+    const Matrix q_rows{q, q_at, D}, dout_rows{dout, q_at, D}, dq_rows{dq, q_at, D};
+    const Matrix k_rows{k, k_at, D}, v_rows{v, k_at, D}, dk_rows{dk, k_at, D}, dv_rows{dv, k_at, D};
+    const Matrix a{attn, idx(0), kvB}, a_t{attn, idx(0), 1, 0, kvB}, g{grad, idx(0), kvB}, g_t{grad, idx(0), 1, 0, kvB};
+    const GemmOrder& mkl = o.gemm;
+    const ExprRef aligned = idx(0);  // PyTorch's gradient rows and scratch start at 16-byte boundaries (D % 4 == 0)
+    const std::string shape = fmt::format("{} queries x {} keys, D = {}: {}", qB, kvB, D, describe(mkl));
+    b.region("attn", "scale * q @ k^T, " + shape, [&] { emit_gemm_nt(b, mkl, inputs(), qB, kvB, D, q_rows, k_rows, a, threaded, 0, scale); });
+    b.region("p", fmt::format("exp(attn - lse){}", r.causal ? ", 0 where key > query" : ""),
+             [&] { probabilities(qB, n, kvB); });
+    b.region("dv", "dv += p^T @ dout, " + shape,
+             [&] { emit_gemm_nn(b, mkl, inputs(), kvB, D, qB, a_t, dout_rows, dv_rows, true, threaded, aligned); });
+    b.region("grad", "dout @ v^T, " + shape, [&] { emit_gemm_nt(b, mkl, inputs(), qB, kvB, D, dout_rows, v_rows, g, threaded); });
+    b.region("ds", "grad = p * (grad - dsum)", [&] {
+      b.for_range("r", idx(0), idx(qB), 1, [&](ExprRef j) {
+        const ExprRef row = b.let("row_at", mul(j, idx(kvB)));
+        const ExprRef d_r = b.let("dsum_r", load(b.kernel(), dsum, j));
+        b.for_range("i", idx(0), idx(kvB), 1, [&](ExprRef i) {
+          const ExprRef at = b.let("at", add(row, i));
+          b.store(grad, at, mul(load(b.kernel(), attn, at), sub(load(b.kernel(), grad, at), d_r)));
+        });
+      });
+    });
+    b.region("dq", "dq += scale * grad @ k, " + shape,
+             [&] { emit_gemm_nn(b, mkl, inputs(), qB, D, kvB, g, k_rows, dq_rows, true, threaded, aligned, 0, scale); });
+    b.region("dk", "dk += scale * grad^T @ q, " + shape,
+             [&] { emit_gemm_nn(b, mkl, inputs(), kvB, D, qB, g_t, q_rows, dk_rows, true, threaded, aligned, 0, scale); });
+  }
+
+  // attn[r][i] = exp(attn[r][i] - lse_r), on vectors of 16 and the rest one by one (the same
+  // per-element function either way); causal: 0 where key n + i > query m0 + r, after the exp.
+  void probabilities(int64_t qB, const ExprRef& n, int64_t kvB) {
+    constexpr int V = 16;
+    b.for_range("r", idx(0), idx(qB), 1, [&](ExprRef j) {
+      const ExprRef row = b.let("row_at", mul(j, idx(kvB)));
+      const ExprRef lse_r = b.let("lse_r", load(b.kernel(), lse, add(mul(program_id(0), idx(Sq)), add(m0, j))));
+      const ExprRef query = r.causal ? b.let("query", add(m0, j)) : nullptr;
+      auto step = [&](ExprRef i, int lanes) {
+        const ExprRef at = b.let("at", add(row, i));
+        ExprRef p = exp_f32(b, o.exp, sub(load(b.kernel(), attn, at, lanes), lanes > 1 ? broadcast(lse_r, lanes) : lse_r));
+        if (r.causal) {
+          ExprRef key = add(n, i);
+          if (lanes > 1) key = add(broadcast(key, lanes), iota(lanes));
+          p = select(binary(Op::Lt, lanes > 1 ? broadcast(query, lanes) : query, key), f32c(0.0f, lanes), p);
+        }
+        b.store(attn, at, p);
+      };
+      const int64_t vec_end = kvB / V * V;
+      if (vec_end > 0) b.for_range("i", idx(0), idx(vec_end), V, [&](ExprRef i) { step(i, V); });
+      if (kvB > vec_end) b.for_range("i", idx(vec_end), idx(kvB), 1, [&](ExprRef i) { step(i, 1); });
+    });
+  }
+};
+
+}  // namespace
+
+Kernel build_cpu_flash_attention_backward(const Request& r, const Order& order) {
+  const AttentionBackwardOrder& o = order.attention_backward;
+  if (!r.saved_stats) throw Error("internal: the CPU flash backward reads the forward's lse");
+  if (r.x_dtype != ScalarType::f32) throw Error("internal: the CPU flash backward is modelled in f32 only");
+  Kernel kernel;
+  kernel.name = "attention_backward";
+  Builder b(kernel);
+  const int64_t qS = cpu_flash_query_block(r.seq_q), kS = std::min<int64_t>(o.key_block, r.seq_k);
+  const float scale = static_cast<float>(r.scale.value_or(1.0 / std::sqrt(static_cast<double>(r.cols))));
+  CpuFlashBackward f{r, o, b, r.cols, r.seq_q, r.seq_k, qS, kS, scale};
+  const ScalarType t = r.x_dtype;
+  const int64_t D = r.cols, Sq = r.seq_q, Sk = r.seq_k;
+  f.q = b.buffer("q", t, false, Extent::rows_by_fixed, Sq * D);
+  f.k = b.buffer("k", t, false, Extent::rows_by_fixed, Sk * D);
+  f.v = b.buffer("v", t, false, Extent::rows_by_fixed, Sk * D);
+  f.out = b.buffer("out", t, false, Extent::rows_by_fixed, Sq * D);
+  f.dout = b.buffer("dout", t, false, Extent::rows_by_fixed, Sq * D);
+  f.lse = b.buffer("lse", ScalarType::f32, false, Extent::rows_by_fixed, Sq);
+  f.dq = b.buffer("dq", t, true, Extent::rows_by_fixed, Sq * D);
+  f.dk = b.buffer("dk", t, true, Extent::rows_by_fixed, Sk * D);
+  f.dv = b.buffer("dv", t, true, Extent::rows_by_fixed, Sk * D);
+  f.attn = b.buffer("attn", ScalarType::f32, true, Extent::scratch, qS * kS);
+  f.grad = b.buffer("grad_attn", ScalarType::f32, true, Extent::scratch, qS * kS);
+  f.dsum = b.buffer("dsum", ScalarType::f32, true, Extent::scratch, qS);
+  const int64_t full_blocks = Sq / qS, last = Sq % qS;
+  b.region("attention_backward", describe(o), [&] {
+    f.q_base = b.let("q_base", mul(program_id(0), idx(Sq * D)));
+    f.kv_base = b.let("kv_base", mul(program_id(0), idx(Sk * D)));
+    f.zero(f.dq, f.q_base, Sq * D);
+    f.zero(f.dk, f.kv_base, Sk * D);
+    f.zero(f.dv, f.kv_base, Sk * D);
+    auto body = [&](bool threaded) {
+      if (full_blocks > 0)
+        b.for_range("m0", idx(0), idx(full_blocks * qS), qS, [&](ExprRef m0) {
+          f.m0 = m0;
+          f.query_block(qS, threaded);
+        });
+      if (last > 0) {
+        f.m0 = idx(full_blocks * qS);
+        f.query_block(last, threaded);
+      }
+    };
+    if (f.threads_matter()) b.if_else(binary(Op::Eq, grid_extent(0), idx(1)), [&] { body(true); }, [&] { body(false); });
+    else body(false);
+  });
+  return kernel;
+}
+
+}  // namespace ordo::gen

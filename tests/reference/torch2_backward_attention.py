@@ -1,0 +1,179 @@
+"""Bit-exact check of ordo's torch2.15-cpu-* attention_backward orders against PyTorch 2.15.0 as
+installed.
+
+F.scaled_dot_product_attention's autograd on the CPU runs
+`_scaled_dot_product_flash_attention_for_cpu_backward` (the flash kernel's backward), which reads
+the forward's saved out and logsumexp. For each CPU capability this machine has, a worker process
+starts with ATEN_CPU_CAPABILITY set and, on 1 and on 2 torch threads, runs the forward
+(`_scaled_dot_product_flash_attention_for_cpu`, for out and lse), then that backward with a random
+dout; ordo's torch2.15-cpu-<cap>(threads=T) gets the same q, k, v, out, dout and lse through the
+Python package (build/python). dq, dk and dv must have torch's bit patterns (every NaN equals
+every NaN). The alias torch2.15-cpu runs on a share of the cases and must agree as well.
+
+Cases, f32: S_q and S_k from 1 to 1100 across the query blocks (32, 64, 256 rows, by S_q) and the
+512-key blocks, S_q != S_k both ways; D in {8, 16, 32, 64, 128} (the measured set) and 24, 40,
+256 (dsum's tail past its last whole vector, and a wide head); batch*heads from 1 to 3, where
+1 makes PyTorch call MKL on all its threads (the only way the backward's bits depend on the
+thread count); shapes whose products take MKL's gemv (one query or one key), small-matrix
+(fewer than 12 columns or 4 rows) and general kernels, and on 2 threads its split of 5..11 rows
+into fours; causal (top-left aligned, as torch masks) and not. Values: normal, and sharp (logits 8
+times larger: near one-hot rows).
+
+The orders model an AMD AVX-512 host's MKL only (no backward was measured on an Intel host, and
+the orders refuse one); elsewhere the test says what it cannot verify.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from bits import capabilities  # noqa: E402
+from summary import print_summary  # noqa: E402
+
+WANT_TORCH = "2.15.0"
+
+# (S_q, S_k, D, batch, heads)
+SHAPES = [
+    # one query / one key (MKL's gemv), tiny blocks (its small-matrix kernel)
+    (1, 1, 8, 1, 1), (1, 300, 64, 1, 2), (5, 1, 32, 1, 1), (3, 13, 16, 1, 3), (2, 5, 32, 3, 1),
+    # 5..11 queries or keys: on 2 threads with one (batch, head) MKL splits those rows in fours
+    (7, 40, 32, 1, 1), (10, 9, 32, 1, 1), (6, 100, 64, 1, 1), (11, 7, 128, 1, 1), (9, 33, 64, 1, 3), (12, 17, 16, 1, 1),
+    (17, 12, 8, 1, 1),
+    # query blocks of 32 and 64 rows, their edges, key blocks of 512 and the rest
+    (33, 33, 32, 1, 1), (64, 193, 16, 2, 1), (65, 65, 8, 1, 2), (191, 191, 32, 1, 1), (192, 200, 64, 1, 1),
+    (257, 255, 128, 1, 1), (100, 513, 32, 1, 1), (40, 1025, 16, 1, 1), (300, 1100, 64, 1, 1),
+    # 256-row query blocks
+    (767, 100, 32, 1, 1), (768, 769, 64, 1, 1), (1100, 1100, 128, 1, 1),
+    # D off the measured set: dsum's tail past the last whole vector (D mod 16 = 8), D = 256
+    (40, 50, 24, 1, 2), (33, 70, 40, 1, 1), (100, 300, 256, 2, 1),
+]
+SHAPES_QUICK = [(1, 300, 64, 1, 2), (7, 40, 32, 1, 1), (10, 9, 32, 1, 1), (3, 13, 16, 1, 3), (65, 65, 8, 1, 2),
+                (100, 513, 32, 1, 1)]
+RANGES = [("normal", 1.0), ("sharp", 8.0)]
+
+
+def cases(quick):
+    out = []
+    for i, (s_q, s_k, d, batch, heads) in enumerate(SHAPES_QUICK if quick else SHAPES):
+        # causal and not for each shape but the largest, which runs causal only
+        for causal in ((True,) if s_q * s_k * d > 5e7 else (False, True)):
+            out.append({"sq": s_q, "sk": s_k, "d": d, "batch": batch, "heads": heads, "dtype": "f32", "causal": causal,
+                        "range": RANGES[len(out) % 2][0], "seed": len(out), "alias": i % 4 == 0})
+    return out
+
+
+WORKER = r'''
+import json, sys
+import torch
+import ordo
+
+cap, cases = sys.argv[1], json.load(open(sys.argv[2]))
+RANGES = dict(json.loads(sys.argv[3]))
+
+from tensor_bits import same
+
+def inputs(c):
+    g = torch.Generator().manual_seed(3000 + c["seed"])
+    dt = torch.float32 if c["dtype"] == "f32" else torch.bfloat16
+    shape = (c["batch"], c["heads"])
+    q = (torch.randn(*shape, c["sq"], c["d"], generator=g) * RANGES[c["range"]]).to(dt)
+    k = torch.randn(*shape, c["sk"], c["d"], generator=g).to(dt)
+    v = torch.randn(*shape, c["sk"], c["d"], generator=g).to(dt)
+    dout = torch.randn(*shape, c["sq"], c["d"], generator=g).to(dt)
+    return q, k, v, dout
+
+results = []
+for threads in (1, 2):
+    torch.set_num_threads(threads)
+    for i, c in enumerate(cases):
+        q, k, v, dout = inputs(c)
+        out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, c["causal"])[:2]
+        dq, dk, dv = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(dout, q, k, v, out, lse, 0.0, c["causal"])
+        want = {"dq": dq, "dk": dk, "dv": dv}
+        for order in [f"torch2.15-cpu-{cap}"] + (["torch2.15-cpu"] if c["alias"] else []):
+            named = f"{order}(threads={threads})" if threads > 1 else order
+            try:
+                got = dict(zip(("dq", "dk", "dv"), ordo.attention_backward(q, k, v, out, dout, lse.contiguous(), order=named,
+                                                                          causal=c["causal"])))
+            except Exception as e:
+                results.append({"case": i, "order": named, "threads": threads, "ok": False, "why": f"ordo: {e}"})
+                continue
+            why = [f"{n}: {m}" for n in want for ok, m in [same(want[n], got[n])] if not ok]
+            results.append({"case": i, "order": named, "threads": threads, "ok": not why, "why": "; ".join(why)})
+print(json.dumps({"torch": torch.__version__, "capability": torch.backends.cpu.get_cpu_capability(), "results": results}))
+'''
+
+
+def amd_avx512_host():
+    try:
+        info = open("/proc/cpuinfo").read()
+    except OSError:
+        return False
+    flags = set()
+    for line in info.splitlines():
+        if line.startswith("flags"):
+            flags = set(line.split(":", 1)[1].split())
+            break
+    return "AuthenticAMD" in info and "avx512f" in flags
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--build", default=os.path.join(HERE, "..", "..", "build"), help="ordo's build directory")
+    ap.add_argument("--quick", action="store_true", help="fewer shapes")
+    args = ap.parse_args()
+    try:
+        import torch
+    except ImportError:
+        print(f"FAIL: torch is not importable by {sys.executable}; scripts/setup.sh installs the torch 2.15 venv "
+              f"(scripts/torch2-venv --python names its python)")
+        return 1
+    if torch.__version__.split("+")[0] != WANT_TORCH:
+        print(f"FAIL: this is torch {torch.__version__} ({sys.executable}); the torch2.15 orders are checked against {WANT_TORCH}")
+        return 1
+    if not amd_avx512_host():
+        print("NOT VERIFIED: torch2.15-cpu-* attention_backward (ordo models PyTorch's CPU attention backward with an AMD AVX-512 "
+              "host's MKL kernels only, and the orders refuse other hosts)")
+        return 0
+
+    all_cases = cases(args.quick)
+    import tempfile
+    spec = tempfile.NamedTemporaryFile("w", suffix=".json", prefix="ordo_torch2_backward_attention_", delete=False)
+    json.dump(all_cases, spec)
+    spec.close()
+    table, passed, failed = {}, 0, 0
+    env_base = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.join(os.path.abspath(args.build), "python"), HERE]))
+    try:
+        for cap in capabilities(print, "torch2.15-cpu-avx512"):
+            env = dict(env_base, ATEN_CPU_CAPABILITY=cap, OMP_WAIT_POLICY="PASSIVE")
+            worker = subprocess.run([sys.executable, "-c", WORKER, cap, spec.name, json.dumps(RANGES)], env=env, capture_output=True,
+                                    text=True)
+            if worker.returncode != 0:
+                print(f"FAIL: worker for ATEN_CPU_CAPABILITY={cap} exited {worker.returncode}:\n{worker.stderr}")
+                return 1
+            out = json.loads(worker.stdout.strip().splitlines()[-1])
+            print(f"torch {out['torch']}, ATEN_CPU_CAPABILITY={cap} (torch reports {out['capability']}), threads 1 and 2")
+            for r in out["results"]:
+                c = all_cases[r["case"]]
+                base = r["order"].split("(")[0]
+                key = ("attention_backward", base + ("" if base.endswith(cap) else f"[{cap}]"), c["dtype"])
+                entry = table.setdefault(key, [0, 0])
+                entry[1] += 1
+                if r["ok"]:
+                    entry[0] += 1
+                    passed += 1
+                else:
+                    failed += 1
+                    print(f"FAIL attention_backward {r['order']} {c['dtype']} Sq={c['sq']} Sk={c['sk']} D={c['d']} B={c['batch']} "
+                          f"H={c['heads']} causal={c['causal']} {c['range']} threads={r['threads']}: {r['why']}")
+    finally:
+        os.unlink(spec.name)
+    print("\n(each case is counted once per torch thread count, 1 and 2)")
+    return print_summary(table, passed, failed)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
