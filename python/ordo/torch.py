@@ -30,8 +30,8 @@ block, and torch.compile(dynamic=True) is refused: ordo's kernels are compiled p
 Backward: every op's gradients run ordo's backward kernels, in the forward's order unless
 `backward_order=` (of the function, or of pinned) names another; with a torch2.15 order the
 layer_norm, rms_norm, softmax and log_softmax gradients are eager autograd's bits.
-scaled_dot_product_attention's backward runs the tiled orders (flash, fast): a forward order
-without an attention_backward is refused when backward() runs, naming it.
+scaled_dot_product_attention's backward takes the forward's log-sum-exp (its forward kernel runs
+again for it); under torch2.15-cpu it is eager autograd's (f32, on the hosts the order models).
 """
 import math
 import threading
@@ -248,26 +248,28 @@ _softmax_backward_op = _register_softmax_backward(_softmax_op, "softmax")
 _log_softmax_backward_op = _register_softmax_backward(_log_softmax_op, "log_softmax")
 @torch.library.custom_op("ordo::attention_backward", mutates_args=())
 def _attention_backward_op(q: Tensor, k: Tensor, v: Tensor, out: Tensor, dout: Tensor, is_causal: bool, scale: Optional[float],
-                           order: str) -> Tuple[Tensor, Tensor, Tensor]:
-    # lse is recomputed by the kernel, as the order's forward writes it.
-    return ordo.attention_backward(q.contiguous(), k.contiguous(), v.contiguous(), out.contiguous(), dout.contiguous(),
-                                   order=order, causal=is_causal, scale=scale)
+                           forward_order: str, order: str) -> Tuple[Tensor, Tensor, Tensor]:
+    q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
+    # The log-sum-exp the forward computed, as its kernel writes it (torch's backward reads the one
+    # its forward saved; ordo's forward op returns out alone, so it runs again for lse).
+    _, lse = ordo.attention(q, k, v, order=forward_order, causal=is_causal, scale=scale, return_lse=True)
+    return ordo.attention_backward(q, k, v, out.contiguous(), dout.contiguous(), lse=lse, order=order, causal=is_causal, scale=scale)
 
 
 @_attention_backward_op.register_fake
-def _(q, k, v, out, dout, is_causal, scale, order):
+def _(q, k, v, out, dout, is_causal, scale, forward_order, order):
     return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
 
 
 def _sdpa_setup(ctx, inputs, output):
     q, k, v, is_causal, scale, order, backward_order = inputs
     ctx.save_for_backward(q, k, v, output)
-    ctx.is_causal, ctx.scale, ctx.order = is_causal, scale, backward_order or order
+    ctx.is_causal, ctx.scale, ctx.forward_order, ctx.order = is_causal, scale, order, backward_order or order
 
 
 def _sdpa_backward(ctx, dout):
     q, k, v, out = ctx.saved_tensors
-    dq, dk, dv = torch.ops.ordo.attention_backward(q, k, v, out, dout, ctx.is_causal, ctx.scale, ctx.order)
+    dq, dk, dv = torch.ops.ordo.attention_backward(q, k, v, out, dout, ctx.is_causal, ctx.scale, ctx.forward_order, ctx.order)
     return dq, dk, dv, None, None, None, None
 
 
@@ -333,8 +335,7 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, is_c
                                  scale: Optional[float] = None, *, order: str, backward_order: Optional[str] = None) -> Tensor:
     """F.scaled_dot_product_attention without a mask or dropout: [..., S_q, D] x [..., S_k, D],
     causal top-left aligned, scale 1/sqrt(D) by default. Gradients run ordo's attention_backward
-    with backward_order, by default the forward's order (an order without an attention_backward,
-    such as torch2.15-cpu, is refused when backward() runs; name one, e.g. backward_order="flash")."""
+    with backward_order, by default the forward's order, from the forward's log-sum-exp."""
     return torch.ops.ordo.scaled_dot_product_attention(query, key, value, bool(is_causal),
                                                        None if scale is None else float(scale), order, backward_order or "")
 

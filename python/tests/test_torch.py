@@ -454,12 +454,26 @@ def test_backward():
     out.backward(dout)
     dq, dk, dv = ordo.attention_backward(q.detach(), k.detach(), v.detach(), out.detach(), dout, order="fast", causal=True)
     check(same(q.grad, dq) and same(k.grad, dk) and same(v.grad, dv), "sdpa: gradients are ordo's attention_backward, order fast")
-    out = ot.scaled_dot_product_attention(q, k, v, order=EXACT)
-    try:
-        out.sum().backward()
-        check(False, "sdpa under torch2.15-cpu: backward is refused")
-    except Exception as e:
-        check("attention_backward" in str(e), f"sdpa under torch2.15-cpu: backward is refused, naming attention_backward ({e})")
+    # Under torch2.15-cpu (f32), eager autograd's bits, through pinned; where ordo has no model of
+    # this host's MKL the backward is refused, saying so.
+    grads = []
+    for use_ordo in (False, True):
+        q, k, v = (t.detach().clone().requires_grad_(True) for t in (q, k, v))
+        if use_ordo:
+            with ot.pinned(EXACT, strict=True):
+                out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:
+            out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        try:
+            out.backward(dout)
+        except Exception as e:
+            check("host" in str(e), f"sdpa under torch2.15-cpu: backward refused only for an unmodelled host ({e})")
+            print("NOT VERIFIED: sdpa backward under torch2.15-cpu on this host:", e)
+            grads = None
+            break
+        grads.append((q.grad, k.grad, v.grad))
+    if grads:
+        check(all(same(a, b) for a, b in zip(*grads)), "sdpa under torch2.15-cpu: pinned dq, dk, dv have eager autograd's bits")
     torch._dynamo.reset()
 
 
