@@ -29,7 +29,7 @@ from summary import print_summary  # noqa: E402
 WANT_TORCH = "2.15.0"
 
 # Every tail mod 16, SumKernel's 32-column groups and their edges, and long rows.
-N_SWEEP = list(range(1, 18)) + [31, 32, 33, 40, 63, 64, 65, 100, 127, 129, 255, 257, 1000, 4097]
+N_SWEEP = [1, 2, 3, 5, 7, 8, 9, 15, 16, 17, 31, 33, 40, 64, 65, 100, 129, 257, 1000, 4097]
 N_QUICK = [1, 3, 7, 8, 9, 17, 33, 40, 100, 1000]
 ROWS = [1, 2, 3, 4, 5, 6, 7, 300, 40, 17]
 # (name, offset, scale): ordinary values, an offset with a small spread, tiny values, a wide range.
