@@ -39,6 +39,31 @@ ORDO = os.path.join(HERE, "..", "build", "bin", "ordo")
 TORCH_DTYPE = {"f32": torch.float32, "bf16": torch.bfloat16}
 
 
+def recompress_png(path):
+    """ordo's PNG writer stores the image uncompressed (it links no zlib); deflate its IDAT here,
+    so the chart is small enough to keep in the repository."""
+    import struct
+    import zlib
+    data = open(path, "rb").read()
+    out, idat, pos = [data[:8]], b"", 8
+    chunks = []
+    while pos < len(data):
+        length, kind = struct.unpack(">I4s", data[pos:pos + 8])
+        body = data[pos + 8:pos + 8 + length]
+        pos += 12 + length
+        if kind == b"IDAT":
+            idat += body
+        else:
+            chunks.append((kind, body))
+    for kind, body in chunks:
+        if kind == b"IEND":
+            body_new = zlib.compress(zlib.decompress(idat), 9)
+            out.append(struct.pack(">I", len(body_new)) + b"IDAT" + body_new + struct.pack(">I", zlib.crc32(b"IDAT" + body_new)))
+        out.append(struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body)))
+    with open(path, "wb") as f:
+        f.write(b"".join(out))
+
+
 def best_seconds(fn, budget):
     """The fastest of at least 3 runs within `budget` seconds (after one warm-up)."""
     fn()
@@ -172,6 +197,7 @@ def main():
     bars = [(f"{r['row']} {r['order']}", r["ratio"], r.get("target") or 0.0, bool(r.get("lower_is_better"))) for r in rows]
     ordo._ordo.write_ratio_chart(args.png, f"ordo vs torch {torch.__version__}, {args.threads} threads, "
                                  f"{torch.backends.cpu.get_cpu_capability()} (bench/vs_torch.py)", bars)
+    recompress_png(args.png)
     print(f"wrote {args.png}")
     if args.json:
         with open(args.json, "w") as f:
