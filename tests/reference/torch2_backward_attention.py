@@ -23,17 +23,14 @@ The orders model an AMD AVX-512 host's MKL only (no backward was measured on an 
 the orders refuse one); elsewhere the test says what it cannot verify.
 """
 import argparse
-import json
 import os
-import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from bits import capabilities  # noqa: E402
 from summary import print_summary  # noqa: E402
+from torch2_harness import order_row, run_workers, torch_error  # noqa: E402
 
-WANT_TORCH = "2.15.0"
 
 # (S_q, S_k, D, batch, heads)
 SHAPES = [
@@ -125,54 +122,22 @@ def main():
     ap.add_argument("--build", default=os.path.join(HERE, "..", "..", "build"), help="ordo's build directory")
     ap.add_argument("--quick", action="store_true", help="fewer shapes")
     args = ap.parse_args()
-    try:
-        import torch
-    except ImportError:
-        print(f"FAIL: torch is not importable by {sys.executable}; scripts/setup.sh installs the torch 2.15 venv "
-              f"(scripts/torch2-venv --python names its python)")
-        return 1
-    if torch.__version__.split("+")[0] != WANT_TORCH:
-        print(f"FAIL: this is torch {torch.__version__} ({sys.executable}); the torch2.15 orders are checked against {WANT_TORCH}")
+    if error := torch_error():
+        print(error)
         return 1
     if not amd_avx512_host():
         print("NOT VERIFIED: torch2.15-cpu-* attention_backward (ordo models PyTorch's CPU attention backward with an AMD AVX-512 "
               "host's MKL kernels only, and the orders refuse other hosts)")
         return 0
-
     all_cases = cases(args.quick)
-    import tempfile
-    spec = tempfile.NamedTemporaryFile("w", suffix=".json", prefix="ordo_torch2_backward_attention_", delete=False)
-    json.dump(all_cases, spec)
-    spec.close()
-    table, passed, failed = {}, 0, 0
-    env_base = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.join(os.path.abspath(args.build), "python"), HERE]))
-    try:
-        for cap in capabilities(print, "torch2.15-cpu-avx512"):
-            env = dict(env_base, ATEN_CPU_CAPABILITY=cap, OMP_WAIT_POLICY="PASSIVE")
-            worker = subprocess.run([sys.executable, "-c", WORKER, cap, spec.name, json.dumps(RANGES)], env=env, capture_output=True,
-                                    text=True)
-            if worker.returncode != 0:
-                print(f"FAIL: worker for ATEN_CPU_CAPABILITY={cap} exited {worker.returncode}:\n{worker.stderr}")
-                return 1
-            out = json.loads(worker.stdout.strip().splitlines()[-1])
-            print(f"torch {out['torch']}, ATEN_CPU_CAPABILITY={cap} (torch reports {out['capability']}), threads 1 and 2")
-            for r in out["results"]:
-                c = all_cases[r["case"]]
-                base = r["order"].split("(")[0]
-                key = ("attention_backward", base + ("" if base.endswith(cap) else f"[{cap}]"), c["dtype"])
-                entry = table.setdefault(key, [0, 0])
-                entry[1] += 1
-                if r["ok"]:
-                    entry[0] += 1
-                    passed += 1
-                else:
-                    failed += 1
-                    print(f"FAIL attention_backward {r['order']} {c['dtype']} Sq={c['sq']} Sk={c['sk']} D={c['d']} B={c['batch']} "
-                          f"H={c['heads']} causal={c['causal']} {c['range']} threads={r['threads']}: {r['why']}")
-    finally:
-        os.unlink(spec.name)
+    result = run_workers(args.build, WORKER, all_cases, RANGES,
+                         lambda c, r, cap: ("attention_backward", order_row(r, cap), c["dtype"]),
+                         lambda c, r: f"attention_backward {r['order']} {c['dtype']} Sq={c['sq']} Sk={c['sk']} D={c['d']} B={c['batch']} "
+                                      f"H={c['heads']} causal={c['causal']} {c['range']} threads={r['threads']}")
+    if result is None:
+        return 1
     print("\n(each case is counted once per torch thread count, 1 and 2)")
-    return print_summary(table, passed, failed)
+    return print_summary(*result)
 
 
 if __name__ == "__main__":

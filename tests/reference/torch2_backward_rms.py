@@ -15,18 +15,14 @@ Cases: f32, bf16, f16, and bf16/f16 input with an f32 weight; with and without w
 every tail mod 16 and long rows; row counts 1..7 and larger; several value ranges and eps.
 """
 import argparse
-import json
 import os
-import subprocess
 import sys
-import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from bits import capabilities  # noqa: E402
 from summary import print_summary  # noqa: E402
+from torch2_harness import order_row, run_workers, torch_error  # noqa: E402
 
-WANT_TORCH = "2.15.0"
 
 # Every tail mod 16, SumKernel's 32-column groups and their edges, and long rows.
 N_SWEEP = [1, 2, 3, 5, 7, 8, 9, 15, 16, 17, 31, 33, 40, 64, 65, 100, 129, 257, 1000, 4097]
@@ -126,48 +122,23 @@ def main():
     ap.add_argument("--build", default=os.path.join(HERE, "..", "..", "build"), help="ordo's build directory")
     ap.add_argument("--quick", action="store_true", help="fewer shapes")
     args = ap.parse_args()
-    try:
-        import torch
-    except ImportError:
-        print(f"FAIL: torch is not importable by {sys.executable}; scripts/setup.sh installs the torch 2.15 venv "
-              f"(scripts/torch2-venv --python names its python)")
+    if error := torch_error():
+        print(error)
         return 1
-    if torch.__version__.split("+")[0] != WANT_TORCH:
-        print(f"FAIL: this is torch {torch.__version__} ({sys.executable}); the torch2.15 orders are checked against {WANT_TORCH}")
-        return 1
-
     all_cases = cases(args.quick)
-    spec = tempfile.NamedTemporaryFile("w", suffix=".json", prefix="ordo_torch2_rms_bwd_", delete=False)
-    json.dump(all_cases, spec)
-    spec.close()
-    table, passed, failed = {}, 0, 0
-    env_base = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.join(os.path.abspath(args.build), "python"), HERE]))
-    for cap in capabilities(print, "torch2.15-cpu-avx512"):
-        env = dict(env_base, ATEN_CPU_CAPABILITY=cap, OMP_WAIT_POLICY="PASSIVE", PYTHONWARNINGS="ignore")
-        worker = subprocess.run([sys.executable, "-c", WORKER, cap, spec.name, json.dumps(RANGES)], env=env,
-                                capture_output=True, text=True)
-        if worker.returncode != 0:
-            print(f"FAIL: worker for ATEN_CPU_CAPABILITY={cap} exited {worker.returncode}:\n{worker.stderr}")
-            return 1
-        out = json.loads(worker.stdout.strip().splitlines()[-1])
-        print(f"torch {out['torch']}, ATEN_CPU_CAPABILITY={cap} (torch reports {out['capability']}), threads 1 and 2")
-        for r in out["results"]:
-            c = all_cases[r["case"]]
-            dtype = c["dtype"] if c["weight_dtype"] == c["dtype"] else f"{c['dtype']}+{c['weight_dtype']}"
-            key = ("rms_norm_backward" + ("" if c["weight"] else " (no weight)"), f"torch2.15-cpu-{cap}", dtype)
-            entry = table.setdefault(key, [0, 0])
-            entry[1] += 1
-            if r["ok"]:
-                entry[0] += 1
-                passed += 1
-            else:
-                failed += 1
-                print(f"FAIL {dtype} weight={c['weight']} N={c['n']} rows={c['rows']} {c['range']} eps={c['eps']} "
-                      f"rstd={'given' if c['saved'] else 'recomputed'} threads={r['threads']}: {r['why']}")
-    os.unlink(spec.name)
-    print("\n(each case is counted once per torch thread count, 1 and 2; the thread-split regimes also on 3)")
-    return print_summary(table, passed, failed)
 
+    def dtype(c):
+        return c["dtype"] if c["weight_dtype"] == c["dtype"] else f"{c['dtype']}+{c['weight_dtype']}"
+
+    result = run_workers(args.build, WORKER, all_cases, RANGES,
+                         lambda c, r, cap: ("rms_norm_backward" + ("" if c["weight"] else " (no weight)"), f"torch2.15-cpu-{cap}", dtype(c)),
+                         lambda c, r: f"{dtype(c)} weight={c['weight']} N={c['n']} rows={c['rows']} {c['range']} eps={c['eps']} "
+                                      f"rstd={'given' if c['saved'] else 'recomputed'} threads={r['threads']}",
+                         env_extra={"PYTHONWARNINGS": "ignore"})
+    if result is None:
+        return 1
+    print("\n(each case is counted once per torch thread count, 1 and 2; the thread-split regimes also on 3)")
+    return print_summary(*result)
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -19,18 +19,14 @@ wide, tiny (near-uniform rows, tiny gradients) and large logits (one-hot rows, e
 """
 import argparse
 import itertools
-import json
 import os
-import subprocess
 import sys
-import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from bits import capabilities  # noqa: E402
 from summary import print_summary  # noqa: E402
+from torch2_harness import order_row, run_workers, torch_error  # noqa: E402
 
-WANT_TORCH = "2.15.0"
 
 N_SWEEP = list(range(1, 34)) + [63, 64, 65, 127, 128, 129, 1000, 4097, 70001]
 N_QUICK = [1, 7, 8, 9, 15, 16, 17, 31, 32, 33, 129, 1000]
@@ -115,53 +111,20 @@ def main():
     ap.add_argument("--build", default=os.path.join(HERE, "..", "..", "build"), help="ordo's build directory")
     ap.add_argument("--quick", action="store_true", help="fewer shapes and value ranges")
     args = ap.parse_args()
-    try:
-        import torch
-    except ImportError:
-        print(f"FAIL: torch is not importable by {sys.executable}; scripts/setup.sh installs the torch 2.15 venv "
-              f"(scripts/torch2-venv --python names its python)")
+    if error := torch_error():
+        print(error)
         return 1
-    if torch.__version__.split("+")[0] != WANT_TORCH:
-        print(f"FAIL: this is torch {torch.__version__} ({sys.executable}); the torch2.15 orders are checked against {WANT_TORCH}")
-        return 1
-
     all_cases = cases(args.quick)
-    spec = tempfile.NamedTemporaryFile("w", suffix=".json", prefix="ordo_torch2_softmax_bwd_", delete=False)
-    json.dump(all_cases, spec)
-    spec.close()
-    table, passed, failed = {}, 0, 0
-    env_base = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.join(os.path.abspath(args.build), "python"), HERE]))
-    try:
-        for cap in capabilities(print, "torch2.15-cpu-avx512"):
-            # Passive OpenMP waits: ctest runs other tests beside this one. Scheduling only. No disk
-            # cache: the kernels compile in tens of milliseconds, and writing hundreds of cache
-            # entries took longer than the test (tests/unit cover the cache).
-            env = dict(env_base, ATEN_CPU_CAPABILITY=cap, OMP_WAIT_POLICY="PASSIVE", ORDO_CACHE="0")
-            worker = subprocess.run([sys.executable, "-c", WORKER, cap, spec.name, json.dumps(RANGES)], env=env,
-                                    capture_output=True, text=True)
-            if worker.returncode != 0:
-                print(f"FAIL: worker for ATEN_CPU_CAPABILITY={cap} exited {worker.returncode}:\n{worker.stderr}")
-                return 1
-            out = json.loads(worker.stdout.strip().splitlines()[-1])
-            print(f"torch {out['torch']}, ATEN_CPU_CAPABILITY={cap} (torch reports {out['capability']}), threads 1 and 2")
-            for r in out["results"]:
-                c = all_cases[r["case"]]
-                base = r["order"].split("(")[0]
-                key = (c["op"] + "_backward", base + ("" if base.endswith(cap) else f"[{cap}]"), c["dtype"])
-                entry = table.setdefault(key, [0, 0])
-                entry[1] += 1
-                if r["ok"]:
-                    entry[0] += 1
-                    passed += 1
-                else:
-                    failed += 1
-                    print(f"FAIL {c['op']}_backward {r['order']} {c['dtype']} N={c['n']} rows={c['rows']} {c['range']} "
-                          f"threads={r['threads']}: {r['why']}")
-    finally:
-        os.unlink(spec.name)
+    # No disk cache: the kernels compile in tens of milliseconds, and writing hundreds of cache
+    # entries took longer than the test (tests/unit cover the cache).
+    result = run_workers(args.build, WORKER, all_cases, RANGES,
+                         lambda c, r, cap: (c["op"] + "_backward", order_row(r, cap), c["dtype"]),
+                         lambda c, r: f"{c['op']}_backward {r['order']} {c['dtype']} N={c['n']} rows={c['rows']} {c['range']} "
+                                      f"threads={r['threads']}", env_extra={"ORDO_CACHE": "0"})
+    if result is None:
+        return 1
     print("\n(each case is counted once per torch thread count, 1 and 2)")
-    return print_summary(table, passed, failed)
-
+    return print_summary(*result)
 
 if __name__ == "__main__":
     sys.exit(main())
