@@ -64,6 +64,34 @@ void sweep(OpKind op) {
   MESSAGE(fmt::format("{}: {} (order, dtype, N, backend) cases compared bitwise", name(op), cases));
 }
 
+// The orders that are deterministic on purpose (batch-invariant, fast): no output of `r` depends on
+// the threads ordo runs with, and a row's dx is the same run alone as among 300 rows.
+void check_batch_invariance(const Request& r) {
+  KernelHandle k = compile(r);
+  const int64_t rows = 300, n = r.cols, row = 123;
+  HostBuffers h = make_buffers(*k, rows, 3, 1.0, 2.0);
+  k->run(h.refs(rows, n), rows, 1);
+  const HostBuffers one_thread = h;
+  k->run(h.refs(rows, n), rows, 2);
+  for (size_t a = 0; a < h.args.size(); ++a) {
+    INFO(fmt::format("{} {} {} N={} output {}: 1 vs 2 threads", name(r.op), r.order, name(r.x_dtype), n, h.args[a].name));
+    CHECK(h.bytes[a] == one_thread.bytes[a]);
+  }
+  // The launch of row 123 alone: each per-row input's slice of that row, the per-column inputs whole.
+  HostBuffers alone = make_buffers(*k, 1, 3, 1.0, 2.0);
+  for (size_t a = 0; a < h.args.size(); ++a) {
+    const ArgSpec& arg = h.args[a];
+    if (arg.output) continue;
+    const int64_t per_row = arg.elements(1, n) * size_bytes(arg.dtype);
+    if (arg.extent == ir::Extent::cols) alone.bytes[a] = h.bytes[a];
+    else std::memcpy(alone.bytes[a].data(), h.bytes[a].data() + row * per_row, size_t(per_row));
+  }
+  k->run(alone.refs(1, n), 1);
+  const int64_t bytes = n * size_bytes(r.x_dtype);
+  INFO(fmt::format("{} {} {} N={}: dx of row {} alone vs batched", name(r.op), r.order, name(r.x_dtype), n, row));
+  CHECK(std::memcmp(alone.get("dx").data(), h.get("dx").data() + row * bytes, size_t(bytes)) == 0);
+}
+
 }  // namespace
 
 TEST_CASE("layer_norm: every backend matches the interpreter bit for bit") { sweep(OpKind::layer_norm); }
@@ -106,8 +134,6 @@ TEST_CASE("rms_norm_backward: the one-column thread split (torch2.15, threads=T)
     }
 }
 
-// The orders that are deterministic on purpose: dx of a row does not depend on the rows beside it,
-// and no output depends on the threads ordo runs with.
 TEST_CASE("layer_norm_backward: batch-invariant and fast give the same bits alone, batched, and on any thread count") {
   for (const char* order : {"batch-invariant", "fast"})
     for (ScalarType t : {ScalarType::f32, ScalarType::bf16})
@@ -117,29 +143,10 @@ TEST_CASE("layer_norm_backward: batch-invariant and fast give the same bits alon
         r.cols = n;
         r.order = order;
         r.x_dtype = t;
-        KernelHandle k = compile(r);
-        const int64_t rows = 300;
-        HostBuffers h = make_buffers(*k, rows, 3, 1.0, 2.0);
-        k->run(h.refs(rows, n), rows, 1);
-        const HostBuffers one_thread = h;
-        k->run(h.refs(rows, n), rows, 2);
-        for (size_t a = 0; a < h.args.size(); ++a) {
-          INFO(fmt::format("{} {} N={} output {}: 1 vs 2 threads", order, name(t), n, h.args[a].name));
-          CHECK(h.bytes[a] == one_thread.bytes[a]);
-        }
-        // Row 123 alone: its dx equals its dx among the 300.
-        HostBuffers alone = make_buffers(*k, 1, 3, 1.0, 2.0);
-        const int64_t row = 123, bytes = n * size_bytes(t);
-        for (const char* in : {"dy", "x"})
-          std::memcpy(alone.get(in).data(), h.get(in).data() + row * bytes, size_t(bytes));
-        for (const char* in : {"mean", "rstd"})
-          std::memcpy(alone.get(in).data(), h.get(in).data() + row * size_bytes(t), size_t(size_bytes(t)));
-        alone.get("weight") = h.get("weight");
-        k->run(alone.refs(1, n), 1);
-        INFO(fmt::format("{} {} N={}: dx of row {} alone vs batched", order, name(t), n, row));
-        CHECK(std::memcmp(alone.get("dx").data(), h.get("dx").data() + row * bytes, size_t(bytes)) == 0);
+        check_batch_invariance(r);
       }
 }
+
 TEST_CASE("softmax_backward, log_softmax_backward: every backend matches the interpreter bit for bit") {
   // Row counts 1 and several: torch2.15-cpu-*(threads=2) fuses the sum's tail on a one-row launch only.
   for (OpKind op : {OpKind::softmax_backward, OpKind::log_softmax_backward}) {
@@ -149,8 +156,6 @@ TEST_CASE("softmax_backward, log_softmax_backward: every backend matches the int
   }
 }
 
-// dx of a row from its own row alone, on any thread count (the deterministic orders, and every
-// order: softmax backward has no reduction across rows).
 TEST_CASE("softmax_backward, log_softmax_backward: batch-invariant and fast give the same bits alone, batched, and on any thread count") {
   for (OpKind op : {OpKind::softmax_backward, OpKind::log_softmax_backward})
     for (const char* order : {"batch-invariant", "fast"})
@@ -161,20 +166,7 @@ TEST_CASE("softmax_backward, log_softmax_backward: batch-invariant and fast give
           r.cols = n;
           r.order = order;
           r.x_dtype = t;
-          KernelHandle k = compile(r);
-          const int64_t rows = 300;
-          HostBuffers h = make_buffers(*k, rows, 3, 1.0, 2.0);
-          k->run(h.refs(rows, n), rows, 1);
-          const HostBuffers one_thread = h;
-          k->run(h.refs(rows, n), rows, 2);
-          INFO(fmt::format("{} {} {} N={}: 1 vs 2 threads", name(op), order, name(t), n));
-          CHECK(h.get("dx") == one_thread.get("dx"));
-          HostBuffers alone = make_buffers(*k, 1, 3, 1.0, 2.0);
-          const int64_t row = 123, bytes = n * size_bytes(t);
-          for (const char* in : {"dy", "y"}) std::memcpy(alone.get(in).data(), h.get(in).data() + row * bytes, size_t(bytes));
-          k->run(alone.refs(1, n), 1);
-          INFO(fmt::format("{} {} {} N={}: dx of row {} alone vs batched", name(op), order, name(t), n, row));
-          CHECK(std::memcmp(alone.get("dx").data(), h.get("dx").data() + row * bytes, size_t(bytes)) == 0);
+          check_batch_invariance(r);
         }
 }
 
@@ -189,26 +181,7 @@ TEST_CASE("rms_norm_backward: batch-invariant and fast give the same bits alone,
         r.x_dtype = t;
         r.has_bias = false;
         r.saved_stats = n != 100;  // rstd recomputed on one width
-        KernelHandle k = compile(r);
-        const int64_t rows = 300;
-        HostBuffers h = make_buffers(*k, rows, 3, 1.0, 2.0);
-        k->run(h.refs(rows, n), rows, 1);
-        const HostBuffers one_thread = h;
-        k->run(h.refs(rows, n), rows, 2);
-        for (size_t a = 0; a < h.args.size(); ++a) {
-          INFO(fmt::format("{} {} N={} output {}: 1 vs 2 threads", order, name(t), n, h.args[a].name));
-          CHECK(h.bytes[a] == one_thread.bytes[a]);
-        }
-        // Row 123 alone: its dx equals its dx among the 300.
-        HostBuffers alone = make_buffers(*k, 1, 3, 1.0, 2.0);
-        const int64_t row = 123, bytes = n * size_bytes(t);
-        for (const char* in : {"dy", "x"})
-          std::memcpy(alone.get(in).data(), h.get(in).data() + row * bytes, size_t(bytes));
-        if (r.saved_stats) std::memcpy(alone.get("rstd").data(), h.get("rstd").data() + row * 4, 4);
-        alone.get("weight") = h.get("weight");
-        k->run(alone.refs(1, n), 1);
-        INFO(fmt::format("{} {} N={}: dx of row {} alone vs batched", order, name(t), n, row));
-        CHECK(std::memcmp(alone.get("dx").data(), h.get("dx").data() + row * bytes, size_t(bytes)) == 0);
+        check_batch_invariance(r);
       }
 }
 TEST_CASE("rms_norm: every backend matches the interpreter bit for bit") { sweep(OpKind::rms_norm); }
