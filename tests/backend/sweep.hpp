@@ -68,6 +68,17 @@ inline std::vector<uint8_t> sweep_x(ScalarType t, int64_t n) {
   return x;
 }
 
+// Element `at` of a buffer of `dtype` set to v (rounded to a 16-bit type): the special values the
+// attention sweeps plant in their inputs.
+inline void set_value(std::vector<uint8_t>& b, ScalarType dtype, int64_t at, float v) {
+  if (dtype == ScalarType::f32) {
+    std::memcpy(b.data() + 4 * at, &v, 4);
+  } else {
+    const uint16_t bits = dtype == ScalarType::bf16 ? f32_to_bf16_bits(v) : f32_to_f16_bits(v);
+    std::memcpy(b.data() + 2 * at, &bits, 2);
+  }
+}
+
 struct Variant {
   std::string order;
   ScalarType dtype;
@@ -294,14 +305,7 @@ inline int attention_vs_interpreter(Target target, bool reduced) {
           KernelHandle k = compile(r);
           HostBuffers h = make_buffers(*k, kHeads, 11, 0, 2.0);
           if (cases % 3 == 2) {  // specials in q, k and v
-            auto poke = [&](const char* name, int64_t at, float v) {
-              std::vector<uint8_t>& b = h.get(name);
-              if (dtype == ScalarType::f32) std::memcpy(b.data() + 4 * at, &v, 4);
-              else {
-                uint16_t bits = dtype == ScalarType::bf16 ? f32_to_bf16_bits(v) : f32_to_f16_bits(v);
-                std::memcpy(b.data() + 2 * at, &bits, 2);
-              }
-            };
+            auto poke = [&](const char* name, int64_t at, float v) { set_value(h.get(name), dtype, at, v); };
             poke("q", 3, NAN);
             poke("v", s.d + 1, INFINITY);
             poke("k", 0, 1e30f);
@@ -444,14 +448,7 @@ inline int attention_backward_vs_interpreter(Target target, bool sparse) {
           KernelHandle k = compile(r);
           HostBuffers h = make_buffers(*k, kHeads, 13 + cases, 0, 1.5);
           if (cases % 5 == 4) {  // a NaN in dout and an Inf in v: the specials reach every output
-            auto poke = [&](const char* name, int64_t at, float v) {
-              std::vector<uint8_t>& b = h.get(name);
-              if (dtype == ScalarType::f32) std::memcpy(b.data() + 4 * at, &v, 4);
-              else {
-                uint16_t bits = dtype == ScalarType::bf16 ? f32_to_bf16_bits(v) : f32_to_f16_bits(v);
-                std::memcpy(b.data() + 2 * at, &bits, 2);
-              }
-            };
+            auto poke = [&](const char* name, int64_t at, float v) { set_value(h.get(name), dtype, at, v); };
             poke("dout", 1, NAN);
             poke("v", (s.d + 2) % (kHeads * s.sk * s.d), INFINITY);  // a key row past the first where there is one
           }
