@@ -106,6 +106,63 @@ Cache& cache() {
   return c;
 }
 
+// The kernel without its description line (the op, shapes and order name that asked for it):
+// two requests that generate the same program share its machine code, e.g. an alias and the
+// order it resolves to, or threads=T where T does not change the order.
+ir::Kernel without_description(const ir::Kernel& k) {
+  ir::Kernel plain = k;
+  plain.description.clear();
+  return plain;
+}
+std::string program_text(const ir::Kernel& k) { return ir::print(without_description(k)); }
+
+// Compiled programs of this process by program text, below the request cache: a request that
+// misses there but generates a program already compiled loads nothing and compiles nothing.
+// Entries live as long as the process, like the JIT's code.
+class ProgramCache {
+ public:
+  struct Cpu {
+    llvm_backend::EntryFn entry;
+    int rows_in_flight;
+  };
+  std::optional<Cpu> find_cpu(const std::string& program) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = cpu_.find(program);
+    if (it == cpu_.end()) return std::nullopt;
+    ++shared_;
+    return it->second;
+  }
+  void add_cpu(const std::string& program, Cpu c) {
+    std::lock_guard<std::mutex> lock(mu_);
+    cpu_.emplace(program, c);
+  }
+  std::shared_ptr<const cuda_backend::EmuKernel> find_emu(const std::string& program) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = emu_.find(program);
+    if (it == emu_.end()) return nullptr;
+    ++shared_;
+    return it->second;
+  }
+  void add_emu(const std::string& program, std::shared_ptr<const cuda_backend::EmuKernel> k) {
+    std::lock_guard<std::mutex> lock(mu_);
+    emu_.emplace(program, std::move(k));
+  }
+  uint64_t shared() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return shared_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::unordered_map<std::string, Cpu> cpu_;
+  std::unordered_map<std::string, std::shared_ptr<const cuda_backend::EmuKernel>> emu_;
+  uint64_t shared_ = 0;
+};
+ProgramCache& program_cache() {
+  static ProgramCache c;
+  return c;
+}
+
 // ORDO_DUMP=ir,llvm writes each compile's stages to ORDO_DUMP_DIR (default ./ordo_dump):
 // <kernel>.<n>.request.txt, .ir and .ll. For debugging; failures to write are reported, not fatal.
 void dump_stages(const Request& r, const ir::Kernel& k, int rows_in_flight) {
@@ -136,17 +193,21 @@ void dump_stages(const Request& r, const ir::Kernel& k, int rows_in_flight) {
 
 // Compiles one stage for the request's target: LLVM machine code (through the disk cache), or
 // CUDA C++ for NVRTC or cuda-emu. The interpreter needs nothing.
-void CompiledKernel::compile_stage(Stage& st) {
+void CompiledKernel::compile_stage(Stage& st, bool share_programs) {
   const Request& r = request_;
   if (r.target == Target::cpu) {
     llvm_backend::Options options;
     options.rows_in_flight = r.rows_in_flight;
+    // Everything the machine code depends on: the program, not the request that asked for it.
+    const std::string program = fmt::format("ordo {}\n{}\nrows in flight {}\n{}", kOrdoVersion, llvm_backend::fingerprint(),
+                                            options.rows_in_flight, program_text(st.kernel));
+    if (std::optional<ProgramCache::Cpu> shared = share_programs ? program_cache().find_cpu(program) : std::nullopt) {
+      st.entry = shared->entry;
+      st.rows_in_flight = shared->rows_in_flight;
+      return;
+    }
     const bool use_disk = disk_cache::settings().enabled;
-    // Everything the machine code depends on; the printed IR carries the order.
-    const std::string disk_key =
-        use_disk ? disk_cache::key(fmt::format("ordo {}\n{}\n{}\n{}", kOrdoVersion, llvm_backend::fingerprint(), r.key(),
-                                               ir::print(st.kernel)))
-                 : std::string();
+    const std::string disk_key = use_disk ? disk_cache::key(program) : std::string();
     // Held while this key is loaded, or compiled and stored: a thread or process that asks for
     // the same new kernel meanwhile waits, then loads it (include/ordo/disk_cache.hpp).
     std::optional<disk_cache::KeyLock> key_lock;
@@ -172,6 +233,7 @@ void CompiledKernel::compile_stage(Stage& st) {
       codegen_ms_ += o.codegen_ms + std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
       if (use_disk) disk_cache::store(disk_key, disk_cache::Entry{std::move(o.bytes), o.symbol, o.rows_in_flight});
     }
+    if (share_programs) program_cache().add_cpu(program, ProgramCache::Cpu{st.entry, st.rows_in_flight});
   }
   if (r.target == Target::cuda || r.target == Target::cuda_emu) {
     cuda_backend::Source src = cuda_backend::render(st.kernel);  // refuses Op::Call with a clear error
@@ -184,9 +246,15 @@ void CompiledKernel::compile_stage(Stage& st) {
     } else {
       // The host compiler takes about a second per kernel; the shared object is kept in the
       // disk cache, keyed by everything it depends on.
+      // The source names the request in its first comment; the key is the source of the program alone.
+      const std::string program = fmt::format("ordo {}\n{}\n{}", kOrdoVersion, cuda_backend::emu_fingerprint(),
+                                              cuda_backend::render(without_description(st.kernel)).text);
+      if (std::shared_ptr<const cuda_backend::EmuKernel> shared = share_programs ? program_cache().find_emu(program) : nullptr) {
+        st.cuda_emu = std::move(shared);
+        return;
+      }
       const bool use_disk = disk_cache::settings().enabled;
-      const std::string disk_key =
-          use_disk ? disk_cache::key(fmt::format("ordo {}\n{}\n{}", kOrdoVersion, cuda_backend::emu_fingerprint(), src.text)) : "";
+      const std::string disk_key = use_disk ? disk_cache::key(program) : "";
       std::optional<disk_cache::Entry> e = use_disk ? disk_cache::load(disk_key) : std::nullopt;
       if (e) {
         try {
@@ -204,11 +272,13 @@ void CompiledKernel::compile_stage(Stage& st) {
         st.cuda_emu = std::make_shared<cuda_backend::EmuKernel>(cuda_backend::load_emu(src, object, ms));
         if (use_disk) disk_cache::store(disk_key, disk_cache::Entry{std::move(object), "ordo_emu_run", 1});
       }
+      if (share_programs) program_cache().add_emu(program, st.cuda_emu);
     }
   }
 }
 
-KernelHandle compile_uncached(const Request& r) {
+namespace detail {
+KernelHandle compile_new(const Request& r, bool share_programs) {
   auto start = std::chrono::steady_clock::now();
   auto k = std::make_shared<CompiledKernel>();
   k->request_ = r;
@@ -231,12 +301,15 @@ KernelHandle compile_uncached(const Request& r) {
     if (!same) throw Error(fmt::format("internal: stage {} of {} takes other arguments than stage 0", s.kernel.name, name(r.op)));
   }
   for (CompiledKernel::Stage& s : k->stages_) {
-    k->compile_stage(s);
+    k->compile_stage(s, share_programs);
     dump_stages(r, s.kernel, s.rows_in_flight);
   }
   k->compile_ms_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   return k;
 }
+}  // namespace detail
+
+KernelHandle compile_uncached(const Request& r) { return detail::compile_new(r, false); }
 
 KernelHandle compile(const Request& r) {
   const std::string key = r.key();
@@ -256,7 +329,7 @@ KernelHandle compile(const Request& r) {
   }
   if (existing.valid()) return existing.get();  // waits, outside the lock, if another thread is compiling it
   try {
-    KernelHandle k = compile_uncached(r);
+    KernelHandle k = detail::compile_new(r, true);
     promise.set_value(k);
     return k;
   } catch (...) {
@@ -275,7 +348,7 @@ void parallel_for(int64_t n, int threads, const std::function<void(int64_t, int6
 CacheStats cache_stats() {
   Cache& c = cache();
   std::lock_guard<std::mutex> lock(c.mu);
-  return CacheStats{c.hits, c.misses, static_cast<uint64_t>(c.map.size())};
+  return CacheStats{c.hits, c.misses, static_cast<uint64_t>(c.map.size()), program_cache().shared()};
 }
 
 void CompiledKernel::run(const std::vector<BufferRef>& buffers, int64_t rows, int threads, Stores stores) const {

@@ -55,6 +55,12 @@ struct BufferRef {
   ScalarType dtype = ScalarType::f32;
 };
 
+class CompiledKernel;
+namespace detail {
+// compile() and compile_uncached() (src/runtime.cpp): one new kernel, sharing programs or not.
+std::shared_ptr<const CompiledKernel> compile_new(const Request& r, bool share_programs);
+}  // namespace detail
+
 class CompiledKernel {
  public:
   const Request& request() const { return request_; }
@@ -88,7 +94,7 @@ class CompiledKernel {
   void run(const std::vector<BufferRef>& buffers, int64_t rows, int threads = 0, Stores stores = Stores::automatic) const;
 
  private:
-  friend std::shared_ptr<const CompiledKernel> compile_uncached(const Request&);
+  friend std::shared_ptr<const CompiledKernel> detail::compile_new(const Request&, bool share_programs);
   using Entry = void (*)(void* const*, const int64_t*, int64_t, int64_t, int64_t);
   struct Stage {
     ir::Kernel kernel;
@@ -99,7 +105,9 @@ class CompiledKernel {
     std::shared_ptr<const cuda_backend::EmuKernel> cuda_emu;        // target cuda-emu
     int rows_in_flight = 1;
   };
-  void compile_stage(Stage& s);
+  // share_programs: reuse (and offer) machine code this process compiled for the same program
+  // under another request; off for compile_uncached, whose callers want a compile.
+  void compile_stage(Stage& s, bool share_programs);
   void run_stage(const Stage& s, const std::vector<void*>& ptrs, const std::vector<ir::BufferArg>& views,
                  const std::vector<BufferRef>& buffers, int64_t rows, int threads, Stores stores) const;
   Request request_;
@@ -114,12 +122,16 @@ using KernelHandle = std::shared_ptr<const CompiledKernel>;
 
 // Resolves, generates, verifies and compiles. Throws ordo::Error with a message naming the
 // bad field. compile() keeps every kernel in a thread-safe in-memory cache keyed by the whole
-// request; concurrent callers of one new request wait for a single compile.
+// request; concurrent callers of one new request wait for a single compile. Below it, requests
+// that generate the same program (an alias and the order it names, or a parameter the order
+// ignores) share one compiled program. compile_uncached bypasses both in-memory caches (not the
+// disk cache, which ORDO_CACHE=0 turns off): a fresh compile, e.g. to time one.
 KernelHandle compile(const Request& r);
 KernelHandle compile_uncached(const Request& r);
 
 struct CacheStats {
-  uint64_t hits = 0, misses = 0, entries = 0;
+  uint64_t hits = 0, misses = 0, entries = 0;  // the request cache
+  uint64_t shared_programs = 0;  // stages of missed requests served by a program already compiled
 };
 CacheStats cache_stats();
 

@@ -5,6 +5,7 @@
 #include <set>
 #include <thread>
 
+#include "ordo/compare.hpp"
 #include "ordo/ordo.hpp"
 
 using namespace ordo;
@@ -25,6 +26,31 @@ TEST_CASE("a repeated request returns the compiled kernel; any changed field com
     change(q);
     CHECK(compile(q).get() != a.get());
   }
+}
+
+TEST_CASE("requests that generate the same program share its machine code; compile_uncached compiles anew") {
+  // torch2.15-cpu-avx2 ignores threads=T for layer_norm's forward: the same program.
+  Request r;
+  r.op = OpKind::layer_norm;
+  r.cols = 1313;  // distinct from every other test's requests
+  r.order = "torch2.15-cpu-avx2";
+  Request r2 = r;
+  r2.order = "torch2.15-cpu-avx2(threads=2)";
+  Request other = r;
+  other.order = "torch2.15-cpu-default";  // another program
+  const uint64_t before = cache_stats().shared_programs;
+  KernelHandle a = compile(r), b = compile(r2);
+  CHECK(a.get() != b.get());  // two requests, each with its own order
+  CHECK(a->order().threads != b->order().threads);
+  CHECK(cache_stats().shared_programs == before + 1);
+  compile(other);
+  compile_uncached(r2);
+  CHECK(cache_stats().shared_programs == before + 1);
+  // The shared program computes what its own compile computes.
+  HostBuffers ha = make_buffers(*a, 5, 7, 0.0, 3.0), hb = make_buffers(*b, 5, 7, 0.0, 3.0);
+  a->run(ha.refs(5, r.cols), 5);
+  b->run(hb.refs(5, r.cols), 5);
+  CHECK(ha.get("y") == hb.get("y"));
 }
 
 TEST_CASE("concurrent requests for overlapping kernels compile each distinct request exactly once") {
