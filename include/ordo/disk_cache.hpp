@@ -1,13 +1,16 @@
 // The persistent JIT cache: machine code of compiled kernels, kept on disk across processes.
 //
 // Location: $ORDO_CACHE_DIR, else $XDG_CACHE_HOME/ordo, else ~/.cache/ordo. ORDO_CACHE=0
-// disables it. ORDO_CACHE_MAX_MB bounds its size (default 256); the least recently used
-// entries are evicted past it. The settings are read on every use, so they may change at
-// run time.
+// disables it. ORDO_CACHE_MAX_MB bounds its size (default 256): past it, the least recently
+// used entries are evicted down to 7/8 of the bound. A process measures the directory when it
+// first stores, when its count of the size passes the bound, and after each eighth of the bound
+// it writes; other processes' writes in between may take the directory past the bound until
+// then. The settings are read on every use, so they may change at run time.
 //
 // An entry is one file named by the SHA-256 of everything the machine code depends on: the
 // ordo version, the backend's fingerprint (LLVM version, target CPU and features, code
-// generation options), the request, and the printed IR (which includes the order). It holds
+// generation options), and the program: the printed IR without its description line, so two
+// requests that generate one program (an alias and its order) share an entry. It holds
 // the object code, its entry symbol, and a SHA-256 of its contents checked on every read: a
 // corrupt or truncated entry is ignored, removed and rebuilt, never loaded. Entries are
 // written to a temporary file and renamed into place, so processes sharing one directory see
@@ -73,6 +76,7 @@ class KeyLock {
 // This process's counters.
 struct Counters {
   uint64_t hits = 0, misses = 0, rejected = 0, writes = 0, write_failures = 0, evictions = 0;
+  uint64_t scans = 0;  // measurements of the directory's size (see the bound above)
 };
 Counters counters();
 

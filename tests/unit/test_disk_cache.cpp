@@ -120,6 +120,22 @@ TEST_CASE("ORDO_CACHE=0 neither reads nor writes") {
   CHECK(cache.entries().empty());
 }
 
+TEST_CASE("a store measures the directory only when its count of the size nears the bound") {
+  ScopedCacheDir cache;
+  ::setenv("ORDO_CACHE_MAX_MB", "1", 1);
+  const std::string small(10 * 1024, 's');
+  const uint64_t before = disk_cache::counters().scans, evicted = disk_cache::counters().evictions;
+  disk_cache::store("first", {small, "sym", 1});
+  CHECK(disk_cache::counters().scans == before + 1);  // the first store in this directory
+  for (const char* key : {"s0", "s1", "s2", "s3", "s4", "s5", "s6", "s7", "s8", "s9", "s10", "s11"})
+    disk_cache::store(key, {small, "sym", 1});
+  CHECK(disk_cache::counters().scans == before + 1);  // 120 KiB since: under an eighth of 1 MiB
+  disk_cache::store("s12", {small, "sym", 1});  // 130 KiB since: past an eighth
+  CHECK(disk_cache::counters().scans == before + 2);
+  CHECK(disk_cache::counters().evictions == evicted);  // 130 KiB in all: nothing to evict
+  CHECK(cache.entries().size() == 14);
+}
+
 TEST_CASE("past the size bound the least recently used entry is evicted") {
   ScopedCacheDir cache;
   ::setenv("ORDO_CACHE_MAX_MB", "1", 1);
