@@ -22,27 +22,42 @@
 
 namespace ordo::backend_sweep {
 
-inline const std::vector<int64_t> kFullSweepN = {1, 2, 7, 8, 9, 15, 16, 17, 127, 128, 129, 255, 256, 4095, 4096, 4097, 65537};
-// ORDO_BACKEND_SWEEP=reduced (the sanitizer build in scripts/hardening, whose interpreter runs
-// ~10x slower): one N per regime (below a vector, exact vectors, a tail, several chunks, a
-// long row with a tail) instead of every boundary.
-inline const std::vector<int64_t> kReducedSweepN = {1, 7, 8, 17, 129, 4097};
-inline bool reduced_sweep() {
+// How much of each sweep runs, from ORDO_BACKEND_SWEEP (tests/CMakeLists.txt registers each
+// backend test in two tiers, like the reference tests, tests/reference/tiers.py):
+//   reduced  the sanitizer build in scripts/hardening, whose interpreter runs ~10x slower: one N
+//            per regime (below a vector, exact vectors, a tail, several chunks, a long row).
+//   (unset)  the CI tier: each side of the vector and chunk boundaries once, and the long row.
+//   full     every boundary (scripts/test --full); cuda-emu also runs the CPU backend's N.
+enum class SweepTier { reduced, ci, full };
+inline SweepTier sweep_tier() {
   const char* v = std::getenv("ORDO_BACKEND_SWEEP");
-  return v && std::string(v) == "reduced";
+  const std::string s = v ? v : "";
+  return s == "reduced" ? SweepTier::reduced : s == "full" ? SweepTier::full : SweepTier::ci;
 }
-inline const std::vector<int64_t>& sweep_n() { return reduced_sweep() ? kReducedSweepN : kFullSweepN; }
+inline bool reduced_sweep() { return sweep_tier() == SweepTier::reduced; }
+inline bool full_sweep() { return sweep_tier() == SweepTier::full; }
+
+inline const std::vector<int64_t> kFullSweepN = {1, 2, 7, 8, 9, 15, 16, 17, 127, 128, 129, 255, 256, 4095, 4096, 4097, 65537};
+inline const std::vector<int64_t> kCiSweepN = {1, 2, 7, 8, 9, 16, 17, 128, 129, 256, 4097, 65537};
+inline const std::vector<int64_t> kReducedSweepN = {1, 7, 8, 17, 129, 4097};
+inline const std::vector<int64_t>& sweep_n() {
+  switch (sweep_tier()) {
+    case SweepTier::reduced: return kReducedSweepN;
+    case SweepTier::full: return kFullSweepN;
+    default: return kCiSweepN;
+  }
+}
 // cuda-emu, where every kernel is a host-compiler run (about a second, several for the 16-bit
-// cascades): each regime once, plus the boundaries of a vector (2, 16) and the longest row;
-// ORDO_CUDA_EMU_SWEEP=full runs the CPU backend's full list. The CPU backend runs all 17 sizes,
-// and the IR tests check the CUDA targets' warp layouts against the one-thread kernels on
-// every width up to 16384 (test_ir).
-inline const std::vector<int64_t> kEmuSweepN = {1, 2, 7, 8, 16, 17, 129, 4097, 65537};
+// cascades): below a vector, a whole number of vectors of either width, a tail, several vectors
+// with a tail, and the longest row. The IR tests check the CUDA targets' warp layouts against
+// the one-thread kernels on every width up to 16384 (test_ir).
+inline const std::vector<int64_t> kEmuSweepN = {1, 7, 16, 17, 129, 65537};
 inline const std::vector<int64_t>& emu_sweep_n() {
-  const char* v = std::getenv("ORDO_CUDA_EMU_SWEEP");
-  if (v && std::string(v) == "full") return sweep_n();
-  const char* b = std::getenv("ORDO_BACKEND_SWEEP");
-  return b && std::string(b) == "reduced" ? kReducedSweepN : kEmuSweepN;
+  switch (sweep_tier()) {
+    case SweepTier::reduced: return kReducedSweepN;
+    case SweepTier::full: return kFullSweepN;
+    default: return kEmuSweepN;
+  }
 }
 constexpr int64_t kRows = 7;  // not a multiple of 2 or 4: both the rows-in-flight groups and the remainder run
 

@@ -139,15 +139,14 @@ TEST_CASE("cuda-emu: a misaligned buffer is refused, naming it") {
   CHECK_NOTHROW(k->run({{x.data(), 128, ScalarType::f32}, {y.data(), 128, ScalarType::f32}}, 2));
 }
 
-// Attention on cuda-emu: the shapes of the CPU test (reduced unless ORDO_CUDA_EMU_SWEEP=full: each
+// Attention on cuda-emu: the shapes of the CPU test in the full tier, else the reduced ones (each
 // attention kernel is a host-compiler run of about a second).
 TEST_CASE("attention_backward: cuda-emu matches the interpreter bit for bit (both stages)") {
   const int cases = attention_backward_vs_interpreter(Target::cuda_emu, /*sparse=*/true);
   MESSAGE(fmt::format("attention_backward on cuda-emu: {} cases compared bitwise", cases));
 }
 TEST_CASE("attention: cuda-emu matches the interpreter bit for bit") {
-  const char* full = std::getenv("ORDO_CUDA_EMU_SWEEP");
-  const int cases = attention_vs_interpreter(Target::cuda_emu, !(full && std::string(full) == "full"));
+  const int cases = attention_vs_interpreter(Target::cuda_emu, !full_sweep());
   CHECK(cases > 0);
   MESSAGE(fmt::format("attention on cuda-emu: {} cases compared bitwise", cases));
 }

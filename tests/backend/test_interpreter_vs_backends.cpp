@@ -204,8 +204,7 @@ TEST_CASE("the inductor2.15 orders' thread splits (threads=T) match the interpre
 }
 
 TEST_CASE("attention: every backend matches the interpreter bit for bit") {
-  const bool reduced = std::getenv("ORDO_BACKEND_SWEEP") && std::string(std::getenv("ORDO_BACKEND_SWEEP")) == "reduced";
-  const int cases = attention_vs_interpreter(Target::cpu, reduced);
+  const int cases = attention_vs_interpreter(Target::cpu, reduced_sweep());
   MESSAGE(fmt::format("attention: {} (order, dtype, shape, causal) cases compared bitwise", cases));
 }
 

@@ -29,6 +29,7 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from summary import print_summary  # noqa: E402
+import tiers  # noqa: E402
 from torch2_harness import order_row, run_workers, torch_error  # noqa: E402
 
 
@@ -52,11 +53,13 @@ SHAPES_QUICK = [(1, 300, 64, 1, 2), (7, 40, 32, 1, 1), (10, 9, 32, 1, 1), (3, 13
 RANGES = [("normal", 1.0), ("sharp", 8.0)]
 
 
-def cases(quick):
+def cases(tier):
     out = []
-    for i, (s_q, s_k, d, batch, heads) in enumerate(SHAPES_QUICK if quick else SHAPES):
-        # causal and not for each shape but the largest, which runs causal only
-        for causal in ((True,) if s_q * s_k * d > 5e7 else (False, True)):
+    for i, (s_q, s_k, d, batch, heads) in enumerate(SHAPES_QUICK if tier == tiers.QUICK else SHAPES):
+        # causal and not for each shape but the largest, which runs causal only; CI's share
+        # alternates causal between shapes
+        largest = s_q * s_k * d > 5e7
+        for causal in ((True,) if largest else ((i % 2 == 1,) if tier == tiers.CI else (False, True))):
             out.append({"sq": s_q, "sk": s_k, "d": d, "batch": batch, "heads": heads, "dtype": "f32", "causal": causal,
                         "range": RANGES[len(out) % 2][0], "seed": len(out), "alias": i % 4 == 0})
     return out
@@ -120,7 +123,7 @@ def amd_avx512_host():
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--build", default=os.path.join(HERE, "..", "..", "build"), help="ordo's build directory")
-    ap.add_argument("--quick", action="store_true", help="fewer shapes")
+    tiers.add_arguments(ap)
     args = ap.parse_args()
     if error := torch_error():
         print(error)
@@ -129,7 +132,7 @@ def main():
         print("NOT VERIFIED: torch2.15-cpu-* attention_backward (ordo models PyTorch's CPU attention backward with an AMD AVX-512 "
               "host's MKL kernels only, and the orders refuse other hosts)")
         return 0
-    all_cases = cases(args.quick)
+    all_cases = cases(tiers.chosen(args))
     result = run_workers(args.build, WORKER, all_cases, RANGES,
                          lambda c, r, cap: ("attention_backward", order_row(r, cap), c["dtype"]),
                          lambda c, r: f"attention_backward {r['order']} {c['dtype']} Sq={c['sq']} Sk={c['sk']} D={c['d']} B={c['batch']} "

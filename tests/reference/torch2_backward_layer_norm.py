@@ -20,12 +20,15 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from summary import print_summary  # noqa: E402
+import tiers  # noqa: E402
 from torch2_harness import order_row, run_workers, torch_error  # noqa: E402
 
 
 # Every tail mod 8 and mod 16 (the kernels' f32 and 16-bit vectors), both sides of the short-row
 # paths (N < 8, 8 < N < 16), several whole vectors with and without tails, and long rows.
-N_SWEEP = list(range(1, 18)) + [23, 24, 25, 31, 32, 33, 63, 64, 65, 129, 1000, 4097, 12345]
+N_SWEEP = list(range(1, 34)) + [47, 48, 49, 63, 64, 65, 127, 128, 129, 255, 256, 257, 1000, 1024, 4097, 12345]
+# CI's share: every tail mod 16 once, then one width on each side of each boundary class.
+N_CI = list(range(1, 18)) + [24, 31, 33, 64, 129, 1000, 4097, 12345]
 N_QUICK = [1, 7, 8, 9, 15, 16, 17, 33, 129, 1000]
 # (name, offset, scale) of x: ordinary values; a mean far from zero (ds and db*mean cancel in
 # dx's b2); a wide range.
@@ -35,19 +38,19 @@ AFFINE = ["weight+bias", "weight", "bias", "none"]
 # vector of columns.
 ROWS = [1, 2, 3, 5, 7, 64, 129]
 DTYPES = [("f32", "f32"), ("bf16", "bf16"), ("f16", "f16"), ("bf16", "f32"), ("f16", "f32")]
-BIG = [(999, 1000), (4000, 33)]
+BIG = [(1000, 300), (999, 1000), (4000, 33)]
 
 
-def cases(quick):
+def cases(tier):
     out = []
-    ns = N_QUICK if quick else N_SWEEP
+    ns = tiers.pick(tier, N_QUICK, N_CI, N_SWEEP)
     i = 0
     for k, ((xd, wd), n) in enumerate(itertools.product(DTYPES, ns)):
         affine = AFFINE[k % 4] if wd == xd else ["weight+bias", "weight"][k % 2]
         out.append({"dtype": xd, "weight_dtype": wd, "n": n, "range": RANGES[k % 3][0], "affine": affine,
                     "rows": ROWS[i % len(ROWS)] if n < 5000 else 1 + i % 3, "seed": i})
         i += 1
-    for (xd, wd), (rows, n) in itertools.product(DTYPES, BIG[:1] if quick else BIG):
+    for (xd, wd), (rows, n) in itertools.product(DTYPES, tiers.pick(tier, BIG[1:2], BIG[1:], BIG)):
         out.append({"dtype": xd, "weight_dtype": wd, "n": n, "range": "offset", "affine": "weight+bias", "rows": rows, "seed": i})
         i += 1
     return out
@@ -110,12 +113,12 @@ print(json.dumps({"torch": torch.__version__, "capability": torch.backends.cpu.g
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--build", default=os.path.join(HERE, "..", "..", "build"), help="ordo's build directory")
-    ap.add_argument("--quick", action="store_true", help="fewer shapes")
+    tiers.add_arguments(ap)
     args = ap.parse_args()
     if error := torch_error():
         print(error)
         return 1
-    all_cases = cases(args.quick)
+    all_cases = cases(tiers.chosen(args))
 
     def dtype(c):
         return c["dtype"] if c["weight_dtype"] == c["dtype"] else f"{c['dtype']}+{c['weight_dtype']}"

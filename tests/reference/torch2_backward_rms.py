@@ -21,11 +21,14 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from summary import print_summary  # noqa: E402
+import tiers  # noqa: E402
 from torch2_harness import order_row, run_workers, torch_error  # noqa: E402
 
 
 # Every tail mod 16, SumKernel's 32-column groups and their edges, and long rows.
-N_SWEEP = [1, 2, 3, 5, 7, 8, 9, 15, 16, 17, 31, 33, 40, 64, 65, 100, 129, 257, 1000, 4097]
+N_SWEEP = list(range(1, 18)) + [31, 32, 33, 40, 63, 64, 65, 100, 127, 129, 255, 257, 1000, 4097]
+# CI's share: the tails mod 8 and 16 on each side of a vector, each side of the 32-column groups, long rows.
+N_CI = [1, 2, 3, 5, 7, 8, 9, 15, 16, 17, 33, 40, 64, 129, 1000, 4097]
 N_QUICK = [1, 3, 7, 8, 9, 17, 33, 40, 100, 1000]
 ROWS = [1, 2, 3, 4, 5, 6, 7, 300, 40, 17]
 # (name, offset, scale): ordinary values, an offset with a small spread, tiny values, a wide range.
@@ -34,11 +37,11 @@ EPS = [1e-6, 1e-5, 0.1]
 DTYPES = [("f32", "f32"), ("bf16", "bf16"), ("f16", "f16"), ("bf16", "f32"), ("f16", "f32")]
 
 
-def cases(quick):
+def cases(tier):
     out = []
     i = 0
     for (xd, wd) in DTYPES:
-        for n in (N_QUICK if quick else N_SWEEP):
+        for n in tiers.pick(tier, N_QUICK, N_CI, N_SWEEP):
             for weight in (True, False):
                 if not weight and wd != xd:
                     continue  # without a weight there is no mixed case
@@ -46,9 +49,10 @@ def cases(quick):
                             "range": RANGES[i % len(RANGES)][0], "eps": EPS[i % len(EPS)], "saved": i % 2 == 0, "seed": i})
                 i += 1
     # The thread-split regimes: one long row (the row sum), one column of many rows (dweight's sum).
-    long_shapes = [(1, 40000), (2, 40000), (40000, 1), (1, 70001)] if not quick else [(1, 40000), (40000, 1)]
+    long_shapes = tiers.pick(tier, [(1, 40000), (40000, 1)], [(1, 40000), (40000, 1), (1, 70001)],
+                             [(1, 40000), (2, 40000), (40000, 1), (1, 70001)])
     for rows, n in long_shapes:
-        for xd, wd in (DTYPES if not quick else DTYPES[:2]):
+        for xd, wd in (DTYPES[:2] if tier == tiers.QUICK else DTYPES):
             out.append({"dtype": xd, "weight_dtype": wd, "weight": True, "n": n, "rows": rows, "range": "normal",
                         "eps": 1e-6, "saved": i % 2 == 0, "seed": i})
             i += 1
@@ -120,12 +124,12 @@ print(json.dumps({"torch": torch.__version__, "capability": torch.backends.cpu.g
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--build", default=os.path.join(HERE, "..", "..", "build"), help="ordo's build directory")
-    ap.add_argument("--quick", action="store_true", help="fewer shapes")
+    tiers.add_arguments(ap)
     args = ap.parse_args()
     if error := torch_error():
         print(error)
         return 1
-    all_cases = cases(args.quick)
+    all_cases = cases(tiers.chosen(args))
 
     def dtype(c):
         return c["dtype"] if c["weight_dtype"] == c["dtype"] else f"{c['dtype']}+{c['weight_dtype']}"

@@ -25,6 +25,7 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from summary import print_summary  # noqa: E402
+import tiers  # noqa: E402
 from torch2_harness import order_row, run_workers, torch_error  # noqa: E402
 
 
@@ -41,12 +42,12 @@ RUNS_QUICK = [("normal", 1), ("normal", None), ("large", None)]
 MULTI_ROWS = [3, 5, 7, 16]
 
 
-def cases(quick):
+def cases(tier):
     """The case list, as plain data for the workers: op x dtype x N x (value range, rows)."""
     out = []
     i = 0
-    for op, dtype, n in itertools.product(["softmax", "log_softmax"], ["f32", "bf16", "f16"], N_QUICK if quick else N_SWEEP):
-        for rng, rows in RUNS_QUICK if quick else RUNS:
+    for op, dtype, n in itertools.product(["softmax", "log_softmax"], ["f32", "bf16", "f16"], N_QUICK if tier == tiers.QUICK else N_SWEEP):
+        for rng, rows in RUNS_QUICK if tier == tiers.QUICK else RUNS:
             out.append({"op": op, "dtype": dtype, "n": n, "range": rng, "rows": rows or MULTI_ROWS[i % len(MULTI_ROWS)], "seed": i})
             i += 1
     return out
@@ -109,12 +110,12 @@ print(json.dumps({"torch": torch.__version__, "capability": torch.backends.cpu.g
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--build", default=os.path.join(HERE, "..", "..", "build"), help="ordo's build directory")
-    ap.add_argument("--quick", action="store_true", help="fewer shapes and value ranges")
+    tiers.add_arguments(ap)
     args = ap.parse_args()
     if error := torch_error():
         print(error)
         return 1
-    all_cases = cases(args.quick)
+    all_cases = cases(tiers.chosen(args))
     # No disk cache: the kernels compile in tens of milliseconds, and writing hundreds of cache
     # entries took longer than the test (tests/unit cover the cache).
     result = run_workers(args.build, WORKER, all_cases, RANGES,

@@ -26,6 +26,7 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+import tiers  # noqa: E402
 from bits import capabilities  # noqa: E402
 from summary import print_summary  # noqa: E402
 
@@ -34,6 +35,8 @@ WANT_TORCH = "2.15.0"
 # Every tail length mod 8 and mod 16 (the f32 and 16-bit vector widths of the kernels), the
 # chunk boundaries of the Welford cascade (16 vectors), and long rows across several cascade levels.
 N_SWEEP = list(range(1, 34)) + [63, 64, 65, 127, 128, 129, 255, 256, 257, 1000, 1024, 2047, 2049, 4096, 4097, 12345, 65537, 70001]
+# CI's share: every tail mod 16 once (1..17), then one width on each side of each boundary class.
+N_CI = list(range(1, 18)) + [31, 33, 64, 129, 255, 1000, 1024, 2049, 4097, 12345, 65537]
 N_QUICK = [1, 7, 8, 9, 16, 17, 33, 129, 1000, 4097]
 # (name, offset, scale): ordinary values, a large offset with a tiny spread (catastrophic
 # cancellation in any one-pass form), tiny values (denormal squares), and a wide range.
@@ -44,13 +47,13 @@ AFFINE = ["weight+bias", "weight", "bias", "none"]
 ROWS = [5, 7, 3]
 
 
-def cases(quick):
+def cases(tier):
     """The case list, as plain data for the workers. Each dtype x N x range is a case. Affine and
     eps are part of the compiled kernel, so they rotate per (dtype, N), and the value ranges of
     one (dtype, N) share a kernel; across N every dtype meets every affine form and eps. The row
     count (a launch argument) rotates per case."""
     out = []
-    ns = N_QUICK if quick else N_SWEEP
+    ns = tiers.pick(tier, N_QUICK, N_CI, N_SWEEP)
     # The Hugging Face classes differ from F.rms_norm only after the shared sum (where they round
     # and how they take the weight), so they run on the shorter sweep.
     hf_ns = N_QUICK
@@ -169,7 +172,7 @@ print(json.dumps({"torch": torch.__version__, "capability": torch.backends.cpu.g
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--build", default=os.path.join(HERE, "..", "..", "build"), help="ordo's build directory")
-    ap.add_argument("--quick", action="store_true", help="fewer shapes")
+    tiers.add_arguments(ap)
     args = ap.parse_args()
     try:
         import torch
@@ -181,7 +184,7 @@ def main():
         print(f"FAIL: this is torch {torch.__version__} ({sys.executable}); the torch2.15 orders are checked against {WANT_TORCH}")
         return 1
 
-    all_cases = cases(args.quick)
+    all_cases = cases(tiers.chosen(args))
     import tempfile
     spec = tempfile.NamedTemporaryFile("w", suffix=".json", prefix="ordo_torch2_", delete=False)
     json.dump(all_cases, spec)

@@ -30,6 +30,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from bits import cpu_has_avx512  # noqa: E402
 from summary import print_summary  # noqa: E402
+import tiers  # noqa: E402
 
 WANT_TORCH = "2.15.0"
 
@@ -38,6 +39,8 @@ WANT_TORCH = "2.15.0"
 # Welford bound of layer_norm (1024), long rows past the chunk stack's first level (4096 vectors:
 # 32768 floats on avx2, 65536 on avx512).
 N_SWEEP = list(range(1, 18)) + [23, 31, 32, 33, 47, 63, 64, 65, 100, 1000, 1023, 1024, 1025, 4097, 32769, 65537, 70001]
+# CI's share: each tail mod 8, 16 and 32 on both sides of the vector, the bounds, the long rows.
+N_CI = [1, 3, 4, 5, 8, 9, 15, 16, 17, 31, 33, 64, 1000, 1024, 1025, 4097, 32769, 70001]
 N_QUICK = [1, 3, 5, 9, 17, 33, 1000, 1025]
 RANGES = [("normal", 0.0, 1.0), ("offset1e4", 1e4, 1e-3), ("tiny", 0.0, 1e-20), ("wide", 0.0, 1e3)]
 EPS = [1e-5, 1e-12, 0.1]
@@ -48,9 +51,9 @@ ROWS = [3, 1, 5, 7, 2]
 BATCH = 24  # cases per compiled graph
 
 
-def cases(quick):
+def cases(tier):
     out = []
-    ns = N_QUICK if quick else N_SWEEP
+    ns = tiers.pick(tier, N_QUICK, N_CI, N_SWEEP)
     i = 0
     for dtype in ("f32", "bf16", "f16"):
         for n in ns:
@@ -68,8 +71,8 @@ def cases(quick):
     # Two rows on both sides of the bound where Inductor splits each row between its threads
     # (N / step > 300 R, R = 2): steps of 8 (AVX2 f32), 16 (AVX-512 f32, AVX2 16-bit), 32
     # (AVX-512 16-bit).
-    if not quick:
-        for n in (4700, 4900, 9500, 9700, 19100, 19300):
+    if tier != tiers.QUICK:
+        for n in tiers.pick(tier, (), (4700, 4900, 19100, 19300), (4700, 4900, 9500, 9700, 19100, 19300)):
             for dtype in ("f32", "bf16"):
                 for op in ("layer_norm", "rms_norm", "softmax", "log_softmax"):
                     c = {"op": op, "dtype": dtype, "n": n, "rows": 2}
@@ -145,8 +148,9 @@ def ordo_op(c, x, w, b, order):
 order = f"inductor2.15-cpu-{cap}" + (f"(threads={threads})" if threads > 1 else "")
 results = []
 torch._dynamo.config.cache_size_limit = 64
-for start in range(0, len(cases), batch):
-    group = list(range(start, min(start + batch, len(cases))))
+mine = [i for i, c in enumerate(cases) if threads in c.get("threads", (1, 2))]
+for start in range(0, len(mine), batch):
+    group = mine[start:start + batch]
     wb = [params(cases[i]) for i in group]
     def graph(*xs):
         return [torch_op(cases[i], x, *wb[k]) for k, (i, x) in enumerate(zip(group, xs))]
@@ -172,7 +176,7 @@ print(json.dumps({"torch": torch.__version__, "isa": isa, "results": results}))
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--build", default=os.path.join(HERE, "..", "..", "build"), help="ordo's build directory")
-    ap.add_argument("--quick", action="store_true", help="fewer shapes")
+    tiers.add_arguments(ap)
     ap.add_argument("--batch", type=int, default=BATCH, help="cases per compiled graph")
     ap.add_argument("--dynamic-report", action="store_true",
                     help="a measurement, not a test: compile with dynamic=True on 1 thread (the short sweep) and count the "
@@ -190,7 +194,14 @@ def main():
 
     if args.dynamic_report:
         args.batch = 1  # one graph per case: cases of equal sizes in one graph would share their symbols
-    all_cases = cases(args.quick or args.dynamic_report)
+    tier = tiers.QUICK if args.dynamic_report else tiers.chosen(args)
+    all_cases = cases(tier)
+    if tier == tiers.CI:
+        # CI's share on 2 threads: the launches Inductor may split between threads (one row, or
+        # past the split bound) and every third other case; the full tier runs all on both.
+        for i, c in enumerate(all_cases):
+            if not (c["rows"] == 1 or c["n"] >= 4097 or i % 3 == 0):
+                c["threads"] = [1]
     mode = "dynamic" if args.dynamic_report else "static"
     caps = ["avx2"] + (["avx512"] if cpu_has_avx512() else [])
     if "avx512" not in caps:

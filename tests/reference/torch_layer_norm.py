@@ -19,6 +19,7 @@ import numpy as np
 
 from bits import capabilities, same_bits, to_bf16_bits
 from summary import print_summary
+import tiers
 
 TORCH_WORKER = r'''
 import json, sys
@@ -69,6 +70,9 @@ print(torch.__version__, torch.backends.cpu.get_cpu_capability() if hasattr(torc
 '''
 
 N_SWEEP = [1, 2, 7, 8, 9, 15, 16, 17, 100, 127, 128, 129, 255, 256, 1000, 1024, 4095, 4096, 4097, 12345, 65537]
+# CI's share: below a vector, each side of the vector and chunk boundaries once, the long rows.
+N_CI = [1, 7, 8, 9, 16, 17, 100, 129, 256, 1000, 4097, 65537]
+N_QUICK = [7, 8, 17, 128, 1000, 4097]
 # (name, offset, scale): ordinary values, a large offset with a tiny spread, a wide range.
 RANGES = [("normal", 0.0, 1.0), ("offset1e4", 1e4, 1e-3), ("wide", 0.0, 1e3)]
 
@@ -77,15 +81,16 @@ def rows_for(n):
     return 6 if n > 10000 else 24
 
 
-def bf16_sweep_decomp(quick):
-    return [1, 7, 17, 100, 1025, 4097, 65537] if not quick else [17, 1025]
+def bf16_sweep_decomp(tier):
+    return tiers.pick(tier, [17, 1025], [1, 17, 100, 1025, 65537], [1, 7, 17, 100, 1025, 4097, 65537])
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--ordo", required=True)
-    ap.add_argument("--quick", action="store_true", help="fewer shapes")
+    tiers.add_arguments(ap)
     args = ap.parse_args()
+    tier = tiers.chosen(args)
     try:
         import torch  # noqa: F401  (the workers import it; fail here with a clear message)
     except ImportError:
@@ -95,7 +100,7 @@ def main():
     rng = np.random.default_rng(20261122)
     tmp = tempfile.mkdtemp(prefix="ordo_ref_")
     cases = []
-    sweep = N_SWEEP if not args.quick else [7, 8, 17, 128, 1000, 4097]
+    sweep = tiers.pick(tier, N_QUICK, N_CI, N_SWEEP)
     for n, (rname, off, scale), affine in itertools.product(sweep, RANGES, [True, False]):
         rows = rows_for(n)
         base = os.path.join(tmp, f"ln_{n}_{rname}_{int(affine)}")
@@ -120,7 +125,7 @@ def main():
     # bf16 rounding points differ in few elements, so these cases use more rows, and a spread
     # where var is comparable to eps (so how eps is added matters).
     decomp_ranges = RANGES[:2] + [("var~eps", 0.0, 3e-3)]
-    for n, (rname, off, scale), affine in itertools.product(bf16_sweep_decomp(args.quick), decomp_ranges, [True, False]):
+    for n, (rname, off, scale), affine in itertools.product(bf16_sweep_decomp(tier), decomp_ranges, [True, False]):
         base = os.path.join(tmp, f"lndb_{n}_{rname}_{int(affine)}")
         c = {"op": "layer_norm_decomp", "x": base + "_x.npy", "eps": 1e-5, "n": n, "range": rname, "affine": affine,
              "dtype": "bf16"}
@@ -131,7 +136,7 @@ def main():
             np.save(c["bias"], to_bf16_bits(0.1 * rng.standard_normal(n)))
         cases.append(c)
     # rms_norm: the composite over N across the sum's levels (512, 8192, 131072 elements).
-    rms_sweep = sweep + ([511, 512, 513, 8192, 8193, 140000] if not args.quick else [])
+    rms_sweep = sweep + tiers.pick(tier, [], [512, 8193, 140000], [511, 512, 513, 8192, 8193, 140000])
     for n, (rname, off, scale), affine in itertools.product(rms_sweep, RANGES, [True, False]):
         base = os.path.join(tmp, f"rms_{n}_{rname}_{int(affine)}")
         c = {"op": "rms_norm", "x": base + "_x.npy", "eps": 1e-5, "n": n, "range": rname, "affine": affine}
@@ -149,7 +154,7 @@ def main():
         np.save(c[which], (1 + 0.1 * rng.standard_normal(n)).astype(np.float32))
         cases.append(c)
     # bf16: PyTorch 1.13 rounds every statistics intermediate to bf16 (the order's Cast pairs).
-    bf16_sweep = [7, 16, 17, 40, 100, 1025, 4096, 4097, 65537] if not args.quick else [17, 1025]
+    bf16_sweep = tiers.pick(tier, [17, 1025], [7, 16, 17, 100, 1025, 4097, 65537], [7, 16, 17, 40, 100, 1025, 4096, 4097, 65537])
     for n, (rname, off, scale), affine in itertools.product(bf16_sweep, RANGES[:2], [True, False]):
         rows = rows_for(n)
         base = os.path.join(tmp, f"lnb_{n}_{rname}_{int(affine)}")

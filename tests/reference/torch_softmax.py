@@ -19,6 +19,7 @@ import numpy as np
 
 from bits import capabilities, same_bits, to_bf16_bits
 from summary import print_summary
+import tiers
 
 TORCH_WORKER = r'''
 import json, sys
@@ -35,6 +36,9 @@ print(torch.__version__)
 
 N_SWEEP = [1, 2, 3, 5, 7, 8, 9, 15, 16, 17, 31, 32, 33, 100, 127, 128, 129, 1000, 1023, 1024, 1025, 4096, 4097,
            10000, 65537, 70001]
+# CI's share: each tail mod 8 and 16 once, each side of the vector and chunk boundaries, the long rows.
+N_CI = [1, 2, 3, 5, 7, 8, 9, 15, 16, 17, 33, 129, 1000, 1025, 4096, 10000, 70001]
+N_QUICK = [1, 7, 9, 17, 129, 1025]
 
 
 def make_x(rng, kind, rows, n):
@@ -72,7 +76,7 @@ KINDS = ["normal", "spread10", "offset1e4", "underflow", "masked", "nan_inf", "e
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--ordo", required=True)
-    ap.add_argument("--quick", action="store_true", help="fewer shapes")
+    tiers.add_arguments(ap)
     args = ap.parse_args()
     try:
         import torch  # noqa: F401  (the workers import it; fail here with a clear message)
@@ -82,7 +86,7 @@ def main():
 
     rng = np.random.default_rng(20261122)
     tmp = tempfile.mkdtemp(prefix="ordo_softmax_")
-    sweep = N_SWEEP if not args.quick else [1, 7, 9, 17, 129, 1025]
+    sweep = tiers.pick(tiers.chosen(args), N_QUICK, N_CI, N_SWEEP)
     cases = []
     for op, dtype, n, kind in itertools.product(["softmax", "log_softmax"], ["f32", "bf16"], sweep, KINDS):
         rows = 2 if n > 10000 else 8
