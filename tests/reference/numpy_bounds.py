@@ -512,8 +512,8 @@ def run_all(args, named, orders, rng, tmp, t0):
             if op == "attention":  # its float64 bounds are tests/reference/flash_bounds.py
                 continue
             # The backward ops' inputs (dy and the forward's statistics) and bounds are not modelled
-            # here: attention_backward's are tests/reference/flash_backward_bounds.py; the norm and
-            # softmax backward orders have no float64 bound test yet.
+            # here: attention_backward's are tests/reference/flash_backward_bounds.py, the norm and
+            # softmax backward orders' tests/reference/norm_backward_bounds.py.
             if op.endswith("_backward"):
                 continue
             for n in NS:
