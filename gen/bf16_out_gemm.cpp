@@ -73,7 +73,9 @@ void emit_bf16_out_gemm(Builder& b, bool transb, bool stub_fma, int64_t n, int64
           });
         for (int64_t k = fours; k < K; ++k) b.assign(sums[0], step(b.get(sums[0]), pk(idx(k)), v_at(idx(k))));
         const ExprRef dot = add(add(add(b.get(sums[0]), b.get(sums[1])), b.get(sums[2])), b.get(sums[3]));
-        result = stub_fma ? fma(alpha_v, dot, c0) : add(c0, mul(alpha_v, dot));
+        // beta*c + alpha*dot with beta = 1: contracted or not, fl(alpha*dot) is added to C0 (an avx512
+        // host's dq differs from fma(alpha, dot, C0): S_q = 100, S_k = 513, D = 32).
+        result = add(c0, mul(alpha_v, dot));
       } else {
         const int acc = b.local("onednn.acc", Type{ScalarType::f32, lanes});
         b.assign(acc, f32c(0.0, lanes));

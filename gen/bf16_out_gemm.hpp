@@ -16,7 +16,7 @@ namespace ordo::gen {
 // than 'N','N' (dQ); the stub runs them differently. `stub_fma`: the stub's build fuses its
 // multiply-adds (avx2, avx512; not the default build). The orders, per element:
 //   stub 'N','N':  dot = ilp4 (s[k mod 4] += P*V for k < 4*(K/4), the rest into s[0];
-//                  ((s0+s1)+s2)+s3), then fma(alpha, dot, C0) or C0 + fl(alpha*dot);
+//                  ((s0+s1)+s2)+s3), then C0 + fl(alpha*dot) under every build;
 //   stub 'N','T':  acc = C0; per k ascending acc += fl(alpha*P[j][k]) * V[k][e] (fused or not);
 //   oneDNN:        acc = +0; per k ascending in pairs acc = (acc + P_{k+1}V) + P_kV (vdpbf16ps;
 //                  an odd K's last product alone); n == 1: acc + P_kV in plain k order;

@@ -405,9 +405,9 @@ struct AttentionBackwardOrder {
     // computes C0 + alpha * sum in f32 (C0 the stored bf16 value) and rounds it to bf16, by
     // ATen's gemm_stub when m*n*k <= 4096, else by oneDNN (gen/bf16_out_gemm.cpp):
     //   stub dQ:     ilp4 dot (sum[k mod 4], the K mod 4 tail into sum 0, ((s0+s1)+s2)+s3),
-    //                then alpha*dot + C0;
-    //   stub dV, dK: from C0, per k ascending acc += fl(alpha*P[j][k]) * V[k][e];
-    //                both fused when `bf16_stub_fma`, else each product and sum rounded;
+    //                then C0 + fl(alpha*dot);
+    //   stub dV, dK: from C0, per k ascending acc += fl(alpha*P[j][k]) * V[k][e], fused when
+    //                `bf16_stub_fma`, else product and sum each rounded;
     //   oneDNN:      per output row one chain from +0 over k ascending, in pairs
     //                (acc + p[k+1]) + p[k] (one row of C: plain k order), then C0 + fl(alpha*acc).
     CpuFlash,
