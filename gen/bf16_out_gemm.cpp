@@ -3,7 +3,7 @@
 // made here; the IR holds only the chosen order.
 #include "gen/bf16_out_gemm.hpp"
 
-#include <functional>
+#include <vector>
 
 #include "ir/error.hpp"
 
