@@ -14,7 +14,11 @@
 //     grad  = attn * (grad - dsum_r)                  (sub, then mul)
 //     dq_rows += scale * grad @ k_rows                (MKL 'N','N', alpha = scale, beta = 1)
 //     dk_rows += scale * grad^T @ q_rows              (MKL 'N','T', alpha = scale, beta = 1)
-// each product by the kernel MKL picks for its shape (gen/mkl_gemm.cpp). PyTorch's per-thread
+// each product by the kernel MKL picks for its shape (gen/mkl_gemm.cpp). In bf16 q @ k^T and
+// dout @ v^T are gemm_bf16bf16f32's (f32 results), p is rounded to bf16 for dv and grad for dq and
+// dk, and dq, dk, dv are bf16 tensors, each product's sum C0 + alpha * dot rounded to bf16 by
+// ATen's gemm_stub or oneDNN (gen/bf16_out_gemm.cpp); dsum sums bf16 vectors as two halves of
+// floats. PyTorch's per-thread
 // buffers attn and grad (qB x kvB floats each) and dsum become scratch. Control flow may not
 // depend on program_id, so the instance runs its blocks in order; MKL runs threaded only when
 // the launch is one (batch, head) (PyTorch's parallel loop then has a single iteration).
@@ -23,6 +27,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "gen/bf16_out_gemm.hpp"
 #include "gen/gen.hpp"
 #include "gen/math.hpp"
 #include "gen/mkl_gemm.hpp"
@@ -49,22 +54,27 @@ struct CpuFlashBackward {
   float scale;
   int q = -1, k = -1, v = -1, out = -1, dout = -1, lse = -1, dq = -1, dk = -1, dv = -1;
   int attn = -1, grad = -1, dsum = -1;  // scratch
+  int attn_b = -1;                      // scratch, bf16: p rounded to bf16 (dv's operand)
   ExprRef q_base{}, kv_base{}, m0{};
 
-  GemmInputs inputs() const { return r.x_dtype == ScalarType::f32 ? GemmInputs::f32 : GemmInputs::bf16; }
+  bool bf16() const { return r.x_dtype == ScalarType::bf16; }
+  GemmInputs inputs() const { return bf16() ? GemmInputs::bf16 : GemmInputs::f32; }
+  ExprRef round_bf16(ExprRef x) const { return cast(cast(std::move(x), ScalarType::bf16), ScalarType::f32); }
   ExprRef load_f32(int buffer, ExprRef at, int lanes = 1) const {
     ExprRef x = load(b.kernel(), buffer, std::move(at), lanes);
     return x->type.scalar == ScalarType::f32 ? x : cast(x, ScalarType::f32);
   }
 
   void zero(int buffer, const ExprRef& base, int64_t elements) {
-    b.for_range("z", idx(0), idx(elements), 8, [&](ExprRef i) { b.store(buffer, add(base, i), f32c(0.0f, 8)); });
+    const ExprRef z = bf16() ? cast(f32c(0.0f, 8), ScalarType::bf16) : f32c(0.0f, 8);
+    b.for_range("z", idx(0), idx(elements), 8, [&](ExprRef i) { b.store(buffer, add(base, i), z); });
   }
 
   // dsum_r = vec::map2_reduce_all(x*y, x+y)(dout_r, out_r): every product rounded, no fma.
   ExprRef row_dsum(const ExprRef& at) {
     const int V = o.dsum_lanes;
     auto product = [&](ExprRef i, int lanes) { return mul(load_f32(dout, add(at, i), lanes), load_f32(out, add(at, i), lanes)); };
+    if (bf16()) return row_dsum_bf16(product);
     if (D < V) {
       ExprRef s = product(idx(0), 1);
       for (int64_t i = 1; i < D; ++i) s = add(s, product(idx(i), 1));
@@ -85,6 +95,41 @@ struct CpuFlashBackward {
       b.assign(acc, select(binary(Op::Lt, iota(V), broadcast(idx(tail), V)), add(b.get(acc), mul(gathered(dout), gathered(out))), b.get(acc)));
     }
     const ExprRef bound = b.let("dsum.acc", b.get(acc));
+    std::vector<ExprRef> parts;
+    for (int l = 0; l < V; ++l) parts.push_back(extract(bound, l));
+    return fold_lanes(parts, o.dsum_fold, Arith{});
+  }
+
+  // map2_reduce_all<BFloat16>: a vector of 2V bf16 is two float vectors, lo and hi. D <= V: the
+  // products in order; D < 2V: hi's products added into lanes 0 .. D-V-1 of lo, then lo's lanes in
+  // order; else lo and hi accumulate the further 2V blocks apart, then lo + hi, folded by dsum_fold
+  // (D a multiple of 2V: shape_error).
+  template <class Product>
+  ExprRef row_dsum_bf16(const Product& product) {
+    const int V = o.dsum_lanes;
+    if (D <= V) {
+      ExprRef s = product(idx(0), 1);
+      for (int64_t i = 1; i < D; ++i) s = add(s, product(idx(i), 1));
+      return s;
+    }
+    if (D < 2 * V) {
+      const ExprRef lo = b.let("dsum.lo", product(idx(0), V));
+      std::vector<ExprRef> lanes;
+      for (int l = 0; l < V; ++l) lanes.push_back(l < D - V ? add(extract(lo, l), product(idx(V + l), 1)) : extract(lo, l));
+      ExprRef s = lanes[0];
+      for (int l = 1; l < V; ++l) s = add(s, lanes[size_t(l)]);
+      return s;
+    }
+    const Type vt{ScalarType::f32, V};
+    const int lo = b.local("dsum.lo", vt), hi = b.local("dsum.hi", vt);
+    b.assign(lo, product(idx(0), V));
+    b.assign(hi, product(idx(V), V));
+    if (D > 2 * V)
+      b.for_range("d", idx(2 * V), idx(D), 2 * V, [&](ExprRef d) {
+        b.assign(lo, add(b.get(lo), product(d, V)));
+        b.assign(hi, add(b.get(hi), product(add(d, idx(V)), V)));
+      });
+    const ExprRef bound = b.let("dsum.acc", add(b.get(lo), b.get(hi)));
     std::vector<ExprRef> parts;
     for (int l = 0; l < V; ++l) parts.push_back(extract(bound, l));
     return fold_lanes(parts, o.dsum_fold, Arith{});
@@ -133,8 +178,14 @@ struct CpuFlashBackward {
     b.region("attn", "scale * q @ k^T, " + shape, [&] { emit_gemm_nt(b, mkl, inputs(), qB, kvB, D, q_rows, k_rows, a, threaded, 0, scale); });
     b.region("p", fmt::format("exp(attn - lse){}", r.causal ? ", 0 where key > query" : ""),
              [&] { probabilities(qB, n, kvB); });
-    b.region("dv", "dv += p^T @ dout, " + shape,
-             [&] { emit_gemm_nn(b, mkl, inputs(), kvB, D, qB, a_t, dout_rows, dv_rows, true, threaded, aligned); });
+    const Matrix a_bt{attn_b, idx(0), 1, 0, kvB};
+    const std::string stub = fmt::format("bf16 out: gemm_stub ({}) when m*n*k <= 4096, else oneDNN", o.bf16_stub_fma ? "fma" : "no fma");
+    if (bf16())
+      b.region("dv", "dv += bf16(p)^T @ dout, " + stub,
+               [&] { emit_bf16_out_gemm(b, true, o.bf16_stub_fma, kvB, D, qB, a_bt, dout_rows, dv_rows, 1.0f); });
+    else
+      b.region("dv", "dv += p^T @ dout, " + shape,
+               [&] { emit_gemm_nn(b, mkl, inputs(), kvB, D, qB, a_t, dout_rows, dv_rows, true, threaded, aligned); });
     b.region("grad", "dout @ v^T, " + shape, [&] { emit_gemm_nt(b, mkl, inputs(), qB, kvB, D, dout_rows, v_rows, g, threaded); });
     b.region("ds", "grad = p * (grad - dsum)", [&] {
       b.for_range("r", idx(0), idx(qB), 1, [&](ExprRef j) {
@@ -142,10 +193,18 @@ struct CpuFlashBackward {
         const ExprRef d_r = b.let("dsum_r", load(b.kernel(), dsum, j));
         b.for_range("i", idx(0), idx(kvB), 1, [&](ExprRef i) {
           const ExprRef at = b.let("at", add(row, i));
-          b.store(grad, at, mul(load(b.kernel(), attn, at), sub(load(b.kernel(), grad, at), d_r)));
+          const ExprRef value = mul(load(b.kernel(), attn, at), sub(load(b.kernel(), grad, at), d_r));
+          b.store(grad, at, bf16() ? round_bf16(value) : value);  // bf16: dq's and dk's operand is bf16(grad)
         });
       });
     });
+    if (bf16()) {
+      b.region("dq", "dq += scale * grad @ k, " + stub,
+               [&] { emit_bf16_out_gemm(b, false, o.bf16_stub_fma, qB, D, kvB, g, k_rows, dq_rows, scale); });
+      b.region("dk", "dk += scale * grad^T @ q, " + stub,
+               [&] { emit_bf16_out_gemm(b, true, o.bf16_stub_fma, kvB, D, qB, g_t, q_rows, dk_rows, scale); });
+      return;
+    }
     b.region("dq", "dq += scale * grad @ k, " + shape,
              [&] { emit_gemm_nn(b, mkl, inputs(), qB, D, kvB, g, k_rows, dq_rows, true, threaded, aligned, 0, scale); });
     b.region("dk", "dk += scale * grad^T @ q, " + shape,
@@ -169,6 +228,7 @@ struct CpuFlashBackward {
           p = select(binary(Op::Lt, lanes > 1 ? broadcast(query, lanes) : query, key), f32c(0.0f, lanes), p);
         }
         b.store(attn, at, p);
+        if (bf16()) b.store(attn_b, at, round_bf16(p));
       };
       const int64_t vec_end = kvB / V * V;
       if (vec_end > 0) b.for_range("i", idx(0), idx(vec_end), V, [&](ExprRef i) { step(i, V); });
@@ -182,7 +242,7 @@ struct CpuFlashBackward {
 Kernel build_cpu_flash_attention_backward(const Request& r, const Order& order) {
   const AttentionBackwardOrder& o = order.attention_backward;
   if (!r.saved_stats) throw Error("internal: the CPU flash backward reads the forward's lse");
-  if (r.x_dtype != ScalarType::f32) throw Error("internal: the CPU flash backward is modelled in f32 only");
+  if (r.x_dtype != ScalarType::f32 && r.x_dtype != ScalarType::bf16) throw Error("internal: the CPU flash backward is modelled in f32 and bf16");
   Kernel kernel;
   kernel.name = "attention_backward";
   Builder b(kernel);
@@ -203,6 +263,7 @@ Kernel build_cpu_flash_attention_backward(const Request& r, const Order& order) 
   f.attn = b.buffer("attn", ScalarType::f32, true, Extent::scratch, qS * kS);
   f.grad = b.buffer("grad_attn", ScalarType::f32, true, Extent::scratch, qS * kS);
   f.dsum = b.buffer("dsum", ScalarType::f32, true, Extent::scratch, qS);
+  if (t == ScalarType::bf16) f.attn_b = b.buffer("attn_bf16", ScalarType::f32, true, Extent::scratch, qS * kS);
   const int64_t full_blocks = Sq / qS, last = Sq % qS;
   b.region("attention_backward", describe(o), [&] {
     f.q_base = b.let("q_base", mul(program_id(0), idx(Sq * D)));

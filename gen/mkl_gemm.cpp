@@ -204,15 +204,22 @@ struct Emitter {
   // ---- gemm_bf16bf16f32's gemv kernels (measured on an Intel host without avx512_bf16).
   // 'T': lane l of a 4-lane accumulator sums k = l, l + 4, ... in order; then (l0 + l2) + (l1 + l3),
   // then the K mod 4 last products in order.
-  ExprRef gemv_t4(const Row& a, const Row& x, int64_t K) const {
+  // alpha (AMD host): each element of A_r first multiplied by it, rounded.
+  ExprRef gemv_t4(const Row& a, const Row& x, int64_t K, float alpha = 1.0f) const {
     const Type v4{ScalarType::f32, 4};
+    auto ak = [&](ExprRef k, int lanes) {
+      ExprRef y = get(a, std::move(k), lanes);
+      if (alpha == 1.0f) return y;
+      ExprRef s = constant(kF32, static_cast<double>(alpha));
+      return mul(std::move(y), lanes > 1 ? broadcast(s, lanes) : s);
+    };
     const int acc = b.local("gemv4", v4);
     b.assign(acc, zero(4));
     const int64_t whole = K / 4 * 4;
     if (whole > 0)
-      b.for_range("k", idx(0), idx(whole), 4, [&](ExprRef k) { b.assign(acc, add(b.get(acc), mul(get(a, k, 4), get(x, k, 4)))); });
+      b.for_range("k", idx(0), idx(whole), 4, [&](ExprRef k) { b.assign(acc, add(b.get(acc), mul(ak(k, 4), get(x, k, 4)))); });
     ExprRef h = add(add(extract(b.get(acc), 0), extract(b.get(acc), 2)), add(extract(b.get(acc), 1), extract(b.get(acc), 3)));
-    for (int64_t k = whole; k < K; ++k) h = add(h, mul(get(a, idx(k)), get(x, idx(k))));
+    for (int64_t k = whole; k < K; ++k) h = add(h, mul(ak(idx(k), 1), get(x, idx(k))));
     return h;
   }
   // 'N', over k in [k0, k1) for the columns e .. e + lanes - 1: the products of k0, k0 + 2, ...
@@ -340,18 +347,19 @@ void emit_naive_nn(Builder& b, int64_t n, int64_t m, int64_t K, const Matrix& p,
 void emit_gemm_nt(Builder& b, const GemmOrder& order, GemmInputs inputs, int64_t n, int64_t m, int64_t K, const Matrix& a,
                   const Matrix& bm, const Matrix& c, bool threaded, int64_t n_call, float alpha) {
   if (n_call == 0) n_call = n;
-  if (alpha != 1.0f && (order.kind != GemmOrder::Kind::MklAmdAvx512 || inputs != GemmInputs::f32))
-    throw Error("internal: where MKL applies alpha is measured for the AMD host's sgemm only");
+  if (alpha != 1.0f && order.kind != GemmOrder::Kind::MklAmdAvx512)
+    throw Error("internal: where MKL applies alpha is measured for the AMD host only");
   if (n_call != n && !gemm_nt_splits_rows(order, inputs, n_call, m, K))
     throw Error(fmt::format("internal: q @ k^T of {} rows emitted in part ({} rows) outside MKL's general kernel", n_call, n));
   const Emitter E{b};
   const bool split = threaded && order.threads > 1;
   // gemm_bf16bf16f32's gemv 'T' and its threaded key split are the same on both hosts.
+  // alpha (AMD host, measured): the gemv scales the matrix operand, the others as in f32 (emit_amd_nt).
   if (inputs == GemmInputs::bf16 && (n_call == 1 || m == 1)) {  // bf16 gemv 'T': 4 lanes
     const Row x = n_call == 1 ? Row{&a, idx(0)} : Row{&bm, idx(0)};
     const Matrix& rows = n_call == 1 ? bm : a;
     b.for_range("r", idx(0), idx(n_call == 1 ? m : n), 1, [&](ExprRef r) {
-      const ExprRef y = E.gemv_t4(Row{&rows, r}, x, K);
+      const ExprRef y = E.gemv_t4(Row{&rows, r}, x, K, alpha);
       if (n_call == 1) E.store(c, idx(0), r, y);
       else E.store(c, r, idx(0), y);
     });

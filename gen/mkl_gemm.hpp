@@ -34,9 +34,10 @@ enum class GemmInputs { f32, bf16 };
 // product of n_call rows, starting at a's and c's bases); MKL chooses its kernel by n_call. Only the
 // general kernel, whose every element is its own dot product, can be emitted in part.
 // `alpha`: the call's alpha (C = alpha * A.B), applied where the kernel applies it (AMD model
-// only, measured in f32): the general kernel packs the key rows (MKL's A) times alpha, each
-// product fl(alpha*B_i[k]) * A_j[k] in its fma chain; gemv and the small-matrix kernel multiply
-// each finished dot product by alpha.
+// only): the general kernel packs the key rows (MKL's A) times alpha, each product
+// fl(alpha*B_i[k]) * A_j[k] in its fma chain; the small-matrix kernel and sgemm's gemv multiply
+// each finished dot product by alpha; gemm_bf16bf16f32's gemv multiplies each element of its
+// matrix operand (the key rows when n_call == 1, else the query rows) by alpha first.
 void emit_gemm_nt(ir::Builder& b, const ir::GemmOrder& order, GemmInputs inputs, int64_t n, int64_t m, int64_t K, const Matrix& a,
                   const Matrix& bm, const Matrix& c, bool threaded, int64_t n_call = 0, float alpha = 1.0f);
 

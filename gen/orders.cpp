@@ -108,7 +108,8 @@ AttentionOrder torch215_attention(ScalarType storage, Capability cap) {
 // vec::map2_reduce_all on 16 lanes folded by halving (avx512), 8 (avx2), 8 folded in order
 // (default), never fused; P's exp is Vectorized<float>::exp (Sleef expf_u10) or, under default,
 // glibc's expf. The products are MKL's; only an AMD host's were measured (the MKL model is
-// checked in shape_error).
+// checked in shape_error). bf16's dq, dk, dv products are ATen's gemm_stub (fused under avx2 and
+// avx512) or oneDNN's.
 AttentionBackwardOrder torch215_attention_backward(Capability cap) {
   AttentionBackwardOrder a;
   a.kind = AttentionBackwardOrder::Kind::CpuFlash;
@@ -116,6 +117,7 @@ AttentionBackwardOrder torch215_attention_backward(Capability cap) {
   a.dsum_lanes = cap == Capability::avx512 ? 16 : 8;
   a.dsum_fold = cap == Capability::base ? LaneFold::Sequential : LaneFold::Halving;
   a.exp = cap == Capability::base ? MathImpl::Glibc : MathImpl::SleefU10;
+  a.bf16_stub_fma = cap != Capability::base;
   a.gemm.kind = GemmOrder::Kind::MklAmdAvx512;
   return a;
 }
@@ -463,8 +465,8 @@ std::vector<NamedOrder> make_table() {
                "flash kernel with glibc expf, MKL's block products (threads=T: torch's thread count; mkl=intel or mkl=amd: the host whose MKL kernels ran); "
                "softmax/log_softmax_backward: vec::map2_reduce_all/reduce_all on 8 lanes folded in order, no fma, glibc expf; "
                "rms_norm_backward: F.rms_norm's autograd chain in f32 (SumKernel's 8-lane cascades for the row sum and dweight's dim-0 sum; "
-               "the same under every capability); attention_backward (f32, lse given, an AMD host's MKL): the CPU flash backward with "
-               "dsum on 8 lanes folded in order and glibc expf",
+               "the same under every capability); attention_backward (f32, bf16, lse given, an AMD host's MKL): the CPU flash backward "
+               "with dsum on 8 lanes folded in order and glibc expf, bf16's dq, dk, dv by gemm_stub without fma or oneDNN",
                torch215_ops, kAllStorage, true, true,
                [](ScalarType s, ScalarType, const Request& r) { return torch215(s, Capability::base, r); }});
   t.back().takes_environment = true;
@@ -473,8 +475,8 @@ std::vector<NamedOrder> make_table() {
                "fused affine; rms_norm: as default; softmax/log_softmax: torch1.13-cpu-avx2's; var_mean: sequential Welford in f64; "
                "attention: the CPU flash kernel with 8-lane exp_u20; softmax/log_softmax_backward: 8-lane map2_reduce_all/reduce_all, "
                "halving fold, the masked tail fused when torch runs the rows inline (threads=1 or one row), dx = fma(-exp(y), s, dy) "
-               "with Sleef expf_u10; attention_backward (f32, lse given, an AMD host's MKL): the CPU flash backward with dsum on 8 "
-               "lanes, halving fold, Sleef expf_u10",
+               "with Sleef expf_u10; attention_backward (f32, bf16, lse given, an AMD host's MKL): the CPU flash backward with dsum "
+               "on 8 lanes, halving fold, Sleef expf_u10, bf16's dq, dk, dv by gemm_stub with fma or oneDNN",
                torch215_ops, kAllStorage, true, true,
                [](ScalarType s, ScalarType, const Request& r) { return torch215(s, Capability::avx2, r); }});
   t.back().takes_environment = true;
@@ -482,8 +484,8 @@ std::vector<NamedOrder> make_table() {
                "PyTorch 2.15 CPU, ATEN_CPU_CAPABILITY=avx512: softmax/log_softmax by its AVX-512 kernels (16 lanes); layer_norm "
                "has no AVX-512 kernel, so it is torch2.15-cpu-avx2's; rms_norm: as default (8 lanes here too); var_mean: "
                "sequential Welford in f64; attention: the CPU flash kernel with 16-lane exp_u20; softmax/log_softmax_backward: "
-               "torch2.15-cpu-avx2's on 16 lanes; attention_backward (f32, lse given, an AMD host's MKL): the CPU flash backward "
-               "with dsum on 16 lanes, halving fold, Sleef expf_u10",
+               "torch2.15-cpu-avx2's on 16 lanes; attention_backward (f32, bf16, lse given, an AMD host's MKL): the CPU flash "
+               "backward with dsum on 16 lanes, halving fold, Sleef expf_u10, bf16's dq, dk, dv by gemm_stub with fma or oneDNN",
                torch215_ops, kAllStorage, true, true,
                [](ScalarType s, ScalarType, const Request& r) { return torch215(s, Capability::avx512, r); }});
   t.back().takes_environment = true;
@@ -926,9 +928,16 @@ std::string shape_error(const Request& r, const Order& o, const NamedOrder& n) {
                          "only; on Intel MKL runs its avx512 kernels, and where they apply alpha in the backward's products and how "
                          "they run its 'N','T' calls are not measured. '{}(mkl=amd)' gives the AMD host's bits",
                          r.order, r.order.substr(0, r.order.find('(')));
-    if (r.x_dtype != f32)
-      return fmt::format("order '{}' runs attention_backward in f32 only (PyTorch's {} CPU attention backward is not modelled)", r.order,
-                         name(r.x_dtype));
+    if (r.x_dtype == f16)
+      return fmt::format("order '{}' runs attention_backward in f32 and bf16 (PyTorch's f16 CPU attention backward is not modelled)",
+                         r.order);
+    // map2_reduce_all<BFloat16>'s dsum over D > 2V not a multiple of 2V ends in a partial bf16
+    // vector, whose order was not measured.
+    const int64_t pair = 2 * int64_t(o.attention_backward.dsum_lanes);
+    if (r.x_dtype == bf16 && r.cols > pair && r.cols % pair != 0)
+      return fmt::format("order '{}' runs bf16 attention_backward with D up to {} or a multiple of {} (its dsum's partial last bf16 "
+                         "vector is not modelled), got D = {}",
+                         r.order, pair, pair, r.cols);
     if (!r.saved_stats)
       return fmt::format("order '{}' reproduces PyTorch's backward, which reads the forward's saved logsumexp: give lse", r.order);
   }

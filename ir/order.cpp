@@ -166,8 +166,8 @@ namespace ordo::ir {
 
 std::string describe(const AttentionBackwardOrder& a) {
   if (a.kind == AttentionBackwardOrder::Kind::CpuFlash)
-    return fmt::format("cpu_flash_backward(key_block={}, gemm={}, dsum lanes={} fold={} no fma, exp={})", a.key_block, describe(a.gemm),
-                       a.dsum_lanes, fold_name(a.dsum_fold), math_name(a.exp));
+    return fmt::format("cpu_flash_backward(key_block={}, gemm={}, dsum lanes={} fold={} no fma, exp={}, bf16 gemm_stub {})", a.key_block,
+                       describe(a.gemm), a.dsum_lanes, fold_name(a.dsum_fold), math_name(a.exp), a.bf16_stub_fma ? "fma" : "no fma");
   return fmt::format("tiled_backward(lanes={}, dots=sequential{}, dk/dv: queries ascending, dq: keys ascending, exp=sleef_u10)", a.lanes,
                      a.fma ? "+fma" : "");
 }

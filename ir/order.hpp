@@ -400,6 +400,16 @@ struct AttentionBackwardOrder {
     //     dQ_m += c * G K_n;  dK_n += c * G^T Q_m.
     // dq, dk, dv start at +0 and every product adds into them (beta = 1), so dq sums over key
     // blocks ascending and dk, dv over query blocks ascending.
+    // bf16: A and GA are gemm_bf16bf16f32's (f32 results); P is rounded to bf16 for dV and G for
+    // dQ and dK (G itself uses the f32 P). dQ, dK, dV are bf16 tensors: each of their products
+    // computes C0 + alpha * sum in f32 (C0 the stored bf16 value) and rounds it to bf16, by
+    // ATen's gemm_stub when m*n*k <= 4096, else by oneDNN (gen/bf16_out_gemm.cpp):
+    //   stub dQ:     ilp4 dot (sum[k mod 4], the K mod 4 tail into sum 0, ((s0+s1)+s2)+s3),
+    //                then C0 + fl(alpha*dot);
+    //   stub dV, dK: from C0, per k ascending acc += fl(alpha*P[j][k]) * V[k][e], fused when
+    //                `bf16_stub_fma`, else product and sum each rounded;
+    //   oneDNN:      per output row one chain from +0 over k ascending, in pairs
+    //                (acc + p[k+1]) + p[k] (one row of C: plain k order), then C0 + fl(alpha*acc).
     CpuFlash,
   };
   Kind kind = Kind::Tiled;
@@ -409,6 +419,7 @@ struct AttentionBackwardOrder {
   int dsum_lanes = 16;                   // CpuFlash: vec::map2_reduce_all's vector of floats
   LaneFold dsum_fold = LaneFold::Halving;  // CpuFlash
   MathImpl exp = MathImpl::SleefU10;     // CpuFlash: P's exp
+  bool bf16_stub_fma = true;             // CpuFlash, bf16: ATen's gemm_stub fuses its steps (avx2, avx512 builds)
   // CpuFlash: the block products. Its `threads` is PyTorch's intra-op thread count, which changes
   // bits only when a launch is one (batch, head): PyTorch then calls MKL outside its parallel loop.
   GemmOrder gemm{GemmOrder::Kind::MklAmdAvx512, 1};

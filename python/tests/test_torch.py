@@ -454,26 +454,28 @@ def test_backward():
     out.backward(dout)
     dq, dk, dv = ordo.attention_backward(q.detach(), k.detach(), v.detach(), out.detach(), dout, order="fast", causal=True)
     check(same(q.grad, dq) and same(k.grad, dk) and same(v.grad, dv), "sdpa: gradients are ordo's attention_backward, order fast")
-    # Under torch2.15-cpu (f32), eager autograd's bits, through pinned; where ordo has no model of
-    # this host's MKL the backward is refused, saying so.
-    grads = []
-    for use_ordo in (False, True):
-        q, k, v = (t.detach().clone().requires_grad_(True) for t in (q, k, v))
-        if use_ordo:
-            with ot.pinned(EXACT, strict=True):
-                out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        else:
-            out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        try:
-            out.backward(dout)
-        except Exception as e:
-            check("host" in str(e), f"sdpa under torch2.15-cpu: backward refused only for an unmodelled host ({e})")
-            print("NOT VERIFIED: sdpa backward under torch2.15-cpu on this host:", e)
-            grads = None
-            break
-        grads.append((q.grad, k.grad, v.grad))
-    if grads:
-        check(all(same(a, b) for a, b in zip(*grads)), "sdpa under torch2.15-cpu: pinned dq, dk, dv have eager autograd's bits")
+    # Under torch2.15-cpu (f32 and bf16), eager autograd's bits, through pinned; where ordo has no
+    # model of this host's MKL the backward is refused, saying so.
+    for dtype in (torch.float32, torch.bfloat16):
+        grads = []
+        for use_ordo in (False, True):
+            q_, k_, v_ = (t.detach().to(dtype).requires_grad_(True) for t in (q, k, v))
+            if use_ordo:
+                with ot.pinned(EXACT, strict=True):
+                    out = F.scaled_dot_product_attention(q_, k_, v_, is_causal=True)
+            else:
+                out = F.scaled_dot_product_attention(q_, k_, v_, is_causal=True)
+            try:
+                out.backward(dout.to(dtype))
+            except Exception as e:
+                check("host" in str(e), f"sdpa {dtype} under torch2.15-cpu: backward refused only for an unmodelled host ({e})")
+                print(f"NOT VERIFIED: sdpa {dtype} backward under torch2.15-cpu on this host:", e)
+                grads = None
+                break
+            grads.append((q_.grad, k_.grad, v_.grad))
+        if grads:
+            check(all(same(a, b) for a, b in zip(*grads)),
+                  f"sdpa {dtype} under torch2.15-cpu: pinned dq, dk, dv have eager autograd's bits")
     torch._dynamo.reset()
 
 

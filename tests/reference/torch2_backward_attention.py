@@ -19,6 +19,11 @@ thread count); shapes whose products take MKL's gemv (one query or one key), sma
 into fours; causal (top-left aligned, as torch masks) and not. Values: normal, and sharp (logits 8
 times larger: near one-hot rows).
 
+Cases, bf16: the same shapes but those with D = 24 and 40 (bf16 dsum's partial last vector is
+not modelled), CI's with the causal flag f32's does not take: gemm_bf16bf16f32's products (its
+2-thread key split included), and the bf16 dq, dk, dv products of ATen's gemm_stub (m*n*k <= 4096)
+and oneDNN, every partial rounded to bf16.
+
 The orders model an AMD AVX-512 host's MKL only (no backward was measured on an Intel host, and
 the orders refuse one); elsewhere the test says what it cannot verify.
 """
@@ -53,15 +58,24 @@ SHAPES_QUICK = [(1, 300, 64, 1, 2), (7, 40, 32, 1, 1), (10, 9, 32, 1, 1), (3, 13
 RANGES = [("normal", 1.0), ("sharp", 8.0)]
 
 
+def bf16_modelled(d):
+    # bf16 dsum sums vectors of 2V bf16 (V = 16 floats on avx512, 8 on avx2 and default); a partial
+    # last vector past the first is not modelled, and the orders refuse D > 2V not a multiple of 2V.
+    return d <= 16 or d % 32 == 0
+
+
 def cases(tier):
     out = []
     for i, (s_q, s_k, d, batch, heads) in enumerate(SHAPES_QUICK if tier == tiers.QUICK else SHAPES):
-        # causal and not for each shape but the largest, which runs causal only; CI's share
-        # alternates causal between shapes
+        # f32: causal and not for each shape but the largest, which runs causal only; CI's share
+        # alternates causal between shapes. bf16 likewise, CI's with the other causal flag than
+        # f32's, on every shape whose D it models.
         largest = s_q * s_k * d > 5e7
-        for causal in ((True,) if largest else ((i % 2 == 1,) if tier == tiers.CI else (False, True))):
-            out.append({"sq": s_q, "sk": s_k, "d": d, "batch": batch, "heads": heads, "dtype": "f32", "causal": causal,
-                        "range": RANGES[len(out) % 2][0], "seed": len(out), "alias": i % 4 == 0})
+        for dtype in ("f32", "bf16") if bf16_modelled(d) else ("f32",):
+            flip = dtype == "bf16"
+            for causal in ((True,) if largest else (((i + flip) % 2 == 1,) if tier == tiers.CI else (False, True))):
+                out.append({"sq": s_q, "sk": s_k, "d": d, "batch": batch, "heads": heads, "dtype": dtype, "causal": causal,
+                            "range": RANGES[len(out) % 2][0], "seed": len(out), "alias": i % 4 == 0})
     return out
 
 

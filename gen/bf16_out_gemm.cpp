@@ -1,0 +1,99 @@
+// See gen/bf16_out_gemm.hpp for the orders. The shapes are fixed when the kernel is generated, so
+// the choice between gemm_stub and oneDNN (by m*n*k, which PyTorch's mkldnn_bf16_gemm makes) is
+// made here; the IR holds only the chosen order.
+#include "gen/bf16_out_gemm.hpp"
+
+#include <vector>
+
+#include "ir/error.hpp"
+
+namespace ordo::gen {
+
+using namespace ordo::ir;
+
+namespace {
+
+ExprRef idx(int64_t v) { return index_const(v); }
+ExprRef f32c(double v, int lanes) {
+  ExprRef c = constant(Type{ScalarType::f32, 1}, v);
+  return lanes > 1 ? broadcast(c, lanes) : c;
+}
+ExprRef as_f32(ExprRef x) { return x->type.scalar == ScalarType::f32 ? x : cast(std::move(x), ScalarType::f32); }
+
+// PyTorch's mkldnn_bf16_gemm leaves products of m*n*k <= 4096 to gemm_stub.
+constexpr int64_t kStubWork = 4096;
+
+}  // namespace
+
+void emit_bf16_out_gemm(Builder& b, bool transb, bool stub_fma, int64_t n, int64_t m, int64_t K, const Matrix& p, const Matrix& v,
+                        const Matrix& c, float alpha) {
+  if (v.step != 1 || c.step != 1) throw Error("internal: a bf16-output product reads V and C by rows");
+  const int lanes = m % 16 == 0 ? 16 : m % 8 == 0 ? 8 : m % 4 == 0 ? 4 : 1;
+  const ScalarType storage = ScalarType::bf16;
+  const bool stub = n * m * K <= kStubWork;
+  auto p_at = [&](const ExprRef& j, ExprRef k) {
+    ExprRef col = p.step == 1 ? std::move(k) : mul(std::move(k), idx(p.step));
+    return as_f32(load(b.kernel(), p.buffer, add(add(p.base, mul(j, idx(p.stride))), std::move(col))));
+  };
+  auto c_index = [&](const ExprRef& j, const ExprRef& e) { return add(add(c.base, mul(j, idx(c.stride))), e); };
+  const ExprRef alpha_v = f32c(alpha, lanes);
+  b.for_range("j", idx(0), idx(n), 1, [&](ExprRef j) {
+    b.for_range("e", idx(0), idx(m), lanes, [&](ExprRef e) {
+      auto v_at = [&](ExprRef k) { return as_f32(load(b.kernel(), v.buffer, add(add(v.base, mul(std::move(k), idx(v.stride))), e), lanes)); };
+      auto pk = [&](ExprRef k) {
+        ExprRef x = p_at(j, std::move(k));
+        return lanes > 1 ? broadcast(x, lanes) : x;
+      };
+      auto step = [&](ExprRef acc, ExprRef x, ExprRef y) {
+        return stub_fma ? fma(std::move(x), std::move(y), std::move(acc)) : add(std::move(acc), mul(std::move(x), std::move(y)));
+      };
+      const ExprRef c0 = as_f32(load(b.kernel(), c.buffer, c_index(j, e), lanes));
+      ExprRef result;
+      if (stub && transb) {
+        const int acc = b.local("stub.acc", Type{ScalarType::f32, lanes});
+        b.assign(acc, c0);
+        b.for_range("k", idx(0), idx(K), 1, [&](ExprRef k) {
+          const ExprRef val = alpha == 1.0f ? pk(k) : mul(alpha_v, pk(k));
+          b.assign(acc, step(b.get(acc), v_at(k), val));
+        });
+        result = b.get(acc);
+      } else if (stub) {
+        std::vector<int> sums;
+        for (int s = 0; s < 4; ++s) {
+          sums.push_back(b.local("stub.sum", Type{ScalarType::f32, lanes}));
+          b.assign(sums.back(), f32c(0.0, lanes));
+        }
+        const int64_t fours = K / 4 * 4;
+        if (fours > 0)
+          b.for_range("k", idx(0), idx(fours), 4, [&](ExprRef k) {
+            for (int s = 0; s < 4; ++s) {
+              const ExprRef ks = s ? add(k, idx(s)) : k;
+              b.assign(sums[size_t(s)], step(b.get(sums[size_t(s)]), pk(ks), v_at(ks)));
+            }
+          });
+        for (int64_t k = fours; k < K; ++k) b.assign(sums[0], step(b.get(sums[0]), pk(idx(k)), v_at(idx(k))));
+        const ExprRef dot = add(add(add(b.get(sums[0]), b.get(sums[1])), b.get(sums[2])), b.get(sums[3]));
+        // beta*c + alpha*dot with beta = 1: contracted or not, fl(alpha*dot) is added to C0 (an avx512
+        // host's dq differs from fma(alpha, dot, C0): S_q = 100, S_k = 513, D = 32).
+        result = add(c0, mul(alpha_v, dot));
+      } else {
+        const int acc = b.local("onednn.acc", Type{ScalarType::f32, lanes});
+        b.assign(acc, f32c(0.0, lanes));
+        auto product = [&](ExprRef k) { return mul(pk(k), v_at(k)); };
+        if (n == 1) {
+          b.for_range("k", idx(0), idx(K), 1, [&](ExprRef k) { b.assign(acc, add(b.get(acc), product(k))); });
+        } else {
+          const int64_t pairs = K / 2 * 2;
+          if (pairs > 0)
+            b.for_range("k", idx(0), idx(pairs), 2,
+                        [&](ExprRef k) { b.assign(acc, add(add(b.get(acc), product(add(k, idx(1)))), product(k))); });
+          if (K % 2) b.assign(acc, add(b.get(acc), product(idx(K - 1))));
+        }
+        result = add(c0, mul(alpha_v, b.get(acc)));
+      }
+      b.store(c.buffer, c_index(j, e), cast(result, storage));
+    });
+  });
+}
+
+}  // namespace ordo::gen
