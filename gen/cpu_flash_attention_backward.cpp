@@ -227,6 +227,8 @@ struct CpuFlashBackward {
           if (lanes > 1) key = add(broadcast(key, lanes), iota(lanes));
           p = select(binary(Op::Lt, lanes > 1 ? broadcast(query, lanes) : query, key), f32c(0.0f, lanes), p);
         }
+        // Stored twice in bf16: bound to one value, so the IR (and its fma count) holds one exp.
+        if (bf16()) p = b.let("p", p);
         b.store(attn, at, p);
         if (bf16()) b.store(attn_b, at, round_bf16(p));
       };
