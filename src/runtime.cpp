@@ -116,8 +116,9 @@ ir::Kernel without_description(const ir::Kernel& k) {
 }
 std::string program_text(const ir::Kernel& k) { return ir::print(without_description(k)); }
 
-// Compiled programs of this process by program text, below the request cache: a request that
-// misses there but generates a program already compiled loads nothing and compiles nothing.
+// Compiled programs of this process by program key (the SHA-256 of everything the machine code
+// depends on, as the disk cache names them), below the request cache: a request that misses
+// there but generates a program already compiled loads nothing and compiles nothing.
 // Entries live as long as the process, like the JIT's code.
 class ProgramCache {
  public:
@@ -199,27 +200,27 @@ void CompiledKernel::compile_stage(Stage& st, bool share_programs) {
     llvm_backend::Options options;
     options.rows_in_flight = r.rows_in_flight;
     // Everything the machine code depends on: the program, not the request that asked for it.
-    const std::string program = fmt::format("ordo {}\n{}\nrows in flight {}\n{}", kOrdoVersion, llvm_backend::fingerprint(),
-                                            options.rows_in_flight, program_text(st.kernel));
-    if (std::optional<ProgramCache::Cpu> shared = share_programs ? program_cache().find_cpu(program) : std::nullopt) {
+    const std::string program_key = disk_cache::key(fmt::format("ordo {}\n{}\nrows in flight {}\n{}", kOrdoVersion,
+                                                            llvm_backend::fingerprint(), options.rows_in_flight,
+                                                            program_text(st.kernel)));
+    if (std::optional<ProgramCache::Cpu> shared = share_programs ? program_cache().find_cpu(program_key) : std::nullopt) {
       st.entry = shared->entry;
       st.rows_in_flight = shared->rows_in_flight;
       return;
     }
     const bool use_disk = disk_cache::settings().enabled;
-    const std::string disk_key = use_disk ? disk_cache::key(program) : std::string();
     // Held while this key is loaded, or compiled and stored: a thread or process that asks for
     // the same new kernel meanwhile waits, then loads it (include/ordo/disk_cache.hpp).
     std::optional<disk_cache::KeyLock> key_lock;
-    if (use_disk) key_lock.emplace(disk_key);
+    if (use_disk) key_lock.emplace(program_key);
     if (use_disk) {
-      if (std::optional<disk_cache::Entry> e = disk_cache::load(disk_key)) {
+      if (std::optional<disk_cache::Entry> e = disk_cache::load(program_key)) {
         try {
           st.entry = llvm_backend::load_object(e->object, e->symbol);
           st.rows_in_flight = e->rows_in_flight;
           from_disk_cache_ = true;
         } catch (const Error&) {
-          disk_cache::discard(disk_key);  // intact but unloadable: rebuild below
+          disk_cache::discard(program_key);  // intact but unloadable: rebuild below
         }
       }
     }
@@ -231,9 +232,9 @@ void CompiledKernel::compile_stage(Stage& st, bool share_programs) {
       lower_ms_ += o.lower_ms;
       optimize_ms_ += o.optimize_ms;
       codegen_ms_ += o.codegen_ms + std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
-      if (use_disk) disk_cache::store(disk_key, disk_cache::Entry{std::move(o.bytes), o.symbol, o.rows_in_flight});
+      if (use_disk) disk_cache::store(program_key, disk_cache::Entry{std::move(o.bytes), o.symbol, o.rows_in_flight});
     }
-    if (share_programs) program_cache().add_cpu(program, ProgramCache::Cpu{st.entry, st.rows_in_flight});
+    if (share_programs) program_cache().add_cpu(program_key, ProgramCache::Cpu{st.entry, st.rows_in_flight});
   }
   if (r.target == Target::cuda || r.target == Target::cuda_emu) {
     cuda_backend::Source src = cuda_backend::render(st.kernel);  // refuses Op::Call with a clear error
@@ -247,21 +248,20 @@ void CompiledKernel::compile_stage(Stage& st, bool share_programs) {
       // The host compiler takes about a second per kernel; the shared object is kept in the
       // disk cache, keyed by everything it depends on.
       // The source names the request in its first comment; the key is the source of the program alone.
-      const std::string program = fmt::format("ordo {}\n{}\n{}", kOrdoVersion, cuda_backend::emu_fingerprint(),
-                                              cuda_backend::render(without_description(st.kernel)).text);
-      if (std::shared_ptr<const cuda_backend::EmuKernel> shared = share_programs ? program_cache().find_emu(program) : nullptr) {
+      const std::string program_key = disk_cache::key(fmt::format("ordo {}\n{}\n{}", kOrdoVersion, cuda_backend::emu_fingerprint(),
+                                                              cuda_backend::render(without_description(st.kernel)).text));
+      if (std::shared_ptr<const cuda_backend::EmuKernel> shared = share_programs ? program_cache().find_emu(program_key) : nullptr) {
         st.cuda_emu = std::move(shared);
         return;
       }
       const bool use_disk = disk_cache::settings().enabled;
-      const std::string disk_key = use_disk ? disk_cache::key(program) : "";
-      std::optional<disk_cache::Entry> e = use_disk ? disk_cache::load(disk_key) : std::nullopt;
+        std::optional<disk_cache::Entry> e = use_disk ? disk_cache::load(program_key) : std::nullopt;
       if (e) {
         try {
           st.cuda_emu = std::make_shared<cuda_backend::EmuKernel>(cuda_backend::load_emu(src, e->object));
           from_disk_cache_ = true;
         } catch (const Error&) {
-          disk_cache::discard(disk_key);  // intact but unloadable: rebuild below
+          disk_cache::discard(program_key);  // intact but unloadable: rebuild below
         }
       }
       if (!st.cuda_emu) {
@@ -270,9 +270,9 @@ void CompiledKernel::compile_stage(Stage& st, bool share_programs) {
         const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
         codegen_ms_ += ms;
         st.cuda_emu = std::make_shared<cuda_backend::EmuKernel>(cuda_backend::load_emu(src, object, ms));
-        if (use_disk) disk_cache::store(disk_key, disk_cache::Entry{std::move(object), "ordo_emu_run", 1});
+        if (use_disk) disk_cache::store(program_key, disk_cache::Entry{std::move(object), "ordo_emu_run", 1});
       }
-      if (share_programs) program_cache().add_emu(program, st.cuda_emu);
+      if (share_programs) program_cache().add_emu(program_key, st.cuda_emu);
     }
   }
 }
