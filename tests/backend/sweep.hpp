@@ -7,6 +7,7 @@
 
 #include <array>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <optional>
@@ -32,7 +33,12 @@ enum class SweepTier { reduced, ci, full };
 inline SweepTier sweep_tier() {
   const char* v = std::getenv("ORDO_BACKEND_SWEEP");
   const std::string s = v ? v : "";
-  return s == "reduced" ? SweepTier::reduced : s == "full" ? SweepTier::full : SweepTier::ci;
+  if (s.empty()) return SweepTier::ci;
+  if (s == "reduced") return SweepTier::reduced;
+  if (s == "full") return SweepTier::full;
+  // A misspelt tier must not quietly run another one.
+  std::fprintf(stderr, "ORDO_BACKEND_SWEEP='%s': expected reduced, full, or unset (the CI tier)\n", s.c_str());
+  std::exit(2);
 }
 inline bool reduced_sweep() { return sweep_tier() == SweepTier::reduced; }
 inline bool full_sweep() { return sweep_tier() == SweepTier::full; }
