@@ -96,9 +96,19 @@ class Pool {
   bool stop_ = false;
 };
 
+// What the callers waiting on one request receive: the kernel, or the message of the error that
+// refused it. A message, not the exception: each waiter throws an ordo::Error of its own, so no
+// exception object is shared between threads (one shared object is destroyed by whichever thread
+// drops the last reference, inside libstdc++, where ThreadSanitizer sees no synchronization and
+// reported a race against another thread still reading what()).
+struct Outcome {
+  KernelHandle kernel;
+  std::string error;
+};
+
 struct Cache {
   std::mutex mu;
-  std::unordered_map<std::string, std::shared_future<KernelHandle>> map;
+  std::unordered_map<std::string, std::shared_future<Outcome>> map;
   uint64_t hits = 0, misses = 0;
 };
 Cache& cache() {
@@ -314,8 +324,8 @@ KernelHandle compile_uncached(const Request& r) { return detail::compile_new(r, 
 KernelHandle compile(const Request& r) {
   const std::string key = r.key();
   Cache& c = cache();
-  std::promise<KernelHandle> promise;
-  std::shared_future<KernelHandle> existing;
+  std::promise<Outcome> promise;
+  std::shared_future<Outcome> existing;
   {
     std::lock_guard<std::mutex> lock(c.mu);
     auto it = c.map.find(key);
@@ -327,16 +337,28 @@ KernelHandle compile(const Request& r) {
       c.map.emplace(key, promise.get_future().share());
     }
   }
-  if (existing.valid()) return existing.get();  // waits, outside the lock, if another thread is compiling it
+  if (existing.valid()) {
+    const Outcome& o = existing.get();  // waits, outside the lock, if another thread is compiling it
+    if (!o.kernel) throw Error(o.error);
+    return o.kernel;
+  }
+  // A failed request is not cached: waiters get its message, later callers try again.
+  auto forget = [&](std::string message) {
+    {
+      std::lock_guard<std::mutex> lock(c.mu);
+      c.map.erase(key);
+    }
+    promise.set_value(Outcome{nullptr, std::move(message)});
+  };
   try {
     KernelHandle k = detail::compile_new(r, true);
-    promise.set_value(k);
+    promise.set_value(Outcome{k, {}});
     return k;
+  } catch (const std::exception& e) {
+    forget(e.what());
+    throw;
   } catch (...) {
-    // A failed request is not cached: waiters get the error, later callers try again.
-    promise.set_exception(std::current_exception());
-    std::lock_guard<std::mutex> lock(c.mu);
-    c.map.erase(key);
+    forget("internal: compiling " + key + " threw a non-standard exception");
     throw;
   }
 }

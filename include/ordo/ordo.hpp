@@ -122,10 +122,12 @@ using KernelHandle = std::shared_ptr<const CompiledKernel>;
 
 // Resolves, generates, verifies and compiles. Throws ordo::Error with a message naming the
 // bad field. compile() keeps every kernel in a thread-safe in-memory cache keyed by the whole
-// request; concurrent callers of one new request wait for a single compile. Below it, requests
-// that generate the same program (an alias and the order it names, or a parameter the order
-// ignores) share one compiled program. compile_uncached bypasses both in-memory caches (not the
-// disk cache, which ORDO_CACHE=0 turns off): a fresh compile, e.g. to time one.
+// request; concurrent callers of one new request wait for a single compile (if it fails, each
+// waiter throws an ordo::Error of its own with the same message, and nothing is cached).
+// Below it, requests that generate the same program (an alias and the order it names, or a
+// parameter the order ignores) share one compiled program. compile_uncached bypasses both
+// in-memory caches (not the disk cache, which ORDO_CACHE=0 turns off): a fresh compile, e.g.
+// to time one.
 KernelHandle compile(const Request& r);
 KernelHandle compile_uncached(const Request& r);
 
