@@ -32,6 +32,7 @@
 #include "gen/math.hpp"
 #include "gen/mkl_gemm.hpp"
 #include "gen/reductions.hpp"
+#include "gen/row.hpp"
 #include "ir/error.hpp"
 
 namespace ordo::gen {
@@ -74,7 +75,12 @@ struct CpuFlashBackward {
   ExprRef row_dsum(const ExprRef& at) {
     const int V = o.dsum_lanes;
     auto product = [&](ExprRef i, int lanes) { return mul(load_f32(dout, add(at, i), lanes), load_f32(out, add(at, i), lanes)); };
-    if (bf16()) return row_dsum_bf16(product);
+    // bf16: map2_reduce_all<BFloat16>, a vector of 2V bf16 being two float vectors: the softmax
+    // op's bf16 reduce_all (gen/row.hpp) with the rounded product as its value.
+    if (bf16()) {
+      auto plus = [](ExprRef x, ExprRef y) { return add(std::move(x), std::move(y)); };
+      return reduce_all_pairs(b, D, V, o.dsum_fold, product, plus, "dsum");
+    }
     if (D < V) {
       ExprRef s = product(idx(0), 1);
       for (int64_t i = 1; i < D; ++i) s = add(s, product(idx(i), 1));
@@ -95,41 +101,6 @@ struct CpuFlashBackward {
       b.assign(acc, select(binary(Op::Lt, iota(V), broadcast(idx(tail), V)), add(b.get(acc), mul(gathered(dout), gathered(out))), b.get(acc)));
     }
     const ExprRef bound = b.let("dsum.acc", b.get(acc));
-    std::vector<ExprRef> parts;
-    for (int l = 0; l < V; ++l) parts.push_back(extract(bound, l));
-    return fold_lanes(parts, o.dsum_fold, Arith{});
-  }
-
-  // map2_reduce_all<BFloat16>: a vector of 2V bf16 is two float vectors, lo and hi. D <= V: the
-  // products in order; D < 2V: hi's products added into lanes 0 .. D-V-1 of lo, then lo's lanes in
-  // order; else lo and hi accumulate the further 2V blocks apart, then lo + hi, folded by dsum_fold
-  // (D a multiple of 2V: shape_error).
-  template <class Product>
-  ExprRef row_dsum_bf16(const Product& product) {
-    const int V = o.dsum_lanes;
-    if (D <= V) {
-      ExprRef s = product(idx(0), 1);
-      for (int64_t i = 1; i < D; ++i) s = add(s, product(idx(i), 1));
-      return s;
-    }
-    if (D < 2 * V) {
-      const ExprRef lo = b.let("dsum.lo", product(idx(0), V));
-      std::vector<ExprRef> lanes;
-      for (int l = 0; l < V; ++l) lanes.push_back(l < D - V ? add(extract(lo, l), product(idx(V + l), 1)) : extract(lo, l));
-      ExprRef s = lanes[0];
-      for (int l = 1; l < V; ++l) s = add(s, lanes[size_t(l)]);
-      return s;
-    }
-    const Type vt{ScalarType::f32, V};
-    const int lo = b.local("dsum.lo", vt), hi = b.local("dsum.hi", vt);
-    b.assign(lo, product(idx(0), V));
-    b.assign(hi, product(idx(V), V));
-    if (D > 2 * V)
-      b.for_range("d", idx(2 * V), idx(D), 2 * V, [&](ExprRef d) {
-        b.assign(lo, add(b.get(lo), product(d, V)));
-        b.assign(hi, add(b.get(hi), product(add(d, idx(V)), V)));
-      });
-    const ExprRef bound = b.let("dsum.acc", add(b.get(lo), b.get(hi)));
     std::vector<ExprRef> parts;
     for (int l = 0; l < V; ++l) parts.push_back(extract(bound, l));
     return fold_lanes(parts, o.dsum_fold, Arith{});

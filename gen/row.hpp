@@ -70,6 +70,15 @@ ir::ExprRef softmax_max(ir::ExprRef a, ir::ExprRef b);
 ir::ExprRef softmax_scalar_max(ir::ExprRef m, ir::ExprRef x);
 ir::ExprRef fold_lanes(ir::Builder& b, std::vector<ir::ExprRef> v, ir::LaneFold f,
                        const std::function<ir::ExprRef(ir::ExprRef, ir::ExprRef)>& op, const std::string& name);
+// A binary combination of two f32 values (or vectors), and the values of a reduced sequence at
+// columns [col, col + lanes), f32.
+using Combine = std::function<ir::ExprRef(ir::ExprRef, ir::ExprRef)>;
+using ValueFn = std::function<ir::ExprRef(ir::ExprRef col, int lanes)>;
+// PyTorch's reduce_all / map_reduce_all / map2_reduce_all over n 16-bit values (two float vectors
+// of V per 2V elements, accumulators A and B; gen/softmax.cpp states the order). The softmax op's
+// bf16 max and sum, and the bf16 attention backward's dsum, whose value is a product.
+ir::ExprRef reduce_all_pairs(ir::Builder& b, int64_t n, int V, ir::LaneFold f, const ValueFn& value, const Combine& op,
+                             const std::string& name);
 
 // layer_norm's arguments, declared in the order every layer_norm kernel takes them (x, weight,
 // bias, y, mean, rstd); weight and bias are -1 when the request has none.

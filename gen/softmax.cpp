@@ -20,9 +20,6 @@ using namespace ordo::ir;
 namespace {
 
 constexpr float kInf = std::numeric_limits<float>::infinity();
-using Combine = std::function<ExprRef(ExprRef, ExprRef)>;
-// Values of the reduced sequence at columns [col, col+lanes), f32.
-using ValueFn = std::function<ExprRef(ExprRef col, int lanes)>;
 
 ExprRef f32c(float v, int lanes = 1) {
   ExprRef c = constant(Type{ScalarType::f32, 1}, static_cast<double>(v));
@@ -81,45 +78,6 @@ ExprRef reduce_all(Builder& b, int64_t n, int V, LaneFold f, const ValueFn& valu
   std::vector<ExprRef> l = lanes_of(b, b.get(lanes), name + ".lane");
   for (int64_t t = 0; t < n % V; ++t) l[size_t(t)] = b.let(name + ".tail", op(l[size_t(t)], value(index_const(full + t), 1)));
   b.assign(acc, fold(b, std::move(l), f, op, name + ".fold"));
-  return b.get(acc);
-}
-
-// PyTorch 1.13's reduce_all / map_reduce_all for BFloat16 (functional_bfloat16.h): each block
-// of 2V bf16 values is widened to two V-lane float vectors, reduced into accumulators A (low
-// halves) and B (high halves) started from the first block. The n mod 2V tail goes into all of
-// A then lanes 0..r-V-1 of B when it is longer than V, else into lanes 0..r-1 of A. Then
-// C = A op B lane by lane, folded by `f`. Rows shorter than 2V: for n <= V the values combine
-// left to right; for V < n < 2V, C_l = v_l op v_(V+l) where that exists, else v_l, and C folds
-// in lane order whatever `f` is.
-ExprRef reduce_all_pairs(Builder& b, int64_t n, int V, LaneFold f, const ValueFn& value, const Combine& op, const std::string& name) {
-  int acc = b.local(name, Type{ScalarType::f32, 1});
-  if (n < 2 * V) {
-    std::vector<ExprRef> c;
-    for (int64_t l = 0; l < std::min<int64_t>(n, V); ++l) {
-      ExprRef v = b.let(name + ".v", value(index_const(l), 1));
-      c.push_back(l + V < n ? b.let(name + ".pair", op(v, value(index_const(l + V), 1))) : v);
-    }
-    b.assign(acc, fold(b, std::move(c), LaneFold::Sequential, op, name + ".fold"));
-    return b.get(acc);
-  }
-  const int64_t full = n - n % (2 * V), r = n % (2 * V);
-  int lo = b.local(name + ".lo", Type{ScalarType::f32, V}), hi = b.local(name + ".hi", Type{ScalarType::f32, V});
-  b.assign(lo, value(index_const(0), V));
-  b.assign(hi, value(index_const(V), V));
-  if (full > 2 * V)
-    b.for_range("col", index_const(2 * V), index_const(full), 2 * V, [&](ExprRef c) {
-      b.assign(lo, op(b.get(lo), value(c, V)));
-      b.assign(hi, op(b.get(hi), value(add(c, index_const(V)), V)));
-    });
-  if (r >= V) b.assign(lo, op(b.get(lo), value(index_const(full), V)));
-  std::vector<ExprRef> a = lanes_of(b, b.get(lo), name + ".lo"), h = lanes_of(b, b.get(hi), name + ".hi");
-  for (int64_t t = 0; t < (r >= V ? r - V : r); ++t) {
-    std::vector<ExprRef>& into = r >= V ? h : a;
-    into[size_t(t)] = b.let(name + ".tail", op(into[size_t(t)], value(index_const(full + (r >= V ? V : 0) + t), 1)));
-  }
-  std::vector<ExprRef> c;
-  for (int l = 0; l < V; ++l) c.push_back(b.let(name + ".pair", op(a[size_t(l)], h[size_t(l)])));
-  b.assign(acc, fold(b, std::move(c), f, op, name + ".fold"));
   return b.get(acc);
 }
 
@@ -335,6 +293,46 @@ struct Softmax {
 };
 
 }  // namespace
+
+// PyTorch 1.13's reduce_all / map_reduce_all for BFloat16 (functional_bfloat16.h): each block
+// of 2V bf16 values is widened to two V-lane float vectors, reduced into accumulators A (low
+// halves) and B (high halves) started from the first block. The n mod 2V tail goes into all of
+// A then lanes 0..r-V-1 of B when it is longer than V, else into lanes 0..r-1 of A. Then
+// C = A op B lane by lane, folded by `f`. Rows shorter than 2V: for n <= V the values combine
+// left to right; for V < n < 2V, C_l = v_l op v_(V+l) where that exists, else v_l, and C folds
+// in lane order whatever `f` is.
+ExprRef reduce_all_pairs(Builder& b, int64_t n, int V, LaneFold f, const ValueFn& value, const Combine& op, const std::string& name) {
+  int acc = b.local(name, Type{ScalarType::f32, 1});
+  if (n < 2 * V) {
+    std::vector<ExprRef> c;
+    for (int64_t l = 0; l < std::min<int64_t>(n, V); ++l) {
+      ExprRef v = b.let(name + ".v", value(index_const(l), 1));
+      c.push_back(l + V < n ? b.let(name + ".pair", op(v, value(index_const(l + V), 1))) : v);
+    }
+    b.assign(acc, fold(b, std::move(c), LaneFold::Sequential, op, name + ".fold"));
+    return b.get(acc);
+  }
+  const int64_t full = n - n % (2 * V), r = n % (2 * V);
+  int lo = b.local(name + ".lo", Type{ScalarType::f32, V}), hi = b.local(name + ".hi", Type{ScalarType::f32, V});
+  b.assign(lo, value(index_const(0), V));
+  b.assign(hi, value(index_const(V), V));
+  if (full > 2 * V)
+    b.for_range("col", index_const(2 * V), index_const(full), 2 * V, [&](ExprRef c) {
+      b.assign(lo, op(b.get(lo), value(c, V)));
+      b.assign(hi, op(b.get(hi), value(add(c, index_const(V)), V)));
+    });
+  if (r >= V) b.assign(lo, op(b.get(lo), value(index_const(full), V)));
+  std::vector<ExprRef> a = lanes_of(b, b.get(lo), name + ".lo"), h = lanes_of(b, b.get(hi), name + ".hi");
+  for (int64_t t = 0; t < (r >= V ? r - V : r); ++t) {
+    std::vector<ExprRef>& into = r >= V ? h : a;
+    into[size_t(t)] = b.let(name + ".tail", op(into[size_t(t)], value(index_const(full + (r >= V ? V : 0) + t), 1)));
+  }
+  std::vector<ExprRef> c;
+  for (int l = 0; l < V; ++l) c.push_back(b.let(name + ".pair", op(a[size_t(l)], h[size_t(l)])));
+  b.assign(acc, fold(b, std::move(c), f, op, name + ".fold"));
+  return b.get(acc);
+}
+
 
 ExprRef softmax_max(ExprRef a, ExprRef c) { return eager_max(std::move(a), std::move(c)); }
 ExprRef softmax_scalar_max(ExprRef m, ExprRef x) { return scalar_max(std::move(m), std::move(x)); }
