@@ -194,6 +194,7 @@ struct Backward {
 std::vector<Kernel> build_attention_backward(const Request& r, const Order& order) {
   const AttentionBackwardOrder& o = order.attention_backward;
   if (o.kind == AttentionBackwardOrder::Kind::CpuFlash) return {build_cpu_flash_attention_backward(r, order)};
+  if (o.kind == AttentionBackwardOrder::Kind::CpuMatmul) return {build_cpu_matmul_attention_backward(r, order)};
   std::vector<Kernel> stages(2);
   const char* names[2] = {"attention_backward_dkdv", "attention_backward_dq"};
   for (int s = 0; s < 2; ++s) {

@@ -67,7 +67,7 @@ struct CpuFlash {
   // Intel model reads it only when MKL runs threaded (one item: thread 0).
   ExprRef rows_align(bool threaded) const {
     const int64_t first = qS * kS + 2 * qS, spt = first + qS * D;
-    if (o.gemm.kind != GemmOrder::Kind::MklAmdAvx512 || threaded || o.gemm.threads == 1) return idx(first % 16);
+    if (o.gemm.kind != GemmOrder::Kind::MklAmd || threaded || o.gemm.threads == 1) return idx(first % 16);
     const int64_t blocks = (Sq + qS - 1) / qS;
     const ExprRef items = mul(grid_extent(0), idx(blocks));
     const ExprRef T = binary(Op::Min, items, idx(o.gemm.threads));

@@ -15,8 +15,8 @@
 #include <cmath>
 #include <limits>
 
+#include "gen/composite_attention.hpp"
 #include "gen/gen.hpp"
-#include "gen/mkl_gemm.hpp"
 #include "gen/row.hpp"
 #include "ir/error.hpp"
 
@@ -28,6 +28,31 @@ namespace {
 ExprRef idx(int64_t v) { return index_const(v); }
 }  // namespace
 
+bool composite_is_naive(const Request& r) { return r.seq_q * r.seq_k * r.cols < 400; }
+
+void emit_composite_probs(Builder& b, const Request& r, const AttentionOrder& o, const CompositeRows& at, bool threaded) {
+  const int64_t D = r.cols, Sq = r.seq_q, Sk = r.seq_k;
+  const float scale = composite_scale(r);
+  const Matrix q_rows{at.q, at.q_rows, D}, k_rows{at.k, at.kv_base, D}, s{at.probs, at.probs_base, Sk};
+  b.region("q@k^T", fmt::format("{} of {} rows x {} keys, K = {}: {}", at.n, Sq, Sk, D, composite_is_naive(r) ? "PyTorch's bmm loop" : describe(o.gemm)),
+           [&] {
+             if (composite_is_naive(r)) emit_naive_nt(b, at.n, Sk, D, q_rows, k_rows, s);
+             else emit_gemm_nt(b, o.gemm, GemmInputs::f32, at.n, Sk, D, q_rows, k_rows, s, threaded, Sq);
+           });
+  b.for_range("r", idx(0), idx(at.n), 1, [&](ExprRef j) {
+    const ExprRef first = b.let("score_row", add(at.probs_base, mul(j, idx(Sk))));
+    const ExprRef query = b.let("query", add(at.first_query, j));
+    b.region("scale", r.causal ? "s * scale, then -inf where key > query" : "s * scale", [&] {
+      b.for_range("i", idx(0), idx(Sk), 1, [&](ExprRef i) {
+        ExprRef sc = mul(load(b.kernel(), at.probs, add(first, i)), constant(Type{ScalarType::f32, 1}, static_cast<double>(scale)));
+        if (r.causal) sc = select(binary(Op::Lt, query, i), constant(Type{ScalarType::f32, 1}, -std::numeric_limits<double>::infinity()), sc);
+        b.store(at.probs, add(first, i), sc);
+      });
+    });
+    b.region("softmax", describe(o.softmax), [&] { softmax_row(b, o.softmax, Row(b, Sk, first), at.probs, at.probs); });
+  });
+}
+
 Kernel build_cpu_matmul_attention(const Request& r, const Order& order) {
   const AttentionOrder& o = order.attention;
   const int64_t D = r.cols, Sq = r.seq_q, Sk = r.seq_k;
@@ -38,38 +63,19 @@ Kernel build_cpu_matmul_attention(const Request& r, const Order& order) {
   const int k = b.buffer("k", r.x_dtype, false, Extent::rows_by_fixed, Sk * D);
   const int v = b.buffer("v", r.x_dtype, false, Extent::rows_by_fixed, Sk * D);
   const int out = b.buffer("out", r.x_dtype, true, Extent::rows_by_fixed, Sq * D);
-  // PyTorch's own loop below 400 multiply-adds per product (both products have S_q*S_k*D).
-  const bool naive = Sq * Sk * D < 400;
+  const bool naive = composite_is_naive(r);
   const bool in_chunks = !naive && Sq > 32 && gemm_nt_splits_rows(o.gemm, GemmInputs::f32, Sq, Sk, D) &&
                          gemm_nn_splits_rows(o.gemm, GemmInputs::f32, Sq, D, Sk);
   const int64_t R = in_chunks ? 32 : Sq;
   const int scores = b.buffer("scores", ScalarType::f32, true, Extent::scratch, R * Sk);
-  const float scale = static_cast<float>(r.scale.value_or(1.0 / std::sqrt(static_cast<double>(D))));
 
   b.region("attention", describe(o), [&] {
     const ExprRef q_base = b.let("q_base", mul(program_id(0), idx(Sq * D)));
     const ExprRef kv_base = b.let("kv_base", mul(program_id(0), idx(Sk * D)));
     auto rows = [&](ExprRef c0, int64_t n, bool threaded) {
-      const Matrix q_rows{q, b.let("q_at", add(q_base, mul(c0, idx(D)))), D};
-      const Matrix k_rows{k, kv_base, D}, v_rows{v, kv_base, D};
-      const Matrix s{scores, idx(0), Sk};
-      const Matrix out_rows{out, q_rows.base, D};
-      b.region("q@k^T", fmt::format("{} of {} rows x {} keys, K = {}: {}", n, Sq, Sk, D, naive ? "PyTorch's bmm loop" : describe(o.gemm)), [&] {
-        if (naive) emit_naive_nt(b, n, Sk, D, q_rows, k_rows, s);
-        else emit_gemm_nt(b, o.gemm, GemmInputs::f32, n, Sk, D, q_rows, k_rows, s, threaded, Sq);
-      });
-      b.for_range("r", idx(0), idx(n), 1, [&](ExprRef j) {
-        const ExprRef first = b.let("score_row", mul(j, idx(Sk)));
-        const ExprRef query = b.let("query", add(c0, j));
-        b.region("scale", r.causal ? "s * scale, then -inf where key > query" : "s * scale", [&] {
-          b.for_range("i", idx(0), idx(Sk), 1, [&](ExprRef i) {
-            ExprRef sc = mul(load(b.kernel(), scores, add(first, i)), constant(Type{ScalarType::f32, 1}, static_cast<double>(scale)));
-            if (r.causal) sc = select(binary(Op::Lt, query, i), constant(Type{ScalarType::f32, 1}, -std::numeric_limits<double>::infinity()), sc);
-            b.store(scores, add(first, i), sc);
-          });
-        });
-        b.region("softmax", describe(o.softmax), [&] { softmax_row(b, o.softmax, Row(b, Sk, first), scores, scores); });
-      });
+      const ExprRef q_at = b.let("q_at", add(q_base, mul(c0, idx(D))));
+      emit_composite_probs(b, r, o, CompositeRows{q, k, scores, q_at, kv_base, idx(0), c0, n}, threaded);
+      const Matrix s{scores, idx(0), Sk}, v_rows{v, kv_base, D}, out_rows{out, q_at, D};
       b.region("p@v", fmt::format("{} of {} rows x {} keys, D = {}", n, Sq, Sk, D), [&] {
         if (naive) emit_naive_nn(b, n, D, Sk, s, v_rows, out_rows);
         else emit_gemm_nn(b, o.gemm, GemmInputs::f32, n, D, Sk, s, v_rows, out_rows, false, threaded, idx(0), Sq);

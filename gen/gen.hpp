@@ -77,6 +77,8 @@ int64_t cpu_flash_query_block(int64_t seq_q);
 ir::Kernel build_cpu_flash_attention_backward(const Request& r, const ir::Order& order);
 // AttentionOrder::Kind::CpuMatmul (gen/cpu_matmul_attention.cpp).
 ir::Kernel build_cpu_matmul_attention(const Request& r, const ir::Order& order);
+// AttentionBackwardOrder::Kind::CpuMatmul (gen/cpu_matmul_attention_backward.cpp): one stage.
+ir::Kernel build_cpu_matmul_attention_backward(const Request& r, const ir::Order& order);
 // The CUDA-native orders (gen/team.cpp): a team of threads per row.
 ir::Kernel build_layer_norm_team(const Request& r, const ir::Order& order);  // MomentsOrder::BlockWelford, BlockReduceWelford
 ir::Kernel build_softmax_warp(const Request& r, const ir::Order& order);     // SoftmaxOrder::WarpButterfly

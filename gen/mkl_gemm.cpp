@@ -1,5 +1,5 @@
 // oneMKL's sgemm and gemm_bf16bf16f32 as PyTorch 2.15's x86-64 wheels call them, on an Intel CPU
-// with AVX-512 (GemmOrder::Kind::MklIntelAvx512) and on an AMD one (MklAmdAvx512, at the end of
+// with AVX-512 (GemmOrder::Kind::MklIntelAvx512) and on an AMD one (MklAmd, at the end of
 // this file), on one thread and on two. MKL is closed source: every kernel and every choice below
 // was measured against torch 2.15.0 on such hosts (docs/research/torch2.15-attention.md). The shapes are fixed when the kernel is generated, so
 // each choice is made here, in C++, and the IR holds only the chosen kernel's order; whether MKL
@@ -304,11 +304,11 @@ void emit_amd_nn(Builder& b, const GemmOrder& order, GemmInputs inputs, int64_t 
 // The general kernel: not a gemv (one row or one column; in bf16 too), not smalln, not pst; on the
 // AMD host not the small-matrix kernel, nor a call its threads would split in fours.
 bool gemm_nt_splits_rows(const GemmOrder& order, GemmInputs, int64_t n_call, int64_t m, int64_t K) {
-  if (order.kind == GemmOrder::Kind::MklAmdAvx512) return n_call > 1 && m > 1 && !amd_takes_pst(m, n_call, K) && !amd_splits_fours(n_call, m, K);
+  if (order.kind == GemmOrder::Kind::MklAmd) return n_call > 1 && m > 1 && !amd_takes_pst(m, n_call, K) && !amd_splits_fours(n_call, m, K);
   return n_call > 1 && m > 1 && !(K >= 24 * n_call && n_call < 16) && !takes_pst(m, n_call, K);
 }
 bool gemm_nn_splits_rows(const GemmOrder& order, GemmInputs, int64_t n_call, int64_t m, int64_t K) {
-  if (order.kind == GemmOrder::Kind::MklAmdAvx512) return n_call > 1 && m > 1 && !amd_takes_pst(m, n_call, K) && !amd_splits_fours(n_call, m, K);
+  if (order.kind == GemmOrder::Kind::MklAmd) return n_call > 1 && m > 1 && !amd_takes_pst(m, n_call, K) && !amd_splits_fours(n_call, m, K);
   return n_call > 1;
 }
 
@@ -316,7 +316,7 @@ bool gemm_nn_splits_rows(const GemmOrder& order, GemmInputs, int64_t n_call, int
 // (12 <= m: a half below 12 keys takes the small-matrix kernel) differ from one thread.
 bool gemm_threads_matter(const GemmOrder& order, GemmInputs inputs, int64_t n, int64_t m, int64_t K) {
   if (order.threads == 1) return false;
-  if (order.kind != GemmOrder::Kind::MklAmdAvx512) return true;
+  if (order.kind != GemmOrder::Kind::MklAmd) return true;
   if (inputs == GemmInputs::bf16) return true;
   return n > 1 && m > 1 && !amd_takes_pst(m, n, K) && amd_splits_fours(n, m, K);
 }
@@ -347,7 +347,7 @@ void emit_naive_nn(Builder& b, int64_t n, int64_t m, int64_t K, const Matrix& p,
 void emit_gemm_nt(Builder& b, const GemmOrder& order, GemmInputs inputs, int64_t n, int64_t m, int64_t K, const Matrix& a,
                   const Matrix& bm, const Matrix& c, bool threaded, int64_t n_call, float alpha) {
   if (n_call == 0) n_call = n;
-  if (alpha != 1.0f && order.kind != GemmOrder::Kind::MklAmdAvx512)
+  if (alpha != 1.0f && order.kind != GemmOrder::Kind::MklAmd)
     throw Error("internal: where MKL applies alpha is measured for the AMD host only");
   if (n_call != n && !gemm_nt_splits_rows(order, inputs, n_call, m, K))
     throw Error(fmt::format("internal: q @ k^T of {} rows emitted in part ({} rows) outside MKL's general kernel", n_call, n));
@@ -377,7 +377,7 @@ void emit_gemm_nt(Builder& b, const GemmOrder& order, GemmInputs inputs, int64_t
     emit_gemm_nt(b, order, inputs, n, m - half, K, a, rest_keys, rest_out, false, n_call, alpha);
     return;
   }
-  if (order.kind == GemmOrder::Kind::MklAmdAvx512) return emit_amd_nt(b, order, inputs, n, m, K, a, bm, c, threaded, n_call, alpha);
+  if (order.kind == GemmOrder::Kind::MklAmd) return emit_amd_nt(b, order, inputs, n, m, K, a, bm, c, threaded, n_call, alpha);
   if (n_call == 1) {  // one query: gemv 'T' over the key rows
     const Row x{&a, idx(0)};
     E.gemv_t(m, K, split, [&](ExprRef i, Emitter::RowKind kind) { E.store(c, idx(0), i, E.gemv_t_row(Row{&bm, i}, x, K, kind)); });
@@ -411,11 +411,11 @@ void emit_gemm_nt(Builder& b, const GemmOrder& order, GemmInputs inputs, int64_t
 void emit_gemm_nn(Builder& b, const GemmOrder& order, GemmInputs inputs, int64_t n, int64_t m, int64_t K, const Matrix& p,
                   const Matrix& v, const Matrix& c, bool accumulate, bool threaded, const ExprRef& c_align_at, int64_t n_call, float alpha) {
   if (n_call == 0) n_call = n;
-  if (alpha != 1.0f && (order.kind != GemmOrder::Kind::MklAmdAvx512 || inputs != GemmInputs::f32))
+  if (alpha != 1.0f && (order.kind != GemmOrder::Kind::MklAmd || inputs != GemmInputs::f32))
     throw Error("internal: where MKL applies alpha is measured for the AMD host's sgemm only");
   if (n_call != n && !gemm_nn_splits_rows(order, inputs, n_call, m, K))
     throw Error(fmt::format("internal: p @ v of {} rows emitted in part ({} rows) outside MKL's general kernel", n_call, n));
-  if (order.kind == GemmOrder::Kind::MklAmdAvx512)
+  if (order.kind == GemmOrder::Kind::MklAmd)
     return emit_amd_nn(b, order, inputs, n, m, K, p, v, c, accumulate, threaded, c_align_at, n_call, alpha);
   if (c_align_at->op != Op::Const) throw Error("internal: the Intel model's p @ v takes a constant alignment of C");
   const int64_t c_align = c_align_at->imm_i;
@@ -507,7 +507,7 @@ void emit_gemm_nn(Builder& b, const GemmOrder& order, GemmInputs inputs, int64_t
 }
 
 
-// ---- The AMD host (GemmOrder::Kind::MklAmdAvx512). MKL runs its generic kernels here, measured
+// ---- The AMD host (GemmOrder::Kind::MklAmd). MKL runs its generic kernels here, measured
 // against torch 2.15.0 on an AMD EPYC with AVX-512 and avx512_bf16 (docs/research/torch2.15-attention.md):
 //   sse row   (gemv 'T', and the small-matrix kernel's 'T','N') y = A_r . x: every product rounded,
 //             no fma. The first `peel` products summed in order from +0 into lane 0 of a 4-lane
@@ -526,7 +526,10 @@ void emit_gemm_nn(Builder& b, const GemmOrder& order, GemmInputs inputs, int64_t
 //             + p7, y = t0 + t1 (y from C0, or +0), then the last K mod 8 in order; every other
 //             column one sequential sum from C0 (or +0).
 //   chain     the general kernel: an fma chain from +0 per K block (amd_k_blocks), the block sums
-//             added in order after C0.
+//             added in order after C0, which is +0 when beta = 0 (measured: a sum whose terms
+//             are -0 or underflow to it is +0, not the -0 an fma chain alone leaves).
+//   K = 1     with beta = 0 and bmm over a single matrix: each rounded product stored as it is
+//             (emit_amd_nn).
 //   bf16 gemv 'T' as the Intel host's without avx512_bf16 (gemv_t4); 'N': per group of 4 k,
 //             y = y + ((p0 + p2) + (p1 + p3)) from C0 (or +0), then the last K mod 4 products
 //             from the last k down. Every other bf16 product is converted to f32 into MKL's own
@@ -684,7 +687,7 @@ struct AmdEmitter : Emitter {
     b.for_range("j", idx(j0), idx(j1), 1, [&](ExprRef j) {
       b.for_range("i", idx(0), idx(m), 1, [&](ExprRef i) {
         const Row x{&a, j}, y{&bm, i};
-        store(c, j, i, blocked_chain(parts, 1, [&](ExprRef k) { return get(x, k); }, [&](ExprRef k) { return scaled(get(y, k)); }, nullptr));
+        store(c, j, i, blocked_chain(parts, 1, [&](ExprRef k) { return get(x, k); }, [&](ExprRef k) { return scaled(get(y, k)); }, zero(1)));
       });
     });
   }
@@ -699,7 +702,7 @@ struct AmdEmitter : Emitter {
           return lanes > 1 ? broadcast(s, lanes) : s;
         };
         auto vk = [&](ExprRef k) { return scaled(get(Row{&v, std::move(k)}, e, lanes)); };
-        store(c, j, e, blocked_chain(parts, lanes, pk, vk, accumulate ? stored(c, j, e, lanes) : nullptr));
+        store(c, j, e, blocked_chain(parts, lanes, pk, vk, accumulate ? stored(c, j, e, lanes) : zero(lanes)));
       });
     });
   }
@@ -728,10 +731,10 @@ void emit_amd_nt(Builder& b, const GemmOrder& order, GemmInputs inputs, int64_t 
   E.general_nt(a, bm, c, 0, n, m, K);
 }
 
-void emit_amd_nn(Builder& b, const GemmOrder& order, GemmInputs inputs, int64_t n, int64_t m, int64_t K, const Matrix& p, const Matrix& v,
-                 const Matrix& c, bool accumulate, bool threaded, const ExprRef& c_align, int64_t n_call, float alpha) {
-  const AmdEmitter E{{b}, alpha};
-  if (m == 1) throw Error("internal: the AMD model's p @ v of one column (D = 1) is not measured");
+// The AMD model's kernels for p @ v (see emit_amd_nn).
+void emit_amd_nn_kernels(Builder& b, const AmdEmitter& E, const GemmOrder& order, GemmInputs inputs, int64_t n, int64_t m, int64_t K,
+                         const Matrix& p, const Matrix& v, const Matrix& c, bool accumulate, bool threaded, const ExprRef& c_align,
+                         int64_t n_call) {
   if (c.stride % 4 != 0) throw Error("internal: the AMD model's p @ v takes rows of C of a multiple of 4 floats");
   if (inputs == GemmInputs::bf16 && n_call == 1) {  // bf16 gemv 'N'
     const Row x{&p, idx(0)};
@@ -756,6 +759,27 @@ void emit_amd_nn(Builder& b, const GemmOrder& order, GemmInputs inputs, int64_t 
     return;
   }
   E.general_nn(p, v, c, 0, n, m, K, accumulate);
+}
+
+void emit_amd_nn(Builder& b, const GemmOrder& order, GemmInputs inputs, int64_t n, int64_t m, int64_t K, const Matrix& p, const Matrix& v,
+                 const Matrix& c, bool accumulate, bool threaded, const ExprRef& c_align, int64_t n_call, float alpha) {
+  const AmdEmitter E{{b}, alpha};
+  if (m == 1) throw Error("internal: the AMD model's p @ v of one column (D = 1) is not measured");
+  // K = 1, beta = 0, one (batch, head): bmm over a single matrix stores each rounded product as
+  // it is, with no sum from +0 (measured: products of -0 stay -0 there, and become +0 with several
+  // matrices or K = 2; the composite's backward with S_q = 1 shows it in dv and dk).
+  if (K == 1 && !accumulate && alpha == 1.0f && inputs == GemmInputs::f32) {
+    b.if_else(
+        binary(Op::Eq, grid_extent(0), idx(1)),
+        [&] {
+          b.for_range("j", idx(0), idx(n), 1, [&](ExprRef j) {
+            b.for_range("e", idx(0), idx(m), 1, [&](ExprRef e) { E.store(c, j, e, mul(E.get(Row{&p, j}, idx(0)), E.get(Row{&v, idx(0)}, e))); });
+          });
+        },
+        [&] { emit_amd_nn_kernels(b, E, order, inputs, n, m, K, p, v, c, accumulate, threaded, c_align, n_call); });
+    return;
+  }
+  emit_amd_nn_kernels(b, E, order, inputs, n, m, K, p, v, c, accumulate, threaded, c_align, n_call);
 }
 
 }  // namespace

@@ -35,6 +35,14 @@ struct VecReduceAll {
 // Returns a read of a scalar f32 local holding the sum.
 ir::ExprRef emit_vec_reduce_all(ir::Builder& b, const VecReduceAll& o, int64_t n, const TermFn& term, const std::string& label);
 
+// softmax_backward's row sum s by its order (ir::SoftmaxBackwardOrder, gen/softmax_backward.cpp):
+// sum(dy*y) when `products` (term: dy and y), else sum(dy), over n terms, 16-bit rows read as
+// `split16`. `threads`: torch's thread count. `one_row_launch`: a bool expression, true when
+// PyTorch's row loop has a single row (it then runs inline, TailFma::Inline), or null when the
+// loop always has more.
+ir::ExprRef softmax_backward_sum(ir::Builder& b, const ir::SoftmaxBackwardOrder& o, int threads, int64_t n, bool split16, bool products,
+                                 const TermFn& term, const ir::ExprRef& one_row_launch);
+
 // One row of a column stage, as a ColumnSum sees it: this instance's columns of row `row`. With
 // an i64 vector `row` (the contiguous walk of a one-column sum), lane l is column first_col of
 // row row[l].

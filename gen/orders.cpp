@@ -118,18 +118,8 @@ AttentionBackwardOrder torch215_attention_backward(Capability cap) {
   a.dsum_fold = cap == Capability::base ? LaneFold::Sequential : LaneFold::Halving;
   a.exp = cap == Capability::base ? MathImpl::Glibc : MathImpl::SleefU10;
   a.bf16_stub_fma = cap != Capability::base;
-  a.gemm.kind = GemmOrder::Kind::MklAmdAvx512;
+  a.gemm.kind = GemmOrder::Kind::MklAmd;
   return a;
-}
-
-// The eager composite softmax(q @ k^T * scale) @ v (gen/cpu_matmul_attention.cpp): MKL's products
-// (the PyPI wheel's, whatever the capability) and the softmax op's order for the capability.
-Order torch215_math(Capability cap) {
-  Order o;
-  o.attention.kind = AttentionOrder::Kind::CpuMatmul;
-  o.attention.softmax = torch113_softmax(f32, cap);
-  o.attention.gemm.kind = GemmOrder::Kind::MklIntelAvx512;
-  return o;
 }
 
 // layer_norm_backward (docs/research/torch2.15-backward.md; measured against torch 2.15): like the
@@ -163,6 +153,21 @@ SoftmaxBackwardOrder torch215_softmax_backward(Capability cap) {
   s.fma = cap != Capability::base;
   s.exp = cap == Capability::base ? MathImpl::Glibc : MathImpl::SleefU10;
   return s;
+}
+
+// The eager composite softmax(q @ k^T * scale) @ v (gen/cpu_matmul_attention.cpp): MKL's products
+// (the PyPI wheel's, whatever the capability) and the softmax op's order for the capability. Its
+// autograd (gen/cpu_matmul_attention_backward.cpp) recomputes P by that forward and runs
+// _softmax_backward_data's order for the capability.
+Order torch215_math(Capability cap) {
+  Order o;
+  o.attention.kind = AttentionOrder::Kind::CpuMatmul;
+  o.attention.softmax = torch113_softmax(f32, cap);
+  o.attention.gemm.kind = GemmOrder::Kind::MklIntelAvx512;
+  o.attention_backward.kind = AttentionBackwardOrder::Kind::CpuMatmul;
+  o.attention_backward.gemm.kind = GemmOrder::Kind::MklIntelAvx512;
+  o.softmax_backward = torch215_softmax_backward(cap);
+  return o;
 }
 
 // ordo's own softmax backward: s by `sum`, Sleef's exp, log_softmax's dx as one fma.
@@ -503,9 +508,10 @@ std::vector<NamedOrder> make_table() {
   for (const auto& [row_name, cap] : math_rows) {
     t.push_back({row_name,
                  cap ? "PyTorch 2.15's eager composite softmax(q @ k.transpose(-2, -1) * scale) @ v (f32): MKL's sgemm kernels for both "
-                       "products (PyTorch's own loop below S_q*S_k*D = 400), the softmax op's order; threads=T: torch's thread count"
+                       "products (PyTorch's own loop below S_q*S_k*D = 400), the softmax op's order; attention_backward: its autograd "
+                       "(five bmm products, _softmax_backward_data; an AMD host's MKL); threads=T: torch's thread count"
                      : "torch2.15-cpu-math-{default,avx2,avx512} for the capability PyTorch picks here",
-                 {OpKind::attention}, {f32}, true, true, [cap = cap](ScalarType, ScalarType, const Request&) {
+                 {OpKind::attention, OpKind::attention_backward}, {f32}, true, true, [cap = cap](ScalarType, ScalarType, const Request&) {
                    return torch215_math(cap.value_or(torch_capability()));
                  }});
     t.back().alias = !cap;
@@ -838,22 +844,33 @@ void apply_parameters(Order& o, std::string_view params, std::string_view order_
 // The MKL model for PyTorch's CPU attention: the one the order names (mkl=intel, mkl=amd), else
 // the running host's. MKL runs other kernels on other CPUs, so a host with no model has none.
 // ordo models an Intel CPU with AVX-512 (in bf16, one without avx512_bf16, whose
-// gemm_bf16bf16f32 kernels are others) and an AMD CPU with AVX-512 (measured on one with
-// avx512_bf16, f32 and bf16). Empty when neither fits; `why` then says what the host lacks.
+// gemm_bf16bf16f32 kernels are others) and any AMD CPU, where MKL runs its generic kernels
+// (measured on one with AVX-512 and avx512_bf16, f32 and bf16; the same bits on one with AVX2
+// only). Empty when neither fits; `why` then says what the host lacks.
 std::optional<GemmOrder::Kind> mkl_model(const Request& r, std::string* why = nullptr) {
   const size_t param = r.order.find("mkl=");
   if (param != std::string::npos)  // checked by apply_environment
-    return r.order.compare(param, 7, "mkl=amd") == 0 ? GemmOrder::Kind::MklAmdAvx512 : GemmOrder::Kind::MklIntelAvx512;
+    return r.order.compare(param, 7, "mkl=amd") == 0 ? GemmOrder::Kind::MklAmd : GemmOrder::Kind::MklIntelAvx512;
   __builtin_cpu_init();
+  // MKL runs its generic kernels on any AMD CPU: the same bits with and without AVX-512.
+  if (__builtin_cpu_is("amd")) return GemmOrder::Kind::MklAmd;
   const bool avx512 = __builtin_cpu_supports("avx512f");
-  if (avx512 && __builtin_cpu_is("amd")) return GemmOrder::Kind::MklAmdAvx512;
   if (avx512 && __builtin_cpu_is("intel")) {
     if (r.x_dtype != ScalarType::bf16 || !__builtin_cpu_supports("avx512bf16")) return GemmOrder::Kind::MklIntelAvx512;
     if (why) *why = "is an Intel CPU with avx512_bf16, whose bf16 MKL kernels are not modelled";
     return std::nullopt;
   }
-  if (why) *why = "is neither an Intel nor an AMD CPU with AVX-512";
+  if (why) *why = "is neither an AMD CPU nor an Intel CPU with AVX-512";
   return std::nullopt;
+}
+
+// Whether the order runs PyTorch's CPU attention, forward or backward, whose products are MKL's.
+bool calls_mkl(const Request& r, const Order& o) {
+  using A = AttentionOrder::Kind;
+  using B = AttentionBackwardOrder::Kind;
+  if (r.op == OpKind::attention) return o.attention.kind == A::CpuFlash || o.attention.kind == A::CpuMatmul;
+  if (r.op == OpKind::attention_backward) return o.attention_backward.kind == B::CpuFlash || o.attention_backward.kind == B::CpuMatmul;
+  return false;
 }
 
 GemmOrder::Kind mkl_host_model(const Request& r) {
@@ -861,7 +878,7 @@ GemmOrder::Kind mkl_host_model(const Request& r) {
   if (std::optional<GemmOrder::Kind> kind = mkl_model(r, &why)) return *kind;
   const std::string base = r.order.substr(0, r.order.find('('));
   throw Error(fmt::format("order '{}': this host {}; PyTorch's attention calls MKL, and ordo models the MKL kernels of an Intel "
-                          "AVX-512 host (without avx512_bf16 for bf16) and of an AMD AVX-512 host only. '{}(mkl=intel)' or "
+                          "AVX-512 host (without avx512_bf16 for bf16) and of an AMD host only. '{}(mkl=intel)' or "
                           "'{}(mkl=amd)' gives that host's bits",
                           r.order, why, base, base));
 }
@@ -902,7 +919,7 @@ void apply_environment(Order& o, std::string_view params, std::string_view order
     } else if (key == "mkl") {
       if (value != "intel" && value != "amd") throw Error(fmt::format("order '{}': mkl={} is not intel or amd", order_name, value));
       o.attention.gemm.kind = o.attention_backward.gemm.kind =
-          value == "amd" ? GemmOrder::Kind::MklAmdAvx512 : GemmOrder::Kind::MklIntelAvx512;
+          value == "amd" ? GemmOrder::Kind::MklAmd : GemmOrder::Kind::MklIntelAvx512;
     } else {
       throw Error(fmt::format("order '{}' reproduces PyTorch; its parameters are the environment torch ran in: "
                               "threads (torch.get_num_threads()) and mkl (intel or amd), not '{}'",
@@ -923,14 +940,22 @@ std::string known_orders(OpKind op) {
 // kernel of a library takes the shapes that kernel runs. Empty when `r` is one of them.
 std::string shape_error(const Request& r, const Order& o, const NamedOrder& n) {
   if (r.op == OpKind::attention_backward && o.attention_backward.kind == AttentionBackwardOrder::Kind::CpuFlash) {
-    if (o.attention_backward.gemm.kind != GemmOrder::Kind::MklAmdAvx512)
-      return fmt::format("order '{}' with an Intel host's MKL: PyTorch's CPU attention backward was measured on an AMD AVX-512 host "
+    if (o.attention_backward.gemm.kind != GemmOrder::Kind::MklAmd)
+      return fmt::format("order '{}' with an Intel host's MKL: PyTorch's CPU attention backward was measured on AMD hosts "
                          "only; on Intel MKL runs its avx512 kernels, and where they apply alpha in the backward's products and how "
                          "they run its 'N','T' calls are not measured. '{}(mkl=amd)' gives the AMD host's bits",
                          r.order, r.order.substr(0, r.order.find('(')));
     if (r.x_dtype == f16)
       return fmt::format("order '{}' runs attention_backward in f32 and bf16 (PyTorch's f16 CPU attention backward is not modelled)",
                          r.order);
+    // bf16's gradients are oneDNN's bf16 gemm, whose kernel follows the CPU: measured with
+    // avx512_bf16 (vdpbf16ps pairs). On an AMD CPU without it (AVX2 only), torch differed in
+    // single elements of dq and dk.
+    __builtin_cpu_init();
+    if (r.x_dtype == bf16 && r.order.find("mkl=") == std::string::npos && !__builtin_cpu_supports("avx512bf16"))
+      return fmt::format("order '{}' in bf16 on this CPU, which has no avx512_bf16: PyTorch's bf16 attention gradients come from "
+                         "oneDNN, whose kernel without avx512_bf16 is not modelled. '{}(mkl=amd)' gives the bits of an AMD host with it",
+                         r.order, r.order.substr(0, r.order.find('(')));
     // map2_reduce_all<BFloat16>'s dsum over D > 2V not a multiple of 2V ends in a partial bf16
     // vector, whose order was not measured.
     const int64_t pair = 2 * int64_t(o.attention_backward.dsum_lanes);
@@ -941,11 +966,27 @@ std::string shape_error(const Request& r, const Order& o, const NamedOrder& n) {
     if (!r.saved_stats)
       return fmt::format("order '{}' reproduces PyTorch's backward, which reads the forward's saved logsumexp: give lse", r.order);
   }
+  if (r.op == OpKind::attention_backward && o.attention_backward.kind == AttentionBackwardOrder::Kind::CpuMatmul) {
+    if (o.attention_backward.gemm.kind != GemmOrder::Kind::MklAmd)
+      return fmt::format("order '{}' with an Intel host's MKL: the composite's backward products ('N','T' and 'T','N' calls) were "
+                         "measured on AMD hosts only. '{}(mkl=amd)' gives the AMD host's bits",
+                         r.order, r.order.substr(0, r.order.find('(')));
+    // The AMD model peels each row of C to a 16-byte boundary; q^T @ grad has rows of S_k floats.
+    if (r.seq_q * r.seq_k * r.cols >= 400 && (r.cols % 4 != 0 || r.seq_k % 4 != 0))
+      return fmt::format("order '{}' with an AMD host's MKL takes D and S_k multiples of 4 (rows of its products' outputs start at "
+                         "16-byte boundaries only then, and the kernels peel by them), got D = {}, S_k = {}",
+                         r.order, r.cols, r.seq_k);
+    const int64_t scratch_bytes = (2 * r.seq_q * r.seq_k + r.cols * r.seq_k) * 4;
+    if (scratch_bytes > (int64_t(2) << 20))
+      return fmt::format("order '{}' keeps P and its gradient (2 x S_q x S_k floats) and q^T @ grad (D x S_k) per instance: {} bytes, "
+                         "over 2 MiB of stack (S_q = {}, S_k = {}, D = {})",
+                         r.order, scratch_bytes, r.seq_q, r.seq_k, r.cols);
+  }
   if (r.op == OpKind::attention && o.attention.kind == AttentionOrder::Kind::CpuFlash && r.x_dtype == f16)
     return fmt::format("order '{}' runs attention in f32 and bf16 (PyTorch's f16 CPU attention is not modelled)", r.order);
   const bool cpu_blas = r.op == OpKind::attention &&
                         (o.attention.kind == AttentionOrder::Kind::CpuFlash || o.attention.kind == AttentionOrder::Kind::CpuMatmul);
-  if (cpu_blas && o.attention.gemm.kind == GemmOrder::Kind::MklAmdAvx512 && r.cols % 4 != 0)
+  if (cpu_blas && o.attention.gemm.kind == GemmOrder::Kind::MklAmd && r.cols % 4 != 0)
     return fmt::format("order '{}' with an AMD host's MKL: its gemv and small-matrix kernels peel each row up to a 16-byte boundary, "
                        "and with D = {} (not a multiple of 4) rows start at alignments that change from row to row, block to block "
                        "and (batch, head) to (batch, head); ordo's model takes D a multiple of 4",
@@ -976,7 +1017,11 @@ bool takes_shape(const Request& r) {
   const NamedOrder* n = find_order(r.order);
   if (!n || r.cols <= 0) return false;
   Order o = n->make(r.x_dtype, r.acc_dtype.value_or(f32), r);
-  if (std::optional<GemmOrder::Kind> kind = mkl_model(r)) o.attention.gemm.kind = o.attention_backward.gemm.kind = *kind;
+  if (calls_mkl(r, o)) {
+    std::optional<GemmOrder::Kind> kind = mkl_model(r);
+    if (!kind) return false;  // no model of this host's MKL, and none named
+    o.attention.gemm.kind = o.attention_backward.gemm.kind = *kind;
+  }
   return shape_error(r, o, *n).empty();
 }
 
@@ -1057,11 +1102,8 @@ Order resolve(const Request& r) {
                             name(probe.moments.acc), name(*r.acc_dtype)));
   Order o = n->pins_acc ? probe : n->make(r.x_dtype, r.acc_dtype.value_or(f32), r);
   size_t open = r.order.find('(');
-  const bool cpu_blas = r.op == OpKind::attention &&
-                        (o.attention.kind == AttentionOrder::Kind::CpuFlash || o.attention.kind == AttentionOrder::Kind::CpuMatmul);
-  if (cpu_blas) o.attention.gemm.kind = mkl_host_model(r);
-  if (r.op == OpKind::attention_backward && o.attention_backward.kind == AttentionBackwardOrder::Kind::CpuFlash)
-    o.attention_backward.gemm.kind = mkl_host_model(r);
+  // The backward's forward recomputes P with the same MKL (CpuMatmul).
+  if (calls_mkl(r, o)) o.attention.gemm.kind = o.attention_backward.gemm.kind = mkl_host_model(r);
   if (open != std::string::npos && n->takes_environment) {
     if (r.order.back() != ')') throw Error(fmt::format("order '{}': missing ')'", r.order));
     apply_environment(o, std::string_view(r.order).substr(open + 1, r.order.size() - open - 2), r.order);

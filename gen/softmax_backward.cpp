@@ -15,30 +15,32 @@ namespace ordo::gen {
 using namespace ordo::ir;
 
 namespace {
-
 constexpr ScalarType f32 = ScalarType::f32;
+}  // namespace
 
-// PyTorch's vec::map2_reduce_all / reduce_all (SoftmaxBackwardOrder::Kind::TorchCpu). The masked
-// tail's products are fused by the rule of `fma_tail`; under TailFma::Inline on several threads
-// that depends on the launch's row count, so both forms are emitted, chosen by it.
-ExprRef torch_cpu_sum(Builder& b, const Order& order, int64_t n, bool split16, bool products, const TermFn& term) {
-  const SoftmaxBackwardOrder& o = order.softmax_backward;
+// PyTorch's vec::map2_reduce_all / reduce_all (SoftmaxBackwardOrder::Kind::TorchCpu), or ordo's
+// own SumOrder (Summed). The masked tail's products are fused by the rule of `fma_tail`; under
+// TailFma::Inline on several threads that depends on whether the loop has a single row, so both
+// forms are emitted, chosen by `one_row_launch`.
+ExprRef softmax_backward_sum(Builder& b, const SoftmaxBackwardOrder& o, int threads, int64_t n, bool split16, bool products,
+                             const TermFn& term, const ExprRef& one_row_launch) {
+  const char* label = products ? "sum(dy*y)" : "sum(dy)";
+  if (o.kind != SoftmaxBackwardOrder::Kind::TorchCpu) return emit_sum(b, o.sum, Arith{f32, std::nullopt}, n, term, label);
   using Tail = SoftmaxBackwardOrder::TailFma;
   auto sum = [&](bool fused_tail) {
     VecReduceAll v{o.lanes, o.fold, split16};
     v.fma_tail = fused_tail;
-    return emit_vec_reduce_all(b, v, n, term, products ? "sum(dy*y)" : "sum(dy)");
+    return emit_vec_reduce_all(b, v, n, term, label);
   };
   const int64_t block = split16 ? 2 * o.lanes : o.lanes;
   const bool product_tail = products && n >= block && n % block != 0;
   if (!product_tail || o.fma_tail == Tail::Never) return sum(false);
-  if (o.fma_tail == Tail::Always || order.threads == 1) return sum(true);
+  if (o.fma_tail == Tail::Always || threads == 1) return sum(true);
+  if (!one_row_launch) return sum(false);
   const int s = b.local("s", Type{f32, 1});
-  b.if_else(binary(Op::Eq, grid_extent(0), index_const(1)), [&] { b.assign(s, sum(true)); }, [&] { b.assign(s, sum(false)); });
+  b.if_else(one_row_launch, [&] { b.assign(s, sum(true)); }, [&] { b.assign(s, sum(false)); });
   return b.get(s);
 }
-
-}  // namespace
 
 Kernel build_softmax_backward(const Request& r, const Order& order) {
   const SoftmaxBackwardOrder& o = order.softmax_backward;
@@ -55,9 +57,9 @@ Kernel build_softmax_backward(const Request& r, const Order& order) {
     return log ? Term{ld(dy, col, lanes), nullptr} : Term{ld(dy, col, lanes), ld(y, col, lanes)};
   };
   b.region(k.name, describe(o), [&] {
-    ExprRef s = o.kind == SoftmaxBackwardOrder::Kind::TorchCpu
-                    ? torch_cpu_sum(b, order, r.cols, size_bytes(r.x_dtype) == 2, !log, term)
-                    : emit_sum(b, o.sum, Arith{f32, std::nullopt}, r.cols, term, log ? "sum(dy)" : "sum(dy*y)");
+    // PyTorch's row loop has a single row when the launch does.
+    ExprRef s = softmax_backward_sum(b, o, order.threads, r.cols, size_bytes(r.x_dtype) == 2, !log, term,
+                                     binary(Op::Eq, grid_extent(0), index_const(1)));
     s = b.let("s", s);
     row.for_each(order.elementwise_lanes, [&](ExprRef col, int lanes) {
       ExprRef g = ld(dy, col, lanes), sv = lanes > 1 ? broadcast(s, lanes) : s;

@@ -103,7 +103,7 @@ std::string describe(const SoftmaxOrder& s) {
 namespace ordo::ir {
 
 std::string describe(const GemmOrder& g) {
-  return fmt::format("{}(threads={})", g.kind == GemmOrder::Kind::MklAmdAvx512 ? "mkl_amd_avx512" : "mkl_intel_avx512", g.threads);
+  return fmt::format("{}(threads={})", g.kind == GemmOrder::Kind::MklAmd ? "mkl_amd_avx512" : "mkl_intel_avx512", g.threads);
 }
 
 std::string describe(const AttentionOrder& a) {
@@ -168,6 +168,8 @@ std::string describe(const AttentionBackwardOrder& a) {
   if (a.kind == AttentionBackwardOrder::Kind::CpuFlash)
     return fmt::format("cpu_flash_backward(key_block={}, gemm={}, dsum lanes={} fold={} no fma, exp={}, bf16 gemm_stub {})", a.key_block,
                        describe(a.gemm), a.dsum_lanes, fold_name(a.dsum_fold), math_name(a.exp), a.bf16_stub_fma ? "fma" : "no fma");
+  if (a.kind == AttentionBackwardOrder::Kind::CpuMatmul)
+    return fmt::format("composite_backward(autograd of softmax(q@k^T*scale)@v, gemm={})", describe(a.gemm));
   return fmt::format("tiled_backward(lanes={}, dots=sequential{}, dk/dv: queries ascending, dq: keys ascending, exp=sleef_u10)", a.lanes,
                      a.fma ? "+fma" : "");
 }

@@ -278,8 +278,9 @@ struct GemmOrder {
     // oneMKL as PyTorch 2.15's x86-64 wheels link it, on an Intel CPU with AVX-512 (its avx512
     // sgemm and sgemv kernels; measured, see docs/research/torch2.15-attention.md).
     MklIntelAvx512,
-    // oneMKL as PyTorch 2.15's x86-64 wheels link it, on an AMD CPU with AVX-512 (measured on an
-    // EPYC with avx512_bf16): MKL takes its generic ('def') kernels there. gemv ('T' and 'N') and
+    // oneMKL as PyTorch 2.15's x86-64 wheels link it, on an AMD CPU: MKL takes its generic
+    // ('def') kernels there, with or without AVX-512 (measured on an EPYC with AVX-512 and
+    // avx512_bf16, and checked on an EPYC with AVX2 only). gemv ('T' and 'N') and
     // the small-matrix kernel (m < 12, n < 4 or K <= 1) are SSE code without fma: every product
     // rounded, 4-lane sums, and a scalar peel up to each row's 16-byte boundary, so the bits
     // depend on where a row starts (gen/mkl_gemm.cpp); the general kernel is one fma chain per K
@@ -287,7 +288,7 @@ struct GemmOrder {
     // 192-blocks and the rest), the block sums added in order after C. On 2 threads a product of
     // 5..11 rows (not a multiple of 4) runs its first rows in fours by the general kernel and the
     // rest by the small-matrix one.
-    MklAmdAvx512,
+    MklAmd,
   };
   Kind kind = Kind::MklIntelAvx512;
   // Threads MKL runs on when it is called outside a parallel region. PyTorch calls it that way
@@ -411,6 +412,18 @@ struct AttentionBackwardOrder {
     //   oneDNN:      per output row one chain from +0 over k ascending, in pairs
     //                (acc + p[k+1]) + p[k] (one row of C: plain k order), then C0 + fl(alpha*acc).
     CpuFlash,
+    // Autograd through PyTorch's eager composite softmax(q @ k^T * scale) @ v (f32; measured
+    // against torch 2.15.0 on an AMD AVX-512 host, docs/research/torch2.15-attention-backward.md).
+    // A program instance per (batch, head); lse and out are not read. c = (float)scale.
+    //   P = the forward's probabilities, recomputed by Order::attention (AttentionOrder::CpuMatmul);
+    //   dV = P^T dout;  GP = dout V^T;                 (bmm's backward: MKL 'N','T' and 'T','N')
+    //   s_r = sum_k GP[r][k] * P[r][k]                 (`softmax_backward`, Order::softmax_backward:
+    //                                                   _softmax_backward_data's row sum)
+    //   G = (GP - s_r) * P; causal: G = +0 where key > query (masked_fill's backward); G = G * c;
+    //   dQ = G K;  dK = (Q^T G)^T                      (MKL 'N','N' and 'N','T', alpha 1, beta 0)
+    // each product by the kernel MKL picks for the whole S x S call (`gemm`), or PyTorch's own
+    // loop when S_q*S_k*D < 400. PyTorch's row loop of _softmax_backward_data has B*H*S_q rows.
+    CpuMatmul,
   };
   Kind kind = Kind::Tiled;
   int lanes = 8;     // Tiled: keys (stage 1) or queries (stage 2) per program instance; no numerical effect
@@ -420,9 +433,10 @@ struct AttentionBackwardOrder {
   LaneFold dsum_fold = LaneFold::Halving;  // CpuFlash
   MathImpl exp = MathImpl::SleefU10;     // CpuFlash: P's exp
   bool bf16_stub_fma = true;             // CpuFlash, bf16: ATen's gemm_stub fuses its steps (avx2, avx512 builds)
-  // CpuFlash: the block products. Its `threads` is PyTorch's intra-op thread count, which changes
-  // bits only when a launch is one (batch, head): PyTorch then calls MKL outside its parallel loop.
-  GemmOrder gemm{GemmOrder::Kind::MklAmdAvx512, 1};
+  // CpuFlash, CpuMatmul: the products. Its `threads` is PyTorch's intra-op thread count, which
+  // changes bits only when a launch is one (batch, head): PyTorch then calls MKL outside its
+  // parallel loop (CpuFlash), or bmm has a single matrix (CpuMatmul).
+  GemmOrder gemm{GemmOrder::Kind::MklAmd, 1};
 };
 
 // How a weight gradient sums its per-row terms over the rows of the launch (a column

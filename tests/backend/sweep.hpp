@@ -437,7 +437,8 @@ inline int attention_backward_vs_interpreter(Target target, bool sparse) {
   };
   // torch2.15's bf16 dq, dk, dv: gemm_stub below m*n*k = 4096, oneDNN above ({9, 33, 64}; one
   // query row: {1, 300, 16}'s dq).
-  const std::vector<Shape> shapes = {{1, 1, 8}, {7, 17, 32}, {17, 7, 16}, {9, 33, 64}, {1, 300, 16}};
+  // {10, 12, 32}: the composite's (torch2.15-cpu-math) MKL kernels, which take S_k a multiple of 4.
+  const std::vector<Shape> shapes = {{1, 1, 8}, {7, 17, 32}, {17, 7, 16}, {9, 33, 64}, {1, 300, 16}, {10, 12, 32}};
   std::vector<std::pair<std::string, ScalarType>> orders;
   for (const gen::NamedOrder& n : gen::named_orders())
     for (OpKind o : n.ops)
@@ -445,8 +446,11 @@ inline int attention_backward_vs_interpreter(Target target, bool sparse) {
         for (ScalarType t : n.dtypes) orders.emplace_back(std::string(n.name), t);
   for (const char* p : {"flash(queries=3,fma=all)", "flash(bc=16,queries=5)", "fast(queries=1)"}) orders.emplace_back(p, ScalarType::f32);
   // PyTorch's threaded MKL calls (one (batch, head) on 2 threads): launched with one head, below.
-  orders.emplace_back("torch2.15-cpu-avx512(threads=2)", ScalarType::f32);
-  orders.emplace_back("torch2.15-cpu-avx512(threads=2)", ScalarType::bf16);
+  orders.emplace_back("torch2.15-cpu-avx512(threads=2,mkl=amd)", ScalarType::f32);
+  orders.emplace_back("torch2.15-cpu-avx512(threads=2,mkl=amd)", ScalarType::bf16);
+  // The composite's backward on any host (the MKL model named, not the host's), and threaded.
+  orders.emplace_back("torch2.15-cpu-math-avx2(mkl=amd)", ScalarType::f32);
+  orders.emplace_back("torch2.15-cpu-math-avx512(mkl=amd,threads=2)", ScalarType::f32);
   int cases = 0, rotation = 0;
   for (const auto& [order, dtype] : orders)
     for (const Shape& s : shapes) {

@@ -19,8 +19,8 @@ where PyTorch's parallel loop may have a single iteration and MKL then runs on a
 more. Values: normal, sharp (logits 8 times larger: near one-hot rows) and flat (logits near 0).
 
 The MKL kernels inside are the running host's (the orders take them as a parameter, mkl=, from
-this host by default). An Intel AVX-512 host (for bf16 one without avx512_bf16) and an AMD AVX-512
-host are modelled; on another host the test says what it cannot verify and checks the rest. On an
+this host by default). An Intel AVX-512 host (for bf16 one without avx512_bf16) and an AMD host
+(with or without AVX-512: MKL runs its generic kernels on both) are modelled; on another host the test says what it cannot verify and checks the rest. On an
 AMD host MKL's small kernels peel rows to 16-byte boundaries, and the output rows live in the
 scratch of whichever PyTorch thread runs the block: shapes with several (batch, head)s on 2 threads
 check that. On an Intel host two regimes are compared on 1 thread only: bf16 with batch*heads = 1,
@@ -163,10 +163,10 @@ def mkl_host():
             flags = set(line.split(":", 1)[1].split())
             break
     avx512 = "avx512f" in flags
-    if "AuthenticAMD" in info and avx512:
-        return True, True, "an AMD CPU with AVX-512 (MKL's generic kernels, mkl=amd)", "amd"
+    if "AuthenticAMD" in info:
+        return True, True, f"an AMD CPU {'with' if avx512 else 'without'} AVX-512 (MKL's generic kernels, mkl=amd)", "amd"
     if not (intel and avx512):
-        return False, False, "neither an Intel nor an AMD CPU with AVX-512", ""
+        return False, False, "neither an AMD CPU nor an Intel CPU with AVX-512", ""
     if "avx512_bf16" in flags:
         return True, False, "an Intel CPU with avx512_bf16, whose bf16 MKL kernels are other ones", "intel"
     return True, True, "an Intel CPU with AVX-512, without avx512_bf16 (mkl=intel)", "intel"
@@ -189,7 +189,7 @@ def main():
     f32_ok, bf16_ok, host, model = mkl_host()
     print(f"MKL host: {host}")
     if not f32_ok:
-        print("NOT VERIFIED: torch2.15-cpu-* attention (ordo models the MKL kernels of Intel and AMD AVX-512 hosts only; "
+        print("NOT VERIFIED: torch2.15-cpu-* attention (ordo models the MKL kernels of Intel AVX-512 hosts and AMD hosts only; "
               "this host's are other ones, and the orders refuse to run here without mkl=intel or mkl=amd)")
         return 0
     if not bf16_ok:

@@ -1,0 +1,41 @@
+// PyTorch's eager composite attention, softmax(q @ k.transpose(-2, -1) * scale) @ v, as its
+// forward (gen/cpu_matmul_attention.cpp) and its autograd backward
+// (gen/cpu_matmul_attention_backward.cpp) both compute the probabilities P.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "gen/mkl_gemm.hpp"
+#include "ir/ir.hpp"
+#include "ir/order.hpp"
+#include "ordo/request.hpp"
+
+namespace ordo::gen {
+
+// PyTorch's bmm runs its own loop below K*M*N = 400 multiply-adds (every product of the
+// composite, forward and backward, has S_q*S_k*D), else MKL's batched sgemm.
+bool composite_is_naive(const Request& r);
+
+// The scale as the composite multiplies by it: a Python float, converted to the tensor's f32.
+inline float composite_scale(const Request& r) {
+  return static_cast<float>(r.scale.value_or(1.0 / std::sqrt(static_cast<double>(r.cols))));
+}
+
+// Where emit_composite_probs reads and writes: `n` query rows from `first_query`, whose q rows
+// start at element q_rows of buffer q; the (batch, head)'s key rows at kv_base of buffer k; P's
+// rows (S_k floats each) at probs_base of buffer probs.
+struct CompositeRows {
+  int q = -1, k = -1, probs = -1;
+  ir::ExprRef q_rows, kv_base, probs_base, first_query;
+  int64_t n = 0;
+};
+
+// Rows of P = softmax(q @ k^T * scale) (causal: masked_fill(-inf) where key > query) into
+// `probs`: the product by MKL's kernel for the whole S_q x S_k call (o.gemm; `threaded`: MKL on
+// its threads, a launch of one (batch, head)), the scale in f32, the softmax op's row order
+// (o.softmax). The call's kernel takes every dot product whole, so any split into rows gives
+// the same bits where gemm_nt_splits_rows allows one.
+void emit_composite_probs(ir::Builder& b, const Request& r, const ir::AttentionOrder& o, const CompositeRows& at, bool threaded);
+
+}  // namespace ordo::gen

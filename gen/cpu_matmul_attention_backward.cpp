@@ -1,0 +1,109 @@
+// Autograd through PyTorch's eager composite softmax(q @ k.transpose(-2, -1) * scale) @ v on the
+// CPU (AttentionBackwardOrder::Kind::CpuMatmul): the gradients torch.autograd computes for the
+// materialized reference that fused attention is compared with. The graph was read from the
+// derivative formulas and checked bit for bit against torch 2.15.0, each product's MKL kernel
+// measured through ordo (docs/research/torch2.15-attention-backward.md):
+//   out = bmm(P, v)                 -> dV = bmm(P^T, dout),  GP = bmm(dout, v^T)
+//   P   = softmax(S, -1)            -> G  = _softmax_backward_data(GP, P) = (GP - sum(GP*P)) * P
+//   S   = masked_fill(A, -inf)      -> G  = +0 where key > query (causal)
+//   A   = bmm(q, k^T) * scale       -> G  = G * scale;  dQ = bmm(G, k),  dK = bmm(q^T, G)^T
+// A program instance is one (batch, head): P and G are S_q x S_k floats of scratch and q^T G is
+// D x S_k, transposed into dk at the end. bmm over a single (batch, head) calls MKL with all its
+// threads; the instance then takes MKL's threaded kernels.
+#include <fmt/format.h>
+
+#include "gen/composite_attention.hpp"
+#include "gen/gen.hpp"
+#include "gen/norm_backward.hpp"
+#include "gen/row.hpp"
+#include "ir/error.hpp"
+
+namespace ordo::gen {
+
+using namespace ordo::ir;
+
+namespace {
+ExprRef idx(int64_t v) { return index_const(v); }
+}  // namespace
+
+Kernel build_cpu_matmul_attention_backward(const Request& r, const Order& order) {
+  const AttentionBackwardOrder& o = order.attention_backward;
+  const int64_t D = r.cols, Sq = r.seq_q, Sk = r.seq_k;
+  const ScalarType t = r.x_dtype;
+  Kernel kernel;
+  kernel.name = "attention_backward";
+  Builder b(kernel);
+  // The arguments of every attention_backward order; out and lse are not read.
+  const int q = b.buffer("q", t, false, Extent::rows_by_fixed, Sq * D);
+  const int k = b.buffer("k", t, false, Extent::rows_by_fixed, Sk * D);
+  const int v = b.buffer("v", t, false, Extent::rows_by_fixed, Sk * D);
+  b.buffer("out", t, false, Extent::rows_by_fixed, Sq * D);
+  const int dout = b.buffer("dout", t, false, Extent::rows_by_fixed, Sq * D);
+  if (r.saved_stats) b.buffer("lse", ScalarType::f32, false, Extent::rows_by_fixed, Sq);
+  const int dq = b.buffer("dq", t, true, Extent::rows_by_fixed, Sq * D);
+  const int dk = b.buffer("dk", t, true, Extent::rows_by_fixed, Sk * D);
+  const int dv = b.buffer("dv", t, true, Extent::rows_by_fixed, Sk * D);
+  const int probs = b.buffer("probs", ScalarType::f32, true, Extent::scratch, Sq * Sk);
+  const int grad = b.buffer("grad", ScalarType::f32, true, Extent::scratch, Sq * Sk);
+  const int dkt = b.buffer("dk_t", ScalarType::f32, true, Extent::scratch, D * Sk);
+  const bool naive = composite_is_naive(r);
+  const float scale = composite_scale(r);
+  const ExprRef c = constant(Type{ScalarType::f32, 1}, static_cast<double>(scale));
+  const GemmOrder& mkl = o.gemm;
+  const ExprRef aligned = idx(0);  // PyTorch's gradients start at 16-byte boundaries (D and S_k multiples of 4)
+
+  b.region("attention_backward", describe(o), [&] {
+    const ExprRef q_base = b.let("q_base", mul(program_id(0), idx(Sq * D)));
+    const ExprRef kv_base = b.let("kv_base", mul(program_id(0), idx(Sk * D)));
+    const Matrix q_t{q, q_base, 1, 0, D}, k_rows{k, kv_base, D}, v_rows{v, kv_base, D};
+    const Matrix dout_rows{dout, q_base, D}, dq_rows{dq, q_base, D}, dv_rows{dv, kv_base, D};
+    const Matrix p_rows{probs, idx(0), Sk}, p_t{probs, idx(0), 1, 0, Sk}, g_rows{grad, idx(0), Sk}, dkt_rows{dkt, idx(0), Sk};
+    const std::string how = naive ? "PyTorch's bmm loop" : describe(mkl);
+    auto body = [&](bool threaded) {
+      emit_composite_probs(b, r, order.attention, CompositeRows{q, k, probs, q_base, kv_base, idx(0), idx(0), Sq}, threaded);
+      b.region("dv", fmt::format("dv = p^T @ dout, {} keys x {} x {} queries: {}", Sk, D, Sq, how), [&] {
+        if (naive) emit_naive_nn(b, Sk, D, Sq, p_t, dout_rows, dv_rows);
+        else emit_gemm_nn(b, mkl, GemmInputs::f32, Sk, D, Sq, p_t, dout_rows, dv_rows, false, threaded, aligned);
+      });
+      b.region("grad_p", fmt::format("dout @ v^T, {} queries x {} keys x {}: {}", Sq, Sk, D, how), [&] {
+        if (naive) emit_naive_nt(b, Sq, Sk, D, dout_rows, v_rows, g_rows);
+        else emit_gemm_nt(b, mkl, GemmInputs::f32, Sq, Sk, D, dout_rows, v_rows, g_rows, threaded);
+      });
+      // PyTorch's row loop over B*H*S_q rows has a single row only when S_q is 1 and the launch one (batch, head).
+      const ExprRef one_row = Sq == 1 ? binary(Op::Eq, grid_extent(0), idx(1)) : nullptr;
+      b.region("grad_s", fmt::format("(grad - sum(grad*p)) * p by {}{}, times scale", describe(order.softmax_backward),
+                                     r.causal ? ", +0 where key > query" : ""),
+               [&] {
+                 b.for_range("r", idx(0), idx(Sq), 1, [&](ExprRef j) {
+                   const Row row(b, Sk, b.let("grad_row", mul(j, idx(Sk))));
+                   const TermFn term = [&](ExprRef col, int lanes) {
+                     return Term{row.load_as(grad, col, lanes, ScalarType::f32), row.load_as(probs, col, lanes, ScalarType::f32)};
+                   };
+                   const ExprRef s = b.let("s", softmax_backward_sum(b, order.softmax_backward, order.threads, Sk, false, true, term, one_row));
+                   b.for_range("i", idx(0), idx(Sk), 1, [&](ExprRef i) {
+                     ExprRef g = mul(sub(row.load_as(grad, i, 1, ScalarType::f32), s), row.load_as(probs, i, 1, ScalarType::f32));
+                     if (r.causal) g = select(binary(Op::Lt, j, i), constant(Type{ScalarType::f32, 1}, 0.0), g);
+                     row.store_as(grad, i, mul(g, c));
+                   });
+                 });
+               });
+      b.region("dq", fmt::format("dq = grad @ k, {} queries x {} x {} keys: {}", Sq, D, Sk, how), [&] {
+        if (naive) emit_naive_nn(b, Sq, D, Sk, g_rows, k_rows, dq_rows);
+        else emit_gemm_nn(b, mkl, GemmInputs::f32, Sq, D, Sk, g_rows, k_rows, dq_rows, false, threaded, aligned);
+      });
+      b.region("dk", fmt::format("dk^T = q^T @ grad, {} x {} keys x {} queries: {}; then transposed", D, Sk, Sq, how), [&] {
+        if (naive) emit_naive_nn(b, D, Sk, Sq, q_t, g_rows, dkt_rows);
+        else emit_gemm_nn(b, mkl, GemmInputs::f32, D, Sk, Sq, q_t, g_rows, dkt_rows, false, threaded, aligned);
+        b.for_range("key", idx(0), idx(Sk), 1, [&](ExprRef key) {
+          const ExprRef at = b.let("dk_at", add(kv_base, mul(key, idx(D))));
+          b.for_range("d", idx(0), idx(D), 1, [&](ExprRef d) { b.store(dk, add(at, d), load(b.kernel(), dkt, add(mul(d, idx(Sk)), key))); });
+        });
+      });
+    };
+    if (mkl.threads > 1) b.if_else(binary(Op::Eq, grid_extent(0), idx(1)), [&] { body(true); }, [&] { body(false); });
+    else body(false);
+  });
+  return kernel;
+}
+
+}  // namespace ordo::gen
