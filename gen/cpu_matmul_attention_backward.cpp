@@ -57,7 +57,7 @@ Kernel build_cpu_matmul_attention_backward(const Request& r, const Order& order)
     const ExprRef kv_base = b.let("kv_base", mul(program_id(0), idx(Sk * D)));
     const Matrix q_t{q, q_base, 1, 0, D}, k_rows{k, kv_base, D}, v_rows{v, kv_base, D};
     const Matrix dout_rows{dout, q_base, D}, dq_rows{dq, q_base, D}, dv_rows{dv, kv_base, D};
-    const Matrix p_rows{probs, idx(0), Sk}, p_t{probs, idx(0), 1, 0, Sk}, g_rows{grad, idx(0), Sk}, dkt_rows{dkt, idx(0), Sk};
+    const Matrix p_t{probs, idx(0), 1, 0, Sk}, g_rows{grad, idx(0), Sk}, dkt_rows{dkt, idx(0), Sk};
     const std::string how = naive ? "PyTorch's bmm loop" : describe(mkl);
     auto body = [&](bool threaded) {
       emit_composite_probs(b, r, order.attention, CompositeRows{q, k, probs, q_base, kv_base, idx(0), idx(0), Sq}, threaded);
