@@ -21,15 +21,13 @@ head), the products of one or two terms show how MKL signs a zero sum).
 The orders model an AMD host's MKL (its generic kernels, with or without AVX-512; measured on an
 AVX2-only EPYC). On other hosts the test says what it cannot verify.
 """
-import argparse
 import os
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from summary import print_summary  # noqa: E402
 import tiers  # noqa: E402
-from torch2_harness import order_row, run_workers, torch_error  # noqa: E402
+from torch2_harness import amd_host, order_row, parse_arguments, report, run_workers, torch_error  # noqa: E402
 
 # (S_q, S_k, D, batch, heads)
 SHAPES = [
@@ -100,18 +98,8 @@ print(json.dumps({"torch": torch.__version__, "capability": torch.backends.cpu.g
 '''
 
 
-def amd_host():
-    try:
-        return "AuthenticAMD" in open("/proc/cpuinfo").read()
-    except OSError:
-        return False
-
-
 def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--build", default=os.path.join(HERE, "..", "..", "build"), help="ordo's build directory")
-    tiers.add_arguments(ap)
-    args = ap.parse_args()
+    args = parse_arguments(__doc__)
     if error := torch_error():
         print(error)
         return 1
@@ -124,10 +112,7 @@ def main():
                          lambda c, r, cap: ("attention_backward", order_row(r, cap), "f32"),
                          lambda c, r: f"attention_backward {r['order']} Sq={c['sq']} Sk={c['sk']} D={c['d']} B={c['batch']} "
                                       f"H={c['heads']} causal={c['causal']} scale={c['scale']} {c['range']} threads={r['threads']}")
-    if result is None:
-        return 1
-    print("\n(each case is counted once per torch thread count, 1 and 2)")
-    return print_summary(*result)
+    return report(result)
 
 
 if __name__ == "__main__":

@@ -12,16 +12,14 @@ few thousand-row launches.
 Dtypes: f32, bf16, f16, and bf16/f16 input with f32 weight (PyTorch's mixed kernel); with and
 without weight and bias (the mixed kernel needs a weight).
 """
-import argparse
 import itertools
 import os
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from summary import print_summary  # noqa: E402
 import tiers  # noqa: E402
-from torch2_harness import order_row, run_workers, torch_error  # noqa: E402
+from torch2_harness import order_row, parse_arguments, report, run_workers, torch_error  # noqa: E402
 
 
 # Every tail mod 8 and mod 16 (the kernels' f32 and 16-bit vectors), both sides of the short-row
@@ -111,10 +109,7 @@ print(json.dumps({"torch": torch.__version__, "capability": torch.backends.cpu.g
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--build", default=os.path.join(HERE, "..", "..", "build"), help="ordo's build directory")
-    tiers.add_arguments(ap)
-    args = ap.parse_args()
+    args = parse_arguments(__doc__)
     if error := torch_error():
         print(error)
         return 1
@@ -126,10 +121,7 @@ def main():
     result = run_workers(args.build, WORKER, all_cases, RANGES, lambda c, r, cap: ("layer_norm_backward", order_row(r, cap), dtype(c)),
                          lambda c, r: f"layer_norm_backward {r['order']} {dtype(c)} N={c['n']} rows={c['rows']} {c['range']} "
                                       f"affine={c['affine']}")
-    if result is None:
-        return 1
-    print("\n(each case is counted once per torch thread count, 1 and 2)")
-    return print_summary(*result)
+    return report(result)
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -14,15 +14,13 @@ ordo on the others. Single rows of more than 32768 elements and one-column launc
 Cases: f32, bf16, f16, and bf16/f16 input with an f32 weight; with and without weight; N across
 every tail mod 16 and long rows; row counts 1..7 and larger; several value ranges and eps.
 """
-import argparse
 import os
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from summary import print_summary  # noqa: E402
 import tiers  # noqa: E402
-from torch2_harness import order_row, run_workers, torch_error  # noqa: E402
+from torch2_harness import parse_arguments, report, run_workers, torch_error  # noqa: E402
 
 
 # Every tail mod 16, SumKernel's 32-column groups and their edges, and long rows.
@@ -122,10 +120,7 @@ print(json.dumps({"torch": torch.__version__, "capability": torch.backends.cpu.g
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--build", default=os.path.join(HERE, "..", "..", "build"), help="ordo's build directory")
-    tiers.add_arguments(ap)
-    args = ap.parse_args()
+    args = parse_arguments(__doc__)
     if error := torch_error():
         print(error)
         return 1
@@ -139,10 +134,7 @@ def main():
                          lambda c, r: f"{dtype(c)} weight={c['weight']} N={c['n']} rows={c['rows']} {c['range']} eps={c['eps']} "
                                       f"rstd={'given' if c['saved'] else 'recomputed'} threads={r['threads']}",
                          env_extra={"PYTHONWARNINGS": "ignore"})
-    if result is None:
-        return 1
-    print("\n(each case is counted once per torch thread count, 1 and 2; the thread-split regimes also on 3)")
-    return print_summary(*result)
+    return report(result, "each case is counted once per torch thread count, 1 and 2; the thread-split regimes also on 3")
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -17,16 +17,14 @@ Widths: every tail mod 16 (1..33, the f32 vectors of AVX2 and AVX-512 and the 16
 two f32 halves), the boundaries of 64 and 128, and long rows. Values (logits, dy): ordinary,
 wide, tiny (near-uniform rows, tiny gradients) and large logits (one-hot rows, exp(y) underflow).
 """
-import argparse
 import itertools
 import os
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from summary import print_summary  # noqa: E402
 import tiers  # noqa: E402
-from torch2_harness import order_row, run_workers, torch_error  # noqa: E402
+from torch2_harness import order_row, parse_arguments, report, run_workers, torch_error  # noqa: E402
 
 
 N_SWEEP = list(range(1, 34)) + [63, 64, 65, 127, 128, 129, 1000, 4097, 70001]
@@ -108,10 +106,7 @@ print(json.dumps({"torch": torch.__version__, "capability": torch.backends.cpu.g
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--build", default=os.path.join(HERE, "..", "..", "build"), help="ordo's build directory")
-    tiers.add_arguments(ap)
-    args = ap.parse_args()
+    args = parse_arguments(__doc__)
     if error := torch_error():
         print(error)
         return 1
@@ -122,10 +117,7 @@ def main():
                          lambda c, r, cap: (c["op"] + "_backward", order_row(r, cap), c["dtype"]),
                          lambda c, r: f"{c['op']}_backward {r['order']} {c['dtype']} N={c['n']} rows={c['rows']} {c['range']} "
                                       f"threads={r['threads']}", env_extra={"ORDO_CACHE": "0"})
-    if result is None:
-        return 1
-    print("\n(each case is counted once per torch thread count, 1 and 2)")
-    return print_summary(*result)
+    return report(result)
 
 if __name__ == "__main__":
     sys.exit(main())

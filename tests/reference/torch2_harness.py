@@ -1,11 +1,13 @@
-"""The driver the torch 2.15 backward reference tests share: check the installed torch, run one
-worker process per CPU capability (ATEN_CPU_CAPABILITY set before torch is imported, ordo's
-Python package on PYTHONPATH), and tally the workers' results by (op, order, dtype).
+"""The driver the torch 2.15 backward reference tests share: their command line, a check of the
+installed torch, one worker process per CPU capability (ATEN_CPU_CAPABILITY set before torch is
+imported, ordo's Python package on PYTHONPATH), the tally of the workers' results by (op, order,
+dtype) and the exit status, and what the host's CPU is (for the MKL and oneDNN models).
 
 A worker is Python source run as `python -c WORKER cap cases.json ranges.json`; its last stdout
 line is JSON: {"torch": version, "capability": name, "results": [{"case": i, "ok": bool,
 "why": text, "threads": T, "order": name (optional)}, ...]}.
 """
+import argparse
 import json
 import os
 import subprocess
@@ -13,6 +15,8 @@ import sys
 import tempfile
 
 from bits import capabilities
+from summary import print_summary
+import tiers
 
 WANT_TORCH = "2.15.0"
 
@@ -70,3 +74,37 @@ def order_row(r, cap):
     """A result's order as a table row: the capability's own order, or an alias tagged with it."""
     base = r["order"].split("(")[0]
     return base + ("" if base.endswith(cap) else f"[{cap}]")
+
+
+def parse_arguments(doc):
+    """A test's command line: --build (ordo's build directory) and the tier flags (tiers.py)."""
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--build", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "build"),
+                    help="ordo's build directory")
+    tiers.add_arguments(ap)
+    return ap.parse_args()
+
+
+def report(result, counted="each case is counted once per torch thread count, 1 and 2"):
+    """The exit status of a test from run_workers' result: 1 when a worker failed (already said),
+    else the summary's (1 on any mismatch)."""
+    if result is None:
+        return 1
+    print(f"\n({counted})")
+    return print_summary(*result)
+
+
+def cpu_info():
+    try:
+        return open("/proc/cpuinfo").read()
+    except OSError:
+        return ""
+
+
+def amd_host():
+    """An AMD CPU, whose MKL runs its generic kernels (ordo's MklAmd model), with or without AVX-512."""
+    return "AuthenticAMD" in cpu_info()
+
+
+def has_avx512_bf16():
+    return any(line.startswith("flags") and "avx512_bf16" in line.split() for line in cpu_info().splitlines())
