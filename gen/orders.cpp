@@ -846,14 +846,23 @@ void apply_parameters(Order& o, std::string_view params, std::string_view order_
 // ordo models an Intel CPU with AVX-512 (in bf16, one without avx512_bf16, whose
 // gemm_bf16bf16f32 kernels are others) and any AMD CPU, where MKL runs its generic kernels
 // (measured on one with AVX-512 and avx512_bf16, f32 and bf16; the same bits on one with AVX2
-// only). Empty when neither fits; `why` then says what the host lacks.
+// only; bf16 attention_backward, whose gradients are oneDNN's, with avx512_bf16 only). Empty
+// when none fits; `why` then says what the host lacks.
 std::optional<GemmOrder::Kind> mkl_model(const Request& r, std::string* why = nullptr) {
   const size_t param = r.order.find("mkl=");
   if (param != std::string::npos)  // checked by apply_environment
     return r.order.compare(param, 7, "mkl=amd") == 0 ? GemmOrder::Kind::MklAmd : GemmOrder::Kind::MklIntelAvx512;
   __builtin_cpu_init();
-  // MKL runs its generic kernels on any AMD CPU: the same bits with and without AVX-512.
-  if (__builtin_cpu_is("amd")) return GemmOrder::Kind::MklAmd;
+  // MKL runs its generic kernels on any AMD CPU: the same bits with and without AVX-512. The bf16
+  // attention gradients are oneDNN's bf16 gemm, whose kernel follows the CPU: modelled with
+  // avx512_bf16 (vdpbf16ps pairs); without it (an AVX2-only EPYC) torch differed in single
+  // elements of dq and dk.
+  if (__builtin_cpu_is("amd")) {
+    if (r.op != OpKind::attention_backward || r.x_dtype != ScalarType::bf16 || __builtin_cpu_supports("avx512bf16"))
+      return GemmOrder::Kind::MklAmd;
+    if (why) *why = "is an AMD CPU without avx512_bf16, where oneDNN's bf16 kernel for the attention gradients is not modelled";
+    return std::nullopt;
+  }
   const bool avx512 = __builtin_cpu_supports("avx512f");
   if (avx512 && __builtin_cpu_is("intel")) {
     if (r.x_dtype != ScalarType::bf16 || !__builtin_cpu_supports("avx512bf16")) return GemmOrder::Kind::MklIntelAvx512;
@@ -948,14 +957,6 @@ std::string shape_error(const Request& r, const Order& o, const NamedOrder& n) {
     if (r.x_dtype == f16)
       return fmt::format("order '{}' runs attention_backward in f32 and bf16 (PyTorch's f16 CPU attention backward is not modelled)",
                          r.order);
-    // bf16's gradients are oneDNN's bf16 gemm, whose kernel follows the CPU: measured with
-    // avx512_bf16 (vdpbf16ps pairs). On an AMD CPU without it (AVX2 only), torch differed in
-    // single elements of dq and dk.
-    __builtin_cpu_init();
-    if (r.x_dtype == bf16 && r.order.find("mkl=") == std::string::npos && !__builtin_cpu_supports("avx512bf16"))
-      return fmt::format("order '{}' in bf16 on this CPU, which has no avx512_bf16: PyTorch's bf16 attention gradients come from "
-                         "oneDNN, whose kernel without avx512_bf16 is not modelled. '{}(mkl=amd)' gives the bits of an AMD host with it",
-                         r.order, r.order.substr(0, r.order.find('(')));
     // map2_reduce_all<BFloat16>'s dsum over D > 2V not a multiple of 2V ends in a partial bf16
     // vector, whose order was not measured.
     const int64_t pair = 2 * int64_t(o.attention_backward.dsum_lanes);
