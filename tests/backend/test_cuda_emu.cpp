@@ -56,8 +56,9 @@ void sweep_emu(OpKind op) {
   const auto start = std::chrono::steady_clock::now();
   std::vector<Request> exact;
   std::set<std::string> seen;
+  size_t variant = 0;
   for (const Variant& v : variants(op))
-    for (int64_t n : emu_sweep_n()) {
+    for (int64_t n : emu_widths(variant++)) {
       Request r = request_for(op, v, n);
       // e.g. torch-cuda-tree needs N % 4 == 0; an alias's kernel is compared once
       if (gen::takes_shape(r) && !seen_kernel(r, Target::cuda_emu, seen)) exact.push_back(r);
@@ -139,8 +140,8 @@ TEST_CASE("cuda-emu: a misaligned buffer is refused, naming it") {
   CHECK_NOTHROW(k->run({{x.data(), 128, ScalarType::f32}, {y.data(), 128, ScalarType::f32}}, 2));
 }
 
-// Attention on cuda-emu: the shapes of the CPU test in the full tier, else the reduced ones (each
-// attention kernel is a host-compiler run of about a second).
+// Attention on cuda-emu: the shapes of the CPU test in the full tier, else the reduced ones, each
+// causal or not in rotation (each attention kernel is a host-compiler run of about a second).
 TEST_CASE("attention_backward: cuda-emu matches the interpreter bit for bit (both stages)") {
   const int cases = attention_backward_vs_interpreter(Target::cuda_emu, /*sparse=*/true);
   MESSAGE(fmt::format("attention_backward on cuda-emu: {} cases compared bitwise", cases));
