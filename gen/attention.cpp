@@ -365,6 +365,29 @@ struct Attention {
   // Flash: online softmax over key blocks.
   ExprRef expo(ExprRef x) { return o.exp2 ? exp2_f32(b, std::move(x)) : exp_f32(b, MathImpl::SleefU10, std::move(x)); }
 
+  // The key blocks of flash: [0, full) in blocks of Bc, then the partial block [full, Sk). When
+  // causal, an instance serving `queries` query rows visits only the blocks holding a key its
+  // last query sees (keys 0 .. min(last + 1, S_k) - 1): every later block is masked for all of
+  // its queries. The loops are per-instance (ir.hpp): their bounds read program_id. The
+  // backward's recomputation of lse (lse_only) visits every block: its instances are not query
+  // blocks numbered by program_id(1), and a masked block leaves m and l as they were, bit for bit
+  // (alpha is exactly 1 and each p exactly 0), so lse is the same.
+  void key_blocks(int64_t Bc, int64_t queries, const std::function<void(ExprRef, int64_t)>& block) {
+    const int64_t full = Sk - Sk % Bc;
+    if (!r.causal || lse_only) {
+      b.for_range("kb", idx(0), idx(full), Bc, [&](ExprRef kb) { block(kb, Bc); });
+      if (Sk % Bc) block(idx(full), Sk % Bc);
+      return;
+    }
+    ExprRef last = binary(Op::Min, add(mul(program_id(1), idx(queries)), idx(queries - 1)), idx(Sq - 1));
+    ExprRef seen = binary(Op::Min, add(last, idx(1)), idx(Sk));
+    ExprRef blocks_end = mul(div(add(seen, idx(Bc - 1)), idx(Bc)), idx(Bc));
+    b.for_per_instance("kb", idx(0), binary(Op::Min, blocks_end, idx(full)), Bc, [&](ExprRef kb) { block(kb, Bc); });
+    // The partial block, once when a seen key is in it: [full, min(seen, full + 1)).
+    if (Sk % Bc)
+      b.for_per_instance("kb.tail", idx(full), binary(Op::Min, seen, idx(full + 1)), 1, [&](ExprRef kb) { block(kb, Sk % Bc); });
+  }
+
   // Flash as a team (AttentionOrder::team = T): a query row is served by `split` threads
   // (split = D/128 rounded up to a power of two, at least 1, so that each thread's share of the
   // accumulator, D/split floats, stays in registers), T/split queries per instance. Thread t
@@ -446,10 +469,8 @@ struct Attention {
         b.assign(m, m_new);
       });
     };
-    const int64_t full = Sk - Sk % Bc;
     b.region("flash", describe(o), [&] {
-      b.for_range("kb", idx(0), idx(full), Bc, [&](ExprRef kb) { block(kb, Bc); });
-      if (Sk % Bc) block(idx(full), Sk % Bc);
+      key_blocks(Bc, Q, block);
       b.team([&](ExprRef) {
         ExprRef inv = b.let("inv_sum", div(f32c(1.0f, 1), b.get(l)));
         ExprRef out_at = b.let("out_at", add(add(mul(program_id(0), idx(Sq * D)), mul(b.get(qrow), idx(D))), b.get(dim0)));
@@ -502,10 +523,8 @@ struct Attention {
       }
       b.assign(m, m_new);
     };
-    const int64_t full = Sk - Sk % Bc;
     b.region("flash", describe(o), [&] {
-      b.for_range("kb", idx(0), idx(full), Bc, [&](ExprRef kb) { block(kb, Bc); });
-      if (Sk % Bc) block(idx(full), Sk % Bc);
+      key_blocks(Bc, L, block);
       if (lse_only) return;
       ExprRef inv = b.let("inv_sum", div(f32c(1.0f, L), b.get(l)));
       write_out(acc, [&](ExprRef x) { return mul(x, inv); });

@@ -246,6 +246,17 @@ std::vector<char> per_thread_locals(const Kernel& k) {
 }
 
 namespace {
+bool any_per_instance_loop(const std::vector<Stmt>& body) {
+  for (const Stmt& s : body)
+    if ((s.kind == StmtKind::For && s.per_instance) || (has_bodies(s) && (any_per_instance_loop(s.body) || any_per_instance_loop(s.else_body))))
+      return true;
+  return false;
+}
+}  // namespace
+
+bool has_per_instance_loops(const Kernel& k) { return any_per_instance_loop(k.body); }
+
+namespace {
 std::string local_name(const Kernel& k, int64_t id) {
   if (id < 0 || id >= static_cast<int64_t>(k.locals.size())) return fmt::format("?local{}", id);
   return k.locals[static_cast<size_t>(id)].name;
@@ -321,8 +332,8 @@ void print_stmts(const std::vector<Stmt>& body, const Kernel& k, int depth, std:
         out += fmt::format("{}store {}[{}] = {}\n", pad, buffer_name(k, s.target), print_ref(s.index, k), print_ref(s.value, k));
         break;
       case StmtKind::For:
-        out += fmt::format("{}for %{} in [{}, {}) step {} {{\n", pad, local_name(k, s.target), print_ref(s.begin, k),
-                           print_ref(s.end, k), s.step);
+        out += fmt::format("{}{} %{} in [{}, {}) step {} {{\n", pad, s.per_instance ? "for.instance" : "for", local_name(k, s.target),
+                           print_ref(s.begin, k), print_ref(s.end, k), s.step);
         print_stmts(s.body, k, depth + 1, out);
         out += pad + "}\n";
         break;

@@ -20,6 +20,12 @@
 // Control flow (For bounds, If conditions) is uniform: it may depend only on constants and
 // loop variables, never on program_id, loaded data or floating-point values. The verifier
 // enforces this; backends rely on it to run several instances in lock step.
+// One exception, marked in the IR: a per-instance loop (Stmt::per_instance, printed `for.instance`)
+// may have bounds that read program_id directly (never data, nor a local computed from program_id),
+// so that instances run it different numbers of times: causal attention visits only the key
+// blocks its query block can see. It is never inside a Team statement, so the threads of one
+// instance (one CUDA block) always agree on it, and a kernel that has one runs its instances one
+// at a time on the CPU (ir::has_per_instance_loops), never in lock step.
 //
 // Teams (the CUDA-native orders). A kernel with Kernel::team = T > 1 runs each program instance
 // with T threads. Its body is uniform code, executed alike by every thread, around Team
@@ -186,6 +192,7 @@ struct Stmt {
   ExprRef index;    // Store: element index.
   ExprRef begin, end;
   int64_t step = 1;
+  bool per_instance = false;  // For: bounds may read program_id (the exception at the top of this file)
   std::vector<Stmt> body, else_body;
   std::string label;  // Region: "moments", "sum(x)", ...
   std::string note;   // Region: the Order, printed
@@ -290,12 +297,22 @@ class Builder {
   // for (v = begin; v < end; v += step) body(read of v)
   template <class F>
   void for_range(std::string name, ExprRef begin, ExprRef end, int64_t step, F&& body) {
+    loop(std::move(name), std::move(begin), std::move(end), step, false, std::forward<F>(body));
+  }
+  // The same with bounds that may read program_id: a per-instance loop (the top of this file).
+  template <class F>
+  void for_per_instance(std::string name, ExprRef begin, ExprRef end, int64_t step, F&& body) {
+    loop(std::move(name), std::move(begin), std::move(end), step, true, std::forward<F>(body));
+  }
+  template <class F>
+  void loop(std::string name, ExprRef begin, ExprRef end, int64_t step, bool per_instance, F&& body) {
     int v = local(std::move(name), Type{ScalarType::i64, 1});
     Stmt s{StmtKind::For};
     s.target = v;
     s.begin = std::move(begin);
     s.end = std::move(end);
     s.step = step;
+    s.per_instance = per_instance;
     stack_.back()->push_back(std::move(s));
     stack_.push_back(&stack_.back()->back().body);
     body(get(v));
@@ -368,6 +385,10 @@ std::vector<int64_t> shuffled_locals(const Stmt& team);
 // Per local: 1 if it is assigned (or is a loop variable) inside a Team statement, which makes
 // it per-thread in a team kernel.
 std::vector<char> per_thread_locals(const Kernel& k);
+
+// Whether the kernel has a per-instance loop (Stmt::per_instance): its instances may then take
+// different paths, and no backend runs them in lock step.
+bool has_per_instance_loops(const Kernel& k);
 
 // The verifier: returns an empty string, or a message naming the first malformed node.
 std::string verify(const Kernel& k);

@@ -328,7 +328,10 @@ struct AttentionOrder {
     Flash,         // FlashAttention-2 style online softmax over blocks of `key_block` keys: per
                    // query a running max m and sum l; per block m' = max(m, block max),
                    // l = l*exp(m - m') + sum_j exp(s_j - m'), acc = acc*exp(m - m') + sum_j p_j v_j
-                   // (keys in order); out = acc / l (or * (1/l)).
+                   // (keys in order); out = acc / l (or * (1/l)). Causal: an instance visits
+                   // only the blocks up to the one holding its last query's last key, as
+                   // FlashAttention-2 does; a later block would leave m, l and a finite acc
+                   // exactly as they were, but adds 0 * v, which is NaN where v is Inf or NaN.
   };
   Kind kind = Kind::Materialized;
   int query_lanes = 8;       // query rows per instance; no numerical effect

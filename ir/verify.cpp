@@ -55,6 +55,16 @@ struct Verifier {
     return true;
   }
 
+  // A per-instance loop's bound (ir.hpp): uniform but for program_id read directly. A local
+  // computed from program_id counts as varying, as it may also hold data.
+  bool instance_bound(const Expr& e) const {
+    if (e.op == Op::ProgramId) return true;
+    if (e.args.empty() || e.op == Op::Load || e.op == Op::Gather || is_float(e.type.scalar)) return uniform(e);
+    for (const ExprRef& a : e.args)
+      if (!a || !instance_bound(*a)) return false;
+    return true;
+  }
+
   bool team_memory_ok(const Expr& load) const {
     return k.team <= 1 || in_team || is_argument(k.buffers[static_cast<size_t>(load.index)]);
   }
@@ -275,7 +285,14 @@ struct Verifier {
         if (!expr(*s.begin) || !expr(*s.end)) return false;
         if (k.locals[static_cast<size_t>(s.target)].type != Type{ScalarType::i64, 1}) return stmt_fail(s, "loop variable must be i64");
         if (s.begin->type != Type{ScalarType::i64, 1} || s.end->type != Type{ScalarType::i64, 1}) return stmt_fail(s, "loop bounds must be i64");
-        if (!uniform(*s.begin, in_team) || !uniform(*s.end, in_team)) return stmt_fail(s, "loop bounds depend on program_id or data");
+        if (s.per_instance) {
+          // The threads of an instance must agree on it: a team kernel's barriers sit in such loops.
+          if (in_team) return stmt_fail(s, "a per-instance loop inside a team statement");
+          if (!instance_bound(*s.begin) || !instance_bound(*s.end))
+            return stmt_fail(s, "per-instance loop bounds read data or a varying local (only program_id itself may vary)");
+        } else if (!uniform(*s.begin, in_team) || !uniform(*s.end, in_team)) {
+          return stmt_fail(s, "loop bounds depend on program_id or data");
+        }
         if (k.team > 1 && !in_team && per_thread[static_cast<size_t>(s.target)])
           return stmt_fail(s, "a per-thread local (assigned in a team statement) is a loop variable outside one");
         if (s.step <= 0) return stmt_fail(s, fmt::format("step {} is not positive", s.step));
@@ -325,6 +342,8 @@ void mark_nonuniform(Verifier& v, bool thread) {
       if (s.kind == StmtKind::Assign && s.value && valid(s.target)) varies = !v.uniform(*s.value, !thread);
       if (thread && s.kind == StmtKind::For && s.begin && s.end && valid(s.target))
         varies = !v.uniform(*s.begin) || !v.uniform(*s.end);
+      // A per-instance loop's variable ends at a value that differs between instances.
+      if (!thread && s.kind == StmtKind::For && s.per_instance && valid(s.target)) varies = true;
       if (varies && !flag[static_cast<size_t>(s.target)]) {
         flag[static_cast<size_t>(s.target)] = 1;
         changed = true;

@@ -376,7 +376,10 @@ struct Lowerer {
         break;
       }
       case StmtKind::For: {
-        // Bounds are uniform (verifier): instance 0's value is every instance's.
+        // Bounds are uniform (verifier): instance 0's value is every instance's. A per-instance
+        // loop's are not, and its kernel runs one instance at a time (jit.cpp).
+        if (s.per_instance && R > 1)
+          throw Error(fmt::format("internal: kernel {} has a per-instance loop and cannot run {} instances in lock step", k.name, R));
         llvm::Value* begin = expr(*s.begin)[0];
         llvm::Value* end = expr(*s.end)[0];
         memo.clear();

@@ -277,6 +277,38 @@ TEST_CASE("attention: results do not depend on the thread count") {
   }
 }
 
+// Causal flash visits only the key blocks an instance's queries can see (gen/attention.cpp,
+// key_blocks). An Inf in v at key 100 shows it: a visited block where the key is masked still
+// adds 0 * Inf = NaN, so queries whose instance reaches that block come out NaN, and queries whose
+// instance stops before it stay finite. Both orders: blocks of 64 keys, 16 queries per instance.
+TEST_CASE("causal flash skips the key blocks past an instance's last query") {
+  for (const char* order : {"fast", "flash(bc=64,queries=16)"})
+    for (Target target : {Target::interpreter, Target::cpu}) {
+      Request r;
+      r.op = OpKind::attention;
+      r.cols = 32;
+      r.seq_q = r.seq_k = 128;
+      r.causal = true;
+      r.order = order;
+      r.target = target;
+      KernelHandle k = compile(r);
+      HostBuffers h = make_buffers(*k, 1, 5, 0, 1.0);
+      for (int64_t d = 0; d < r.cols; ++d) set_value(h.get("v"), ScalarType::f32, 100 * r.cols + d, INFINITY);
+      k->run(h.refs(1, r.cols), 1);
+      std::vector<float> out(size_t(r.seq_q * r.cols));
+      std::memcpy(out.data(), h.get("out").data(), out.size() * 4);
+      auto finite = [&](int64_t from, int64_t to) {  // finite elements of query rows [from, to)
+        int64_t n = 0;
+        for (int64_t i = from * r.cols; i < to * r.cols; ++i) n += std::isfinite(out[size_t(i)]);
+        return n;
+      };
+      INFO(order << " on " << name(target));
+      CHECK(finite(0, 64) == 64 * r.cols);  // instances 0-3: keys 0-63 only
+      CHECK(finite(96, 100) == 0);  // instance 6 (queries 96-111) visits keys 64-127, key 100 masked
+      CHECK(finite(100, 128) == 0);  // queries that see key 100
+    }
+}
+
 // flash-cuda maps flash(Bc) onto a CUDA block (a team: a query per thread, or two and four
 // threads per query at D = 256 and 512; K/V tiles in team memory). The mapping is not part of
 // the order: in the interpreter, the specification, its bits must be flash(bc=Bc)'s, on shapes

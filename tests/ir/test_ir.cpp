@@ -97,6 +97,51 @@ TEST_CASE("verifier accepts a well-formed kernel and names the node it rejects")
   CHECK(verify(float_extent).find("grid_extent is a scalar i64") != std::string::npos);
 }
 
+// Per-instance loops (ir.hpp): the one place control flow may follow program_id, which causal
+// attention uses to skip key blocks its queries cannot see.
+TEST_CASE("per-instance loops: bounds read program_id, never data; each instance runs its own trips") {
+  // out[row] = the number of trips of a loop over [0, 2 * row + 1).
+  Kernel counted = row_kernel([](Builder& b, int, int out) {
+    int n = b.local("n", f32);
+    b.assign(n, constant(f32, 0));
+    b.for_per_instance("i", index_const(0), add(mul(program_id(0), index_const(2)), index_const(1)), 1,
+                       [&](ExprRef) { b.assign(n, add(b.get(n), constant(f32, 1))); });
+    b.store(out, program_id(0), b.get(n));
+  });
+  REQUIRE(verify(counted).empty());
+  CHECK(print(counted).find("for.instance %i in [0, add(mul(program_id(0), 2), 1))") != std::string::npos);
+  CHECK(has_per_instance_loops(counted));
+  std::vector<float> x(4 * 3, 0.0f), trips(4, -1.0f);
+  interpret(counted, {{x.data(), x.size()}, {trips.data(), trips.size()}}, {4});
+  CHECK(trips == std::vector<float>{1, 3, 5, 7});
+
+  // Data, or a local computed from program_id, is still refused in the bounds.
+  Kernel by_data;
+  {
+    Builder b(by_data);
+    const int n = b.buffer("n", ScalarType::i64, false, Extent::rows);
+    const int out = b.buffer("out", ScalarType::f32, true, Extent::rows);
+    b.for_per_instance("i", index_const(0), load(by_data, n, program_id(0)), 1,
+                       [&](ExprRef) { b.store(out, program_id(0), constant(f32, 1)); });
+  }
+  CHECK(verify(by_data).find("per-instance loop bounds read data or a varying local") != std::string::npos);
+  Kernel by_local = row_kernel([](Builder& b, int, int out) {
+    ExprRef row = b.let("row", program_id(0));
+    b.for_per_instance("i", index_const(0), row, 1, [&](ExprRef) { b.store(out, program_id(0), constant(f32, 1)); });
+  });
+  CHECK(verify(by_local).find("per-instance loop bounds read data or a varying local") != std::string::npos);
+  // Its variable varies between instances after the loop: no ordinary loop may be bounded by it.
+  Kernel after = row_kernel([](Builder& b, int, int out) {
+    ExprRef last;
+    b.for_per_instance("i", index_const(0), program_id(0), 1, [&](ExprRef i) { last = i; });
+    b.for_range("j", index_const(0), last, 1, [&](ExprRef) { b.store(out, program_id(0), constant(f32, 1)); });
+  });
+  CHECK(verify(after).find("loop bounds depend on program_id or data") != std::string::npos);
+  // An ordinary kernel has none.
+  Kernel plain = row_kernel([](Builder& b, int, int out) { b.store(out, program_id(0), constant(f32, 1)); });
+  CHECK_FALSE(has_per_instance_loops(plain));
+}
+
 TEST_CASE("printer output is stable") {
   Kernel k = row_kernel([](Builder& b, int x, int out) {
     int acc = b.local("acc", f32);
@@ -458,6 +503,11 @@ TEST_CASE("verifier: team rules") {
     b.team([&](ExprRef t) { b.for_range("i", t, index_const(100), 32, [&](ExprRef) { b.assign(v, add(b.get(v), b.get(v))); }); });
   });
   CHECK(verify(strided).empty());
+  // A per-instance loop sits outside team statements, where every thread of the instance agrees.
+  Kernel per_thread_trips = team_kernel(32, [](Builder& b, int v) {
+    b.team([&](ExprRef) { b.for_per_instance("i", index_const(0), program_id(0), 1, [&](ExprRef) { b.assign(v, add(b.get(v), b.get(v))); }); });
+  });
+  CHECK(verify(per_thread_trips).find("a per-instance loop inside a team statement") != std::string::npos);
 }
 
 TEST_CASE("interpreter: team memory carries values between team statements; a same-statement conflict is a race") {
