@@ -112,7 +112,7 @@ TEST_CASE("per-instance loops: bounds read program_id, never data; each instance
   CHECK(print(counted).find("for.instance %i in [0, add(mul(program_id(0), 2), 1))") != std::string::npos);
   CHECK(has_per_instance_loops(counted));
   std::vector<float> x(4 * 3, 0.0f), trips(4, -1.0f);
-  interpret(counted, {{x.data(), x.size()}, {trips.data(), trips.size()}}, {4});
+  interpret(counted, {{x.data(), 12}, {trips.data(), 4}}, {4});
   CHECK(trips == std::vector<float>{1, 3, 5, 7});
 
   // Data, or a local computed from program_id, is still refused in the bounds.
