@@ -4,6 +4,10 @@
 // The SoftmaxOrder (ir/order.hpp) decides how the max and the sum are reduced, which exp and
 // log run where, and how y is formed. Arithmetic is f32; 16-bit storage is widened on load
 // and rounded once at the store.
+//
+// softmax (not log_softmax) computes each exponential once, as PyTorch's kernel does: the sum
+// pass keeps it in a scratch row (`exps`), and the output pass scales the kept value. Same bits
+// as computing it again (the same exp of the same x - max); about half the arithmetic.
 #include <fmt/format.h>
 
 #include <limits>
@@ -11,6 +15,7 @@
 #include "gen/gen.hpp"
 #include "gen/math.hpp"
 #include "gen/row.hpp"
+#include "gen/warp.hpp"
 #include "ir/error.hpp"
 
 namespace ordo::gen {
@@ -90,9 +95,23 @@ struct Softmax {
   Row row;
   int x = -1, y = -1;
   bool log = false;
+  int exps = -1;  // scratch f32[N]: the sum pass's exponentials for the output pass; -1: recomputed
 
   ExprRef load(ExprRef col, int lanes) { return row.load_as(x, std::move(col), lanes, ScalarType::f32); }
   ExprRef splat(const ExprRef& s, int lanes) { return lanes > 1 ? broadcast(s, lanes) : s; }
+
+  // The sum pass's exponential at [col, col + lanes), kept for the output pass when it can be.
+  ExprRef kept(const ExprRef& col, ExprRef e) {
+    if (exps < 0) return e;
+    ExprRef v = b.let("e", std::move(e));
+    b.store(exps, col, v);
+    return v;
+  }
+  // The output pass's exponential: the kept one, or `impl` computed again.
+  ExprRef exp_again(MathImpl impl, const ExprRef& col, int lanes, const ExprRef& mx) {
+    if (exps >= 0) return ir::load(b.kernel(), exps, col, lanes);
+    return exp_f32(b, impl, sub(load(col, lanes), splat(mx, lanes)));
+  }
 
   // The output pass: y from x, the row max and the sum of exponentials, over vectors of
   // `lanes` then the tail; `exp_at(col)` says which exp produced the sum's term at col.
@@ -104,7 +123,7 @@ struct Softmax {
     }
     ExprRef inv = o.multiply_by_reciprocal ? b.let("inv_sum", div(f32c(1.0f), sum)) : nullptr;
     row.for_each(lanes, [&](ExprRef col, int n) {
-      ExprRef e = exp_f32(b, exp_at(n == 1 && lanes > 1), sub(load(col, n), splat(mx, n)));
+      ExprRef e = exp_again(exp_at(n == 1 && lanes > 1), col, n, mx);
       row.store_as(y, col, inv ? mul(e, splat(inv, n)) : div(e, splat(sum, n)));
     });
   }
@@ -114,7 +133,7 @@ struct Softmax {
     const int V = o.lanes;
     ExprRef mx = reduce_all(b, row.N, V, o.fold, [&](ExprRef c, int n) { return load(c, n); }, eager_max, "max");
     ExprRef sum = reduce_all(b, row.N, V, o.fold, [&](ExprRef c, int n) {
-      return exp_f32(b, o.exp, sub(load(c, n), splat(mx, n)));
+      return kept(c, exp_f32(b, o.exp, sub(load(c, n), splat(mx, n))));
     }, [](ExprRef a, ExprRef c) { return add(a, c); }, "sum");
     write_outputs(mx, sum, V, [&](bool) { return o.exp; });
     return {mx, sum};
@@ -160,13 +179,13 @@ struct Softmax {
     b.assign(s, f32c(0.0f, V));
     if (full_end > 0)
       b.for_range("col", index_const(0), index_const(full_end), V, [&](ExprRef c) {
-        b.assign(s, add(b.get(s), exp_f32(b, o.exp, sub(load(c, V), splat(mxv, V)))));
+        b.assign(s, add(b.get(s), kept(c, exp_f32(b, o.exp, sub(load(c, V), splat(mxv, V))))));
       });
     int sum = b.local("sum", Type{ScalarType::f32, 1});
     b.assign(sum, fold(b, lanes_of(b, b.get(s), "sum.lane"), o.fold, [](ExprRef a, ExprRef c) { return add(a, c); }, "sum.fold"));
     if (full_end < N)
       b.for_range("col", index_const(full_end), index_const(N), 1, [&](ExprRef c) {
-        b.assign(sum, add(b.get(sum), exp_f32(b, o.tail_exp, sub(load(c, 1), mxv))));
+        b.assign(sum, add(b.get(sum), kept(c, exp_f32(b, o.tail_exp, sub(load(c, 1), mxv)))));
       });
     write_outputs(mxv, b.get(sum), V, [&](bool tail) { return tail ? o.tail_exp : o.exp; });
     return {mxv, b.get(sum)};
@@ -355,6 +374,14 @@ Kernel build_softmax(const Request& r, const Order& order) {
   const int x = b.buffer("x", r.x_dtype, false, Extent::rows_by_cols);
   const int y = b.buffer("y", r.x_dtype, true, Extent::rows_by_cols);
   Softmax s{order.softmax, b, Row(b, r.cols), x, y, log};
+  // Exponentials kept (see the top) by the vector orders whose output pass takes the sum pass's
+  // exps (TwoPass, Staged), for rows up to 64 KiB of f32 (on the stack of the thread running the
+  // row; a longer row would not stay in cache between the passes). Not on the CUDA targets, where
+  // a row is one thread's and the row would be that thread's local memory.
+  constexpr int64_t kMaxKeptExps = 16384;
+  const bool two_pass = order.softmax.kind == SoftmaxOrder::Kind::TwoPass || order.softmax.kind == SoftmaxOrder::Kind::Staged;
+  if (!log && two_pass && order.softmax.lanes > 1 && r.cols <= kMaxKeptExps && !cuda_target(r))
+    s.exps = b.buffer("exps", ScalarType::f32, true, Extent::scratch, r.cols);
   b.region(log ? "log_softmax" : "softmax", describe(order.softmax), [&] { s.run(); });
   return k;
 }
