@@ -16,6 +16,7 @@
 #include "gen/gen.hpp"
 #include "gen/math.hpp"
 #include "gen/row.hpp"
+#include "gen/warp.hpp"
 #include "ir/error.hpp"
 
 namespace ordo::gen {
@@ -484,45 +485,51 @@ struct Attention {
     });
   }
 
+  // 16-bit K and V, on the CPU: each key block's rows are first widened to f32 tiles (exact), 8
+  // values per step, so that the scores and P @ v broadcast f32 values instead of widening one
+  // 16-bit value for every two vector fmas. The tiles stand in for k and v while the block runs:
+  // key j's row starts at kv_base + j * D in them too (kv_base = -begin * D). Not on the CUDA
+  // targets, where the tiles would be each thread's local memory.
+  struct Tiles {
+    int k = -1, v = -1;
+  };
+  Tiles widened_tiles(int64_t Bc) {
+    if (storage == ScalarType::f32 || cuda_target(r)) return {};
+    Tiles t;
+    t.k = b.buffer("k_tile", ScalarType::f32, true, Extent::scratch, Bc * D);
+    if (!lse_only) t.v = b.buffer("v_tile", ScalarType::f32, true, Extent::scratch, Bc * D);
+    return t;
+  }
+  // Runs body() with k, v and kv_base pointing at the block's widened tiles (when there are any).
+  void on_tiles(const Tiles& t, const ExprRef& begin, int64_t count, const std::function<void()>& body) {
+    if (t.k < 0) return body();
+    ExprRef first = b.let("tile_first", add(kv_base, mul(begin, idx(D))));
+    b.for_range("e", idx(0), idx(count * D), 8, [&](ExprRef e) {  // D is a multiple of 8
+      b.store(t.k, e, cast(load(b.kernel(), k, add(first, e), 8), ScalarType::f32));
+      if (t.v >= 0) b.store(t.v, e, cast(load(b.kernel(), v, add(first, e), 8), ScalarType::f32));
+    });
+    const int saved_k = k, saved_v = v;
+    const ExprRef saved_base = kv_base;
+    k = t.k;
+    if (t.v >= 0) v = t.v;
+    kv_base = b.let("tile_base", sub(idx(0), mul(begin, idx(D))));
+    body();
+    k = saved_k;
+    v = saved_v;
+    kv_base = saved_base;
+  }
+
   void flash() {
     load_queries();
     const int64_t Bc = std::min<int64_t>(o.key_block, Sk);
     const int acc = lse_only ? -1 : b.buffer("acc", ScalarType::f32, true, Extent::scratch, D * L);
     const int sblk = b.buffer("block", ScalarType::f32, true, Extent::scratch, Bc * L);
+    const Tiles tiles = widened_tiles(Bc);
     const int m = b.local("max", vec()), l = b.local("sum", vec());
     b.assign(m, f32c(-kInf, L));
     b.assign(l, f32c(0.0f, L));
     if (!lse_only) zero(acc, D);
-    auto block = [&](ExprRef begin, int64_t count) {
-      int bm = b.local("block_max", vec());
-      b.assign(bm, f32c(-kInf, L));
-      key_groups(begin, count, [&](ExprRef j0, int n) {
-        ExprRef slot = b.let("slot", sub(j0, begin));
-        scores(j0, n, [&](int t, ExprRef s) {
-          b.store(sblk, mul(add(slot, idx(t)), idx(L)), s);
-          b.assign(bm, binary(Op::Max, b.get(bm), s));
-        });
-      });
-      ExprRef m_new = b.let("max.new", binary(Op::Max, b.get(m), b.get(bm)));
-      // exp(m - m') moves the sums taken under m to m'; exactly 1 when they are equal (also
-      // when both are still -inf, where m - m' is NaN).
-      ExprRef alpha = b.let("alpha", select(binary(Op::Eq, b.get(m), m_new), f32c(1.0f, L), expo(sub(b.get(m), m_new))));
-      b.assign(l, mul(b.get(l), alpha));
-      b.for_range("t", idx(0), idx(count), 1, [&](ExprRef t) {
-        ExprRef s = b.let("s", load(b.kernel(), sblk, mul(t, idx(L)), L));
-        // A masked key adds exactly 0, even while m' is -inf.
-        ExprRef pt = b.let("p", select(binary(Op::Eq, s, f32c(-kInf, L)), f32c(0.0f, L), expo(sub(s, m_new))));
-        b.store(sblk, mul(t, idx(L)), pt);
-        b.assign(l, add(b.get(l), pt));
-      });
-      if (!lse_only) {
-        b.for_range("d", idx(0), idx(D), 1, [&](ExprRef d) {
-          b.store(acc, mul(d, idx(L)), mul(load(b.kernel(), acc, mul(d, idx(L)), L), alpha));
-        });
-        accumulate_pv(acc, sblk, begin, int(count), false);
-      }
-      b.assign(m, m_new);
-    };
+    auto block = [&](ExprRef begin, int64_t count) { on_tiles(tiles, begin, count, [&] { block_of(begin, count, acc, sblk, m, l); }); };
     b.region("flash", describe(o), [&] {
       key_blocks(Bc, L, block);
       if (lse_only) return;
@@ -534,6 +541,39 @@ struct Attention {
       ExprRef mx = o.exp2 ? mul(b.get(m), f32c(static_cast<float>(std::log(2.0)), L)) : b.get(m);
       return add(mx, log_f32(b, MathImpl::SleefU10, b.get(l)));
     });
+  }
+
+  // One key block of flash: keys [begin, begin + count) into the running max m, sum l and (unless
+  // lse_only) the accumulator acc; sblk holds the block's scores, then its probabilities.
+  void block_of(const ExprRef& begin, int64_t count, int acc, int sblk, int m, int l) {
+    int bm = b.local("block_max", vec());
+    b.assign(bm, f32c(-kInf, L));
+    key_groups(begin, count, [&](ExprRef j0, int n) {
+      ExprRef slot = b.let("slot", sub(j0, begin));
+      scores(j0, n, [&](int t, ExprRef s) {
+        b.store(sblk, mul(add(slot, idx(t)), idx(L)), s);
+        b.assign(bm, binary(Op::Max, b.get(bm), s));
+      });
+    });
+    ExprRef m_new = b.let("max.new", binary(Op::Max, b.get(m), b.get(bm)));
+    // exp(m - m') moves the sums taken under m to m'; exactly 1 when they are equal (also
+    // when both are still -inf, where m - m' is NaN).
+    ExprRef alpha = b.let("alpha", select(binary(Op::Eq, b.get(m), m_new), f32c(1.0f, L), expo(sub(b.get(m), m_new))));
+    b.assign(l, mul(b.get(l), alpha));
+    b.for_range("t", idx(0), idx(count), 1, [&](ExprRef t) {
+      ExprRef s = b.let("s", load(b.kernel(), sblk, mul(t, idx(L)), L));
+      // A masked key adds exactly 0, even while m' is -inf.
+      ExprRef pt = b.let("p", select(binary(Op::Eq, s, f32c(-kInf, L)), f32c(0.0f, L), expo(sub(s, m_new))));
+      b.store(sblk, mul(t, idx(L)), pt);
+      b.assign(l, add(b.get(l), pt));
+    });
+    if (!lse_only) {
+      b.for_range("d", idx(0), idx(D), 1, [&](ExprRef d) {
+        b.store(acc, mul(d, idx(L)), mul(load(b.kernel(), acc, mul(d, idx(L)), L), alpha));
+      });
+      accumulate_pv(acc, sblk, begin, int(count), false);
+    }
+    b.assign(m, m_new);
   }
 };
 
