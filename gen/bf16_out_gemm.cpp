@@ -25,12 +25,12 @@ constexpr int64_t kStubWork = 4096;
 
 }  // namespace
 
-void emit_bf16_out_gemm(Builder& b, bool transb, bool stub_fma, int64_t n, int64_t m, int64_t K, const Matrix& p, const Matrix& v,
+void emit_bf16_out_gemm(Builder& b, bool transb, bool stub_fma, bool onednn, int64_t n, int64_t m, int64_t K, const Matrix& p, const Matrix& v,
                         const Matrix& c, float alpha) {
   if (v.step != 1 || c.step != 1) throw Error("internal: a bf16-output product reads V and C by rows");
   const int lanes = m % 16 == 0 ? 16 : m % 8 == 0 ? 8 : m % 4 == 0 ? 4 : 1;
   const ScalarType storage = ScalarType::bf16;
-  const bool stub = n * m * K <= kStubWork;
+  const bool stub = !onednn || n * m * K <= kStubWork;
   auto p_at = [&](const ExprRef& j, ExprRef k) {
     ExprRef col = p.step == 1 ? std::move(k) : mul(std::move(k), idx(p.step));
     return as_f32(load(b.kernel(), p.buffer, add(add(p.base, mul(j, idx(p.stride))), std::move(col))));

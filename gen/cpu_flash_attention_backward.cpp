@@ -150,10 +150,11 @@ struct CpuFlashBackward {
     b.region("p", fmt::format("exp(attn - lse){}", r.causal ? ", 0 where key > query" : ""),
              [&] { probabilities(qB, n, kvB); });
     const Matrix a_bt{attn_b, idx(0), 1, 0, kvB};
-    const std::string stub = fmt::format("bf16 out: gemm_stub ({}) when m*n*k <= 4096, else oneDNN", o.bf16_stub_fma ? "fma" : "no fma");
+    const std::string stub = fmt::format("bf16 out: gemm_stub ({}){}", o.bf16_stub_fma ? "fma" : "no fma",
+                                         o.bf16_onednn ? " when m*n*k <= 4096, else oneDNN" : "");
     if (bf16())
       b.region("dv", "dv += bf16(p)^T @ dout, " + stub,
-               [&] { emit_bf16_out_gemm(b, true, o.bf16_stub_fma, kvB, D, qB, a_bt, dout_rows, dv_rows, 1.0f); });
+               [&] { emit_bf16_out_gemm(b, true, o.bf16_stub_fma, o.bf16_onednn, kvB, D, qB, a_bt, dout_rows, dv_rows, 1.0f); });
     else
       b.region("dv", "dv += p^T @ dout, " + shape,
                [&] { emit_gemm_nn(b, mkl, inputs(), kvB, D, qB, a_t, dout_rows, dv_rows, true, threaded, aligned); });
@@ -171,9 +172,9 @@ struct CpuFlashBackward {
     });
     if (bf16()) {
       b.region("dq", "dq += scale * grad @ k, " + stub,
-               [&] { emit_bf16_out_gemm(b, false, o.bf16_stub_fma, qB, D, kvB, g, k_rows, dq_rows, scale); });
+               [&] { emit_bf16_out_gemm(b, false, o.bf16_stub_fma, o.bf16_onednn, qB, D, kvB, g, k_rows, dq_rows, scale); });
       b.region("dk", "dk += scale * grad^T @ q, " + stub,
-               [&] { emit_bf16_out_gemm(b, true, o.bf16_stub_fma, kvB, D, qB, g_t, q_rows, dk_rows, scale); });
+               [&] { emit_bf16_out_gemm(b, true, o.bf16_stub_fma, o.bf16_onednn, kvB, D, qB, g_t, q_rows, dk_rows, scale); });
       return;
     }
     b.region("dq", "dq += scale * grad @ k, " + shape,

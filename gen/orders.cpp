@@ -1,5 +1,6 @@
 // The named-order table: a stable name, one line of description, and the Order it means.
 // Adding an order is one row here; gen/ and the backends do not change.
+#include <cpuid.h>
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -846,23 +847,14 @@ void apply_parameters(Order& o, std::string_view params, std::string_view order_
 // ordo models an Intel CPU with AVX-512 (in bf16, one without avx512_bf16, whose
 // gemm_bf16bf16f32 kernels are others) and any AMD CPU, where MKL runs its generic kernels
 // (measured on one with AVX-512 and avx512_bf16, f32 and bf16; the same bits on one with AVX2
-// only; bf16 attention_backward, whose gradients are oneDNN's, with avx512_bf16 only). Empty
-// when none fits; `why` then says what the host lacks.
+// only). Empty when none fits; `why` then says what the host lacks.
 std::optional<GemmOrder::Kind> mkl_model(const Request& r, std::string* why = nullptr) {
   const size_t param = r.order.find("mkl=");
   if (param != std::string::npos)  // checked by apply_environment
     return r.order.compare(param, 7, "mkl=amd") == 0 ? GemmOrder::Kind::MklAmd : GemmOrder::Kind::MklIntelAvx512;
   __builtin_cpu_init();
-  // MKL runs its generic kernels on any AMD CPU: the same bits with and without AVX-512. The bf16
-  // attention gradients are oneDNN's bf16 gemm, whose kernel follows the CPU: modelled with
-  // avx512_bf16 (vdpbf16ps pairs); without it (an AVX2-only EPYC) torch differed in single
-  // elements of dq and dk.
-  if (__builtin_cpu_is("amd")) {
-    if (r.op != OpKind::attention_backward || r.x_dtype != ScalarType::bf16 || __builtin_cpu_supports("avx512bf16"))
-      return GemmOrder::Kind::MklAmd;
-    if (why) *why = "is an AMD CPU without avx512_bf16, where oneDNN's bf16 kernel for the attention gradients is not modelled";
-    return std::nullopt;
-  }
+  // MKL runs its generic kernels on any AMD CPU: the same bits with and without AVX-512.
+  if (__builtin_cpu_is("amd")) return GemmOrder::Kind::MklAmd;
   const bool avx512 = __builtin_cpu_supports("avx512f");
   if (avx512 && __builtin_cpu_is("intel")) {
     if (r.x_dtype != ScalarType::bf16 || !__builtin_cpu_supports("avx512bf16")) return GemmOrder::Kind::MklIntelAvx512;
@@ -871,6 +863,30 @@ std::optional<GemmOrder::Kind> mkl_model(const Request& r, std::string* why = nu
   }
   if (why) *why = "is neither an AMD CPU nor an Intel CPU with AVX-512";
   return std::nullopt;
+}
+
+// Whether PyTorch's bf16 attention gradients (AttentionBackwardOrder::bf16_onednn) go to oneDNN:
+// the one the order names (onednn=on, onednn=off), else the running host's. PyTorch hands a bf16
+// gemm to oneDNN when its check for bf16 support passes, which needs AVX-512 (or AVX-NE-CONVERT);
+// ordo models oneDNN's avx512_bf16 kernel (vdpbf16ps pairs). A host with AVX-512 but neither
+// avx512_bf16 has another oneDNN kernel, unmodelled: empty, and `why` says so.
+std::optional<bool> onednn_bf16_model(const Request& r, std::string* why = nullptr) {
+  const size_t param = r.order.find("onednn=");
+  if (param != std::string::npos) return r.order.compare(param, 10, "onednn=on") == 0;  // checked by apply_environment
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512bf16")) return true;
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  const bool ne_convert = __get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx) && (edx >> 5 & 1);  // AVX-NE-CONVERT
+  if (!__builtin_cpu_supports("avx512f") && !ne_convert) return false;
+  if (why)
+    *why = ne_convert ? "has AVX-NE-CONVERT without AVX-512, where oneDNN's bf16 kernel for the attention gradients is not modelled"
+                      : "has AVX-512 without avx512_bf16, where oneDNN emulates bf16 with a kernel ordo does not model";
+  return std::nullopt;
+}
+
+bool reproduces_bf16_cpu_attention_backward(const Request& r, const Order& o) {
+  return r.op == OpKind::attention_backward && r.x_dtype == ScalarType::bf16 &&
+         o.attention_backward.kind == AttentionBackwardOrder::Kind::CpuFlash;
 }
 
 // Whether the order runs PyTorch's CPU attention, forward or backward, whose products are MKL's.
@@ -929,9 +945,13 @@ void apply_environment(Order& o, std::string_view params, std::string_view order
       if (value != "intel" && value != "amd") throw Error(fmt::format("order '{}': mkl={} is not intel or amd", order_name, value));
       o.attention.gemm.kind = o.attention_backward.gemm.kind =
           value == "amd" ? GemmOrder::Kind::MklAmd : GemmOrder::Kind::MklIntelAvx512;
+    } else if (key == "onednn") {
+      if (value != "on" && value != "off") throw Error(fmt::format("order '{}': onednn={} is not on or off", order_name, value));
+      o.attention_backward.bf16_onednn = value == "on";
     } else {
       throw Error(fmt::format("order '{}' reproduces PyTorch; its parameters are the environment torch ran in: "
-                              "threads (torch.get_num_threads()) and mkl (intel or amd), not '{}'",
+                              "threads (torch.get_num_threads()), mkl (intel or amd) and onednn (on or off: whether its bf16 "
+                              "attention gradients went to oneDNN), not '{}'",
                               order_name, key));
     }
   }
@@ -957,13 +977,6 @@ std::string shape_error(const Request& r, const Order& o, const NamedOrder& n) {
     if (r.x_dtype == f16)
       return fmt::format("order '{}' runs attention_backward in f32 and bf16 (PyTorch's f16 CPU attention backward is not modelled)",
                          r.order);
-    // map2_reduce_all<BFloat16>'s dsum over D > 2V not a multiple of 2V ends in a partial bf16
-    // vector, whose order was not measured.
-    const int64_t pair = 2 * int64_t(o.attention_backward.dsum_lanes);
-    if (r.x_dtype == bf16 && r.cols > pair && r.cols % pair != 0)
-      return fmt::format("order '{}' runs bf16 attention_backward with D up to {} or a multiple of {} (its dsum's partial last bf16 "
-                         "vector is not modelled), got D = {}",
-                         r.order, pair, pair, r.cols);
     if (!r.saved_stats)
       return fmt::format("order '{}' reproduces PyTorch's backward, which reads the forward's saved logsumexp: give lse", r.order);
   }
@@ -1022,6 +1035,11 @@ bool takes_shape(const Request& r) {
     std::optional<GemmOrder::Kind> kind = mkl_model(r);
     if (!kind) return false;  // no model of this host's MKL, and none named
     o.attention.gemm.kind = o.attention_backward.gemm.kind = *kind;
+  }
+  if (reproduces_bf16_cpu_attention_backward(r, o)) {
+    std::optional<bool> onednn = onednn_bf16_model(r);
+    if (!onednn) return false;  // no model of this host's oneDNN kernel, and no onednn= given
+    o.attention_backward.bf16_onednn = *onednn;
   }
   return shape_error(r, o, *n).empty();
 }
@@ -1105,6 +1123,15 @@ Order resolve(const Request& r) {
   size_t open = r.order.find('(');
   // The backward's forward recomputes P with the same MKL (CpuMatmul).
   if (calls_mkl(r, o)) o.attention.gemm.kind = o.attention_backward.gemm.kind = mkl_host_model(r);
+  if (reproduces_bf16_cpu_attention_backward(r, o)) {
+    std::string why;
+    std::optional<bool> onednn = onednn_bf16_model(r, &why);
+    if (!onednn)
+      throw Error(fmt::format("order '{}': this host {}; '{}(onednn=on)' gives the bits of a host whose oneDNN has avx512_bf16, "
+                              "'(onednn=off)' those of one without AVX-512 (every gradient product by ATen's gemm_stub)",
+                              r.order, why, r.order.substr(0, r.order.find('('))));
+    o.attention_backward.bf16_onednn = *onednn;
+  }
   if (open != std::string::npos && n->takes_environment) {
     if (r.order.back() != ')') throw Error(fmt::format("order '{}': missing ')'", r.order));
     apply_environment(o, std::string_view(r.order).substr(open + 1, r.order.size() - open - 2), r.order);

@@ -455,7 +455,7 @@ inline int attention_backward_vs_interpreter(Target target, bool sparse) {
     int64_t sq, sk, d;
   };
   // torch2.15's bf16 dq, dk, dv: gemm_stub below m*n*k = 4096, oneDNN above ({9, 33, 64}; one
-  // query row: {1, 300, 16}'s dq).
+  // query row: {1, 300, 16}'s dq) unless onednn=off.
   // {10, 12, 32}: the composite's (torch2.15-cpu-math) MKL kernels, which take S_k a multiple of 4.
   const std::vector<Shape> shapes = {{1, 1, 8}, {7, 17, 32}, {17, 7, 16}, {9, 33, 64}, {1, 300, 16}, {10, 12, 32}};
   std::vector<std::pair<std::string, ScalarType>> orders;
@@ -466,7 +466,9 @@ inline int attention_backward_vs_interpreter(Target target, bool sparse) {
   for (const char* p : {"flash(queries=3,fma=all)", "flash(bc=16,queries=5)", "fast(queries=1)"}) orders.emplace_back(p, ScalarType::f32);
   // PyTorch's threaded MKL calls (one (batch, head) on 2 threads): launched with one head, below.
   orders.emplace_back("torch2.15-cpu-avx512(threads=2,mkl=amd)", ScalarType::f32);
-  orders.emplace_back("torch2.15-cpu-avx512(threads=2,mkl=amd)", ScalarType::bf16);
+  // bf16's dq, dk, dv with oneDNN over 4096 multiply-adds and without it, whatever the host.
+  orders.emplace_back("torch2.15-cpu-avx512(threads=2,mkl=amd,onednn=on)", ScalarType::bf16);
+  orders.emplace_back("torch2.15-cpu-avx2(mkl=amd,onednn=off)", ScalarType::bf16);
   // The composite's backward on any host (the MKL model named, not the host's), and threaded.
   orders.emplace_back("torch2.15-cpu-math-avx2(mkl=amd)", ScalarType::f32);
   orders.emplace_back("torch2.15-cpu-math-avx512(mkl=amd,threads=2)", ScalarType::f32);

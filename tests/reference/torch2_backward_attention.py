@@ -19,13 +19,15 @@ thread count); shapes whose products take MKL's gemv (one query or one key), sma
 into fours; causal (top-left aligned, as torch masks) and not. Values: normal, and sharp (logits 8
 times larger: near one-hot rows).
 
-Cases, bf16: the same shapes but those with D = 24 and 40 (bf16 dsum's partial last vector is
-not modelled), CI's with the causal flag f32's does not take: gemm_bf16bf16f32's products (its
-2-thread key split included), and the bf16 dq, dk, dv products of ATen's gemm_stub (m*n*k <= 4096)
-and oneDNN, every partial rounded to bf16.
+Cases, bf16: the same shapes (D = 24 and 40 end bf16 dsum in a partial vector of 2V), CI's with
+the causal flag f32's does not take: gemm_bf16bf16f32's products (its 2-thread key split
+included), and the bf16 dq, dk, dv products, every partial rounded to bf16: on a CPU with
+avx512_bf16 ATen's gemm_stub (m*n*k <= 4096) and oneDNN, on one without AVX-512 gemm_stub at
+every size (the orders' onednn= default follows the host).
 
 The orders model an AMD host's MKL only (its generic kernels, with or without AVX-512; no backward
-was measured on an Intel host, and the orders refuse one); elsewhere the test says what it cannot verify.
+was measured on an Intel host, and the orders refuse one), and in bf16 oneDNN's avx512_bf16
+kernel or none; elsewhere the test says what it cannot verify.
 """
 import os
 import sys
@@ -33,7 +35,7 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import tiers  # noqa: E402
-from torch2_harness import amd_host, has_avx512_bf16, order_row, parse_arguments, report, run_workers, torch_error  # noqa: E402
+from torch2_harness import amd_host, has_cpu_flag, order_row, parse_arguments, report, run_workers, torch_error  # noqa: E402
 
 
 # (S_q, S_k, D, batch, heads)
@@ -56,20 +58,13 @@ SHAPES_QUICK = [(1, 300, 64, 1, 2), (7, 40, 32, 1, 1), (10, 9, 32, 1, 1), (3, 13
 RANGES = [("normal", 1.0), ("sharp", 8.0)]
 
 
-def bf16_modelled(d):
-    # bf16 dsum sums vectors of 2V bf16 (V = 16 floats on avx512, 8 on avx2 and default); a partial
-    # last vector past the first is not modelled, and the orders refuse D > 2V not a multiple of 2V.
-    return d <= 16 or d % 32 == 0
-
-
 def cases(tier):
     out = []
     for i, (s_q, s_k, d, batch, heads) in enumerate(SHAPES_QUICK if tier == tiers.QUICK else SHAPES):
         # f32: causal and not for each shape but the largest, which runs causal only; CI's share
-        # alternates causal between shapes. bf16 likewise, CI's with the other causal flag than
-        # f32's, on every shape whose D it models.
+        # alternates causal between shapes. bf16 likewise, CI's with the other causal flag than f32's.
         largest = s_q * s_k * d > 5e7
-        for dtype in ("f32", "bf16") if bf16_modelled(d) else ("f32",):
+        for dtype in ("f32", "bf16"):
             flip = dtype == "bf16"
             for causal in ((True,) if largest else (((i + flip) % 2 == 1,) if tier == tiers.CI else (False, True))):
                 out.append({"sq": s_q, "sk": s_k, "d": d, "batch": batch, "heads": heads, "dtype": dtype, "causal": causal,
@@ -129,12 +124,15 @@ def main():
               "MKL kernels only, and the orders refuse other hosts)")
         return 0
     all_cases = cases(tiers.chosen(args))
-    if not has_avx512_bf16():
-        # bf16's gradients come from oneDNN's bf16 gemm, whose kernel follows the CPU; ordo models
-        # it with avx512_bf16 only, and refuses bf16 elsewhere.
-        print("NOT VERIFIED: torch2.15-cpu-* attention_backward in bf16 (this CPU has no avx512_bf16, where oneDNN's bf16 "
-              "kernel is not modelled and the orders refuse); f32 only")
+    if has_cpu_flag("avx512f") and not has_cpu_flag("avx512_bf16"):
+        # bf16's large gradient products go to oneDNN here, whose bf16 kernel follows the CPU: ordo
+        # models its avx512_bf16 kernel, and gemm_stub where PyTorch has no oneDNN bf16 (no AVX-512).
+        print("NOT VERIFIED: torch2.15-cpu-* attention_backward in bf16 (this CPU has AVX-512 without avx512_bf16, whose "
+              "oneDNN bf16 kernel is not modelled and the orders refuse); f32 only")
         all_cases = [c for c in all_cases if c["dtype"] == "f32"]
+    else:
+        print("bf16 gradient products: " + ("gemm_stub and oneDNN's avx512_bf16 kernel" if has_cpu_flag("avx512_bf16")
+                                            else "gemm_stub at every size (no AVX-512: PyTorch's oneDNN bf16 check fails)"))
     result = run_workers(args.build, WORKER, all_cases, RANGES,
                          lambda c, r, cap: ("attention_backward", order_row(r, cap), c["dtype"]),
                          lambda c, r: f"attention_backward {r['order']} {c['dtype']} Sq={c['sq']} Sk={c['sk']} D={c['d']} B={c['batch']} "

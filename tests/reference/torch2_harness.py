@@ -106,5 +106,6 @@ def amd_host():
     return "AuthenticAMD" in cpu_info()
 
 
-def has_avx512_bf16():
-    return any(line.startswith("flags") and "avx512_bf16" in line.split() for line in cpu_info().splitlines())
+def has_cpu_flag(flag):
+    """Whether /proc/cpuinfo lists `flag` (its spelling: avx512f, avx512_bf16, ...)."""
+    return any(line.startswith("flags") and flag in line.split() for line in cpu_info().splitlines())
