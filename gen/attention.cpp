@@ -26,7 +26,17 @@ using namespace ordo::ir;
 namespace {
 
 constexpr float kInf = std::numeric_limits<float>::infinity();
-constexpr int kKeyGroup = 8;  // keys whose scores are computed together, interleaved over d
+
+// Keys whose scores are computed together, interleaved over d: independent dot products, so no
+// bit depends on the count. Their accumulators (a vector of L query lanes each) should fill the
+// fma pipes without spilling: 8 where an L-lane vector is one register or a thread's scalar (CUDA,
+// AVX-512 up to 16 lanes), 6 where 16 lanes take two ymm registers (AVX2: 12 of its 16; 8 keys
+// spilled there and ran `fast` attention about 25% slower, measured on an AVX2 EPYC).
+int key_group_for(const Request& r, int lanes) {
+  if (cuda_target(r) || lanes <= 8) return 8;
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx512f") && lanes <= 16 ? 8 : 6;
+}
 
 ExprRef f32c(float v, int lanes) {
   ExprRef c = constant(Type{ScalarType::f32, 1}, static_cast<double>(v));
@@ -49,6 +59,7 @@ struct Attention {
   // the output accumulator and P @ v, which do not feed m and l.
   bool lse_only = false;
   int lse_local = -1;
+  int key_group = key_group_for(r, L);
 
   Type vec() const { return Type{ScalarType::f32, L}; }
   ExprRef splat(ExprRef s) const { return broadcast(std::move(s), L); }
@@ -140,13 +151,13 @@ struct Attention {
     }
   }
 
-  // for every group of kKeyGroup keys in [begin, begin + count), then the remainder:
+  // for every group of key_group keys in [begin, begin + count), then the remainder:
   // body(first key, keys in the group).
   void key_groups(ExprRef begin, int64_t count, const std::function<void(ExprRef, int)>& body) {
-    const int64_t full = count - count % kKeyGroup;
+    const int64_t full = count - count % key_group;
     if (full > 0)
-      b.for_range("j", idx(0), idx(full), kKeyGroup, [&](ExprRef j) { body(b.let("j0", add(begin, j)), kKeyGroup); });
-    if (count % kKeyGroup) body(b.let("j0", add(begin, idx(full))), int(count % kKeyGroup));
+      b.for_range("j", idx(0), idx(full), key_group, [&](ExprRef j) { body(b.let("j0", add(begin, j)), key_group); });
+    if (count % key_group) body(b.let("j0", add(begin, idx(full))), int(count % key_group));
   }
 
   // acc[d*L + l] (scratch) += p_t * v[j0 + t][d] for t = 0..n-1 in order, p_t = load(p, t*L):
@@ -253,8 +264,8 @@ struct Attention {
     for (int t = 0; t < V; ++t) lane[size_t(t)] = b.local(name + ".lane", vec());
     const int64_t full = Sk - Sk % V;
     auto group = [&](ExprRef j0, int n, bool first) {
-      for (int c = 0; c < n; c += kKeyGroup)
-        scores(c == 0 ? j0 : b.let("j0", add(j0, idx(c))), std::min(kKeyGroup, n - c), [&](int t, ExprRef s) {
+      for (int c = 0; c < n; c += key_group)
+        scores(c == 0 ? j0 : b.let("j0", add(j0, idx(c))), std::min(key_group, n - c), [&](int t, ExprRef s) {
           const int l = c + t;
           ExprRef x = value(s);
           b.assign(lane[size_t(l)], first ? x : op(b.get(lane[size_t(l)]), x));
@@ -283,8 +294,8 @@ struct Attention {
     }
     if (pairs_end > 0)
       b.for_range("j", idx(0), idx(pairs_end), 2 * V, [&](ExprRef j0) {
-        for (int c = 0; c < 2 * V; c += kKeyGroup)
-          scores(b.let("j0", add(j0, idx(c))), kKeyGroup, [&](int t, ExprRef sc) {
+        for (int c = 0; c < 2 * V; c += key_group)
+          scores(b.let("j0", add(j0, idx(c))), std::min(key_group, 2 * V - c), [&](int t, ExprRef sc) {
             const int l = (c + t) % V;
             b.assign(lane[size_t(l)], softmax_max(b.get(lane[size_t(l)]), sc));
           });
@@ -308,8 +319,8 @@ struct Attention {
     }
     if (full_end > 0)
       b.for_range("j", idx(0), idx(full_end), V, [&](ExprRef j0) {
-        for (int c = 0; c < V; c += kKeyGroup)
-          scores(c ? b.let("j0", add(j0, idx(c))) : j0, std::min(kKeyGroup, V - c), [&](int t, ExprRef sc) {
+        for (int c = 0; c < V; c += key_group)
+          scores(c ? b.let("j0", add(j0, idx(c))) : j0, std::min(key_group, V - c), [&](int t, ExprRef sc) {
             const int l = c + t;
             b.assign(lane[size_t(l)], add(b.get(lane[size_t(l)]), exp_f32(b, o.softmax.exp, sub(sc, mx))));
           });
@@ -340,7 +351,7 @@ struct Attention {
     });
     ExprRef inv = so.multiply_by_reciprocal ? b.let("inv_sum", div(f32c(1.0f, L), sum)) : nullptr;
     const int acc = b.buffer("acc", ScalarType::f32, true, Extent::scratch, D * L);
-    const int p = b.buffer("p", ScalarType::f32, true, Extent::scratch, kKeyGroup * L);
+    const int p = b.buffer("p", ScalarType::f32, true, Extent::scratch, key_group * L);
     // Staged: keys past the last full V-key vector take the tail's exp, as in the row softmax.
     const int64_t vector_end = staged ? Sk - Sk % so.lanes : Sk;
     b.region("p@v", "pass 3: p = exp(s - max) * (1/sum); out[d] = sum_j p_j v_j[d], j in order", [&] {
