@@ -12,9 +12,11 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <vector>
 
 #include "gen/gen.hpp"
 #include "gen/math.hpp"
+#include "gen/warp.hpp"
 #include "ir/error.hpp"
 
 namespace ordo::gen {
@@ -29,6 +31,12 @@ ExprRef f32c(float v, int lanes) {
   return lanes > 1 ? broadcast(c, lanes) : c;
 }
 
+int rows_per_step(const Request& r, int lanes) {
+  if (cuda_target(r)) return 1;
+  __builtin_cpu_init();
+  return lanes <= 8 || (lanes <= 16 && __builtin_cpu_supports("avx512f")) ? 4 : 3;
+}
+
 struct Backward {
   const Request& r;
   const Order& order;
@@ -37,6 +45,12 @@ struct Backward {
   int64_t D, Sq, Sk;
   int L;
   int q = -1, k = -1, v = -1, out = -1, dout = -1, lse = -1, dq = -1, dk = -1, dv = -1;
+  // Queries (stage 1) or keys (stage 2) taken together: their dot products are independent
+  // chains, and their terms still reach each accumulator in order, so no bit depends on it. Two
+  // chains (qk, dp) of an L-lane vector each: 4 rows are 8 registers where such a vector is one
+  // (AVX-512 to 16 lanes, AVX2 to 8), 3 rows are 12 ymm where 16 lanes take two. CUDA keeps one
+  // row at a time (its registers are per thread, and the kernels' spill checks pin that).
+  int group = 1;
 
   // The arguments, one order for both stages.
   void arguments() {
@@ -114,29 +128,55 @@ struct Backward {
       });
     }
     b.region("dk,dv", describe(o) + ": stage 1, queries ascending", [&] {
-      b.for_range("i", idx(0), idx(Sq), 1, [&](ExprRef i) {
-        ExprRef row = b.let("row", add(q_base, mul(i, idx(D))));
-        ExprRef lse_i = b.let("lse_i", lse >= 0 ? load(b.kernel(), lse, add(mul(program_id(0), idx(Sq)), i)) : load(b.kernel(), lse_s, i));
-        const int di = b.local("D_i", Type{ScalarType::f32, 1}), qk = b.local("qk", vec()), dp = b.local("dp", vec());
-        b.assign(di, f32c(0.0f, 1));
-        b.assign(qk, f32c(0.0f, L));
-        b.assign(dp, f32c(0.0f, L));
+      // `n` queries from i0: their dot products interleaved over d, then their terms added to
+      // dk and dv in query order. Each sum keeps the order above; only independent chains meet.
+      auto queries = [&](ExprRef i0, int n) {
+        std::vector<ExprRef> rows, lse_i;
+        std::vector<int> di, qk, dp;
+        for (int t = 0; t < n; ++t) {
+          ExprRef i = t ? add(i0, idx(t)) : i0;
+          rows.push_back(b.let("row", add(q_base, mul(i, idx(D)))));
+          lse_i.push_back(b.let("lse_i", lse >= 0 ? load(b.kernel(), lse, add(mul(program_id(0), idx(Sq)), i)) : load(b.kernel(), lse_s, i)));
+          di.push_back(b.local("D_i", Type{ScalarType::f32, 1}));
+          qk.push_back(b.local("qk", vec()));
+          dp.push_back(b.local("dp", vec()));
+          b.assign(di.back(), f32c(0.0f, 1));
+          b.assign(qk.back(), f32c(0.0f, L));
+          b.assign(dp.back(), f32c(0.0f, L));
+        }
         b.for_range("d", idx(0), idx(D), 1, [&](ExprRef d) {
-          ExprRef at = b.let("at", add(row, d));
-          ExprRef g = b.let("dout_d", load_f32(dout, at));
-          b.assign(di, step(b.get(di), g, load_f32(out, at)));
-          b.assign(qk, step(b.get(qk), splat(load_f32(q, at)), load(b.kernel(), kt, mul(d, idx(L)), L)));
-          b.assign(dp, step(b.get(dp), splat(g), load(b.kernel(), vt, mul(d, idx(L)), L)));
+          ExprRef kd = b.let("k_d", load(b.kernel(), kt, mul(d, idx(L)), L));
+          ExprRef vd = b.let("v_d", load(b.kernel(), vt, mul(d, idx(L)), L));
+          for (int t = 0; t < n; ++t) {
+            ExprRef at = b.let("at", add(rows[size_t(t)], d));
+            ExprRef g = b.let("dout_d", load_f32(dout, at));
+            b.assign(di[size_t(t)], step(b.get(di[size_t(t)]), g, load_f32(out, at)));
+            b.assign(qk[size_t(t)], step(b.get(qk[size_t(t)]), splat(load_f32(q, at)), kd));
+            b.assign(dp[size_t(t)], step(b.get(dp[size_t(t)]), splat(g), vd));
+          }
         });
-        ExprRef masked = r.causal ? binary(Op::Lt, splat(i), key) : nullptr;
-        auto [p, ds] = probabilities(b.get(qk), b.get(dp), splat(lse_i), splat(b.get(di)), masked);
+        std::vector<ExprRef> p, ds;
+        for (int t = 0; t < n; ++t) {
+          ExprRef masked = r.causal ? binary(Op::Lt, splat(t ? add(i0, idx(t)) : i0), key) : nullptr;
+          auto [pt, dst] = probabilities(b.get(qk[size_t(t)]), b.get(dp[size_t(t)]), splat(lse_i[size_t(t)]), splat(b.get(di[size_t(t)])), masked);
+          p.push_back(pt);
+          ds.push_back(b.let("ds", dst));
+        }
         b.for_range("d", idx(0), idx(D), 1, [&](ExprRef d) {
-          ExprRef at = b.let("at", add(row, d));
           ExprRef slot = b.let("slot", mul(d, idx(L)));
-          b.store(dv_acc, slot, step(load(b.kernel(), dv_acc, slot, L), p, splat(load_f32(dout, at))));
-          b.store(dk_acc, slot, step(load(b.kernel(), dk_acc, slot, L), ds, splat(load_f32(q, at))));
+          ExprRef dv_d = load(b.kernel(), dv_acc, slot, L), dk_d = load(b.kernel(), dk_acc, slot, L);
+          for (int t = 0; t < n; ++t) {
+            ExprRef at = b.let("at", add(rows[size_t(t)], d));
+            dv_d = b.let("dv_d", step(dv_d, p[size_t(t)], splat(load_f32(dout, at))));
+            dk_d = b.let("dk_d", step(dk_d, ds[size_t(t)], splat(load_f32(q, at))));
+          }
+          b.store(dv_acc, slot, dv_d);
+          b.store(dk_acc, slot, dk_d);
         });
-      });
+      };
+      const int64_t full = Sq - Sq % group;
+      if (full > 0) b.for_range("i", idx(0), idx(full), group, [&](ExprRef i0) { queries(i0, group); });
+      if (Sq % group) queries(idx(full), int(Sq % group));
       b.for_range("d", idx(0), idx(D), 1, [&](ExprRef d) {
         ExprRef at = b.let("at", add(key_rows, splat(d)));
         b.store(dk, at, stored(mul(load(b.kernel(), dk_acc, mul(d, idx(L)), L), scale()), dk));
@@ -164,24 +204,42 @@ struct Backward {
     ExprRef lse_i = b.let("lse_i", lse >= 0 ? gather(b.kernel(), lse, add(splat(mul(program_id(0), idx(Sq))), query))
                                             : emit_attention_lse(b, r, order.attention, q, k, query));
     b.region("dq", describe(o) + ": stage 2, keys ascending", [&] {
-      b.for_range("j", idx(0), idx(Sk), 1, [&](ExprRef j) {
-        ExprRef row = b.let("key_row", add(kv_base, mul(j, idx(D))));
-        const int qk = b.local("qk", vec()), dp = b.local("dp", vec());
-        b.assign(qk, f32c(0.0f, L));
-        b.assign(dp, f32c(0.0f, L));
+      // `n` keys from j0: their dot products interleaved over d, then their terms added to dq
+      // in key order.
+      auto keys = [&](ExprRef j0, int n) {
+        std::vector<ExprRef> rows;
+        std::vector<int> qk, dp;
+        for (int t = 0; t < n; ++t) {
+          rows.push_back(b.let("key_row", add(kv_base, mul(t ? add(j0, idx(t)) : j0, idx(D)))));
+          qk.push_back(b.local("qk", vec()));
+          dp.push_back(b.local("dp", vec()));
+          b.assign(qk.back(), f32c(0.0f, L));
+          b.assign(dp.back(), f32c(0.0f, L));
+        }
         b.for_range("d", idx(0), idx(D), 1, [&](ExprRef d) {
-          ExprRef at = b.let("at", add(row, d));
           ExprRef slot = b.let("slot", mul(d, idx(L)));
-          b.assign(qk, step(b.get(qk), load(b.kernel(), qt, slot, L), splat(load_f32(k, at))));
-          b.assign(dp, step(b.get(dp), load(b.kernel(), gt, slot, L), splat(load_f32(v, at))));
+          ExprRef qd = b.let("q_d", load(b.kernel(), qt, slot, L)), gd = b.let("dout_d", load(b.kernel(), gt, slot, L));
+          for (int t = 0; t < n; ++t) {
+            ExprRef at = b.let("at", add(rows[size_t(t)], d));
+            b.assign(qk[size_t(t)], step(b.get(qk[size_t(t)]), qd, splat(load_f32(k, at))));
+            b.assign(dp[size_t(t)], step(b.get(dp[size_t(t)]), gd, splat(load_f32(v, at))));
+          }
         });
-        ExprRef masked = r.causal ? binary(Op::Lt, query, splat(j)) : nullptr;
-        ExprRef ds = probabilities(b.get(qk), b.get(dp), lse_i, b.get(di), masked).second;
+        std::vector<ExprRef> ds;
+        for (int t = 0; t < n; ++t) {
+          ExprRef masked = r.causal ? binary(Op::Lt, query, splat(t ? add(j0, idx(t)) : j0)) : nullptr;
+          ds.push_back(b.let("ds", probabilities(b.get(qk[size_t(t)]), b.get(dp[size_t(t)]), lse_i, b.get(di), masked).second));
+        }
         b.for_range("d", idx(0), idx(D), 1, [&](ExprRef d) {
           ExprRef slot = b.let("slot", mul(d, idx(L)));
-          b.store(dq_acc, slot, step(load(b.kernel(), dq_acc, slot, L), ds, splat(load_f32(k, add(row, d)))));
+          ExprRef dq_d = load(b.kernel(), dq_acc, slot, L);
+          for (int t = 0; t < n; ++t) dq_d = b.let("dq_d", step(dq_d, ds[size_t(t)], splat(load_f32(k, add(rows[size_t(t)], d)))));
+          b.store(dq_acc, slot, dq_d);
         });
-      });
+      };
+      const int64_t full = Sk - Sk % group;
+      if (full > 0) b.for_range("j", idx(0), idx(full), group, [&](ExprRef j0) { keys(j0, group); });
+      if (Sk % group) keys(idx(full), int(Sk % group));
       b.for_range("d", idx(0), idx(D), 1, [&](ExprRef d) {
         b.store(dq, add(q_rows, splat(d)), stored(mul(load(b.kernel(), dq_acc, mul(d, idx(L)), L), scale()), dq));
       });
@@ -202,6 +260,7 @@ std::vector<Kernel> build_attention_backward(const Request& r, const Order& orde
     k.name = names[s];
     Builder b(k);
     Backward w{r, order, o, b, r.cols, r.seq_q, r.seq_k, o.lanes};
+    w.group = rows_per_step(r, o.lanes);
     w.arguments();
     k.grid_rank = 2;
     const int64_t along = s == 0 ? r.seq_k : r.seq_q;
