@@ -327,12 +327,18 @@ void tiled_column_sums(Builder& b, const ColumnSumOrder& order, int64_t n, Scala
   Kernel& k = b.kernel();
   // An instance takes `per` vectors of L columns side by side: each row then reads per*L
   // contiguous elements of every input (a page walk serves more of them). Columns are
-  // independent, so the tiling changes no bit. When N is a multiple of L, `per` divides N / L
-  // and every load is a vector load; otherwise the instance's columns past N - 1 repeat column
-  // N - 1 (computing its sums again and storing the same bits to it) through gathers.
+  // independent, so the tiling changes no bit. When N is a multiple of L, `per` divides N / L,
+  // every load is a vector load, and the tile is up to 1024 columns (a 4 KiB page of f32 per row
+  // and input) whose accumulators live in scratch, walked by a loop over the tile's vectors:
+  // 128-column tiles of register accumulators left the column stage about twice as slow on
+  // 8192 x 4096 (page walks, and no prefetch across the rows' pages). Otherwise (and for one
+  // column, CUDA's thread per column) up to 8 vectors of register accumulators, the instance's
+  // columns past N - 1 repeating column N - 1 (computing its sums again and storing the same
+  // bits to it) through gathers.
   const int L = one_column ? 1 : static_cast<int>(std::min<int64_t>(order.lanes, n));
   const int64_t vectors = (n + L - 1) / L;
-  int per = one_column ? 1 : static_cast<int>(std::min<int64_t>(8, vectors));
+  const bool tiled_in_scratch = !one_column && n % L == 0;
+  int per = one_column ? 1 : static_cast<int>(std::min<int64_t>(tiled_in_scratch ? 1024 / L : 8, vectors));
   if (n % L == 0)
     while (vectors % per != 0) --per;
   const int64_t width = int64_t(per) * L;
@@ -341,48 +347,83 @@ void tiled_column_sums(Builder& b, const ColumnSumOrder& order, int64_t n, Scala
   k.grid_rank = 1;
   k.grid_fixed = {instances};
   ExprRef first = b.let("first_col", mul(program_id(0), index_const(width)));
-  std::vector<ExprRef> first_col(static_cast<size_t>(per)), cols(static_cast<size_t>(per));
-  for (int v = 0; v < per; ++v) {
-    first_col[size_t(v)] = v == 0 ? first : b.let("first_col", add(first, index_const(int64_t(v) * L)));
-    if (n % width != 0)
-      cols[size_t(v)] = b.let("cols", binary(Op::Min, add(broadcast(first_col[size_t(v)], L), iota(L)), broadcast(index_const(n - 1), L)));
-  }
   const Type vec{f32, L};
   ExprRef M = b.let("rows", launch_rows());
   auto zero = [&] { return f32c(0.0, L); };
-  // Locals per (sum, vector of the tile).
-  auto locals = [&](const std::string& what) {
-    std::vector<std::vector<int>> out(sums.size());
-    for (size_t s = 0; s < sums.size(); ++s)
-      for (int v = 0; v < per; ++v) out[s].push_back(b.local(fmt::format("{}{}.v{}", sums[s].label, what, v), vec));
-    return out;
+
+  // The accumulators of a tile: one per (sum, vector), as locals (`per` unrolled) or in a
+  // scratch buffer (a loop over the vectors), element ((s * per) + v) * L.
+  struct Accs {
+    std::vector<std::vector<int>> locals;
+    int scratch = -1;
   };
-  // body(s, v, local) for every sum and vector of the tile.
+  auto accs = [&](const std::string& what) {
+    Accs a;
+    if (tiled_in_scratch) {
+      a.scratch = b.buffer(fmt::format("columns{}", what.empty() ? ".total" : what), f32, true, Extent::scratch,
+                           int64_t(sums.size()) * width);
+      return a;
+    }
+    a.locals.resize(sums.size());
+    for (size_t s = 0; s < sums.size(); ++s)
+      for (int v = 0; v < per; ++v) a.locals[s].push_back(b.local(fmt::format("{}{}.v{}", sums[s].label, what, v), vec));
+    return a;
+  };
+  // One vector of the tile: its index (a constant when unrolled), first column and clamped
+  // columns (null when contiguous).
+  struct Slot {
+    int v;  // -1 in the scratch loop
+    ExprRef index, first_col, cols;
+  };
+  std::vector<Slot> unrolled;
+  if (!tiled_in_scratch)
+    for (int v = 0; v < per; ++v) {
+      Slot sl{v, index_const(v), v == 0 ? first : b.let("first_col", add(first, index_const(int64_t(v) * L))), nullptr};
+      if (n % width != 0)
+        sl.cols = b.let("cols", binary(Op::Min, add(broadcast(sl.first_col, L), iota(L)), broadcast(index_const(n - 1), L)));
+      unrolled.push_back(sl);
+    }
+  auto at = [&](size_t s, const Slot& sl) { return add(index_const(int64_t(s) * width), mul(sl.index, index_const(L))); };
+  auto get = [&](const Accs& a, size_t s, const Slot& sl) {
+    return a.scratch >= 0 ? load(k, a.scratch, at(s, sl), L) : b.get(a.locals[s][size_t(sl.v)]);
+  };
+  auto set = [&](const Accs& a, size_t s, const Slot& sl, ExprRef x) {
+    if (a.scratch >= 0) b.store(a.scratch, at(s, sl), std::move(x));
+    else b.assign(a.locals[s][size_t(sl.v)], std::move(x));
+  };
+  // body(s, slot) for every sum and vector of the tile.
   auto each = [&](const auto& body) {
-    for (size_t s = 0; s < sums.size(); ++s)
-      for (int v = 0; v < per; ++v) body(s, v);
-  };
-  auto accumulate_row = [&](ExprRef i, const std::vector<std::vector<int>>& acc, bool round) {
-    each([&](size_t s, int v) {
-      const ColumnRow cr{b, i, first_col[size_t(v)], cols[size_t(v)], L, n};
-      ExprRef x = sums[s].accumulate(cr, b.get(acc[s][size_t(v)]));
-      if (round) x = cast(cast(x, storage), f32);
-      b.assign(acc[s][size_t(v)], x);
+    if (!tiled_in_scratch) {
+      for (size_t s = 0; s < sums.size(); ++s)
+        for (const Slot& sl : unrolled) body(s, sl);
+      return;
+    }
+    b.for_range("vector", index_const(0), index_const(per), 1, [&](ExprRef v) {
+      const Slot sl{-1, v, b.let("first_col", add(first, mul(v, index_const(L)))), nullptr};
+      for (size_t s = 0; s < sums.size(); ++s) body(s, sl);
     });
   };
-  const std::vector<std::vector<int>> total = locals("");
+  auto accumulate_row = [&](ExprRef i, const Accs& acc, bool round) {
+    each([&](size_t s, const Slot& sl) {
+      const ColumnRow cr{b, i, sl.first_col, sl.cols, L, n};
+      ExprRef x = sums[s].accumulate(cr, get(acc, s, sl));
+      if (round) x = cast(cast(x, storage), f32);
+      set(acc, s, sl, x);
+    });
+  };
+  const Accs total = accs("");
 
   b.region("columns", describe(order), [&] {
     if (order.kind == ColumnSumOrder::Kind::ThreadSlots) {
       ExprRef used = b.let("slots_used", binary(Op::Min, index_const(order.slots), M));
       ExprRef chunk = b.let("chunk", div(sub(add(M, used), index_const(1)), used));
-      each([&](size_t s, int v) { b.assign(total[s][size_t(v)], zero()); });
-      const std::vector<std::vector<int>> slot = locals(".slot");
+      each([&](size_t s, const Slot& sl) { set(total, s, sl, zero()); });
+      const Accs slot = accs(".slot");
       b.for_range("slot", index_const(0), index_const(order.slots), 1, [&](ExprRef t) {
-        each([&](size_t s, int v) { b.assign(slot[s][size_t(v)], zero()); });
+        each([&](size_t s, const Slot& sl) { set(slot, s, sl, zero()); });
         ExprRef end = binary(Op::Min, M, mul(add(t, index_const(1)), chunk));
         b.for_range("row", mul(t, chunk), end, 1, [&](ExprRef i) { accumulate_row(i, slot, order.round_slots); });
-        each([&](size_t s, int v) { b.assign(total[s][size_t(v)], add(b.get(total[s][size_t(v)]), b.get(slot[s][size_t(v)]))); });
+        each([&](size_t s, const Slot& sl) { set(total, s, sl, add(get(total, s, sl), get(slot, s, sl))); });
       });
     } else {
       const int64_t B = order.block_rows;
@@ -390,37 +431,31 @@ void tiled_column_sums(Builder& b, const ColumnSumOrder& order, int64_t n, Scala
       // in scratch, level l of sum s, vector v at ((l * sums + s) * per + v) * L.
       const int64_t max_blocks = (int64_t(1) << 59) / n / B + 1;
       const int depth = std::bit_width(static_cast<uint64_t>(max_blocks));
-      const int64_t stride = int64_t(sums.size()) * per * L;
+      const int64_t stride = int64_t(sums.size()) * width;
       const int levels = b.buffer("levels", f32, true, Extent::scratch, depth * stride);
-      auto level_at = [&](ExprRef l, size_t s, int v) {
-        return add(mul(l, index_const(stride)), index_const((int64_t(s) * per + v) * L));
-      };
+      auto level_at = [&](ExprRef l, size_t s, const Slot& sl) { return add(mul(l, index_const(stride)), at(s, sl)); };
       ExprRef blocks = b.let("blocks", div(add(M, index_const(B - 1)), index_const(B)));
-      const std::vector<std::vector<int>> block = locals(".block"), carry = locals(".carry");
+      const Accs block = accs(".block");
       const int carrying = b.local("carrying", Type{ScalarType::i64, 1});
       const int bit_value = b.local("bit_value", Type{ScalarType::i64, 1});
       auto bit_of = [&](ExprRef value) {  // bit (value / bit_value) % 2, as an i64
         return binary(Op::Rem, div(value, b.get(bit_value)), index_const(2));
       };
       b.for_range("block", index_const(0), blocks, 1, [&](ExprRef j) {
-        each([&](size_t s, int v) { b.assign(block[s][size_t(v)], zero()); });
+        each([&](size_t s, const Slot& sl) { set(block, s, sl, zero()); });
         ExprRef end = binary(Op::Min, M, mul(add(j, index_const(1)), index_const(B)));
         b.for_range("row", mul(j, index_const(B)), end, 1, [&](ExprRef i) { accumulate_row(i, block, false); });
-        // Carry up while bit l of j is set; the first clear bit's level keeps the carry.
-        each([&](size_t s, int v) { b.assign(carry[s][size_t(v)], b.get(block[s][size_t(v)])); });
+        // Carry up while bit l of j is set; the first clear bit's level keeps the carry. The
+        // block accumulators become the carry.
         b.assign(carrying, index_const(1));
         b.assign(bit_value, index_const(1));
         b.for_range("level", index_const(0), index_const(depth), 1, [&](ExprRef l) {
           b.if_(binary(Op::Ne, b.get(carrying), index_const(0)), [&] {
             b.if_else(
                 binary(Op::Eq, bit_of(j), index_const(1)),
+                [&] { each([&](size_t s, const Slot& sl) { set(block, s, sl, add(load(k, levels, level_at(l, s, sl), L), get(block, s, sl))); }); },
                 [&] {
-                  each([&](size_t s, int v) {
-                    b.assign(carry[s][size_t(v)], add(load(k, levels, level_at(l, s, v), L), b.get(carry[s][size_t(v)])));
-                  });
-                },
-                [&] {
-                  each([&](size_t s, int v) { b.store(levels, level_at(l, s, v), b.get(carry[s][size_t(v)])); });
+                  each([&](size_t s, const Slot& sl) { b.store(levels, level_at(l, s, sl), get(block, s, sl)); });
                   b.assign(carrying, index_const(0));
                 });
           });
@@ -429,27 +464,24 @@ void tiled_column_sums(Builder& b, const ColumnSumOrder& order, int64_t n, Scala
       });
       // The levels held (the set bits of the block count), from the highest (the earliest rows)
       // down; -0 + v is v exactly.
-      each([&](size_t s, int v) { b.assign(total[s][size_t(v)], f32c(-0.0, L)); });
+      each([&](size_t s, const Slot& sl) { set(total, s, sl, f32c(-0.0, L)); });
       b.assign(bit_value, index_const(int64_t(1) << (depth - 1)));
       b.for_range("from_top", index_const(0), index_const(depth), 1, [&](ExprRef t) {
         ExprRef l = sub(index_const(depth - 1), t);
         b.if_(binary(Op::Eq, bit_of(blocks), index_const(1)), [&] {
-          each([&](size_t s, int v) {
-            b.assign(total[s][size_t(v)], add(b.get(total[s][size_t(v)]), load(k, levels, level_at(l, s, v), L)));
-          });
+          each([&](size_t s, const Slot& sl) { set(total, s, sl, add(get(total, s, sl), load(k, levels, level_at(l, s, sl), L))); });
         });
         b.assign(bit_value, div(b.get(bit_value), index_const(2)));
       });
     }
   });
-  each([&](size_t s, int v) {
+  each([&](size_t s, const Slot& sl) {
     const ScalarType out = k.buffers[size_t(sums[s].out)].elem;
-    ExprRef x = out == f32 ? b.get(total[s][size_t(v)]) : cast(b.get(total[s][size_t(v)]), out);
-    if (cols[size_t(v)]) b.store(sums[s].out, cols[size_t(v)], x);
-    else b.store(sums[s].out, first_col[size_t(v)], x);
+    ExprRef x = out == f32 ? get(total, s, sl) : cast(get(total, s, sl), out);
+    if (sl.cols) b.store(sums[s].out, sl.cols, x);
+    else b.store(sums[s].out, sl.first_col, x);
   });
 }
-
 
 void emit_column_sums(Builder& b, const ColumnSumOrder& order, int64_t n, const ColumnSpan& span, ScalarType storage,
                       const std::vector<ColumnSum>& sums, bool one_column) {
