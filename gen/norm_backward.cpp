@@ -6,6 +6,7 @@
 
 #include <array>
 #include <bit>
+#include <thread>
 
 #include "ir/error.hpp"
 
@@ -331,14 +332,18 @@ void tiled_column_sums(Builder& b, const ColumnSumOrder& order, int64_t n, Scala
   // every load is a vector load, and the tile is up to 1024 columns (a 4 KiB page of f32 per row
   // and input) whose accumulators live in scratch, walked by a loop over the tile's vectors:
   // 128-column tiles of register accumulators left the column stage about twice as slow on
-  // 8192 x 4096 (page walks, and no prefetch across the rows' pages). Otherwise (and for one
+  // 8192 x 4096 (page walks, and no prefetch across the rows' pages). The tile stays narrow
+  // enough to give every hardware thread two instances. Otherwise (and for one
   // column, CUDA's thread per column) up to 8 vectors of register accumulators, the instance's
   // columns past N - 1 repeating column N - 1 (computing its sums again and storing the same
   // bits to it) through gathers.
   const int L = one_column ? 1 : static_cast<int>(std::min<int64_t>(order.lanes, n));
   const int64_t vectors = (n + L - 1) / L;
   const bool tiled_in_scratch = !one_column && n % L == 0;
-  int per = one_column ? 1 : static_cast<int>(std::min<int64_t>(tiled_in_scratch ? 1024 / L : 8, vectors));
+  // Scratch tiles stop short of leaving a thread idle: at least two instances per hardware
+  // thread where N allows (the pool runs one per thread at a time).
+  const int64_t spread = std::max<int64_t>(1, vectors / (2 * std::max<int64_t>(2, std::thread::hardware_concurrency())));
+  int per = one_column ? 1 : static_cast<int>(std::min<int64_t>(tiled_in_scratch ? std::min<int64_t>(1024 / L, spread) : 8, vectors));
   if (n % L == 0)
     while (vectors % per != 0) --per;
   const int64_t width = int64_t(per) * L;
