@@ -4,7 +4,7 @@
 For each configuration (B=1, H=8, S in {1024, 4096}, D in {64, 128}, f32) this runs, each in its
 own process so that peak RSS is per order:
   * `ordo bench attention --order O --json` for fast, flash(64), exact-tiled, torch1.13-cpu-math;
-    it measures the fma peak in the same process (12 independent 8-lane fma chains per thread);
+    it measures the fma peak in the same process (6 and 12 independent 16-lane fma chains per thread, the better);
   * PyTorch 1.13's math path, `torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(D), -1) @ v`, with
     as many threads as ordo uses.
 GFLOP/s counts 4*S*S*D flops per head for every order. The targets (issue 4): fast >= 40% of
