@@ -302,6 +302,57 @@ struct Emitter {
     if (m % kChainGroup) keys(idx(full), m % kChainGroup);
   }
 
+  // Rows [j0, j1) of the general 'T','N' kernel, as general_row_nt computes them, with the chains
+  // of 16 keys at a time as the lanes of a vector: those keys' elements (scaled) are copied
+  // k-major into scratch, and 4 rows of C run side by side. Lane t of a row's vector chain is
+  // key t's scalar chain step for step, so the bits are general_row_nt's. The keys past the last
+  // 16 take general_row_nt.
+  void general_nt_vectors(const Matrix& a, const Matrix& bm, const Matrix& c, int64_t j0, int64_t j1, int64_t m, int64_t K,
+                          const std::vector<int64_t>& parts, const std::function<ExprRef(ExprRef)>& scale_b) const {
+    constexpr int kKeys = 16, kRows = 4;
+    const Type vt{ScalarType::f32, kKeys};
+    const int64_t groups = m / kKeys;
+    if (groups > 0) {
+      const int kt = b.buffer("keys_t", ScalarType::f32, true, Extent::scratch, K * kKeys);
+      b.for_range("key_group", idx(0), idx(groups), 1, [&](ExprRef g) {
+        ExprRef i0 = b.let("i0", mul(g, idx(kKeys)));
+        b.for_range("t", idx(0), idx(kKeys), 1, [&](ExprRef t) {
+          const Row y{&bm, add(i0, t)};
+          b.for_range("k", idx(0), idx(K), 1, [&](ExprRef k) { b.store(kt, add(mul(k, idx(kKeys)), t), scale_b(get(y, k))); });
+        });
+        auto rows = [&](ExprRef r0, int64_t n) {
+          std::vector<ExprRef> js, sums(static_cast<size_t>(n));
+          for (int64_t u = 0; u < n; ++u) js.push_back(u ? b.let("j", add(r0, idx(u))) : r0);
+          int64_t k0 = 0;
+          for (int64_t part : parts) {
+            std::vector<int> acc;
+            for (int64_t u = 0; u < n; ++u) {
+              acc.push_back(b.local("chains", vt));
+              b.assign(acc.back(), zero(kKeys));
+            }
+            b.for_range("k", idx(k0), idx(k0 + part), 1, [&](ExprRef k) {
+              ExprRef keys_k = b.let("keys_k", load(b.kernel(), kt, mul(k, idx(kKeys)), kKeys));
+              for (int64_t u = 0; u < n; ++u)
+                b.assign(acc[size_t(u)], fma(broadcast(get(Row{&a, js[size_t(u)]}, k), kKeys), keys_k, b.get(acc[size_t(u)])));
+            });
+            for (int64_t u = 0; u < n; ++u)
+              sums[size_t(u)] = sums[size_t(u)] ? b.let("blocks", add(sums[size_t(u)], b.get(acc[size_t(u)]))) : b.let("block", b.get(acc[size_t(u)]));
+            k0 += part;
+          }
+          for (int64_t u = 0; u < n; ++u) store(c, js[size_t(u)], i0, sums[size_t(u)]);
+        };
+        const int64_t n = j1 - j0, full = j0 + n / kRows * kRows;
+        if (full > j0) b.for_range("j", idx(j0), idx(full), kRows, [&](ExprRef r0) { rows(r0, kRows); });
+        if (n % kRows) rows(idx(full), n % kRows);
+      });
+    }
+    if (m % kKeys == 0) return;
+    const int64_t done = groups * kKeys;
+    const Matrix rest_keys{bm.buffer, add(bm.base, idx(done * bm.stride)), bm.stride, bm.align, bm.step};
+    const Matrix rest_out{c.buffer, add(c.base, idx(done)), c.stride, c.align, c.step};
+    b.for_range("j", idx(j0), idx(j1), 1, [&](ExprRef j) { general_row_nt(a, rest_keys, rest_out, j, m - done, parts, scale_b); });
+  }
+
   // The blocked chain: ((C0 + b0) + b1) + ..., with C0 left out when absent.
   ExprRef blocked_chain(const std::vector<int64_t>& parts, int lanes, const std::function<ExprRef(ExprRef)>& x,
                         const std::function<ExprRef(ExprRef)>& y, ExprRef c0) const {
@@ -435,7 +486,9 @@ void emit_gemm_nt(Builder& b, const GemmOrder& order, GemmInputs inputs, int64_t
     return;
   }
   const std::vector<int64_t> parts = Emitter::k_blocks(K, n_call, m);
-  b.for_range("j", idx(0), idx(n), 1, [&](ExprRef j) { E.general_row_nt(a, bm, c, j, m, parts, [](ExprRef y) { return y; }); });
+  auto as_is = [](ExprRef y) { return y; };
+  if (order.vector_chains) return E.general_nt_vectors(a, bm, c, 0, n, m, K, parts, as_is);
+  b.for_range("j", idx(0), idx(n), 1, [&](ExprRef j) { E.general_row_nt(a, bm, c, j, m, parts, as_is); });
 }
 
 void emit_gemm_nn(Builder& b, const GemmOrder& order, GemmInputs inputs, int64_t n, int64_t m, int64_t K, const Matrix& p,
@@ -584,6 +637,7 @@ std::vector<int64_t> amd_k_blocks(int64_t K) {
 struct AmdEmitter : Emitter {
   enum class SseRow { Four, Pair, Second };
   float alpha = 1.0f;  // the call's alpha; each kernel applies it where MKL does (emit_gemm_nt, emit_gemm_nn)
+  bool vector_chains = true;  // GemmOrder::vector_chains
 
   // x * alpha, rounded (x itself when alpha is 1).
   ExprRef scaled(ExprRef x) const {
@@ -714,7 +768,9 @@ struct AmdEmitter : Emitter {
   // The general kernel for rows [j0, j1) of C.
   void general_nt(const Matrix& a, const Matrix& bm, const Matrix& c, int64_t j0, int64_t j1, int64_t m, int64_t K) const {
     const std::vector<int64_t> parts = amd_k_blocks(K);
-    b.for_range("j", idx(j0), idx(j1), 1, [&](ExprRef j) { general_row_nt(a, bm, c, j, m, parts, [&](ExprRef y) { return scaled(y); }); });
+    auto scale_b = [&](ExprRef y) { return scaled(y); };
+    if (vector_chains) return general_nt_vectors(a, bm, c, j0, j1, m, K, parts, scale_b);
+    b.for_range("j", idx(j0), idx(j1), 1, [&](ExprRef j) { general_row_nt(a, bm, c, j, m, parts, scale_b); });
   }
   void general_nn(const Matrix& p, const Matrix& v, const Matrix& c, int64_t j0, int64_t j1, int64_t m, int64_t K, bool accumulate) const {
     const std::vector<int64_t> parts = amd_k_blocks(K);
@@ -735,7 +791,7 @@ struct AmdEmitter : Emitter {
 
 void emit_amd_nt(Builder& b, const GemmOrder& order, GemmInputs inputs, int64_t n, int64_t m, int64_t K, Matrix a, const Matrix& bm,
                  const Matrix& c, bool threaded, int64_t n_call, float alpha) {
-  const AmdEmitter E{{b}, alpha};
+  const AmdEmitter E{{b}, alpha, order.vector_chains};
   if (a.stride % 4 != 0 || bm.stride % 4 != 0) throw Error("internal: the AMD model's q @ k^T takes rows of a multiple of 4 elements");
   if (inputs == GemmInputs::bf16) a.align = 0;  // converted into MKL's aligned buffer
   if (n_call == 1) {  // one query: gemv 'T' over the key rows

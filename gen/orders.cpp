@@ -10,6 +10,7 @@
 #include <optional>
 
 #include "gen/gen.hpp"
+#include "gen/warp.hpp"
 #include "ir/error.hpp"
 
 namespace ordo::gen {
@@ -1123,6 +1124,7 @@ Order resolve(const Request& r) {
   size_t open = r.order.find('(');
   // The backward's forward recomputes P with the same MKL (CpuMatmul).
   if (calls_mkl(r, o)) o.attention.gemm.kind = o.attention_backward.gemm.kind = mkl_host_model(r);
+  o.attention.gemm.vector_chains = o.attention_backward.gemm.vector_chains = !cuda_target(r);
   if (reproduces_bf16_cpu_attention_backward(r, o)) {
     std::string why;
     std::optional<bool> onednn = onednn_bf16_model(r, &why);

@@ -291,6 +291,10 @@ struct GemmOrder {
     MklAmd,
   };
   Kind kind = Kind::MklIntelAvx512;
+  // Code generation only, no numerical effect: the general kernel's scalar chains for 16 keys at a
+  // time run as 16-lane vectors over a transposed copy of those keys (CPU targets; CUDA keeps the
+  // scalar chains, whose copy would be per-thread local memory).
+  bool vector_chains = true;
   // Threads MKL runs on when it is called outside a parallel region. PyTorch calls it that way
   // when its own parallel loop has a single iteration; MKL then splits a gemv between threads.
   int threads = 1;
