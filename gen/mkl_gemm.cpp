@@ -775,15 +775,34 @@ struct AmdEmitter : Emitter {
   void general_nn(const Matrix& p, const Matrix& v, const Matrix& c, int64_t j0, int64_t j1, int64_t m, int64_t K, bool accumulate) const {
     const std::vector<int64_t> parts = amd_k_blocks(K);
     const int lanes = m % 16 == 0 ? 16 : m % 8 == 0 ? 8 : m % 4 == 0 ? 4 : 1;
+    // Up to 4 column vectors' chains share one k loop (independent chains, each blocked_chain's
+    // step for step): one chain at a time waited on its fma latency.
+    const int64_t vectors = m / lanes, group = vectors % 4 == 0 ? 4 : vectors % 2 == 0 ? 2 : 1;
     b.for_range("j", idx(j0), idx(j1), 1, [&](ExprRef j) {
-      b.for_range("e", idx(0), idx(m), lanes, [&](ExprRef e) {
-        const Row x{&p, j};
-        auto pk = [&](ExprRef k) {
-          ExprRef s = get(x, std::move(k));
-          return lanes > 1 ? broadcast(s, lanes) : s;
-        };
-        auto vk = [&](ExprRef k) { return scaled(get(Row{&v, std::move(k)}, e, lanes)); };
-        store(c, j, e, blocked_chain(parts, lanes, pk, vk, accumulate ? stored(c, j, e, lanes) : zero(lanes)));
+      const Row x{&p, j};
+      b.for_range("e", idx(0), idx(m), lanes * group, [&](ExprRef e0) {
+        std::vector<ExprRef> es, sums;
+        for (int64_t g = 0; g < group; ++g) {
+          es.push_back(g ? b.let("e", add(e0, idx(g * lanes))) : e0);
+          sums.push_back(accumulate ? b.let("c0", stored(c, j, es.back(), lanes)) : zero(lanes));
+        }
+        int64_t k0 = 0;
+        for (int64_t part : parts) {
+          std::vector<int> acc;
+          for (int64_t g = 0; g < group; ++g) {
+            acc.push_back(b.local("chain", Type{ScalarType::f32, lanes}));
+            b.assign(acc.back(), zero(lanes));
+          }
+          b.for_range("k", idx(k0), idx(k0 + part), 1, [&](ExprRef k) {
+            ExprRef pk = get(x, k);
+            pk = b.let("p_k", lanes > 1 ? broadcast(pk, lanes) : pk);
+            for (int64_t g = 0; g < group; ++g)
+              b.assign(acc[size_t(g)], fma(pk, scaled(get(Row{&v, k}, es[size_t(g)], lanes)), b.get(acc[size_t(g)])));
+          });
+          for (int64_t g = 0; g < group; ++g) sums[size_t(g)] = b.let("blocks", add(sums[size_t(g)], b.get(acc[size_t(g)])));
+          k0 += part;
+        }
+        for (int64_t g = 0; g < group; ++g) store(c, j, es[size_t(g)], sums[size_t(g)]);
       });
     });
   }
