@@ -54,7 +54,9 @@ struct CpuFlash {
   int scores = -1, rows = -1, row_max = -1, row_sum = -1;  // scratch
   ExprRef q_base{}, kv_base{}, m0{};
 
-  GemmInputs inputs() const { return r.x_dtype == ScalarType::f32 ? GemmInputs::f32 : GemmInputs::bf16; }
+  GemmInputs inputs() const {
+    return r.x_dtype == ScalarType::f32 ? GemmInputs::f32 : r.x_dtype == ScalarType::f16 ? GemmInputs::f16 : GemmInputs::bf16;
+  }
   // P as P @ v reads it: rounded to the storage type for 16-bit inputs.
   ExprRef p_stored(ExprRef p) const {
     return r.x_dtype == ScalarType::f32 ? p : cast(cast(std::move(p), r.x_dtype), ScalarType::f32);

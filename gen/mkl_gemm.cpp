@@ -403,7 +403,7 @@ bool gemm_nn_splits_rows(const GemmOrder& order, GemmInputs, int64_t n_call, int
 bool gemm_threads_matter(const GemmOrder& order, GemmInputs inputs, int64_t n, int64_t m, int64_t K) {
   if (order.threads == 1) return false;
   if (order.kind != GemmOrder::Kind::MklAmd) return true;
-  if (inputs == GemmInputs::bf16) return true;
+  if (inputs != GemmInputs::f32) return true;
   return n > 1 && m > 1 && !amd_takes_pst(m, n, K) && amd_splits_fours(n, m, K);
 }
 
@@ -451,7 +451,9 @@ void emit_gemm_nt(Builder& b, const GemmOrder& order, GemmInputs inputs, int64_t
     });
     return;
   }
-  if (inputs == GemmInputs::bf16 && split && m >= 4) {
+  if (inputs == GemmInputs::f16 && order.kind != GemmOrder::Kind::MklAmd)
+    throw Error("internal: gemm_f16f16f32 is measured on the AMD host only");
+  if (inputs != GemmInputs::f32 && split && m >= 4) {
     // Threaded, gemm_bf16bf16f32 cuts the keys in two, floor(m/2) and the rest, and runs each part
     // as a call of its own (its kernel chosen by that part's shape). Fitted on 2 threads: 1938
     // shapes with n up to 32, m up to 512 and K from 8 to 256 agree but for m = 3 with n >= 11,
@@ -812,7 +814,9 @@ void emit_amd_nt(Builder& b, const GemmOrder& order, GemmInputs inputs, int64_t 
                  const Matrix& c, bool threaded, int64_t n_call, float alpha) {
   const AmdEmitter E{{b}, alpha, order.vector_chains};
   if (a.stride % 4 != 0 || bm.stride % 4 != 0) throw Error("internal: the AMD model's q @ k^T takes rows of a multiple of 4 elements");
-  if (inputs == GemmInputs::bf16) a.align = 0;  // converted into MKL's aligned buffer
+  if (inputs != GemmInputs::f32) a.align = 0;  // converted into MKL's aligned buffer
+  // gemm_f16f16f32 has no gemv kernel: one query or key takes the small-matrix kernel.
+  if (inputs == GemmInputs::f16) return amd_takes_pst(m, n_call, K) ? E.pst_nt(a, bm, c, 0, n, m, K) : E.general_nt(a, bm, c, 0, n, m, K);
   if (n_call == 1) {  // one query: gemv 'T' over the key rows
     E.gemv_t(bm, Row{&a, idx(0)}, a.align, m, K, [&](ExprRef i, ExprRef y) { E.store(c, idx(0), std::move(i), E.scaled(std::move(y))); });
     return;
@@ -877,6 +881,26 @@ void emit_amd_nn(Builder& b, const GemmOrder& order, GemmInputs inputs, int64_t 
           });
         },
         [&] { emit_amd_nn_kernels(b, E, order, inputs, n, m, K, p, v, c, accumulate, threaded, c_align, n_call); });
+    return;
+  }
+  if (inputs == GemmInputs::f16 && threaded && order.threads > 1) {
+    if (m <= 8) {  // one sequential sum per element from C0 (its products are exact)
+      b.for_range("j", idx(0), idx(n), 1, [&](ExprRef j) {
+        b.for_range("e", idx(0), idx(m), 1, [&](ExprRef e) {
+          const int y = b.local("seq", Type{ScalarType::f32, 1});
+          b.assign(y, accumulate ? E.stored(c, j, e) : zero(1));
+          b.for_range("k", idx(0), idx(K), 1, [&](ExprRef k) { b.assign(y, add(b.get(y), mul(E.get(Row{&p, j}, k), E.get(Row{&v, k}, e)))); });
+          E.store(c, j, e, b.get(y));
+        });
+      });
+      return;
+    }
+    // The columns cut at floor(m/2), each part a one-thread call on its own columns of C.
+    const int64_t h = m / 2;
+    emit_amd_nn_kernels(b, E, order, inputs, n, h, K, p, v, c, accumulate, false, c_align, n_call);
+    const Matrix v_rest{v.buffer, b.let("v_rest", add(v.base, idx(h))), v.stride, v.align, v.step};
+    const Matrix c_rest{c.buffer, b.let("c_rest", add(c.base, idx(h))), c.stride, c.align, c.step};
+    emit_amd_nn_kernels(b, E, order, inputs, n, m - h, K, p, v_rest, c_rest, accumulate, false, add(c_align, idx(h)), n_call);
     return;
   }
   emit_amd_nn_kernels(b, E, order, inputs, n, m, K, p, v, c, accumulate, threaded, c_align, n_call);

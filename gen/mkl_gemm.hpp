@@ -23,9 +23,13 @@ struct Matrix {
   int64_t step = 1;
 };
 
-// The operands of a product: f32 (sgemm) or bf16 values (gemm_bf16bf16f32, whose products are
-// exact in f32; its gemv kernels are other ones).
-enum class GemmInputs { f32, bf16 };
+// The operands of a product: f32 (sgemm), bf16 values (gemm_bf16bf16f32, whose products are
+// exact in f32; its gemv kernels are other ones) or f16 values (gemm_f16f16f32, measured on an
+// AMD host only: MKL's sgemm on the operands converted into its own aligned buffers, with no gemv
+// kernel (one query or key takes the small-matrix one), and on several threads q @ k^T's keys cut
+// at floor(m/2) (m >= 4) and p @ v's columns cut at floor(m/2) (m > 8; up to 8, one sequential
+// sum per element from C0), each part a one-thread call).
+enum class GemmInputs { f32, bf16, f16 };
 
 // C[j][i] = sum_k A[j][k] * B[i][k] for j < n, i < m, k < K: PyTorch's q @ k^T, the call
 // sgemm('T', 'N', m, n, K, 1, B, A, 0, C) (A the query rows, B the key rows, both contiguous in k).

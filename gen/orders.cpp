@@ -997,8 +997,11 @@ std::string shape_error(const Request& r, const Order& o, const NamedOrder& n) {
                          "over 2 MiB of stack (S_q = {}, S_k = {}, D = {})",
                          r.order, scratch_bytes, r.seq_q, r.seq_k, r.cols);
   }
-  if (r.op == OpKind::attention && o.attention.kind == AttentionOrder::Kind::CpuFlash && r.x_dtype == f16)
-    return fmt::format("order '{}' runs attention in f32 and bf16 (PyTorch's f16 CPU attention is not modelled)", r.order);
+  if (r.op == OpKind::attention && o.attention.kind == AttentionOrder::Kind::CpuFlash && r.x_dtype == f16 &&
+      o.attention.gemm.kind != GemmOrder::Kind::MklAmd)
+    return fmt::format("order '{}' runs f16 attention with an AMD host's MKL only (its gemm_f16f16f32 was measured there); "
+                       "'{}(mkl=amd)' gives the AMD host's bits",
+                       r.order, r.order.substr(0, r.order.find('(')));
   const bool cpu_blas = r.op == OpKind::attention &&
                         (o.attention.kind == AttentionOrder::Kind::CpuFlash || o.attention.kind == AttentionOrder::Kind::CpuMatmul);
   if (cpu_blas && o.attention.gemm.kind == GemmOrder::Kind::MklAmd && r.cols % 4 != 0)

@@ -12,7 +12,7 @@ torch2.15-cpu-math-* is compared, in f32, with the eager composite
 softmax((q @ k.transpose(-2, -1)) * scale) @ v (causal: masked_fill(-inf) above the diagonal
 before the softmax), which makes no lse.
 
-Cases: f32 and bf16; D from 8 to 256 (a 16-lane tail where D mod 16 = 8); S_q and S_k from 1 to
+Cases: f32, bf16 and f16 (f16 on an AMD host only, the one whose gemm_f16f16f32 is modelled); D from 8 to 256 (a 16-lane tail where D mod 16 = 8); S_q and S_k from 1 to
 above 512 (several key blocks) and above 768 (the 256-row query blocks), S_q != S_k both ways;
 causal (top-left aligned, as torch masks) and not; the default scale and others; batch*heads = 1,
 where PyTorch's parallel loop may have a single iteration and MKL then runs on all threads, and
@@ -67,9 +67,9 @@ SCALES = [None, None, 0.3, 1.0]
 def cases(tier):
     out = []
     i = 0
-    # CI's share: every shape in both dtypes, causal in one of them (alternating).
+    # CI's share: every shape in every dtype, causal in some of them (alternating).
     for k, (s_q, s_k, d, batch, heads) in enumerate(SHAPES_QUICK if tier == tiers.QUICK else SHAPES):
-        for j, dtype in enumerate(("f32", "bf16")):
+        for j, dtype in enumerate(("f32", "bf16", "f16")):
             for causal in (False, True) if tier != tiers.CI else ((k + j) % 2 == 1,):
                 out.append({"sq": s_q, "sk": s_k, "d": d, "batch": batch, "heads": heads, "dtype": dtype, "causal": causal,
                             "range": RANGES[i % 3][0], "scale": SCALES[i % 4], "seed": i})
@@ -84,14 +84,14 @@ import torch
 import torch.nn.functional as F
 import ordo
 
-cap, cases, skip_bf16, host = sys.argv[1], json.load(open(sys.argv[2])), sys.argv[4] == "1", sys.argv[5]
+cap, cases, skip, host = sys.argv[1], json.load(open(sys.argv[2])), json.loads(sys.argv[4]), sys.argv[5]
 RANGES = dict(json.loads(sys.argv[3]))
 
 from tensor_bits import same
 
 def inputs(c):
     g = torch.Generator().manual_seed(2000 + c["seed"])
-    dt = torch.float32 if c["dtype"] == "f32" else torch.bfloat16
+    dt = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}[c["dtype"]]
     shape = (c["batch"], c["heads"])
     q = (torch.randn(*shape, c["sq"], c["d"], generator=g) * RANGES[c["range"]]).to(dt)
     k = torch.randn(*shape, c["sk"], c["d"], generator=g).to(dt)
@@ -115,7 +115,7 @@ results = []
 for threads in (1, 2):
     torch.set_num_threads(threads)
     for i, c in enumerate(cases):
-        if (threads > 1 and threaded_split(c)) or (skip_bf16 and c["dtype"] == "bf16"):
+        if (threads > 1 and threaded_split(c)) or c["dtype"] in skip:
             continue
         q, k, v = inputs(c)
         out = F.scaled_dot_product_attention(q, k, v, is_causal=c["causal"], scale=c["scale"])
@@ -192,8 +192,12 @@ def main():
         print("NOT VERIFIED: torch2.15-cpu-* attention (ordo models the MKL kernels of Intel AVX-512 hosts and AMD hosts only; "
               "this host's are other ones, and the orders refuse to run here without mkl=intel or mkl=amd)")
         return 0
+    skip = [] if bf16_ok else ["bf16"]
     if not bf16_ok:
         print("NOT VERIFIED: torch2.15-cpu-* attention in bf16 (this host's bf16 MKL kernels are not modelled)")
+    if model != "amd":
+        skip.append("f16")
+        print("NOT VERIFIED: torch2.15-cpu-* attention in f16 (MKL's gemm_f16f16f32 is modelled on an AMD host only)")
 
     all_cases = cases(tiers.chosen(args))
     import tempfile
@@ -204,7 +208,7 @@ def main():
     env_base = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.join(os.path.abspath(args.build), "python"), HERE]))
     for cap in capabilities(print, "torch2.15-cpu-avx512"):
         env = dict(env_base, ATEN_CPU_CAPABILITY=cap, OMP_WAIT_POLICY="PASSIVE")
-        worker = subprocess.run([sys.executable, "-c", WORKER, cap, spec.name, json.dumps(RANGES), "0" if bf16_ok else "1", model],
+        worker = subprocess.run([sys.executable, "-c", WORKER, cap, spec.name, json.dumps(RANGES), json.dumps(skip), model],
                                 env=env, capture_output=True, text=True)
         if worker.returncode != 0:
             print(f"FAIL: worker for ATEN_CPU_CAPABILITY={cap} exited {worker.returncode}:\n{worker.stderr}")
