@@ -29,7 +29,8 @@ void emit_bf16_out_gemm(Builder& b, bool transb, bool stub_fma, bool onednn, int
                         const Matrix& c, float alpha) {
   if (v.step != 1 || c.step != 1) throw Error("internal: a bf16-output product reads V and C by rows");
   const int lanes = m % 16 == 0 ? 16 : m % 8 == 0 ? 8 : m % 4 == 0 ? 4 : 1;
-  const ScalarType storage = ScalarType::bf16;
+  const ScalarType storage = b.kernel().buffers[size_t(c.buffer)].elem;  // bf16 or f16
+  if (storage == ScalarType::f16 && onednn) throw Error("internal: oneDNN's f16 gemm is not modelled");
   const bool stub = !onednn || n * m * K <= kStubWork;
   auto p_at = [&](const ExprRef& j, ExprRef k) {
     ExprRef col = p.step == 1 ? std::move(k) : mul(std::move(k), idx(p.step));

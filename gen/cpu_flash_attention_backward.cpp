@@ -58,16 +58,20 @@ struct CpuFlashBackward {
   int attn_b = -1;                      // scratch, bf16: p rounded to bf16 (dv's operand)
   ExprRef q_base{}, kv_base{}, m0{};
 
-  bool bf16() const { return r.x_dtype == ScalarType::bf16; }
-  GemmInputs inputs() const { return bf16() ? GemmInputs::bf16 : GemmInputs::f32; }
-  ExprRef round_bf16(ExprRef x) const { return cast(cast(std::move(x), ScalarType::bf16), ScalarType::f32); }
+  // bf16 or f16 data: the same kernel with the other 16-bit type's roundings (f16 measured on an
+  // AMD host without avx512_fp16).
+  bool reduced() const { return r.x_dtype != ScalarType::f32; }
+  GemmInputs inputs() const {
+    return r.x_dtype == ScalarType::f32 ? GemmInputs::f32 : r.x_dtype == ScalarType::f16 ? GemmInputs::f16 : GemmInputs::bf16;
+  }
+  ExprRef round_to_storage(ExprRef x) const { return cast(cast(std::move(x), r.x_dtype), ScalarType::f32); }
   ExprRef load_f32(int buffer, ExprRef at, int lanes = 1) const {
     ExprRef x = load(b.kernel(), buffer, std::move(at), lanes);
     return x->type.scalar == ScalarType::f32 ? x : cast(x, ScalarType::f32);
   }
 
   void zero(int buffer, const ExprRef& base, int64_t elements) {
-    const ExprRef z = bf16() ? cast(f32c(0.0f, 8), ScalarType::bf16) : f32c(0.0f, 8);
+    const ExprRef z = reduced() ? cast(f32c(0.0f, 8), r.x_dtype) : f32c(0.0f, 8);
     b.for_range("z", idx(0), idx(elements), 8, [&](ExprRef i) { b.store(buffer, add(base, i), z); });
   }
 
@@ -77,7 +81,7 @@ struct CpuFlashBackward {
     auto product = [&](ExprRef i, int lanes) { return mul(load_f32(dout, add(at, i), lanes), load_f32(out, add(at, i), lanes)); };
     // bf16: map2_reduce_all<BFloat16>, a vector of 2V bf16 being two float vectors: the softmax
     // op's bf16 reduce_all (gen/row.hpp) with the rounded product as its value.
-    if (bf16()) {
+    if (reduced()) {
       auto plus = [](ExprRef x, ExprRef y) { return add(std::move(x), std::move(y)); };
       return reduce_all_pairs(b, D, V, o.dsum_fold, product, plus, "dsum");
     }
@@ -151,10 +155,10 @@ struct CpuFlashBackward {
              [&] { probabilities(qB, n, kvB); });
     const Matrix a_bt{attn_b, idx(0), 1, 0, kvB};
     const std::string stub = fmt::format("bf16 out: gemm_stub ({}){}", o.bf16_stub_fma ? "fma" : "no fma",
-                                         o.bf16_onednn ? " when m*n*k <= 4096, else oneDNN" : "");
-    if (bf16())
+                                         o.onednn_16bit ? " when m*n*k <= 4096, else oneDNN" : "");
+    if (reduced())
       b.region("dv", "dv += bf16(p)^T @ dout, " + stub,
-               [&] { emit_bf16_out_gemm(b, true, o.bf16_stub_fma, o.bf16_onednn, kvB, D, qB, a_bt, dout_rows, dv_rows, 1.0f); });
+               [&] { emit_bf16_out_gemm(b, true, o.bf16_stub_fma, o.onednn_16bit, kvB, D, qB, a_bt, dout_rows, dv_rows, 1.0f); });
     else
       b.region("dv", "dv += p^T @ dout, " + shape,
                [&] { emit_gemm_nn(b, mkl, inputs(), kvB, D, qB, a_t, dout_rows, dv_rows, true, threaded, aligned); });
@@ -166,15 +170,15 @@ struct CpuFlashBackward {
         b.for_range("i", idx(0), idx(kvB), 1, [&](ExprRef i) {
           const ExprRef at = b.let("at", add(row, i));
           const ExprRef value = mul(load(b.kernel(), attn, at), sub(load(b.kernel(), grad, at), d_r));
-          b.store(grad, at, bf16() ? round_bf16(value) : value);  // bf16: dq's and dk's operand is bf16(grad)
+          b.store(grad, at, reduced() ? round_to_storage(value) : value);  // 16-bit: dq's and dk's operand is grad rounded
         });
       });
     });
-    if (bf16()) {
+    if (reduced()) {
       b.region("dq", "dq += scale * grad @ k, " + stub,
-               [&] { emit_bf16_out_gemm(b, false, o.bf16_stub_fma, o.bf16_onednn, qB, D, kvB, g, k_rows, dq_rows, scale); });
+               [&] { emit_bf16_out_gemm(b, false, o.bf16_stub_fma, o.onednn_16bit, qB, D, kvB, g, k_rows, dq_rows, scale); });
       b.region("dk", "dk += scale * grad^T @ q, " + stub,
-               [&] { emit_bf16_out_gemm(b, true, o.bf16_stub_fma, o.bf16_onednn, kvB, D, qB, g_t, q_rows, dk_rows, scale); });
+               [&] { emit_bf16_out_gemm(b, true, o.bf16_stub_fma, o.onednn_16bit, kvB, D, qB, g_t, q_rows, dk_rows, scale); });
       return;
     }
     b.region("dq", "dq += scale * grad @ k, " + shape,
@@ -200,9 +204,9 @@ struct CpuFlashBackward {
           p = select(binary(Op::Lt, lanes > 1 ? broadcast(query, lanes) : query, key), f32c(0.0f, lanes), p);
         }
         // Stored twice in bf16: bound to one value, so the IR (and its fma count) holds one exp.
-        if (bf16()) p = b.let("p", p);
+        if (reduced()) p = b.let("p", p);
         b.store(attn, at, p);
-        if (bf16()) b.store(attn_b, at, round_bf16(p));
+        if (reduced()) b.store(attn_b, at, round_to_storage(p));
       };
       const int64_t vec_end = kvB / V * V;
       if (vec_end > 0) b.for_range("i", idx(0), idx(vec_end), V, [&](ExprRef i) { step(i, V); });
@@ -216,7 +220,7 @@ struct CpuFlashBackward {
 Kernel build_cpu_flash_attention_backward(const Request& r, const Order& order) {
   const AttentionBackwardOrder& o = order.attention_backward;
   if (!r.saved_stats) throw Error("internal: the CPU flash backward reads the forward's lse");
-  if (r.x_dtype != ScalarType::f32 && r.x_dtype != ScalarType::bf16) throw Error("internal: the CPU flash backward is modelled in f32 and bf16");
+
   Kernel kernel;
   kernel.name = "attention_backward";
   Builder b(kernel);
@@ -237,7 +241,7 @@ Kernel build_cpu_flash_attention_backward(const Request& r, const Order& order) 
   f.attn = b.buffer("attn", ScalarType::f32, true, Extent::scratch, qS * kS);
   f.grad = b.buffer("grad_attn", ScalarType::f32, true, Extent::scratch, qS * kS);
   f.dsum = b.buffer("dsum", ScalarType::f32, true, Extent::scratch, qS);
-  if (t == ScalarType::bf16) f.attn_b = b.buffer("attn_bf16", ScalarType::f32, true, Extent::scratch, qS * kS);
+  if (t != ScalarType::f32) f.attn_b = b.buffer("attn_bf16", ScalarType::f32, true, Extent::scratch, qS * kS);
   const int64_t full_blocks = Sq / qS, last = Sq % qS;
   b.region("attention_backward", describe(o), [&] {
     f.q_base = b.let("q_base", mul(program_id(0), idx(Sq * D)));

@@ -866,17 +866,31 @@ std::optional<GemmOrder::Kind> mkl_model(const Request& r, std::string* why = nu
   return std::nullopt;
 }
 
-// Whether PyTorch's bf16 attention gradients (AttentionBackwardOrder::bf16_onednn) go to oneDNN:
-// the one the order names (onednn=on, onednn=off), else the running host's. PyTorch hands a bf16
-// gemm to oneDNN when its check for bf16 support passes, which needs AVX-512 (or AVX-NE-CONVERT);
-// ordo models oneDNN's avx512_bf16 kernel (vdpbf16ps pairs). A host with AVX-512 but neither
-// avx512_bf16 has another oneDNN kernel, unmodelled: empty, and `why` says so.
-std::optional<bool> onednn_bf16_model(const Request& r, std::string* why = nullptr) {
+// Whether PyTorch's 16-bit attention gradients (AttentionBackwardOrder::onednn_16bit) go to
+// oneDNN: the one the order names (onednn=on, onednn=off), else the running host's. PyTorch hands
+// a bf16 gemm to oneDNN when its check for bf16 support passes, which needs AVX-512 (or
+// AVX-NE-CONVERT); ordo models oneDNN's avx512_bf16 kernel (vdpbf16ps pairs). An f16 gemm goes to
+// oneDNN on a CPU with avx512_fp16 (or AMX-FP16), whose kernel ordo does not model; elsewhere to
+// gemm_stub (measured on an AVX2 EPYC). Empty where the host's kernel is not modelled, and `why`
+// says so.
+std::optional<bool> onednn_16bit_model(const Request& r, std::string* why = nullptr) {
   const size_t param = r.order.find("onednn=");
-  if (param != std::string::npos) return r.order.compare(param, 10, "onednn=on") == 0;  // checked by apply_environment
+  const bool f16_data = r.x_dtype == ScalarType::f16;
+  if (param != std::string::npos) {  // checked by apply_environment
+    const bool on = r.order.compare(param, 9, "onednn=on") == 0;
+    if (!(on && f16_data)) return on;
+    if (why) *why = "onednn=on: PyTorch's f16 gradient products on a CPU with avx512_fp16 are oneDNN's, whose kernel is not modelled";
+    return std::nullopt;
+  }
   __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx512bf16")) return true;
   unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (f16_data) {
+    const bool leaf7 = __get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx);
+    if (!(leaf7 && (edx >> 23 & 1))) return false;  // AVX512-FP16
+    if (why) *why = "has avx512_fp16, where PyTorch's f16 gradient products are oneDNN's, whose kernel is not modelled";
+    return std::nullopt;
+  }
+  if (__builtin_cpu_supports("avx512bf16")) return true;
   const bool ne_convert = __get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx) && (edx >> 5 & 1);  // AVX-NE-CONVERT
   if (!__builtin_cpu_supports("avx512f") && !ne_convert) return false;
   if (why)
@@ -885,8 +899,8 @@ std::optional<bool> onednn_bf16_model(const Request& r, std::string* why = nullp
   return std::nullopt;
 }
 
-bool reproduces_bf16_cpu_attention_backward(const Request& r, const Order& o) {
-  return r.op == OpKind::attention_backward && r.x_dtype == ScalarType::bf16 &&
+bool reproduces_16bit_cpu_attention_backward(const Request& r, const Order& o) {
+  return r.op == OpKind::attention_backward && r.x_dtype != ScalarType::f32 &&
          o.attention_backward.kind == AttentionBackwardOrder::Kind::CpuFlash;
 }
 
@@ -948,7 +962,7 @@ void apply_environment(Order& o, std::string_view params, std::string_view order
           value == "amd" ? GemmOrder::Kind::MklAmd : GemmOrder::Kind::MklIntelAvx512;
     } else if (key == "onednn") {
       if (value != "on" && value != "off") throw Error(fmt::format("order '{}': onednn={} is not on or off", order_name, value));
-      o.attention_backward.bf16_onednn = value == "on";
+      o.attention_backward.onednn_16bit = value == "on";
     } else {
       throw Error(fmt::format("order '{}' reproduces PyTorch; its parameters are the environment torch ran in: "
                               "threads (torch.get_num_threads()), mkl (intel or amd) and onednn (on or off: whether its bf16 "
@@ -975,9 +989,6 @@ std::string shape_error(const Request& r, const Order& o, const NamedOrder& n) {
                          "only; on Intel MKL runs its avx512 kernels, and where they apply alpha in the backward's products and how "
                          "they run its 'N','T' calls are not measured. '{}(mkl=amd)' gives the AMD host's bits",
                          r.order, r.order.substr(0, r.order.find('(')));
-    if (r.x_dtype == f16)
-      return fmt::format("order '{}' runs attention_backward in f32 and bf16 (PyTorch's f16 CPU attention backward is not modelled)",
-                         r.order);
     if (!r.saved_stats)
       return fmt::format("order '{}' reproduces PyTorch's backward, which reads the forward's saved logsumexp: give lse", r.order);
   }
@@ -1040,10 +1051,10 @@ bool takes_shape(const Request& r) {
     if (!kind) return false;  // no model of this host's MKL, and none named
     o.attention.gemm.kind = o.attention_backward.gemm.kind = *kind;
   }
-  if (reproduces_bf16_cpu_attention_backward(r, o)) {
-    std::optional<bool> onednn = onednn_bf16_model(r);
+  if (reproduces_16bit_cpu_attention_backward(r, o)) {
+    std::optional<bool> onednn = onednn_16bit_model(r);
     if (!onednn) return false;  // no model of this host's oneDNN kernel, and no onednn= given
-    o.attention_backward.bf16_onednn = *onednn;
+    o.attention_backward.onednn_16bit = *onednn;
   }
   return shape_error(r, o, *n).empty();
 }
@@ -1128,14 +1139,15 @@ Order resolve(const Request& r) {
   // The backward's forward recomputes P with the same MKL (CpuMatmul).
   if (calls_mkl(r, o)) o.attention.gemm.kind = o.attention_backward.gemm.kind = mkl_host_model(r);
   o.attention.gemm.vector_chains = o.attention_backward.gemm.vector_chains = !cuda_target(r);
-  if (reproduces_bf16_cpu_attention_backward(r, o)) {
+  if (reproduces_16bit_cpu_attention_backward(r, o)) {
     std::string why;
-    std::optional<bool> onednn = onednn_bf16_model(r, &why);
+    std::optional<bool> onednn = onednn_16bit_model(r, &why);
     if (!onednn)
-      throw Error(fmt::format("order '{}': this host {}; '{}(onednn=on)' gives the bits of a host whose oneDNN has avx512_bf16, "
-                              "'(onednn=off)' those of one without AVX-512 (every gradient product by ATen's gemm_stub)",
-                              r.order, why, r.order.substr(0, r.order.find('('))));
-    o.attention_backward.bf16_onednn = *onednn;
+      throw Error(fmt::format("order '{}': {}{}; '{}(onednn=off)' gives the bits of a host without it (every gradient "
+                              "product by ATen's gemm_stub){}",
+                              r.order, why.rfind("onednn=", 0) == 0 ? "" : "this host ", why, r.order.substr(0, r.order.find('(')),
+                              r.x_dtype == ScalarType::f16 ? "" : ", '(onednn=on)' those of a host whose oneDNN has avx512_bf16"));
+    o.attention_backward.onednn_16bit = *onednn;
   }
   if (open != std::string::npos && n->takes_environment) {
     if (r.order.back() != ')') throw Error(fmt::format("order '{}': missing ')'", r.order));

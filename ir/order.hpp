@@ -412,7 +412,7 @@ struct AttentionBackwardOrder {
     // dQ and dK (G itself uses the f32 P). dQ, dK, dV are bf16 tensors: each of their products
     // computes C0 + alpha * sum in f32 (C0 the stored bf16 value) and rounds it to bf16, by
     // ATen's gemm_stub when m*n*k <= 4096, else by oneDNN (gen/bf16_out_gemm.cpp)
-    // (`bf16_onednn` false: by gemm_stub whatever the size):
+    // (`onednn_16bit` false: by gemm_stub whatever the size):
     //   stub dQ:     ilp4 dot (sum[k mod 4], the K mod 4 tail into sum 0, ((s0+s1)+s2)+s3),
     //                then C0 + fl(alpha*dot);
     //   stub dV, dK: from C0, per k ascending acc += fl(alpha*P[j][k]) * V[k][e], fused when
@@ -440,11 +440,12 @@ struct AttentionBackwardOrder {
   int dsum_lanes = 16;                   // CpuFlash: vec::map2_reduce_all's vector of floats
   LaneFold dsum_fold = LaneFold::Halving;  // CpuFlash
   MathImpl exp = MathImpl::SleefU10;     // CpuFlash: P's exp
-  bool bf16_stub_fma = true;             // CpuFlash, bf16: ATen's gemm_stub fuses its steps (avx2, avx512 builds)
-  // CpuFlash, bf16: PyTorch's mkldnn_bf16_gemm hands dQ, dK, dV products of m*n*k > 4096 to
-  // oneDNN (a CPU with avx512_bf16, the kernel modelled). false: every such product is gemm_stub's,
-  // as on a CPU without AVX-512, where PyTorch's oneDNN bf16 check fails (measured: an AVX2 EPYC).
-  bool bf16_onednn = true;
+  bool bf16_stub_fma = true;             // CpuFlash, bf16 and f16: ATen's gemm_stub fuses its steps (avx2, avx512 builds)
+  // CpuFlash, bf16 and f16: PyTorch's mkldnn_bf16_gemm hands dQ, dK, dV products of m*n*k > 4096
+  // to oneDNN (a CPU with avx512_bf16, the kernel modelled; bf16 only). false: every such product
+  // is gemm_stub's, as on a CPU without AVX-512, where PyTorch's oneDNN bf16 check fails, and for
+  // f16 on a CPU without avx512_fp16 (both measured on an AVX2 EPYC).
+  bool onednn_16bit = true;
   // CpuFlash, CpuMatmul: the products. Its `threads` is PyTorch's intra-op thread count, which
   // changes bits only when a launch is one (batch, head): PyTorch then calls MKL outside its
   // parallel loop (CpuFlash), or bmm has a single matrix (CpuMatmul).

@@ -23,7 +23,9 @@ Cases, bf16: the same shapes (D = 24 and 40 end bf16 dsum in a partial vector of
 the causal flag f32's does not take: gemm_bf16bf16f32's products (its 2-thread key split
 included), and the bf16 dq, dk, dv products, every partial rounded to bf16: on a CPU with
 avx512_bf16 ATen's gemm_stub (m*n*k <= 4096) and oneDNN, on one without AVX-512 gemm_stub at
-every size (the orders' onednn= default follows the host).
+every size (the orders' onednn= default follows the host). f16 likewise, on a CPU without
+avx512_fp16 (gemm_stub at every size; MKL's gemm_f16f16f32, which has no gemv kernel, for
+q @ k^T and dout @ v^T).
 
 The orders model an AMD host's MKL only (its generic kernels, with or without AVX-512; no backward
 was measured on an Intel host, and the orders refuse one), and in bf16 oneDNN's avx512_bf16
@@ -64,8 +66,8 @@ def cases(tier):
         # f32: causal and not for each shape but the largest, which runs causal only; CI's share
         # alternates causal between shapes. bf16 likewise, CI's with the other causal flag than f32's.
         largest = s_q * s_k * d > 5e7
-        for dtype in ("f32", "bf16"):
-            flip = dtype == "bf16"
+        for dtype in ("f32", "bf16", "f16"):
+            flip = dtype == "bf16"  # f16 takes f32's causal flag, bf16 the other
             for causal in ((True,) if largest else (((i + flip) % 2 == 1,) if tier == tiers.CI else (False, True))):
                 out.append({"sq": s_q, "sk": s_k, "d": d, "batch": batch, "heads": heads, "dtype": dtype, "causal": causal,
                             "range": RANGES[len(out) % 2][0], "seed": len(out), "alias": i % 4 == 0})
@@ -84,7 +86,7 @@ from tensor_bits import same
 
 def inputs(c):
     g = torch.Generator().manual_seed(3000 + c["seed"])
-    dt = torch.float32 if c["dtype"] == "f32" else torch.bfloat16
+    dt = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}[c["dtype"]]
     shape = (c["batch"], c["heads"])
     q = (torch.randn(*shape, c["sq"], c["d"], generator=g) * RANGES[c["range"]]).to(dt)
     k = torch.randn(*shape, c["sk"], c["d"], generator=g).to(dt)
@@ -133,6 +135,10 @@ def main():
     else:
         print("bf16 gradient products: " + ("gemm_stub and oneDNN's avx512_bf16 kernel" if has_cpu_flag("avx512_bf16")
                                             else "gemm_stub at every size (no AVX-512: PyTorch's oneDNN bf16 check fails)"))
+    if has_cpu_flag("avx512_fp16"):
+        print("NOT VERIFIED: torch2.15-cpu-* attention_backward in f16 (this CPU has avx512_fp16, where PyTorch's f16 gradient "
+              "products are oneDNN's, not modelled; the orders refuse)")
+        all_cases = [c for c in all_cases if c["dtype"] != "f16"]
     result = run_workers(args.build, WORKER, all_cases, RANGES,
                          lambda c, r, cap: ("attention_backward", order_row(r, cap), c["dtype"]),
                          lambda c, r: f"attention_backward {r['order']} {c['dtype']} Sq={c['sq']} Sk={c['sk']} D={c['d']} B={c['batch']} "
