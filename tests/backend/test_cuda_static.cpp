@@ -75,7 +75,7 @@ std::vector<Request> shipped(int64_t n) {
           r.seq_q = r.seq_k = std::min<int64_t>(n, 128);
         }
         if (!gen::takes_shape(r)) r.cols = std::min<int64_t>(n - n % 4, 1024);  // the CUDA-native orders' shapes
-        if (!gen::takes_shape(r)) continue;  // a dtype the order names but not for this op (torch2.15-cpu-*'s f16 attention)
+        if (!gen::takes_shape(r)) continue;  // a dtype the order names but not for this op and host (torch2.15-cpu-*'s f16 attention on Intel)
         out.push_back(r);
       }
   return out;
