@@ -10,6 +10,7 @@
 // of each dot product and reduction; see it for the three kinds.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -29,14 +30,10 @@ constexpr float kInf = std::numeric_limits<float>::infinity();
 
 // Keys whose scores are computed together, interleaved over d: independent dot products, so no
 // bit depends on the count. Their accumulators (a vector of L query lanes each) should fill the
-// fma pipes without spilling: 8 where an L-lane vector is one register or a thread's scalar (CUDA,
-// AVX-512 up to 16 lanes), 6 where 16 lanes take two ymm registers (AVX2: 12 of its 16; 8 keys
-// spilled there and ran `fast` attention about 25% slower, measured on an AVX2 EPYC).
-int key_group_for(const Request& r, int lanes) {
-  if (cuda_target(r) || lanes <= 8) return 8;
-  __builtin_cpu_init();
-  return __builtin_cpu_supports("avx512f") && lanes <= 16 ? 8 : 6;
-}
+// fma pipes without spilling: 8 where an L-lane vector is one register, 12 registers' worth
+// otherwise (6 keys of 16 lanes with AVX2; 8 keys spilled there and ran `fast` attention about
+// 25% slower, measured on an AVX2 EPYC).
+int key_group_for(const Request& r, int lanes) { return std::max(1, std::min(8, 12 / registers_per_vector(r, lanes))); }
 
 ExprRef f32c(float v, int lanes) {
   ExprRef c = constant(Type{ScalarType::f32, 1}, static_cast<double>(v));

@@ -31,10 +31,14 @@ ExprRef f32c(float v, int lanes) {
   return lanes > 1 ? broadcast(c, lanes) : c;
 }
 
+// Queries (stage 1) or keys (stage 2) per step, see Backward::group: two L-lane chains each, 8
+// registers' worth where a vector is one register, 6 where it is more (3 rows of 16 lanes with
+// AVX2). CUDA keeps one row at a time (its registers are per thread, and the kernels' spill checks
+// pin that).
 int rows_per_step(const Request& r, int lanes) {
   if (cuda_target(r)) return 1;
-  __builtin_cpu_init();
-  return lanes <= 8 || (lanes <= 16 && __builtin_cpu_supports("avx512f")) ? 4 : 3;
+  const int regs = registers_per_vector(r, lanes);
+  return regs == 1 ? 4 : std::max(1, 6 / regs);
 }
 
 struct Backward {
@@ -45,11 +49,9 @@ struct Backward {
   int64_t D, Sq, Sk;
   int L;
   int q = -1, k = -1, v = -1, out = -1, dout = -1, lse = -1, dq = -1, dk = -1, dv = -1;
-  // Queries (stage 1) or keys (stage 2) taken together: their dot products are independent
-  // chains, and their terms still reach each accumulator in order, so no bit depends on it. Two
-  // chains (qk, dp) of an L-lane vector each: 4 rows are 8 registers where such a vector is one
-  // (AVX-512 to 16 lanes, AVX2 to 8), 3 rows are 12 ymm where 16 lanes take two. CUDA keeps one
-  // row at a time (its registers are per thread, and the kernels' spill checks pin that).
+  // Queries (stage 1) or keys (stage 2) taken together (rows_per_step): their dot products are
+  // independent chains, and their terms still reach each accumulator in order, so no bit depends
+  // on it.
   int group = 1;
 
   // The arguments, one order for both stages.

@@ -267,11 +267,32 @@ struct Emitter {
     }
     return parts;
   }
+  // n independent blocked chains (see blocked_chain) of `lanes` lanes sharing one k loop per K
+  // block: chain t steps acc_t = fma(shared(k), own(t, k), acc_t) from +0, and its result is
+  // ((sums[t] + b0) + b1) + ..., sums[t] left out when null. Each chain has blocked_chain's bits;
+  // sharing the loop keeps the fma pipes busy where one chain at a time waited on its latency.
+  std::vector<ExprRef> blocked_chains(const std::vector<int64_t>& parts, int lanes, std::vector<ExprRef> sums,
+                                      const std::function<ExprRef(ExprRef)>& shared,
+                                      const std::function<ExprRef(size_t, ExprRef)>& own) const {
+    int64_t k0 = 0;
+    for (int64_t part : parts) {
+      std::vector<int> acc;
+      for (size_t t = 0; t < sums.size(); ++t) {
+        acc.push_back(b.local("chain", Type{ScalarType::f32, lanes}));
+        b.assign(acc.back(), zero(lanes));
+      }
+      b.for_range("k", idx(k0), idx(k0 + part), 1, [&](ExprRef k) {
+        const ExprRef s = b.let("shared_k", shared(k));
+        for (size_t t = 0; t < sums.size(); ++t) b.assign(acc[t], fma(s, own(t, k), b.get(acc[t])));
+      });
+      for (size_t t = 0; t < sums.size(); ++t) sums[t] = b.let("blocks", sums[t] ? add(sums[t], b.get(acc[t])) : b.get(acc[t]));
+      k0 += part;
+    }
+    return sums;
+  }
+
   // C[j][i] for the keys i of row j of the general 'T','N' kernel, each a scalar blocked chain
-  // over K (x: A_j, y: B_i, `scaled` applied to B's element). Chains of kChainGroup keys share
-  // one k loop per K block: they are independent, so each is blocked_chain's, but one chain at a
-  // time waited on its fma latency every step (the exact attention orders' q @ k^T ran 8 times
-  // below the fma throughput on scalar code).
+  // over K (x: A_j, y: B_i, `scale_b` applied to B's element), kChainGroup keys per k loop.
   static constexpr int64_t kChainGroup = 8;
   void general_row_nt(const Matrix& a, const Matrix& bm, const Matrix& c, const ExprRef& j, int64_t m, const std::vector<int64_t>& parts,
                       const std::function<ExprRef(ExprRef)>& scale_b) const {
@@ -279,23 +300,10 @@ struct Emitter {
     auto keys = [&](ExprRef i0, int64_t n) {
       std::vector<Row> ys;
       for (int64_t t = 0; t < n; ++t) ys.push_back(Row{&bm, t ? b.let("key", add(i0, idx(t))) : i0});
-      std::vector<ExprRef> sums(static_cast<size_t>(n));
-      int64_t k0 = 0;
-      for (int64_t part : parts) {
-        std::vector<int> acc;
-        for (int64_t t = 0; t < n; ++t) {
-          acc.push_back(b.local("chain", kF32));
-          b.assign(acc.back(), zero(1));
-        }
-        b.for_range("k", idx(k0), idx(k0 + part), 1, [&](ExprRef k) {
-          ExprRef xk = b.let("a_k", get(x, k));
-          for (int64_t t = 0; t < n; ++t) b.assign(acc[size_t(t)], fma(xk, scale_b(get(ys[size_t(t)], k)), b.get(acc[size_t(t)])));
-        });
-        for (int64_t t = 0; t < n; ++t)
-          sums[size_t(t)] = sums[size_t(t)] ? b.let("blocks", add(sums[size_t(t)], b.get(acc[size_t(t)]))) : b.let("block", b.get(acc[size_t(t)]));
-        k0 += part;
-      }
-      for (int64_t t = 0; t < n; ++t) store(c, j, ys[size_t(t)].row, sums[size_t(t)]);
+      const std::vector<ExprRef> sums = blocked_chains(
+          parts, 1, std::vector<ExprRef>(static_cast<size_t>(n)), [&](ExprRef k) { return get(x, std::move(k)); },
+          [&](size_t t, ExprRef k) { return scale_b(get(ys[t], std::move(k))); });
+      for (size_t t = 0; t < ys.size(); ++t) store(c, j, ys[t].row, sums[t]);
     };
     const int64_t full = m - m % kChainGroup;
     if (full > 0) b.for_range("i", idx(0), idx(full), kChainGroup, [&](ExprRef i0) { keys(i0, kChainGroup); });
@@ -310,7 +318,6 @@ struct Emitter {
   void general_nt_vectors(const Matrix& a, const Matrix& bm, const Matrix& c, int64_t j0, int64_t j1, int64_t m, int64_t K,
                           const std::vector<int64_t>& parts, const std::function<ExprRef(ExprRef)>& scale_b) const {
     constexpr int kKeys = 16, kRows = 4;
-    const Type vt{ScalarType::f32, kKeys};
     const int64_t groups = m / kKeys;
     if (groups > 0) {
       const int kt = b.buffer("keys_t", ScalarType::f32, true, Extent::scratch, K * kKeys);
@@ -321,25 +328,13 @@ struct Emitter {
           b.for_range("k", idx(0), idx(K), 1, [&](ExprRef k) { b.store(kt, add(mul(k, idx(kKeys)), t), scale_b(get(y, k))); });
         });
         auto rows = [&](ExprRef r0, int64_t n) {
-          std::vector<ExprRef> js, sums(static_cast<size_t>(n));
+          std::vector<ExprRef> js;
           for (int64_t u = 0; u < n; ++u) js.push_back(u ? b.let("j", add(r0, idx(u))) : r0);
-          int64_t k0 = 0;
-          for (int64_t part : parts) {
-            std::vector<int> acc;
-            for (int64_t u = 0; u < n; ++u) {
-              acc.push_back(b.local("chains", vt));
-              b.assign(acc.back(), zero(kKeys));
-            }
-            b.for_range("k", idx(k0), idx(k0 + part), 1, [&](ExprRef k) {
-              ExprRef keys_k = b.let("keys_k", load(b.kernel(), kt, mul(k, idx(kKeys)), kKeys));
-              for (int64_t u = 0; u < n; ++u)
-                b.assign(acc[size_t(u)], fma(broadcast(get(Row{&a, js[size_t(u)]}, k), kKeys), keys_k, b.get(acc[size_t(u)])));
-            });
-            for (int64_t u = 0; u < n; ++u)
-              sums[size_t(u)] = sums[size_t(u)] ? b.let("blocks", add(sums[size_t(u)], b.get(acc[size_t(u)]))) : b.let("block", b.get(acc[size_t(u)]));
-            k0 += part;
-          }
-          for (int64_t u = 0; u < n; ++u) store(c, js[size_t(u)], i0, sums[size_t(u)]);
+          const std::vector<ExprRef> sums = blocked_chains(
+              parts, kKeys, std::vector<ExprRef>(static_cast<size_t>(n)),
+              [&](ExprRef k) { return load(b.kernel(), kt, mul(std::move(k), idx(kKeys)), kKeys); },
+              [&](size_t u, ExprRef k) { return broadcast(get(Row{&a, js[u]}, std::move(k)), kKeys); });
+          for (size_t u = 0; u < js.size(); ++u) store(c, js[u], i0, sums[u]);
         };
         const int64_t n = j1 - j0, full = j0 + n / kRows * kRows;
         if (full > j0) b.for_range("j", idx(j0), idx(full), kRows, [&](ExprRef r0) { rows(r0, kRows); });
@@ -783,28 +778,19 @@ struct AmdEmitter : Emitter {
     b.for_range("j", idx(j0), idx(j1), 1, [&](ExprRef j) {
       const Row x{&p, j};
       b.for_range("e", idx(0), idx(m), lanes * group, [&](ExprRef e0) {
-        std::vector<ExprRef> es, sums;
+        std::vector<ExprRef> es, c0s;
         for (int64_t g = 0; g < group; ++g) {
           es.push_back(g ? b.let("e", add(e0, idx(g * lanes))) : e0);
-          sums.push_back(accumulate ? b.let("c0", stored(c, j, es.back(), lanes)) : zero(lanes));
+          c0s.push_back(accumulate ? b.let("c0", stored(c, j, es.back(), lanes)) : zero(lanes));
         }
-        int64_t k0 = 0;
-        for (int64_t part : parts) {
-          std::vector<int> acc;
-          for (int64_t g = 0; g < group; ++g) {
-            acc.push_back(b.local("chain", Type{ScalarType::f32, lanes}));
-            b.assign(acc.back(), zero(lanes));
-          }
-          b.for_range("k", idx(k0), idx(k0 + part), 1, [&](ExprRef k) {
-            ExprRef pk = get(x, k);
-            pk = b.let("p_k", lanes > 1 ? broadcast(pk, lanes) : pk);
-            for (int64_t g = 0; g < group; ++g)
-              b.assign(acc[size_t(g)], fma(pk, scaled(get(Row{&v, k}, es[size_t(g)], lanes)), b.get(acc[size_t(g)])));
-          });
-          for (int64_t g = 0; g < group; ++g) sums[size_t(g)] = b.let("blocks", add(sums[size_t(g)], b.get(acc[size_t(g)])));
-          k0 += part;
-        }
-        for (int64_t g = 0; g < group; ++g) store(c, j, es[size_t(g)], sums[size_t(g)]);
+        const std::vector<ExprRef> sums = blocked_chains(
+            parts, lanes, c0s,
+            [&](ExprRef k) {
+              ExprRef pk = get(x, std::move(k));
+              return lanes > 1 ? broadcast(pk, lanes) : pk;
+            },
+            [&](size_t g, ExprRef k) { return scaled(get(Row{&v, std::move(k)}, es[g], lanes)); });
+        for (size_t g = 0; g < es.size(); ++g) store(c, j, es[g], sums[g]);
       });
     });
   }

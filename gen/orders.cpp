@@ -872,7 +872,7 @@ std::optional<GemmOrder::Kind> mkl_model(const Request& r, std::string* why = nu
 // AVX-NE-CONVERT); ordo models oneDNN's avx512_bf16 kernel (vdpbf16ps pairs). An f16 gemm goes to
 // oneDNN on a CPU with avx512_fp16 (or AMX-FP16), whose kernel ordo does not model; elsewhere to
 // gemm_stub (measured on an AVX2 EPYC). Empty where the host's kernel is not modelled, and `why`
-// says so.
+// says so as a clause ("this host has ...", or the parameter that asked for it).
 std::optional<bool> onednn_16bit_model(const Request& r, std::string* why = nullptr) {
   const size_t param = r.order.find("onednn=");
   const bool f16_data = r.x_dtype == ScalarType::f16;
@@ -887,15 +887,16 @@ std::optional<bool> onednn_16bit_model(const Request& r, std::string* why = null
   if (f16_data) {
     const bool leaf7 = __get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx);
     if (!(leaf7 && (edx >> 23 & 1))) return false;  // AVX512-FP16
-    if (why) *why = "has avx512_fp16, where PyTorch's f16 gradient products are oneDNN's, whose kernel is not modelled";
+    if (why) *why = "this host has avx512_fp16, where PyTorch's f16 gradient products are oneDNN's, whose kernel is not modelled";
     return std::nullopt;
   }
   if (__builtin_cpu_supports("avx512bf16")) return true;
   const bool ne_convert = __get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx) && (edx >> 5 & 1);  // AVX-NE-CONVERT
   if (!__builtin_cpu_supports("avx512f") && !ne_convert) return false;
   if (why)
-    *why = ne_convert ? "has AVX-NE-CONVERT without AVX-512, where oneDNN's bf16 kernel for the attention gradients is not modelled"
-                      : "has AVX-512 without avx512_bf16, where oneDNN emulates bf16 with a kernel ordo does not model";
+    *why = ne_convert ? "this host has AVX-NE-CONVERT without AVX-512, where oneDNN's bf16 kernel for the attention gradients is "
+                        "not modelled"
+                      : "this host has AVX-512 without avx512_bf16, where oneDNN emulates bf16 with a kernel ordo does not model";
   return std::nullopt;
 }
 
@@ -965,7 +966,7 @@ void apply_environment(Order& o, std::string_view params, std::string_view order
       o.attention_backward.onednn_16bit = value == "on";
     } else {
       throw Error(fmt::format("order '{}' reproduces PyTorch; its parameters are the environment torch ran in: "
-                              "threads (torch.get_num_threads()), mkl (intel or amd) and onednn (on or off: whether its bf16 "
+                              "threads (torch.get_num_threads()), mkl (intel or amd) and onednn (on or off: whether its 16-bit "
                               "attention gradients went to oneDNN), not '{}'",
                               order_name, key));
     }
@@ -1143,9 +1144,9 @@ Order resolve(const Request& r) {
     std::string why;
     std::optional<bool> onednn = onednn_16bit_model(r, &why);
     if (!onednn)
-      throw Error(fmt::format("order '{}': {}{}; '{}(onednn=off)' gives the bits of a host without it (every gradient "
+      throw Error(fmt::format("order '{}': {}; '{}(onednn=off)' gives the bits of a host without it (every gradient "
                               "product by ATen's gemm_stub){}",
-                              r.order, why.rfind("onednn=", 0) == 0 ? "" : "this host ", why, r.order.substr(0, r.order.find('(')),
+                              r.order, why, r.order.substr(0, r.order.find('(')),
                               r.x_dtype == ScalarType::f16 ? "" : ", '(onednn=on)' those of a host whose oneDNN has avx512_bf16"));
     o.attention_backward.onednn_16bit = *onednn;
   }

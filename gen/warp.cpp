@@ -1,5 +1,7 @@
 #include "gen/warp.hpp"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "ir/error.hpp"
@@ -23,6 +25,13 @@ bool warp_sum_fits(const SumOrder& o, int64_t n) {
 }
 
 bool cuda_target(const Request& r) { return r.target == Target::cuda || r.target == Target::cuda_emu; }
+
+int registers_per_vector(const Request& r, int lanes) {
+  if (cuda_target(r)) return 1;
+  __builtin_cpu_init();
+  const int width = __builtin_cpu_supports("avx512f") ? 16 : 8;
+  return std::max(1, (lanes + width - 1) / width);
+}
 
 bool warp_layout(const Request& r, const Order& o) {
   if (!cuda_target(r)) return false;

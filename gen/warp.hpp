@@ -24,6 +24,12 @@ constexpr int kWarpThreads = 32;
 // The CUDA targets: cuda, and cuda-emu, which runs the same source on the host.
 bool cuda_target(const Request& r);
 
+// How many machine registers an f32 vector of `lanes` lanes takes where the kernel runs: 1 on the
+// CUDA targets (a lane is a thread's scalar), else the lanes over the host's vector width (16
+// floats with AVX-512, 8 otherwise), at least 1. Register blocking is sized by it (attention's
+// key groups, the tiled backward's rows per step); no bit depends on it.
+int registers_per_vector(const Request& r, int lanes);
+
 // Whether a sum of n terms in order `o` has a warp layout: a lane tree with no outer chunks
 // whose partial sums fit in a warp (lanes * accumulators <= 32), folding its lanes by halving (the
 // fold every named lane-tree order uses) over a power-of-two lane count.
