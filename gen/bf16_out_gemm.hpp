@@ -3,7 +3,9 @@
 // (BlasKernel.cpp, compiled per CPU capability) when m*n*k <= 4096, else oneDNN's matmul with a
 // sum post-op; on a host without AVX-512, gemm_stub at every size (PyTorch's oneDNN bf16 check
 // fails there). Measured against torch 2.15.0 on AMD EPYCs, one with avx512_bf16 and one with
-// AVX2 only (docs/research/torch2.15-attention-backward.md §5.2, §5.3).
+// AVX2 only (docs/research/torch2.15-attention-backward.md §5.2, §5.4). f16 operands and C take
+// the same stub orders with half roundings (a host without avx512_fp16, where PyTorch's f16 gemm
+// is always gemm_stub's: docs/research/torch2.15-attention-f16.md); C's buffer type decides.
 #pragma once
 
 #include <cstdint>

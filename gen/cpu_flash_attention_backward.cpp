@@ -18,8 +18,8 @@
 // dout @ v^T are gemm_bf16bf16f32's (f32 results), p is rounded to bf16 for dv and grad for dq and
 // dk, and dq, dk, dv are bf16 tensors, each product's sum C0 + alpha * dot rounded to bf16 by
 // ATen's gemm_stub or oneDNN (gen/bf16_out_gemm.cpp); dsum sums bf16 vectors as two halves of
-// floats. PyTorch's per-thread
-// buffers attn and grad (qB x kvB floats each) and dsum become scratch. Control flow may not
+// floats. f16 is the same with half roundings, gemm_f16f16f32 for the f32-result products.
+// PyTorch's per-thread buffers attn and grad (qB x kvB floats each) and dsum become scratch. Control flow may not
 // depend on program_id, so the instance runs its blocks in order; MKL runs threaded only when
 // the launch is one (batch, head) (PyTorch's parallel loop then has a single iteration).
 #include <fmt/format.h>
@@ -55,7 +55,7 @@ struct CpuFlashBackward {
   float scale;
   int q = -1, k = -1, v = -1, out = -1, dout = -1, lse = -1, dq = -1, dk = -1, dv = -1;
   int attn = -1, grad = -1, dsum = -1;  // scratch
-  int attn_b = -1;                      // scratch, bf16: p rounded to bf16 (dv's operand)
+  int attn_b = -1;                      // scratch, 16-bit: p rounded to the storage type (dv's operand)
   ExprRef q_base{}, kv_base{}, m0{};
 
   // bf16 or f16 data: the same kernel with the other 16-bit type's roundings (f16 measured on an
@@ -79,8 +79,8 @@ struct CpuFlashBackward {
   ExprRef row_dsum(const ExprRef& at) {
     const int V = o.dsum_lanes;
     auto product = [&](ExprRef i, int lanes) { return mul(load_f32(dout, add(at, i), lanes), load_f32(out, add(at, i), lanes)); };
-    // bf16: map2_reduce_all<BFloat16>, a vector of 2V bf16 being two float vectors: the softmax
-    // op's bf16 reduce_all (gen/row.hpp) with the rounded product as its value.
+    // 16-bit: map2_reduce_all<BFloat16 or Half>, a vector of 2V elements being two float vectors:
+    // the softmax op's 16-bit reduce_all (gen/row.hpp) with the rounded product as its value.
     if (reduced()) {
       auto plus = [](ExprRef x, ExprRef y) { return add(std::move(x), std::move(y)); };
       return reduce_all_pairs(b, D, V, o.dsum_fold, product, plus, "dsum");
@@ -154,10 +154,10 @@ struct CpuFlashBackward {
     b.region("p", fmt::format("exp(attn - lse){}", r.causal ? ", 0 where key > query" : ""),
              [&] { probabilities(qB, n, kvB); });
     const Matrix a_bt{attn_b, idx(0), 1, 0, kvB};
-    const std::string stub = fmt::format("bf16 out: gemm_stub ({}){}", o.bf16_stub_fma ? "fma" : "no fma",
+    const std::string stub = fmt::format("16-bit out: gemm_stub ({}){}", o.bf16_stub_fma ? "fma" : "no fma",
                                          o.onednn_16bit ? " when m*n*k <= 4096, else oneDNN" : "");
     if (reduced())
-      b.region("dv", "dv += bf16(p)^T @ dout, " + stub,
+      b.region("dv", "dv += rounded(p)^T @ dout, " + stub,
                [&] { emit_bf16_out_gemm(b, true, o.bf16_stub_fma, o.onednn_16bit, kvB, D, qB, a_bt, dout_rows, dv_rows, 1.0f); });
     else
       b.region("dv", "dv += p^T @ dout, " + shape,
@@ -203,7 +203,7 @@ struct CpuFlashBackward {
           if (lanes > 1) key = add(broadcast(key, lanes), iota(lanes));
           p = select(binary(Op::Lt, lanes > 1 ? broadcast(query, lanes) : query, key), f32c(0.0f, lanes), p);
         }
-        // Stored twice in bf16: bound to one value, so the IR (and its fma count) holds one exp.
+        // Stored twice in 16-bit: bound to one value, so the IR (and its fma count) holds one exp.
         if (reduced()) p = b.let("p", p);
         b.store(attn, at, p);
         if (reduced()) b.store(attn_b, at, round_to_storage(p));
