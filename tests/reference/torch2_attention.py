@@ -57,6 +57,9 @@ SHAPES = [
     # AMD: the output rows' scratch of PyTorch's thread 1 starts at another 16-byte offset than
     # thread 0's, which MKL's small-matrix and gemv kernels peel by
     (2, 7, 32, 2, 3), (3, 13, 48, 1, 3), (1, 33, 96, 3, 1),
+    # f16 on 2 threads: MKL cuts p @ v's columns at D/2 for D above 8; D = 56 and 200 are outside
+    # the D of the shapes above
+    (40, 70, 56, 1, 1), (130, 300, 200, 1, 1),
 ]
 SHAPES_QUICK = [(1, 17, 64, 1, 2), (5, 40, 64, 1, 1), (17, 9, 24, 1, 1), (66, 66, 32, 2, 1), (200, 200, 128, 1, 1),
                 (40, 513, 32, 1, 1)]
