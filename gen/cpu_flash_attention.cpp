@@ -112,24 +112,41 @@ struct CpuFlash {
   void row_softmax(ExprRef j, const ExprRef& n, int64_t kvB, bool first) {
     const ExprRef at = b.let("row_at", mul(j, idx(kvB)));
     const float scale = static_cast<float>(r.scale.value_or(1.0 / std::sqrt(static_cast<double>(D))));
-    // Scaled scores (masked keys -inf), stored back, and their max.
-    const int tmax = b.local("block_max", Type{ScalarType::f32, 1});
-    b.assign(tmax, f32c(-kInf));
+    // Scaled scores (masked keys -inf), stored back, and their max: IEEE maximum is exact and
+    // order-free (NaN aside, which stays NaN), so it runs on vectors of the softmax's lanes.
+    const int V = o.softmax.lanes;
+    const int64_t vec_end = kvB / V * V;
     const ExprRef query = r.causal ? b.let("query", add(m0, j)) : nullptr;
-    b.for_range("i", idx(0), idx(kvB), 1, [&](ExprRef i) {
-      ExprRef sc = mul(load(b.kernel(), scores, add(at, i)), f32c(scale));
-      if (r.causal) sc = select(binary(Op::Lt, query, add(n, i)), f32c(-kInf), sc);
+    auto scaled_scores = [&](ExprRef i, int lanes) {
+      ExprRef sc = mul(load(b.kernel(), scores, add(at, i), lanes), f32c(scale, lanes));
+      if (r.causal) {
+        ExprRef key = add(n, i);
+        if (lanes > 1) key = add(broadcast(key, lanes), iota(lanes));
+        sc = select(binary(Op::Lt, lanes > 1 ? broadcast(query, lanes) : query, key), f32c(-kInf, lanes), sc);
+      }
       const ExprRef s = b.let("s", sc);
       b.store(scores, add(at, i), s);
-      b.assign(tmax, binary(Op::Max, b.get(tmax), s));
-    });
+      return s;
+    };
+    const int tmax = b.local("block_max", Type{ScalarType::f32, 1});
+    if (vec_end > 0) {
+      const int vmax = b.local("block_max.lanes", Type{ScalarType::f32, V});
+      b.assign(vmax, f32c(-kInf, V));
+      b.for_range("i", idx(0), idx(vec_end), V, [&](ExprRef i) { b.assign(vmax, binary(Op::Max, b.get(vmax), scaled_scores(i, V))); });
+      const ExprRef lanes_max = b.let("block_max.v", b.get(vmax));
+      ExprRef folded = extract(lanes_max, 0);
+      for (int l = 1; l < V; ++l) folded = binary(Op::Max, folded, extract(lanes_max, l));
+      b.assign(tmax, folded);
+    } else {
+      b.assign(tmax, f32c(-kInf));
+    }
+    if (kvB > vec_end)
+      b.for_range("i", idx(vec_end), idx(kvB), 1, [&](ExprRef i) { b.assign(tmax, binary(Op::Max, b.get(tmax), scaled_scores(i, 1))); });
     // m' = -inf (every key so far masked): the row's probabilities are 0 and nothing else changes.
     // Control flow cannot depend on data, so that case is a select at each step.
     const ExprRef m = b.let("max", load(b.kernel(), row_max, j));
     const ExprRef m_new = b.let("max.new", select(binary(Op::Lt, b.get(tmax), m), m, b.get(tmax)));
     const ExprRef masked = b.let("all_masked", binary(Op::Eq, m_new, f32c(-kInf)));
-    const int V = o.softmax.lanes;
-    const int64_t vec_end = kvB / V * V;
     const int sum = b.local("block_sum", Type{ScalarType::f32, 1});
     if (vec_end > 0) {
       // Lanes of zero-started accumulators; paired: vectors 2t and 2t+1 into A and B, a last

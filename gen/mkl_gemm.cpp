@@ -268,12 +268,13 @@ struct Emitter {
     return parts;
   }
   // n independent blocked chains (see blocked_chain) of `lanes` lanes sharing one k loop per K
-  // block: chain t steps acc_t = fma(shared(k), own(t, k), acc_t) from +0, and its result is
-  // ((sums[t] + b0) + b1) + ..., sums[t] left out when null. Each chain has blocked_chain's bits;
-  // sharing the loop keeps the fma pipes busy where one chain at a time waited on its latency.
+  // block: chain t steps acc_t = fma(x, y, acc_t) from +0, where (x, y) = factors(t, k) (after
+  // each k's `at_k`, which binds what the chains share), and its result is ((sums[t] + b0) + b1)
+  // + ..., sums[t] left out when null. Each chain has blocked_chain's bits; sharing the loop keeps
+  // the fma pipes busy where one chain at a time waited on its latency.
   std::vector<ExprRef> blocked_chains(const std::vector<int64_t>& parts, int lanes, std::vector<ExprRef> sums,
-                                      const std::function<ExprRef(ExprRef)>& shared,
-                                      const std::function<ExprRef(size_t, ExprRef)>& own) const {
+                                      const std::function<void(ExprRef)>& at_k,
+                                      const std::function<std::pair<ExprRef, ExprRef>(size_t, ExprRef)>& factors) const {
     int64_t k0 = 0;
     for (int64_t part : parts) {
       std::vector<int> acc;
@@ -282,13 +283,25 @@ struct Emitter {
         b.assign(acc.back(), zero(lanes));
       }
       b.for_range("k", idx(k0), idx(k0 + part), 1, [&](ExprRef k) {
-        const ExprRef s = b.let("shared_k", shared(k));
-        for (size_t t = 0; t < sums.size(); ++t) b.assign(acc[t], fma(s, own(t, k), b.get(acc[t])));
+        at_k(k);
+        for (size_t t = 0; t < sums.size(); ++t) {
+          auto [x, y] = factors(t, k);
+          b.assign(acc[t], fma(std::move(x), std::move(y), b.get(acc[t])));
+        }
       });
       for (size_t t = 0; t < sums.size(); ++t) sums[t] = b.let("blocks", sums[t] ? add(sums[t], b.get(acc[t])) : b.get(acc[t]));
       k0 += part;
     }
     return sums;
+  }
+  // The same with one factor shared by every chain: fma(shared(k), own(t, k), acc_t).
+  std::vector<ExprRef> blocked_chains(const std::vector<int64_t>& parts, int lanes, std::vector<ExprRef> sums,
+                                      const std::function<ExprRef(ExprRef)>& shared,
+                                      const std::function<ExprRef(size_t, ExprRef)>& own) const {
+    ExprRef s;
+    return blocked_chains(
+        parts, lanes, std::move(sums), [&](ExprRef k) { s = b.let("shared_k", shared(std::move(k))); },
+        [&](size_t t, ExprRef k) { return std::pair<ExprRef, ExprRef>{s, own(t, std::move(k))}; });
   }
 
   // C[j][i] for the keys i of row j of the general 'T','N' kernel, each a scalar blocked chain
@@ -635,6 +648,10 @@ struct AmdEmitter : Emitter {
   enum class SseRow { Four, Pair, Second };
   float alpha = 1.0f;  // the call's alpha; each kernel applies it where MKL does (emit_gemm_nt, emit_gemm_nn)
   bool vector_chains = true;  // GemmOrder::vector_chains
+  int register_floats = 8;    // GemmOrder::register_floats
+  // Vector registers a register block's accumulators may take: 12 of AVX2's 16, 24 of
+  // AVX-512's 32 (the rest hold the shared operands).
+  int64_t accumulator_registers() const { return register_floats == 16 ? 24 : 12; }
 
   // x * alpha, rounded (x itself when alpha is 1).
   ExprRef scaled(ExprRef x) const {
@@ -772,33 +789,54 @@ struct AmdEmitter : Emitter {
   void general_nn(const Matrix& p, const Matrix& v, const Matrix& c, int64_t j0, int64_t j1, int64_t m, int64_t K, bool accumulate) const {
     const std::vector<int64_t> parts = amd_k_blocks(K);
     const int lanes = m % 16 == 0 ? 16 : m % 8 == 0 ? 8 : m % 4 == 0 ? 4 : 1;
-    // Up to 4 column vectors' chains share one k loop (independent chains, each blocked_chain's
-    // step for step): one chain at a time waited on its fma latency.
-    const int64_t vectors = m / lanes, group = vectors % 4 == 0 ? 4 : vectors % 2 == 0 ? 2 : 1;
-    b.for_range("j", idx(j0), idx(j1), 1, [&](ExprRef j) {
-      const Row x{&p, j};
+    // Several rows of C and column vectors share one k loop, each element still its own
+    // blocked_chain step for step: one chain at a time waited on its fma latency, and a row at a
+    // time read all of V's block for every row. On a CPU target 4 rows share each load of V, with
+    // as many column vectors (up to 4) as keep the accumulators within 8 registers; CUDA keeps
+    // one row per step (a thread's registers, not vector registers).
+    const int64_t vectors = m / lanes;
+    const int64_t registers = std::max(1, lanes / register_floats);
+    const int64_t rows = vector_chains ? 6 : 1;
+    const int64_t max_group = vector_chains ? std::max<int64_t>(1, accumulator_registers() / (rows * registers)) : 4;
+    int64_t group = 1;
+    for (int64_t g : {4, 2})
+      if (g <= max_group && vectors % g == 0) {
+        group = g;
+        break;
+      }
+    auto row_block = [&](ExprRef r0, int64_t n) {
+      std::vector<ExprRef> js;
+      for (int64_t u = 0; u < n; ++u) js.push_back(u ? b.let("j", add(r0, idx(u))) : r0);
       b.for_range("e", idx(0), idx(m), lanes * group, [&](ExprRef e0) {
         std::vector<ExprRef> es, c0s;
-        for (int64_t g = 0; g < group; ++g) {
-          es.push_back(g ? b.let("e", add(e0, idx(g * lanes))) : e0);
-          c0s.push_back(accumulate ? b.let("c0", stored(c, j, es.back(), lanes)) : zero(lanes));
-        }
+        for (int64_t g = 0; g < group; ++g) es.push_back(g ? b.let("e", add(e0, idx(g * lanes))) : e0);
+        for (const ExprRef& j : js)
+          for (const ExprRef& e : es) c0s.push_back(accumulate ? b.let("c0", stored(c, j, e, lanes)) : zero(lanes));
+        // Chain t is row js[t / group] at columns es[t % group]: V's k row is shared by the rows,
+        // P[j][k] (broadcast) by the column vectors.
+        std::vector<ExprRef> v_k(es.size());
+        const size_t G = es.size();
         const std::vector<ExprRef> sums = blocked_chains(
             parts, lanes, c0s,
             [&](ExprRef k) {
-              ExprRef pk = get(x, std::move(k));
-              return lanes > 1 ? broadcast(pk, lanes) : pk;
+              for (size_t g = 0; g < G; ++g) v_k[g] = b.let("v_k", scaled(get(Row{&v, k}, es[g], lanes)));
             },
-            [&](size_t g, ExprRef k) { return scaled(get(Row{&v, std::move(k)}, es[g], lanes)); });
-        for (size_t g = 0; g < es.size(); ++g) store(c, j, es[g], sums[g]);
+            [&](size_t t, ExprRef k) {
+              ExprRef pk = get(Row{&p, js[t / G]}, std::move(k));
+              return std::pair<ExprRef, ExprRef>{lanes > 1 ? broadcast(pk, lanes) : pk, v_k[t % G]};
+            });
+        for (size_t t = 0; t < sums.size(); ++t) store(c, js[t / G], es[t % G], sums[t]);
       });
-    });
+    };
+    const int64_t n = j1 - j0, full = j0 + n / rows * rows;
+    if (full > j0) b.for_range("j", idx(j0), idx(full), rows, [&](ExprRef r0) { row_block(r0, rows); });
+    if (n % rows) row_block(idx(full), n % rows);
   }
 };
 
 void emit_amd_nt(Builder& b, const GemmOrder& order, GemmInputs inputs, int64_t n, int64_t m, int64_t K, Matrix a, const Matrix& bm,
                  const Matrix& c, bool threaded, int64_t n_call, float alpha) {
-  const AmdEmitter E{{b}, alpha, order.vector_chains};
+  const AmdEmitter E{{b}, alpha, order.vector_chains, order.register_floats};
   if (a.stride % 4 != 0 || bm.stride % 4 != 0) throw Error("internal: the AMD model's q @ k^T takes rows of a multiple of 4 elements");
   if (inputs != GemmInputs::f32) a.align = 0;  // converted into MKL's aligned buffer
   // gemm_f16f16f32 has no gemv kernel: one query or key takes the small-matrix kernel.
@@ -853,7 +891,7 @@ void emit_amd_nn_kernels(Builder& b, const AmdEmitter& E, const GemmOrder& order
 
 void emit_amd_nn(Builder& b, const GemmOrder& order, GemmInputs inputs, int64_t n, int64_t m, int64_t K, const Matrix& p, const Matrix& v,
                  const Matrix& c, bool accumulate, bool threaded, const ExprRef& c_align, int64_t n_call, float alpha) {
-  const AmdEmitter E{{b}, alpha};
+  const AmdEmitter E{{b}, alpha, order.vector_chains, order.register_floats};
   if (m == 1) throw Error("internal: the AMD model's p @ v of one column (D = 1) is not measured");
   // K = 1, beta = 0, one (batch, head): bmm over a single matrix stores each rounded product as
   // it is, with no sum from +0 (measured: products of -0 stay -0 there, and become +0 with several

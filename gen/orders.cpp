@@ -1140,6 +1140,7 @@ Order resolve(const Request& r) {
   // The backward's forward recomputes P with the same MKL (CpuMatmul).
   if (calls_mkl(r, o)) o.attention.gemm.kind = o.attention_backward.gemm.kind = mkl_host_model(r);
   o.attention.gemm.vector_chains = o.attention_backward.gemm.vector_chains = !cuda_target(r);
+  o.attention.gemm.register_floats = o.attention_backward.gemm.register_floats = 16 / registers_per_vector(r, 16);
   if (reproduces_16bit_cpu_attention_backward(r, o)) {
     std::string why;
     std::optional<bool> onednn = onednn_16bit_model(r, &why);

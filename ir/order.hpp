@@ -295,6 +295,9 @@ struct GemmOrder {
   // time run as 16-lane vectors over a transposed copy of those keys (CPU targets; CUDA keeps the
   // scalar chains, whose copy would be per-thread local memory).
   bool vector_chains = true;
+  // Code generation only: floats per vector register of the CPU the kernel is built for (16 with
+  // AVX-512, else 8), which sizes the general kernel's register blocks (rows of C per k loop).
+  int register_floats = 8;
   // Threads MKL runs on when it is called outside a parallel region. PyTorch calls it that way
   // when its own parallel loop has a single iteration; MKL then splits a gemv between threads.
   int threads = 1;
