@@ -12,6 +12,7 @@
 
 #include "gen/mkl_gemm.hpp"
 #include "ir/ir.hpp"
+#include "ir/order.hpp"
 
 namespace ordo::gen {
 
@@ -27,7 +28,27 @@ namespace ordo::gen {
 //                  an odd K's last product alone); n == 1: acc + P_kV in plain k order;
 //                  then C0 + fl(alpha*acc).
 // Every product of two bf16 values is exact in f32; only alpha's products round.
+// `beta_zero`: beta = 0, C is not read and C0 counts as +0 (bmm); an exact zero result is +0.
 void emit_bf16_out_gemm(ir::Builder& b, bool transb, bool stub_fma, bool onednn, int64_t n, int64_t m, int64_t K, const Matrix& p, const Matrix& v,
-                        const Matrix& c, float alpha);
+                        const Matrix& c, float alpha, bool beta_zero = false);
+
+// torch.bmm over 16-bit tensors (alpha 1, beta 0) where PyTorch's oneDNN check fails (a CPU
+// without AVX-512): below S_q*S_k*D = 400 multiply-adds its own loop, else cpublas::gemm per
+// matrix, i.e. gemm_stub, with a float accumulator and one rounding to the storage type at the
+// store (measured against torch 2.15.0 on an AVX2 EPYC, docs/research/torch2.15-attention-16bit-composite.md).
+// Products of two 16-bit values are exact in f32, so fma or not changes no bit.
+//   Sequential: acc = +0, acc += a_k*b_k for k ascending (the loop; gemm_stub 'N','T');
+//   Ilp4:       as the 'N','N' stub above (emit_bf16_out_gemm with transb false);
+//   VectorDot:  ATen's vectorized bf16/f16 dot ('T','N': q @ k^T, dout @ v^T), 8 float lanes:
+//               64 accumulators a[t] (+0) take k = t, t + 64, ... below K - K mod 64, folded
+//               register-wise ((r0+r4)+(r2+r6))+((r1+r5)+(r3+r7)) lane by lane (a register is 8
+//               lanes t = 8r + l), then across lanes by `fold`; one 8-lane sum (+0) takes the
+//               16-element blocks up to K - K mod 16 (low 8, then high 8) and its lane fold is
+//               added; the last K mod 16 products are added in order.
+enum class StubSum { Sequential, Ilp4, VectorDot };
+// C[j][i] = sum_k A[j][k] * B[i][k] for j < n, i < m (both operands read along k), by `sum`
+// (Sequential or VectorDot; `fold` the VectorDot's lane fold).
+void emit_stub_dot_rows(ir::Builder& b, StubSum sum, ir::LaneFold fold, int64_t n, int64_t m, int64_t K, const Matrix& a, const Matrix& bm,
+                        const Matrix& c);
 
 }  // namespace ordo::gen

@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <string>
 
 #include "gen/mkl_gemm.hpp"
 #include "ir/ir.hpp"
@@ -16,6 +17,9 @@ namespace ordo::gen {
 // PyTorch's bmm runs its own loop below K*M*N = 400 multiply-adds (every product of the
 // composite, forward and backward, has S_q*S_k*D), else MKL's batched sgemm.
 bool composite_is_naive(const Request& r);
+// What computes the composite's products, for region labels: the loop, MKL's kernels (f32) or
+// ATen's gemm_stub (16-bit).
+std::string composite_products(const Request& r, const ir::GemmOrder& mkl);
 
 // The scale as the composite multiplies by it: a Python float, converted to the tensor's f32.
 inline float composite_scale(const Request& r) {
@@ -35,7 +39,8 @@ struct CompositeRows {
 // `probs`: the product by MKL's kernel for the whole S_q x S_k call (o.gemm; `threaded`: MKL on
 // its threads, a launch of one (batch, head)), the scale in f32, the softmax op's row order
 // (o.softmax). The call's kernel takes every dot product whole, so any split into rows gives
-// the same bits where gemm_nt_splits_rows allows one.
+// the same bits where gemm_nt_splits_rows allows one. 16-bit inputs: `probs` has their type, the
+// product is ATen's vectorized dot (or its loop), and s*scale is rounded to it.
 void emit_composite_probs(ir::Builder& b, const Request& r, const ir::AttentionOrder& o, const CompositeRows& at, bool threaded);
 
 }  // namespace ordo::gen

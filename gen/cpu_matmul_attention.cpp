@@ -10,11 +10,16 @@
 // scratch; otherwise (one query, small products) all rows at once. Per chunk: scores by
 // gen/mkl_gemm.cpp, times the scale (f32), causal: key > query set to -inf (masked_fill), the
 // softmax op's row order (gen/row.hpp), then the chunk's output rows = p @ v.
+// bf16 and f16 (a CPU where PyTorch's oneDNN check fails): the scores and P are 16-bit scratch,
+// PyTorch's intermediate tensors, and the products ATen's own (gen/bf16_out_gemm.hpp), whose every
+// element is its own sum, so the rows always go in chunks of 32
+// (docs/research/torch2.15-attention-16bit-composite.md).
 #include <fmt/format.h>
 
 #include <cmath>
 #include <limits>
 
+#include "gen/bf16_out_gemm.hpp"
 #include "gen/composite_attention.hpp"
 #include "gen/gen.hpp"
 #include "gen/row.hpp"
@@ -30,23 +35,32 @@ ExprRef idx(int64_t v) { return index_const(v); }
 
 bool composite_is_naive(const Request& r) { return r.seq_q * r.seq_k * r.cols < 400; }
 
+std::string composite_products(const Request& r, const GemmOrder& mkl) {
+  if (composite_is_naive(r)) return "PyTorch's bmm loop";
+  return r.x_dtype == ScalarType::f32 ? describe(mkl) : "ATen's gemm_stub";
+}
+
 void emit_composite_probs(Builder& b, const Request& r, const AttentionOrder& o, const CompositeRows& at, bool threaded) {
   const int64_t D = r.cols, Sq = r.seq_q, Sk = r.seq_k;
   const float scale = composite_scale(r);
+  const bool f32_inputs = r.x_dtype == ScalarType::f32;
   const Matrix q_rows{at.q, at.q_rows, D}, k_rows{at.k, at.kv_base, D}, s{at.probs, at.probs_base, Sk};
-  b.region("q@k^T", fmt::format("{} of {} rows x {} keys, K = {}: {}", at.n, Sq, Sk, D, composite_is_naive(r) ? "PyTorch's bmm loop" : describe(o.gemm)),
-           [&] {
-             if (composite_is_naive(r)) emit_naive_nt(b, at.n, Sk, D, q_rows, k_rows, s);
-             else emit_gemm_nt(b, o.gemm, GemmInputs::f32, at.n, Sk, D, q_rows, k_rows, s, threaded, Sq);
-           });
+  b.region("q@k^T", fmt::format("{} of {} rows x {} keys, K = {}: {}", at.n, Sq, Sk, D, composite_products(r, o.gemm)), [&] {
+    if (!f32_inputs) emit_stub_dot_rows(b, composite_is_naive(r) ? StubSum::Sequential : StubSum::VectorDot, o.dot_fold, at.n, Sk, D, q_rows, k_rows, s);
+    else if (composite_is_naive(r)) emit_naive_nt(b, at.n, Sk, D, q_rows, k_rows, s);
+    else emit_gemm_nt(b, o.gemm, GemmInputs::f32, at.n, Sk, D, q_rows, k_rows, s, threaded, Sq);
+  });
+  const ScalarType stored = b.kernel().buffers[size_t(at.probs)].elem;
   b.for_range("r", idx(0), idx(at.n), 1, [&](ExprRef j) {
     const ExprRef first = b.let("score_row", add(at.probs_base, mul(j, idx(Sk))));
     const ExprRef query = b.let("query", add(at.first_query, j));
     b.region("scale", r.causal ? "s * scale, then -inf where key > query" : "s * scale", [&] {
       b.for_range("i", idx(0), idx(Sk), 1, [&](ExprRef i) {
-        ExprRef sc = mul(load(b.kernel(), at.probs, add(first, i)), constant(Type{ScalarType::f32, 1}, static_cast<double>(scale)));
+        ExprRef x = load(b.kernel(), at.probs, add(first, i));
+        if (!f32_inputs) x = cast(x, ScalarType::f32);
+        ExprRef sc = mul(x, constant(Type{ScalarType::f32, 1}, static_cast<double>(scale)));
         if (r.causal) sc = select(binary(Op::Lt, query, i), constant(Type{ScalarType::f32, 1}, -std::numeric_limits<double>::infinity()), sc);
-        b.store(at.probs, add(first, i), sc);
+        b.store(at.probs, add(first, i), f32_inputs ? sc : cast(sc, stored));
       });
     });
     b.region("softmax", describe(o.softmax), [&] { softmax_row(b, o.softmax, Row(b, Sk, first), at.probs, at.probs); });
@@ -64,10 +78,13 @@ Kernel build_cpu_matmul_attention(const Request& r, const Order& order) {
   const int v = b.buffer("v", r.x_dtype, false, Extent::rows_by_fixed, Sk * D);
   const int out = b.buffer("out", r.x_dtype, true, Extent::rows_by_fixed, Sq * D);
   const bool naive = composite_is_naive(r);
-  const bool in_chunks = !naive && Sq > 32 && gemm_nt_splits_rows(o.gemm, GemmInputs::f32, Sq, Sk, D) &&
-                         gemm_nn_splits_rows(o.gemm, GemmInputs::f32, Sq, D, Sk);
+  const bool f32_inputs = r.x_dtype == ScalarType::f32;
+  // ATen's 16-bit kernels take every element whole, whatever the call's shape.
+  const bool in_chunks = Sq > 32 && (!f32_inputs || (!naive && gemm_nt_splits_rows(o.gemm, GemmInputs::f32, Sq, Sk, D) &&
+                                                      gemm_nn_splits_rows(o.gemm, GemmInputs::f32, Sq, D, Sk)));
   const int64_t R = in_chunks ? 32 : Sq;
-  const int scores = b.buffer("scores", ScalarType::f32, true, Extent::scratch, R * Sk);
+  // The scores, then P, in the inputs' type: PyTorch's intermediate tensors.
+  const int scores = b.buffer("scores", r.x_dtype, true, Extent::scratch, R * Sk);
 
   b.region("attention", describe(o), [&] {
     const ExprRef q_base = b.let("q_base", mul(program_id(0), idx(Sq * D)));
@@ -76,8 +93,10 @@ Kernel build_cpu_matmul_attention(const Request& r, const Order& order) {
       const ExprRef q_at = b.let("q_at", add(q_base, mul(c0, idx(D))));
       emit_composite_probs(b, r, o, CompositeRows{q, k, scores, q_at, kv_base, idx(0), c0, n}, threaded);
       const Matrix s{scores, idx(0), Sk}, v_rows{v, kv_base, D}, out_rows{out, q_at, D};
-      b.region("p@v", fmt::format("{} of {} rows x {} keys, D = {}", n, Sq, Sk, D), [&] {
-        if (naive) emit_naive_nn(b, n, D, Sk, s, v_rows, out_rows);
+      b.region("p@v", fmt::format("{} of {} rows x {} keys, D = {}: {}", n, Sq, Sk, D, composite_products(r, o.gemm)), [&] {
+        // 16-bit: the loop's sequential sum, or the 'N','N' stub's ilp4 (transb false).
+        if (!f32_inputs) emit_bf16_out_gemm(b, naive, false, false, n, D, Sk, s, v_rows, out_rows, 1.0f, true);
+        else if (naive) emit_naive_nn(b, n, D, Sk, s, v_rows, out_rows);
         else emit_gemm_nn(b, o.gemm, GemmInputs::f32, n, D, Sk, s, v_rows, out_rows, false, threaded, idx(0), Sq);
       });
     };
@@ -87,7 +106,7 @@ Kernel build_cpu_matmul_attention(const Request& r, const Order& order) {
       if (Sq > full) rows(idx(full), Sq - full, threaded);
     };
     // bmm over a single (batch, head) calls MKL with all its threads.
-    if (o.gemm.threads > 1) b.if_else(binary(Op::Eq, grid_extent(0), idx(1)), [&] { body(true); }, [&] { body(false); });
+    if (o.gemm.threads > 1 && f32_inputs) b.if_else(binary(Op::Eq, grid_extent(0), idx(1)), [&] { body(true); }, [&] { body(false); });
     else body(false);
   });
   return kernel;

@@ -10,8 +10,13 @@
 // A program instance is one (batch, head): P and G are S_q x S_k floats of scratch and q^T G is
 // D x S_k, transposed into dk at the end. bmm over a single (batch, head) calls MKL with all its
 // threads; the instance then takes MKL's threaded kernels.
+// bf16 and f16: P and G are 16-bit scratch (PyTorch's tensors), G rounded twice (by
+// _softmax_backward_data's output, then by `* scale`), and every product ATen's own
+// (gen/bf16_out_gemm.hpp): dv, dk sequential, grad_p by the vectorized dot, dq ilp4; dk is summed
+// in its own layout (docs/research/torch2.15-attention-16bit-composite.md).
 #include <fmt/format.h>
 
+#include "gen/bf16_out_gemm.hpp"
 #include "gen/composite_attention.hpp"
 #include "gen/gen.hpp"
 #include "gen/norm_backward.hpp"
@@ -43,9 +48,12 @@ Kernel build_cpu_matmul_attention_backward(const Request& r, const Order& order)
   const int dq = b.buffer("dq", t, true, Extent::rows_by_fixed, Sq * D);
   const int dk = b.buffer("dk", t, true, Extent::rows_by_fixed, Sk * D);
   const int dv = b.buffer("dv", t, true, Extent::rows_by_fixed, Sk * D);
-  const int probs = b.buffer("probs", ScalarType::f32, true, Extent::scratch, Sq * Sk);
-  const int grad = b.buffer("grad", ScalarType::f32, true, Extent::scratch, Sq * Sk);
-  const int dkt = b.buffer("dk_t", ScalarType::f32, true, Extent::scratch, D * Sk);
+  // P and its gradient in the inputs' type (PyTorch's intermediate tensors); f32's q^T @ grad
+  // goes through scratch to be transposed, 16-bit dk is summed in place.
+  const bool f32_inputs = t == ScalarType::f32;
+  const int probs = b.buffer("probs", t, true, Extent::scratch, Sq * Sk);
+  const int grad = b.buffer("grad", t, true, Extent::scratch, Sq * Sk);
+  const int dkt = f32_inputs ? b.buffer("dk_t", ScalarType::f32, true, Extent::scratch, D * Sk) : -1;
   const bool naive = composite_is_naive(r);
   const float scale = composite_scale(r);
   const ExprRef c = constant(Type{ScalarType::f32, 1}, static_cast<double>(scale));
@@ -58,15 +66,23 @@ Kernel build_cpu_matmul_attention_backward(const Request& r, const Order& order)
     const Matrix q_t{q, q_base, 1, 0, D}, k_rows{k, kv_base, D}, v_rows{v, kv_base, D};
     const Matrix dout_rows{dout, q_base, D}, dq_rows{dq, q_base, D}, dv_rows{dv, kv_base, D};
     const Matrix p_t{probs, idx(0), 1, 0, Sk}, g_rows{grad, idx(0), Sk}, dkt_rows{dkt, idx(0), Sk};
-    const std::string how = naive ? "PyTorch's bmm loop" : describe(mkl);
+    const std::string how = composite_products(r, mkl);
+    // 16-bit: ATen's sums (gen/bf16_out_gemm.hpp): dv and dk sequential ('N','T', and the loop),
+    // dq ilp4 ('N','N'; the loop: sequential), grad_p by the vectorized dot ('T','N').
+    auto stub_product = [&](bool sequential, int64_t n, int64_t m, int64_t K, const Matrix& p, const Matrix& v, const Matrix& c) {
+      emit_bf16_out_gemm(b, sequential, false, false, n, m, K, p, v, c, 1.0f, true);
+    };
     auto body = [&](bool threaded) {
       emit_composite_probs(b, r, order.attention, CompositeRows{q, k, probs, q_base, kv_base, idx(0), idx(0), Sq}, threaded);
       b.region("dv", fmt::format("dv = p^T @ dout, {} keys x {} x {} queries: {}", Sk, D, Sq, how), [&] {
-        if (naive) emit_naive_nn(b, Sk, D, Sq, p_t, dout_rows, dv_rows);
+        if (!f32_inputs) stub_product(true, Sk, D, Sq, p_t, dout_rows, dv_rows);
+        else if (naive) emit_naive_nn(b, Sk, D, Sq, p_t, dout_rows, dv_rows);
         else emit_gemm_nn(b, mkl, GemmInputs::f32, Sk, D, Sq, p_t, dout_rows, dv_rows, false, threaded, aligned);
       });
       b.region("grad_p", fmt::format("dout @ v^T, {} queries x {} keys x {}: {}", Sq, Sk, D, how), [&] {
-        if (naive) emit_naive_nt(b, Sq, Sk, D, dout_rows, v_rows, g_rows);
+        if (!f32_inputs)
+          emit_stub_dot_rows(b, naive ? StubSum::Sequential : StubSum::VectorDot, order.attention.dot_fold, Sq, Sk, D, dout_rows, v_rows, g_rows);
+        else if (naive) emit_naive_nt(b, Sq, Sk, D, dout_rows, v_rows, g_rows);
         else emit_gemm_nt(b, mkl, GemmInputs::f32, Sq, Sk, D, dout_rows, v_rows, g_rows, threaded);
       });
       // PyTorch's row loop over B*H*S_q rows has a single row only when S_q is 1 and the launch one (batch, head).
@@ -79,18 +95,29 @@ Kernel build_cpu_matmul_attention_backward(const Request& r, const Order& order)
                    const TermFn term = [&](ExprRef col, int lanes) {
                      return Term{row.load_as(grad, col, lanes, ScalarType::f32), row.load_as(probs, col, lanes, ScalarType::f32)};
                    };
-                   const ExprRef s = b.let("s", softmax_backward_sum(b, order.softmax_backward, order.threads, Sk, false, true, term, one_row));
+                   const ExprRef s = b.let("s", softmax_backward_sum(b, order.softmax_backward, order.threads, Sk, !f32_inputs, true, term, one_row));
                    b.for_range("i", idx(0), idx(Sk), 1, [&](ExprRef i) {
                      ExprRef g = mul(sub(row.load_as(grad, i, 1, ScalarType::f32), s), row.load_as(probs, i, 1, ScalarType::f32));
+                     // 16-bit: _softmax_backward_data's output is a tensor of the inputs' type, and
+                     // the scale multiplies it (two roundings).
+                     if (!f32_inputs) g = cast(cast(g, t), ScalarType::f32);
                      if (r.causal) g = select(binary(Op::Lt, j, i), constant(Type{ScalarType::f32, 1}, 0.0), g);
                      row.store_as(grad, i, mul(g, c));
                    });
                  });
                });
       b.region("dq", fmt::format("dq = grad @ k, {} queries x {} x {} keys: {}", Sq, D, Sk, how), [&] {
-        if (naive) emit_naive_nn(b, Sq, D, Sk, g_rows, k_rows, dq_rows);
+        if (!f32_inputs) stub_product(naive, Sq, D, Sk, g_rows, k_rows, dq_rows);
+        else if (naive) emit_naive_nn(b, Sq, D, Sk, g_rows, k_rows, dq_rows);
         else emit_gemm_nn(b, mkl, GemmInputs::f32, Sq, D, Sk, g_rows, k_rows, dq_rows, false, threaded, aligned);
       });
+      if (!f32_inputs) {
+        // dk[key][d] = sum over queries of grad[query][key] * q[query][d]: dk^T's sum, stored transposed.
+        const Matrix g_t{grad, idx(0), 1, 0, Sk}, q_rows{q, q_base, D}, dk_rows{dk, kv_base, D};
+        b.region("dk", fmt::format("dk^T = q^T @ grad, {} x {} keys x {} queries: {}", D, Sk, Sq, how),
+                 [&] { stub_product(true, Sk, D, Sq, g_t, q_rows, dk_rows); });
+        return;
+      }
       b.region("dk", fmt::format("dk^T = q^T @ grad, {} x {} keys x {} queries: {}; then transposed", D, Sk, Sq, how), [&] {
         if (naive) emit_naive_nn(b, D, Sk, Sq, q_t, g_rows, dkt_rows);
         else emit_gemm_nn(b, mkl, GemmInputs::f32, D, Sk, Sq, q_t, g_rows, dkt_rows, false, threaded, aligned);
@@ -100,7 +127,7 @@ Kernel build_cpu_matmul_attention_backward(const Request& r, const Order& order)
         });
       });
     };
-    if (mkl.threads > 1) b.if_else(binary(Op::Eq, grid_extent(0), idx(1)), [&] { body(true); }, [&] { body(false); });
+    if (mkl.threads > 1 && f32_inputs) b.if_else(binary(Op::Eq, grid_extent(0), idx(1)), [&] { body(true); }, [&] { body(false); });
     else body(false);
   });
   return kernel;

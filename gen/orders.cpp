@@ -161,10 +161,11 @@ SoftmaxBackwardOrder torch215_softmax_backward(Capability cap) {
 // (the PyPI wheel's, whatever the capability) and the softmax op's order for the capability. Its
 // autograd (gen/cpu_matmul_attention_backward.cpp) recomputes P by that forward and runs
 // _softmax_backward_data's order for the capability.
-Order torch215_math(Capability cap) {
+Order torch215_math(ScalarType storage, Capability cap) {
   Order o;
   o.attention.kind = AttentionOrder::Kind::CpuMatmul;
-  o.attention.softmax = torch113_softmax(f32, cap);
+  o.attention.softmax = torch113_softmax(storage, cap);
+  o.attention.dot_fold = cap == Capability::base ? LaneFold::Sequential : LaneFold::Halving;
   o.attention.gemm.kind = GemmOrder::Kind::MklIntelAvx512;
   o.attention_backward.kind = AttentionBackwardOrder::Kind::CpuMatmul;
   o.attention_backward.gemm.kind = GemmOrder::Kind::MklIntelAvx512;
@@ -509,12 +510,15 @@ std::vector<NamedOrder> make_table() {
       {"torch2.15-cpu-math-avx512", Capability::avx512}, {"torch2.15-cpu-math", std::nullopt}};
   for (const auto& [row_name, cap] : math_rows) {
     t.push_back({row_name,
-                 cap ? "PyTorch 2.15's eager composite softmax(q @ k.transpose(-2, -1) * scale) @ v (f32): MKL's sgemm kernels for both "
+                 cap ? "PyTorch 2.15's eager composite softmax(q @ k.transpose(-2, -1) * scale) @ v. f32: MKL's sgemm kernels for both "
                        "products (PyTorch's own loop below S_q*S_k*D = 400), the softmax op's order; attention_backward: its autograd "
-                       "(five bmm products, _softmax_backward_data; an AMD host's MKL); threads=T: torch's thread count"
+                       "(five bmm products, _softmax_backward_data; an AMD host's MKL); threads=T: torch's thread count. bf16, f16 "
+                       "(default and avx2, a CPU without oneDNN's 16-bit kernels): ATen's gemm_stub, f32 sums rounded once, q @ k^T "
+                       "and dout @ v^T by its 8-lane vectorized dot, p @ v and dq by 4 interleaved sums, dv and dk sequential; "
+                       "every intermediate rounded to storage"
                      : "torch2.15-cpu-math-{default,avx2,avx512} for the capability PyTorch picks here",
-                 {OpKind::attention, OpKind::attention_backward}, {f32}, true, true, [cap = cap](ScalarType, ScalarType, const Request&) {
-                   return torch215_math(cap.value_or(torch_capability()));
+                 {OpKind::attention, OpKind::attention_backward}, kAllStorage, true, true, [cap = cap](ScalarType s, ScalarType, const Request&) {
+                   return torch215_math(s, cap.value_or(torch_capability()));
                  }});
     t.back().alias = !cap;
     t.back().takes_environment = true;
@@ -909,9 +913,42 @@ bool reproduces_16bit_cpu_attention_backward(const Request& r, const Order& o) {
 bool calls_mkl(const Request& r, const Order& o) {
   using A = AttentionOrder::Kind;
   using B = AttentionBackwardOrder::Kind;
-  if (r.op == OpKind::attention) return o.attention.kind == A::CpuFlash || o.attention.kind == A::CpuMatmul;
-  if (r.op == OpKind::attention_backward) return o.attention_backward.kind == B::CpuFlash || o.attention_backward.kind == B::CpuMatmul;
+  // The 16-bit composite's bmm never reaches MKL (ATen's own kernels, or oneDNN).
+  const bool f32_composite = r.x_dtype == ScalarType::f32;
+  if (r.op == OpKind::attention) return o.attention.kind == A::CpuFlash || (o.attention.kind == A::CpuMatmul && f32_composite);
+  if (r.op == OpKind::attention_backward)
+    return o.attention_backward.kind == B::CpuFlash || (o.attention_backward.kind == B::CpuMatmul && f32_composite);
   return false;
+}
+
+// Whether the request runs PyTorch's eager composite attention (forward or backward) on 16-bit
+// inputs, whose products are ATen's stub or oneDNN's.
+bool composite_16bit(const Request& r, const Order& o) {
+  if (r.x_dtype == ScalarType::f32) return false;
+  if (r.op == OpKind::attention) return o.attention.kind == AttentionOrder::Kind::CpuMatmul;
+  return r.op == OpKind::attention_backward && o.attention_backward.kind == AttentionBackwardOrder::Kind::CpuMatmul;
+}
+
+// Why the 16-bit composite cannot be reproduced here, or empty: its products are modelled as ATen's
+// gemm_stub under the default and avx2 builds (8-lane vectorized dot), where PyTorch's oneDNN
+// check fails (bf16: a CPU without AVX-512 or AVX-NE-CONVERT; f16: without avx512_fp16; or
+// onednn=off, the parameter of onednn_16bit_model).
+std::string composite_16bit_error(const Request& r, const NamedOrder& n) {
+  const std::string_view row = n.name;
+  const bool avx512 = row.ends_with("-avx512") || (n.alias && torch_capability() == Capability::avx512);
+  if (avx512)
+    return fmt::format("order '{}' with {} inputs: under ATEN_CPU_CAPABILITY=avx512 ATen's vectorized dot has 16 float lanes, "
+                       "whose order was not measured (a CPU with AVX-512 hands bf16 products to oneDNN anyway); "
+                       "torch2.15-cpu-math-avx2 and -default are modelled",
+                       r.order, name(r.x_dtype));
+  const std::optional<bool> onednn = onednn_16bit_model(r);
+  if (onednn && !*onednn) return {};
+  const std::string base = r.order.substr(0, r.order.find('('));
+  const bool named = r.order.find("onednn=on") != std::string::npos;
+  return fmt::format("order '{}' with {} inputs: {} PyTorch's {} matmuls to oneDNN, whose kernels are not modelled; '{}(onednn=off)' "
+                     "gives the bits of a CPU where its oneDNN check fails, and every product is ATen's own",
+                     r.order, name(r.x_dtype), named ? "onednn=on names a CPU that hands" : "this CPU's oneDNN takes", name(r.x_dtype),
+                     base);
 }
 
 GemmOrder::Kind mkl_host_model(const Request& r) {
@@ -967,7 +1004,7 @@ void apply_environment(Order& o, std::string_view params, std::string_view order
     } else {
       throw Error(fmt::format("order '{}' reproduces PyTorch; its parameters are the environment torch ran in: "
                               "threads (torch.get_num_threads()), mkl (intel or amd) and onednn (on or off: whether its 16-bit "
-                              "attention gradients went to oneDNN), not '{}'",
+                              "attention products went to oneDNN), not '{}'",
                               order_name, key));
     }
   }
@@ -992,6 +1029,18 @@ std::string shape_error(const Request& r, const Order& o, const NamedOrder& n) {
                          r.order, r.order.substr(0, r.order.find('(')));
     if (!r.saved_stats)
       return fmt::format("order '{}' reproduces PyTorch's backward, which reads the forward's saved logsumexp: give lse", r.order);
+  }
+  if (composite_16bit(r, o)) {
+    if (std::string why = composite_16bit_error(r, n); !why.empty()) return why;
+    // P and its gradient (backward) or 32 rows of scores (forward), 16-bit, per instance.
+    const int64_t scratch_bytes = (r.op == OpKind::attention ? std::min<int64_t>(r.seq_q, 32) : 2 * r.seq_q) * r.seq_k * 2;
+    if (r.op == OpKind::attention && r.lse_output)
+      return fmt::format("order '{}' is a composite of matmul and softmax, which makes no log-sum-exp", r.order);
+    if (scratch_bytes > (int64_t(2) << 20))
+      return fmt::format("order '{}' keeps {} per instance: {} bytes, over 2 MiB of stack (S_q = {}, S_k = {})", r.order,
+                         r.op == OpKind::attention ? "32 rows of scores" : "P and its gradient (2 x S_q x S_k)", scratch_bytes,
+                         r.seq_q, r.seq_k);
+    return {};
   }
   if (r.op == OpKind::attention_backward && o.attention_backward.kind == AttentionBackwardOrder::Kind::CpuMatmul) {
     if (o.attention_backward.gemm.kind != GemmOrder::Kind::MklAmd)

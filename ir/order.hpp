@@ -331,6 +331,10 @@ struct AttentionOrder {
                    // product (PyTorch's own loop of rounded products and sums, no fma, where
                    // S_q*S_k*D < 400), s*scale rounded, causal: masked_fill(-inf) of key > query,
                    // the softmax op's order on each row (`softmax`), out = p @ v likewise.
+                   // 16-bit inputs (a CPU without oneDNN's bf16/f16 kernels): every product is
+                   // ATen's (gemm_stub, or its loop below 400), each element summed in f32 and
+                   // rounded once to storage, q @ k^T by its vectorized dot with `dot_fold`; s,
+                   // s*scale and p are rounded to storage (gen/bf16_out_gemm.hpp, StubSum).
                    // gen/cpu_matmul_attention.cpp.
     Flash,         // FlashAttention-2 style online softmax over blocks of `key_block` keys: per
                    // query a running max m and sum l; per block m' = max(m, block max),
@@ -374,6 +378,9 @@ struct AttentionOrder {
   // accumulators A and B, a last single vector into C, and the block sum is fold((A + C) + B).
   // The probabilities go to P @ v rounded to the storage type; the sum takes them unrounded.
   bool paired_exp_sum = false;
+  // CpuMatmul, 16-bit inputs: the lane fold of ATen's vectorized dot (q @ k^T; the backward's
+  // dout @ v^T), per CPU capability: Sequential under the default build, Halving under avx2.
+  LaneFold dot_fold = LaneFold::Halving;
 };
 
 // How the backward of attention over one (batch, head) forms dq, dk and dv from q, k, v, the

@@ -1,5 +1,6 @@
 // Requests that must be rejected, each with the message that names what is wrong.
 #include <doctest/doctest.h>
+#include <fmt/format.h>
 
 #include <cmath>
 
@@ -165,4 +166,28 @@ TEST_CASE("attention_backward: requests outside what its orders define are rejec
     r.saved_stats = false;
   }).find("order 'torch2.15-cpu-avx512(mkl=amd)' reproduces PyTorch's backward, which reads the forward's saved logsumexp: give lse") == 0);
   CHECK(error_of([&](Request& r) { backward(r, "exact-tiled"); }).find("is not defined for attention_backward") != std::string::npos);
+  // The eager composite in bf16 and f16: ATen's own products, where PyTorch's oneDNN check fails
+  // (onednn=off names that host, so these hold on every host), forward and backward.
+  for (ScalarType t : {ScalarType::bf16, ScalarType::f16})
+    for (OpKind op : {OpKind::attention, OpKind::attention_backward}) {
+      CAPTURE(name(t));
+      CAPTURE(name(op));
+      auto composite = [&](Request& r, const char* order) {
+        backward(r, order);
+        r.op = op;
+        r.x_dtype = t;
+        r.saved_stats = op == OpKind::attention_backward;
+      };
+      CHECK(error_of([&](Request& r) { composite(r, "torch2.15-cpu-math-avx2(onednn=off,threads=2)"); }) == "(accepted)");
+      CHECK(error_of([&](Request& r) { composite(r, "torch2.15-cpu-math-default(onednn=off)"); }) == "(accepted)");
+      CHECK(error_of([&](Request& r) { composite(r, "torch2.15-cpu-math-avx512(onednn=off)"); })
+                .find(fmt::format("order 'torch2.15-cpu-math-avx512(onednn=off)' with {} inputs: under ATEN_CPU_CAPABILITY=avx512 "
+                                  "ATen's vectorized dot has 16 float lanes, whose order was not measured",
+                                  name(t))) == 0);
+      CHECK(error_of([&](Request& r) { composite(r, "torch2.15-cpu-math-avx2(onednn=on)"); })
+                .find(fmt::format("order 'torch2.15-cpu-math-avx2(onednn=on)' with {0} inputs: onednn=on names a CPU that hands "
+                                  "PyTorch's {0} matmuls to oneDNN, whose kernels are not modelled; "
+                                  "'torch2.15-cpu-math-avx2(onednn=off)' gives the bits",
+                                  name(t))) == 0);
+    }
 }

@@ -10,7 +10,8 @@ ATEN_CPU_CAPABILITY set and runs torch on 1 and on 2 threads, and ordo's order f
 every NaN). The alias torch2.15-cpu runs on a share of the cases and must agree as well.
 torch2.15-cpu-math-* is compared, in f32, with the eager composite
 softmax((q @ k.transpose(-2, -1)) * scale) @ v (causal: masked_fill(-inf) above the diagonal
-before the softmax), which makes no lse.
+before the softmax), which makes no lse. (Its bf16 and f16 forward is compared, with the backward,
+in torch2_backward_attention_math.py.)
 
 Cases: f32, bf16 and f16 (f16 on an AMD host only, the one whose gemm_f16f16f32 is modelled); D from 8 to 256 (a 16-lane tail where D mod 16 = 8); S_q and S_k from 1 to
 above 512 (several key blocks) and above 768 (the 256-row query blocks), S_q != S_k both ways;

@@ -18,8 +18,16 @@ sharp (8 times larger: near one-hot rows) and saturated (50 times: probabilities
 0 or to denormals, so gradients hold zeros of either sign; with S_q = 1 or 2 and one (batch,
 head), the products of one or two terms show how MKL signs a zero sum).
 
-The orders model an AMD host's MKL (its generic kernels, with or without AVX-512; measured on an
-AVX2-only EPYC). On other hosts the test says what it cannot verify.
+bf16 and f16: every case again in each 16-bit type, q, k, v and dout rounded from the same f32
+values. PyTorch's bmm then never calls MKL: on a CPU without AVX-512 (or AVX-NE-CONVERT) its
+oneDNN check fails and every product is ATen's own (gemm_stub, or its loop below 400
+multiply-adds), whose orders ordo models under the default and avx2 builds; the thread count
+changes no bit there. The forward's out is compared as well (ordo.attention with the same order),
+since the 16-bit forward has no other test. Under ATEN_CPU_CAPABILITY=avx512 the orders refuse
+16-bit inputs (16-lane dot, unmeasured).
+
+The f32 orders model an AMD host's MKL (its generic kernels, with or without AVX-512; measured on
+an AVX2-only EPYC). On other hosts the test says what it cannot verify.
 """
 import os
 import sys
@@ -27,7 +35,7 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import tiers  # noqa: E402
-from torch2_harness import amd_host, order_row, parse_arguments, report, run_workers, torch_error  # noqa: E402
+from torch2_harness import amd_host, onednn_16bit_host, order_row, parse_arguments, report, run_workers, torch_error  # noqa: E402
 
 # (S_q, S_k, D, batch, heads)
 SHAPES = [
@@ -44,13 +52,14 @@ SHAPES_QUICK = [(3, 5, 8, 2, 1), (1, 300, 64, 1, 2), (1, 64, 32, 1, 1), (10, 12,
 RANGES = [("normal", 1.0), ("sharp", 8.0), ("saturated", 50.0)]
 
 
-def cases(tier):
+def cases(tier, dtypes):
     out = []
-    for i, (s_q, s_k, d, batch, heads) in enumerate(SHAPES_QUICK if tier == tiers.QUICK else SHAPES):
-        for causal in (((i % 2 == 1),) if tier == tiers.CI else (False, True)):
-            out.append({"sq": s_q, "sk": s_k, "d": d, "batch": batch, "heads": heads, "causal": causal,
-                        "range": RANGES[len(out) % 3][0], "scale": 0.3 if len(out) % 3 == 2 else None, "seed": len(out),
-                        "alias": i % 4 == 0})
+    for dtype in dtypes:
+        for i, (s_q, s_k, d, batch, heads) in enumerate(SHAPES_QUICK if tier == tiers.QUICK else SHAPES):
+            for causal in (((i % 2 == 1),) if tier == tiers.CI else (False, True)):
+                out.append({"sq": s_q, "sk": s_k, "d": d, "batch": batch, "heads": heads, "causal": causal, "dtype": dtype,
+                            "range": RANGES[len(out) % 3][0], "scale": 0.3 if len(out) % 3 == 2 else None, "seed": len(out),
+                            "alias": i % 4 == 0})
     return out
 
 
@@ -75,12 +84,15 @@ results = []
 for threads in (1, 2):
     torch.set_num_threads(threads)
     for i, c in enumerate(cases):
+        if c["dtype"] != "f32" and cap == "avx512":
+            continue
         g = torch.Generator().manual_seed(5000 + c["seed"])
         shape = (c["batch"], c["heads"])
-        q = (torch.randn(*shape, c["sq"], c["d"], generator=g) * RANGES[c["range"]]).requires_grad_()
-        k = torch.randn(*shape, c["sk"], c["d"], generator=g).requires_grad_()
-        v = torch.randn(*shape, c["sk"], c["d"], generator=g).requires_grad_()
-        dout = torch.randn(*shape, c["sq"], c["d"], generator=g)
+        dt = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}[c["dtype"]]
+        q = (torch.randn(*shape, c["sq"], c["d"], generator=g) * RANGES[c["range"]]).to(dt).requires_grad_()
+        k = torch.randn(*shape, c["sk"], c["d"], generator=g).to(dt).requires_grad_()
+        v = torch.randn(*shape, c["sk"], c["d"], generator=g).to(dt).requires_grad_()
+        dout = torch.randn(*shape, c["sq"], c["d"], generator=g).to(dt)
         out = composite(q, k, v, c)
         out.backward(dout)
         want = {"dq": q.grad, "dk": k.grad, "dv": v.grad}
@@ -89,6 +101,9 @@ for threads in (1, 2):
             try:
                 got = dict(zip(("dq", "dk", "dv"), ordo.attention_backward(q.detach(), k.detach(), v.detach(), out.detach(), dout,
                                                                           order=named, causal=c["causal"], scale=c["scale"])))
+                if c["dtype"] != "f32":
+                    want["out"] = out.detach()
+                    got["out"] = ordo.attention(q.detach(), k.detach(), v.detach(), order=named, causal=c["causal"], scale=c["scale"])
             except Exception as e:
                 results.append({"case": i, "order": named, "threads": threads, "ok": False, "why": f"ordo: {e}"})
                 continue
@@ -103,15 +118,25 @@ def main():
     if error := torch_error():
         print(error)
         return 1
-    if not amd_host():
-        print("NOT VERIFIED: torch2.15-cpu-math-* attention_backward (ordo models an AMD host's MKL kernels only, and the "
+    dtypes = []
+    if amd_host():
+        dtypes.append("f32")
+    else:
+        print("NOT VERIFIED: torch2.15-cpu-math-* attention_backward in f32 (ordo models an AMD host's MKL kernels only, and the "
               "orders refuse other hosts)")
+    if not onednn_16bit_host():
+        dtypes += ["bf16", "f16"]
+    else:
+        print("NOT VERIFIED: torch2.15-cpu-math-* in bf16 and f16 (this CPU has AVX-512 or AVX-NE-CONVERT, so PyTorch's 16-bit bmm "
+              "is oneDNN's, which ordo does not model, and the orders refuse it)")
+    if not dtypes:
         return 0
-    all_cases = cases(tiers.chosen(args))
+    all_cases = cases(tiers.chosen(args), dtypes)
     result = run_workers(args.build, WORKER, all_cases, RANGES,
-                         lambda c, r, cap: ("attention_backward", order_row(r, cap), "f32"),
-                         lambda c, r: f"attention_backward {r['order']} Sq={c['sq']} Sk={c['sk']} D={c['d']} B={c['batch']} "
-                                      f"H={c['heads']} causal={c['causal']} scale={c['scale']} {c['range']} threads={r['threads']}")
+                         lambda c, r, cap: ("attention_backward", order_row(r, cap), c["dtype"]),
+                         lambda c, r: f"attention_backward {r['order']} {c['dtype']} Sq={c['sq']} Sk={c['sk']} D={c['d']} "
+                                      f"B={c['batch']} H={c['heads']} causal={c['causal']} scale={c['scale']} {c['range']} "
+                                      f"threads={r['threads']}")
     return report(result)
 
 

@@ -106,6 +106,12 @@ def amd_host():
     return "AuthenticAMD" in cpu_info()
 
 
+def onednn_16bit_host():
+    """Whether PyTorch's oneDNN check for bf16 (and f16) kernels passes here: a CPU with AVX-512 or
+    AVX-NE-CONVERT. Where it fails, 16-bit matmuls are ATen's own (gemm_stub), as ordo models them."""
+    return has_cpu_flag("avx512f") or has_cpu_flag("avx_ne_convert")
+
+
 def has_cpu_flag(flag):
     """Whether /proc/cpuinfo lists `flag` (its spelling: avx512f, avx512_bf16, ...)."""
     return any(line.startswith("flags") and flag in line.split() for line in cpu_info().splitlines())
