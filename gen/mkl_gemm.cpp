@@ -791,20 +791,21 @@ struct AmdEmitter : Emitter {
     const int lanes = m % 16 == 0 ? 16 : m % 8 == 0 ? 8 : m % 4 == 0 ? 4 : 1;
     // Several rows of C and column vectors share one k loop, each element still its own
     // blocked_chain step for step: one chain at a time waited on its fma latency, and a row at a
-    // time read all of V's block for every row. On a CPU target 4 rows share each load of V, with
-    // as many column vectors (up to 4) as keep the accumulators within 8 registers; CUDA keeps
-    // one row per step (a thread's registers, not vector registers).
+    // time read all of V's block for every row. On a CPU target 6 rows share each load of V, with
+    // as many column vectors (up to 4) as keep the accumulators within accumulator_registers();
+    // the rows past the last 6 go one at a time (a loop, not another unrolled block: less code to
+    // compile). CUDA keeps one row per step (a thread's registers, not vector registers).
     const int64_t vectors = m / lanes;
     const int64_t registers = std::max(1, lanes / register_floats);
     const int64_t rows = vector_chains ? 6 : 1;
-    const int64_t max_group = vector_chains ? std::max<int64_t>(1, accumulator_registers() / (rows * registers)) : 4;
-    int64_t group = 1;
-    for (int64_t g : {4, 2})
-      if (g <= max_group && vectors % g == 0) {
-        group = g;
-        break;
-      }
+    auto group_for = [&](int64_t block_rows) {
+      const int64_t max_group = vector_chains ? std::max<int64_t>(1, accumulator_registers() / (block_rows * registers)) : 4;
+      for (int64_t g : {4, 2})
+        if (g <= max_group && vectors % g == 0) return g;
+      return int64_t(1);
+    };
     auto row_block = [&](ExprRef r0, int64_t n) {
+      const int64_t group = group_for(n);
       std::vector<ExprRef> js;
       for (int64_t u = 0; u < n; ++u) js.push_back(u ? b.let("j", add(r0, idx(u))) : r0);
       b.for_range("e", idx(0), idx(m), lanes * group, [&](ExprRef e0) {
@@ -830,7 +831,7 @@ struct AmdEmitter : Emitter {
     };
     const int64_t n = j1 - j0, full = j0 + n / rows * rows;
     if (full > j0) b.for_range("j", idx(j0), idx(full), rows, [&](ExprRef r0) { row_block(r0, rows); });
-    if (n % rows) row_block(idx(full), n % rows);
+    if (j1 > full) b.for_range("j", idx(full), idx(j1), 1, [&](ExprRef j) { row_block(j, 1); });
   }
 };
 
