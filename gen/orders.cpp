@@ -166,6 +166,7 @@ Order torch215_math(ScalarType storage, Capability cap) {
   o.attention.kind = AttentionOrder::Kind::CpuMatmul;
   o.attention.softmax = torch113_softmax(storage, cap);
   o.attention.dot_fold = cap == Capability::base ? LaneFold::Sequential : LaneFold::Halving;
+  o.attention.dot_lanes = cap == Capability::avx512 ? 16 : 8;
   o.attention.gemm.kind = GemmOrder::Kind::MklIntelAvx512;
   o.attention_backward.kind = AttentionBackwardOrder::Kind::CpuMatmul;
   o.attention_backward.gemm.kind = GemmOrder::Kind::MklIntelAvx512;
@@ -909,18 +910,6 @@ bool reproduces_16bit_cpu_attention_backward(const Request& r, const Order& o) {
          o.attention_backward.kind == AttentionBackwardOrder::Kind::CpuFlash;
 }
 
-// Whether the order runs PyTorch's CPU attention, forward or backward, whose products are MKL's.
-bool calls_mkl(const Request& r, const Order& o) {
-  using A = AttentionOrder::Kind;
-  using B = AttentionBackwardOrder::Kind;
-  // The 16-bit composite's bmm never reaches MKL (ATen's own kernels, or oneDNN).
-  const bool f32_composite = r.x_dtype == ScalarType::f32;
-  if (r.op == OpKind::attention) return o.attention.kind == A::CpuFlash || (o.attention.kind == A::CpuMatmul && f32_composite);
-  if (r.op == OpKind::attention_backward)
-    return o.attention_backward.kind == B::CpuFlash || (o.attention_backward.kind == B::CpuMatmul && f32_composite);
-  return false;
-}
-
 // Whether the request runs PyTorch's eager composite attention (forward or backward) on 16-bit
 // inputs, whose products are ATen's stub or oneDNN's.
 bool composite_16bit(const Request& r, const Order& o) {
@@ -929,14 +918,23 @@ bool composite_16bit(const Request& r, const Order& o) {
   return r.op == OpKind::attention_backward && o.attention_backward.kind == AttentionBackwardOrder::Kind::CpuMatmul;
 }
 
+// Whether the order runs PyTorch's CPU attention, forward or backward, whose products are MKL's.
+bool calls_mkl(const Request& r, const Order& o) {
+  using A = AttentionOrder::Kind;
+  using B = AttentionBackwardOrder::Kind;
+  // The 16-bit composite's bmm never reaches MKL (ATen's own kernels, or oneDNN).
+  if (composite_16bit(r, o)) return false;
+  if (r.op == OpKind::attention) return o.attention.kind == A::CpuFlash || o.attention.kind == A::CpuMatmul;
+  if (r.op == OpKind::attention_backward) return o.attention_backward.kind == B::CpuFlash || o.attention_backward.kind == B::CpuMatmul;
+  return false;
+}
+
 // Why the 16-bit composite cannot be reproduced here, or empty: its products are modelled as ATen's
 // gemm_stub under the default and avx2 builds (8-lane vectorized dot), where PyTorch's oneDNN
 // check fails (bf16: a CPU without AVX-512 or AVX-NE-CONVERT; f16: without avx512_fp16; or
 // onednn=off, the parameter of onednn_16bit_model).
-std::string composite_16bit_error(const Request& r, const NamedOrder& n) {
-  const std::string_view row = n.name;
-  const bool avx512 = row.ends_with("-avx512") || (n.alias && torch_capability() == Capability::avx512);
-  if (avx512)
+std::string composite_16bit_error(const Request& r, const Order& o) {
+  if (o.attention.dot_lanes != 8)
     return fmt::format("order '{}' with {} inputs: under ATEN_CPU_CAPABILITY=avx512 ATen's vectorized dot has 16 float lanes, "
                        "whose order was not measured (a CPU with AVX-512 hands bf16 products to oneDNN anyway); "
                        "torch2.15-cpu-math-avx2 and -default are modelled",
@@ -1031,7 +1029,7 @@ std::string shape_error(const Request& r, const Order& o, const NamedOrder& n) {
       return fmt::format("order '{}' reproduces PyTorch's backward, which reads the forward's saved logsumexp: give lse", r.order);
   }
   if (composite_16bit(r, o)) {
-    if (std::string why = composite_16bit_error(r, n); !why.empty()) return why;
+    if (std::string why = composite_16bit_error(r, o); !why.empty()) return why;
     // P and its gradient (backward) or 32 rows of scores (forward), 16-bit, per instance.
     const int64_t scratch_bytes = (r.op == OpKind::attention ? std::min<int64_t>(r.seq_q, 32) : 2 * r.seq_q) * r.seq_k * 2;
     if (r.op == OpKind::attention && r.lse_output)

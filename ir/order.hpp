@@ -381,6 +381,9 @@ struct AttentionOrder {
   // CpuMatmul, 16-bit inputs: the lane fold of ATen's vectorized dot (q @ k^T; the backward's
   // dout @ v^T), per CPU capability: Sequential under the default build, Halving under avx2.
   LaneFold dot_fold = LaneFold::Halving;
+  // CpuMatmul, 16-bit inputs: that dot's float lanes, 8 under the default and avx2 builds (the
+  // order measured); 16 under avx512, unmeasured, which the orders refuse.
+  int dot_lanes = 8;
 };
 
 // How the backward of attention over one (batch, head) forms dq, dk and dv from q, k, v, the
