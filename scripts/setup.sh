@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-packages=(cmake make g++ llvm-19-dev libfmt-dev doctest-dev python3-torch python3-numpy python3-venv python3-pip python3-dev pybind11-dev)
+packages=(cmake make g++ llvm-19-dev libfmt-dev doctest-dev python3-torch python3-numpy python3-venv python3-pip python3-dev pybind11-dev ccache)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

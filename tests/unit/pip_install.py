@@ -7,7 +7,8 @@ Two fresh venvs (Debian's python3, as the torch 2.15 venv uses):
      file): ordo runs on torch tensors and gives torch's bits with order torch2.15-cpu, and
      ordo.torch (installed with it) routes F.layer_norm to ordo inside pinned.
 Both import ordo from a temporary directory, never from the source tree. The build directory
-(build/pip, pyproject.toml) is kept, so the second install and later runs rebuild nothing.
+(build/pip, pyproject.toml) is kept, so the second install and later runs rebuild nothing; on a
+fresh clone ccache serves the first one's compiles from the main build's (CMakeLists.txt).
 """
 import os
 import shutil
@@ -53,6 +54,16 @@ def main():
     if site.returncode != 0:
         print(f"FAIL: the torch 2.15 venv ({torch2}) does not run; scripts/setup.sh makes it")
         return 1
+    # The main build's extra configure options (scripts/test adds -DORDO_WERROR=ON under CI) reach
+    # scikit-build-core through CMAKE_ARGS: the package is held to the same warnings, and its
+    # compiles have the main build's flags, so ccache (CMakeLists.txt) serves them.
+    # scikit-build-core would take Python's sysconfig compilers (x86_64-linux-gnu-g++ on Debian):
+    # CMake's own defaults, which the main build uses, keep ccache's entries shared.
+    pip_env = dict(os.environ)
+    pip_env.setdefault("CC", "cc")
+    pip_env.setdefault("CXX", "c++")
+    if os.environ.get("ORDO_CMAKE_ARGS", "").strip():
+        pip_env["CMAKE_ARGS"] = (os.environ.get("CMAKE_ARGS", "") + " " + os.environ["ORDO_CMAKE_ARGS"]).strip()
     tmp = tempfile.mkdtemp(prefix="ordo_pip_")
     failed = 0
     try:
@@ -67,7 +78,7 @@ def main():
                                          capture_output=True, text=True).stdout.strip()
                 with open(os.path.join(purelib, "torch2_venv.pth"), "w") as f:
                     f.write(site.stdout.strip() + "\n")
-            r = run([py, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", *args, ROOT])
+            r = run([py, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", *args, ROOT], env=pip_env)
             if r.returncode != 0:
                 print(f"FAIL: pip install {' '.join(args)} . exited {r.returncode}")
                 failed += 1
