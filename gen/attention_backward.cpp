@@ -4,14 +4,23 @@
 // from q, k, v, the forward's out and lse (recomputed by the forward order when not given), and
 // dout. AttentionBackwardOrder (ir/order.hpp) states the order of every sum.
 //
-// Two stages over the same arguments, with no atomics: stage 1 holds `lanes` keys in the lanes
-// of its vectors and loops over every query, accumulating dk and dv; stage 2 holds `lanes`
-// queries and loops over every key, accumulating dq. Lanes past the last key (query) repeat the
-// last one, computing and storing the same bits (gen/attention.cpp does the same). Causal
-// masking is a select: every instance runs the same loops.
+// Two schedules of one order, with no atomics and the same bits:
+//  - CUDA: two stages over the same arguments. Stage 1 holds `lanes` keys in the lanes of its
+//    vectors and loops over every query, accumulating dk and dv; stage 2 holds `lanes` queries and
+//    loops over every key, accumulating dq. Each stage recomputes P and dS: seven products of
+//    S_q x S_k x D in all, over (batch*head) x blocks of instances.
+//  - CPU: one kernel, an instance per (batch, head), running stage 1's key blocks in ascending
+//    order; each query's dS terms also go into its dq, which is then summed over the keys in
+//    ascending order, as stage 2 sums it. Five products; the dq accumulator is dq itself (f32) or
+//    an f32 scratch of S_q x D (16-bit; up to kFusedScratchBytes, past which the CPU runs the two
+//    stages too).
+// Lanes past the last key (query) repeat the last one, computing and storing the same bits
+// (gen/attention.cpp does the same); the fused kernel adds only the real keys' terms to dq.
+// Causal masking is a select: every instance runs the same loops.
 #include <fmt/format.h>
 
 #include <cmath>
+#include <functional>
 #include <vector>
 
 #include "gen/gen.hpp"
@@ -30,6 +39,10 @@ ExprRef f32c(float v, int lanes) {
   ExprRef c = constant(Type{ScalarType::f32, 1}, static_cast<double>(v));
   return lanes > 1 ? broadcast(c, lanes) : c;
 }
+
+// The fused CPU kernel's 16-bit dq accumulator (S_q x D floats) lives on the stack of the thread
+// running the instance, as all scratch does: past this size the two stages run instead.
+constexpr int64_t kFusedScratchBytes = int64_t(1) << 20;
 
 // Queries (stage 1) or keys (stage 2) per step, see Backward::group: two L-lane chains each, 8
 // registers' worth where a vector is one register, 6 where it is more (3 rows of 16 lanes with
@@ -74,6 +87,10 @@ struct Backward {
     ExprRef x = load(b.kernel(), buffer, std::move(at));
     return x->type.scalar == ScalarType::f32 ? x : cast(x, ScalarType::f32);
   }
+  ExprRef load_f32(int buffer, ExprRef at, int lanes) const {
+    ExprRef x = load(b.kernel(), buffer, std::move(at), lanes);
+    return x->type.scalar == ScalarType::f32 ? x : cast(x, ScalarType::f32);
+  }
   ExprRef gather_f32(int buffer, ExprRef at) const {
     ExprRef x = gather(b.kernel(), buffer, std::move(at));
     return x->type.scalar == ScalarType::f32 ? x : cast(x, ScalarType::f32);
@@ -107,29 +124,51 @@ struct Backward {
     return {p, b.let("ds", ds)};
   }
 
-  // Stage 1: keys in lanes, every query in order.
-  void keys_stage() {
-    ExprRef key = b.let("key", binary(Op::Min, add(splat(mul(program_id(1), idx(L))), iota(L)), splat(idx(Sk - 1))));
+  // lse of every query, given or recomputed `lanes` queries at a time by the forward order into
+  // scratch; returns the query's lse.
+  std::function<ExprRef(ExprRef)> lse_of_queries() {
+    if (lse >= 0) return [this](ExprRef i) { return load(b.kernel(), lse, add(mul(program_id(0), idx(Sq)), std::move(i))); };
+    const int lse_s = scratch("lse_s", Sq);
+    b.for_range("g", idx(0), idx((Sq + L - 1) / L), 1, [&](ExprRef g) {
+      ExprRef query = b.let("query", binary(Op::Min, add(splat(mul(g, idx(L))), iota(L)), splat(idx(Sq - 1))));
+      ExprRef value = emit_attention_lse(b, r, order.attention, q, k, query);
+      b.store(lse_s, query, value);
+    });
+    return [this, lse_s](ExprRef i) { return load(b.kernel(), lse_s, std::move(i)); };
+  }
+
+  // Where the fused kernel sums dq: element i*D + d of query i's row, f32.
+  struct DqSum {
+    int buffer = -1;
+    ExprRef base;  // the instance's first element in `buffer`
+  };
+
+  // body(d0, lanes) for the columns d0 .. d0+lanes-1 of a D-row, in vectors of L (a loop) and
+  // then one of D mod L.
+  void for_columns(const std::function<void(ExprRef, int)>& body) {
+    const int64_t full = D - D % L;
+    if (full > 0) b.for_range("d0", idx(0), idx(full), L, [&](ExprRef d0) { body(d0, L); });
+    if (D % L) body(idx(full), int(D % L));
+  }
+
+  // Stage 1's work for the key block `block` (keys block*L ..., lanes past S_k - 1 repeating it),
+  // every query in order: dk and dv of its keys, stored. With `dq_sum`, each query's dS terms of
+  // the block's first `real_keys` keys are also added to its dq sum, key by key.
+  // D_i of every query, when `di_of` is given, comes from it (the fused kernel computes each once);
+  // else it is computed again in each block, by the same chain.
+  void key_block(ExprRef block, const std::function<ExprRef(ExprRef)>& lse_of, const std::function<ExprRef(ExprRef)>& di_of,
+                 const DqSum* dq_sum, int real_keys) {
+    ExprRef key = b.let("key", binary(Op::Min, add(splat(mul(block, idx(L))), iota(L)), splat(idx(Sk - 1))));
     ExprRef q_base = b.let("q_base", mul(program_id(0), idx(Sq * D)));
-    ExprRef key_rows = b.let("key_rows", add(splat(mul(program_id(0), idx(Sk * D))), mul(key, splat(idx(D)))));
-    const int kt = scratch("k_t", D * L), vt = scratch("v_t", D * L), dk_acc = scratch("dk_acc", D * L), dv_acc = scratch("dv_acc", D * L);
+    ExprRef kv_base = b.let("kv_base", mul(program_id(0), idx(Sk * D)));
+    ExprRef key_rows = b.let("key_rows", add(splat(kv_base), mul(key, splat(idx(D)))));
     b.for_range("d", idx(0), idx(D), 1, [&](ExprRef d) {
       b.store(kt, mul(d, idx(L)), gather_f32(k, add(key_rows, splat(d))));
       b.store(vt, mul(d, idx(L)), gather_f32(v, add(key_rows, splat(d))));
     });
     zero(dk_acc);
     zero(dv_acc);
-    // lse of every query: given, or recomputed `lanes` queries at a time by the forward order.
-    int lse_s = -1;
-    if (lse < 0) {
-      lse_s = scratch("lse_s", Sq);
-      b.for_range("g", idx(0), idx((Sq + L - 1) / L), 1, [&](ExprRef g) {
-        ExprRef query = b.let("query", binary(Op::Min, add(splat(mul(g, idx(L))), iota(L)), splat(idx(Sq - 1))));
-        ExprRef value = emit_attention_lse(b, r, order.attention, q, k, query);
-        b.store(lse_s, query, value);
-      });
-    }
-    b.region("dk,dv", describe(o) + ": stage 1, queries ascending", [&] {
+    b.region("dk,dv", describe(o) + (dq_sum ? ": a key block, queries ascending; dq's terms of its keys" : ": stage 1, queries ascending"), [&] {
       // `n` queries from i0: their dot products interleaved over d, then their terms added to
       // dk and dv in query order. Each sum keeps the order above; only independent chains meet.
       auto queries = [&](ExprRef i0, int n) {
@@ -138,11 +177,11 @@ struct Backward {
         for (int t = 0; t < n; ++t) {
           ExprRef i = t ? add(i0, idx(t)) : i0;
           rows.push_back(b.let("row", add(q_base, mul(i, idx(D)))));
-          lse_i.push_back(b.let("lse_i", lse >= 0 ? load(b.kernel(), lse, add(mul(program_id(0), idx(Sq)), i)) : load(b.kernel(), lse_s, i)));
+          lse_i.push_back(b.let("lse_i", lse_of(i)));
           di.push_back(b.local("D_i", Type{ScalarType::f32, 1}));
           qk.push_back(b.local("qk", vec()));
           dp.push_back(b.local("dp", vec()));
-          b.assign(di.back(), f32c(0.0f, 1));
+          b.assign(di.back(), di_of ? di_of(i) : f32c(0.0f, 1));
           b.assign(qk.back(), f32c(0.0f, L));
           b.assign(dp.back(), f32c(0.0f, L));
         }
@@ -152,7 +191,7 @@ struct Backward {
           for (int t = 0; t < n; ++t) {
             ExprRef at = b.let("at", add(rows[size_t(t)], d));
             ExprRef g = b.let("dout_d", load_f32(dout, at));
-            b.assign(di[size_t(t)], step(b.get(di[size_t(t)]), g, load_f32(out, at)));
+            if (!di_of) b.assign(di[size_t(t)], step(b.get(di[size_t(t)]), g, load_f32(out, at)));
             b.assign(qk[size_t(t)], step(b.get(qk[size_t(t)]), splat(load_f32(q, at)), kd));
             b.assign(dp[size_t(t)], step(b.get(dp[size_t(t)]), splat(g), vd));
           }
@@ -175,6 +214,40 @@ struct Backward {
           b.store(dv_acc, slot, dv_d);
           b.store(dk_acc, slot, dk_d);
         });
+        if (!dq_sum) return;
+        // dq_i[d] += dS_ij k_j[d] for the block's real keys j in ascending order: stage 2's chain,
+        // a vector of columns at a time. The n queries' chains are independent and interleave.
+        std::vector<ExprRef> ds_of(size_t(n) * size_t(real_keys));
+        for (int t = 0; t < n; ++t)
+          for (int j = 0; j < real_keys; ++j) ds_of[size_t(t * real_keys + j)] = b.let("ds_j", extract(ds[size_t(t)], j));
+        // Two column vectors per step where D has them: 2n chains, enough to hide the fma latency.
+        auto dq_columns = [&](const std::vector<std::pair<ExprRef, int>>& columns) {
+          std::vector<ExprRef> at, acc;
+          for (const auto& [d0, lanes] : columns)
+            for (int t = 0; t < n; ++t) {
+              ExprRef i = t ? add(i0, idx(t)) : i0;
+              at.push_back(b.let("dq_at", add(dq_sum->base, add(mul(i, idx(D)), d0))));
+              acc.push_back(load(b.kernel(), dq_sum->buffer, at.back(), lanes));
+            }
+          for (int j = 0; j < real_keys; ++j)
+            for (size_t c = 0; c < columns.size(); ++c) {
+              const auto& [d0, lanes] = columns[c];
+              ExprRef k_j = b.let("k_j", load_f32(k, add(kv_base, add(mul(add(mul(block, idx(L)), idx(j)), idx(D)), d0)), lanes));
+              for (int t = 0; t < n; ++t) {
+                ExprRef ds_j = ds_of[size_t(t * real_keys + j)];
+                ExprRef& a = acc[c * size_t(n) + size_t(t)];
+                a = b.let("dq_d", step(a, lanes > 1 ? broadcast(ds_j, lanes) : ds_j, k_j));
+              }
+            }
+          for (size_t e = 0; e < at.size(); ++e) b.store(dq_sum->buffer, at[e], acc[e]);
+        };
+        const int64_t pairs = D / (2 * L);
+        if (pairs > 0)
+          b.for_range("d0", idx(0), idx(pairs * 2 * L), 2 * L, [&](ExprRef d0) {
+            dq_columns({{d0, L}, {b.let("d1", add(d0, idx(L))), L}});
+          });
+        if (D / L % 2) dq_columns({{idx(pairs * 2 * L), L}});
+        if (D % L) dq_columns({{idx(D - D % L), int(D % L)}});
       };
       const int64_t full = Sq - Sq % group;
       if (full > 0) b.for_range("i", idx(0), idx(full), group, [&](ExprRef i0) { queries(i0, group); });
@@ -183,6 +256,66 @@ struct Backward {
         ExprRef at = b.let("at", add(key_rows, splat(d)));
         b.store(dk, at, stored(mul(load(b.kernel(), dk_acc, mul(d, idx(L)), L), scale()), dk));
         b.store(dv, at, stored(load(b.kernel(), dv_acc, mul(d, idx(L)), L), dv));
+      });
+    });
+  }
+
+  // The per-key-block scratch: k and v of the block transposed (D x L), dk and dv accumulators.
+  int kt = -1, vt = -1, dk_acc = -1, dv_acc = -1;
+  void key_block_scratch() {
+    kt = scratch("k_t", D * L);
+    vt = scratch("v_t", D * L);
+    dk_acc = scratch("dk_acc", D * L);
+    dv_acc = scratch("dv_acc", D * L);
+  }
+
+  // Stage 1: keys in lanes (the key block program_id(1)), every query in order.
+  void keys_stage() {
+    key_block_scratch();
+    key_block(program_id(1), lse_of_queries(), nullptr, nullptr, 0);
+  }
+
+  // The CPU's one kernel: an instance per (batch, head), its key blocks ascending, dq summed along.
+  void fused() {
+    key_block_scratch();
+    const std::function<ExprRef(ExprRef)> lse_of = lse_of_queries();
+    // D_i = dot(dout_i, out_i), once per query: the chain stage 1 runs in every key block.
+    const int di_s = scratch("D_s", Sq);
+    ExprRef q_base = b.let("q_base", mul(program_id(0), idx(Sq * D)));
+    b.for_range("i", idx(0), idx(Sq), 1, [&](ExprRef i) {
+      ExprRef row = b.let("row", add(q_base, mul(i, idx(D))));
+      const int di = b.local("D_i", Type{ScalarType::f32, 1});
+      b.assign(di, f32c(0.0f, 1));
+      b.for_range("d", idx(0), idx(D), 1, [&](ExprRef d) {
+        ExprRef at = b.let("at", add(row, d));
+        b.assign(di, step(b.get(di), load_f32(dout, at), load_f32(out, at)));
+      });
+      b.store(di_s, i, b.get(di));
+    });
+    const std::function<ExprRef(ExprRef)> di_of = [this, di_s](ExprRef i) { return load(b.kernel(), di_s, std::move(i)); };
+    DqSum sum;
+    if (b.kernel().buffers[size_t(dq)].elem == ScalarType::f32) {
+      sum.buffer = dq;
+      sum.base = b.let("dq_base", mul(program_id(0), idx(Sq * D)));
+    } else {
+      sum.buffer = scratch("dq_acc", Sq * D);
+      sum.base = idx(0);
+    }
+    b.for_range("i", idx(0), idx(Sq), 1, [&](ExprRef i) {
+      for_columns([&](ExprRef d0, int lanes) { b.store(sum.buffer, add(sum.base, add(mul(i, idx(D)), d0)), f32c(0.0f, lanes)); });
+    });
+    const int64_t full_blocks = Sk / L;
+    if (full_blocks > 0)
+      b.for_range("key_block", idx(0), idx(full_blocks), 1, [&](ExprRef block) { key_block(block, lse_of, di_of, &sum, L); });
+    if (Sk % L) key_block(idx(full_blocks), lse_of, di_of, &sum, int(Sk % L));
+    // dq = (its sum) * c, rounded once to the storage type.
+    ExprRef dq_base = b.let("dq_base", mul(program_id(0), idx(Sq * D)));
+    b.for_range("i", idx(0), idx(Sq), 1, [&](ExprRef i) {
+      for_columns([&](ExprRef d0, int lanes) {
+        ExprRef row_at = b.let("row_at", add(mul(i, idx(D)), d0));
+        ExprRef total = load(b.kernel(), sum.buffer, add(sum.base, row_at), lanes);
+        ExprRef c = f32c(static_cast<float>(r.scale.value_or(1.0 / std::sqrt(static_cast<double>(D)))), lanes);
+        b.store(dq, add(dq_base, row_at), stored(mul(total, c), dq));
       });
     });
   }
@@ -255,6 +388,17 @@ std::vector<Kernel> build_attention_backward(const Request& r, const Order& orde
   const AttentionBackwardOrder& o = order.attention_backward;
   if (o.kind == AttentionBackwardOrder::Kind::CpuFlash) return {build_cpu_flash_attention_backward(r, order)};
   if (o.kind == AttentionBackwardOrder::Kind::CpuMatmul) return {build_cpu_matmul_attention_backward(r, order)};
+  if (!cuda_target(r) && (r.x_dtype == ScalarType::f32 || r.seq_q * r.cols * 4 <= kFusedScratchBytes)) {
+    std::vector<Kernel> fused(1);
+    Kernel& k = fused[0];
+    k.name = "attention_backward";
+    Builder b(k);
+    Backward w{r, order, o, b, r.cols, r.seq_q, r.seq_k, o.lanes};
+    w.group = rows_per_step(r, o.lanes);
+    w.arguments();
+    w.fused();
+    return fused;
+  }
   std::vector<Kernel> stages(2);
   const char* names[2] = {"attention_backward_dkdv", "attention_backward_dq"};
   for (int s = 0; s < 2; ++s) {

@@ -609,7 +609,7 @@ std::vector<NamedOrder> make_table() {
                "Sleef exp, scores times the scale. attention_backward: FlashAttention-2's backward without atomics, P recomputed "
                "from lse, D_i = rowsum(dout*out); stage 1 per block of keys (lanes) sums dk, dv over the queries in ascending "
                "order, stage 2 per block of queries sums dq over the keys in ascending order, sequential dots "
-               "(AttentionBackwardOrder::Tiled); lse, when not given, recomputed by flash(Bc)'s forward; parameters as flash",
+               "(AttentionBackwardOrder::Tiled; the CPU runs both stages' sums in one kernel per (batch, head), same bits); lse, when not given, recomputed by flash(Bc)'s forward; parameters as flash",
                {OpKind::attention, OpKind::attention_backward}, kAllStorage, false, false, [](ScalarType, ScalarType, const Request&) {
                  Order o;
                  o.attention = flash(64, false, false);

@@ -391,8 +391,10 @@ struct AttentionOrder {
 // recomputed exactly as the forward order (Order::attention) writes it.
 struct AttentionBackwardOrder {
   enum class Kind : uint8_t {
-    // FlashAttention-2's backward, deterministic (no atomics), in two stages over the same
-    // arguments. c = (float)scale; a dot product is a sequential sum over d from +0, each step
+    // FlashAttention-2's backward, deterministic (no atomics). The sums below are the order; how
+    // they are scheduled is the target's (gen/attention_backward.cpp): CUDA runs the two stages
+    // as stated, the CPU one kernel per (batch, head) that adds each key block's dS terms to dq
+    // as it goes, with the same bits. c = (float)scale; a dot product is a sequential sum over d from +0, each step
     // fma(a, b, acc) with `fma`, else acc + a*b rounded; masked means causal and key j > query i.
     //   D_i  = dot(dout_i, out_i)
     //   s_ij = dot(q_i, k_j) * c;  P_ij = masked ? 0 : exp(s_ij - lse_i)  (Sleef expf_u10)

@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "backends/cuda/cuda_backend.hpp"
+#include "gen/gen.hpp"
 #include "ir/error.hpp"
 #include "sweep.hpp"
 
@@ -146,6 +147,57 @@ TEST_CASE("attention_backward: cuda-emu matches the interpreter bit for bit (bot
   const int cases = attention_backward_vs_interpreter(Target::cuda_emu, /*sparse=*/true);
   MESSAGE(fmt::format("attention_backward on cuda-emu: {} cases compared bitwise", cases));
 }
+// The tiled backward (fast, flash) has two schedules of one order (gen/attention_backward.cpp):
+// the CPU's one kernel per (batch, head), which sums dq along with dk and dv, and CUDA's two
+// stages. Their bits must be the order's, whichever ran: the CPU backend against cuda-emu, causal
+// and not, lse given and recomputed in alternation, S across the vector width and its tails, D
+// in one, two and odd numbers of vectors and (3 lanes) with a tail, the 16-bit dq accumulator in
+// scratch and, past its bound, the CPU's fallback to the two stages.
+TEST_CASE("attention_backward: the CPU's one-kernel schedule gives the bits of CUDA's two stages") {
+  struct Case {
+    const char* order;
+    ScalarType dtype;
+    int64_t sq, sk, d;
+    size_t cpu_stages;
+  };
+  const Case cases[] = {
+      {"fast", ScalarType::f32, 37, 45, 32, 1},  {"fast", ScalarType::f32, 9, 8, 8, 1},
+      {"fast", ScalarType::f32, 1, 19, 72, 1},   {"fast(queries=1)", ScalarType::f32, 20, 3, 24, 1},
+      {"flash", ScalarType::f32, 16, 33, 64, 1}, {"flash(queries=3,fma=all)", ScalarType::f32, 11, 23, 16, 1},
+      {"fast", ScalarType::bf16, 13, 29, 40, 1}, {"flash", ScalarType::f16, 21, 16, 8, 1},
+      {"fast", ScalarType::bf16, 4097, 1, 64, 2},  // S_q x D floats over the scratch bound: two stages on the CPU too
+  };
+  int compared = 0, rotation = 0;
+  for (const Case& c : cases)
+    for (int variant : {rotation % 4, (rotation + 1) % 4}) {  // both causal modes; lse given, then recomputed, by case
+      ++rotation;
+      Request r;
+      r.op = OpKind::attention_backward;
+      r.order = c.order;
+      r.x_dtype = c.dtype;
+      r.seq_q = c.sq;
+      r.seq_k = c.sk;
+      r.cols = c.d;
+      r.causal = variant % 2 == 1;
+      r.saved_stats = variant < 2;
+      r.has_weight = r.has_bias = false;
+      INFO(fmt::format("{} {} Sq={} Sk={} D={} causal={} lse={}", c.order, name(c.dtype), c.sq, c.sk, c.d, r.causal, r.saved_stats));
+      r.target = Target::cpu;
+      CHECK(gen::build_stages(r, gen::resolve(r)).size() == c.cpu_stages);
+      const auto on_cpu = outputs_of(r, 2, 31 + uint64_t(compared), 0, 1.5);
+      r.target = Target::cuda_emu;
+      CHECK(gen::build_stages(r, gen::resolve(r)).size() == 2);
+      const auto on_emu = outputs_of(r, 2, 31 + uint64_t(compared), 0, 1.5);
+      REQUIRE(on_cpu.size() == 3);
+      for (size_t o = 0; o < on_cpu.size(); ++o) {
+        INFO("output " << o << " (dq, dk, dv)");
+        CHECK(on_cpu[o] == on_emu[o]);
+      }
+      ++compared;
+    }
+  MESSAGE(fmt::format("attention_backward: {} cases, CPU schedule against CUDA's, bitwise", compared));
+}
+
 TEST_CASE("attention: cuda-emu matches the interpreter bit for bit") {
   const int cases = attention_vs_interpreter(Target::cuda_emu, !full_sweep());
   CHECK(cases > 0);
