@@ -12,8 +12,8 @@
 //  - CPU: one kernel, an instance per (batch, head), running stage 1's key blocks in ascending
 //    order; each query's dS terms also go into its dq, which is then summed over the keys in
 //    ascending order, as stage 2 sums it. Five products; the dq accumulator is dq itself (f32) or
-//    an f32 scratch of S_q x D (16-bit; up to kFusedScratchBytes, past which the CPU runs the two
-//    stages too).
+//    an f32 scratch of S_q x D (16-bit). Past kFusedScratchBytes of scratch that grows with S_q
+//    (fused_scratch_bytes) the CPU runs the two stages too.
 // Lanes past the last key (query) repeat the last one, computing and storing the same bits
 // (gen/attention.cpp does the same); the fused kernel adds only the real keys' terms to dq.
 // Causal masking is a select: every instance runs the same loops.
@@ -40,9 +40,18 @@ ExprRef f32c(float v, int lanes) {
   return lanes > 1 ? broadcast(c, lanes) : c;
 }
 
-// The fused CPU kernel's 16-bit dq accumulator (S_q x D floats) lives on the stack of the thread
-// running the instance, as all scratch does: past this size the two stages run instead.
+// The fused CPU kernel's scratch that grows with S_q lives on the stack of the thread running the
+// instance, as all scratch does: past this size the two stages run instead.
 constexpr int64_t kFusedScratchBytes = int64_t(1) << 20;
+
+// That scratch, in bytes: D_i of every query, lse when recomputed, and for 16-bit dq its f32 sum
+// (S_q x D).
+int64_t fused_scratch_bytes(const Request& r) {
+  int64_t floats = r.seq_q;
+  if (!r.saved_stats) floats += r.seq_q;
+  if (r.x_dtype != ScalarType::f32) floats += r.seq_q * r.cols;
+  return floats * 4;
+}
 
 // Queries (stage 1) or keys (stage 2) per step, see Backward::group: two L-lane chains each, 8
 // registers' worth where a vector is one register, 6 where it is more (3 rows of 16 lanes with
@@ -104,9 +113,8 @@ struct Backward {
     if (o.fma) return fma(std::move(a), std::move(x), std::move(acc));
     return add(std::move(acc), mul(std::move(a), std::move(x)));
   }
-  ExprRef scale() const {
-    return f32c(static_cast<float>(r.scale.value_or(1.0 / std::sqrt(static_cast<double>(D)))), L);
-  }
+  ExprRef scale(int lanes) const { return f32c(static_cast<float>(r.scale.value_or(1.0 / std::sqrt(static_cast<double>(D)))), lanes); }
+  ExprRef scale() const { return scale(L); }
   int scratch(const char* name, int64_t elements) { return b.buffer(name, ScalarType::f32, true, Extent::scratch, elements); }
   void zero(int buffer) {
     b.for_range("d", idx(0), idx(D), 1, [&](ExprRef d) { b.store(buffer, mul(d, idx(L)), f32c(0.0f, L)); });
@@ -293,10 +301,11 @@ struct Backward {
       b.store(di_s, i, b.get(di));
     });
     const std::function<ExprRef(ExprRef)> di_of = [this, di_s](ExprRef i) { return load(b.kernel(), di_s, std::move(i)); };
+    ExprRef dq_base = b.let("dq_base", mul(program_id(0), idx(Sq * D)));
     DqSum sum;
     if (b.kernel().buffers[size_t(dq)].elem == ScalarType::f32) {
       sum.buffer = dq;
-      sum.base = b.let("dq_base", mul(program_id(0), idx(Sq * D)));
+      sum.base = dq_base;
     } else {
       sum.buffer = scratch("dq_acc", Sq * D);
       sum.base = idx(0);
@@ -309,13 +318,11 @@ struct Backward {
       b.for_range("key_block", idx(0), idx(full_blocks), 1, [&](ExprRef block) { key_block(block, lse_of, di_of, &sum, L); });
     if (Sk % L) key_block(idx(full_blocks), lse_of, di_of, &sum, int(Sk % L));
     // dq = (its sum) * c, rounded once to the storage type.
-    ExprRef dq_base = b.let("dq_base", mul(program_id(0), idx(Sq * D)));
     b.for_range("i", idx(0), idx(Sq), 1, [&](ExprRef i) {
       for_columns([&](ExprRef d0, int lanes) {
         ExprRef row_at = b.let("row_at", add(mul(i, idx(D)), d0));
         ExprRef total = load(b.kernel(), sum.buffer, add(sum.base, row_at), lanes);
-        ExprRef c = f32c(static_cast<float>(r.scale.value_or(1.0 / std::sqrt(static_cast<double>(D)))), lanes);
-        b.store(dq, add(dq_base, row_at), stored(mul(total, c), dq));
+        b.store(dq, add(dq_base, row_at), stored(mul(total, scale(lanes)), dq));
       });
     });
   }
@@ -388,7 +395,7 @@ std::vector<Kernel> build_attention_backward(const Request& r, const Order& orde
   const AttentionBackwardOrder& o = order.attention_backward;
   if (o.kind == AttentionBackwardOrder::Kind::CpuFlash) return {build_cpu_flash_attention_backward(r, order)};
   if (o.kind == AttentionBackwardOrder::Kind::CpuMatmul) return {build_cpu_matmul_attention_backward(r, order)};
-  if (!cuda_target(r) && (r.x_dtype == ScalarType::f32 || r.seq_q * r.cols * 4 <= kFusedScratchBytes)) {
+  if (!cuda_target(r) && fused_scratch_bytes(r) <= kFusedScratchBytes) {
     std::vector<Kernel> fused(1);
     Kernel& k = fused[0];
     k.name = "attention_backward";

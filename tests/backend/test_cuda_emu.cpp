@@ -198,6 +198,40 @@ TEST_CASE("attention_backward: the CPU's one-kernel schedule gives the bits of C
   MESSAGE(fmt::format("attention_backward: {} cases, CPU schedule against CUDA's, bitwise", compared));
 }
 
+// The fused kernel's scratch that grows with S_q (D_i of every query, lse when recomputed, 16-bit
+// dq's f32 sum) stays within 1 MiB of the running thread's stack; past it the CPU runs the two
+// stages. Only the schedule is checked here: the test above runs both on the same bits.
+TEST_CASE("attention_backward: the CPU runs the two stages where the one kernel's scratch would pass 1 MiB") {
+  struct Case {
+    ScalarType dtype;
+    int64_t sq, d;
+    bool lse;
+    size_t cpu_stages;
+  };
+  const Case cases[] = {
+      {ScalarType::f32, 262144, 8, true, 1},    // D_i: 1 MiB
+      {ScalarType::f32, 262145, 8, true, 2},    // D_i: past it
+      {ScalarType::f32, 262144, 8, false, 2},   // D_i and lse: 2 MiB
+      {ScalarType::f32, 131072, 8, false, 1},   // D_i and lse: 1 MiB
+      {ScalarType::bf16, 4000, 64, true, 1},    // D_i and dq's sum: 1,040,000 bytes
+      {ScalarType::bf16, 4096, 64, true, 2},    // 1,064,960 bytes
+  };
+  for (const Case& c : cases) {
+    Request r;
+    r.op = OpKind::attention_backward;
+    r.order = "fast";
+    r.x_dtype = c.dtype;
+    r.seq_q = c.sq;
+    r.seq_k = 3;
+    r.cols = c.d;
+    r.saved_stats = c.lse;
+    r.has_weight = r.has_bias = false;
+    r.target = Target::cpu;
+    INFO(fmt::format("{} Sq={} D={} lse={}", name(c.dtype), c.sq, c.d, c.lse));
+    CHECK(gen::build_stages(r, gen::resolve(r)).size() == c.cpu_stages);
+  }
+}
+
 TEST_CASE("attention: cuda-emu matches the interpreter bit for bit") {
   const int cases = attention_vs_interpreter(Target::cuda_emu, !full_sweep());
   CHECK(cases > 0);
