@@ -26,6 +26,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <functional>
 #include <vector>
 
@@ -275,8 +276,16 @@ struct Emitter {
   std::vector<ExprRef> blocked_chains(const std::vector<int64_t>& parts, int lanes, std::vector<ExprRef> sums,
                                       const std::function<void(ExprRef)>& at_k,
                                       const std::function<std::pair<ExprRef, ExprRef>(size_t, ExprRef)>& factors) const {
+    // Blocks of one length (the last may be shorter) run as a loop over the blocks: the same
+    // sums, with one copy of the k loop's code instead of one per block (codegen time grows
+    // with the code). A chain without C0 takes its first block alone, as its sum starts there.
     int64_t k0 = 0;
+    size_t first_looped = sums.empty() || sums.front() ? 0 : 1;
+    const bool uniform = parts.size() >= first_looped + 2 && std::all_of(parts.begin() + first_looped, parts.end(), [&](const int64_t& p) {
+                           return p == parts[first_looped] || (&p == &parts.back() && p < parts[first_looped]);
+                         });
     for (int64_t part : parts) {
+      if (uniform && first_looped == 0) break;
       std::vector<int> acc;
       for (size_t t = 0; t < sums.size(); ++t) {
         acc.push_back(b.local("chain", Type{ScalarType::f32, lanes}));
@@ -291,7 +300,30 @@ struct Emitter {
       });
       for (size_t t = 0; t < sums.size(); ++t) sums[t] = b.let("blocks", sums[t] ? add(sums[t], b.get(acc[t])) : b.get(acc[t]));
       k0 += part;
+      if (uniform && --first_looped == 0) break;
     }
+    if (!uniform) return sums;
+    int64_t K = 0;
+    for (int64_t part : parts) K += part;
+    const int64_t block = parts[size_t(k0 == 0 ? 0 : 1)];
+    std::vector<int> total, acc;
+    for (size_t t = 0; t < sums.size(); ++t) {
+      total.push_back(b.local("blocks", Type{ScalarType::f32, lanes}));
+      b.assign(total.back(), sums[t]);
+      acc.push_back(b.local("chain", Type{ScalarType::f32, lanes}));
+    }
+    b.for_range("k_block", idx(k0), idx(K), block, [&](ExprRef kb) {
+      for (int a : acc) b.assign(a, zero(lanes));
+      b.for_range("k", kb, binary(Op::Min, add(kb, idx(block)), idx(K)), 1, [&](ExprRef k) {
+        at_k(k);
+        for (size_t t = 0; t < sums.size(); ++t) {
+          auto [x, y] = factors(t, k);
+          b.assign(acc[t], fma(std::move(x), std::move(y), b.get(acc[t])));
+        }
+      });
+      for (size_t t = 0; t < sums.size(); ++t) b.assign(total[t], add(b.get(total[t]), b.get(acc[t])));
+    });
+    for (size_t t = 0; t < sums.size(); ++t) sums[t] = b.let("blocks", b.get(total[t]));
     return sums;
   }
   // The same with one factor shared by every chain: fma(shared(k), own(t, k), acc_t).
