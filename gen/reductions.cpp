@@ -456,12 +456,13 @@ void welford_merge(Builder& b, const Arith& ar, const WelfordState& acc, ExprRef
 // exactly the operations it sees in the vector, and thread 0 then folds lanes 0..V-1 in order.
 // A warp reads consecutive elements together, and a thread keeps one lane's state.
 //
-// The one-thread kernel writes the cascade out: a chunk's K steps each with its own constant
-// 1/(j+1), the stack levels as locals, and every carry and merge at its level. The warp kernel
-// states the same operations on the same values as loops over team memory instead: the step
-// constants, the stack (level l of lane t at l*V + t) and the lanes for the fold. That is
-// about a tenth of the code, and NVRTC's compile time follows the code, above all its IEEE
-// divisions (one per merge).
+// The one-thread kernel runs a chunk's K steps as a loop, step j computing its 1/(j+1), and
+// keeps the stack levels as locals with every carry and merge written out at its level. The
+// warp kernel states the same operations on the same values as loops over team memory instead:
+// the step constants, the stack (level l of lane t at l*V + t) and the lanes for the fold. That
+// is about a tenth of the code, and NVRTC's compile time follows the code, above all its IEEE
+// divisions (one per merge). The CPU's steps were written out once (a constant per step); as a
+// loop, LLVM's codegen, most of a cold compile, has a sixteenth of their code.
 Moments lane_welford(Builder& b, const MomentsOrder& o, const Arith& ar, int64_t N, const LoadFn& x, bool warp) {
   const Kernel& k = b.kernel();
   const int V = o.lanes, K = o.chunk, S = o.streams;
@@ -490,16 +491,10 @@ Moments lane_welford(Builder& b, const MomentsOrder& o, const Arith& ar, int64_t
   if (!warp) emit_tail();
 
   // The chunk's step constants 1/(j+1), stated in the IR so their rounding is part of the spec:
-  // locals c0..c{K-1} in the one-thread kernel, team memory in the warp (count(j+1) and
-  // constant(j+1) are the same value: j+1 in the compute type, rounded like any result).
-  std::vector<ExprRef> C;
+  // computed at each step in the one-thread kernel, in team memory in the warp (j+1 in the
+  // compute type, divided and rounded like any result).
   int reciprocals_at = -1;
-  if (!warp) {
-    for (int j = 0; j < K; ++j) {
-      ExprRef c = ar.div(ar.constant(1.0), ar.constant(j + 1.0));
-      C.push_back(b.let(fmt::format("c{}", j), W > 1 ? broadcast(c, W) : c));
-    }
-  } else {
+  if (warp) {
     reciprocals_at = b.buffer("welford_reciprocals", ar.t, true, Extent::scratch, K);
     b.team([&](ExprRef tid) {
       b.for_range("j", tid, index_const(K), k.team, [&](ExprRef j) {
@@ -530,7 +525,10 @@ Moments lane_welford(Builder& b, const MomentsOrder& o, const Arith& ar, int64_t
         auto column = [&](ExprRef vec) { return add(mul(std::move(vec), index_const(int64_t(V) * S)), index_const(int64_t(stream) * V)); };
         b.assign(mu, ar.constant(0.0, W));
         b.assign(s, ar.constant(0.0, W));
-        for (int j = 0; j < len; ++j) step(first_vec, index_const(j), C[size_t(j)], column);
+        b.for_range("step", index_const(0), index_const(len), 1, [&](ExprRef j) {
+          ExprRef c = b.let("c", ar.div(ar.constant(1.0), ar.count(add(j, index_const(1)))));
+          step(first_vec, j, W > 1 ? broadcast(c, W) : c, column);
+        });
         welford_merge(b, ar, stack[0], index_const(len), b.get(mu), b.get(s), W, o.fma_merge, o.cascade_merge);
       }
       for (int lvl = 1; lvl < depth; ++lvl) {
