@@ -217,13 +217,13 @@ struct Attention {
     });
   }
 
-  // One query row of P @ v with dims in lanes: blocks of up to 8 vectors of 8 dims.
+  // One query row of P @ v with dims in lanes: blocks of 8 vectors of 8 dims, then one block of
+  // the dims left (D is a multiple of 8). Each dim is its own sum, so the blocking is free.
   void pv_row(int sc, ExprRef first, ExprRef q_row) {
-    constexpr int V = 8;
-    const int U = static_cast<int>(std::min<int64_t>(D / V, 8));
+    constexpr int V = 8, kBlock = 8;
     const bool each = o.round_to_storage && o.pv_round_each_step;
     ExprRef out_row = b.let("out_row", add(q_base, mul(q_row, idx(D))));
-    b.for_range("d", idx(0), idx(D), V * U, [&](ExprRef d0) {
+    auto block = [&](ExprRef d0, int U) {
       std::vector<int> a(static_cast<size_t>(U), -1);
       for (int u = 0; u < U; ++u) {
         a[size_t(u)] = b.local("o", Type{ScalarType::f32, V});
@@ -239,7 +239,10 @@ struct Attention {
         }
       });
       for (int u = 0; u < U; ++u) b.store(out, add(out_row, add(d0, idx(u * V))), stored(b.get(a[size_t(u)]), out));
-    });
+    };
+    const int64_t full = D - D % (V * kBlock);
+    if (full > 0) b.for_range("d", idx(0), idx(full), V * kBlock, [&](ExprRef d0) { block(d0, kBlock); });
+    if (D > full) block(idx(full), static_cast<int>((D - full) / V));
   }
 
   // ----------------------------------------------------------------------------------------

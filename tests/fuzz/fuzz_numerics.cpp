@@ -204,10 +204,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                                                  : kCols[in.ConsumeIntegralInRange<size_t>(0, sizeof kCols / sizeof kCols[0] - 1)];
   if (r.op == OpKind::rms_norm_backward) r.saved_stats = in.ConsumeBool();  // rstd given, or recomputed
   if (forward == OpKind::attention) {  // small heads: the interpreter runs S_q*S_k*D steps per head
-    static constexpr int64_t kHeadDims[] = {8, 16, 24, 32, 64};
+    // 72 and 136: past 64 and not a multiple of it, where blocks of 64 dims leave a short one.
+    static constexpr int64_t kHeadDims[] = {8, 16, 24, 32, 64, 72, 136};
     static constexpr double kScales[] = {0.1, 0.37, 2.0, 1e-3};
     r.acc_dtype.reset();
-    r.cols = kHeadDims[in.ConsumeIntegralInRange(0, 4)];
+    r.cols = kHeadDims[in.ConsumeIntegralInRange<size_t>(0, sizeof kHeadDims / sizeof kHeadDims[0] - 1)];
     r.seq_q = in.ConsumeIntegralInRange<int64_t>(1, 20);
     r.seq_k = in.ConsumeIntegralInRange<int64_t>(1, 40);
     r.causal = in.ConsumeBool();
