@@ -249,8 +249,11 @@ struct Attention {
   // ExactTiled: the softmax op's TwoPass reduce_all in query-lane form. Key j feeds tree lane
   // j mod V: for S_k >= V the first V keys start the lanes, later keys combine into their lane
   // in key order, and the lanes fold by the order's LaneFold; shorter rows combine in key order.
+  // `identity`: op(identity, x) is x, bit for bit, for every x (-inf for softmax_max, -0 for the
+  // sum). The lanes start there and every key, the first V included, runs in one loop: the same
+  // bits with one copy of the key group's code instead of two.
   ExprRef reduce_keys(const std::function<ExprRef(ExprRef)>& value, const std::function<ExprRef(ExprRef, ExprRef)>& op,
-                      const std::string& name) {
+                      float identity, const std::string& name) {
     const int V = o.softmax.lanes;
     int result = b.local(name, vec());
     if (Sk < V) {
@@ -261,19 +264,20 @@ struct Attention {
       return b.get(result);
     }
     std::vector<int> lane(static_cast<size_t>(V), -1);
-    for (int t = 0; t < V; ++t) lane[size_t(t)] = b.local(name + ".lane", vec());
+    for (int t = 0; t < V; ++t) {
+      lane[size_t(t)] = b.local(name + ".lane", vec());
+      b.assign(lane[size_t(t)], f32c(identity, L));
+    }
     const int64_t full = Sk - Sk % V;
-    auto group = [&](ExprRef j0, int n, bool first) {
+    auto group = [&](ExprRef j0, int n) {
       for (int c = 0; c < n; c += key_group)
         scores(c == 0 ? j0 : b.let("j0", add(j0, idx(c))), std::min(key_group, n - c), [&](int t, ExprRef s) {
           const int l = c + t;
-          ExprRef x = value(s);
-          b.assign(lane[size_t(l)], first ? x : op(b.get(lane[size_t(l)]), x));
+          b.assign(lane[size_t(l)], op(b.get(lane[size_t(l)]), value(s)));
         });
     };
-    group(idx(0), V, true);
-    if (full > V) b.for_range("j", idx(V), idx(full), V, [&](ExprRef j0) { group(j0, V, false); });
-    if (Sk % V) group(idx(full), int(Sk % V), false);
+    b.for_range("j", idx(0), idx(full), V, [&](ExprRef j0) { group(j0, V); });
+    if (Sk % V) group(idx(full), int(Sk % V));
     std::vector<ExprRef> lanes;
     for (int t = 0; t < V; ++t) lanes.push_back(b.get(lane[size_t(t)]));
     b.assign(result, fold_lanes(b, std::move(lanes), o.softmax.fold, op, name + ".fold"));
@@ -342,12 +346,12 @@ struct Attention {
     load_queries();
     ExprRef mx, sum;
     b.region("max", "pass 1: " + describe(so), [&] {
-      mx = b.let("max", staged ? staged_max() : reduce_keys([](ExprRef s) { return s; }, softmax_max, "max"));
+      mx = b.let("max", staged ? staged_max() : reduce_keys([](ExprRef s) { return s; }, softmax_max, -kInf, "max"));
     });
     b.region("sum", "pass 2: sum of exp(s - max), same tree", [&] {
       sum = b.let("sum", staged ? staged_sum(mx)
                                 : reduce_keys([&](ExprRef s) { return exp_f32(b, so.exp, sub(s, mx)); },
-                                              [](ExprRef a, ExprRef c) { return add(a, c); }, "sum"));
+                                              [](ExprRef a, ExprRef c) { return add(a, c); }, -0.0f, "sum"));
     });
     ExprRef inv = so.multiply_by_reciprocal ? b.let("inv_sum", div(f32c(1.0f, L), sum)) : nullptr;
     const int acc = b.buffer("acc", ScalarType::f32, true, Extent::scratch, D * L);
