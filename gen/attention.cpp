@@ -296,11 +296,13 @@ struct Attention {
       lane[size_t(l)] = b.local("max.lane", vec());
       b.assign(lane[size_t(l)], f32c(-kInf, L));
     }
+    // The pairs as a loop over single V-key vectors: each lane sees the same keys in the same
+    // order, with one copy of the vector's code.
     if (pairs_end > 0)
-      b.for_range("j", idx(0), idx(pairs_end), 2 * V, [&](ExprRef j0) {
-        for (int c = 0; c < 2 * V; c += key_group)
-          scores(b.let("j0", add(j0, idx(c))), std::min(key_group, 2 * V - c), [&](int t, ExprRef sc) {
-            const int l = (c + t) % V;
+      b.for_range("j", idx(0), idx(pairs_end), V, [&](ExprRef j0) {
+        for (int c = 0; c < V; c += key_group)
+          scores(c ? b.let("j0", add(j0, idx(c))) : j0, std::min(key_group, V - c), [&](int t, ExprRef sc) {
+            const int l = c + t;
             b.assign(lane[size_t(l)], softmax_max(b.get(lane[size_t(l)]), sc));
           });
       });
