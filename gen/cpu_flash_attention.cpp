@@ -52,6 +52,7 @@ struct CpuFlash {
   int64_t D, Sq, Sk, qS, kS;
   int q = -1, k = -1, v = -1, out = -1, lse = -1;
   int scores = -1, rows = -1, row_max = -1, row_sum = -1;  // scratch
+  int q_f32 = -1;  // scratch: the query block's rows as f32, for 16-bit inputs
   ExprRef q_base{}, kv_base{}, m0{};
 
   GemmInputs inputs() const {
@@ -80,6 +81,16 @@ struct CpuFlash {
 
   // One query block of qB rows. threaded: MKL runs on torch_threads threads.
   void block(int64_t qB, bool threaded) {
+    // 16-bit queries: the block's rows widened to f32 once (exact, as MKL copies them into its
+    // own f32 buffers), where q @ k^T of every key block would widen each element again.
+    if (q_f32 >= 0)
+      b.for_range("r", idx(0), idx(qB), 1, [&](ExprRef j) {
+        const ExprRef from = b.let("q_row", add(q_base, mul(add(m0, j), idx(D))));
+        const ExprRef to = b.let("q_f32_row", mul(j, idx(D)));
+        b.for_range("d", idx(0), idx(D), 8, [&](ExprRef d) {
+          b.store(q_f32, add(to, d), cast(load(b.kernel(), q, add(from, d), 8), ScalarType::f32));
+        });
+      });
     b.for_range("r", idx(0), idx(qB), 1, [&](ExprRef j) {
       b.store(row_max, j, f32c(-kInf));
       b.store(row_sum, j, f32c(0.0f));
@@ -95,7 +106,7 @@ struct CpuFlash {
 
   void key_block(int64_t qB, ExprRef n, int64_t kvB, bool first, bool threaded) {
     n = n->op == Op::Const ? n : b.let("n", n);
-    const Matrix q_rows{q, b.let("q_at", add(q_base, mul(m0, idx(D)))), D};
+    const Matrix q_rows = q_f32 >= 0 ? Matrix{q_f32, idx(0), D} : Matrix{q, b.let("q_at", add(q_base, mul(m0, idx(D)))), D};
     const Matrix k_rows{k, b.let("k_at", add(kv_base, mul(n, idx(D)))), D};
     const Matrix v_rows{v, k_rows.base, D};
     const Matrix s{scores, idx(0), kvB};
@@ -242,6 +253,7 @@ Kernel build_cpu_flash_attention(const Request& r, const Order& order) {
   f.rows = b.buffer("rows", ScalarType::f32, true, Extent::scratch, f.qS * f.D);
   f.row_max = b.buffer("row_max", ScalarType::f32, true, Extent::scratch, f.qS);
   f.row_sum = b.buffer("row_sum", ScalarType::f32, true, Extent::scratch, f.qS);
+  if (r.x_dtype != ScalarType::f32) f.q_f32 = b.buffer("q_rows", ScalarType::f32, true, Extent::scratch, f.qS * f.D);
   // A program instance is one (batch, head), its query blocks in order: control flow must not
   // depend on program_id, and the last block, which may be shorter, takes other BLAS kernels.
   const int64_t full_blocks = r.seq_q / f.qS, last = r.seq_q % f.qS;
