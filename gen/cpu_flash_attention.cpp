@@ -52,7 +52,7 @@ struct CpuFlash {
   int64_t D, Sq, Sk, qS, kS;
   int q = -1, k = -1, v = -1, out = -1, lse = -1;
   int scores = -1, rows = -1, row_max = -1, row_sum = -1;  // scratch
-  int q_f32 = -1;  // scratch: the query block's rows as f32, for 16-bit inputs
+  int q_f32 = -1, v_f32 = -1;  // scratch: the query block's rows and the key block's v rows as f32, for 16-bit inputs
   ExprRef q_base{}, kv_base{}, m0{};
 
   GemmInputs inputs() const {
@@ -108,7 +108,7 @@ struct CpuFlash {
     n = n->op == Op::Const ? n : b.let("n", n);
     const Matrix q_rows = q_f32 >= 0 ? Matrix{q_f32, idx(0), D} : Matrix{q, b.let("q_at", add(q_base, mul(m0, idx(D)))), D};
     const Matrix k_rows{k, b.let("k_at", add(kv_base, mul(n, idx(D)))), D};
-    const Matrix v_rows{v, k_rows.base, D};
+    const Matrix v_rows = v_f32 >= 0 ? Matrix{v_f32, idx(0), D} : Matrix{v, k_rows.base, D};
     const Matrix s{scores, idx(0), kvB};
     const Matrix acc{rows, idx(0), D};
     b.region("q@k^T", fmt::format("scores of {} queries x {} keys, K = {}: {}", qB, kvB, D, describe(o.gemm)),
@@ -116,8 +116,15 @@ struct CpuFlash {
     b.region("softmax", describe(o.softmax), [&] {
       b.for_range("r", idx(0), idx(qB), 1, [&](ExprRef j) { row_softmax(j, n, kvB, first); });
     });
-    b.region("p@v", fmt::format("{} rows x {} keys, D = {}{}", qB, kvB, D, first ? "" : ", beta = 1"),
-             [&] { emit_gemm_nn(b, o.gemm, inputs(), qB, D, kvB, s, v_rows, acc, !first, threaded, rows_align(threaded)); });
+    b.region("p@v", fmt::format("{} rows x {} keys, D = {}{}", qB, kvB, D, first ? "" : ", beta = 1"), [&] {
+      // 16-bit v: the key block's rows widened to f32 once (exact), where each block of output
+      // rows would widen them again.
+      if (v_f32 >= 0)
+        b.for_range("e", idx(0), idx(kvB * D), 8, [&](ExprRef e) {
+          b.store(v_f32, e, cast(load(b.kernel(), v, add(k_rows.base, e), 8), ScalarType::f32));
+        });
+      emit_gemm_nn(b, o.gemm, inputs(), qB, D, kvB, s, v_rows, acc, !first, threaded, rows_align(threaded));
+    });
   }
 
   void row_softmax(ExprRef j, const ExprRef& n, int64_t kvB, bool first) {
@@ -253,7 +260,10 @@ Kernel build_cpu_flash_attention(const Request& r, const Order& order) {
   f.rows = b.buffer("rows", ScalarType::f32, true, Extent::scratch, f.qS * f.D);
   f.row_max = b.buffer("row_max", ScalarType::f32, true, Extent::scratch, f.qS);
   f.row_sum = b.buffer("row_sum", ScalarType::f32, true, Extent::scratch, f.qS);
-  if (r.x_dtype != ScalarType::f32) f.q_f32 = b.buffer("q_rows", ScalarType::f32, true, Extent::scratch, f.qS * f.D);
+  if (r.x_dtype != ScalarType::f32) {
+    f.q_f32 = b.buffer("q_rows", ScalarType::f32, true, Extent::scratch, f.qS * f.D);
+    f.v_f32 = b.buffer("v_rows", ScalarType::f32, true, Extent::scratch, f.kS * f.D);
+  }
   // A program instance is one (batch, head), its query blocks in order: control flow must not
   // depend on program_id, and the last block, which may be shorter, takes other BLAS kernels.
   const int64_t full_blocks = r.seq_q / f.qS, last = r.seq_q % f.qS;
