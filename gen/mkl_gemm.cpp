@@ -28,6 +28,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <numeric>
 #include <vector>
 
 #include "gen/reductions.hpp"
@@ -276,51 +277,45 @@ struct Emitter {
   std::vector<ExprRef> blocked_chains(const std::vector<int64_t>& parts, int lanes, std::vector<ExprRef> sums,
                                       const std::function<void(ExprRef)>& at_k,
                                       const std::function<std::pair<ExprRef, ExprRef>(size_t, ExprRef)>& factors) const {
-    // Blocks of one length (the last may be shorter) run as a loop over the blocks: the same
-    // sums, with one copy of the k loop's code instead of one per block (codegen time grows
-    // with the code). A chain without C0 takes its first block alone, as its sum starts there.
-    int64_t k0 = 0;
-    size_t first_looped = sums.empty() || sums.front() ? 0 : 1;
-    const bool uniform = parts.size() >= first_looped + 2 && std::all_of(parts.begin() + first_looped, parts.end(), [&](const int64_t& p) {
-                           return p == parts[first_looped] || (&p == &parts.back() && p < parts[first_looped]);
-                         });
-    for (int64_t part : parts) {
-      if (uniform && first_looped == 0) break;
+    // One K block [begin, end) of every chain, each from +0: the chains' locals.
+    auto block_chains = [&](ExprRef begin, ExprRef end) {
       std::vector<int> acc;
       for (size_t t = 0; t < sums.size(); ++t) {
         acc.push_back(b.local("chain", Type{ScalarType::f32, lanes}));
         b.assign(acc.back(), zero(lanes));
       }
-      b.for_range("k", idx(k0), idx(k0 + part), 1, [&](ExprRef k) {
+      b.for_range("k", std::move(begin), std::move(end), 1, [&](ExprRef k) {
         at_k(k);
         for (size_t t = 0; t < sums.size(); ++t) {
           auto [x, y] = factors(t, k);
           b.assign(acc[t], fma(std::move(x), std::move(y), b.get(acc[t])));
         }
       });
+      return acc;
+    };
+    // Blocks of one length (the last may be shorter) run as a loop over the blocks: the same
+    // sums, with one copy of the k loop's code instead of one per block (codegen time grows with
+    // the code). Chains without C0 (the callers give all or none) start their sums with the
+    // first block, which then runs alone before the loop.
+    const size_t alone = !sums.empty() && !sums.front() ? 1 : 0;
+    bool loop = parts.size() >= alone + 2;
+    for (size_t i = alone; loop && i < parts.size(); ++i)
+      loop = parts[i] == parts[alone] || (i + 1 == parts.size() && parts[i] < parts[alone]);
+    int64_t k0 = 0;
+    for (size_t i = 0; i < (loop ? alone : parts.size()); ++i) {
+      const std::vector<int> acc = block_chains(idx(k0), idx(k0 + parts[i]));
       for (size_t t = 0; t < sums.size(); ++t) sums[t] = b.let("blocks", sums[t] ? add(sums[t], b.get(acc[t])) : b.get(acc[t]));
-      k0 += part;
-      if (uniform && --first_looped == 0) break;
+      k0 += parts[i];
     }
-    if (!uniform) return sums;
-    int64_t K = 0;
-    for (int64_t part : parts) K += part;
-    const int64_t block = parts[size_t(k0 == 0 ? 0 : 1)];
-    std::vector<int> total, acc;
+    if (!loop) return sums;
+    const int64_t K = std::accumulate(parts.begin(), parts.end(), int64_t(0)), block = parts[alone];
+    std::vector<int> total;
     for (size_t t = 0; t < sums.size(); ++t) {
       total.push_back(b.local("blocks", Type{ScalarType::f32, lanes}));
       b.assign(total.back(), sums[t]);
-      acc.push_back(b.local("chain", Type{ScalarType::f32, lanes}));
     }
     b.for_range("k_block", idx(k0), idx(K), block, [&](ExprRef kb) {
-      for (int a : acc) b.assign(a, zero(lanes));
-      b.for_range("k", kb, binary(Op::Min, add(kb, idx(block)), idx(K)), 1, [&](ExprRef k) {
-        at_k(k);
-        for (size_t t = 0; t < sums.size(); ++t) {
-          auto [x, y] = factors(t, k);
-          b.assign(acc[t], fma(std::move(x), std::move(y), b.get(acc[t])));
-        }
-      });
+      const std::vector<int> acc = block_chains(kb, binary(Op::Min, add(kb, idx(block)), idx(K)));
       for (size_t t = 0; t < sums.size(); ++t) b.assign(total[t], add(b.get(total[t]), b.get(acc[t])));
     });
     for (size_t t = 0; t < sums.size(); ++t) sums[t] = b.let("blocks", b.get(total[t]));
