@@ -39,6 +39,8 @@ using namespace ordo::ir;
 namespace {
 
 constexpr float kInf = std::numeric_limits<float>::infinity();
+// Bytes of the f32 copies of a query block and a key block's v (16-bit inputs).
+constexpr int64_t kWidenedScratchBytes = int64_t(512) << 10;
 ExprRef idx(int64_t v) { return index_const(v); }
 ExprRef f32c(float v, int lanes = 1) {
   ExprRef c = constant(Type{ScalarType::f32, 1}, static_cast<double>(v));
@@ -260,7 +262,9 @@ Kernel build_cpu_flash_attention(const Request& r, const Order& order) {
   f.rows = b.buffer("rows", ScalarType::f32, true, Extent::scratch, f.qS * f.D);
   f.row_max = b.buffer("row_max", ScalarType::f32, true, Extent::scratch, f.qS);
   f.row_sum = b.buffer("row_sum", ScalarType::f32, true, Extent::scratch, f.qS);
-  if (r.x_dtype != ScalarType::f32) {
+  // The widened copies live with the other scratch on the running thread's stack: only while
+  // they stay within kWidenedScratchBytes (D up to 168 at S >= 768); past it each use widens.
+  if (r.x_dtype != ScalarType::f32 && (f.qS + f.kS) * f.D * 4 <= kWidenedScratchBytes) {
     f.q_f32 = b.buffer("q_rows", ScalarType::f32, true, Extent::scratch, f.qS * f.D);
     f.v_f32 = b.buffer("v_rows", ScalarType::f32, true, Extent::scratch, f.kS * f.D);
   }

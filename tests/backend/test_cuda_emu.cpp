@@ -232,6 +232,49 @@ TEST_CASE("attention_backward: the CPU runs the two stages where the one kernel'
   }
 }
 
+// Scratch lives on the running thread's stack (the caller's, on one thread; std::thread's 8 MiB
+// by default in the pool). Every CPU attention and attention_backward kernel at the largest head
+// dim and long sequences keeps it within half of that.
+TEST_CASE("attention: every CPU kernel's scratch stays within 4 MiB at D = 512") {
+  constexpr int64_t kBound = int64_t(4) << 20;
+  int64_t largest = 0, kernels = 0;
+  std::string largest_name;
+  for (const gen::NamedOrder& n : gen::named_orders())
+    for (OpKind op : n.ops) {
+      if (op != OpKind::attention && op != OpKind::attention_backward) continue;
+      if (n.device_only) continue;
+      for (ScalarType t : n.dtypes)
+        for (int64_t s : {int64_t(1000), int64_t(4096)}) {
+          Request r;
+          r.op = op;
+          r.order = std::string(n.name);
+          r.x_dtype = t;
+          r.seq_q = r.seq_k = s;
+          r.cols = 512;
+          r.has_weight = r.has_bias = false;
+          r.target = Target::cpu;
+          std::vector<ir::Kernel> stages;
+          try {
+            stages = gen::build_stages(r, gen::resolve(r));
+          } catch (const Error&) {
+            continue;  // an order that refuses this dtype or host here
+          }
+          for (const ir::Kernel& k : stages) {
+            int64_t bytes = 0;
+            for (const ir::Buffer& b : k.buffers)
+              if (!ir::is_argument(b)) bytes += b.per_row * size_bytes(b.elem);
+            const std::string what = fmt::format("{} {} {} S={} ({})", name(op), n.name, name(t), s, k.name);
+            INFO(what);
+            CHECK(bytes <= kBound);
+            if (bytes > largest) largest = bytes, largest_name = what;
+            ++kernels;
+          }
+        }
+    }
+  CHECK(kernels > 20);
+  MESSAGE(fmt::format("{} kernels; the most scratch: {} bytes, {}", kernels, largest, largest_name));
+}
+
 TEST_CASE("attention: cuda-emu matches the interpreter bit for bit") {
   const int cases = attention_vs_interpreter(Target::cuda_emu, !full_sweep());
   CHECK(cases > 0);
