@@ -25,6 +25,23 @@ examples:
 
 namespace {
 
+// Medians of `n` compiles of r that bypass the disk cache (the caller sets ORDO_CACHE=0): the
+// whole compile and its phases, in ms.
+struct ColdCompiles {
+  double total, lower, optimize, codegen;
+};
+ColdCompiles cold_compiles(const ordo::Request& r, int n) {
+  std::vector<double> total, lower, optimize, codegen;
+  for (int i = 0; i < n; ++i) {
+    ordo::KernelHandle c = ordo::compile_uncached(r);
+    total.push_back(c->compile_ms());
+    lower.push_back(c->lower_ms());
+    optimize.push_back(c->optimize_ms());
+    codegen.push_back(c->codegen_ms());
+  }
+  return {median(total), median(lower), median(optimize), median(codegen)};
+}
+
 // ordo bench attention: GFLOP/s of one order (4*S_q*S_k*D flops per head, the materialized
 // count; causal runs compute every score, so the same count applies), next to the machine's fma
 // peak measured in this process, the cold compile, and the process's peak RSS (inputs included).
@@ -43,15 +60,7 @@ int bench_attention(const Args& a, ordo::Request r) {
   const auto t_compile = clock::now();
   ordo::KernelHandle k = ordo::compile_uncached(r);
   const double first_compile_ms = since(t_compile) * 1e3;
-  std::vector<double> cold, lower, optimize, codegen;
-  for (int i = 0; i < 3; ++i) {
-    ordo::KernelHandle c = ordo::compile_uncached(r);
-    cold.push_back(c->compile_ms());
-    lower.push_back(c->lower_ms());
-    optimize.push_back(c->optimize_ms());
-    codegen.push_back(c->codegen_ms());
-  }
-  const double compile_ms = median(cold);
+  const ColdCompiles cold = cold_compiles(r, 3);
   restore_env("ORDO_CACHE", saved_cache);
   ordo::HostBuffers h = ordo::make_buffers(*k, rows, 1, 0.0, 1.0);
   std::vector<ordo::BufferRef> refs = h.refs(rows, r.cols);
@@ -80,8 +89,8 @@ int bench_attention(const Args& a, ordo::Request r) {
       "\"peak_rss_mb\": {:.1f}, \"input_output_mb\": {:.1f}}}\n",
       ordo::name(r.op), r.order, rows, r.seq_q, r.seq_k, r.cols, r.causal, ordo::name(r.x_dtype), threads, tmin, median(ts), ts.size(), flops / tmin / 1e9,
       peak.available ? fmt::format("{:.3f}", peak.gflops) : "null",
-      peak.available ? fmt::format("{:.4f}", flops / tmin / 1e9 / peak.gflops) : "null", compile_ms, median(lower), median(optimize),
-      median(codegen), first_compile_ms, ru.ru_maxrss / 1024.0,
+      peak.available ? fmt::format("{:.4f}", flops / tmin / 1e9 / peak.gflops) : "null", cold.total, cold.lower, cold.optimize,
+      cold.codegen, first_compile_ms, ru.ru_maxrss / 1024.0,
       [&] {
         double b = 0;
         for (const auto& x : h.bytes) b += static_cast<double>(x.size());
@@ -119,15 +128,9 @@ int cmd_bench(int argc, char** argv) {
   // Cold compiles bypass the disk cache; disk hits read a private temporary cache directory
   // that one compile has filled. The user's environment is restored afterwards.
   const std::optional<std::string> saved_cache = env("ORDO_CACHE"), saved_dir = env("ORDO_CACHE_DIR");
-  std::vector<double> cold, lower, optimize, codegen, disk_hit;
+  std::vector<double> disk_hit;
   ::setenv("ORDO_CACHE", "0", 1);
-  for (int i = 0; i < 7; ++i) {
-    ordo::KernelHandle c = ordo::compile_uncached(r);
-    cold.push_back(c->compile_ms());
-    lower.push_back(c->lower_ms());
-    optimize.push_back(c->optimize_ms());
-    codegen.push_back(c->codegen_ms());
-  }
+  const ColdCompiles cold = cold_compiles(r, 7);
   const std::filesystem::path bench_cache = std::filesystem::temp_directory_path() / fmt::format("ordo_bench_cache.{}", ::getpid());
   ::setenv("ORDO_CACHE", "1", 1);
   ::setenv("ORDO_CACHE_DIR", bench_cache.c_str(), 1);
@@ -190,7 +193,7 @@ int cmd_bench(int argc, char** argv) {
       "\"runs\": {}, \"compile_ms_cold\": {:.3f}, \"compile_ms_phases\": {{\"lower\": {:.3f}, \"optimize\": {:.3f}, "
       "\"codegen\": {:.3f}}}, \"disk_cache_hit_ms\": {:.3f}, \"cache_hit_us\": {:.4f}{}}}\n",
       ordo::name(op), r.order, rows, r.cols, ordo::name(r.x_dtype), threads, k->rows_in_flight(), bytes, bytes / tmin / 1e9,
-      tmin, median(ts), ts.size(), median(cold), median(lower), median(optimize), median(codegen), median(disk_hit), hit_us,
+      tmin, median(ts), ts.size(), cold.total, cold.lower, cold.optimize, cold.codegen, median(disk_hit), hit_us,
       extra);
   return 0;
 }
