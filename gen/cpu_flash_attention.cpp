@@ -81,18 +81,19 @@ struct CpuFlash {
     return b.let("rows_align", binary(Op::Rem, add(mul(thread, idx(spt)), idx(first)), idx(16)));
   }
 
+  // to[0, count) = from[base, base + count) as f32 (exact), as MKL copies 16-bit operands into
+  // its own f32 buffers. count is a multiple of 8 (D is).
+  void widen(int to, int from, const ExprRef& base, int64_t count) {
+    b.for_range("e", idx(0), idx(count), 8, [&](ExprRef e) {
+      b.store(to, e, cast(load(b.kernel(), from, add(base, e), 8), ScalarType::f32));
+    });
+  }
+
   // One query block of qB rows. threaded: MKL runs on torch_threads threads.
   void block(int64_t qB, bool threaded) {
-    // 16-bit queries: the block's rows widened to f32 once (exact, as MKL copies them into its
-    // own f32 buffers), where q @ k^T of every key block would widen each element again.
-    if (q_f32 >= 0)
-      b.for_range("r", idx(0), idx(qB), 1, [&](ExprRef j) {
-        const ExprRef from = b.let("q_row", add(q_base, mul(add(m0, j), idx(D))));
-        const ExprRef to = b.let("q_f32_row", mul(j, idx(D)));
-        b.for_range("d", idx(0), idx(D), 8, [&](ExprRef d) {
-          b.store(q_f32, add(to, d), cast(load(b.kernel(), q, add(from, d), 8), ScalarType::f32));
-        });
-      });
+    // 16-bit queries: the block's rows widened to f32 once, where q @ k^T of every key block
+    // would widen each element again.
+    if (q_f32 >= 0) widen(q_f32, q, add(q_base, mul(m0, idx(D))), qB * D);
     b.for_range("r", idx(0), idx(qB), 1, [&](ExprRef j) {
       b.store(row_max, j, f32c(-kInf));
       b.store(row_sum, j, f32c(0.0f));
@@ -121,10 +122,7 @@ struct CpuFlash {
     b.region("p@v", fmt::format("{} rows x {} keys, D = {}{}", qB, kvB, D, first ? "" : ", beta = 1"), [&] {
       // 16-bit v: the key block's rows widened to f32 once (exact), where each block of output
       // rows would widen them again.
-      if (v_f32 >= 0)
-        b.for_range("e", idx(0), idx(kvB * D), 8, [&](ExprRef e) {
-          b.store(v_f32, e, cast(load(b.kernel(), v, add(k_rows.base, e), 8), ScalarType::f32));
-        });
+      if (v_f32 >= 0) widen(v_f32, v, k_rows.base, kvB * D);
       emit_gemm_nn(b, o.gemm, inputs(), qB, D, kvB, s, v_rows, acc, !first, threaded, rows_align(threaded));
     });
   }
