@@ -18,9 +18,15 @@ if(ORDO_SANITIZE)
   if(ORDO_SANITIZE MATCHES "thread" AND ORDO_SANITIZE MATCHES "address")
     message(FATAL_ERROR "ORDO_SANITIZE=${ORDO_SANITIZE}: ThreadSanitizer cannot be combined with AddressSanitizer")
   endif()
-  # -O1 instead of Release's -O3: about half the compile time, and the level the sanitizers'
-  # documentation recommends for usable stack traces. -g1 gives them file:line at little cost.
-  add_compile_options(-fsanitize=${ORDO_SANITIZE} -fno-omit-frame-pointer -O1 -g1)
+  # -O0 instead of Release's -O3: under the sanitizers (and libFuzzer's coverage counters) -O1
+  # took four times as long to compile (gen/reductions.cpp: 25 s against 6 s), and -O0 gives the
+  # most exact stack traces. But the sanitized tests ran 2.8 times as long with all of it at -O0
+  # (784 s against 277 s): their hot code is the interpreter (perf: over two thirds of test_ir's
+  # time, with ASan's stack and shadow upkeep). So ir/ keeps -O1, as do the other hot files
+  # (ORDO_SANITIZE_HOT_OPTIONS, applied in CMakeLists.txt). -g1 gives the reports file:line at
+  # little cost.
+  add_compile_options(-fsanitize=${ORDO_SANITIZE} -fno-omit-frame-pointer -O0 -g1)
+  set(ORDO_SANITIZE_HOT_OPTIONS -O1)
   if(ORDO_SANITIZE MATCHES "undefined")
     add_compile_options(-fno-sanitize-recover=all)
     # Clang's -fsanitize=function checks an indirect call by reading a type signature from the 8
