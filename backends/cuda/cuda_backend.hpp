@@ -132,8 +132,9 @@ class EmuKernel {
   RunFn run_;
   double compile_ms_;
 };
-// Compiles with $ORDO_EMU_CXX (default c++) -std=c++17 -O1 -ffp-contract=off into a shared
-// object and loads it (it stays loaded for the life of the process). Thread-safe.
+// Compiles with $ORDO_EMU_CXX (default c++) -std=c++17 -O0 -ffp-contract=off (linked by gold when
+// installed) into a shared object and loads it (it stays loaded for the life of the process).
+// Thread-safe.
 EmuKernel compile_emu(const Source& s);
 // The two halves, for the disk cache: the shared object's bytes, and loading them.
 std::string compile_emu_object(const Source& s);
