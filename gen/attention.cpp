@@ -26,6 +26,16 @@ using namespace ordo::ir;
 
 namespace {
 
+// Threads per query row in flash's team form: halve the row's D dims between threads until each
+// share is at most 128 (a thread's accumulator stays in registers), but only while each share is
+// whole vectors of 8 dims: D = 136 stays on one thread (17 vectors), where two shares of 68 dims
+// would have left dims 64..67 and 132..135 unwritten.
+int flash_team_split(int64_t D) {
+  int split = 1;
+  while (D / split > 128 && D % (16 * split) == 0) split *= 2;
+  return split;
+}
+
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
 // Keys whose scores are computed together, interleaved over d: independent dot products, so no
@@ -418,8 +428,7 @@ struct Attention {
   // per thread.
   void flash_team() {
     const int T = o.team;
-    int split = 1;
-    while (D / split > 128) split *= 2;
+    const int split = flash_team_split(D);
     const int Q = T / split;  // queries per instance
     const int64_t Bc = std::min<int64_t>(o.key_block, Sk);
     const int kt = b.buffer("k_tile", ScalarType::f32, true, Extent::scratch, Bc * D);
@@ -628,8 +637,7 @@ Kernel build_attention(const Request& r, const Order& order) {
   k.grid_rank = 2;
   if (o.kind == AttentionOrder::Kind::Flash && o.team > 0) {
     k.team = o.team;
-    int split = 1;  // threads per query: flash_team()
-    while (r.cols / split > 128) split *= 2;
+    const int split = flash_team_split(r.cols);  // threads per query: flash_team()
     const int queries = std::max(1, o.team / split);
     k.grid_fixed = {(r.seq_q + queries - 1) / queries};
     b.region("attention", describe(o), [&] { a.flash_team(); });
