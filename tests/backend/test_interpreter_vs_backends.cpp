@@ -310,15 +310,17 @@ TEST_CASE("causal flash skips the key blocks past an instance's last query") {
 }
 
 // flash-cuda maps flash(Bc) onto a CUDA block (a team: a query per thread, or two and four
-// threads per query at D = 256 and 512; K/V tiles in team memory). The mapping is not part of
-// the order: in the interpreter, the specification, its bits must be flash(bc=Bc)'s, on shapes
-// across the tile, team and key-block boundaries, causal, with the lse, in f32 and bf16.
+// threads per query at D = 256 and 512; one at D = 136 and 264, where two threads' shares would
+// not be whole vectors of 8; K/V tiles in team memory). The mapping is not part of the order: in
+// the interpreter, the specification, its bits must be flash(bc=Bc)'s, on shapes across the
+// tile, team and key-block boundaries, causal, with the lse, in f32 and bf16.
 TEST_CASE("flash-cuda has the bits of flash(Bc) with query lanes") {
   struct Shape {
     int64_t sq, sk, d;
   };
   int cases = 0;
-  for (const Shape& s : {Shape{1, 1, 32}, Shape{65, 70, 64}, Shape{9, 33, 128}, Shape{40, 17, 256}, Shape{5, 9, 512}})
+  for (const Shape& s : {Shape{1, 1, 32}, Shape{65, 70, 64}, Shape{9, 33, 128}, Shape{40, 17, 256}, Shape{5, 9, 512},
+                         Shape{7, 20, 136}, Shape{3, 11, 264}})
     for (ScalarType t : {ScalarType::f32, ScalarType::bf16})
       for (bool causal : {false, true}) {
         const int64_t bc = std::min<int64_t>(64, 4096 / s.d);
