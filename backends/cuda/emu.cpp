@@ -81,9 +81,6 @@ std::string launcher(const Source& s) {
       s.block_threads, s.uses_barriers ? "true" : "false", s.entry, args, s.instances_per_block);
 }
 
-}  // namespace
-
-namespace {
 // Whether `program` is an executable file in a directory of PATH.
 bool on_path(const std::string& program) {
   const char* path = std::getenv("PATH");
@@ -92,6 +89,7 @@ bool on_path(const std::string& program) {
     if (!dir.empty() && access((std::filesystem::path(dir) / program).c_str(), X_OK) == 0) return true;
   return false;
 }
+
 }  // namespace
 
 std::vector<std::string> emu_compiler_command() {
