@@ -86,8 +86,8 @@ void torch_cpu_dx(Builder& b, const Request& r, const NormBackwardOrder& o, cons
     ds_term = [&](ExprRef col, int lanes) { return Term{ld(buf.dy, col, lanes), ld(buf.x, col, lanes)}; };
     db_term = [&](ExprRef col, int lanes) { return Term{ld(buf.dy, col, lanes), nullptr}; };
   }
-  ExprRef ds = emit_vec_reduce_all(b, red, N, ds_term, "ds");
-  ExprRef db = emit_vec_reduce_all(b, red, N, db_term, "db");
+  const std::vector<ExprRef> sums = emit_vec_reduce_all(b, red, N, {{ds_term, "ds"}, {db_term, "db"}});
+  const ExprRef ds = sums[0], db = sums[1];
 
   ExprRef scale = b.let("scale", div(f32c(1.0), f32c(static_cast<double>(N))));
   ExprRef t = b.let("t", mul_add(db, mean, unary(Op::Neg, ds), fused));

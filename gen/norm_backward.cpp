@@ -46,53 +46,74 @@ ExprRef sequential(Builder& b, int64_t n, const TermFn& term, const std::string&
 
 }  // namespace
 
-ExprRef emit_vec_reduce_all(Builder& b, const VecReduceAll& o, int64_t n, const TermFn& term, const std::string& label) {
-  ExprRef result;
+std::vector<ExprRef> emit_vec_reduce_all(Builder& b, const VecReduceAll& o, int64_t n, const std::vector<LabelledTerm>& sums) {
+  std::vector<ExprRef> result(sums.size());
   const int V = o.lanes;
   const std::string note = fmt::format("vec_reduce_all(lanes={}{}, fold={}, loop {}, tail {})", V, o.split16 ? " x2 (16-bit input)" : "",
                                        o.fold == LaneFold::Halving ? "halving" : "sequential", o.fma_loop ? "fma" : "mul+add",
                                        o.fma_tail ? "fma" : "mul+add");
   const Arith ar{f32, std::nullopt};
-  b.region(label, note, [&] {
+  std::string region = sums.at(0).label;
+  for (size_t s = 1; s < sums.size(); ++s) region += ", " + sums[s].label;
+  b.region(region, note, [&] {
     const int64_t block = o.split16 ? 2 * V : V;
     if (n < V || (o.split16 && n == V)) {
-      result = sequential(b, n, term, label);
+      for (size_t s = 0; s < sums.size(); ++s) result[s] = sequential(b, n, sums[s].term, sums[s].label);
       return;
     }
     if (n < block) {  // 16-bit input, V < n < 2V
-      std::vector<ExprRef> d0 = lanes_of(b, b.let(label + ".v0", first_of(term(index_const(0), V))), label + ".lane");
-      for (int64_t l = 0; l < n - V; ++l)
-        d0[size_t(l)] = b.let(label + ".lane", plain_accumulate(d0[size_t(l)], term(index_const(V + l), 1), o.fma_small));
-      result = b.let(label, fold_lanes(d0, o.small_fold_by_tree ? o.fold : LaneFold::Sequential, ar));
+      for (size_t s = 0; s < sums.size(); ++s) {
+        const TermFn& term = sums[s].term;
+        const std::string& label = sums[s].label;
+        std::vector<ExprRef> d0 = lanes_of(b, b.let(label + ".v0", first_of(term(index_const(0), V))), label + ".lane");
+        for (int64_t l = 0; l < n - V; ++l)
+          d0[size_t(l)] = b.let(label + ".lane", plain_accumulate(d0[size_t(l)], term(index_const(V + l), 1), o.fma_small));
+        result[s] = b.let(label, fold_lanes(d0, o.small_fold_by_tree ? o.fold : LaneFold::Sequential, ar));
+      }
       return;
     }
+    // Every sum's accumulators step in one loop: each sum's operations and their order are
+    // its own, so the sums come out as they would one after the other, and the row is read once.
     const int64_t whole = n / block;
-    int acc0 = b.local(label + ".acc0", Type{f32, V});
-    int acc1 = o.split16 ? b.local(label + ".acc1", Type{f32, V}) : -1;
-    b.assign(acc0, first_of(term(index_const(0), V)));
-    if (o.split16) b.assign(acc1, first_of(term(index_const(V), V)));
+    std::vector<int> acc0(sums.size()), acc1(sums.size(), -1);
+    for (size_t s = 0; s < sums.size(); ++s) {
+      acc0[s] = b.local(sums[s].label + ".acc0", Type{f32, V});
+      if (o.split16) acc1[s] = b.local(sums[s].label + ".acc1", Type{f32, V});
+      b.assign(acc0[s], first_of(sums[s].term(index_const(0), V)));
+      if (o.split16) b.assign(acc1[s], first_of(sums[s].term(index_const(V), V)));
+    }
     if (whole > 1)
       b.for_range("col", index_const(block), index_const(whole * block), block, [&](ExprRef col) {
-        b.assign(acc0, plain_accumulate(b.get(acc0), term(col, V), o.fma_loop));
-        if (o.split16) b.assign(acc1, plain_accumulate(b.get(acc1), term(add(col, index_const(V)), V), o.fma_loop));
+        for (size_t s = 0; s < sums.size(); ++s) {
+          b.assign(acc0[s], plain_accumulate(b.get(acc0[s]), sums[s].term(col, V), o.fma_loop));
+          if (o.split16) b.assign(acc1[s], plain_accumulate(b.get(acc1[s]), sums[s].term(add(col, index_const(V)), V), o.fma_loop));
+        }
       });
     const int64_t tail = n - whole * block, at = whole * block;
-    // A 16-bit tail of more than V terms fills acc0's vector whole.
-    if (o.split16 && tail > V) b.assign(acc0, plain_accumulate(b.get(acc0), term(index_const(at), V), o.fma_tail));
-    std::vector<ExprRef> lanes0 = lanes_of(b, b.get(acc0), label + ".lane0");
-    std::vector<ExprRef> lanes1 = o.split16 ? lanes_of(b, b.get(acc1), label + ".lane1") : std::vector<ExprRef>{};
-    // The masked tail: lanes 0..count-1 of one accumulator take a term each.
-    auto masked = [&](std::vector<ExprRef>& lanes, int64_t first, int64_t count) {
-      for (int64_t l = 0; l < count; ++l)
-        lanes[size_t(l)] = b.let(label + ".lane", plain_accumulate(lanes[size_t(l)], term(index_const(first + l), 1), o.fma_tail));
-    };
-    if (o.split16 && tail > V) masked(lanes1, at + V, tail - V);
-    else if (tail > 0) masked(lanes0, at, tail);
-    if (o.split16)
-      for (int l = 0; l < V; ++l) lanes0[size_t(l)] = b.let(label + ".lane", add(lanes0[size_t(l)], lanes1[size_t(l)]));
-    result = b.let(label, fold_lanes(lanes0, o.fold, ar));
+    for (size_t s = 0; s < sums.size(); ++s) {
+      const TermFn& term = sums[s].term;
+      const std::string& label = sums[s].label;
+      // A 16-bit tail of more than V terms fills acc0's vector whole.
+      if (o.split16 && tail > V) b.assign(acc0[s], plain_accumulate(b.get(acc0[s]), term(index_const(at), V), o.fma_tail));
+      std::vector<ExprRef> lanes0 = lanes_of(b, b.get(acc0[s]), label + ".lane0");
+      std::vector<ExprRef> lanes1 = o.split16 ? lanes_of(b, b.get(acc1[s]), label + ".lane1") : std::vector<ExprRef>{};
+      // The masked tail: lanes 0..count-1 of one accumulator take a term each.
+      auto masked = [&](std::vector<ExprRef>& lanes, int64_t first, int64_t count) {
+        for (int64_t l = 0; l < count; ++l)
+          lanes[size_t(l)] = b.let(label + ".lane", plain_accumulate(lanes[size_t(l)], term(index_const(first + l), 1), o.fma_tail));
+      };
+      if (o.split16 && tail > V) masked(lanes1, at + V, tail - V);
+      else if (tail > 0) masked(lanes0, at, tail);
+      if (o.split16)
+        for (int l = 0; l < V; ++l) lanes0[size_t(l)] = b.let(label + ".lane", add(lanes0[size_t(l)], lanes1[size_t(l)]));
+      result[s] = b.let(label, fold_lanes(lanes0, o.fold, ar));
+    }
   });
   return result;
+}
+
+ExprRef emit_vec_reduce_all(Builder& b, const VecReduceAll& o, int64_t n, const TermFn& term, const std::string& label) {
+  return emit_vec_reduce_all(b, o, n, {LabelledTerm{term, label}}).at(0);
 }
 
 ExprRef ColumnRow::load(int buffer) const {

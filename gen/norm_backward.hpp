@@ -34,6 +34,13 @@ struct VecReduceAll {
 };
 // Returns a read of a scalar f32 local holding the sum.
 ir::ExprRef emit_vec_reduce_all(ir::Builder& b, const VecReduceAll& o, int64_t n, const TermFn& term, const std::string& label);
+// Several sums of one row, each in that order, their whole-vector steps in one loop (the row is
+// read once): the same bits as one emit_vec_reduce_all per sum. Returns the sums in order.
+struct LabelledTerm {
+  TermFn term;
+  std::string label;
+};
+std::vector<ir::ExprRef> emit_vec_reduce_all(ir::Builder& b, const VecReduceAll& o, int64_t n, const std::vector<LabelledTerm>& sums);
 
 // softmax_backward's row sum s by its order (ir::SoftmaxBackwardOrder, gen/softmax_backward.cpp):
 // sum(dy*y) when `products` (term: dy and y), else sum(dy), over n terms, 16-bit rows read as
