@@ -350,21 +350,26 @@ void tiled_column_sums(Builder& b, const ColumnSumOrder& order, int64_t n, Scala
   // An instance takes `per` vectors of L columns side by side: each row then reads per*L
   // contiguous elements of every input (a page walk serves more of them). Columns are
   // independent, so the tiling changes no bit. When N is a multiple of L, `per` divides N / L,
-  // every load is a vector load, and the tile is up to 1024 columns (a 4 KiB page of f32 per row
-  // and input) whose accumulators live in scratch, walked by a loop over the tile's vectors:
-  // 128-column tiles of register accumulators left the column stage about twice as slow on
-  // 8192 x 4096 (page walks, and no prefetch across the rows' pages). The tile stays narrow
-  // enough to give every hardware thread two instances. Otherwise (and for one
-  // column, CUDA's thread per column) up to 8 vectors of register accumulators, the instance's
-  // columns past N - 1 repeating column N - 1 (computing its sums again and storing the same
-  // bits to it) through gathers.
+  // every load is a vector load, and the tile is up to a 4 KiB page of the widest row input per
+  // row (1024 columns of f32, 2048 of bf16 or f16), whose accumulators live in scratch, walked by
+  // a loop over the tile's vectors: 128-column tiles of register accumulators left the column
+  // stage about twice as slow on 8192 x 4096 (page walks, and no prefetch across the rows'
+  // pages), and 1024-column tiles of bf16 (half a page) made layer_norm_backward bf16 about 35%
+  // slower than 2048. The tile stays narrow enough to give every hardware thread an instance.
+  // Otherwise (and for one column, CUDA's thread per column) up to 8 vectors of register
+  // accumulators, the instance's columns past N - 1 repeating column N - 1 (computing its sums
+  // again and storing the same bits to it) through gathers.
   const int L = one_column ? 1 : static_cast<int>(std::min<int64_t>(order.lanes, n));
   const int64_t vectors = (n + L - 1) / L;
   const bool tiled_in_scratch = !one_column && n % L == 0;
-  // Scratch tiles stop short of leaving a thread idle: at least two instances per hardware
+  // Scratch tiles stop short of leaving a thread idle: at least one instance per hardware
   // thread where N allows (the pool runs one per thread at a time).
-  const int64_t spread = std::max<int64_t>(1, vectors / (2 * std::max<int64_t>(2, std::thread::hardware_concurrency())));
-  int per = one_column ? 1 : static_cast<int>(std::min<int64_t>(tiled_in_scratch ? std::min<int64_t>(1024 / L, spread) : 8, vectors));
+  int64_t row_input_bytes = 1;
+  for (const Buffer& buf : k.buffers)
+    if (!buf.output && buf.extent == Extent::rows_by_cols) row_input_bytes = std::max<int64_t>(row_input_bytes, size_bytes(buf.elem));
+  const int64_t page_columns = 4096 / row_input_bytes;
+  const int64_t spread = std::max<int64_t>(1, vectors / std::max<int64_t>(2, std::thread::hardware_concurrency()));
+  int per = one_column ? 1 : static_cast<int>(std::min<int64_t>(tiled_in_scratch ? std::min<int64_t>(page_columns / L, spread) : 8, vectors));
   if (n % L == 0)
     while (vectors % per != 0) --per;
   const int64_t width = int64_t(per) * L;
