@@ -249,6 +249,83 @@ void contiguous_cascade(Builder& b, const std::vector<ColumnSum>& sums, int V, E
   for (size_t s = 0; s < sums.size(); ++s) b.assign(result[s], add(constant(one, 0.0), b.get(fin[s])));
 }
 
+// The vectors of L columns an instance takes side by side when its accumulators live in scratch:
+// up to a 4 KiB page of the widest row input per row (1024 columns of f32, 2048 of bf16 or f16),
+// few enough to give every hardware thread an instance (the pool runs one per thread at a time),
+// and dividing `vectors`. Columns are independent, so the tile changes no bit.
+int scratch_tile_vectors(const Kernel& k, int L, int64_t vectors) {
+  int64_t row_input_bytes = 1;
+  for (const Buffer& buf : k.buffers)
+    if (!buf.output && buf.extent == Extent::rows_by_cols) row_input_bytes = std::max<int64_t>(row_input_bytes, size_bytes(buf.elem));
+  const int64_t page_columns = 4096 / row_input_bytes;
+  const int64_t spread = std::max<int64_t>(1, vectors / std::max<int64_t>(2, std::thread::hardware_concurrency()));
+  int per = static_cast<int>(std::max<int64_t>(1, std::min({page_columns / L, spread, vectors})));
+  while (vectors % per != 0) --per;
+  return per;
+}
+
+// level_cascade for a tile of `per` vectors of L columns from column `first`, in lock step: each
+// row adds the tile's per*L contiguous columns to level 0 before the next row, and the carries
+// run over the whole tile. Every column sees level_cascade's operations in its order, so its bits
+// are the same; a walk of one vector per instance read 16 or 32 bytes of every row, in page walks.
+// The levels live in scratch, level l of sum s, vector v at ((l * sums + s) * per + v) * L.
+// result(s, v) receives sum s of vector v, ((A0 + A1) + A2) + A3.
+void tiled_level_cascade(Builder& b, const std::vector<ColumnSum>& sums, ExprRef count, ExprRef first, int per, int L, int64_t n,
+                         const std::function<void(size_t, ExprRef first_col, ExprRef sum)>& result) {
+  Kernel& k = b.kernel();
+  const int64_t width = int64_t(per) * L, stride = int64_t(sums.size()) * width;
+  const int levels = b.buffer("cascade_levels", f32, true, Extent::scratch, 4 * stride);
+  auto at = [&](int l, size_t s, ExprRef v) {
+    return add(index_const(int64_t(l) * stride + int64_t(s) * width), mul(std::move(v), index_const(L)));
+  };
+  // body(s, v, first_col) for every sum and vector of the tile.
+  auto each = [&](const std::function<void(size_t, ExprRef, ExprRef)>& body) {
+    b.for_range("vector", index_const(0), index_const(per), 1, [&](ExprRef v) {
+      ExprRef first_col = b.let("first_col", add(first, mul(v, index_const(L))));
+      for (size_t s = 0; s < sums.size(); ++s) body(s, v, first_col);
+    });
+  };
+  const ExprRef zero = broadcast(constant(Type{f32, 1}, 0.0), L);
+  auto add_row = [&](ExprRef i) {
+    each([&](size_t s, ExprRef v, ExprRef first_col) {
+      const ColumnRow cr{b, i, first_col, nullptr, L, n};
+      b.store(levels, at(0, s, v), sums[s].accumulate(cr, load(k, levels, at(0, s, v), L)));
+    });
+  };
+  // A[to] += A[from]; A[from] = +0.
+  auto carry = [&](int from, int to) {
+    each([&](size_t s, ExprRef v, ExprRef) {
+      b.store(levels, at(to, s, v), add(load(k, levels, at(to, s, v), L), load(k, levels, at(from, s, v), L)));
+      b.store(levels, at(from, s, v), zero);
+    });
+  };
+  // As level_cascade: L = 2^P rows per group, P = max(4, ceil(log2 m) / 4).
+  ExprRef m1 = b.let("cascade_m1", sub(count, index_const(1)));
+  ExprRef Lr = index_const(16);
+  for (int t = 5; t <= 15; ++t) Lr = select(binary(Op::Le, index_const(int64_t(1) << (4 * t - 1)), m1), index_const(int64_t(1) << t), Lr);
+  Lr = b.let("level_rows", Lr);
+  ExprRef LL = b.let("level_rows2", mul(Lr, Lr));
+  ExprRef groups = b.let("level_groups", div(count, Lr));
+  each([&](size_t s, ExprRef v, ExprRef) {
+    for (int l = 0; l < 4; ++l) b.store(levels, at(l, s, v), zero);
+  });
+  b.for_range("group", index_const(0), groups, 1, [&](ExprRef g) {
+    ExprRef first_row = mul(g, Lr);
+    b.for_range("row", first_row, add(first_row, Lr), 1, add_row);
+    carry(0, 1);
+    ExprRef done = add(g, index_const(1));
+    b.if_(binary(Op::Eq, binary(Op::Rem, done, Lr), index_const(0)), [&] {
+      carry(1, 2);
+      b.if_(binary(Op::Eq, binary(Op::Rem, done, LL), index_const(0)), [&] { carry(2, 3); });
+    });
+  });
+  b.for_range("row", mul(groups, Lr), count, 1, add_row);
+  each([&](size_t s, ExprRef v, ExprRef first_col) {
+    auto A = [&](int l) { return load(k, levels, at(l, s, v), L); };
+    result(s, first_col, add(add(add(A(0), A(1)), A(2)), A(3)));
+  });
+}
+
 }  // namespace
 
 std::vector<ColumnSpan> column_spans(const ColumnSumOrder& order, int64_t n) {
@@ -263,16 +340,32 @@ std::vector<ColumnSpan> column_spans(const ColumnSumOrder& order, int64_t n) {
   return out;
 }
 
-// The LevelCascade walks: an instance per vector of order.lanes columns of `span` (one column on
-// the CUDA targets).
+// The LevelCascade walks: the cascade over a span that is whole vectors of order.lanes columns
+// takes a tile of them per instance (tiled_level_cascade); the interleaved and contiguous walks,
+// and every walk on the CUDA targets (one column per instance), an instance per vector.
 void span_column_sums(Builder& b, const ColumnSumOrder& order, int64_t n, const ColumnSpan& span, const std::vector<ColumnSum>& sums,
                       bool one_column) {
   Kernel& k = b.kernel();
   const int64_t width = span.end - span.first;
   const int L = one_column ? 1 : static_cast<int>(std::min<int64_t>(order.lanes, width));
-  const int64_t instances = (width + L - 1) / L;
   k.grid_over_rows = false;
   k.grid_rank = 1;
+  if (span.walk == ColumnSpan::Walk::Cascade && !one_column && width % L == 0) {
+    // The cascade over a tile of vectors in lock step (tiled_level_cascade).
+    const int per = scratch_tile_vectors(k, L, width / L);
+    k.grid_fixed = {width / (int64_t(per) * L)};
+    ExprRef first = b.let("first_col", add(index_const(span.first), mul(program_id(0), index_const(int64_t(per) * L))));
+    ExprRef M = b.let("rows", launch_rows());
+    b.region("columns", describe(order), [&] {
+      tiled_level_cascade(b, sums, M, first, per, L, n, [&](size_t s, ExprRef first_col, ExprRef sum) {
+        ExprRef total = add(f32c(0.0, L), std::move(sum));
+        const ScalarType out = k.buffers[size_t(sums[s].out)].elem;
+        b.store(sums[s].out, first_col, out == f32 ? total : cast(total, out));
+      });
+    });
+    return;
+  }
+  const int64_t instances = (width + L - 1) / L;
   k.grid_fixed = {instances};
   ExprRef first_col = b.let("first_col", add(index_const(span.first), mul(program_id(0), index_const(L))));
   // When the span is not a multiple of the vector, the last instance's spare lanes repeat its
@@ -349,14 +442,12 @@ void tiled_column_sums(Builder& b, const ColumnSumOrder& order, int64_t n, Scala
   Kernel& k = b.kernel();
   // An instance takes `per` vectors of L columns side by side: each row then reads per*L
   // contiguous elements of every input (a page walk serves more of them). Columns are
-  // independent, so the tiling changes no bit. When N is a multiple of L, `per` divides N / L,
-  // every load is a vector load, and the tile is up to a 4 KiB page of the widest row input per
-  // row (1024 columns of f32, 2048 of bf16 or f16), whose accumulators live in scratch, walked by
+  // independent, so the tiling changes no bit. When N is a multiple of L, every load is a vector
+  // load and the tile is scratch_tile_vectors' page, whose accumulators live in scratch, walked by
   // a loop over the tile's vectors: 128-column tiles of register accumulators left the column
   // stage about twice as slow on 8192 x 4096 (page walks, and no prefetch across the rows'
   // pages), and 1024-column tiles of bf16 (half a page) made layer_norm_backward bf16 about 35%
-  // slower than 2048. The tile stays narrow enough to give every hardware thread an instance.
-  // Otherwise (and for one column, CUDA's thread per column) up to 8 vectors of register
+  // slower than 2048. Otherwise (and for one column, CUDA's thread per column) up to 8 vectors of register
   // accumulators, the instance's columns past N - 1 repeating column N - 1 (computing its sums
   // again and storing the same bits to it) through gathers.
   const int L = one_column ? 1 : static_cast<int>(std::min<int64_t>(order.lanes, n));
@@ -364,12 +455,7 @@ void tiled_column_sums(Builder& b, const ColumnSumOrder& order, int64_t n, Scala
   const bool tiled_in_scratch = !one_column && n % L == 0;
   // Scratch tiles stop short of leaving a thread idle: at least one instance per hardware
   // thread where N allows (the pool runs one per thread at a time).
-  int64_t row_input_bytes = 1;
-  for (const Buffer& buf : k.buffers)
-    if (!buf.output && buf.extent == Extent::rows_by_cols) row_input_bytes = std::max<int64_t>(row_input_bytes, size_bytes(buf.elem));
-  const int64_t page_columns = 4096 / row_input_bytes;
-  const int64_t spread = std::max<int64_t>(1, vectors / std::max<int64_t>(2, std::thread::hardware_concurrency()));
-  int per = one_column ? 1 : static_cast<int>(std::min<int64_t>(tiled_in_scratch ? std::min<int64_t>(page_columns / L, spread) : 8, vectors));
+  int per = one_column ? 1 : tiled_in_scratch ? scratch_tile_vectors(k, L, vectors) : static_cast<int>(std::min<int64_t>(8, vectors));
   if (n % L == 0)
     while (vectors % per != 0) --per;
   const int64_t width = int64_t(per) * L;

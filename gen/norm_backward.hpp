@@ -92,10 +92,10 @@ std::vector<ColumnSpan> column_spans(const ir::ColumnSumOrder& order, int64_t n)
 
 // Makes the kernel a column stage (Kernel::grid_over_rows false) over the columns of `span` and
 // emits every sum over the launch's rows in `order`. ThreadSlots and BlockTree over a whole row:
-// an instance takes a tile of up to 8 vectors of order.lanes columns. The LevelCascade walks: an
-// instance per vector of order.lanes columns. On the CUDA targets (`one_column`) an instance is one
-// column, so a block's threads read a row's adjacent columns together. Columns are independent:
-// the tiling changes no bit. `storage` is the slot buffers' type for ThreadSlots with round_slots.
+// an instance takes a tile of vectors of order.lanes columns. The LevelCascade walks: a tile of
+// vectors for the cascade over whole vectors, else an instance per vector. On the CUDA targets
+// (`one_column`) an instance is one column, so a block's threads read a row's adjacent columns
+// together. Columns are independent: the tiling changes no bit. `storage` is the slot buffers' type for ThreadSlots with round_slots.
 void emit_column_sums(ir::Builder& b, const ir::ColumnSumOrder& order, int64_t n, const ColumnSpan& span, ScalarType storage,
                       const std::vector<ColumnSum>& sums, bool one_column);
 // The whole row (orders with a single span).
