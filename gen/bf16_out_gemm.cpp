@@ -3,6 +3,7 @@
 // made here; the IR holds only the chosen order.
 #include "gen/bf16_out_gemm.hpp"
 
+#include <algorithm>
 #include <vector>
 
 #include "gen/reductions.hpp"
@@ -23,23 +24,63 @@ ExprRef as_f32(ExprRef x) { return x->type.scalar == ScalarType::f32 ? x : cast(
 
 // PyTorch's mkldnn_bf16_gemm leaves products of m*n*k <= 4096 to gemm_stub.
 constexpr int64_t kStubWork = 4096;
+// oneDNN's emulated gemm:jit:bf16 sums K above this in two blocks.
+constexpr int64_t kEmulatedKBlock = 384;
+
+using OneDnn = AttentionBackwardOrder::OneDnn;
+
+// oneDNN's emulated gemm:jit:bf16: the rows it computes as one-row calls (its 8-k-block gemv).
+// On `threads` threads it cuts the row-major n x m output into `threads` ranges at
+// floor(t*n*m/threads); the whole rows of a range form one call, and a row the range holds in
+// part is a one-row call on those columns (per column the same sums as the whole row's). So a
+// row is a one-row call when the product has one row, when a cut falls inside it, or when it is
+// the only whole row of its range. Measured with direct calls on 2, 3 and 4 threads, and inside
+// the backward on 2.
+std::vector<bool> emulated_gemv_rows(int64_t n, int64_t m, int threads) {
+  std::vector<bool> gemv(size_t(n), n == 1);
+  if (n == 1) return gemv;
+  for (int64_t t = 0; t < threads; ++t) {
+    const int64_t begin = t * n * m / threads, end = (t + 1) * n * m / threads;
+    if (begin == end) continue;
+    int64_t r0 = begin / m;
+    const int64_t r1 = end / m;
+    if (r0 == r1) {
+      gemv[size_t(r0)] = true;
+      continue;
+    }
+    if (begin % m) gemv[size_t(r0++)] = true;
+    if (r1 - r0 == 1) gemv[size_t(r0)] = true;
+    if (end % m) gemv[size_t(r1)] = true;
+  }
+  return gemv;
+}
 
 }  // namespace
 
-void emit_bf16_out_gemm(Builder& b, bool transb, bool stub_fma, bool onednn, int64_t n, int64_t m, int64_t K, const Matrix& p, const Matrix& v,
-                        const Matrix& c, float alpha, bool beta_zero) {
+bool bf16_out_gemm_threads_matter(OneDnn onednn, int64_t n, int64_t m, int64_t K, int threads) {
+  if (onednn != OneDnn::Emulated || threads == 1 || n == 1 || n * m * K <= kStubWork) return false;
+  const std::vector<bool> rows = emulated_gemv_rows(n, m, threads);
+  return std::find(rows.begin(), rows.end(), true) != rows.end();
+}
+
+void emit_bf16_out_gemm(Builder& b, bool transb, bool stub_fma, OneDnn onednn, int64_t n, int64_t m, int64_t K, const Matrix& p,
+                        const Matrix& v, const Matrix& c, float alpha, bool beta_zero, int threads) {
   if (v.step != 1 || c.step != 1) throw Error("internal: a bf16-output product reads V and C by rows");
   const int lanes = m % 16 == 0 ? 16 : m % 8 == 0 ? 8 : m % 4 == 0 ? 4 : 1;
   const ScalarType storage = b.kernel().buffers[size_t(c.buffer)].elem;  // bf16 or f16
-  if (storage == ScalarType::f16 && onednn) throw Error("internal: oneDNN's f16 gemm is not modelled");
-  const bool stub = !onednn || n * m * K <= kStubWork;
+  if (storage == ScalarType::f16 && onednn != OneDnn::Off) throw Error("internal: oneDNN's f16 gemm is not modelled");
+  const bool stub = onednn == OneDnn::Off || n * m * K <= kStubWork;
+  // Rows the emulated oneDNN kernel computes as one-row calls; every other row is one pair chain,
+  // or two over 384 terms.
+  const std::vector<bool> gemv_rows =
+      onednn == OneDnn::Emulated && !stub ? emulated_gemv_rows(n, m, threads) : std::vector<bool>(size_t(n), false);
   auto p_at = [&](const ExprRef& j, ExprRef k) {
     ExprRef col = p.step == 1 ? std::move(k) : mul(std::move(k), idx(p.step));
     return as_f32(load(b.kernel(), p.buffer, add(add(p.base, mul(j, idx(p.stride))), std::move(col))));
   };
   auto c_index = [&](const ExprRef& j, const ExprRef& e) { return add(add(c.base, mul(j, idx(c.stride))), e); };
   const ExprRef alpha_v = f32c(alpha, lanes);
-  b.for_range("j", idx(0), idx(n), 1, [&](ExprRef j) {
+  auto row = [&](ExprRef j, bool gemv) {
     b.for_range("e", idx(0), idx(m), lanes, [&](ExprRef e) {
       auto v_at = [&](ExprRef k) { return as_f32(load(b.kernel(), v.buffer, add(add(v.base, mul(std::move(k), idx(v.stride))), e), lanes)); };
       auto pk = [&](ExprRef k) {
@@ -79,23 +120,61 @@ void emit_bf16_out_gemm(Builder& b, bool transb, bool stub_fma, bool onednn, int
         // host's dq differs from fma(alpha, dot, C0): S_q = 100, S_k = 513, D = 32).
         result = beta_zero ? mul(alpha_v, dot) : add(c0, mul(alpha_v, dot));
       } else {
-        const int acc = b.local("onednn.acc", Type{ScalarType::f32, lanes});
-        b.assign(acc, f32c(0.0, lanes));
         auto product = [&](ExprRef k) { return mul(pk(k), v_at(k)); };
-        if (n == 1) {
-          b.for_range("k", idx(0), idx(K), 1, [&](ExprRef k) { b.assign(acc, add(b.get(acc), product(k))); });
+        // One chain from +0 over [k0, k0 + count) in pairs, (acc + p[k+1]) + p[k], an odd count's
+        // last product alone.
+        auto pair_chain = [&](ExprRef k0, int64_t count) -> ExprRef {
+          if (count <= 8) {  // unrolled: an 8-k block of the one-row kernel
+            ExprRef acc = f32c(0.0, lanes);
+            auto at = [&](int64_t t) { return t ? add(k0, idx(t)) : k0; };
+            for (int64_t t = 0; t + 1 < count; t += 2) acc = add(add(acc, product(at(t + 1))), product(at(t)));
+            if (count % 2) acc = add(acc, product(at(count - 1)));
+            return b.let("onednn.pairs", acc);
+          }
+          const int acc = b.local("onednn.acc", Type{ScalarType::f32, lanes});
+          b.assign(acc, f32c(0.0, lanes));
+          b.for_range("k", k0, add(k0, idx(count / 2 * 2)), 2,
+                      [&](ExprRef k) { b.assign(acc, add(add(b.get(acc), product(add(k, idx(1)))), product(k))); });
+          if (count % 2) b.assign(acc, add(b.get(acc), product(add(k0, idx(count - 1)))));
+          return b.get(acc);
+        };
+        if (gemv) {  // emulated, a one-row call: 8-k blocks, each block's sum times alpha fused into y
+          const int y = b.local("onednn.gemv", Type{ScalarType::f32, lanes});
+          b.assign(y, mul(alpha_v, pair_chain(idx(0), std::min<int64_t>(K, 8))));
+          const int64_t blocks_end = K / 8 * 8;
+          if (blocks_end > 8)
+            b.for_range("kb", idx(8), idx(blocks_end), 8, [&](ExprRef kb) { b.assign(y, fma(alpha_v, pair_chain(kb, 8), b.get(y))); });
+          if (K > 8 && K > blocks_end) b.assign(y, fma(alpha_v, pair_chain(idx(blocks_end), K - blocks_end), b.get(y)));
+          result = add(c0, b.get(y));
+        } else if (onednn == OneDnn::Emulated && K > kEmulatedKBlock) {  // two K blocks, split at ceil(K/2)
+          const int64_t split = (K + 1) / 2;
+          const ExprRef first = b.let("onednn.block0", mul(alpha_v, pair_chain(idx(0), split)));
+          result = add(c0, fma(alpha_v, pair_chain(idx(split), K - split), first));
         } else {
-          const int64_t pairs = K / 2 * 2;
-          if (pairs > 0)
-            b.for_range("k", idx(0), idx(pairs), 2,
-                        [&](ExprRef k) { b.assign(acc, add(add(b.get(acc), product(add(k, idx(1)))), product(k))); });
-          if (K % 2) b.assign(acc, add(b.get(acc), product(idx(K - 1))));
+          const int acc = b.local("onednn.acc", Type{ScalarType::f32, lanes});
+          b.assign(acc, f32c(0.0, lanes));
+          if (n == 1) {  // avx512_bf16, one row: plain k order
+            b.for_range("k", idx(0), idx(K), 1, [&](ExprRef k) { b.assign(acc, add(b.get(acc), product(k))); });
+          } else {
+            const int64_t pairs = K / 2 * 2;
+            if (pairs > 0)
+              b.for_range("k", idx(0), idx(pairs), 2,
+                          [&](ExprRef k) { b.assign(acc, add(add(b.get(acc), product(add(k, idx(1)))), product(k))); });
+            if (K % 2) b.assign(acc, add(b.get(acc), product(idx(K - 1))));
+          }
+          result = add(c0, mul(alpha_v, b.get(acc)));
         }
-        result = add(c0, mul(alpha_v, b.get(acc)));
       }
       b.store(c.buffer, c_index(j, e), cast(result, storage));
     });
-  });
+  };
+  for (int64_t begin = 0; begin < n;) {  // runs of rows by one kernel
+    int64_t end = begin + 1;
+    while (end < n && gemv_rows[size_t(end)] == gemv_rows[size_t(begin)]) ++end;
+    const bool gemv = gemv_rows[size_t(begin)];
+    b.for_range("j", idx(begin), idx(end), 1, [&](ExprRef j) { row(j, gemv); });
+    begin = end;
+  }
 }
 
 void emit_stub_dot_rows(Builder& b, StubSum sum, LaneFold fold, int64_t n, int64_t m, int64_t K, const Matrix& a, const Matrix& bm,

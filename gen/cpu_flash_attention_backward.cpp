@@ -1,7 +1,8 @@
 // PyTorch 2.x's CPU flash attention backward (AttentionBackwardOrder::Kind::CpuFlash): what
 // scaled_dot_product_attention's autograd runs on the CPU (cpu_flash_attention_backward in
 // FlashAttentionKernel.cpp), from the forward's saved out and lse. Its order was read there and
-// measured against torch 2.15.0 on an AMD AVX-512 host (docs/research/torch2.15-attention-backward.md).
+// measured against torch 2.15.0 on AMD hosts and on an Intel AVX-512 host, whose MKL kernels differ
+// (docs/research/torch2.15-attention-backward.md).
 //
 // A program instance is one (batch, head), as PyTorch gives each to one thread. dq, dk and dv
 // start at +0; per query block of qB rows (cpu_flash_query_block), ascending:
@@ -17,7 +18,8 @@
 // each product by the kernel MKL picks for its shape (gen/mkl_gemm.cpp). In bf16 q @ k^T and
 // dout @ v^T are gemm_bf16bf16f32's (f32 results), p is rounded to bf16 for dv and grad for dq and
 // dk, and dq, dk, dv are bf16 tensors, each product's sum C0 + alpha * dot rounded to bf16 by
-// ATen's gemm_stub or oneDNN (gen/bf16_out_gemm.cpp); dsum sums bf16 vectors as two halves of
+// ATen's gemm_stub or oneDNN (gen/bf16_out_gemm.cpp; on an Intel AVX-512 host without
+// avx512_bf16 its emulated kernel, threaded with MKL, §5.5 of the doc); dsum sums bf16 vectors as two halves of
 // floats. f16 is the same with half roundings, gemm_f16f16f32 for the f32-result products.
 // PyTorch's per-thread buffers attn and grad (qB x kvB floats each) and dsum become scratch. Control flow may not
 // depend on program_id, so the instance runs its blocks in order; MKL runs threaded only when
@@ -110,7 +112,7 @@ struct CpuFlashBackward {
     return fold_lanes(parts, o.dsum_fold, Arith{});
   }
 
-  // Whether MKL on several threads runs any of this launch's products otherwise than on one.
+  // Whether MKL or oneDNN on several threads runs any of this launch's products otherwise than on one.
   bool threads_matter() const {
     std::vector<int64_t> qBs = {qS}, kvBs = {kS};
     if (Sq % qS) qBs.push_back(Sq % qS);
@@ -118,7 +120,9 @@ struct CpuFlashBackward {
     for (int64_t qB : qBs)
       for (int64_t kvB : kvBs)
         if (gemm_threads_matter(o.gemm, inputs(), qB, kvB, D) || gemm_threads_matter(o.gemm, inputs(), kvB, D, qB) ||
-            gemm_threads_matter(o.gemm, inputs(), qB, D, kvB))
+            gemm_threads_matter(o.gemm, inputs(), qB, D, kvB) ||
+            (reduced() && (bf16_out_gemm_threads_matter(o.onednn_16bit, kvB, D, qB, o.gemm.threads) ||
+                           bf16_out_gemm_threads_matter(o.onednn_16bit, qB, D, kvB, o.gemm.threads))))
           return true;
     return false;
   }
@@ -154,11 +158,17 @@ struct CpuFlashBackward {
     b.region("p", fmt::format("exp(attn - lse){}", r.causal ? ", 0 where key > query" : ""),
              [&] { probabilities(qB, n, kvB); });
     const Matrix a_bt{attn_b, idx(0), 1, 0, kvB};
+    using OneDnn = AttentionBackwardOrder::OneDnn;
     const std::string stub = fmt::format("16-bit out: gemm_stub ({}){}", o.bf16_stub_fma ? "fma" : "no fma",
-                                         o.onednn_16bit ? " when m*n*k <= 4096, else oneDNN" : "");
+                                         o.onednn_16bit == OneDnn::Off          ? ""
+                                         : o.onednn_16bit == OneDnn::Avx512Bf16 ? " when m*n*k <= 4096, else oneDNN"
+                                                                                : " when m*n*k <= 4096, else oneDNN (emulated bf16)");
+    // oneDNN runs on PyTorch's threads where MKL does (one (batch, head)).
+    const int onednn_threads = threaded ? o.gemm.threads : 1;
     if (reduced())
-      b.region("dv", "dv += rounded(p)^T @ dout, " + stub,
-               [&] { emit_bf16_out_gemm(b, true, o.bf16_stub_fma, o.onednn_16bit, kvB, D, qB, a_bt, dout_rows, dv_rows, 1.0f); });
+      b.region("dv", "dv += rounded(p)^T @ dout, " + stub, [&] {
+        emit_bf16_out_gemm(b, true, o.bf16_stub_fma, o.onednn_16bit, kvB, D, qB, a_bt, dout_rows, dv_rows, 1.0f, false, onednn_threads);
+      });
     else
       b.region("dv", "dv += p^T @ dout, " + shape,
                [&] { emit_gemm_nn(b, mkl, inputs(), kvB, D, qB, a_t, dout_rows, dv_rows, true, threaded, aligned); });
@@ -175,10 +185,12 @@ struct CpuFlashBackward {
       });
     });
     if (reduced()) {
-      b.region("dq", "dq += scale * grad @ k, " + stub,
-               [&] { emit_bf16_out_gemm(b, false, o.bf16_stub_fma, o.onednn_16bit, qB, D, kvB, g, k_rows, dq_rows, scale); });
-      b.region("dk", "dk += scale * grad^T @ q, " + stub,
-               [&] { emit_bf16_out_gemm(b, true, o.bf16_stub_fma, o.onednn_16bit, kvB, D, qB, g_t, q_rows, dk_rows, scale); });
+      b.region("dq", "dq += scale * grad @ k, " + stub, [&] {
+        emit_bf16_out_gemm(b, false, o.bf16_stub_fma, o.onednn_16bit, qB, D, kvB, g, k_rows, dq_rows, scale, false, onednn_threads);
+      });
+      b.region("dk", "dk += scale * grad^T @ q, " + stub, [&] {
+        emit_bf16_out_gemm(b, true, o.bf16_stub_fma, o.onednn_16bit, kvB, D, qB, g_t, q_rows, dk_rows, scale, false, onednn_threads);
+      });
       return;
     }
     b.region("dq", "dq += scale * grad @ k, " + shape,

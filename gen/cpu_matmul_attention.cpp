@@ -95,7 +95,7 @@ Kernel build_cpu_matmul_attention(const Request& r, const Order& order) {
       const Matrix s{scores, idx(0), Sk}, v_rows{v, kv_base, D}, out_rows{out, q_at, D};
       b.region("p@v", fmt::format("{} of {} rows x {} keys, D = {}: {}", n, Sq, Sk, D, composite_products(r, o.gemm)), [&] {
         // 16-bit: the loop's sequential sum, or the 'N','N' stub's ilp4 (transb false).
-        if (!f32_inputs) emit_bf16_out_gemm(b, naive, false, false, n, D, Sk, s, v_rows, out_rows, 1.0f, true);
+        if (!f32_inputs) emit_bf16_out_gemm(b, naive, false, AttentionBackwardOrder::OneDnn::Off, n, D, Sk, s, v_rows, out_rows, 1.0f, true);
         else if (naive) emit_naive_nn(b, n, D, Sk, s, v_rows, out_rows);
         else emit_gemm_nn(b, o.gemm, GemmInputs::f32, n, D, Sk, s, v_rows, out_rows, false, threaded, idx(0), Sq);
       });

@@ -70,7 +70,7 @@ Kernel build_cpu_matmul_attention_backward(const Request& r, const Order& order)
     // 16-bit: ATen's sums (gen/bf16_out_gemm.hpp): dv and dk sequential ('N','T', and the loop),
     // dq ilp4 ('N','N'; the loop: sequential), grad_p by the vectorized dot ('T','N').
     auto stub_product = [&](bool sequential, int64_t n, int64_t m, int64_t K, const Matrix& p, const Matrix& v, const Matrix& c) {
-      emit_bf16_out_gemm(b, sequential, false, false, n, m, K, p, v, c, 1.0f, true);
+      emit_bf16_out_gemm(b, sequential, false, AttentionBackwardOrder::OneDnn::Off, n, m, K, p, v, c, 1.0f, true);
     };
     auto body = [&](bool threaded) {
       emit_composite_probs(b, r, order.attention, CompositeRows{q, k, probs, q_base, kv_base, idx(0), idx(0), Sq}, threaded);

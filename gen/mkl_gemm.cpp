@@ -22,6 +22,9 @@
 //   smalln    (2 <= n < 16, K >= 24 n) dot16, then lanes folded ((L_r + L_r+4) + L_r+8) + L_r+12
 //             for r < 4, and (G0 + G1) + (G2 + G3).
 //   pst       (a few tiny shapes) dot16 halved, paired for even j.
+// alpha (the backward's calls, f32): gemv 'T', smalln and pst scale the finished dot; gemv 'N' and
+// K = 1 scale P's elements; the general kernel packs MKL's A times alpha or scales each K block's
+// sum (intel_nt_copies, intel_nn_copies). 'N','T' calls take the 'N','N' kernels.
 #include "gen/mkl_gemm.hpp"
 
 #include <fmt/format.h>
@@ -63,6 +66,19 @@ ExprRef as_f32(ExprRef x) { return x->type.scalar == ScalarType::f32 ? x : cast(
 
 struct Emitter {
   Builder& b;
+  // The Intel model's alpha (sgemm, measured in f32): `block_alpha` multiplies each K block's sum
+  // before it is added to C (the kernels that do not pack MKL's A); `x_alpha` each element of P
+  // (MKL's B) as gemv 'N' and the K = 1 product read it. 1 leaves the values as they are.
+  float block_alpha = 1.0f;
+  float x_alpha = 1.0f;
+
+  // x * a, rounded (x itself when a is 1).
+  static ExprRef times(ExprRef x, float a) {
+    if (a == 1.0f) return x;
+    ExprRef s = constant(kF32, static_cast<double>(a));
+    const int lanes = x->type.lanes;
+    return mul(std::move(x), lanes > 1 ? broadcast(s, lanes) : s);
+  }
 
   ExprRef get(const Row& r, ExprRef col, int lanes = 1) const {
     if (lanes > 1 && r.m->step != 1) throw Error("internal: a vector of a transposed operand's row");
@@ -176,7 +192,7 @@ struct Emitter {
   ExprRef gemv_n_value(const Row& x, const Matrix& v, const ExprRef& e, int lanes, int64_t k0, int64_t k1, ExprRef y0) const {
     auto vk = [&](ExprRef k) { return get(Row{&v, std::move(k)}, e, lanes); };
     auto xk = [&](ExprRef k) {
-      ExprRef s = get(x, std::move(k));
+      ExprRef s = times(get(x, std::move(k)), x_alpha);
       return lanes > 1 ? broadcast(s, lanes) : s;
     };
     if (lanes == 1) return chain(k0, k1, 1, vk, xk, std::move(y0));
@@ -206,8 +222,9 @@ struct Emitter {
   // ---- gemm_bf16bf16f32's gemv kernels (measured on an Intel host without avx512_bf16).
   // 'T': lane l of a 4-lane accumulator sums k = l, l + 4, ... in order; then (l0 + l2) + (l1 + l3),
   // then the K mod 4 last products in order.
-  // alpha (AMD host): each element of A_r first multiplied by it, rounded.
-  ExprRef gemv_t4(const Row& a, const Row& x, int64_t K, float alpha = 1.0f) const {
+  // alpha: each element of A_r first multiplied by it, rounded; the Intel host (`fused`) then
+  // fuses each product with its sum (an AMD host rounds it: measured that way with alpha = sc).
+  ExprRef gemv_t4(const Row& a, const Row& x, int64_t K, float alpha = 1.0f, bool fused = false) const {
     const Type v4{ScalarType::f32, 4};
     auto ak = [&](ExprRef k, int lanes) {
       ExprRef y = get(a, std::move(k), lanes);
@@ -215,13 +232,17 @@ struct Emitter {
       ExprRef s = constant(kF32, static_cast<double>(alpha));
       return mul(std::move(y), lanes > 1 ? broadcast(s, lanes) : s);
     };
+    // Products of two bf16 values are exact: fused or not differs only for a scaled operand.
+    auto step = [&](ExprRef sum, ExprRef a_k, ExprRef x_k) {
+      if (fused && alpha != 1.0f) return fma(std::move(a_k), std::move(x_k), std::move(sum));
+      return add(std::move(sum), mul(std::move(a_k), std::move(x_k)));
+    };
     const int acc = b.local("gemv4", v4);
     b.assign(acc, zero(4));
     const int64_t whole = K / 4 * 4;
-    if (whole > 0)
-      b.for_range("k", idx(0), idx(whole), 4, [&](ExprRef k) { b.assign(acc, add(b.get(acc), mul(ak(k, 4), get(x, k, 4)))); });
+    if (whole > 0) b.for_range("k", idx(0), idx(whole), 4, [&](ExprRef k) { b.assign(acc, step(b.get(acc), ak(k, 4), get(x, k, 4))); });
     ExprRef h = add(add(extract(b.get(acc), 0), extract(b.get(acc), 2)), add(extract(b.get(acc), 1), extract(b.get(acc), 3)));
-    for (int64_t k = whole; k < K; ++k) h = add(h, mul(ak(idx(k), 1), get(x, idx(k))));
+    for (int64_t k = whole; k < K; ++k) h = step(h, ak(idx(k), 1), get(x, idx(k)));
     return h;
   }
   // 'N', over k in [k0, k1) for the columns e .. e + lanes - 1: the products of k0, k0 + 2, ...
@@ -304,7 +325,10 @@ struct Emitter {
     int64_t k0 = 0;
     for (size_t i = 0; i < (loop ? alone : parts.size()); ++i) {
       const std::vector<int> acc = block_chains(idx(k0), idx(k0 + parts[i]));
-      for (size_t t = 0; t < sums.size(); ++t) sums[t] = b.let("blocks", sums[t] ? add(sums[t], b.get(acc[t])) : b.get(acc[t]));
+      for (size_t t = 0; t < sums.size(); ++t) {
+        ExprRef block = times(b.get(acc[t]), block_alpha);
+        sums[t] = b.let("blocks", sums[t] ? add(sums[t], block) : block);
+      }
       k0 += parts[i];
     }
     if (!loop) return sums;
@@ -316,7 +340,7 @@ struct Emitter {
     }
     b.for_range("k_block", idx(k0), idx(K), block, [&](ExprRef kb) {
       const std::vector<int> acc = block_chains(kb, binary(Op::Min, add(kb, idx(block)), idx(K)));
-      for (size_t t = 0; t < sums.size(); ++t) b.assign(total[t], add(b.get(total[t]), b.get(acc[t])));
+      for (size_t t = 0; t < sums.size(); ++t) b.assign(total[t], add(b.get(total[t]), times(b.get(acc[t]), block_alpha)));
     });
     for (size_t t = 0; t < sums.size(); ++t) sums[t] = b.let("blocks", b.get(total[t]));
     return sums;
@@ -394,7 +418,7 @@ struct Emitter {
     ExprRef sum = std::move(c0);
     int64_t k = 0;
     for (int64_t p : parts) {
-      ExprRef block = chain(k, k + p, lanes, x, y);
+      ExprRef block = times(chain(k, k + p, lanes, x, y), block_alpha);
       sum = sum ? b.let("blocks", add(sum, block)) : block;
       k += p;
     }
@@ -404,6 +428,29 @@ struct Emitter {
 
 // MKL's small-matrix kernel for 'T','N' takes these shapes (measured on one thread, n, m >= 2).
 bool takes_pst(int64_t m, int64_t n, int64_t K) { return (m == 2 && n <= 15) || (m == 3 && n <= 10) || (4 <= m && m <= 11 && n < m && K <= m); }
+
+// Whether the Intel host's general sgemm kernel copies (packs) MKL's A operand, which it then
+// scales by alpha, rather than multiplying each K block's sum by alpha (measured with the
+// attention backward's calls, docs/research/torch2.15-attention-backward.md; with alpha = 1 the
+// two agree). On one thread 'T','N' copies the key rows when m >= 192, or m > n and
+// m >= max(12, K); 'N','N' and 'N','T' copy V when both sides of C are at least 192. `threaded`:
+// MKL on 2 threads, which runs a call of m*n*K >= 192512 (fitted: 191456 is not, 193536 is)
+// otherwise: 'T','N' copies when n >= 60 and m >= 64, or n <= 15 and C's row stride (ldc) is a
+// multiple of 256; 'N','N' when n >= 60 and m >= 64, or n >= 17, m >= 32 and P's row stride
+// (ldb) is a multiple of 256; 'N','T' when n >= 64. Fitted on grids of the backward's shapes
+// (E = 8, 24, 32, 128, and 40 to 72 for 'N','N'; the bounds lie in: n >= 60 (56, 60],
+// m >= 64 (56, 64], n >= 64 (48, 64], m >= 32 (24, 32]) with 2 threads; more threads are not
+// measured.
+constexpr int64_t kIntelThreadedWork = 192512;
+bool intel_nt_copies(int64_t n, int64_t m, int64_t K, bool threaded, int64_t ldc) {
+  if (threaded && m * n * K >= kIntelThreadedWork) return (n >= 60 && m >= 64) || (n <= 15 && ldc % 256 == 0);
+  return m >= 192 || (m > n && m >= std::max<int64_t>(12, K));
+}
+bool intel_nn_copies(int64_t n, int64_t m, int64_t K, bool threaded, bool transposed_b, int64_t ldb) {
+  if (threaded && m * n * K >= kIntelThreadedWork)
+    return transposed_b ? n >= 64 : (n >= 60 && m >= 64) || (n >= 17 && m >= 32 && ldb % 256 == 0);
+  return m >= 192 && n >= 192;
+}
 
 // The AMD host: its small-matrix kernel takes m < 12, n < 4 or K <= 1 (m: the columns of C, n its
 // rows; n, m >= 2); on 2 threads MKL runs a call of 5..11 rows, not a multiple of 4, as its rows in
@@ -419,6 +466,9 @@ void emit_amd_nt(Builder& b, const GemmOrder& order, GemmInputs inputs, int64_t 
                  const Matrix& c, bool threaded, int64_t n_call, float alpha);
 void emit_amd_nn(Builder& b, const GemmOrder& order, GemmInputs inputs, int64_t n, int64_t m, int64_t K, const Matrix& p, const Matrix& v,
                  const Matrix& c, bool accumulate, bool threaded, const ExprRef& c_align, int64_t n_call, float alpha);
+void emit_intel_nn(Builder& b, const GemmOrder& order, GemmInputs inputs, int64_t n, int64_t m, int64_t K, const Matrix& p,
+                   const Matrix& v, const Matrix& c, bool accumulate, bool threaded, const ExprRef& c_align_at, int64_t n_call,
+                   float alpha);
 
 }  // namespace
 
@@ -468,19 +518,24 @@ void emit_naive_nn(Builder& b, int64_t n, int64_t m, int64_t K, const Matrix& p,
 void emit_gemm_nt(Builder& b, const GemmOrder& order, GemmInputs inputs, int64_t n, int64_t m, int64_t K, const Matrix& a,
                   const Matrix& bm, const Matrix& c, bool threaded, int64_t n_call, float alpha) {
   if (n_call == 0) n_call = n;
-  if (alpha != 1.0f && order.kind != GemmOrder::Kind::MklAmd)
-    throw Error("internal: where MKL applies alpha is measured for the AMD host only");
+  if (alpha != 1.0f && order.kind != GemmOrder::Kind::MklAmd && inputs == GemmInputs::f16)
+    throw Error("internal: where MKL applies alpha is measured for the AMD host and the Intel host's sgemm and gemm_bf16bf16f32 only");
   if (n_call != n && !gemm_nt_splits_rows(order, inputs, n_call, m, K))
     throw Error(fmt::format("internal: q @ k^T of {} rows emitted in part ({} rows) outside MKL's general kernel", n_call, n));
   const Emitter E{b};
+  // Intel, alpha: the result of gemv, smalln and pst times alpha; the general kernel packs the key
+  // rows (MKL's A) times alpha when it copies them, else multiplies each K block's sum.
+  auto scaled = [alpha](ExprRef y) { return Emitter::times(std::move(y), alpha); };
   const bool split = threaded && order.threads > 1;
   // gemm_bf16bf16f32's gemv 'T' and its threaded key split are the same on both hosts.
-  // alpha (AMD host, measured): the gemv scales the matrix operand, the others as in f32 (emit_amd_nt).
+  // alpha (measured): the gemv scales the matrix operand (fused with its sum on the Intel host);
+  // the others as in f32 on the AMD host (emit_amd_nt), and on the Intel host as below.
   if (inputs == GemmInputs::bf16 && (n_call == 1 || m == 1)) {  // bf16 gemv 'T': 4 lanes
     const Row x = n_call == 1 ? Row{&a, idx(0)} : Row{&bm, idx(0)};
     const Matrix& rows = n_call == 1 ? bm : a;
+    const bool fused = order.kind != GemmOrder::Kind::MklAmd;
     b.for_range("r", idx(0), idx(n_call == 1 ? m : n), 1, [&](ExprRef r) {
-      const ExprRef y = E.gemv_t4(Row{&rows, r}, x, K, alpha);
+      const ExprRef y = E.gemv_t4(Row{&rows, r}, x, K, alpha, fused);
       if (n_call == 1) E.store(c, idx(0), r, y);
       else E.store(c, r, idx(0), y);
     });
@@ -488,11 +543,26 @@ void emit_gemm_nt(Builder& b, const GemmOrder& order, GemmInputs inputs, int64_t
   }
   if (inputs == GemmInputs::f16 && order.kind != GemmOrder::Kind::MklAmd)
     throw Error("internal: gemm_f16f16f32 is measured on the AMD host only");
+  // MKL's small-matrix kernel (pst), every row j its own dot, paired for even j, times alpha.
+  auto emit_pst = [&] {
+    for (int64_t j = 0; j < n; ++j)
+      b.for_range("i", idx(0), idx(m), 1,
+                  [&](ExprRef i) { E.store(c, idx(j), i, scaled(E.halve(E.dot16(Row{&a, idx(j)}, Row{&bm, i}, 0, K, j % 2 == 0)))); });
+  };
+  if (inputs == GemmInputs::bf16 && order.kind != GemmOrder::Kind::MklAmd && split && m == 3 && 11 <= n_call && n_call <= 15) {
+    // Threaded, gemm_bf16bf16f32 on the Intel host cuts 3 keys' 11..15 query rows at row 6 and runs
+    // both parts by pst, whatever a part alone would take (measured on 2 threads with K = E up to
+    // 256, docs/research/torch2.15-attention-backward.md §5.5). Row 6 is even, so each row's
+    // pairing is the whole call's.
+    emit_pst();
+    return;
+  }
   if (inputs != GemmInputs::f32 && split && m >= 4) {
     // Threaded, gemm_bf16bf16f32 cuts the keys in two, floor(m/2) and the rest, and runs each part
-    // as a call of its own (its kernel chosen by that part's shape). Fitted on 2 threads: 1938
-    // shapes with n up to 32, m up to 512 and K from 8 to 256 agree but for m = 3 with n >= 11,
-    // which is left unsplit here and not reproduced (docs/research/torch2.15-attention.md).
+    // as a call of its own (its kernel chosen by that part's shape, and on the Intel host its place
+    // of alpha too). Fitted on 2 threads: 1938 shapes with n up to 32, m up to 512 and K from 8 to
+    // 256 agree but for m = 3 with n >= 11: on the Intel host the cut above; on the AMD host left
+    // unsplit here and not reproduced (docs/research/torch2.15-attention.md).
     const int64_t half = m / 2;
     emit_gemm_nt(b, order, inputs, n, half, K, a, bm, c, false, n_call, alpha);
     const Matrix rest_keys{bm.buffer, b.let("keys_rest", add(bm.base, idx(half * bm.stride))), bm.stride, bm.align};
@@ -503,43 +573,76 @@ void emit_gemm_nt(Builder& b, const GemmOrder& order, GemmInputs inputs, int64_t
   if (order.kind == GemmOrder::Kind::MklAmd) return emit_amd_nt(b, order, inputs, n, m, K, a, bm, c, threaded, n_call, alpha);
   if (n_call == 1) {  // one query: gemv 'T' over the key rows
     const Row x{&a, idx(0)};
-    E.gemv_t(m, K, split, [&](ExprRef i, Emitter::RowKind kind) { E.store(c, idx(0), i, E.gemv_t_row(Row{&bm, i}, x, K, kind)); });
+    E.gemv_t(m, K, split, [&](ExprRef i, Emitter::RowKind kind) { E.store(c, idx(0), i, scaled(E.gemv_t_row(Row{&bm, i}, x, K, kind))); });
     return;
   }
   if (m == 1) {  // one key: gemv 'T' over the query rows
     const Row x{&bm, idx(0)};
-    E.gemv_t(n, K, split, [&](ExprRef j, Emitter::RowKind kind) { E.store(c, j, idx(0), E.gemv_t_row(Row{&a, j}, x, K, kind)); });
+    E.gemv_t(n, K, split, [&](ExprRef j, Emitter::RowKind kind) { E.store(c, j, idx(0), scaled(E.gemv_t_row(Row{&a, j}, x, K, kind))); });
     return;
   }
   if (K >= 24 * n_call && n_call < 16) {
     b.for_range("j", idx(0), idx(n), 1, [&](ExprRef j) {
-      b.for_range("i", idx(0), idx(m), 1, [&](ExprRef i) { E.store(c, j, i, E.fold_smalln(E.dot16(Row{&a, j}, Row{&bm, i}, 0, K, false))); });
+      b.for_range("i", idx(0), idx(m), 1,
+                  [&](ExprRef i) { E.store(c, j, i, scaled(E.fold_smalln(E.dot16(Row{&a, j}, Row{&bm, i}, 0, K, false)))); });
     });
     return;
   }
   if (takes_pst(m, n_call, K)) {
-    for (int64_t j = 0; j < n; ++j)
-      b.for_range("i", idx(0), idx(m), 1, [&](ExprRef i) { E.store(c, idx(j), i, E.halve(E.dot16(Row{&a, idx(j)}, Row{&bm, i}, 0, K, j % 2 == 0))); });
+    emit_pst();
     return;
   }
   const std::vector<int64_t> parts = Emitter::k_blocks(K, n_call, m);
-  auto as_is = [](ExprRef y) { return y; };
-  if (order.vector_chains) return E.general_nt_vectors(a, bm, c, 0, n, m, K, parts, as_is);
-  b.for_range("j", idx(0), idx(n), 1, [&](ExprRef j) { E.general_row_nt(a, bm, c, j, m, parts, as_is); });
+  // gemm_bf16bf16f32 runs a threaded call as one-thread calls (the key cut above): its alpha
+  // follows the one-thread rule (measured: A pre-scaled iff m >= 192, or m > n and m >= K).
+  const bool copies = intel_nt_copies(n_call, m, K, split && inputs == GemmInputs::f32, c.stride);
+  Emitter general{b};  // the key rows scaled as packed, or each K block's sum
+  if (!copies) general.block_alpha = alpha;
+  const std::function<ExprRef(ExprRef)> keys = [&](ExprRef y) { return copies ? scaled(std::move(y)) : y; };
+  if (order.vector_chains) return general.general_nt_vectors(a, bm, c, 0, n, m, K, parts, keys);
+  b.for_range("j", idx(0), idx(n), 1, [&](ExprRef j) { general.general_row_nt(a, bm, c, j, m, parts, keys); });
 }
 
 void emit_gemm_nn(Builder& b, const GemmOrder& order, GemmInputs inputs, int64_t n, int64_t m, int64_t K, const Matrix& p,
                   const Matrix& v, const Matrix& c, bool accumulate, bool threaded, const ExprRef& c_align_at, int64_t n_call, float alpha) {
   if (n_call == 0) n_call = n;
-  if (alpha != 1.0f && (order.kind != GemmOrder::Kind::MklAmd || inputs != GemmInputs::f32))
-    throw Error("internal: where MKL applies alpha is measured for the AMD host's sgemm only");
+  if (alpha != 1.0f && inputs != GemmInputs::f32) throw Error("internal: where MKL applies alpha is measured for sgemm only");
   if (n_call != n && !gemm_nn_splits_rows(order, inputs, n_call, m, K))
     throw Error(fmt::format("internal: p @ v of {} rows emitted in part ({} rows) outside MKL's general kernel", n_call, n));
   if (order.kind == GemmOrder::Kind::MklAmd)
     return emit_amd_nn(b, order, inputs, n, m, K, p, v, c, accumulate, threaded, c_align_at, n_call, alpha);
+  // K = 1, beta = 0, one (batch, head): as on the AMD host, bmm over a single matrix stores each
+  // rounded product as it is (measured: a product of -0 stays -0; the composite's backward with
+  // S_q = 1 shows it in dv and dk), where the kernels' sum from +0 would make it +0.
+  if (K == 1 && !accumulate && alpha == 1.0f && inputs == GemmInputs::f32) {
+    const Emitter E{b};
+    b.if_else(
+        binary(Op::Eq, grid_extent(0), idx(1)),
+        [&] {
+          b.for_range("j", idx(0), idx(n), 1, [&](ExprRef j) {
+            b.for_range("e", idx(0), idx(m), 1, [&](ExprRef e) { E.store(c, j, e, mul(E.get(Row{&p, j}, idx(0)), E.get(Row{&v, idx(0)}, e))); });
+          });
+        },
+        [&] { emit_intel_nn(b, order, inputs, n, m, K, p, v, c, accumulate, threaded, c_align_at, n_call, alpha); });
+    return;
+  }
+  emit_intel_nn(b, order, inputs, n, m, K, p, v, c, accumulate, threaded, c_align_at, n_call, alpha);
+}
+
+namespace {
+
+// The Intel host's p @ v (emit_gemm_nn).
+void emit_intel_nn(Builder& b, const GemmOrder& order, GemmInputs inputs, int64_t n, int64_t m, int64_t K, const Matrix& p,
+                   const Matrix& v, const Matrix& c, bool accumulate, bool threaded, const ExprRef& c_align_at, int64_t n_call,
+                   float alpha) {
   if (c_align_at->op != Op::Const) throw Error("internal: the Intel model's p @ v takes a constant alignment of C");
   const int64_t c_align = c_align_at->imm_i;
-  const Emitter E{b};
+  // alpha: gemv 'N' and the K = 1 product multiply each element of P (MKL's B) by it first; the
+  // general kernel packs V (MKL's A) times alpha when it copies, else multiplies each K block's sum.
+  const bool copies = n_call > 1 && intel_nn_copies(n_call, m, K, threaded && order.threads > 1, p.step != 1, p.step != 1 ? p.step : p.stride);
+  Emitter E{b};
+  E.x_alpha = alpha;
+  if (!copies) E.block_alpha = alpha;
   if (inputs == GemmInputs::bf16 && n_call == 1) {  // bf16 gemv 'N': even and odd k apart
     const Row x{&p, idx(0)};
     const bool halves = threaded && order.threads > 1 && K > 1 && m > 32;
@@ -592,11 +695,13 @@ void emit_gemm_nn(Builder& b, const GemmOrder& order, GemmInputs inputs, int64_t
     plain(0, m);
     return;
   }
-  const int lanes = m % 16 == 0 ? 16 : 8;  // columns per step; each column's order is its own
+  // Columns per step; each column's order is its own.
+  const int lanes = m % 16 == 0 ? 16 : m % 8 == 0 ? 8 : m % 4 == 0 ? 4 : 1;
   // Threaded, MKL cuts a K over 768 at ceil(K/2) between two threads; each sums its half in
   // blocks (one up to 384, two halves up to 768, else 384-blocks and the rest), and the halves
   // are added (fitted on 2 threads, without C0: the products PyTorch's composites make).
   const bool k_split = threaded && order.threads > 1 && K > 768 && !accumulate;
+  if (k_split && alpha != 1.0f) throw Error("internal: the Intel model's threaded K split is measured with alpha = 1 only");
   auto half_blocks = [](int64_t h) {
     std::vector<int64_t> parts;
     if (h <= 768) return Emitter::k_blocks(h, 1, 1);
@@ -608,8 +713,14 @@ void emit_gemm_nn(Builder& b, const GemmOrder& order, GemmInputs inputs, int64_t
   b.for_range("j", idx(0), idx(n), 1, [&](ExprRef j) {
     b.for_range("e", idx(0), idx(m), lanes, [&](ExprRef e) {
       const Row x{&p, j};
-      auto pk = [&](ExprRef k) { return broadcast(E.get(x, std::move(k)), lanes); };
-      auto vk = [&](ExprRef k) { return E.get(Row{&v, std::move(k)}, e, lanes); };
+      auto pk = [&](ExprRef k) {
+        ExprRef p = E.get(x, std::move(k));
+        return lanes > 1 ? broadcast(p, lanes) : p;
+      };
+      auto vk = [&](ExprRef k) {
+        ExprRef y = E.get(Row{&v, std::move(k)}, e, lanes);
+        return copies ? Emitter::times(std::move(y), alpha) : y;
+      };
       if (k_split) {
         const ExprRef first = b.let("half", E.blocked_chain(half_blocks(h), lanes, pk, vk, nullptr));
         auto pk2 = [&](ExprRef k) { return pk(add(k, idx(h))); };
@@ -617,8 +728,9 @@ void emit_gemm_nn(Builder& b, const GemmOrder& order, GemmInputs inputs, int64_t
         E.store(c, j, e, add(first, E.blocked_chain(half_blocks(K - h), lanes, pk2, vk2, nullptr)));
         return;
       }
-      if (parts.empty()) {  // K = 1 with beta = 1: one fma into C
-        E.store(c, j, e, fma(pk(idx(0)), vk(idx(0)), E.stored(c, j, e, lanes)));
+      if (parts.empty()) {  // K = 1 with beta = 1: one fma into C, P's element times alpha
+        const ExprRef p0 = Emitter::times(E.get(x, idx(0)), alpha);
+        E.store(c, j, e, fma(lanes > 1 ? broadcast(p0, lanes) : p0, E.get(Row{&v, idx(0)}, e, lanes), E.stored(c, j, e, lanes)));
         return;
       }
       E.store(c, j, e, E.blocked_chain(parts, lanes, pk, vk, accumulate ? E.stored(c, j, e, lanes) : nullptr));
@@ -626,6 +738,7 @@ void emit_gemm_nn(Builder& b, const GemmOrder& order, GemmInputs inputs, int64_t
   });
 }
 
+}  // namespace
 
 // ---- The AMD host (GemmOrder::Kind::MklAmd). MKL runs its generic kernels here, measured
 // against torch 2.15.0 on an AMD EPYC with AVX-512 and avx512_bf16 (docs/research/torch2.15-attention.md):

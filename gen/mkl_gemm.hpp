@@ -37,11 +37,16 @@ enum class GemmInputs { f32, bf16, f16 };
 // `n_call`: the rows of the call MKL sees when this emits only some of them (rows 0 .. n-1 of a
 // product of n_call rows, starting at a's and c's bases); MKL chooses its kernel by n_call. Only the
 // general kernel, whose every element is its own dot product, can be emitted in part.
-// `alpha`: the call's alpha (C = alpha * A.B), applied where the kernel applies it (AMD model
-// only): the general kernel packs the key rows (MKL's A) times alpha, each product
-// fl(alpha*B_i[k]) * A_j[k] in its fma chain; the small-matrix kernel and sgemm's gemv multiply
-// each finished dot product by alpha; gemm_bf16bf16f32's gemv multiplies each element of its
-// matrix operand (the key rows when n_call == 1, else the query rows) by alpha first.
+// `alpha`: the call's alpha (C = alpha * A.B), applied where the kernel applies it. AMD model: the
+// general kernel packs the key rows (MKL's A) times alpha, each product fl(alpha*B_i[k]) * A_j[k]
+// in its fma chain; the small-matrix kernel and sgemm's gemv multiply each finished dot product
+// by alpha; gemm_bf16bf16f32's gemv multiplies each element of its matrix operand (the key rows
+// when n_call == 1, else the query rows) by alpha first. Intel model (sgemm): gemv, smalln and pst
+// multiply the finished dot product; the general kernel packs the key rows times alpha when it
+// copies them (by m, n, K, and on 2 threads by its own rule), else multiplies each K block's sum.
+// Intel model, gemm_bf16bf16f32: as sgemm, but its gemv scales the matrix operand first and fuses
+// each product with its sum, and its general kernel copies by the one-thread rule in each
+// threaded part (docs/research/torch2.15-attention-backward.md §5.5).
 void emit_gemm_nt(ir::Builder& b, const ir::GemmOrder& order, GemmInputs inputs, int64_t n, int64_t m, int64_t K, const Matrix& a,
                   const Matrix& bm, const Matrix& c, bool threaded, int64_t n_call = 0, float alpha = 1.0f);
 
@@ -51,10 +56,13 @@ void emit_gemm_nt(ir::Builder& b, const ir::GemmOrder& order, GemmInputs inputs,
 // in floats, an i64 expression that may depend on program_id (which of PyTorch's threads owns the
 // scratch): the Intel model's threaded gemv splits by it (it must then be a constant), the AMD
 // model's gemv and small-matrix kernels peel each row of C to a 16-byte boundary.
-// `alpha` (C = beta*C + alpha * P.V; AMD model only, measured in f32): the general kernel packs V
+// `alpha` (C = beta*C + alpha * P.V; measured in f32): AMD model: the general kernel packs V
 // (MKL's A) times alpha, each product fl(alpha*V[k][e]) * P[j][k] in its fma chain; gemv and the
 // small-matrix kernel first multiply each element of P (MKL's B) by alpha, then run as with
-// alpha = 1. The same kernels serve PyTorch's 'N','T' calls (P given transposed, Matrix::step).
+// alpha = 1. Intel model: gemv 'N' and the K = 1 step multiply P's elements first; the general
+// kernel packs V times alpha when it copies, else adds each K block's sum times alpha to C in
+// turn. On both hosts the same kernels serve PyTorch's 'N','T' calls (P given transposed,
+// Matrix::step).
 void emit_gemm_nn(ir::Builder& b, const ir::GemmOrder& order, GemmInputs inputs, int64_t n, int64_t m, int64_t K, const Matrix& p,
                   const Matrix& v, const Matrix& c, bool accumulate, bool threaded, const ir::ExprRef& c_align, int64_t n_call = 0,
                   float alpha = 1.0f);

@@ -109,9 +109,9 @@ AttentionOrder torch215_attention(ScalarType storage, Capability cap) {
 // compiled per capability (docs/research/torch2.15-attention-backward.md): dsum by
 // vec::map2_reduce_all on 16 lanes folded by halving (avx512), 8 (avx2), 8 folded in order
 // (default), never fused; P's exp is Vectorized<float>::exp (Sleef expf_u10) or, under default,
-// glibc's expf. The products are MKL's; only an AMD host's were measured (the MKL model is
-// checked in shape_error). bf16's dq, dk, dv products are ATen's gemm_stub (fused under avx2 and
-// avx512) or oneDNN's.
+// glibc's expf. The products are MKL's, measured on AMD hosts and, in f32, on an Intel AVX-512
+// host (the MKL model is checked in shape_error). bf16's dq, dk, dv products are ATen's gemm_stub
+// (fused under avx2 and avx512) or oneDNN's.
 AttentionBackwardOrder torch215_attention_backward(Capability cap) {
   AttentionBackwardOrder a;
   a.kind = AttentionBackwardOrder::Kind::CpuFlash;
@@ -474,7 +474,7 @@ std::vector<NamedOrder> make_table() {
                "flash kernel with glibc expf, MKL's block products (threads=T: torch's thread count; mkl=intel or mkl=amd: the host whose MKL kernels ran); "
                "softmax/log_softmax_backward: vec::map2_reduce_all/reduce_all on 8 lanes folded in order, no fma, glibc expf; "
                "rms_norm_backward: F.rms_norm's autograd chain in f32 (SumKernel's 8-lane cascades for the row sum and dweight's dim-0 sum; "
-               "the same under every capability); attention_backward (f32, bf16, lse given, an AMD host's MKL): the CPU flash backward "
+               "the same under every capability); attention_backward (f32, bf16, lse given; an AMD host's MKL, or in f32 an Intel AVX-512 host's): the CPU flash backward "
                "with dsum on 8 lanes folded in order and glibc expf, bf16's dq, dk, dv by gemm_stub without fma or oneDNN",
                torch215_ops, kAllStorage, true, true,
                [](ScalarType s, ScalarType, const Request& r) { return torch215(s, Capability::base, r); }});
@@ -484,7 +484,7 @@ std::vector<NamedOrder> make_table() {
                "fused affine; rms_norm: as default; softmax/log_softmax: torch1.13-cpu-avx2's; var_mean: sequential Welford in f64; "
                "attention: the CPU flash kernel with 8-lane exp_u20; softmax/log_softmax_backward: 8-lane map2_reduce_all/reduce_all, "
                "halving fold, the masked tail fused when torch runs the rows inline (threads=1 or one row), dx = fma(-exp(y), s, dy) "
-               "with Sleef expf_u10; attention_backward (f32, bf16, lse given, an AMD host's MKL): the CPU flash backward with dsum "
+               "with Sleef expf_u10; attention_backward (f32, bf16, lse given; an AMD host's MKL, or in f32 an Intel AVX-512 host's): the CPU flash backward with dsum "
                "on 8 lanes, halving fold, Sleef expf_u10, bf16's dq, dk, dv by gemm_stub with fma or oneDNN",
                torch215_ops, kAllStorage, true, true,
                [](ScalarType s, ScalarType, const Request& r) { return torch215(s, Capability::avx2, r); }});
@@ -493,7 +493,7 @@ std::vector<NamedOrder> make_table() {
                "PyTorch 2.15 CPU, ATEN_CPU_CAPABILITY=avx512: softmax/log_softmax by its AVX-512 kernels (16 lanes); layer_norm "
                "has no AVX-512 kernel, so it is torch2.15-cpu-avx2's; rms_norm: as default (8 lanes here too); var_mean: "
                "sequential Welford in f64; attention: the CPU flash kernel with 16-lane exp_u20; softmax/log_softmax_backward: "
-               "torch2.15-cpu-avx2's on 16 lanes; attention_backward (f32, bf16, lse given, an AMD host's MKL): the CPU flash "
+               "torch2.15-cpu-avx2's on 16 lanes; attention_backward (f32, bf16, lse given; an AMD host's MKL, or in f32 an Intel AVX-512 host's): the CPU flash "
                "backward with dsum on 16 lanes, halving fold, Sleef expf_u10, bf16's dq, dk, dv by gemm_stub with fma or oneDNN",
                torch215_ops, kAllStorage, true, true,
                [](ScalarType s, ScalarType, const Request& r) { return torch215(s, Capability::avx512, r); }});
@@ -513,7 +513,7 @@ std::vector<NamedOrder> make_table() {
     t.push_back({row_name,
                  cap ? "PyTorch 2.15's eager composite softmax(q @ k.transpose(-2, -1) * scale) @ v. f32: MKL's sgemm kernels for both "
                        "products (PyTorch's own loop below S_q*S_k*D = 400), the softmax op's order; attention_backward: its autograd "
-                       "(five bmm products, _softmax_backward_data; an AMD host's MKL); threads=T: torch's thread count. bf16, f16 "
+                       "(five bmm products, _softmax_backward_data; an AMD or Intel AVX-512 host's MKL); threads=T: torch's thread count. bf16, f16 "
                        "(default and avx2, a CPU without oneDNN's 16-bit kernels): ATen's gemm_stub, f32 sums rounded once, q @ k^T "
                        "and dout @ v^T by its 8-lane vectorized dot, p @ v and dq by 4 interleaved sums, dv and dk sequential; "
                        "every intermediate rounded to storage"
@@ -872,36 +872,40 @@ std::optional<GemmOrder::Kind> mkl_model(const Request& r, std::string* why = nu
 }
 
 // Whether PyTorch's 16-bit attention gradients (AttentionBackwardOrder::onednn_16bit) go to
-// oneDNN: the one the order names (onednn=on, onednn=off), else the running host's. PyTorch hands
-// a bf16 gemm to oneDNN when its check for bf16 support passes, which needs AVX-512 (or
-// AVX-NE-CONVERT); ordo models oneDNN's avx512_bf16 kernel (vdpbf16ps pairs). An f16 gemm goes to
-// oneDNN on a CPU with avx512_fp16 (or AMX-FP16), whose kernel ordo does not model; elsewhere to
-// gemm_stub (measured on an AVX2 EPYC). Empty where the host's kernel is not modelled, and `why`
-// says so as a clause ("this host has ...", or the parameter that asked for it).
-std::optional<bool> onednn_16bit_model(const Request& r, std::string* why = nullptr) {
+// oneDNN, and to which of its kernels: the one the order names (onednn=on, off or emulated), else
+// the running host's. PyTorch hands a bf16 gemm to oneDNN when its check for bf16 support passes,
+// which needs AVX-512 (or AVX-NE-CONVERT); ordo models oneDNN's avx512_bf16 kernel (vdpbf16ps
+// pairs) and its gemm:jit:bf16, which emulates bf16 on AVX-512 without avx512_bf16. An f16 gemm
+// goes to oneDNN on a CPU with avx512_fp16 (or AMX-FP16), whose kernel ordo does not model;
+// elsewhere to gemm_stub (measured on an AVX2 EPYC and on an AVX-512 Xeon without avx512_fp16).
+// Empty where the host's kernel is not modelled, and `why` says so as a clause ("this host has
+// ...", or the parameter that asked for it).
+std::optional<AttentionBackwardOrder::OneDnn> onednn_16bit_model(const Request& r, std::string* why = nullptr) {
+  using OneDnn = AttentionBackwardOrder::OneDnn;
   const size_t param = r.order.find("onednn=");
   const bool f16_data = r.x_dtype == ScalarType::f16;
   if (param != std::string::npos) {  // checked by apply_environment
-    const bool on = r.order.compare(param, 9, "onednn=on") == 0;
-    if (!(on && f16_data)) return on;
-    if (why) *why = "onednn=on: PyTorch's f16 gradient products on a CPU with avx512_fp16 are oneDNN's, whose kernel is not modelled";
+    if (r.order.compare(param, 10, "onednn=off") == 0) return OneDnn::Off;
+    if (!f16_data) return r.order.compare(param, 9, "onednn=on") == 0 ? OneDnn::Avx512Bf16 : OneDnn::Emulated;
+    if (why)
+      *why = r.order.compare(param, 9, "onednn=on") == 0
+                 ? "onednn=on: PyTorch's f16 gradient products on a CPU with avx512_fp16 are oneDNN's, whose kernel is not modelled"
+                 : "onednn=emulated names oneDNN's bf16 kernel; f16 gradient products without avx512_fp16 are gemm_stub's";
     return std::nullopt;
   }
   __builtin_cpu_init();
   unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
   if (f16_data) {
     const bool leaf7 = __get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx);
-    if (!(leaf7 && (edx >> 23 & 1))) return false;  // AVX512-FP16
+    if (!(leaf7 && (edx >> 23 & 1))) return OneDnn::Off;  // AVX512-FP16
     if (why) *why = "this host has avx512_fp16, where PyTorch's f16 gradient products are oneDNN's, whose kernel is not modelled";
     return std::nullopt;
   }
-  if (__builtin_cpu_supports("avx512bf16")) return true;
+  if (__builtin_cpu_supports("avx512bf16")) return OneDnn::Avx512Bf16;
   const bool ne_convert = __get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx) && (edx >> 5 & 1);  // AVX-NE-CONVERT
-  if (!__builtin_cpu_supports("avx512f") && !ne_convert) return false;
-  if (why)
-    *why = ne_convert ? "this host has AVX-NE-CONVERT without AVX-512, where oneDNN's bf16 kernel for the attention gradients is "
-                        "not modelled"
-                      : "this host has AVX-512 without avx512_bf16, where oneDNN emulates bf16 with a kernel ordo does not model";
+  if (__builtin_cpu_supports("avx512f")) return OneDnn::Emulated;
+  if (!ne_convert) return OneDnn::Off;
+  if (why) *why = "this host has AVX-NE-CONVERT without AVX-512, where oneDNN's bf16 kernel for the attention gradients is not modelled";
   return std::nullopt;
 }
 
@@ -939,14 +943,15 @@ std::string composite_16bit_error(const Request& r, const Order& o) {
                        "whose order was not measured (a CPU with AVX-512 hands bf16 products to oneDNN anyway); "
                        "torch2.15-cpu-math-avx2 and -default are modelled",
                        r.order, name(r.x_dtype));
-  const std::optional<bool> onednn = onednn_16bit_model(r);
-  if (onednn && !*onednn) return {};
+  const std::optional<AttentionBackwardOrder::OneDnn> onednn = onednn_16bit_model(r);
+  if (onednn == AttentionBackwardOrder::OneDnn::Off) return {};
   const std::string base = r.order.substr(0, r.order.find('('));
-  const bool named = r.order.find("onednn=on") != std::string::npos;
+  const char* named = r.order.find("onednn=on") != std::string::npos         ? "onednn=on names a CPU that hands"
+                      : r.order.find("onednn=emulated") != std::string::npos ? "onednn=emulated names a CPU that hands"
+                                                                             : "this CPU's oneDNN takes";
   return fmt::format("order '{}' with {} inputs: {} PyTorch's {} matmuls to oneDNN, whose kernels are not modelled; '{}(onednn=off)' "
                      "gives the bits of a CPU where its oneDNN check fails, and every product is ATen's own",
-                     r.order, name(r.x_dtype), named ? "onednn=on names a CPU that hands" : "this CPU's oneDNN takes", name(r.x_dtype),
-                     base);
+                     r.order, name(r.x_dtype), named, name(r.x_dtype), base);
 }
 
 GemmOrder::Kind mkl_host_model(const Request& r) {
@@ -997,12 +1002,15 @@ void apply_environment(Order& o, std::string_view params, std::string_view order
       o.attention.gemm.kind = o.attention_backward.gemm.kind =
           value == "amd" ? GemmOrder::Kind::MklAmd : GemmOrder::Kind::MklIntelAvx512;
     } else if (key == "onednn") {
-      if (value != "on" && value != "off") throw Error(fmt::format("order '{}': onednn={} is not on or off", order_name, value));
-      o.attention_backward.onednn_16bit = value == "on";
+      using OneDnn = AttentionBackwardOrder::OneDnn;
+      if (value != "on" && value != "off" && value != "emulated")
+        throw Error(fmt::format("order '{}': onednn={} is not on, off or emulated", order_name, value));
+      o.attention_backward.onednn_16bit = value == "on" ? OneDnn::Avx512Bf16 : value == "off" ? OneDnn::Off : OneDnn::Emulated;
     } else {
       throw Error(fmt::format("order '{}' reproduces PyTorch; its parameters are the environment torch ran in: "
-                              "threads (torch.get_num_threads()), mkl (intel or amd) and onednn (on or off: whether its 16-bit "
-                              "attention products went to oneDNN), not '{}'",
+                              "threads (torch.get_num_threads()), mkl (intel or amd) and onednn (whether its 16-bit attention "
+                              "products went to oneDNN: on, with avx512_bf16; emulated, AVX-512 without avx512_bf16; off), "
+                              "not '{}'",
                               order_name, key));
     }
   }
@@ -1020,10 +1028,10 @@ std::string known_orders(OpKind op) {
 // kernel of a library takes the shapes that kernel runs. Empty when `r` is one of them.
 std::string shape_error(const Request& r, const Order& o, const NamedOrder& n) {
   if (r.op == OpKind::attention_backward && o.attention_backward.kind == AttentionBackwardOrder::Kind::CpuFlash) {
-    if (o.attention_backward.gemm.kind != GemmOrder::Kind::MklAmd)
-      return fmt::format("order '{}' with an Intel host's MKL: PyTorch's CPU attention backward was measured on AMD hosts "
-                         "only; on Intel MKL runs its avx512 kernels, and where they apply alpha in the backward's products and how "
-                         "they run its 'N','T' calls are not measured. '{}(mkl=amd)' gives the AMD host's bits",
+    if (o.attention_backward.gemm.kind != GemmOrder::Kind::MklAmd && r.x_dtype == ScalarType::f16)
+      return fmt::format("order '{}' with an Intel host's MKL: PyTorch's CPU attention backward in f16 was measured on AMD hosts "
+                         "only (on Intel, f32 and bf16: MKL's gemm_f16f16f32 there is not measured). '{}(mkl=amd)' gives the AMD "
+                         "host's bits",
                          r.order, r.order.substr(0, r.order.find('(')));
     if (!r.saved_stats)
       return fmt::format("order '{}' reproduces PyTorch's backward, which reads the forward's saved logsumexp: give lse", r.order);
@@ -1041,12 +1049,9 @@ std::string shape_error(const Request& r, const Order& o, const NamedOrder& n) {
     return {};
   }
   if (r.op == OpKind::attention_backward && o.attention_backward.kind == AttentionBackwardOrder::Kind::CpuMatmul) {
-    if (o.attention_backward.gemm.kind != GemmOrder::Kind::MklAmd)
-      return fmt::format("order '{}' with an Intel host's MKL: the composite's backward products ('N','T' and 'T','N' calls) were "
-                         "measured on AMD hosts only. '{}(mkl=amd)' gives the AMD host's bits",
-                         r.order, r.order.substr(0, r.order.find('(')));
     // The AMD model peels each row of C to a 16-byte boundary; q^T @ grad has rows of S_k floats.
-    if (r.seq_q * r.seq_k * r.cols >= 400 && (r.cols % 4 != 0 || r.seq_k % 4 != 0))
+    if (o.attention_backward.gemm.kind == GemmOrder::Kind::MklAmd && r.seq_q * r.seq_k * r.cols >= 400 &&
+        (r.cols % 4 != 0 || r.seq_k % 4 != 0))
       return fmt::format("order '{}' with an AMD host's MKL takes D and S_k multiples of 4 (rows of its products' outputs start at "
                          "16-byte boundaries only then, and the kernels peel by them), got D = {}, S_k = {}",
                          r.order, r.cols, r.seq_k);
@@ -1100,7 +1105,7 @@ bool takes_shape(const Request& r) {
     o.attention.gemm.kind = o.attention_backward.gemm.kind = *kind;
   }
   if (reproduces_16bit_cpu_attention_backward(r, o)) {
-    std::optional<bool> onednn = onednn_16bit_model(r);
+    std::optional<AttentionBackwardOrder::OneDnn> onednn = onednn_16bit_model(r);
     if (!onednn) return false;  // no model of this host's oneDNN kernel, and no onednn= given
     o.attention_backward.onednn_16bit = *onednn;
   }
@@ -1190,12 +1195,14 @@ Order resolve(const Request& r) {
   o.attention.gemm.register_floats = o.attention_backward.gemm.register_floats = 16 / registers_per_vector(r, 16);
   if (reproduces_16bit_cpu_attention_backward(r, o)) {
     std::string why;
-    std::optional<bool> onednn = onednn_16bit_model(r, &why);
+    std::optional<AttentionBackwardOrder::OneDnn> onednn = onednn_16bit_model(r, &why);
     if (!onednn)
       throw Error(fmt::format("order '{}': {}; '{}(onednn=off)' gives the bits of a host without it (every gradient "
                               "product by ATen's gemm_stub){}",
                               r.order, why, r.order.substr(0, r.order.find('(')),
-                              r.x_dtype == ScalarType::f16 ? "" : ", '(onednn=on)' those of a host whose oneDNN has avx512_bf16"));
+                              r.x_dtype == ScalarType::f16 ? ""
+                                                           : ", '(onednn=on)' those of a host whose oneDNN has avx512_bf16, "
+                                                             "'(onednn=emulated)' those of an AVX-512 host without it"));
     o.attention_backward.onednn_16bit = *onednn;
   }
   if (open != std::string::npos && n->takes_environment) {

@@ -276,7 +276,8 @@ struct SoftmaxOrder {
 struct GemmOrder {
   enum class Kind : uint8_t {
     // oneMKL as PyTorch 2.15's x86-64 wheels link it, on an Intel CPU with AVX-512 (its avx512
-    // sgemm and sgemv kernels; measured, see docs/research/torch2.15-attention.md).
+    // sgemm and sgemv kernels; measured, see docs/research/torch2.15-attention.md, and for the
+    // backward's calls (alpha, 'N','T') torch2.15-attention-backward.md section 4.6).
     MklIntelAvx512,
     // oneMKL as PyTorch 2.15's x86-64 wheels link it, on an AMD CPU: MKL takes its generic
     // ('def') kernels there, with or without AVX-512 (measured on an EPYC with AVX-512 and
@@ -433,7 +434,13 @@ struct AttentionBackwardOrder {
     //   stub dV, dK: from C0, per k ascending acc += fl(alpha*P[j][k]) * V[k][e], fused when
     //                `bf16_stub_fma`, else product and sum each rounded;
     //   oneDNN:      per output row one chain from +0 over k ascending, in pairs
-    //                (acc + p[k+1]) + p[k] (one row of C: plain k order), then C0 + fl(alpha*acc).
+    //                (acc + p[k+1]) + p[k] (one row of C: plain k order), then C0 + fl(alpha*acc);
+    //   oneDNN emulated (`onednn_16bit` Emulated): the same pairs over K <= 384; K > 384: two
+    //                chains, k < ceil(K/2) and the rest, C = fma(alpha, B1, fl(alpha*B0)); a
+    //                one-row call: 8-k blocks B_i (pairs inside), y = fl(alpha*B0), then
+    //                y = fma(alpha, B_i, y); each output C0 + C. Threaded (one (batch, head)), the
+    //                row-major M x N output is cut into `threads` equal ranges and a row a range
+    //                holds alone or in part is a one-row call.
     CpuFlash,
     // Autograd through PyTorch's eager composite softmax(q @ k^T * scale) @ v (f32; measured
     // against torch 2.15.0 on an AMD AVX-512 host, docs/research/torch2.15-attention-backward.md).
@@ -456,11 +463,19 @@ struct AttentionBackwardOrder {
   LaneFold dsum_fold = LaneFold::Halving;  // CpuFlash
   MathImpl exp = MathImpl::SleefU10;     // CpuFlash: P's exp
   bool bf16_stub_fma = true;             // CpuFlash, bf16 and f16: ATen's gemm_stub fuses its steps (avx2, avx512 builds)
-  // CpuFlash, bf16 and f16: PyTorch's mkldnn_bf16_gemm hands dQ, dK, dV products of m*n*k > 4096
-  // to oneDNN (a CPU with avx512_bf16, the kernel modelled; bf16 only). false: every such product
-  // is gemm_stub's, as on a CPU without AVX-512, where PyTorch's oneDNN bf16 check fails, and for
-  // f16 on a CPU without avx512_fp16 (both measured on an AVX2 EPYC).
-  bool onednn_16bit = true;
+  // CpuFlash, bf16 and f16: whether PyTorch's mkldnn_bf16_gemm hands dQ, dK, dV products of
+  // m*n*k > 4096 to oneDNN, and which oneDNN kernel then runs (bf16 only).
+  enum class OneDnn : uint8_t {
+    // Every such product is gemm_stub's: a CPU without AVX-512, where PyTorch's oneDNN bf16 check
+    // fails, and f16 on a CPU without avx512_fp16 (both measured on an AVX2 EPYC).
+    Off,
+    // oneDNN's kernel on a CPU with avx512_bf16 (vdpbf16ps pairs; measured on an AMD EPYC).
+    Avx512Bf16,
+    // oneDNN's gemm:jit:bf16 on AVX-512 without avx512_bf16, bf16 emulated (measured on an Intel
+    // Xeon, docs/research/torch2.15-attention-backward.md section 5.5).
+    Emulated,
+  };
+  OneDnn onednn_16bit = OneDnn::Avx512Bf16;
   // CpuFlash, CpuMatmul: the products. Its `threads` is PyTorch's intra-op thread count, which
   // changes bits only when a launch is one (batch, head): PyTorch then calls MKL outside its
   // parallel loop (CpuFlash), or bmm has a single matrix (CpuMatmul).

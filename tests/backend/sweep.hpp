@@ -463,9 +463,9 @@ inline int attention_backward_vs_interpreter(Target target, bool sparse) {
     int64_t sq, sk, d;
   };
   // torch2.15's bf16 dq, dk, dv: gemm_stub below m*n*k = 4096, oneDNN above ({9, 33, 64}; one
-  // query row: {1, 300, 16}'s dq) unless onednn=off.
+  // query row: {1, 300, 16}'s dq; over 384 keys: {2, 400, 8}'s dq) unless onednn=off.
   // {10, 12, 32}: the composite's (torch2.15-cpu-math) MKL kernels, which take S_k a multiple of 4.
-  const std::vector<Shape> shapes = {{1, 1, 8}, {7, 17, 32}, {17, 7, 16}, {9, 33, 64}, {1, 300, 16}, {10, 12, 32}};
+  const std::vector<Shape> shapes = {{1, 1, 8}, {7, 17, 32}, {17, 7, 16}, {9, 33, 64}, {1, 300, 16}, {10, 12, 32}, {2, 400, 8}};
   std::vector<std::pair<std::string, ScalarType>> orders;
   for (const gen::NamedOrder& n : gen::named_orders())
     for (OpKind o : n.ops)
@@ -477,6 +477,9 @@ inline int attention_backward_vs_interpreter(Target target, bool sparse) {
   // bf16's dq, dk, dv with oneDNN over 4096 multiply-adds and without it, whatever the host.
   orders.emplace_back("torch2.15-cpu-avx512(threads=2,mkl=amd,onednn=on)", ScalarType::bf16);
   orders.emplace_back("torch2.15-cpu-avx2(mkl=amd,onednn=off)", ScalarType::bf16);
+  // oneDNN's emulated bf16 kernel (its one-row calls, two K blocks, 2-thread row cut) with the
+  // Intel host's gemm_bf16bf16f32 (alpha, 3-key cut).
+  orders.emplace_back("torch2.15-cpu-avx512(threads=2,mkl=intel,onednn=emulated)", ScalarType::bf16);
   // The composite's backward on any host (the MKL model named, not the host's), and threaded.
   orders.emplace_back("torch2.15-cpu-math-avx2(mkl=amd)", ScalarType::f32);
   orders.emplace_back("torch2.15-cpu-math-avx512(mkl=amd,threads=2)", ScalarType::f32);

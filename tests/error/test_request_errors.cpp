@@ -132,9 +132,10 @@ TEST_CASE("attention_backward: requests outside what its orders define are rejec
   }).find("attention_backward without lse keeps S_q = 262145 recomputed values per instance") == 0);
   // PyTorch 2.15's CPU backward: measured in f32 and bf16 with an AMD host's MKL, from the saved lse.
   CHECK(error_of([&](Request& r) { backward(r, "torch2.15-cpu-avx512(mkl=amd,threads=2)"); }) == "(accepted)");
-  // bf16: the host decides whether the large gradient products are oneDNN's; onednn= names it
-  // (a host with AVX-512 but no avx512_bf16 has no default), so these hold on every host.
-  for (const char* order : {"torch2.15-cpu-avx512(mkl=amd,threads=2,onednn=on)", "torch2.15-cpu-avx2(onednn=off,mkl=amd)"})
+  // bf16: the host decides whether the large gradient products are oneDNN's, and which of its
+  // kernels; onednn= names it, so these hold on every host.
+  for (const char* order : {"torch2.15-cpu-avx512(mkl=amd,threads=2,onednn=on)", "torch2.15-cpu-avx2(onednn=off,mkl=amd)",
+                            "torch2.15-cpu-avx512(mkl=intel,threads=2,onednn=emulated)"})
     for (int64_t d : {64, 24, 40}) {  // 24, 40: dsum ends in a partial vector of 2V bf16
       CAPTURE(order);
       CAPTURE(d);
@@ -147,10 +148,14 @@ TEST_CASE("attention_backward: requests outside what its orders define are rejec
   CHECK(error_of([&](Request& r) {
     backward(r, "torch2.15-cpu-avx2(mkl=amd,onednn=maybe)");
     r.x_dtype = ScalarType::bf16;
-  }) == "order 'torch2.15-cpu-avx2(mkl=amd,onednn=maybe)': onednn=maybe is not on or off");
-  CHECK(error_of([&](Request& r) { backward(r, "torch2.15-cpu-avx2(mkl=intel)"); })
-            .find("order 'torch2.15-cpu-avx2(mkl=intel)' with an Intel host's MKL: PyTorch's CPU attention backward was measured on "
-                  "AMD hosts only") == 0);
+  }) == "order 'torch2.15-cpu-avx2(mkl=amd,onednn=maybe)': onednn=maybe is not on, off or emulated");
+  // An Intel host's MKL: f32 measured (bf16 too, by oneDNN's setting); f16 is not.
+  CHECK(error_of([&](Request& r) { backward(r, "torch2.15-cpu-avx2(mkl=intel,threads=2)"); }) == "(accepted)");
+  CHECK(error_of([&](Request& r) {
+    backward(r, "torch2.15-cpu-avx2(mkl=intel,onednn=off)");
+    r.x_dtype = ScalarType::f16;
+  }).find("order 'torch2.15-cpu-avx2(mkl=intel,onednn=off)' with an Intel host's MKL: PyTorch's CPU attention backward in f16 "
+          "was measured on AMD hosts only") == 0);
   // f16: measured on a host without avx512_fp16, whose gradient products are all gemm_stub's.
   CHECK(error_of([&](Request& r) {
     backward(r, "torch2.15-cpu-default(mkl=amd,onednn=off)");
@@ -161,6 +166,11 @@ TEST_CASE("attention_backward: requests outside what its orders define are rejec
     r.x_dtype = ScalarType::f16;
   }).find("order 'torch2.15-cpu-default(mkl=amd,onednn=on)': onednn=on: PyTorch's f16 gradient products on a CPU with "
           "avx512_fp16 are oneDNN's, whose kernel is not modelled") == 0);
+  CHECK(error_of([&](Request& r) {
+    backward(r, "torch2.15-cpu-avx512(mkl=amd,onednn=emulated)");
+    r.x_dtype = ScalarType::f16;
+  }).find("order 'torch2.15-cpu-avx512(mkl=amd,onednn=emulated)': onednn=emulated names oneDNN's bf16 kernel; f16 gradient "
+          "products without avx512_fp16 are gemm_stub's") == 0);
   CHECK(error_of([&](Request& r) {
     backward(r, "torch2.15-cpu-avx512(mkl=amd)");
     r.saved_stats = false;

@@ -24,11 +24,9 @@ this host by default). An Intel AVX-512 host (for bf16 one without avx512_bf16) 
 (with or without AVX-512: MKL runs its generic kernels on both) are modelled; on another host the test says what it cannot verify and checks the rest. On an
 AMD host MKL's small kernels peel rows to 16-byte boundaries, and the output rows live in the
 scratch of whichever PyTorch thread runs the block: shapes with several (batch, head)s on 2 threads
-check that. On an Intel host two regimes are compared on 1 thread only: bf16 with batch*heads = 1,
-a single query block of 11..32 rows and a key block of exactly 3 keys, where MKL splits q @ k^T
-between threads in a way the orders do not model; and for torch2.15-cpu-math-*, batch*heads = 1
-with S_k > 768, where MKL splits p @ v between threads by rules measured only in part
-(docs/research/torch2.15-attention.md).
+check that. On an Intel host one regime is compared on 1 thread only: for torch2.15-cpu-math-*,
+batch*heads = 1 with S_k > 768, where MKL splits p @ v between threads by rules measured only in
+part (docs/research/torch2.15-attention.md).
 """
 import argparse
 import json
@@ -102,13 +100,6 @@ def inputs(c):
     v = torch.randn(*shape, c["sk"], c["d"], generator=g).to(dt)
     return q, k, v
 
-def threaded_split(c):
-    """bf16, one (batch, head) and one query block of 11..32 rows, with a key block of exactly 3
-    keys: PyTorch calls MKL outside its parallel loop, and how MKL then splits that q @ k^T between
-    its threads is not modelled. Intel hosts only."""
-    return (host == "intel" and c["dtype"] == "bf16" and c["batch"] * c["heads"] == 1 and 11 <= c["sq"] <= 32
-            and (c["sk"] == 3 or c["sk"] % 512 == 3))
-
 def threaded_long_keys(c):
     """The composite on one (batch, head) with S_k > 768: bmm calls MKL on all threads, which then
     may cut p @ v's K between them by rules measured only in part (docs/research/torch2.15-attention.md).
@@ -119,7 +110,7 @@ results = []
 for threads in (1, 2):
     torch.set_num_threads(threads)
     for i, c in enumerate(cases):
-        if (threads > 1 and threaded_split(c)) or c["dtype"] in skip:
+        if c["dtype"] in skip:
             continue
         q, k, v = inputs(c)
         out = F.scaled_dot_product_attention(q, k, v, is_causal=c["causal"], scale=c["scale"])

@@ -22,14 +22,21 @@ times larger: near one-hot rows).
 Cases, bf16: the same shapes (D = 24 and 40 end bf16 dsum in a partial vector of 2V), CI's with
 the causal flag f32's does not take: gemm_bf16bf16f32's products (its 2-thread key split
 included), and the bf16 dq, dk, dv products, every partial rounded to bf16: on a CPU with
-avx512_bf16 ATen's gemm_stub (m*n*k <= 4096) and oneDNN, on one without AVX-512 gemm_stub at
-every size (the orders' onednn= default follows the host). f16 likewise, on a CPU without
+avx512_bf16 ATen's gemm_stub (m*n*k <= 4096) and oneDNN, on an Intel CPU with AVX-512 but no
+avx512_bf16 gemm_stub and oneDNN's emulated gemm:jit:bf16, on one without AVX-512 gemm_stub at
+every size (the orders' onednn= default follows the host). On that Intel CPU seven more bf16
+cases of one (batch, head) aim at rules random data almost never shows (BF16_EMULATED_RULES:
+oneDNN's one-row kernel, its 2-thread row cut and its two K blocks, MKL's 2-thread cut of 3 keys'
+13 queries), six of them with crafted values. f16 likewise, on a CPU without
 avx512_fp16 (gemm_stub at every size; MKL's gemm_f16f16f32, which has no gemv kernel, for
 q @ k^T and dout @ v^T).
 
-The orders model an AMD host's MKL only (its generic kernels, with or without AVX-512; no backward
-was measured on an Intel host, and the orders refuse one), and in bf16 oneDNN's avx512_bf16
-kernel or none; elsewhere the test says what it cannot verify.
+The orders model an AMD host's MKL (its generic kernels, with or without AVX-512) and, in f32,
+an Intel AVX-512 host's (its avx512 sgemm kernels: where each applies alpha, the 'N','T' calls, the
+2-thread choices) and, in bf16, one without avx512_bf16 (gemm_bf16bf16f32, with oneDNN's emulated
+kernel), and in bf16 oneDNN's avx512_bf16 kernel, its emulated one or none; on an Intel host f16
+is left out, and with avx512_bf16 bf16 too (the orders refuse them); elsewhere the test says what
+it cannot verify.
 """
 import os
 import sys
@@ -37,7 +44,7 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import tiers  # noqa: E402
-from torch2_harness import amd_host, has_cpu_flag, order_row, parse_arguments, report, run_workers, torch_error  # noqa: E402
+from torch2_harness import amd_host, has_cpu_flag, intel_avx512_host, order_row, parse_arguments, report, run_workers, torch_error  # noqa: E402
 
 
 # (S_q, S_k, D, batch, heads)
@@ -54,10 +61,41 @@ SHAPES = [
     (767, 100, 32, 1, 1), (768, 769, 64, 1, 1), (1100, 1100, 128, 1, 1),
     # D off the measured set: dsum's tail past the last whole vector (D mod 16 = 8), D = 256
     (40, 50, 24, 1, 2), (33, 70, 40, 1, 1), (100, 300, 256, 2, 1),
+    # one (batch, head) on 2 threads, an Intel host's MKL: q @ k^T threaded, its rows few and C's
+    # row stride a multiple of 256, so it packs the keys times scale (its threaded copy rule)
+    (12, 512, 32, 1, 1),
 ]
 SHAPES_QUICK = [(1, 300, 64, 1, 2), (7, 40, 32, 1, 1), (10, 9, 32, 1, 1), (3, 13, 16, 1, 3), (65, 65, 8, 1, 2),
                 (100, 513, 32, 1, 1)]
 RANGES = [("normal", 1.0), ("sharp", 8.0)]
+
+# bf16 on an Intel AVX-512 host without avx512_bf16 (oneDNN's emulated gemm:jit:bf16, this host's
+# gemm_bf16bf16f32), one (batch, head), so that 2 threads reach MKL and oneDNN: rules random data
+# almost never shows. Crafted inputs make every probability 1 (q = 0, lse = 0; out is not the
+# forward's) and put +-2^30 and small terms in the sums, so that how a sum associates shows in
+# its bf16 bits: "crafted": k, v (+-2^10) and dout hold per column +-2^30 and two small terms at
+# random rows, out small integers; "crafted_dq": v = 0 and dout = out = 0 but for column 0
+# (1 and -1), so every gradient of a probability is 1 and dq sums k's crafted columns times the
+# scale; "crafted_ga": k = v = 1, out = 0 and each row of dout +-2^30 and two small terms, so
+# dout @ v^T's association shows in dq. (S_q, S_k, D, values)
+BF16_EMULATED_RULES = [
+    (1, 200, 32, "crafted_dq"),  # one query: dq by oneDNN's one-row kernel (8-k blocks)
+    (33, 35, 64, "crafted"),     # 2 threads: dv's 35 rows cut with the middle one a one-row call
+    (13, 3, 32, "crafted_ga"),   # 3 keys, 13 queries: on 2 threads MKL cuts the queries at 6, both parts its small-matrix kernel
+    (2, 400, 32, "crafted_dq"),  # dq over 400 keys: two K blocks; on 2 threads each of its rows a one-row call
+    (200, 1, 128, "crafted"),    # one key: dv by the one-row kernel over blocks of 64 queries
+    (3, 129, 64, "crafted_dq"),  # 3 query rows: on 2 threads each a one-row call
+    (5, 513, 16, "crafted_dq"),  # dq over 512 keys (two K blocks; on 2 threads the middle row a one-row call), then one key
+]
+
+
+def bf16_emulated_cases(tier):
+    out = []
+    for s_q, s_k, d, values in BF16_EMULATED_RULES[:3] if tier == tiers.QUICK else BF16_EMULATED_RULES:
+        for causal in ((False, True) if tier == tiers.FULL else (False,)):
+            out.append({"sq": s_q, "sk": s_k, "d": d, "batch": 1, "heads": 1, "dtype": "bf16", "causal": causal,
+                        "range": values, "seed": 5000 + len(out), "alias": False})
+    return out
 
 
 def cases(tier):
@@ -84,22 +122,50 @@ RANGES = dict(json.loads(sys.argv[3]))
 
 from tensor_bits import same
 
+def sparse(rows, cols, big, g):
+    x = torch.zeros(rows, cols)
+    for col in range(cols):
+        rows_at = torch.randperm(rows, generator=g)[:4].tolist()
+        small = [(1.0, 3.0, 0.5)[int(torch.randint(3, (1,), generator=g))], (-1.0, 2.0, 0.25)[int(torch.randint(3, (1,), generator=g))]]
+        for r, value in zip(rows_at, [big, -big] + small):
+            x[r, col] = value
+    return x
+
 def inputs(c):
     g = torch.Generator().manual_seed(3000 + c["seed"])
     dt = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}[c["dtype"]]
     shape = (c["batch"], c["heads"])
+    if c["range"].startswith("crafted"):  # q = 0, lse = 0: every probability 1 (out is not the forward's)
+        q = torch.zeros(*shape, c["sq"], c["d"], dtype=dt)
+        k = sparse(c["sk"], c["d"], 2.0 ** 30, g).to(dt).reshape(*shape, c["sk"], c["d"])
+        if c["range"] == "crafted_ga":  # dsum = 0, dout @ v^T each row's sum of dout
+            k = torch.ones(*shape, c["sk"], c["d"], dtype=dt)
+            v = torch.ones(*shape, c["sk"], c["d"], dtype=dt)
+            dout = sparse(c["d"], c["sq"], 2.0 ** 30, g).T.contiguous().to(dt).reshape(*shape, c["sq"], c["d"])
+            out = torch.zeros(*shape, c["sq"], c["d"], dtype=dt)
+        elif c["range"] == "crafted_dq":  # dsum = -1 and dout @ v^T = 0: every gradient of a probability 1
+            v = torch.zeros(*shape, c["sk"], c["d"], dtype=dt)
+            dout = torch.zeros(*shape, c["sq"], c["d"], dtype=dt)
+            out = torch.zeros(*shape, c["sq"], c["d"], dtype=dt)
+            dout[..., 0] = 1
+            out[..., 0] = -1
+        else:
+            v = sparse(c["sk"], c["d"], 2.0 ** 10, g).to(dt).reshape(*shape, c["sk"], c["d"])
+            dout = sparse(c["sq"], c["d"], 2.0 ** 30, g).to(dt).reshape(*shape, c["sq"], c["d"])
+            out = torch.randint(-2, 3, (*shape, c["sq"], c["d"]), generator=g).to(dt)
+        return q, k, v, dout, (out, torch.zeros(*shape, c["sq"]))
     q = (torch.randn(*shape, c["sq"], c["d"], generator=g) * RANGES[c["range"]]).to(dt)
     k = torch.randn(*shape, c["sk"], c["d"], generator=g).to(dt)
     v = torch.randn(*shape, c["sk"], c["d"], generator=g).to(dt)
     dout = torch.randn(*shape, c["sq"], c["d"], generator=g).to(dt)
-    return q, k, v, dout
+    return q, k, v, dout, None
 
 results = []
 for threads in (1, 2):
     torch.set_num_threads(threads)
     for i, c in enumerate(cases):
-        q, k, v, dout = inputs(c)
-        out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, c["causal"])[:2]
+        q, k, v, dout, saved = inputs(c)
+        out, lse = saved or torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, c["causal"])[:2]
         dq, dk, dv = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(dout, q, k, v, out, lse, 0.0, c["causal"])
         want = {"dq": dq, "dk": dk, "dv": dv}
         for order in [f"torch2.15-cpu-{cap}"] + (["torch2.15-cpu"] if c["alias"] else []):
@@ -121,16 +187,29 @@ def main():
     if error := torch_error():
         print(error)
         return 1
-    if not amd_host():
-        print("NOT VERIFIED: torch2.15-cpu-* attention_backward (ordo models PyTorch's CPU attention backward with an AMD host's "
-              "MKL kernels only, and the orders refuse other hosts)")
-        return 0
     all_cases = cases(tiers.chosen(args))
-    if has_cpu_flag("avx512f") and not has_cpu_flag("avx512_bf16"):
-        # bf16's large gradient products go to oneDNN here, whose bf16 kernel follows the CPU: ordo
-        # models its avx512_bf16 kernel, and gemm_stub where PyTorch has no oneDNN bf16 (no AVX-512).
-        print("NOT VERIFIED: torch2.15-cpu-* attention_backward in bf16 (this CPU has AVX-512 without avx512_bf16, whose "
-              "oneDNN bf16 kernel is not modelled and the orders refuse); f32 only")
+    if intel_avx512_host() and not has_cpu_flag("avx512_bf16"):
+        # bf16: MKL's gemm_bf16bf16f32 kernels of this host, and oneDNN's gemm:jit:bf16, which
+        # emulates bf16 here (measured on such a host); gemm_f16f16f32 was measured on AMD hosts only.
+        print("bf16 gradient products: gemm_stub and oneDNN's emulated gemm:jit:bf16 (AVX-512 without avx512_bf16)")
+        all_cases += bf16_emulated_cases(tiers.chosen(args))
+        print("NOT VERIFIED: torch2.15-cpu-* attention_backward in f16 on this Intel host (MKL's gemm_f16f16f32 is not "
+              "modelled here; the orders refuse it)")
+        all_cases = [c for c in all_cases if c["dtype"] != "f16"]
+    elif intel_avx512_host():
+        # MKL's avx512 sgemm is modelled for f32; its bf16 kernels with avx512_bf16 and gemm_f16f16f32 are not.
+        print("NOT VERIFIED: torch2.15-cpu-* attention_backward in bf16 and f16 on this Intel host with avx512_bf16 (its MKL "
+              "16-bit kernels are not modelled, and the orders refuse them); f32 only")
+        all_cases = [c for c in all_cases if c["dtype"] == "f32"]
+    elif not amd_host():
+        print("NOT VERIFIED: torch2.15-cpu-* attention_backward (ordo models PyTorch's CPU attention backward with an AMD host's "
+              "MKL kernels and an Intel AVX-512 host's in f32 only, and the orders refuse other hosts)")
+        return 0
+    elif has_cpu_flag("avx512f") and not has_cpu_flag("avx512_bf16"):
+        # bf16's large gradient products go to oneDNN here, whose emulated bf16 kernel ordo models
+        # as measured on an Intel host, together with that host's MKL, not this one's.
+        print("NOT VERIFIED: torch2.15-cpu-* attention_backward in bf16 (this AMD CPU has AVX-512 without avx512_bf16; "
+              "oneDNN's emulated bf16 kernel was measured on an Intel host only); f32 only")
         all_cases = [c for c in all_cases if c["dtype"] == "f32"]
     else:
         print("bf16 gradient products: " + ("gemm_stub and oneDNN's avx512_bf16 kernel" if has_cpu_flag("avx512_bf16")

@@ -27,7 +27,8 @@ since the 16-bit forward has no other test. Under ATEN_CPU_CAPABILITY=avx512 the
 16-bit inputs (16-lane dot, unmeasured).
 
 The f32 orders model an AMD host's MKL (its generic kernels, with or without AVX-512; measured on
-an AVX2-only EPYC). On other hosts the test says what it cannot verify.
+an AVX2-only EPYC) and an Intel AVX-512 host's (its avx512 kernels; measured on a Xeon). On other
+hosts the test says what it cannot verify.
 """
 import os
 import sys
@@ -35,7 +36,7 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import tiers  # noqa: E402
-from torch2_harness import amd_host, onednn_16bit_host, order_row, parse_arguments, report, run_workers, torch_error  # noqa: E402
+from torch2_harness import amd_host, intel_avx512_host, onednn_16bit_host, order_row, parse_arguments, report, run_workers, torch_error  # noqa: E402
 
 # (S_q, S_k, D, batch, heads)
 SHAPES = [
@@ -119,11 +120,11 @@ def main():
         print(error)
         return 1
     dtypes = []
-    if amd_host():
+    if amd_host() or intel_avx512_host():
         dtypes.append("f32")
     else:
-        print("NOT VERIFIED: torch2.15-cpu-math-* attention_backward in f32 (ordo models an AMD host's MKL kernels only, and the "
-              "orders refuse other hosts)")
+        print("NOT VERIFIED: torch2.15-cpu-math-* attention_backward in f32 (ordo models the MKL kernels of an AMD host and of an "
+              "Intel AVX-512 host only, and the orders refuse other hosts)")
     if not onednn_16bit_host():
         dtypes += ["bf16", "f16"]
     else:

@@ -106,6 +106,11 @@ def amd_host():
     return "AuthenticAMD" in cpu_info()
 
 
+def intel_avx512_host():
+    """An Intel CPU with AVX-512, whose MKL runs its avx512 kernels (ordo's MklIntelAvx512 model)."""
+    return "GenuineIntel" in cpu_info() and has_cpu_flag("avx512f")
+
+
 def onednn_16bit_host():
     """Whether PyTorch's oneDNN check for bf16 (and f16) kernels passes here: a CPU with AVX-512 or
     AVX-NE-CONVERT. Where it fails, 16-bit matmuls are ATen's own (gemm_stub), as ordo models them."""
