@@ -1,4 +1,4 @@
-// oneMKL's sgemm and gemm_bf16bf16f32 as PyTorch 2.15's x86-64 wheels call them, on an Intel CPU
+// oneMKL's sgemm, gemm_bf16bf16f32 and gemm_f16f16f32 as PyTorch 2.15's x86-64 wheels call them, on an Intel CPU
 // with AVX-512 (GemmOrder::Kind::MklIntelAvx512) and on an AMD one (MklAmd, at the end of
 // this file), on one thread and on two. MKL is closed source: every kernel and every choice below
 // was measured against torch 2.15.0 on such hosts (docs/research/torch2.15-attention.md). The shapes are fixed when the kernel is generated, so
@@ -25,6 +25,9 @@
 // alpha (the backward's calls, f32): gemv 'T', smalln and pst scale the finished dot; gemv 'N' and
 // K = 1 scale P's elements; the general kernel packs MKL's A times alpha or scales each K block's
 // sum (intel_nt_copies, intel_nn_copies). 'N','T' calls take the 'N','N' kernels.
+// gemm_f16f16f32 on the Intel host (no avx512_fp16) converts to f32 and runs these kernels without
+// either gemv: 'T','N' as above with smalln for n >= 2 and pst for one key of up to 15 rows, on 2
+// threads its keys cut in two for every m >= 2; 'N','N' the general kernel for every shape.
 #include "gen/mkl_gemm.hpp"
 
 #include <fmt/format.h>
@@ -518,8 +521,6 @@ void emit_naive_nn(Builder& b, int64_t n, int64_t m, int64_t K, const Matrix& p,
 void emit_gemm_nt(Builder& b, const GemmOrder& order, GemmInputs inputs, int64_t n, int64_t m, int64_t K, const Matrix& a,
                   const Matrix& bm, const Matrix& c, bool threaded, int64_t n_call, float alpha) {
   if (n_call == 0) n_call = n;
-  if (alpha != 1.0f && order.kind != GemmOrder::Kind::MklAmd && inputs == GemmInputs::f16)
-    throw Error("internal: where MKL applies alpha is measured for the AMD host and the Intel host's sgemm and gemm_bf16bf16f32 only");
   if (n_call != n && !gemm_nt_splits_rows(order, inputs, n_call, m, K))
     throw Error(fmt::format("internal: q @ k^T of {} rows emitted in part ({} rows) outside MKL's general kernel", n_call, n));
   const Emitter E{b};
@@ -541,8 +542,10 @@ void emit_gemm_nt(Builder& b, const GemmOrder& order, GemmInputs inputs, int64_t
     });
     return;
   }
-  if (inputs == GemmInputs::f16 && order.kind != GemmOrder::Kind::MklAmd)
-    throw Error("internal: gemm_f16f16f32 is measured on the AMD host only");
+  // gemm_f16f16f32 on the Intel host converts both operands to f32 and enters the sgemm kernels
+  // below past their gemv branches: one query or one key takes smalln, pst or the general kernel
+  // (measured on an Intel host without avx512_fp16, docs/research/torch2.15-attention-f16.md).
+  const bool intel_f16 = inputs == GemmInputs::f16 && order.kind != GemmOrder::Kind::MklAmd;
   // MKL's small-matrix kernel (pst), every row j its own dot, paired for even j, times alpha.
   auto emit_pst = [&] {
     for (int64_t j = 0; j < n; ++j)
@@ -557,12 +560,13 @@ void emit_gemm_nt(Builder& b, const GemmOrder& order, GemmInputs inputs, int64_t
     emit_pst();
     return;
   }
-  if (inputs != GemmInputs::f32 && split && m >= 4) {
+  if (inputs != GemmInputs::f32 && split && (m >= 4 || (intel_f16 && m >= 2))) {
     // Threaded, gemm_bf16bf16f32 cuts the keys in two, floor(m/2) and the rest, and runs each part
     // as a call of its own (its kernel chosen by that part's shape, and on the Intel host its place
     // of alpha too). Fitted on 2 threads: 1938 shapes with n up to 32, m up to 512 and K from 8 to
     // 256 agree but for m = 3 with n >= 11: on the Intel host the cut above; on the AMD host left
-    // unsplit here and not reproduced (docs/research/torch2.15-attention.md).
+    // unsplit here and not reproduced (docs/research/torch2.15-attention.md). gemm_f16f16f32 on the
+    // Intel host cuts every m >= 2 the same way, one query included (measured on 2 threads).
     const int64_t half = m / 2;
     emit_gemm_nt(b, order, inputs, n, half, K, a, bm, c, false, n_call, alpha);
     const Matrix rest_keys{bm.buffer, b.let("keys_rest", add(bm.base, idx(half * bm.stride))), bm.stride, bm.align};
@@ -571,24 +575,25 @@ void emit_gemm_nt(Builder& b, const GemmOrder& order, GemmInputs inputs, int64_t
     return;
   }
   if (order.kind == GemmOrder::Kind::MklAmd) return emit_amd_nt(b, order, inputs, n, m, K, a, bm, c, threaded, n_call, alpha);
-  if (n_call == 1) {  // one query: gemv 'T' over the key rows
+  if (n_call == 1 && !intel_f16) {  // one query: gemv 'T' over the key rows
     const Row x{&a, idx(0)};
     E.gemv_t(m, K, split, [&](ExprRef i, Emitter::RowKind kind) { E.store(c, idx(0), i, scaled(E.gemv_t_row(Row{&bm, i}, x, K, kind))); });
     return;
   }
-  if (m == 1) {  // one key: gemv 'T' over the query rows
+  if (m == 1 && !intel_f16) {  // one key: gemv 'T' over the query rows
     const Row x{&bm, idx(0)};
     E.gemv_t(n, K, split, [&](ExprRef j, Emitter::RowKind kind) { E.store(c, j, idx(0), scaled(E.gemv_t_row(Row{&a, j}, x, K, kind))); });
     return;
   }
-  if (K >= 24 * n_call && n_call < 16) {
+  if (K >= 24 * n_call && n_call < 16 && n_call >= 2) {
     b.for_range("j", idx(0), idx(n), 1, [&](ExprRef j) {
       b.for_range("i", idx(0), idx(m), 1,
                   [&](ExprRef i) { E.store(c, j, i, scaled(E.fold_smalln(E.dot16(Row{&a, j}, Row{&bm, i}, 0, K, false)))); });
     });
     return;
   }
-  if (takes_pst(m, n_call, K)) {
+  // gemm_f16f16f32 (Intel) also runs one key of up to 15 query rows by pst.
+  if (takes_pst(m, n_call, K) || (intel_f16 && m == 1 && n_call <= 15)) {
     emit_pst();
     return;
   }
@@ -661,7 +666,8 @@ void emit_intel_nn(Builder& b, const GemmOrder& order, GemmInputs inputs, int64_
     return;
   }
 
-  if (n_call == 1) {  // one query row: gemv 'N'
+  // gemm_f16f16f32 (Intel) has no gemv 'N': one query row takes the general kernel below.
+  if (n_call == 1 && inputs != GemmInputs::f16) {  // one query row: gemv 'N'
     const Row x{&p, idx(0)};
     auto y0 = [&](const ExprRef& e, int lanes) { return accumulate ? E.stored(c, idx(0), e, lanes) : nullptr; };
     auto plain = [&](int64_t e0, int64_t e1) {

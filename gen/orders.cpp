@@ -474,7 +474,7 @@ std::vector<NamedOrder> make_table() {
                "flash kernel with glibc expf, MKL's block products (threads=T: torch's thread count; mkl=intel or mkl=amd: the host whose MKL kernels ran); "
                "softmax/log_softmax_backward: vec::map2_reduce_all/reduce_all on 8 lanes folded in order, no fma, glibc expf; "
                "rms_norm_backward: F.rms_norm's autograd chain in f32 (SumKernel's 8-lane cascades for the row sum and dweight's dim-0 sum; "
-               "the same under every capability); attention_backward (f32, bf16, lse given; an AMD host's MKL, or in f32 an Intel AVX-512 host's): the CPU flash backward "
+               "the same under every capability); attention_backward (f32, bf16, f16, lse given; an AMD or Intel AVX-512 host's MKL): the CPU flash backward "
                "with dsum on 8 lanes folded in order and glibc expf, bf16's dq, dk, dv by gemm_stub without fma or oneDNN",
                torch215_ops, kAllStorage, true, true,
                [](ScalarType s, ScalarType, const Request& r) { return torch215(s, Capability::base, r); }});
@@ -484,7 +484,7 @@ std::vector<NamedOrder> make_table() {
                "fused affine; rms_norm: as default; softmax/log_softmax: torch1.13-cpu-avx2's; var_mean: sequential Welford in f64; "
                "attention: the CPU flash kernel with 8-lane exp_u20; softmax/log_softmax_backward: 8-lane map2_reduce_all/reduce_all, "
                "halving fold, the masked tail fused when torch runs the rows inline (threads=1 or one row), dx = fma(-exp(y), s, dy) "
-               "with Sleef expf_u10; attention_backward (f32, bf16, lse given; an AMD host's MKL, or in f32 an Intel AVX-512 host's): the CPU flash backward with dsum "
+               "with Sleef expf_u10; attention_backward (f32, bf16, f16, lse given; an AMD or Intel AVX-512 host's MKL): the CPU flash backward with dsum "
                "on 8 lanes, halving fold, Sleef expf_u10, bf16's dq, dk, dv by gemm_stub with fma or oneDNN",
                torch215_ops, kAllStorage, true, true,
                [](ScalarType s, ScalarType, const Request& r) { return torch215(s, Capability::avx2, r); }});
@@ -493,7 +493,7 @@ std::vector<NamedOrder> make_table() {
                "PyTorch 2.15 CPU, ATEN_CPU_CAPABILITY=avx512: softmax/log_softmax by its AVX-512 kernels (16 lanes); layer_norm "
                "has no AVX-512 kernel, so it is torch2.15-cpu-avx2's; rms_norm: as default (8 lanes here too); var_mean: "
                "sequential Welford in f64; attention: the CPU flash kernel with 16-lane exp_u20; softmax/log_softmax_backward: "
-               "torch2.15-cpu-avx2's on 16 lanes; attention_backward (f32, bf16, lse given; an AMD host's MKL, or in f32 an Intel AVX-512 host's): the CPU flash "
+               "torch2.15-cpu-avx2's on 16 lanes; attention_backward (f32, bf16, f16, lse given; an AMD or Intel AVX-512 host's MKL): the CPU flash "
                "backward with dsum on 16 lanes, halving fold, Sleef expf_u10, bf16's dq, dk, dv by gemm_stub with fma or oneDNN",
                torch215_ops, kAllStorage, true, true,
                [](ScalarType s, ScalarType, const Request& r) { return torch215(s, Capability::avx512, r); }});
@@ -853,7 +853,9 @@ void apply_parameters(Order& o, std::string_view params, std::string_view order_
 // ordo models an Intel CPU with AVX-512 (in bf16, one without avx512_bf16, whose
 // gemm_bf16bf16f32 kernels are others) and any AMD CPU, where MKL runs its generic kernels
 // (measured on one with AVX-512 and avx512_bf16, f32 and bf16; the same bits on one with AVX2
-// only). Empty when none fits; `why` then says what the host lacks.
+// only). In f16 the Intel model is that of a CPU without avx512_fp16: MKL converts to f32 there
+// and runs its sgemm kernels; it has f16 kernels of its own that such a CPU never ran. Empty when
+// none fits; `why` then says what the host lacks.
 std::optional<GemmOrder::Kind> mkl_model(const Request& r, std::string* why = nullptr) {
   const size_t param = r.order.find("mkl=");
   if (param != std::string::npos)  // checked by apply_environment
@@ -863,6 +865,13 @@ std::optional<GemmOrder::Kind> mkl_model(const Request& r, std::string* why = nu
   if (__builtin_cpu_is("amd")) return GemmOrder::Kind::MklAmd;
   const bool avx512 = __builtin_cpu_supports("avx512f");
   if (avx512 && __builtin_cpu_is("intel")) {
+    if (r.x_dtype == ScalarType::f16) {
+      unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+      const bool fp16 = __get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) && (edx >> 23 & 1);  // AVX512-FP16
+      if (!fp16) return GemmOrder::Kind::MklIntelAvx512;
+      if (why) *why = "is an Intel CPU with avx512_fp16, whose f16 MKL kernels are not modelled";
+      return std::nullopt;
+    }
     if (r.x_dtype != ScalarType::bf16 || !__builtin_cpu_supports("avx512bf16")) return GemmOrder::Kind::MklIntelAvx512;
     if (why) *why = "is an Intel CPU with avx512_bf16, whose bf16 MKL kernels are not modelled";
     return std::nullopt;
@@ -959,7 +968,7 @@ GemmOrder::Kind mkl_host_model(const Request& r) {
   if (std::optional<GemmOrder::Kind> kind = mkl_model(r, &why)) return *kind;
   const std::string base = r.order.substr(0, r.order.find('('));
   throw Error(fmt::format("order '{}': this host {}; PyTorch's attention calls MKL, and ordo models the MKL kernels of an Intel "
-                          "AVX-512 host (without avx512_bf16 for bf16) and of an AMD host only. '{}(mkl=intel)' or "
+                          "AVX-512 host (without avx512_bf16 for bf16, without avx512_fp16 for f16) and of an AMD host only. '{}(mkl=intel)' or "
                           "'{}(mkl=amd)' gives that host's bits",
                           r.order, why, base, base));
 }
@@ -1028,11 +1037,6 @@ std::string known_orders(OpKind op) {
 // kernel of a library takes the shapes that kernel runs. Empty when `r` is one of them.
 std::string shape_error(const Request& r, const Order& o, const NamedOrder& n) {
   if (r.op == OpKind::attention_backward && o.attention_backward.kind == AttentionBackwardOrder::Kind::CpuFlash) {
-    if (o.attention_backward.gemm.kind != GemmOrder::Kind::MklAmd && r.x_dtype == ScalarType::f16)
-      return fmt::format("order '{}' with an Intel host's MKL: PyTorch's CPU attention backward in f16 was measured on AMD hosts "
-                         "only (on Intel, f32 and bf16: MKL's gemm_f16f16f32 there is not measured). '{}(mkl=amd)' gives the AMD "
-                         "host's bits",
-                         r.order, r.order.substr(0, r.order.find('(')));
     if (!r.saved_stats)
       return fmt::format("order '{}' reproduces PyTorch's backward, which reads the forward's saved logsumexp: give lse", r.order);
   }
@@ -1061,11 +1065,6 @@ std::string shape_error(const Request& r, const Order& o, const NamedOrder& n) {
                          "over 2 MiB of stack (S_q = {}, S_k = {}, D = {})",
                          r.order, scratch_bytes, r.seq_q, r.seq_k, r.cols);
   }
-  if (r.op == OpKind::attention && o.attention.kind == AttentionOrder::Kind::CpuFlash && r.x_dtype == f16 &&
-      o.attention.gemm.kind != GemmOrder::Kind::MklAmd)
-    return fmt::format("order '{}' runs f16 attention with an AMD host's MKL only (its gemm_f16f16f32 was measured there); "
-                       "'{}(mkl=amd)' gives the AMD host's bits",
-                       r.order, r.order.substr(0, r.order.find('(')));
   const bool cpu_blas = r.op == OpKind::attention &&
                         (o.attention.kind == AttentionOrder::Kind::CpuFlash || o.attention.kind == AttentionOrder::Kind::CpuMatmul);
   if (cpu_blas && o.attention.gemm.kind == GemmOrder::Kind::MklAmd && r.cols % 4 != 0)

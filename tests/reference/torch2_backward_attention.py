@@ -34,9 +34,10 @@ q @ k^T and dout @ v^T).
 The orders model an AMD host's MKL (its generic kernels, with or without AVX-512) and, in f32,
 an Intel AVX-512 host's (its avx512 sgemm kernels: where each applies alpha, the 'N','T' calls, the
 2-thread choices) and, in bf16, one without avx512_bf16 (gemm_bf16bf16f32, with oneDNN's emulated
-kernel), and in bf16 oneDNN's avx512_bf16 kernel, its emulated one or none; on an Intel host f16
-is left out, and with avx512_bf16 bf16 too (the orders refuse them); elsewhere the test says what
-it cannot verify.
+kernel), and in bf16 oneDNN's avx512_bf16 kernel, its emulated one or none; and in f16 an Intel
+AVX-512 host's without avx512_fp16 (gemm_f16f16f32 converts to f32 and runs the sgemm kernels, no
+gemv); on an Intel host with avx512_bf16 f16 and bf16 are left out (f16 is not measured there, and
+the orders refuse bf16); elsewhere the test says what it cannot verify.
 """
 import os
 import sys
@@ -190,12 +191,14 @@ def main():
     all_cases = cases(tiers.chosen(args))
     if intel_avx512_host() and not has_cpu_flag("avx512_bf16"):
         # bf16: MKL's gemm_bf16bf16f32 kernels of this host, and oneDNN's gemm:jit:bf16, which
-        # emulates bf16 here (measured on such a host); gemm_f16f16f32 was measured on AMD hosts only.
+        # emulates bf16 here (measured on such a host). f16: MKL's gemm_f16f16f32 converts to f32
+        # and runs the avx512 sgemm kernels, without gemv (measured on a CPU without avx512_fp16).
         print("bf16 gradient products: gemm_stub and oneDNN's emulated gemm:jit:bf16 (AVX-512 without avx512_bf16)")
         all_cases += bf16_emulated_cases(tiers.chosen(args))
-        print("NOT VERIFIED: torch2.15-cpu-* attention_backward in f16 on this Intel host (MKL's gemm_f16f16f32 is not "
-              "modelled here; the orders refuse it)")
-        all_cases = [c for c in all_cases if c["dtype"] != "f16"]
+        if has_cpu_flag("avx512_fp16"):
+            print("NOT VERIFIED: torch2.15-cpu-* attention_backward in f16 on this Intel host with avx512_fp16 (its f16 "
+                  "gradient products are oneDNN's and its MKL f16 kernels others; the orders refuse it)")
+            all_cases = [c for c in all_cases if c["dtype"] != "f16"]
     elif intel_avx512_host():
         # MKL's avx512 sgemm is modelled for f32; its bf16 kernels with avx512_bf16 and gemm_f16f16f32 are not.
         print("NOT VERIFIED: torch2.15-cpu-* attention_backward in bf16 and f16 on this Intel host with avx512_bf16 (its MKL "
