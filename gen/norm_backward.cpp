@@ -150,10 +150,11 @@ void accumulate_row(Builder& b, const std::vector<ColumnSum>& sums, const Column
   for (size_t s = 0; s < sums.size(); ++s) b.assign(acc[s], sums[s].accumulate(cr, b.get(acc[s])));
 }
 
-// ColumnSumOrder::LevelCascade's cascade over rows at(0) .. at(count-1) into result[s] (locals of
-// type vec): SumKernel's multi_row_sum.
-void level_cascade(Builder& b, const std::vector<ColumnSum>& sums, ExprRef count, const RowAt& at, Type vec,
-                   const std::vector<int>& result) {
+// The control flow of SumKernel's multi_row_sum over rows 0 .. count-1, for levels A0..A3 that
+// start at +0: add_row(i) adds row i to A0; after each group of L rows carry(0, 1), after every L
+// groups carry(1, 2), after every L*L carry(2, 3) (carry(from, to): A[to] += A[from], A[from] =
+// +0); the rows past the last whole group go to A0. The callers own the levels' storage.
+void cascade_walk(Builder& b, ExprRef count, const std::function<void(ExprRef)>& add_row, const std::function<void(int, int)>& carry) {
   // L = 2^P, P = max(4, ceil(log2 m) / 4): P >= t exactly when m - 1 >= 2^(4t - 1).
   ExprRef m1 = b.let("cascade_m1", sub(count, index_const(1)));
   ExprRef L = index_const(16);
@@ -161,6 +162,23 @@ void level_cascade(Builder& b, const std::vector<ColumnSum>& sums, ExprRef count
   L = b.let("level_rows", L);
   ExprRef LL = b.let("level_rows2", mul(L, L));
   ExprRef groups = b.let("level_groups", div(count, L));
+  b.for_range("group", index_const(0), groups, 1, [&](ExprRef g) {
+    ExprRef first = mul(g, L);
+    b.for_range("row", first, add(first, L), 1, add_row);
+    carry(0, 1);
+    ExprRef done = add(g, index_const(1));
+    b.if_(binary(Op::Eq, binary(Op::Rem, done, L), index_const(0)), [&] {
+      carry(1, 2);
+      b.if_(binary(Op::Eq, binary(Op::Rem, done, LL), index_const(0)), [&] { carry(2, 3); });
+    });
+  });
+  b.for_range("row", mul(groups, L), count, 1, add_row);
+}
+
+// ColumnSumOrder::LevelCascade's cascade over rows at(0) .. at(count-1) into result[s] (locals of
+// type vec): SumKernel's multi_row_sum.
+void level_cascade(Builder& b, const std::vector<ColumnSum>& sums, ExprRef count, const RowAt& at, Type vec,
+                   const std::vector<int>& result) {
   std::vector<std::array<int, 4>> A(sums.size());
   const ExprRef zero = vec.lanes > 1 ? broadcast(constant(Type{f32, 1}, 0.0), vec.lanes) : constant(Type{f32, 1}, 0.0);
   for (size_t s = 0; s < sums.size(); ++s)
@@ -180,17 +198,7 @@ void level_cascade(Builder& b, const std::vector<ColumnSum>& sums, ExprRef count
       b.assign(a[size_t(from)], zero);
     }
   };
-  b.for_range("group", index_const(0), groups, 1, [&](ExprRef g) {
-    ExprRef first = mul(g, L);
-    b.for_range("row", first, add(first, L), 1, [&](ExprRef i) { accumulate_row(b, sums, at(i), level(0)); });
-    carry(0, 1);
-    ExprRef done = add(g, index_const(1));
-    b.if_(binary(Op::Eq, binary(Op::Rem, done, L), index_const(0)), [&] {
-      carry(1, 2);
-      b.if_(binary(Op::Eq, binary(Op::Rem, done, LL), index_const(0)), [&] { carry(2, 3); });
-    });
-  });
-  b.for_range("row", mul(groups, L), count, 1, [&](ExprRef i) { accumulate_row(b, sums, at(i), level(0)); });
+  cascade_walk(b, count, [&](ExprRef i) { accumulate_row(b, sums, at(i), level(0)); }, carry);
   for (size_t s = 0; s < sums.size(); ++s)
     b.assign(result[s], add(add(add(b.get(A[s][0]), b.get(A[s][1])), b.get(A[s][2])), b.get(A[s][3])));
 }
@@ -299,27 +307,10 @@ void tiled_level_cascade(Builder& b, const std::vector<ColumnSum>& sums, ExprRef
       b.store(levels, at(from, s, v), zero);
     });
   };
-  // As level_cascade: L = 2^P rows per group, P = max(4, ceil(log2 m) / 4).
-  ExprRef m1 = b.let("cascade_m1", sub(count, index_const(1)));
-  ExprRef Lr = index_const(16);
-  for (int t = 5; t <= 15; ++t) Lr = select(binary(Op::Le, index_const(int64_t(1) << (4 * t - 1)), m1), index_const(int64_t(1) << t), Lr);
-  Lr = b.let("level_rows", Lr);
-  ExprRef LL = b.let("level_rows2", mul(Lr, Lr));
-  ExprRef groups = b.let("level_groups", div(count, Lr));
   each([&](size_t s, ExprRef v, ExprRef) {
     for (int l = 0; l < 4; ++l) b.store(levels, at(l, s, v), zero);
   });
-  b.for_range("group", index_const(0), groups, 1, [&](ExprRef g) {
-    ExprRef first_row = mul(g, Lr);
-    b.for_range("row", first_row, add(first_row, Lr), 1, add_row);
-    carry(0, 1);
-    ExprRef done = add(g, index_const(1));
-    b.if_(binary(Op::Eq, binary(Op::Rem, done, Lr), index_const(0)), [&] {
-      carry(1, 2);
-      b.if_(binary(Op::Eq, binary(Op::Rem, done, LL), index_const(0)), [&] { carry(2, 3); });
-    });
-  });
-  b.for_range("row", mul(groups, Lr), count, 1, add_row);
+  cascade_walk(b, count, add_row, carry);
   each([&](size_t s, ExprRef v, ExprRef first_col) {
     auto A = [&](int l) { return load(k, levels, at(l, s, v), L); };
     result(s, first_col, add(add(add(A(0), A(1)), A(2)), A(3)));
