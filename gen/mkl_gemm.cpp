@@ -614,12 +614,17 @@ void emit_gemm_nn(Builder& b, const GemmOrder& order, GemmInputs inputs, int64_t
   if (alpha != 1.0f && inputs != GemmInputs::f32) throw Error("internal: where MKL applies alpha is measured for sgemm only");
   if (n_call != n && !gemm_nn_splits_rows(order, inputs, n_call, m, K))
     throw Error(fmt::format("internal: p @ v of {} rows emitted in part ({} rows) outside MKL's general kernel", n_call, n));
-  if (order.kind == GemmOrder::Kind::MklAmd)
-    return emit_amd_nn(b, order, inputs, n, m, K, p, v, c, accumulate, threaded, c_align_at, n_call, alpha);
-  // K = 1, beta = 0, one (batch, head): as on the AMD host, bmm over a single matrix stores each
-  // rounded product as it is (measured: a product of -0 stays -0; the composite's backward with
-  // S_q = 1 shows it in dv and dk), where the kernels' sum from +0 would make it +0.
+  auto host_kernels = [&] {
+    if (order.kind == GemmOrder::Kind::MklAmd)
+      emit_amd_nn(b, order, inputs, n, m, K, p, v, c, accumulate, threaded, c_align_at, n_call, alpha);
+    else
+      emit_intel_nn(b, order, inputs, n, m, K, p, v, c, accumulate, threaded, c_align_at, n_call, alpha);
+  };
+  // K = 1, beta = 0, one (batch, head): on both hosts bmm over a single matrix stores each rounded
+  // product as it is, with no sum from +0 (measured: products of -0 stay -0 there, and become +0
+  // with several matrices or K = 2; the composite's backward with S_q = 1 shows it in dv and dk).
   if (K == 1 && !accumulate && alpha == 1.0f && inputs == GemmInputs::f32) {
+    if (order.kind == GemmOrder::Kind::MklAmd && m == 1) throw Error("internal: the AMD model's p @ v of one column (D = 1) is not measured");
     const Emitter E{b};
     b.if_else(
         binary(Op::Eq, grid_extent(0), idx(1)),
@@ -628,10 +633,10 @@ void emit_gemm_nn(Builder& b, const GemmOrder& order, GemmInputs inputs, int64_t
             b.for_range("e", idx(0), idx(m), 1, [&](ExprRef e) { E.store(c, j, e, mul(E.get(Row{&p, j}, idx(0)), E.get(Row{&v, idx(0)}, e))); });
           });
         },
-        [&] { emit_intel_nn(b, order, inputs, n, m, K, p, v, c, accumulate, threaded, c_align_at, n_call, alpha); });
+        host_kernels);
     return;
   }
-  emit_intel_nn(b, order, inputs, n, m, K, p, v, c, accumulate, threaded, c_align_at, n_call, alpha);
+  host_kernels();
 }
 
 namespace {
@@ -1040,20 +1045,6 @@ void emit_amd_nn(Builder& b, const GemmOrder& order, GemmInputs inputs, int64_t 
                  const Matrix& c, bool accumulate, bool threaded, const ExprRef& c_align, int64_t n_call, float alpha) {
   const AmdEmitter E{{b}, alpha, order.vector_chains, order.register_floats};
   if (m == 1) throw Error("internal: the AMD model's p @ v of one column (D = 1) is not measured");
-  // K = 1, beta = 0, one (batch, head): bmm over a single matrix stores each rounded product as
-  // it is, with no sum from +0 (measured: products of -0 stay -0 there, and become +0 with several
-  // matrices or K = 2; the composite's backward with S_q = 1 shows it in dv and dk).
-  if (K == 1 && !accumulate && alpha == 1.0f && inputs == GemmInputs::f32) {
-    b.if_else(
-        binary(Op::Eq, grid_extent(0), idx(1)),
-        [&] {
-          b.for_range("j", idx(0), idx(n), 1, [&](ExprRef j) {
-            b.for_range("e", idx(0), idx(m), 1, [&](ExprRef e) { E.store(c, j, e, mul(E.get(Row{&p, j}, idx(0)), E.get(Row{&v, idx(0)}, e))); });
-          });
-        },
-        [&] { emit_amd_nn_kernels(b, E, order, inputs, n, m, K, p, v, c, accumulate, threaded, c_align, n_call); });
-    return;
-  }
   if (inputs == GemmInputs::f16 && threaded && order.threads > 1) {
     if (m <= 8) {  // one sequential sum per element from C0 (its products are exact)
       b.for_range("j", idx(0), idx(n), 1, [&](ExprRef j) {
