@@ -848,6 +848,13 @@ void apply_parameters(Order& o, std::string_view params, std::string_view order_
                             o.moments.sum.lanes));
 }
 
+// Whether the running CPU has AVX512-FP16 (CPUID leaf 7, EDX bit 23), which GCC's
+// __builtin_cpu_supports does not name.
+bool cpu_has_avx512_fp16() {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  return __get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) && (edx >> 23 & 1);
+}
+
 // The MKL model for PyTorch's CPU attention: the one the order names (mkl=intel, mkl=amd), else
 // the running host's. MKL runs other kernels on other CPUs, so a host with no model has none.
 // ordo models an Intel CPU with AVX-512 (in bf16, one without avx512_bf16, whose
@@ -866,9 +873,7 @@ std::optional<GemmOrder::Kind> mkl_model(const Request& r, std::string* why = nu
   const bool avx512 = __builtin_cpu_supports("avx512f");
   if (avx512 && __builtin_cpu_is("intel")) {
     if (r.x_dtype == ScalarType::f16) {
-      unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-      const bool fp16 = __get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) && (edx >> 23 & 1);  // AVX512-FP16
-      if (!fp16) return GemmOrder::Kind::MklIntelAvx512;
+      if (!cpu_has_avx512_fp16()) return GemmOrder::Kind::MklIntelAvx512;
       if (why) *why = "is an Intel CPU with avx512_fp16, whose f16 MKL kernels are not modelled";
       return std::nullopt;
     }
@@ -903,14 +908,13 @@ std::optional<AttentionBackwardOrder::OneDnn> onednn_16bit_model(const Request& 
     return std::nullopt;
   }
   __builtin_cpu_init();
-  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
   if (f16_data) {
-    const bool leaf7 = __get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx);
-    if (!(leaf7 && (edx >> 23 & 1))) return OneDnn::Off;  // AVX512-FP16
+    if (!cpu_has_avx512_fp16()) return OneDnn::Off;
     if (why) *why = "this host has avx512_fp16, where PyTorch's f16 gradient products are oneDNN's, whose kernel is not modelled";
     return std::nullopt;
   }
   if (__builtin_cpu_supports("avx512bf16")) return OneDnn::Avx512Bf16;
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
   const bool ne_convert = __get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx) && (edx >> 5 & 1);  // AVX-NE-CONVERT
   if (__builtin_cpu_supports("avx512f")) return OneDnn::Emulated;
   if (!ne_convert) return OneDnn::Off;
