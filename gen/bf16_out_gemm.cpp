@@ -4,6 +4,8 @@
 #include "gen/bf16_out_gemm.hpp"
 
 #include <algorithm>
+#include <functional>
+#include <utility>
 #include <vector>
 
 #include "gen/reductions.hpp"
@@ -21,6 +23,7 @@ ExprRef f32c(double v, int lanes) {
   return lanes > 1 ? broadcast(c, lanes) : c;
 }
 ExprRef as_f32(ExprRef x) { return x->type.scalar == ScalarType::f32 ? x : cast(std::move(x), ScalarType::f32); }
+ExprRef b_div_ceil(const ExprRef& x, int64_t d) { return div(add(x, idx(d - 1)), idx(d)); }
 
 // PyTorch's mkldnn_bf16_gemm leaves products of m*n*k <= 4096 to gemm_stub.
 constexpr int64_t kStubWork = 4096;
@@ -224,6 +227,165 @@ void emit_stub_dot_rows(Builder& b, StubSum sum, LaneFold fold, int64_t n, int64
       if (K > block_end) b.for_range("k", idx(block_end), idx(K), 1, [&](ExprRef k) { b.assign(red, add(b.get(red), product(k, 1))); });
       b.store(c.buffer, add(add(c.base, mul(j, idx(c.stride))), i), cast(b.get(red), storage));
     });
+  });
+}
+
+namespace {
+
+// oneDNN gemm:jit:bf16's K blocks for its gemm kernel: [begin, count) pairs.
+std::vector<std::pair<int64_t, int64_t>> emulated_k_blocks(int64_t K) {
+  if (K <= kEmulatedKBlock) return {{0, K}};
+  if (K < 4 * kEmulatedKBlock) {
+    const int64_t split = (K + 1) / 2;
+    return {{0, split}, {split, K - split}};
+  }
+  std::vector<std::pair<int64_t, int64_t>> blocks;
+  for (int64_t k = 0; k < K; k += 2 * kEmulatedKBlock) blocks.push_back({k, std::min(K - k, 2 * kEmulatedKBlock)});
+  return blocks;
+}
+
+// Builds the three per-element sums of oneDNN's emulated kernels over products(k), each a vector
+// of `lanes` exact f32 products (one output element per lane).
+struct EmulatedSums {
+  Builder& b;
+  int lanes;
+  std::function<ExprRef(ExprRef)> product;
+
+  // One chain from +0 over [k0, k0 + count) in pairs, (acc + p[k+1]) + p[k], an odd count's last
+  // product alone.
+  ExprRef pair_chain(ExprRef k0, int64_t count) const {
+    if (count <= 8) {
+      ExprRef acc = f32c(0.0, lanes);
+      auto at = [&](int64_t t) { return t ? add(k0, idx(t)) : k0; };
+      for (int64_t t = 0; t + 1 < count; t += 2) acc = add(add(acc, product(at(t + 1))), product(at(t)));
+      if (count % 2) acc = add(acc, product(at(count - 1)));
+      return b.let("onednn.pairs", acc);
+    }
+    const int acc = b.local("onednn.acc", Type{ScalarType::f32, lanes});
+    b.assign(acc, f32c(0.0, lanes));
+    b.for_range("k", k0, add(k0, idx(count / 2 * 2)), 2,
+                [&](ExprRef k) { b.assign(acc, add(add(b.get(acc), product(add(k, idx(1)))), product(k))); });
+    if (count % 2) b.assign(acc, add(b.get(acc), product(add(k0, idx(count - 1)))));
+    return b.get(acc);
+  }
+  ExprRef gemm(int64_t K) const {
+    ExprRef sum;
+    for (const auto& [k0, count] : emulated_k_blocks(K)) {
+      ExprRef block = pair_chain(idx(k0), count);
+      sum = sum ? b.let("onednn.blocks", add(sum, block)) : b.let("onednn.blocks", block);
+    }
+    return sum;
+  }
+  ExprRef gemv_n(int64_t K) const {
+    const int y = b.local("onednn.gemv", Type{ScalarType::f32, lanes});
+    b.assign(y, pair_chain(idx(0), std::min<int64_t>(K, 8)));
+    const int64_t blocks_end = K / 8 * 8;
+    if (blocks_end > 8) b.for_range("kb", idx(8), idx(blocks_end), 8, [&](ExprRef kb) { b.assign(y, add(b.get(y), pair_chain(kb, 8))); });
+    if (K > 8 && K > blocks_end) b.assign(y, add(b.get(y), pair_chain(idx(blocks_end), K - blocks_end)));
+    return b.get(y);
+  }
+  ExprRef gemv_t(int64_t K) const {
+    constexpr int kLanes = 16, kChunk = 32;
+    std::vector<int> lane;
+    for (int l = 0; l < kLanes; ++l) {
+      lane.push_back(b.local("onednn.lane", Type{ScalarType::f32, lanes}));
+      b.assign(lane.back(), f32c(0.0, lanes));
+    }
+    auto chunk = [&](const ExprRef& c, int64_t left) {  // `left` products from c on (at most 32)
+      for (int l = 0; l < kLanes; ++l) {
+        const int64_t k0 = 2 * l;
+        ExprRef acc = b.get(lane[size_t(l)]);
+        if (k0 + 1 < left) acc = add(acc, product(add(c, idx(k0 + 1))));
+        if (k0 < left) acc = add(acc, product(k0 ? add(c, idx(k0)) : c));
+        if (k0 < left) b.assign(lane[size_t(l)], acc);
+      }
+    };
+    const int64_t full = K / kChunk * kChunk;
+    if (full > 0) b.for_range("kc", idx(0), idx(full), kChunk, [&](ExprRef c) { chunk(c, kChunk); });
+    if (K > full) chunk(idx(full), K - full);
+    std::vector<ExprRef> t;
+    for (int l = 0; l < kLanes / 2; ++l) t.push_back(add(b.get(lane[size_t(l)]), b.get(lane[size_t(l + kLanes / 2)])));
+    return b.let("onednn.gemv_t", add(add(add(t[0], t[1]), add(t[2], t[3])), add(add(t[4], t[5]), add(t[6], t[7]))));
+  }
+};
+
+// Whether some balance211 boundary between the `threads` ranges of `total` outputs lies in
+// [lo, hi) (i64 expressions), as a bool expression.
+ExprRef cut_in(const ExprRef& total, int threads, const ExprRef& lo, const ExprRef& hi) {
+  ExprRef any = constant(Type{ScalarType::boolean, 1}, 0);
+  const ExprRef n1 = b_div_ceil(total, threads);
+  const ExprRef n2 = sub(n1, idx(1));
+  const ExprRef t1 = sub(total, mul(n2, idx(threads)));  // threads taking n1
+  for (int t = 1; t < threads; ++t) {
+    const ExprRef start = select(binary(Op::Le, idx(t), t1), mul(n1, idx(t)), add(mul(t1, n1), mul(sub(idx(t), t1), n2)));
+    any = binary(Op::Or, any, binary(Op::And, binary(Op::Le, lo, start), binary(Op::Lt, start, hi)));
+  }
+  return any;
+}
+
+}  // namespace
+
+ExprRef onednn_bmm_taken(int64_t mkn) {
+  if (mkn > kStubWork) return constant(Type{ScalarType::boolean, 1}, 1);
+  return binary(Op::Lt, idx(kStubWork / mkn), grid_extent(0));
+}
+
+void emit_onednn_bf16_bmm(Builder& b, const OneDnnBmm& call, const ExprRef& first_row, int64_t rows, const Matrix& a, const Matrix& bm,
+                          const Matrix& c) {
+  const int64_t M = call.M, N = call.N, K = call.K;
+  if (c.step != 1) throw Error("internal: oneDNN's bmm writes C by rows");
+  const int lanes = bm.step != 1 ? 1 : N % 16 == 0 ? 16 : N % 8 == 0 ? 8 : N % 4 == 0 ? 4 : 1;
+  const ScalarType storage = b.kernel().buffers[size_t(c.buffer)].elem;
+  // The kernel of a one-row call, and of a call of several rows (gemm, or with one column the
+  // gemv over the src, by the src's flag).
+  enum class Kernel { Gemm, GemvN, GemvT };
+  const Kernel several = N > 1 ? Kernel::Gemm : call.src_transposed ? Kernel::GemvN : Kernel::GemvT;
+  const ExprRef wei_t = K == 1 ? constant(Type{ScalarType::boolean, 1}, 1) : call.wei_transposed;
+  // Whether row j of the matrix is a one-row call: a boundary inside it, or the run of whole
+  // rows it belongs to is itself alone (it begins at j: the matrix's first row, or a boundary in
+  // the row before or at its start; and ends at j: the last row, or a boundary in the next row or
+  // at its end).
+  // (An expression of program_id and j, with no local in between: it bounds per-instance loops.)
+  auto one_row = [&](const ExprRef& j) -> ExprRef {
+    const ExprRef total = mul(grid_extent(0), idx(M * N));
+    const ExprRef g = mul(add(mul(program_id(0), idx(M)), j), idx(N));
+    auto cut = [&](int64_t lo, int64_t hi) { return cut_in(total, call.threads, add(g, idx(lo)), add(g, idx(hi))); };
+    const ExprRef begins = binary(Op::Or, binary(Op::Eq, j, idx(0)), cut(1 - N, 1));
+    const ExprRef ends = binary(Op::Or, binary(Op::Eq, j, idx(M - 1)), cut(N, 2 * N));
+    return binary(Op::Or, cut(1, N), binary(Op::And, begins, ends));
+  };
+  // Row j's outputs, each summed by `kernel`.
+  auto row = [&](const ExprRef& j, Kernel kernel) {
+    b.for_range("e", idx(0), idx(N), lanes, [&](ExprRef e) {
+      auto a_at = [&](ExprRef k) {
+        return as_f32(load(b.kernel(), a.buffer, add(add(a.base, mul(j, idx(a.stride))), a.step == 1 ? k : mul(k, idx(a.step)))));
+      };
+      auto b_at = [&](ExprRef k) {
+        ExprRef col = bm.step == 1 ? e : mul(e, idx(bm.step));
+        return as_f32(load(b.kernel(), bm.buffer, add(add(bm.base, mul(std::move(k), idx(bm.stride))), col), lanes));
+      };
+      const EmulatedSums sums{b, lanes, [&](ExprRef k) {
+                                ExprRef x = a_at(k);
+                                return mul(lanes > 1 ? broadcast(x, lanes) : x, b_at(k));
+                              }};
+      const ExprRef sum = kernel == Kernel::Gemm ? sums.gemm(K) : kernel == Kernel::GemvN ? sums.gemv_n(K) : sums.gemv_t(K);
+      b.store(c.buffer, add(add(c.base, mul(j, idx(c.stride))), e), cast(sum, storage));
+    });
+  };
+  auto one_row_call = [&](const ExprRef& j) {
+    if (wei_t->op == Op::Const) row(j, wei_t->imm_i ? Kernel::GemvT : Kernel::GemvN);
+    else b.if_else(wei_t, [&] { row(j, Kernel::GemvT); }, [&] { row(j, Kernel::GemvN); });
+  };
+  b.for_range("j", idx(0), idx(rows), 1, [&](ExprRef j) {
+    if (M == 1) one_row_call(j);
+    else if (call.threads == 1) row(j, several);
+    else {
+      // Which rows are one-row calls depends on the instance's place in the launch: the branch is
+      // two per-instance loops of at most one turn each (an If must be uniform).
+      const ExprRef alone = one_row(add(first_row, j));
+      b.for_per_instance("onednn.one_row", idx(0), select(alone, idx(1), idx(0)), 1, [&](ExprRef) { one_row_call(j); });
+      b.for_per_instance("onednn.rows", idx(0), select(alone, idx(0), idx(1)), 1, [&](ExprRef) { row(j, several); });
+    }
   });
 }
 

@@ -58,9 +58,44 @@ bool bf16_out_gemm_threads_matter(ir::AttentionBackwardOrder::OneDnn onednn, int
 //               16-element blocks up to K - K mod 16 (low 8, then high 8) and its lane fold is
 //               added; the last K mod 16 products are added in order.
 enum class StubSum { Sequential, Ilp4, VectorDot };
+
 // C[j][i] = sum_k A[j][k] * B[i][k] for j < n, i < m (both operands read along k), by `sum`
 // (Sequential or VectorDot; `fold` the VectorDot's lane fold).
 void emit_stub_dot_rows(ir::Builder& b, StubSum sum, ir::LaneFold fold, int64_t n, int64_t m, int64_t K, const Matrix& a, const Matrix& bm,
                         const Matrix& c);
+
+// torch.bmm over bf16 tensors where PyTorch's oneDNN check passes on a CPU with AVX-512 but no
+// avx512_bf16 (AttentionBackwardOrder::OneDnn::Emulated), for the products of the eager composite:
+// B*H*M*K*N > 4096 over the whole batch (the batch count is in the product) makes one batched
+// oneDNN matmul, `gemm:jit:bf16`, alpha 1, beta 0, no post-op. Its threads split the B*H*M*N
+// outputs, row-major with the batch outermost, into balance211 ranges (the first W mod T threads
+// take ceil(W/T), the rest floor(W/T)); each thread walks its range in one-thread calls: a whole
+// matrix, a run of whole rows, or one row (a row begun in the middle, or the columns left). Every
+// output element is one sum in f32 from +0, rounded to bf16 once, by the kernel of its call:
+//   gemm (a call of 2 or more rows and columns): K blocks (one up to 384; two split at ceil(K/2)
+//        below 1536; else blocks of 768), each a pair chain (acc + p[k+1]) + p[k] from the block's
+//        first k (an odd count's last product alone); the blocks added in order;
+//   gemv 'N' (one row, weights untransposed; or one column of a transposed src): 8-k blocks, each
+//        a pair chain, added in order;
+//   gemv 'T' (one row, transposed weights; or one column of an untransposed src): 16 lanes over
+//        32-k chunks, lane l taking (acc + p[32c+2l+1]) + p[32c+2l]; then t_l = lane_l +
+//        lane_{l+8} and ((t0+t1)+(t2+t3))+((t4+t5)+(t6+t7)).
+// oneDNN's transposition flags are its own: a src (weights) of one row (K = 1) counts as
+// transposed. Measured against torch 2.15.0 on an Intel Xeon
+// (docs/research/torch2.15-attention-16bit-composite.md, "An AVX-512 host").
+struct OneDnnBmm {
+  int64_t M = 0, N = 0, K = 0;  // one (batch, head)'s C[M][N] = sum_k A[M][K] B[K][N]
+  bool src_transposed = false;  // A is a transposed view (P^T, q^T)
+  ir::ExprRef wei_transposed;   // bool: B is a transposed view oneDNN takes as it is
+  int threads = 1;              // PyTorch's thread count, the primitive's
+};
+// Rows [0, rows) of `a` and `c`, which are rows first_row + j of the instance's (batch, head)
+// product (the thread split is over the whole launch: program_id(0) of grid_extent(0) matrices).
+// `bm` may be read with any step (a transposed view); `a` is read along k with its step.
+void emit_onednn_bf16_bmm(ir::Builder& b, const OneDnnBmm& call, const ir::ExprRef& first_row, int64_t rows, const Matrix& a,
+                          const Matrix& bm, const Matrix& c);
+// Whether B*H*M*K*N > 4096 for a launch of grid_extent(0) (batch, head) matrices, as a bool
+// expression (constant when M*K*N alone decides).
+ir::ExprRef onednn_bmm_taken(int64_t mkn);
 
 }  // namespace ordo::gen

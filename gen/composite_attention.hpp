@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "gen/mkl_gemm.hpp"
@@ -40,7 +41,25 @@ struct CompositeRows {
 // its threads, a launch of one (batch, head)), the scale in f32, the softmax op's row order
 // (o.softmax). The call's kernel takes every dot product whole, so any split into rows gives
 // the same bits where gemm_nt_splits_rows allows one. 16-bit inputs: `probs` has their type, the
-// product is ATen's vectorized dot (or its loop), and s*scale is rounded to it.
-void emit_composite_probs(ir::Builder& b, const Request& r, const ir::AttentionOrder& o, const CompositeRows& at, bool threaded);
+// product is ATen's vectorized dot (or its loop), and s*scale is rounded to it; where
+// `onednn` takes the bf16 products, they are oneDNN's (gen/bf16_out_gemm.hpp).
+struct CompositeOneDnn;
+void emit_composite_probs(ir::Builder& b, const Request& r, const ir::AttentionOrder& o, const CompositeRows& at, bool threaded,
+                          const CompositeOneDnn& onednn);
+
+// Where the 16-bit composite's products go to oneDNN's emulated bf16 kernel (bf16 with the order's
+// AttentionBackwardOrder::onednn_16bit Emulated, which the forward shares): `taken`, a bool of the
+// launch (B*H*S_q*S_k*D > 4096; constant when the shape decides alone), null where they never do;
+// `threads`, PyTorch's thread count, the primitive's.
+struct CompositeOneDnn {
+  ir::ExprRef taken;
+  int threads = 1;
+};
+CompositeOneDnn composite_onednn(const Request& r, const ir::Order& order, int threads);
+// Emits onednn() where `d` takes the products and otherwise() where it does not (an If on the
+// launch only around each product, so the softmax between them is emitted once).
+void emit_by_dispatch(ir::Builder& b, const CompositeOneDnn& d, const std::function<void()>& onednn, const std::function<void()>& otherwise);
+// For region labels: what computes a product under `d`, ATen's or MKL's being `products`.
+std::string dispatch_label(const CompositeOneDnn& d, const std::string& products);
 
 }  // namespace ordo::gen

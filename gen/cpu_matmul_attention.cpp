@@ -10,10 +10,11 @@
 // scratch; otherwise (one query, small products) all rows at once. Per chunk: scores by
 // gen/mkl_gemm.cpp, times the scale (f32), causal: key > query set to -inf (masked_fill), the
 // softmax op's row order (gen/row.hpp), then the chunk's output rows = p @ v.
-// bf16 and f16 (a CPU where PyTorch's oneDNN check fails): the scores and P are 16-bit scratch,
-// PyTorch's intermediate tensors, and the products ATen's own (gen/bf16_out_gemm.hpp), whose every
-// element is its own sum, so the rows always go in chunks of 32
-// (docs/research/torch2.15-attention-16bit-composite.md).
+// bf16 and f16: the scores and P are 16-bit scratch, PyTorch's intermediate tensors, and the
+// products ATen's own where PyTorch's oneDNN check fails, or (bf16 on AVX-512 without
+// avx512_bf16, in a launch of B*H*S_q*S_k*D > 4096) oneDNN's emulated kernel
+// (gen/bf16_out_gemm.hpp). Either way every element is its own sum, so the rows always go in
+// chunks of 32 (docs/research/torch2.15-attention-16bit-composite.md).
 #include <fmt/format.h>
 
 #include <cmath>
@@ -40,15 +41,40 @@ std::string composite_products(const Request& r, const GemmOrder& mkl) {
   return r.x_dtype == ScalarType::f32 ? describe(mkl) : "ATen's gemm_stub";
 }
 
-void emit_composite_probs(Builder& b, const Request& r, const AttentionOrder& o, const CompositeRows& at, bool threaded) {
+CompositeOneDnn composite_onednn(const Request& r, const Order& order, int threads) {
+  if (r.x_dtype != ScalarType::bf16 || order.attention_backward.onednn_16bit != AttentionBackwardOrder::OneDnn::Emulated) return {};
+  return {onednn_bmm_taken(r.seq_q * r.seq_k * r.cols), threads};
+}
+
+void emit_by_dispatch(Builder& b, const CompositeOneDnn& d, const std::function<void()>& onednn, const std::function<void()>& otherwise) {
+  if (!d.taken) return otherwise();
+  if (d.taken->op == Op::Const) return d.taken->imm_i ? onednn() : otherwise();
+  b.if_else(d.taken, onednn, otherwise);
+}
+
+std::string dispatch_label(const CompositeOneDnn& d, const std::string& products) {
+  if (!d.taken || (d.taken->op == Op::Const && !d.taken->imm_i)) return products;
+  if (d.taken->op == Op::Const) return "oneDNN's gemm:jit:bf16";
+  return "oneDNN's gemm:jit:bf16 where B*H*S_q*S_k*D > 4096, else " + products;
+}
+
+void emit_composite_probs(Builder& b, const Request& r, const AttentionOrder& o, const CompositeRows& at, bool threaded,
+                          const CompositeOneDnn& onednn) {
   const int64_t D = r.cols, Sq = r.seq_q, Sk = r.seq_k;
   const float scale = composite_scale(r);
   const bool f32_inputs = r.x_dtype == ScalarType::f32;
   const Matrix q_rows{at.q, at.q_rows, D}, k_rows{at.k, at.kv_base, D}, s{at.probs, at.probs_base, Sk};
-  b.region("q@k^T", fmt::format("{} of {} rows x {} keys, K = {}: {}", at.n, Sq, Sk, D, composite_products(r, o.gemm)), [&] {
-    if (!f32_inputs) emit_stub_dot_rows(b, composite_is_naive(r) ? StubSum::Sequential : StubSum::VectorDot, o.dot_fold, at.n, Sk, D, q_rows, k_rows, s);
-    else if (composite_is_naive(r)) emit_naive_nt(b, at.n, Sk, D, q_rows, k_rows, s);
-    else emit_gemm_nt(b, o.gemm, GemmInputs::f32, at.n, Sk, D, q_rows, k_rows, s, threaded, Sq);
+  const std::string how = dispatch_label(onednn, composite_products(r, o.gemm));
+  b.region("q@k^T", fmt::format("{} of {} rows x {} keys, K = {}: {}", at.n, Sq, Sk, D, how), [&] {
+    // oneDNN: k^T's view is copied row-major (untransposed) when B*H is 1.
+    const OneDnnBmm call{Sq, Sk, D, false, binary(Op::Ne, grid_extent(0), idx(1)), onednn.threads};
+    const Matrix k_t{at.k, at.kv_base, 1, 0, D};
+    emit_by_dispatch(b, onednn, [&] { emit_onednn_bf16_bmm(b, call, at.first_query, at.n, q_rows, k_t, s); }, [&] {
+      if (!f32_inputs)
+        emit_stub_dot_rows(b, composite_is_naive(r) ? StubSum::Sequential : StubSum::VectorDot, o.dot_fold, at.n, Sk, D, q_rows, k_rows, s);
+      else if (composite_is_naive(r)) emit_naive_nt(b, at.n, Sk, D, q_rows, k_rows, s);
+      else emit_gemm_nt(b, o.gemm, GemmInputs::f32, at.n, Sk, D, q_rows, k_rows, s, threaded, Sq);
+    });
   });
   const ScalarType stored = b.kernel().buffers[size_t(at.probs)].elem;
   b.for_range("r", idx(0), idx(at.n), 1, [&](ExprRef j) {
@@ -89,15 +115,20 @@ Kernel build_cpu_matmul_attention(const Request& r, const Order& order) {
   b.region("attention", describe(o), [&] {
     const ExprRef q_base = b.let("q_base", mul(program_id(0), idx(Sq * D)));
     const ExprRef kv_base = b.let("kv_base", mul(program_id(0), idx(Sk * D)));
+    const CompositeOneDnn onednn = composite_onednn(r, order, o.gemm.threads);
     auto rows = [&](ExprRef c0, int64_t n, bool threaded) {
       const ExprRef q_at = b.let("q_at", add(q_base, mul(c0, idx(D))));
-      emit_composite_probs(b, r, o, CompositeRows{q, k, scores, q_at, kv_base, idx(0), c0, n}, threaded);
+      emit_composite_probs(b, r, o, CompositeRows{q, k, scores, q_at, kv_base, idx(0), c0, n}, threaded, onednn);
       const Matrix s{scores, idx(0), Sk}, v_rows{v, kv_base, D}, out_rows{out, q_at, D};
-      b.region("p@v", fmt::format("{} of {} rows x {} keys, D = {}: {}", n, Sq, Sk, D, composite_products(r, o.gemm)), [&] {
-        // 16-bit: the loop's sequential sum, or the 'N','N' stub's ilp4 (transb false).
-        if (!f32_inputs) emit_bf16_out_gemm(b, naive, false, AttentionBackwardOrder::OneDnn::Off, n, D, Sk, s, v_rows, out_rows, 1.0f, true);
-        else if (naive) emit_naive_nn(b, n, D, Sk, s, v_rows, out_rows);
-        else emit_gemm_nn(b, o.gemm, GemmInputs::f32, n, D, Sk, s, v_rows, out_rows, false, threaded, idx(0), Sq);
+      const std::string how = dispatch_label(onednn, composite_products(r, o.gemm));
+      b.region("p@v", fmt::format("{} of {} rows x {} keys, D = {}: {}", n, Sq, Sk, D, how), [&] {
+        const OneDnnBmm call{Sq, D, Sk, false, constant(Type{ScalarType::boolean, 1}, 0), onednn.threads};
+        emit_by_dispatch(b, onednn, [&] { emit_onednn_bf16_bmm(b, call, c0, n, s, v_rows, out_rows); }, [&] {
+          // 16-bit: the loop's sequential sum, or the 'N','N' stub's ilp4 (transb false).
+          if (!f32_inputs) emit_bf16_out_gemm(b, naive, false, AttentionBackwardOrder::OneDnn::Off, n, D, Sk, s, v_rows, out_rows, 1.0f, true);
+          else if (naive) emit_naive_nn(b, n, D, Sk, s, v_rows, out_rows);
+          else emit_gemm_nn(b, o.gemm, GemmInputs::f32, n, D, Sk, s, v_rows, out_rows, false, threaded, idx(0), Sq);
+        });
       });
     };
     auto body = [&](bool threaded) {

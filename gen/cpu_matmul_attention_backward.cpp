@@ -13,7 +13,9 @@
 // bf16 and f16: P and G are 16-bit scratch (PyTorch's tensors), G rounded twice (by
 // _softmax_backward_data's output, then by `* scale`), and every product ATen's own
 // (gen/bf16_out_gemm.hpp): dv, dk sequential, grad_p by the vectorized dot, dq ilp4; dk is summed
-// in its own layout (docs/research/torch2.15-attention-16bit-composite.md).
+// in its own layout. bf16 on AVX-512 without avx512_bf16, in a launch of B*H*S_q*S_k*D > 4096:
+// every product oneDNN's emulated kernel, dk^T by rows of D in scratch, then transposed
+// (docs/research/torch2.15-attention-16bit-composite.md).
 #include <fmt/format.h>
 
 #include "gen/bf16_out_gemm.hpp"
@@ -53,7 +55,9 @@ Kernel build_cpu_matmul_attention_backward(const Request& r, const Order& order)
   const bool f32_inputs = t == ScalarType::f32;
   const int probs = b.buffer("probs", t, true, Extent::scratch, Sq * Sk);
   const int grad = b.buffer("grad", t, true, Extent::scratch, Sq * Sk);
-  const int dkt = f32_inputs ? b.buffer("dk_t", ScalarType::f32, true, Extent::scratch, D * Sk) : -1;
+  // oneDNN computes dk^T's rows (d) by kernels of their own: bf16 dk^T goes through scratch too.
+  const bool onednn_possible = t == ScalarType::bf16 && o.onednn_16bit == AttentionBackwardOrder::OneDnn::Emulated;
+  const int dkt = f32_inputs || onednn_possible ? b.buffer("dk_t", f32_inputs ? ScalarType::f32 : t, true, Extent::scratch, D * Sk) : -1;
   const bool naive = composite_is_naive(r);
   const float scale = composite_scale(r);
   const ExprRef c = constant(Type{ScalarType::f32, 1}, static_cast<double>(scale));
@@ -66,24 +70,42 @@ Kernel build_cpu_matmul_attention_backward(const Request& r, const Order& order)
     const Matrix q_t{q, q_base, 1, 0, D}, k_rows{k, kv_base, D}, v_rows{v, kv_base, D};
     const Matrix dout_rows{dout, q_base, D}, dq_rows{dq, q_base, D}, dv_rows{dv, kv_base, D};
     const Matrix p_t{probs, idx(0), 1, 0, Sk}, g_rows{grad, idx(0), Sk}, dkt_rows{dkt, idx(0), Sk};
-    const std::string how = composite_products(r, mkl);
+    const std::string products = composite_products(r, mkl);
     // 16-bit: ATen's sums (gen/bf16_out_gemm.hpp): dv and dk sequential ('N','T', and the loop),
     // dq ilp4 ('N','N'; the loop: sequential), grad_p by the vectorized dot ('T','N').
     auto stub_product = [&](bool sequential, int64_t n, int64_t m, int64_t K, const Matrix& p, const Matrix& v, const Matrix& c) {
       emit_bf16_out_gemm(b, sequential, false, AttentionBackwardOrder::OneDnn::Off, n, m, K, p, v, c, 1.0f, true);
     };
+    const CompositeOneDnn onednn = composite_onednn(r, order, mkl.threads);
+    const std::string how = dispatch_label(onednn, products);
+    const ExprRef untransposed = constant(Type{ScalarType::boolean, 1}, 0), transposed = constant(Type{ScalarType::boolean, 1}, 1);
+    // bf16 with oneDNN: its batched matmul (gen/bf16_out_gemm.hpp); k^T's and v^T's views as it takes them.
+    auto onednn_product = [&](int64_t M, int64_t N, int64_t K, bool src_transposed, ExprRef wei_transposed, const Matrix& a,
+                              const Matrix& bm, const Matrix& c) {
+      emit_onednn_bf16_bmm(b, OneDnnBmm{M, N, K, src_transposed, std::move(wei_transposed), onednn.threads}, idx(0), M, a, bm, c);
+    };
+    auto transpose_dk = [&] {
+      b.for_range("key", idx(0), idx(Sk), 1, [&](ExprRef key) {
+        const ExprRef at = b.let("dk_at", add(kv_base, mul(key, idx(D))));
+        b.for_range("d", idx(0), idx(D), 1, [&](ExprRef d) { b.store(dk, add(at, d), load(b.kernel(), dkt, add(mul(d, idx(Sk)), key))); });
+      });
+    };
     auto body = [&](bool threaded) {
-      emit_composite_probs(b, r, order.attention, CompositeRows{q, k, probs, q_base, kv_base, idx(0), idx(0), Sq}, threaded);
+      emit_composite_probs(b, r, order.attention, CompositeRows{q, k, probs, q_base, kv_base, idx(0), idx(0), Sq}, threaded, onednn);
       b.region("dv", fmt::format("dv = p^T @ dout, {} keys x {} x {} queries: {}", Sk, D, Sq, how), [&] {
-        if (!f32_inputs) stub_product(true, Sk, D, Sq, p_t, dout_rows, dv_rows);
-        else if (naive) emit_naive_nn(b, Sk, D, Sq, p_t, dout_rows, dv_rows);
-        else emit_gemm_nn(b, mkl, GemmInputs::f32, Sk, D, Sq, p_t, dout_rows, dv_rows, false, threaded, aligned);
+        emit_by_dispatch(b, onednn, [&] { onednn_product(Sk, D, Sq, true, untransposed, p_t, dout_rows, dv_rows); }, [&] {
+          if (!f32_inputs) stub_product(true, Sk, D, Sq, p_t, dout_rows, dv_rows);
+          else if (naive) emit_naive_nn(b, Sk, D, Sq, p_t, dout_rows, dv_rows);
+          else emit_gemm_nn(b, mkl, GemmInputs::f32, Sk, D, Sq, p_t, dout_rows, dv_rows, false, threaded, aligned);
+        });
       });
       b.region("grad_p", fmt::format("dout @ v^T, {} queries x {} keys x {}: {}", Sq, Sk, D, how), [&] {
-        if (!f32_inputs)
-          emit_stub_dot_rows(b, naive ? StubSum::Sequential : StubSum::VectorDot, order.attention.dot_fold, Sq, Sk, D, dout_rows, v_rows, g_rows);
-        else if (naive) emit_naive_nt(b, Sq, Sk, D, dout_rows, v_rows, g_rows);
-        else emit_gemm_nt(b, mkl, GemmInputs::f32, Sq, Sk, D, dout_rows, v_rows, g_rows, threaded);
+        emit_by_dispatch(b, onednn, [&] { onednn_product(Sq, Sk, D, false, transposed, dout_rows, Matrix{v, kv_base, 1, 0, D}, g_rows); }, [&] {
+          if (!f32_inputs)
+            emit_stub_dot_rows(b, naive ? StubSum::Sequential : StubSum::VectorDot, order.attention.dot_fold, Sq, Sk, D, dout_rows, v_rows, g_rows);
+          else if (naive) emit_naive_nt(b, Sq, Sk, D, dout_rows, v_rows, g_rows);
+          else emit_gemm_nt(b, mkl, GemmInputs::f32, Sq, Sk, D, dout_rows, v_rows, g_rows, threaded);
+        });
       });
       // PyTorch's row loop over B*H*S_q rows has a single row only when S_q is 1 and the launch one (batch, head).
       const ExprRef one_row = Sq == 1 ? binary(Op::Eq, grid_extent(0), idx(1)) : nullptr;
@@ -107,24 +129,32 @@ Kernel build_cpu_matmul_attention_backward(const Request& r, const Order& order)
                  });
                });
       b.region("dq", fmt::format("dq = grad @ k, {} queries x {} x {} keys: {}", Sq, D, Sk, how), [&] {
-        if (!f32_inputs) stub_product(naive, Sq, D, Sk, g_rows, k_rows, dq_rows);
-        else if (naive) emit_naive_nn(b, Sq, D, Sk, g_rows, k_rows, dq_rows);
-        else emit_gemm_nn(b, mkl, GemmInputs::f32, Sq, D, Sk, g_rows, k_rows, dq_rows, false, threaded, aligned);
+        emit_by_dispatch(b, onednn, [&] { onednn_product(Sq, D, Sk, false, untransposed, g_rows, k_rows, dq_rows); }, [&] {
+          if (!f32_inputs) stub_product(naive, Sq, D, Sk, g_rows, k_rows, dq_rows);
+          else if (naive) emit_naive_nn(b, Sq, D, Sk, g_rows, k_rows, dq_rows);
+          else emit_gemm_nn(b, mkl, GemmInputs::f32, Sq, D, Sk, g_rows, k_rows, dq_rows, false, threaded, aligned);
+        });
       });
       if (!f32_inputs) {
-        // dk[key][d] = sum over queries of grad[query][key] * q[query][d]: dk^T's sum, stored transposed.
+        // dk[key][d] = sum over queries of grad[query][key] * q[query][d]: ATen's sums dk^T's
+        // elements stored transposed; oneDNN's sum dk^T's rows of D (kernels per row) into
+        // scratch, transposed after.
         const Matrix g_t{grad, idx(0), 1, 0, Sk}, q_rows{q, q_base, D}, dk_rows{dk, kv_base, D};
-        b.region("dk", fmt::format("dk^T = q^T @ grad, {} x {} keys x {} queries: {}", D, Sk, Sq, how),
-                 [&] { stub_product(true, Sk, D, Sq, g_t, q_rows, dk_rows); });
+        b.region("dk", fmt::format("dk^T = q^T @ grad, {} x {} keys x {} queries: {}", D, Sk, Sq, how), [&] {
+          emit_by_dispatch(
+              b, onednn,
+              [&] {
+                onednn_product(D, Sk, Sq, true, untransposed, q_t, g_rows, dkt_rows);
+                transpose_dk();
+              },
+              [&] { stub_product(true, Sk, D, Sq, g_t, q_rows, dk_rows); });
+        });
         return;
       }
       b.region("dk", fmt::format("dk^T = q^T @ grad, {} x {} keys x {} queries: {}; then transposed", D, Sk, Sq, how), [&] {
         if (naive) emit_naive_nn(b, D, Sk, Sq, q_t, g_rows, dkt_rows);
         else emit_gemm_nn(b, mkl, GemmInputs::f32, D, Sk, Sq, q_t, g_rows, dkt_rows, false, threaded, aligned);
-        b.for_range("key", idx(0), idx(Sk), 1, [&](ExprRef key) {
-          const ExprRef at = b.let("dk_at", add(kv_base, mul(key, idx(D))));
-          b.for_range("d", idx(0), idx(D), 1, [&](ExprRef d) { b.store(dk, add(at, d), load(b.kernel(), dkt, add(mul(d, idx(Sk)), key))); });
-        });
+        transpose_dk();
       });
     };
     if (mkl.threads > 1 && f32_inputs) b.if_else(binary(Op::Eq, grid_extent(0), idx(1)), [&] { body(true); }, [&] { body(false); });

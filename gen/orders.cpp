@@ -165,8 +165,8 @@ Order torch215_math(ScalarType storage, Capability cap) {
   Order o;
   o.attention.kind = AttentionOrder::Kind::CpuMatmul;
   o.attention.softmax = torch113_softmax(storage, cap);
+  // PyTorch registers no AVX-512 gemm_stub: under avx512 the dispatcher runs the avx2 build's.
   o.attention.dot_fold = cap == Capability::base ? LaneFold::Sequential : LaneFold::Halving;
-  o.attention.dot_lanes = cap == Capability::avx512 ? 16 : 8;
   o.attention.gemm.kind = GemmOrder::Kind::MklIntelAvx512;
   o.attention_backward.kind = AttentionBackwardOrder::Kind::CpuMatmul;
   o.attention_backward.gemm.kind = GemmOrder::Kind::MklIntelAvx512;
@@ -432,7 +432,7 @@ NormBackwardOrder centered_backward(SumOrder sum, int64_t block_rows) {
   return n;
 }
 
-// Queries per program instance of `fast`'s flash orders, forward and backward: every key and
+// Queries per program instance of `fast`'s flash forward: every key and
 // value element loaded serves them all. 32 (two 16-lane registers) on a CPU with AVX-512 and its
 // 32 vector registers; 16 (two AVX2 registers) elsewhere, and on CUDA, where the lanes are one
 // thread's array. A query's sums are the same at either width, so the bits are too: 32 lanes took
@@ -446,7 +446,7 @@ std::vector<NamedOrder> make_table() {
   std::vector<NamedOrder> t;
   t.push_back({"fast", "the fastest order ordo has: two-pass, 4x8-lane fma sums, fused affine; attention: flash(bc=64,queries=32 on an AVX-512 CPU else 16,exp2=on,fma=all); "
                "softmax/log_softmax_backward: s by 4x8-lane fma sums, Sleef exp, log_softmax's dx as one fma; "
-               "attention_backward: flash's tiled backward with fma, as many query lanes, lse recomputed by fast's forward (no reference)",
+               "attention_backward: flash's tiled backward with fma, 16 lanes, lse recomputed by fast's forward (no reference)",
                kAllOps, kAllStorage, false, false, [](ScalarType, ScalarType acc, const Request& r) {
                  Order o = two_pass(lane_tree(8, 4, true), acc);
                  o.affine = {F::ScaleBias, true};
@@ -456,7 +456,9 @@ std::vector<NamedOrder> make_table() {
                  o.norm_backward = centered_backward(lane_tree(8, 4, true), 64);
                  o.softmax_backward = summed_softmax_backward(lane_tree(8, 4, true));
                  o.attention_backward.fma = true;
-                 o.attention_backward.lanes = fast_query_lanes(r);
+                 // 16 on every CPU: 32 sped bf16 up (35 -> 30 ms, B*H = 8, S = 1024, D = 64) but not f32,
+                 // and took 2.5x the compile time (98 ms, over issue 21's 50).
+                 o.attention_backward.lanes = 16;
                  return o;
                }});
   t.push_back({"batch-invariant",
@@ -918,14 +920,17 @@ std::optional<AttentionBackwardOrder::OneDnn> onednn_16bit_model(const Request& 
     return std::nullopt;
   }
   __builtin_cpu_init();
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  const bool ne_convert = __get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx) && (edx >> 5 & 1);  // AVX-NE-CONVERT
   if (f16_data) {
-    if (!cpu_has_avx512_fp16()) return OneDnn::Off;
-    if (why) *why = "this host has avx512_fp16, where PyTorch's f16 gradient products are oneDNN's, whose kernel is not modelled";
+    // PyTorch's oneDNN f16 check passes with avx512_fp16 or AVX-NE-CONVERT.
+    if (!cpu_has_avx512_fp16() && !ne_convert) return OneDnn::Off;
+    if (why)
+      *why = fmt::format("this host has {}, where PyTorch's f16 products are oneDNN's, whose kernel is not modelled",
+                         cpu_has_avx512_fp16() ? "avx512_fp16" : "AVX-NE-CONVERT");
     return std::nullopt;
   }
   if (__builtin_cpu_supports("avx512bf16")) return OneDnn::Avx512Bf16;
-  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-  const bool ne_convert = __get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx) && (edx >> 5 & 1);  // AVX-NE-CONVERT
   if (__builtin_cpu_supports("avx512f")) return OneDnn::Emulated;
   if (!ne_convert) return OneDnn::Off;
   if (why) *why = "this host has AVX-NE-CONVERT without AVX-512, where oneDNN's bf16 kernel for the attention gradients is not modelled";
@@ -957,24 +962,24 @@ bool calls_mkl(const Request& r, const Order& o) {
 }
 
 // Why the 16-bit composite cannot be reproduced here, or empty: its products are modelled as ATen's
-// gemm_stub under the default and avx2 builds (8-lane vectorized dot), where PyTorch's oneDNN
-// check fails (bf16: a CPU without AVX-512 or AVX-NE-CONVERT; f16: without avx512_fp16; or
-// onednn=off, the parameter of onednn_16bit_model).
-std::string composite_16bit_error(const Request& r, const Order& o) {
-  if (o.attention.dot_lanes != 8)
-    return fmt::format("order '{}' with {} inputs: under ATEN_CPU_CAPABILITY=avx512 ATen's vectorized dot has 16 float lanes, "
-                       "whose order was not measured (a CPU with AVX-512 hands bf16 products to oneDNN anyway); "
-                       "torch2.15-cpu-math-avx2 and -default are modelled",
-                       r.order, name(r.x_dtype));
-  const std::optional<AttentionBackwardOrder::OneDnn> onednn = onednn_16bit_model(r);
-  if (onednn == AttentionBackwardOrder::OneDnn::Off) return {};
+// gemm_stub (the avx2 build's under avx512 too) where PyTorch's oneDNN check fails (bf16: a CPU
+// without AVX-512 or AVX-NE-CONVERT; f16: without avx512_fp16 or AVX-NE-CONVERT; or onednn=off,
+// the parameter of onednn_16bit_model), and in bf16 as oneDNN's emulated kernel where the check
+// passes on AVX-512 without avx512_bf16 (onednn=emulated).
+std::string composite_16bit_error(const Request& r) {
+  std::string why;
+  const std::optional<AttentionBackwardOrder::OneDnn> onednn = onednn_16bit_model(r, &why);
+  if (onednn == AttentionBackwardOrder::OneDnn::Off || onednn == AttentionBackwardOrder::OneDnn::Emulated) return {};
   const std::string base = r.order.substr(0, r.order.find('('));
-  const char* named = r.order.find("onednn=on") != std::string::npos         ? "onednn=on names a CPU that hands"
-                      : r.order.find("onednn=emulated") != std::string::npos ? "onednn=emulated names a CPU that hands"
-                                                                             : "this CPU's oneDNN takes";
-  return fmt::format("order '{}' with {} inputs: {} PyTorch's {} matmuls to oneDNN, whose kernels are not modelled; '{}(onednn=off)' "
-                     "gives the bits of a CPU where its oneDNN check fails, and every product is ATen's own",
-                     r.order, name(r.x_dtype), named, name(r.x_dtype), base);
+  if (!onednn)
+    return fmt::format("order '{}' with {} inputs: {}; '{}(onednn=off)' gives the bits of a CPU where PyTorch's oneDNN check fails, "
+                       "and every product is ATen's own",
+                       r.order, name(r.x_dtype), why, base);
+  const char* named = r.order.find("onednn=on") != std::string::npos ? "onednn=on names a CPU with avx512_bf16, whose oneDNN takes"
+                                                                       : "this CPU has avx512_bf16, and its oneDNN takes";
+  return fmt::format("order '{}' with {} inputs: {} PyTorch's bf16 matmuls with a kernel not modelled for the composite; '{}(onednn=off)' "
+                     "gives the bits of a CPU where its oneDNN check fails, '{}(onednn=emulated)' those of an AVX-512 CPU without avx512_bf16",
+                     r.order, name(r.x_dtype), named, base, base);
 }
 
 GemmOrder::Kind mkl_host_model(const Request& r) {
@@ -1055,14 +1060,17 @@ std::string shape_error(const Request& r, const Order& o, const NamedOrder& n) {
       return fmt::format("order '{}' reproduces PyTorch's backward, which reads the forward's saved logsumexp: give lse", r.order);
   }
   if (composite_16bit(r, o)) {
-    if (std::string why = composite_16bit_error(r, o); !why.empty()) return why;
+    if (std::string why = composite_16bit_error(r); !why.empty()) return why;
     // P and its gradient (backward) or 32 rows of scores (forward), 16-bit, per instance.
-    const int64_t scratch_bytes = (r.op == OpKind::attention ? std::min<int64_t>(r.seq_q, 32) : 2 * r.seq_q) * r.seq_k * 2;
+    // The backward with oneDNN's products also keeps dk^T (D x S_k), whose rows oneDNN sums.
+    const bool dk_t = r.op == OpKind::attention_backward && onednn_16bit_model(r) == AttentionBackwardOrder::OneDnn::Emulated;
+    const int64_t scratch_bytes =
+        ((r.op == OpKind::attention ? std::min<int64_t>(r.seq_q, 32) : 2 * r.seq_q) * r.seq_k + (dk_t ? r.cols * r.seq_k : 0)) * 2;
     if (r.op == OpKind::attention && r.lse_output)
       return fmt::format("order '{}' is a composite of matmul and softmax, which makes no log-sum-exp", r.order);
     if (scratch_bytes > (int64_t(2) << 20))
       return fmt::format("order '{}' keeps {} per instance: {} bytes, over 2 MiB of stack (S_q = {}, S_k = {})", r.order,
-                         r.op == OpKind::attention ? "32 rows of scores" : "P and its gradient (2 x S_q x S_k)", scratch_bytes,
+                         r.op == OpKind::attention ? "32 rows of scores" : dk_t ? "P, its gradient and dk^T (2 x S_q x S_k + D x S_k)" : "P and its gradient (2 x S_q x S_k)", scratch_bytes,
                          r.seq_q, r.seq_k);
     return {};
   }
@@ -1218,6 +1226,9 @@ Order resolve(const Request& r) {
                                                              "'(onednn=emulated)' those of an AVX-512 host without it"));
     o.attention_backward.onednn_16bit = *onednn;
   }
+  // The composite's kernel choice (checked by shape_error, which refuses a host without a model).
+  if (composite_16bit(r, o))
+    o.attention_backward.onednn_16bit = onednn_16bit_model(r).value_or(AttentionBackwardOrder::OneDnn::Off);
   if (open != std::string::npos && n->takes_environment) {
     if (r.order.back() != ')') throw Error(fmt::format("order '{}': missing ')'", r.order));
     apply_environment(o, std::string_view(r.order).substr(open + 1, r.order.size() - open - 2), r.order);

@@ -380,11 +380,9 @@ struct AttentionOrder {
   // The probabilities go to P @ v rounded to the storage type; the sum takes them unrounded.
   bool paired_exp_sum = false;
   // CpuMatmul, 16-bit inputs: the lane fold of ATen's vectorized dot (q @ k^T; the backward's
-  // dout @ v^T), per CPU capability: Sequential under the default build, Halving under avx2.
+  // dout @ v^T), per CPU capability: Sequential under the default build, Halving under avx2 and
+  // avx512 (which runs the avx2 build's: PyTorch registers no AVX-512 gemm_stub).
   LaneFold dot_fold = LaneFold::Halving;
-  // CpuMatmul, 16-bit inputs: that dot's float lanes, 8 under the default and avx2 builds (the
-  // order measured); 16 under avx512, unmeasured, which the orders refuse.
-  int dot_lanes = 8;
 };
 
 // How the backward of attention over one (batch, head) forms dq, dk and dv from q, k, v, the

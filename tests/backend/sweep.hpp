@@ -322,6 +322,8 @@ inline int attention_vs_interpreter(Target target, bool reduced) {
   // fold once (on a host without AVX-512 the named rows above run both in both dtypes).
   orders.emplace_back("torch2.15-cpu-math-avx2(onednn=off)", ScalarType::bf16);
   orders.emplace_back("torch2.15-cpu-math-default(onednn=off)", ScalarType::f16);
+  // bf16 by oneDNN's emulated kernel on 2 threads: one-row calls chosen by program_id and grid_extent.
+  orders.emplace_back("torch2.15-cpu-math-avx512(threads=2,onednn=emulated)", ScalarType::bf16);
   int cases = 0;
   size_t order_index = 0;
   for (const auto& [order, dtype] : orders) {
@@ -486,6 +488,9 @@ inline int attention_backward_vs_interpreter(Target target, bool sparse) {
   // The 16-bit composite's backward whatever the host (ATen's own products), each lane fold once.
   orders.emplace_back("torch2.15-cpu-math-default(onednn=off,threads=2)", ScalarType::bf16);
   orders.emplace_back("torch2.15-cpu-math-avx2(onednn=off)", ScalarType::f16);
+  // The bf16 composite's backward by oneDNN's emulated kernel, on 2 threads (one-row calls chosen by
+  // program_id and grid_extent; dk^T through scratch).
+  orders.emplace_back("torch2.15-cpu-math-avx512(threads=2,onednn=emulated)", ScalarType::bf16);
   int cases = 0, rotation = 0;
   for (const auto& [order, dtype] : orders)
     for (const Shape& s : shapes) {

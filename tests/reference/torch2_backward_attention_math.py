@@ -19,12 +19,18 @@ sharp (8 times larger: near one-hot rows) and saturated (50 times: probabilities
 head), the products of one or two terms show how MKL signs a zero sum).
 
 bf16 and f16: every case again in each 16-bit type, q, k, v and dout rounded from the same f32
-values. PyTorch's bmm then never calls MKL: on a CPU without AVX-512 (or AVX-NE-CONVERT) its
-oneDNN check fails and every product is ATen's own (gemm_stub, or its loop below 400
-multiply-adds), whose orders ordo models under the default and avx2 builds; the thread count
-changes no bit there. The forward's out is compared as well (ordo.attention with the same order),
-since the 16-bit forward has no other test. Under ATEN_CPU_CAPABILITY=avx512 the orders refuse
-16-bit inputs (16-lane dot, unmeasured).
+values, plus two more value ranges: "wide" (v and dout scaled element by element by 2^-12 to
+2^12) and "crafted" (q = 0, so P is uniform, and +-2^30 in two rows of each column of v and of
+dout, which cancel exactly in p @ v and p^T @ dout), and "crafted_dots" (2^15 times +-2^15 at two
+dims of every row of q and k, and of dout and v, cancelling in q @ k^T and dout @ v^T), so that
+sums in another order round otherwise; the five oneDNN shapes below take the two crafted ones. PyTorch's bmm then never calls MKL: where its
+oneDNN check fails (f16 on a CPU without avx512_fp16 or AVX-NE-CONVERT; bf16 on one without
+AVX-512 or AVX-NE-CONVERT) every product is ATen's own (gemm_stub, the avx2 build's under avx512
+too, or its loop below 400 multiply-adds) and the thread count changes no bit; bf16 on an AVX-512
+CPU without avx512_bf16 goes to oneDNN's emulated gemm:jit:bf16 when B*H*S_q*S_k*D > 4096 (the
+shapes below include B*H of 2, 3 and 11 around that bound, K past 384 and 1536, and one (batch,
+head) on 2 threads, whose split makes one-row calls). The forward's out is compared as well
+(ordo.attention with the same order), since the 16-bit forward has no other test.
 
 The f32 orders model an AMD host's MKL (its generic kernels, with or without AVX-512; measured on
 an AVX2-only EPYC) and an Intel AVX-512 host's (its avx512 kernels; measured on a Xeon). On other
@@ -36,7 +42,7 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import tiers  # noqa: E402
-from torch2_harness import amd_host, intel_avx512_host, onednn_16bit_host, order_row, parse_arguments, report, run_workers, torch_error  # noqa: E402
+from torch2_harness import amd_host, has_cpu_flag, intel_avx512_host, onednn_16bit_host, order_row, parse_arguments, report, run_workers, torch_error  # noqa: E402
 
 # (S_q, S_k, D, batch, heads)
 SHAPES = [
@@ -49,17 +55,34 @@ SHAPES = [
     (33, 36, 32, 1, 1), (64, 192, 16, 2, 1), (65, 64, 8, 1, 2), (100, 300, 32, 1, 1), (128, 128, 64, 1, 1), (200, 256, 64, 1, 1),
     (193, 196, 8, 1, 1), (385, 388, 16, 1, 1), (300, 400, 64, 1, 1), (40, 100, 256, 1, 1), (480, 480, 32, 1, 1),
 ]
+# 16-bit only (bf16 on AVX-512 without avx512_bf16 is oneDNN's): B*H*S_q*S_k*D around 4096 (384 x 11 heads; 3840 x 2),
+# K past 384 and 1536 (two halves, then blocks of 768), odd rows and columns for its thread split. (The AMD f32 model
+# takes S_k multiples of 4 only.)
+# Each takes crafted values (below) that tell oneDNN's kernels apart: the CI tier the one named, causal or not as
+# named (a causal mask hides most keys from 2 or 9 queries), --full both values and both masks.
+SHAPES_16BIT = [((3, 16, 8, 1, 11), "crafted_dots", True), ((10, 12, 32, 2, 1), "crafted", False),
+                ((2, 1600, 32, 1, 1), "crafted", False), ((33, 35, 24, 1, 1), "crafted_dots", True),
+                ((9, 1537, 16, 1, 3), "crafted", False)]
 SHAPES_QUICK = [(3, 5, 8, 2, 1), (1, 300, 64, 1, 2), (1, 64, 32, 1, 1), (10, 12, 32, 1, 1), (65, 64, 8, 1, 2), (200, 256, 64, 1, 1)]
 RANGES = [("normal", 1.0), ("sharp", 8.0), ("saturated", 50.0)]
+RANGES_16BIT = RANGES + [("wide", 1.0), ("crafted", 0.0), ("crafted_dots", 1.0)]
 
 
 def cases(tier, dtypes):
     out = []
     for dtype in dtypes:
-        for i, (s_q, s_k, d, batch, heads) in enumerate(SHAPES_QUICK if tier == tiers.QUICK else SHAPES):
-            for causal in (((i % 2 == 1),) if tier == tiers.CI else (False, True)):
+        shapes = SHAPES_QUICK if tier == tiers.QUICK else SHAPES + ([shape for shape, _, _ in SHAPES_16BIT] if dtype != "f32" else [])
+        for i, (s_q, s_k, d, batch, heads) in enumerate(shapes):
+            ci_causal = SHAPES_16BIT[i - len(SHAPES)][2] if tier != tiers.QUICK and i >= len(SHAPES) else i % 2 == 1
+            for causal in ((ci_causal,) if tier == tiers.CI else (False, True)):
+                ranges = RANGES if dtype == "f32" else RANGES_16BIT
+                value_range = ranges[len(out) % len(ranges)][0]
+                if i >= len(SHAPES):  # the oneDNN shapes
+                    named = SHAPES_16BIT[i - len(SHAPES)][1]
+                    causal_named = SHAPES_16BIT[i - len(SHAPES)][2]
+                    value_range = named if tier == tiers.CI or causal == causal_named else ({"crafted", "crafted_dots"} - {named}).pop()
                 out.append({"sq": s_q, "sk": s_k, "d": d, "batch": batch, "heads": heads, "causal": causal, "dtype": dtype,
-                            "range": RANGES[len(out) % 3][0], "scale": 0.3 if len(out) % 3 == 2 else None, "seed": len(out),
+                            "range": value_range, "scale": 0.3 if len(out) % 3 == 2 else None, "seed": len(out),
                             "alias": i % 4 == 0})
     return out
 
@@ -85,15 +108,46 @@ results = []
 for threads in (1, 2):
     torch.set_num_threads(threads)
     for i, c in enumerate(cases):
-        if c["dtype"] != "f32" and cap == "avx512":
-            continue
         g = torch.Generator().manual_seed(5000 + c["seed"])
         shape = (c["batch"], c["heads"])
         dt = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}[c["dtype"]]
         q = (torch.randn(*shape, c["sq"], c["d"], generator=g) * RANGES[c["range"]]).to(dt).requires_grad_()
         k = torch.randn(*shape, c["sk"], c["d"], generator=g).to(dt).requires_grad_()
         v = torch.randn(*shape, c["sk"], c["d"], generator=g).to(dt).requires_grad_()
-        dout = torch.randn(*shape, c["sq"], c["d"], generator=g).to(dt)
+        dout = torch.randn(*shape, c["sq"], c["d"], generator=g)
+        if c["range"] == "wide":
+            with torch.no_grad():
+                v.copy_(v.float() * torch.exp2(torch.randint(-12, 13, v.shape, generator=g).float()))
+            dout = dout * torch.exp2(torch.randint(-12, 13, dout.shape, generator=g).float())
+        if c["range"] == "crafted":
+            # q = 0 makes P uniform, so +-2^30 in two rows of each column of v (dout) cancel exactly in
+            # p @ v (p^T @ dout), and the sums' bits show which small terms joined before that.
+            def cancelling(t):
+                n = t.shape[-2]
+                if n < 2:
+                    return t
+                a = torch.randint(0, n, t.shape[:-2] + (1, t.shape[-1]), generator=g)
+                # close pairs: across oneDNN's K-block boundaries (384..800 for K = 1600) as often as inside
+                b = (a + 1 + torch.randint(0, min(n - 1, 32), a.shape, generator=g)) % n
+                return t.scatter(-2, a, 2.0 ** 30).scatter(-2, b, -2.0 ** 30)
+            with torch.no_grad():
+                v.copy_(cancelling(v.float()))
+            dout = cancelling(dout)
+        if c["range"] == "crafted_dots":
+            # 2^15 * 2^15 and 2^15 * -2^15 at two dims of every row of q and k (dout and v) cancel
+            # exactly in q @ k^T (dout @ v^T), and the small terms' order shows in the sum.
+            def cancelling_dims(a, b):
+                d0, d1 = torch.randperm(c["d"], generator=g)[:2].tolist()
+                a[..., d0] = a[..., d1] = 2.0 ** 15
+                b[..., d0], b[..., d1] = 2.0 ** 15, -2.0 ** 15
+                return a, b
+            with torch.no_grad():
+                qf, kf = cancelling_dims(q.float(), k.float())
+                q.copy_(qf)
+                k.copy_(kf)
+                dout, vf = cancelling_dims(dout.clone(), v.float())
+                v.copy_(vf)
+        dout = dout.to(dt)
         out = composite(q, k, v, c)
         out.backward(dout)
         want = {"dq": q.grad, "dk": k.grad, "dv": v.grad}
@@ -125,15 +179,21 @@ def main():
     else:
         print("NOT VERIFIED: torch2.15-cpu-math-* attention_backward in f32 (ordo models the MKL kernels of an AMD host and of an "
               "Intel AVX-512 host only, and the orders refuse other hosts)")
-    if not onednn_16bit_host():
-        dtypes += ["bf16", "f16"]
+    ne_convert = has_cpu_flag("avx_ne_convert")
+    if not onednn_16bit_host() or (has_cpu_flag("avx512f") and not has_cpu_flag("avx512_bf16") and not ne_convert):
+        dtypes.append("bf16")
     else:
-        print("NOT VERIFIED: torch2.15-cpu-math-* in bf16 and f16 (this CPU has AVX-512 or AVX-NE-CONVERT, so PyTorch's 16-bit bmm "
-              "is oneDNN's, which ordo does not model, and the orders refuse it)")
+        print("NOT VERIFIED: torch2.15-cpu-math-* in bf16 (this CPU has avx512_bf16 or AVX-NE-CONVERT, whose oneDNN bf16 kernels "
+              "for PyTorch's bmm ordo does not model, and the orders refuse it)")
+    if not has_cpu_flag("avx512_fp16") and not ne_convert:
+        dtypes.append("f16")
+    else:
+        print("NOT VERIFIED: torch2.15-cpu-math-* in f16 (this CPU has avx512_fp16 or AVX-NE-CONVERT, so PyTorch's f16 bmm is "
+              "oneDNN's, which ordo does not model, and the orders refuse it)")
     if not dtypes:
         return 0
     all_cases = cases(tiers.chosen(args), dtypes)
-    result = run_workers(args.build, WORKER, all_cases, RANGES,
+    result = run_workers(args.build, WORKER, all_cases, RANGES_16BIT,
                          lambda c, r, cap: ("attention_backward", order_row(r, cap), c["dtype"]),
                          lambda c, r: f"attention_backward {r['order']} {c['dtype']} Sq={c['sq']} Sk={c['sk']} D={c['d']} "
                                       f"B={c['batch']} H={c['heads']} causal={c['causal']} scale={c['scale']} {c['range']} "
