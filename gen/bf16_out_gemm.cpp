@@ -23,7 +23,7 @@ ExprRef f32c(double v, int lanes) {
   return lanes > 1 ? broadcast(c, lanes) : c;
 }
 ExprRef as_f32(ExprRef x) { return x->type.scalar == ScalarType::f32 ? x : cast(std::move(x), ScalarType::f32); }
-ExprRef b_div_ceil(const ExprRef& x, int64_t d) { return div(add(x, idx(d - 1)), idx(d)); }
+ExprRef ceil_div(const ExprRef& x, int64_t d) { return div(add(x, idx(d - 1)), idx(d)); }
 
 // PyTorch's mkldnn_bf16_gemm leaves products of m*n*k <= 4096 to gemm_stub.
 constexpr int64_t kStubWork = 4096;
@@ -313,7 +313,7 @@ struct EmulatedSums {
 // [lo, hi) (i64 expressions), as a bool expression.
 ExprRef cut_in(const ExprRef& total, int threads, const ExprRef& lo, const ExprRef& hi) {
   ExprRef any = constant(Type{ScalarType::boolean, 1}, 0);
-  const ExprRef n1 = b_div_ceil(total, threads);
+  const ExprRef n1 = ceil_div(total, threads);
   const ExprRef n2 = sub(n1, idx(1));
   const ExprRef t1 = sub(total, mul(n2, idx(threads)));  // threads taking n1
   for (int t = 1; t < threads; ++t) {
