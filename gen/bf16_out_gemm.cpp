@@ -27,7 +27,7 @@ ExprRef ceil_div(const ExprRef& x, int64_t d) { return div(add(x, idx(d - 1)), i
 
 // PyTorch's mkldnn_bf16_gemm leaves products of m*n*k <= 4096 to gemm_stub.
 constexpr int64_t kStubWork = 4096;
-// oneDNN's emulated gemm:jit:bf16 sums K above this in two blocks.
+// oneDNN's emulated gemm:jit:bf16 sums K up to this in one block (emulated_k_blocks).
 constexpr int64_t kEmulatedKBlock = 384;
 
 using OneDnn = AttentionBackwardOrder::OneDnn;
@@ -57,6 +57,83 @@ std::vector<bool> emulated_gemv_rows(int64_t n, int64_t m, int threads) {
   }
   return gemv;
 }
+
+// oneDNN gemm:jit:bf16's K blocks for its gemm kernel: [begin, count) pairs.
+std::vector<std::pair<int64_t, int64_t>> emulated_k_blocks(int64_t K) {
+  if (K <= kEmulatedKBlock) return {{0, K}};
+  if (K < 4 * kEmulatedKBlock) {
+    const int64_t split = (K + 1) / 2;
+    return {{0, split}, {split, K - split}};
+  }
+  std::vector<std::pair<int64_t, int64_t>> blocks;
+  for (int64_t k = 0; k < K; k += 2 * kEmulatedKBlock) blocks.push_back({k, std::min(K - k, 2 * kEmulatedKBlock)});
+  return blocks;
+}
+
+// Builds the three per-element sums of oneDNN's emulated kernels over products(k), each a vector
+// of `lanes` exact f32 products (one output element per lane).
+struct EmulatedSums {
+  Builder& b;
+  int lanes;
+  std::function<ExprRef(ExprRef)> product;
+
+  // One chain from +0 over [k0, k0 + count) in pairs, (acc + p[k+1]) + p[k], an odd count's last
+  // product alone.
+  ExprRef pair_chain(ExprRef k0, int64_t count) const {
+    if (count <= 8) {
+      ExprRef acc = f32c(0.0, lanes);
+      auto at = [&](int64_t t) { return t ? add(k0, idx(t)) : k0; };
+      for (int64_t t = 0; t + 1 < count; t += 2) acc = add(add(acc, product(at(t + 1))), product(at(t)));
+      if (count % 2) acc = add(acc, product(at(count - 1)));
+      return b.let("onednn.pairs", acc);
+    }
+    const int acc = b.local("onednn.acc", Type{ScalarType::f32, lanes});
+    b.assign(acc, f32c(0.0, lanes));
+    b.for_range("k", k0, add(k0, idx(count / 2 * 2)), 2,
+                [&](ExprRef k) { b.assign(acc, add(add(b.get(acc), product(add(k, idx(1)))), product(k))); });
+    if (count % 2) b.assign(acc, add(b.get(acc), product(add(k0, idx(count - 1)))));
+    return b.get(acc);
+  }
+  ExprRef gemm(int64_t K) const {
+    ExprRef sum;
+    for (const auto& [k0, count] : emulated_k_blocks(K)) {
+      ExprRef block = pair_chain(idx(k0), count);
+      sum = sum ? b.let("onednn.blocks", add(sum, block)) : b.let("onednn.blocks", block);
+    }
+    return sum;
+  }
+  ExprRef gemv_n(int64_t K) const {
+    const int y = b.local("onednn.gemv", Type{ScalarType::f32, lanes});
+    b.assign(y, pair_chain(idx(0), std::min<int64_t>(K, 8)));
+    const int64_t blocks_end = K / 8 * 8;
+    if (blocks_end > 8) b.for_range("kb", idx(8), idx(blocks_end), 8, [&](ExprRef kb) { b.assign(y, add(b.get(y), pair_chain(kb, 8))); });
+    if (K > 8 && K > blocks_end) b.assign(y, add(b.get(y), pair_chain(idx(blocks_end), K - blocks_end)));
+    return b.get(y);
+  }
+  ExprRef gemv_t(int64_t K) const {
+    constexpr int kLanes = 16, kChunk = 32;
+    std::vector<int> lane;
+    for (int l = 0; l < kLanes; ++l) {
+      lane.push_back(b.local("onednn.lane", Type{ScalarType::f32, lanes}));
+      b.assign(lane.back(), f32c(0.0, lanes));
+    }
+    auto chunk = [&](const ExprRef& c, int64_t left) {  // `left` products from c on (at most 32)
+      for (int l = 0; l < kLanes; ++l) {
+        const int64_t k0 = 2 * l;
+        ExprRef acc = b.get(lane[size_t(l)]);
+        if (k0 + 1 < left) acc = add(acc, product(add(c, idx(k0 + 1))));
+        if (k0 < left) acc = add(acc, product(k0 ? add(c, idx(k0)) : c));
+        if (k0 < left) b.assign(lane[size_t(l)], acc);
+      }
+    };
+    const int64_t full = K / kChunk * kChunk;
+    if (full > 0) b.for_range("kc", idx(0), idx(full), kChunk, [&](ExprRef c) { chunk(c, kChunk); });
+    if (K > full) chunk(idx(full), K - full);
+    std::vector<ExprRef> t;
+    for (int l = 0; l < kLanes / 2; ++l) t.push_back(add(b.get(lane[size_t(l)]), b.get(lane[size_t(l + kLanes / 2)])));
+    return b.let("onednn.gemv_t", add(add(add(t[0], t[1]), add(t[2], t[3])), add(add(t[4], t[5]), add(t[6], t[7]))));
+  }
+};
 
 }  // namespace
 
@@ -124,23 +201,8 @@ void emit_bf16_out_gemm(Builder& b, bool transb, bool stub_fma, OneDnn onednn, i
         result = beta_zero ? mul(alpha_v, dot) : add(c0, mul(alpha_v, dot));
       } else {
         auto product = [&](ExprRef k) { return mul(pk(k), v_at(k)); };
-        // One chain from +0 over [k0, k0 + count) in pairs, (acc + p[k+1]) + p[k], an odd count's
-        // last product alone.
-        auto pair_chain = [&](ExprRef k0, int64_t count) -> ExprRef {
-          if (count <= 8) {  // unrolled: an 8-k block of the one-row kernel
-            ExprRef acc = f32c(0.0, lanes);
-            auto at = [&](int64_t t) { return t ? add(k0, idx(t)) : k0; };
-            for (int64_t t = 0; t + 1 < count; t += 2) acc = add(add(acc, product(at(t + 1))), product(at(t)));
-            if (count % 2) acc = add(acc, product(at(count - 1)));
-            return b.let("onednn.pairs", acc);
-          }
-          const int acc = b.local("onednn.acc", Type{ScalarType::f32, lanes});
-          b.assign(acc, f32c(0.0, lanes));
-          b.for_range("k", k0, add(k0, idx(count / 2 * 2)), 2,
-                      [&](ExprRef k) { b.assign(acc, add(add(b.get(acc), product(add(k, idx(1)))), product(k))); });
-          if (count % 2) b.assign(acc, add(b.get(acc), product(add(k0, idx(count - 1)))));
-          return b.get(acc);
-        };
+        const EmulatedSums sums{b, lanes, product};
+        auto pair_chain = [&](ExprRef k0, int64_t count) { return sums.pair_chain(std::move(k0), count); };
         if (gemv) {  // emulated, a one-row call: 8-k blocks, each block's sum times alpha fused into y
           const int y = b.local("onednn.gemv", Type{ScalarType::f32, lanes});
           b.assign(y, mul(alpha_v, pair_chain(idx(0), std::min<int64_t>(K, 8))));
@@ -149,10 +211,11 @@ void emit_bf16_out_gemm(Builder& b, bool transb, bool stub_fma, OneDnn onednn, i
             b.for_range("kb", idx(8), idx(blocks_end), 8, [&](ExprRef kb) { b.assign(y, fma(alpha_v, pair_chain(kb, 8), b.get(y))); });
           if (K > 8 && K > blocks_end) b.assign(y, fma(alpha_v, pair_chain(idx(blocks_end), K - blocks_end), b.get(y)));
           result = add(c0, b.get(y));
-        } else if (onednn == OneDnn::Emulated && K > kEmulatedKBlock) {  // two K blocks, split at ceil(K/2)
-          const int64_t split = (K + 1) / 2;
-          const ExprRef first = b.let("onednn.block0", mul(alpha_v, pair_chain(idx(0), split)));
-          result = add(c0, fma(alpha_v, pair_chain(idx(split), K - split), first));
+        } else if (onednn == OneDnn::Emulated && K > kEmulatedKBlock) {  // K blocks: alpha times the first, then fused
+          ExprRef y;
+          for (const auto& [k0, count] : emulated_k_blocks(K))
+            y = y ? fma(alpha_v, pair_chain(idx(k0), count), y) : b.let("onednn.block0", mul(alpha_v, pair_chain(idx(k0), count)));
+          result = add(c0, y);
         } else {
           const int acc = b.local("onednn.acc", Type{ScalarType::f32, lanes});
           b.assign(acc, f32c(0.0, lanes));
@@ -231,83 +294,6 @@ void emit_stub_dot_rows(Builder& b, StubSum sum, LaneFold fold, int64_t n, int64
 }
 
 namespace {
-
-// oneDNN gemm:jit:bf16's K blocks for its gemm kernel: [begin, count) pairs.
-std::vector<std::pair<int64_t, int64_t>> emulated_k_blocks(int64_t K) {
-  if (K <= kEmulatedKBlock) return {{0, K}};
-  if (K < 4 * kEmulatedKBlock) {
-    const int64_t split = (K + 1) / 2;
-    return {{0, split}, {split, K - split}};
-  }
-  std::vector<std::pair<int64_t, int64_t>> blocks;
-  for (int64_t k = 0; k < K; k += 2 * kEmulatedKBlock) blocks.push_back({k, std::min(K - k, 2 * kEmulatedKBlock)});
-  return blocks;
-}
-
-// Builds the three per-element sums of oneDNN's emulated kernels over products(k), each a vector
-// of `lanes` exact f32 products (one output element per lane).
-struct EmulatedSums {
-  Builder& b;
-  int lanes;
-  std::function<ExprRef(ExprRef)> product;
-
-  // One chain from +0 over [k0, k0 + count) in pairs, (acc + p[k+1]) + p[k], an odd count's last
-  // product alone.
-  ExprRef pair_chain(ExprRef k0, int64_t count) const {
-    if (count <= 8) {
-      ExprRef acc = f32c(0.0, lanes);
-      auto at = [&](int64_t t) { return t ? add(k0, idx(t)) : k0; };
-      for (int64_t t = 0; t + 1 < count; t += 2) acc = add(add(acc, product(at(t + 1))), product(at(t)));
-      if (count % 2) acc = add(acc, product(at(count - 1)));
-      return b.let("onednn.pairs", acc);
-    }
-    const int acc = b.local("onednn.acc", Type{ScalarType::f32, lanes});
-    b.assign(acc, f32c(0.0, lanes));
-    b.for_range("k", k0, add(k0, idx(count / 2 * 2)), 2,
-                [&](ExprRef k) { b.assign(acc, add(add(b.get(acc), product(add(k, idx(1)))), product(k))); });
-    if (count % 2) b.assign(acc, add(b.get(acc), product(add(k0, idx(count - 1)))));
-    return b.get(acc);
-  }
-  ExprRef gemm(int64_t K) const {
-    ExprRef sum;
-    for (const auto& [k0, count] : emulated_k_blocks(K)) {
-      ExprRef block = pair_chain(idx(k0), count);
-      sum = sum ? b.let("onednn.blocks", add(sum, block)) : b.let("onednn.blocks", block);
-    }
-    return sum;
-  }
-  ExprRef gemv_n(int64_t K) const {
-    const int y = b.local("onednn.gemv", Type{ScalarType::f32, lanes});
-    b.assign(y, pair_chain(idx(0), std::min<int64_t>(K, 8)));
-    const int64_t blocks_end = K / 8 * 8;
-    if (blocks_end > 8) b.for_range("kb", idx(8), idx(blocks_end), 8, [&](ExprRef kb) { b.assign(y, add(b.get(y), pair_chain(kb, 8))); });
-    if (K > 8 && K > blocks_end) b.assign(y, add(b.get(y), pair_chain(idx(blocks_end), K - blocks_end)));
-    return b.get(y);
-  }
-  ExprRef gemv_t(int64_t K) const {
-    constexpr int kLanes = 16, kChunk = 32;
-    std::vector<int> lane;
-    for (int l = 0; l < kLanes; ++l) {
-      lane.push_back(b.local("onednn.lane", Type{ScalarType::f32, lanes}));
-      b.assign(lane.back(), f32c(0.0, lanes));
-    }
-    auto chunk = [&](const ExprRef& c, int64_t left) {  // `left` products from c on (at most 32)
-      for (int l = 0; l < kLanes; ++l) {
-        const int64_t k0 = 2 * l;
-        ExprRef acc = b.get(lane[size_t(l)]);
-        if (k0 + 1 < left) acc = add(acc, product(add(c, idx(k0 + 1))));
-        if (k0 < left) acc = add(acc, product(k0 ? add(c, idx(k0)) : c));
-        if (k0 < left) b.assign(lane[size_t(l)], acc);
-      }
-    };
-    const int64_t full = K / kChunk * kChunk;
-    if (full > 0) b.for_range("kc", idx(0), idx(full), kChunk, [&](ExprRef c) { chunk(c, kChunk); });
-    if (K > full) chunk(idx(full), K - full);
-    std::vector<ExprRef> t;
-    for (int l = 0; l < kLanes / 2; ++l) t.push_back(add(b.get(lane[size_t(l)]), b.get(lane[size_t(l + kLanes / 2)])));
-    return b.let("onednn.gemv_t", add(add(add(t[0], t[1]), add(t[2], t[3])), add(add(t[4], t[5]), add(t[6], t[7]))));
-  }
-};
 
 // Whether some balance211 boundary between the `threads` ranges of `total` outputs lies in
 // [lo, hi) (i64 expressions), as a bool expression.
