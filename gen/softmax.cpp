@@ -114,18 +114,29 @@ struct Softmax {
   }
 
   // The output pass: y from x, the row max and the sum of exponentials, over vectors of
-  // `lanes` then the tail; `exp_at(col)` says which exp produced the sum's term at col.
-  void write_outputs(const ExprRef& mx, const ExprRef& sum, int lanes, const std::function<MathImpl(bool tail)>& exp_at) {
+  // `lanes` then the tail; `exp_at(col)` says which exp produced the sum's term at col. A
+  // non-empty `tail_exps` holds the sum pass's exponentials of the last tail_exps.size()
+  // columns, which the output pass takes instead of computing them again.
+  void write_outputs(const ExprRef& mx, const ExprRef& sum, int lanes, const std::function<MathImpl(bool tail)>& exp_at,
+                     const std::vector<ExprRef>& tail_exps = {}) {
     if (log) {
       ExprRef ls = b.let("log_sum", log_f32(b, o.log, sum));
       row.for_each(lanes, [&](ExprRef col, int n) { row.store_as(y, col, sub(sub(load(col, n), splat(mx, n)), splat(ls, n))); });
       return;
     }
     ExprRef inv = o.multiply_by_reciprocal ? b.let("inv_sum", div(f32c(1.0f), sum)) : nullptr;
-    row.for_each(lanes, [&](ExprRef col, int n) {
-      ExprRef e = exp_again(exp_at(n == 1 && lanes > 1), col, n, mx);
+    auto write = [&](const ExprRef& col, int n, const ExprRef& e) {
       row.store_as(y, col, inv ? mul(e, splat(inv, n)) : div(e, splat(sum, n)));
-    });
+    };
+    if (tail_exps.empty()) {
+      row.for_each(lanes, [&](ExprRef col, int n) { write(col, n, exp_again(exp_at(n == 1 && lanes > 1), col, n, mx)); });
+      return;
+    }
+    const int64_t full_end = row.N - int64_t(tail_exps.size());
+    if (full_end > 0)
+      b.for_range("col", index_const(0), index_const(full_end), lanes,
+                  [&](ExprRef c) { write(c, lanes, exp_again(exp_at(false), c, lanes, mx)); });
+    for (size_t t = 0; t < tail_exps.size(); ++t) write(index_const(full_end + int64_t(t)), 1, tail_exps[t]);
   }
 
   // Each kind returns the row's max and sum of exponentials (f32), as its outputs used them.
@@ -183,11 +194,15 @@ struct Softmax {
       });
     int sum = b.local("sum", Type{ScalarType::f32, 1});
     b.assign(sum, fold(b, lanes_of(b, b.get(s), "sum.lane"), o.fold, [](ExprRef a, ExprRef c) { return add(a, c); }, "sum.fold"));
-    if (full_end < N)
-      b.for_range("col", index_const(full_end), index_const(N), 1, [&](ExprRef c) {
-        b.assign(sum, add(b.get(sum), kept(c, exp_f32(b, o.tail_exp, sub(load(c, 1), mxv)))));
-      });
-    write_outputs(mxv, b.get(sum), V, [&](bool tail) { return tail ? o.tail_exp : o.exp; });
+    // The tail (fewer than V columns) unrolled, its exponentials kept as values for the output
+    // pass: each is computed once, as with the kept row, and a backend that would merge a
+    // recomputed one with the first (NVRTC does) finds nothing to merge.
+    std::vector<ExprRef> tail_exps;
+    for (int64_t c = full_end; c < N; ++c) {
+      tail_exps.push_back(b.let("tail.exp", exp_f32(b, o.tail_exp, sub(load(index_const(c), 1), mxv))));
+      b.assign(sum, add(b.get(sum), tail_exps.back()));
+    }
+    write_outputs(mxv, b.get(sum), V, [&](bool tail) { return tail ? o.tail_exp : o.exp; }, tail_exps);
     return {mxv, b.get(sum)};
   }
 
