@@ -100,9 +100,20 @@ struct CpuFlash {
     });
     const ExprRef num_keys = r.causal ? b.let("num_keys", binary(Op::Min, add(m0, idx(qB)), idx(Sk))) : idx(Sk);
     const int64_t full_end = Sk - Sk % kS;
-    key_block(qB, idx(0), kS, true, threaded);
-    if (full_end > kS)
-      b.for_range("n", idx(kS), binary(Op::Min, idx(full_end), num_keys), kS, [&](ExprRef n) { key_block(qB, n, kS, false, threaded); });
+    // PyTorch's first key block runs p @ v with beta = 0 and leaves the output rows unscaled.
+    // Where MKL's kernel gives those bits with beta = 1 from a known C0, the rows start at that
+    // value and the first block runs as the others do: one copy of the block's code, not two (a
+    // cold compile grows with the code). The first rescale multiplies ±0 by exp(-inf - m') = 0,
+    // or by 1 where every key is masked, which keeps it.
+    const std::optional<float> start = gemm_nn_beta0_start(o.gemm, inputs(), qB, D, kS, threaded);
+    if (start && full_end > 0) {
+      b.for_range("e", idx(0), idx(qB * D), 8, [&](ExprRef e) { b.store(rows, e, f32c(*start, 8)); });
+      b.for_range("n", idx(0), binary(Op::Min, idx(full_end), num_keys), kS, [&](ExprRef n) { key_block(qB, n, kS, false, threaded); });
+    } else {
+      key_block(qB, idx(0), kS, true, threaded);
+      if (full_end > kS)
+        b.for_range("n", idx(kS), binary(Op::Min, idx(full_end), num_keys), kS, [&](ExprRef n) { key_block(qB, n, kS, false, threaded); });
+    }
     if (Sk % kS) b.if_(binary(Op::Lt, idx(full_end), num_keys), [&] { key_block(qB, idx(full_end), Sk % kS, false, threaded); });
     finish(qB);
   }

@@ -74,6 +74,16 @@ struct Emitter {
   // (MKL's B) as gemv 'N' and the K = 1 product read it. 1 leaves the values as they are.
   float block_alpha = 1.0f;
   float x_alpha = 1.0f;
+  bool vector_chains = true;  // GemmOrder::vector_chains
+  int register_floats = 8;    // GemmOrder::register_floats
+  // general_nn_rows's register block: rows of C, and the vector registers its accumulators may
+  // take (the rest hold the shared operands). AVX2 (16 registers): 6 rows, 12 registers. AVX-512
+  // (32): 8 rows, 16 registers, so 2 column vectors of 16 floats (16 chains; 2 loads of V and 8
+  // broadcasts per 16 fmas). 24 chains (6 rows by 4 vectors) ran the flash forward 2% faster and
+  // the flash backward 12% faster, and took its cold compile from 47 to 80 ms (f32, S = 1024, D = 64).
+  bool wide_registers() const { return register_floats == 16; }
+  int64_t nn_block_rows() const { return wide_registers() ? 8 : 6; }
+  int64_t accumulator_registers() const { return wide_registers() ? 16 : 12; }
 
   // x * a, rounded (x itself when a is 1).
   static ExprRef times(ExprRef x, float a) {
@@ -319,29 +329,30 @@ struct Emitter {
     };
     // Blocks of one length (the last may be shorter) run as a loop over the blocks: the same
     // sums, with one copy of the k loop's code instead of one per block (codegen time grows with
-    // the code). Chains without C0 (the callers give all or none) start their sums with the
-    // first block, which then runs alone before the loop.
-    const size_t alone = !sums.empty() && !sums.front() ? 1 : 0;
-    bool loop = parts.size() >= alone + 2;
-    for (size_t i = alone; loop && i < parts.size(); ++i)
-      loop = parts[i] == parts[alone] || (i + 1 == parts.size() && parts[i] < parts[alone]);
-    int64_t k0 = 0;
-    for (size_t i = 0; i < (loop ? alone : parts.size()); ++i) {
-      const std::vector<int> acc = block_chains(idx(k0), idx(k0 + parts[i]));
-      for (size_t t = 0; t < sums.size(); ++t) {
-        ExprRef block = times(b.get(acc[t]), block_alpha);
-        sums[t] = b.let("blocks", sums[t] ? add(sums[t], block) : block);
+    // the code). Chains without C0 (the callers give all or none) start their totals at -0,
+    // which the first block's sum joins exactly: -0 + x is x for every x, -0 included.
+    bool loop = parts.size() >= 2;
+    for (size_t i = 0; loop && i < parts.size(); ++i) loop = parts[i] == parts[0] || (i + 1 == parts.size() && parts[i] < parts[0]);
+    if (!loop) {
+      int64_t k0 = 0;
+      for (int64_t part : parts) {
+        const std::vector<int> acc = block_chains(idx(k0), idx(k0 + part));
+        for (size_t t = 0; t < sums.size(); ++t) {
+          ExprRef block = times(b.get(acc[t]), block_alpha);
+          sums[t] = b.let("blocks", sums[t] ? add(sums[t], block) : block);
+        }
+        k0 += part;
       }
-      k0 += parts[i];
+      return sums;
     }
-    if (!loop) return sums;
-    const int64_t K = std::accumulate(parts.begin(), parts.end(), int64_t(0)), block = parts[alone];
+    const int64_t K = std::accumulate(parts.begin(), parts.end(), int64_t(0)), block = parts[0];
     std::vector<int> total;
     for (size_t t = 0; t < sums.size(); ++t) {
       total.push_back(b.local("blocks", Type{ScalarType::f32, lanes}));
-      b.assign(total.back(), sums[t]);
+      ExprRef minus_zero = constant(kF32, -0.0);
+      b.assign(total.back(), sums[t] ? sums[t] : lanes > 1 ? broadcast(minus_zero, lanes) : minus_zero);
     }
-    b.for_range("k_block", idx(k0), idx(K), block, [&](ExprRef kb) {
+    b.for_range("k_block", idx(0), idx(K), block, [&](ExprRef kb) {
       const std::vector<int> acc = block_chains(kb, binary(Op::Min, add(kb, idx(block)), idx(K)));
       for (size_t t = 0; t < sums.size(); ++t) b.assign(total[t], add(b.get(total[t]), times(b.get(acc[t]), block_alpha)));
     });
@@ -379,40 +390,113 @@ struct Emitter {
 
   // Rows [j0, j1) of the general 'T','N' kernel, as general_row_nt computes them, with the chains
   // of 16 keys at a time as the lanes of a vector: those keys' elements (scaled) are copied
-  // k-major into scratch, and 4 rows of C run side by side. Lane t of a row's vector chain is
-  // key t's scalar chain step for step, so the bits are general_row_nt's. The keys past the last
-  // 16 take general_row_nt.
+  // k-major into scratch, and several rows of C run side by side. Lane t of a row's vector chain
+  // is key t's scalar chain step for step, so the bits are general_row_nt's. With AVX-512's 32
+  // registers a block is 6 rows by 32 keys (12 chains: enough to cover the fma latency on both
+  // pipes, and 8 loads per 12 fmas), else 4 rows by 16 keys; the rows past the last block go one
+  // at a time (a loop: less code to compile than another unrolled block). The keys past the
+  // last 16 take general_row_nt.
   void general_nt_vectors(const Matrix& a, const Matrix& bm, const Matrix& c, int64_t j0, int64_t j1, int64_t m, int64_t K,
                           const std::vector<int64_t>& parts, const std::function<ExprRef(ExprRef)>& scale_b) const {
-    constexpr int kKeys = 16, kRows = 4;
+    constexpr int kKeys = 16;
+    const int64_t kRows = wide_registers() ? 6 : 4, kGroups = wide_registers() ? 2 : 1;
     const int64_t groups = m / kKeys;
-    if (groups > 0) {
-      const int kt = b.buffer("keys_t", ScalarType::f32, true, Extent::scratch, K * kKeys);
-      b.for_range("key_group", idx(0), idx(groups), 1, [&](ExprRef g) {
-        ExprRef i0 = b.let("i0", mul(g, idx(kKeys)));
-        b.for_range("t", idx(0), idx(kKeys), 1, [&](ExprRef t) {
-          const Row y{&bm, add(i0, t)};
-          b.for_range("k", idx(0), idx(K), 1, [&](ExprRef k) { b.store(kt, add(mul(k, idx(kKeys)), t), scale_b(get(y, k))); });
-        });
-        auto rows = [&](ExprRef r0, int64_t n) {
-          std::vector<ExprRef> js;
-          for (int64_t u = 0; u < n; ++u) js.push_back(u ? b.let("j", add(r0, idx(u))) : r0);
-          const std::vector<ExprRef> sums = blocked_chains(
-              parts, kKeys, std::vector<ExprRef>(static_cast<size_t>(n)),
-              [&](ExprRef k) { return load(b.kernel(), kt, mul(std::move(k), idx(kKeys)), kKeys); },
-              [&](size_t u, ExprRef k) { return broadcast(get(Row{&a, js[u]}, std::move(k)), kKeys); });
-          for (size_t u = 0; u < js.size(); ++u) store(c, js[u], i0, sums[u]);
-        };
-        const int64_t n = j1 - j0, full = j0 + n / kRows * kRows;
-        if (full > j0) b.for_range("j", idx(j0), idx(full), kRows, [&](ExprRef r0) { rows(r0, kRows); });
-        if (n % kRows) rows(idx(full), n % kRows);
+    // The keys [i0, i0 + G * 16) against rows [j0, j1).
+    auto key_block = [&](int kt, ExprRef i0, int64_t G) {
+      const int64_t width = G * kKeys;
+      b.for_range("t", idx(0), idx(width), 1, [&](ExprRef t) {
+        const Row y{&bm, add(i0, t)};
+        b.for_range("k", idx(0), idx(K), 1, [&](ExprRef k) { b.store(kt, add(mul(k, idx(width)), t), scale_b(get(y, k))); });
       });
+      auto rows = [&](ExprRef r0, int64_t n) {
+        std::vector<ExprRef> js;
+        for (int64_t u = 0; u < n; ++u) js.push_back(u ? b.let("j", add(r0, idx(u))) : r0);
+        // Chain t is row js[t / G] at keys i0 + 16 (t % G) ...: the key vectors are shared by
+        // the rows, a row's element (broadcast) by the key vectors.
+        std::vector<ExprRef> keys_k(static_cast<size_t>(G));
+        const std::vector<ExprRef> sums = blocked_chains(
+            parts, kKeys, std::vector<ExprRef>(static_cast<size_t>(n * G)),
+            [&](ExprRef k) {
+              for (int64_t g = 0; g < G; ++g)
+                keys_k[size_t(g)] = b.let("keys_k", load(b.kernel(), kt, add(mul(k, idx(width)), idx(g * kKeys)), kKeys));
+            },
+            [&](size_t t, ExprRef k) {
+              return std::pair<ExprRef, ExprRef>{keys_k[t % size_t(G)], broadcast(get(Row{&a, js[t / size_t(G)]}, std::move(k)), kKeys)};
+            });
+        for (size_t t = 0; t < sums.size(); ++t) {
+          const int64_t g = int64_t(t % size_t(G));
+          store(c, js[t / size_t(G)], g ? add(i0, idx(g * kKeys)) : i0, sums[t]);
+        }
+      };
+      const int64_t n = j1 - j0, full = j0 + n / kRows * kRows;
+      if (full > j0) b.for_range("j", idx(j0), idx(full), kRows, [&](ExprRef r0) { rows(r0, kRows); });
+      if (n % kRows) b.for_range("j", idx(full), idx(j1), 1, [&](ExprRef j) { rows(j, 1); });
+    };
+    if (groups > 0) {
+      const int kt = b.buffer("keys_t", ScalarType::f32, true, Extent::scratch, K * kKeys * std::min(groups, kGroups));
+      const int64_t blocks = groups / kGroups;
+      if (blocks > 0)
+        b.for_range("key_block", idx(0), idx(blocks), 1, [&](ExprRef g) { key_block(kt, b.let("i0", mul(g, idx(kGroups * kKeys))), kGroups); });
+      if (const int64_t rest = groups % kGroups; rest > 0) key_block(kt, idx(blocks * kGroups * kKeys), rest);
     }
     if (m % kKeys == 0) return;
     const int64_t done = groups * kKeys;
     const Matrix rest_keys{bm.buffer, add(bm.base, idx(done * bm.stride)), bm.stride, bm.align, bm.step};
     const Matrix rest_out{c.buffer, add(c.base, idx(done)), c.stride, c.align, c.step};
     b.for_range("j", idx(j0), idx(j1), 1, [&](ExprRef j) { general_row_nt(a, rest_keys, rest_out, j, m - done, parts, scale_b); });
+  }
+
+  // Rows [j0, j1) of the general 'N','N' kernel: C[j][e] = ((C0 + b0) + b1) + ..., b_i one fma
+  // chain from +0 over K block i (`parts`) in k order, times block_alpha; C0 = c0(j, e, lanes),
+  // left out where null (all or none); V's elements pass through scale_v.
+  // Several rows of C and column vectors share one k loop, each element still its own
+  // blocked_chain step for step: one chain at a time waited on its fma latency, and a row at a
+  // time read all of V's block for every row. On a CPU target nn_block_rows() rows share each
+  // load of V, with as many column vectors (up to 4) as keep the accumulators within
+  // accumulator_registers(); the rows past the last block go one at a time (a loop, not another
+  // unrolled block: less code to compile). CUDA keeps one row per step (a thread's registers,
+  // not vector registers).
+  void general_nn_rows(const Matrix& p, const Matrix& v, const Matrix& c, int64_t j0, int64_t j1, int64_t m, const std::vector<int64_t>& parts,
+                       const std::function<ExprRef(const ExprRef& j, const ExprRef& e, int lanes)>& c0,
+                       const std::function<ExprRef(ExprRef)>& scale_v) const {
+    const int lanes = m % 16 == 0 ? 16 : m % 8 == 0 ? 8 : m % 4 == 0 ? 4 : 1;
+    const int64_t vectors = m / lanes;
+    const int64_t registers = std::max(1, lanes / register_floats);
+    const int64_t rows = vector_chains ? nn_block_rows() : 1;
+    auto group_for = [&](int64_t block_rows) {
+      const int64_t max_group = vector_chains ? std::max<int64_t>(1, accumulator_registers() / (block_rows * registers)) : 4;
+      for (int64_t g : {4, 2})
+        if (g <= max_group && vectors % g == 0) return g;
+      return int64_t(1);
+    };
+    auto row_block = [&](ExprRef r0, int64_t n) {
+      const int64_t group = group_for(n);
+      std::vector<ExprRef> js;
+      for (int64_t u = 0; u < n; ++u) js.push_back(u ? b.let("j", add(r0, idx(u))) : r0);
+      b.for_range("e", idx(0), idx(m), lanes * group, [&](ExprRef e0) {
+        std::vector<ExprRef> es, c0s;
+        for (int64_t g = 0; g < group; ++g) es.push_back(g ? b.let("e", add(e0, idx(g * lanes))) : e0);
+        for (const ExprRef& j : js)
+          for (const ExprRef& e : es) c0s.push_back(c0(j, e, lanes));
+        // Chain t is row js[t / group] at columns es[t % group]: V's k row is shared by the rows,
+        // P[j][k] (broadcast) by the column vectors.
+        std::vector<ExprRef> v_k(es.size());
+        const size_t G = es.size();
+        const std::vector<ExprRef> sums = blocked_chains(
+            parts, lanes, c0s,
+            [&](ExprRef k) {
+              for (size_t g = 0; g < G; ++g) v_k[g] = b.let("v_k", scale_v(get(Row{&v, k}, es[g], lanes)));
+            },
+            [&](size_t t, ExprRef k) {
+              ExprRef pk = get(Row{&p, js[t / G]}, std::move(k));
+              return std::pair<ExprRef, ExprRef>{lanes > 1 ? broadcast(pk, lanes) : pk, v_k[t % G]};
+            });
+        for (size_t t = 0; t < sums.size(); ++t) store(c, js[t / G], es[t % G], sums[t]);
+      });
+    };
+    const int64_t n = j1 - j0, full = j0 + n / rows * rows;
+    if (full > j0) b.for_range("j", idx(j0), idx(full), rows, [&](ExprRef r0) { row_block(r0, rows); });
+    if (j1 > full) b.for_range("j", idx(full), idx(j1), 1, [&](ExprRef j) { row_block(j, 1); });
   }
 
   // The blocked chain: ((C0 + b0) + b1) + ..., with C0 left out when absent.
@@ -484,6 +568,18 @@ bool gemm_nt_splits_rows(const GemmOrder& order, GemmInputs, int64_t n_call, int
 bool gemm_nn_splits_rows(const GemmOrder& order, GemmInputs, int64_t n_call, int64_t m, int64_t K) {
   if (order.kind == GemmOrder::Kind::MklAmd) return n_call > 1 && m > 1 && !amd_takes_pst(m, n_call, K) && !amd_splits_fours(n_call, m, K);
   return n_call > 1;
+}
+
+std::optional<float> gemm_nn_beta0_start(const GemmOrder& order, GemmInputs inputs, int64_t n, int64_t m, int64_t K, bool threaded) {
+  const bool on_threads = threaded && order.threads > 1;
+  if (n < 2 || K < 2) return std::nullopt;
+  if (order.kind == GemmOrder::Kind::MklAmd) {  // AmdEmitter::general_nn
+    if (m < 2 || amd_takes_pst(m, n, K) || (inputs == GemmInputs::f16 && on_threads) || (on_threads && amd_splits_fours(n, m, K)))
+      return std::nullopt;
+    return 0.0f;
+  }
+  if (on_threads && K > 768) return std::nullopt;  // emit_intel_nn's K split, beta = 0 only
+  return -0.0f;
 }
 
 // On the AMD host only the f32 split in fours (amd_splits_fours) and gemm_bf16bf16f32's key split
@@ -602,6 +698,7 @@ void emit_gemm_nt(Builder& b, const GemmOrder& order, GemmInputs inputs, int64_t
   // follows the one-thread rule (measured: A pre-scaled iff m >= 192, or m > n and m >= K).
   const bool copies = intel_nt_copies(n_call, m, K, split && inputs == GemmInputs::f32, c.stride);
   Emitter general{b};  // the key rows scaled as packed, or each K block's sum
+  general.register_floats = order.register_floats;
   if (!copies) general.block_alpha = alpha;
   const std::function<ExprRef(ExprRef)> keys = [&](ExprRef y) { return copies ? scaled(std::move(y)) : y; };
   if (order.vector_chains) return general.general_nt_vectors(a, bm, c, 0, n, m, K, parts, keys);
@@ -653,6 +750,8 @@ void emit_intel_nn(Builder& b, const GemmOrder& order, GemmInputs inputs, int64_
   Emitter E{b};
   E.x_alpha = alpha;
   if (!copies) E.block_alpha = alpha;
+  E.vector_chains = order.vector_chains;
+  E.register_floats = order.register_floats;
   if (inputs == GemmInputs::bf16 && n_call == 1) {  // bf16 gemv 'N': even and odd k apart
     const Row x{&p, idx(0)};
     const bool halves = threaded && order.threads > 1 && K > 1 && m > 32;
@@ -721,6 +820,13 @@ void emit_intel_nn(Builder& b, const GemmOrder& order, GemmInputs inputs, int64_
   };
   const int64_t h = (K + 1) / 2;
   const std::vector<int64_t> parts = K == 1 && accumulate ? std::vector<int64_t>{} : Emitter::k_blocks(K, n_call, m);
+  auto scale_v = [&](ExprRef y) { return copies ? Emitter::times(std::move(y), alpha) : y; };
+  if (!k_split && !parts.empty()) {
+    E.general_nn_rows(p, v, c, 0, n, m, parts,
+                      [&](const ExprRef& j, const ExprRef& e, int lanes) { return accumulate ? b.let("c0", E.stored(c, j, e, lanes)) : nullptr; },
+                      scale_v);
+    return;
+  }
   b.for_range("j", idx(0), idx(n), 1, [&](ExprRef j) {
     b.for_range("e", idx(0), idx(m), lanes, [&](ExprRef e) {
       const Row x{&p, j};
@@ -728,10 +834,7 @@ void emit_intel_nn(Builder& b, const GemmOrder& order, GemmInputs inputs, int64_
         ExprRef p = E.get(x, std::move(k));
         return lanes > 1 ? broadcast(p, lanes) : p;
       };
-      auto vk = [&](ExprRef k) {
-        ExprRef y = E.get(Row{&v, std::move(k)}, e, lanes);
-        return copies ? Emitter::times(std::move(y), alpha) : y;
-      };
+      auto vk = [&](ExprRef k) { return scale_v(E.get(Row{&v, std::move(k)}, e, lanes)); };
       if (k_split) {
         const ExprRef first = b.let("half", E.blocked_chain(half_blocks(h), lanes, pk, vk, nullptr));
         auto pk2 = [&](ExprRef k) { return pk(add(k, idx(h))); };
@@ -798,11 +901,6 @@ std::vector<int64_t> amd_k_blocks(int64_t K) {
 struct AmdEmitter : Emitter {
   enum class SseRow { Four, Pair, Second };
   float alpha = 1.0f;  // the call's alpha; each kernel applies it where MKL does (emit_gemm_nt, emit_gemm_nn)
-  bool vector_chains = true;  // GemmOrder::vector_chains
-  int register_floats = 8;    // GemmOrder::register_floats
-  // Vector registers a register block's accumulators may take: 12 of AVX2's 16, 24 of
-  // AVX-512's 32 (the rest hold the shared operands).
-  int64_t accumulator_registers() const { return register_floats == 16 ? 24 : 12; }
 
   // x * alpha, rounded (x itself when alpha is 1).
   ExprRef scaled(ExprRef x) const {
@@ -938,57 +1036,16 @@ struct AmdEmitter : Emitter {
     b.for_range("j", idx(j0), idx(j1), 1, [&](ExprRef j) { general_row_nt(a, bm, c, j, m, parts, scale_b); });
   }
   void general_nn(const Matrix& p, const Matrix& v, const Matrix& c, int64_t j0, int64_t j1, int64_t m, int64_t K, bool accumulate) const {
-    const std::vector<int64_t> parts = amd_k_blocks(K);
-    const int lanes = m % 16 == 0 ? 16 : m % 8 == 0 ? 8 : m % 4 == 0 ? 4 : 1;
-    // Several rows of C and column vectors share one k loop, each element still its own
-    // blocked_chain step for step: one chain at a time waited on its fma latency, and a row at a
-    // time read all of V's block for every row. On a CPU target 6 rows share each load of V, with
-    // as many column vectors (up to 4) as keep the accumulators within accumulator_registers();
-    // the rows past the last 6 go one at a time (a loop, not another unrolled block: less code to
-    // compile). CUDA keeps one row per step (a thread's registers, not vector registers).
-    const int64_t vectors = m / lanes;
-    const int64_t registers = std::max(1, lanes / register_floats);
-    const int64_t rows = vector_chains ? 6 : 1;
-    auto group_for = [&](int64_t block_rows) {
-      const int64_t max_group = vector_chains ? std::max<int64_t>(1, accumulator_registers() / (block_rows * registers)) : 4;
-      for (int64_t g : {4, 2})
-        if (g <= max_group && vectors % g == 0) return g;
-      return int64_t(1);
-    };
-    auto row_block = [&](ExprRef r0, int64_t n) {
-      const int64_t group = group_for(n);
-      std::vector<ExprRef> js;
-      for (int64_t u = 0; u < n; ++u) js.push_back(u ? b.let("j", add(r0, idx(u))) : r0);
-      b.for_range("e", idx(0), idx(m), lanes * group, [&](ExprRef e0) {
-        std::vector<ExprRef> es, c0s;
-        for (int64_t g = 0; g < group; ++g) es.push_back(g ? b.let("e", add(e0, idx(g * lanes))) : e0);
-        for (const ExprRef& j : js)
-          for (const ExprRef& e : es) c0s.push_back(accumulate ? b.let("c0", stored(c, j, e, lanes)) : zero(lanes));
-        // Chain t is row js[t / group] at columns es[t % group]: V's k row is shared by the rows,
-        // P[j][k] (broadcast) by the column vectors.
-        std::vector<ExprRef> v_k(es.size());
-        const size_t G = es.size();
-        const std::vector<ExprRef> sums = blocked_chains(
-            parts, lanes, c0s,
-            [&](ExprRef k) {
-              for (size_t g = 0; g < G; ++g) v_k[g] = b.let("v_k", scaled(get(Row{&v, k}, es[g], lanes)));
-            },
-            [&](size_t t, ExprRef k) {
-              ExprRef pk = get(Row{&p, js[t / G]}, std::move(k));
-              return std::pair<ExprRef, ExprRef>{lanes > 1 ? broadcast(pk, lanes) : pk, v_k[t % G]};
-            });
-        for (size_t t = 0; t < sums.size(); ++t) store(c, js[t / G], es[t % G], sums[t]);
-      });
-    };
-    const int64_t n = j1 - j0, full = j0 + n / rows * rows;
-    if (full > j0) b.for_range("j", idx(j0), idx(full), rows, [&](ExprRef r0) { row_block(r0, rows); });
-    if (j1 > full) b.for_range("j", idx(full), idx(j1), 1, [&](ExprRef j) { row_block(j, 1); });
+    // C0 is +0 without beta: a block sum of -0 (or one that underflows to it) ends as +0.
+    general_nn_rows(p, v, c, j0, j1, m, amd_k_blocks(K),
+                    [&](const ExprRef& j, const ExprRef& e, int lanes) { return accumulate ? b.let("c0", stored(c, j, e, lanes)) : zero(lanes); },
+                    [&](ExprRef y) { return scaled(std::move(y)); });
   }
 };
 
 void emit_amd_nt(Builder& b, const GemmOrder& order, GemmInputs inputs, int64_t n, int64_t m, int64_t K, Matrix a, const Matrix& bm,
                  const Matrix& c, bool threaded, int64_t n_call, float alpha) {
-  const AmdEmitter E{{b}, alpha, order.vector_chains, order.register_floats};
+  const AmdEmitter E{{b, 1.0f, 1.0f, order.vector_chains, order.register_floats}, alpha};
   if (a.stride % 4 != 0 || bm.stride % 4 != 0) throw Error("internal: the AMD model's q @ k^T takes rows of a multiple of 4 elements");
   if (inputs != GemmInputs::f32) a.align = 0;  // converted into MKL's aligned buffer
   // gemm_f16f16f32 has no gemv kernel: one query or key takes the small-matrix kernel.
@@ -1043,7 +1100,7 @@ void emit_amd_nn_kernels(Builder& b, const AmdEmitter& E, const GemmOrder& order
 
 void emit_amd_nn(Builder& b, const GemmOrder& order, GemmInputs inputs, int64_t n, int64_t m, int64_t K, const Matrix& p, const Matrix& v,
                  const Matrix& c, bool accumulate, bool threaded, const ExprRef& c_align, int64_t n_call, float alpha) {
-  const AmdEmitter E{{b}, alpha, order.vector_chains, order.register_floats};
+  const AmdEmitter E{{b, 1.0f, 1.0f, order.vector_chains, order.register_floats}, alpha};
   if (m == 1) throw Error("internal: the AMD model's p @ v of one column (D = 1) is not measured");
   if (inputs == GemmInputs::f16 && threaded && order.threads > 1) {
     if (m <= 8) {  // one sequential sum per element from C0 (its products are exact)

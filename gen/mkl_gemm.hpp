@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 
 #include "ir/ir.hpp"
 #include "ir/order.hpp"
@@ -66,6 +67,13 @@ void emit_gemm_nt(ir::Builder& b, const ir::GemmOrder& order, GemmInputs inputs,
 void emit_gemm_nn(ir::Builder& b, const ir::GemmOrder& order, GemmInputs inputs, int64_t n, int64_t m, int64_t K, const Matrix& p,
                   const Matrix& v, const Matrix& c, bool accumulate, bool threaded, const ir::ExprRef& c_align, int64_t n_call = 0,
                   float alpha = 1.0f);
+
+// The C0 with which p @ v with beta = 1 gives the bits of the same call with beta = 0, where its
+// kernel is the same for both: -0 for the Intel general kernel (which leaves C0 out; -0 + x is x
+// for every x), +0 for the AMD one (which starts its sums from +0). nullopt where beta selects
+// another kernel or order (gemv, the small-matrix kernels, K = 1, a threaded K split). alpha = 1.
+// A caller that keeps its C in that value may run its first product as it runs the others.
+std::optional<float> gemm_nn_beta0_start(const ir::GemmOrder& order, GemmInputs inputs, int64_t n, int64_t m, int64_t K, bool threaded);
 
 // Whether MKL on order.threads threads runs this product otherwise than on one (when not, a caller
 // need not emit both): p @ v and q @ k^T alike, n rows of C, m columns, K terms.
