@@ -59,6 +59,9 @@ SHAPES = [
     # f16 on 2 threads: MKL cuts p @ v's columns at D/2 for D above 8; D = 56 and 200 are outside
     # the D of the shapes above
     (40, 70, 56, 1, 1), (130, 300, 200, 1, 1),
+    # Intel, MKL on 2 threads (one (batch, head)): a block of 3 keys against 11..15 query rows is
+    # cut at row 6, both parts by the small-matrix kernel
+    (13, 3, 64, 1, 1), (12, 515, 32, 1, 1), (15, 3, 128, 1, 1),
 ]
 SHAPES_QUICK = [(1, 17, 64, 1, 2), (5, 40, 64, 1, 1), (17, 9, 24, 1, 1), (66, 66, 32, 2, 1), (200, 200, 128, 1, 1),
                 (40, 513, 32, 1, 1)]
