@@ -219,38 +219,69 @@ struct Attention {
         scores(j0, n, [&](int t, ExprRef s) { b.store(sc, add(row_starts, splat(add(j0, idx(t)))), stored(s, sc)); });
       });
     });
+    auto q_row_of = [&](const ExprRef& l) { return b.let("q_row", binary(Op::Min, add(mul(program_id(1), idx(L)), l), idx(Sq - 1))); };
     b.for_range("l", idx(0), idx(L), 1, [&](ExprRef l) {
-      ExprRef q_row = b.let("q_row", binary(Op::Min, add(mul(program_id(1), idx(L)), l), idx(Sq - 1)));
       ExprRef first = b.let("score_row", mul(l, idx(Sk)));
       SoftmaxStats st;
       b.region("softmax", describe(o.softmax), [&] { st = softmax_row(b, o.softmax, Row(b, Sk, first), sc, sc); });
-      if (lse >= 0) b.store(lse, add(lse_base, q_row), add(st.max, log_f32(b, o.softmax.log, st.sum)));
-      b.region("p@v", "out[d] = sum_j p_j v_j[d], j in order, d in lanes", [&] { pv_row(sc, first, q_row); });
+      if (lse >= 0) b.store(lse, add(lse_base, q_row_of(l)), add(st.max, log_f32(b, o.softmax.log, st.sum)));
+    });
+    // Every row's softmax first, then p @ v on pv_rows() rows at a time: each row's sums are its
+    // own, so the bits are those of a row at a time.
+    const int R = pv_rows();
+    b.for_range("l", idx(0), idx(L), R, [&](ExprRef l0) {
+      std::vector<ExprRef> firsts, q_rows;
+      for (int r = 0; r < R; ++r) {
+        ExprRef l = r ? b.let("l", add(l0, idx(r))) : l0;
+        firsts.push_back(b.let("score_row", mul(l, idx(Sk))));
+        q_rows.push_back(q_row_of(l));
+      }
+      b.region("p@v", "out[d] = sum_j p_j v_j[d], j in order, d in lanes", [&] { pv(sc, firsts, q_rows); });
     });
   }
 
-  // One query row of P @ v with dims in lanes: blocks of 8 vectors of 8 dims, then one block of
-  // the dims left (D is a multiple of 8). Each dim is its own sum, so the blocking is free.
-  void pv_row(int sc, ExprRef first, ExprRef q_row) {
-    constexpr int V = 8, kBlock = 8;
+  // p @ v's dims per vector: 16 when the order's pv_lanes is 16 and D a multiple of 16, else 8.
+  int pv_vector() const { return o.pv_lanes == 16 && D % 16 == 0 ? 16 : 8; }
+  // Query rows per p @ v step: 8 chains of 8 dims fill AVX2's adds. With vectors of 16 dims
+  // (AVX-512) 4 rows make 16 chains (f32, B*H = 8, S = 1024, D = 64: 34.2 ms with one row, 28.0
+  // with two, 25.5 with four); where each step rounds to bf16, 2 (4 ran no faster and took the
+  // cold compile from 40 to 52-68 ms).
+  int pv_rows() const {
+    if (pv_vector() != 16) return 1;
+    const int rows = o.round_to_storage && o.pv_round_each_step ? 2 : 4;
+    return L % rows == 0 ? rows : 1;
+  }
+
+  // Query rows of P @ v with dims in lanes: blocks of 64 dims (8 vectors of 8, or 4 of 16), then
+  // one block of the dims left (D is a multiple of 8), the rows' chains side by side sharing
+  // each load of v. Each dim of each row is its own sum, so the blocking is free.
+  void pv(int sc, const std::vector<ExprRef>& firsts, const std::vector<ExprRef>& q_rows) {
+    const int V = pv_vector(), kBlock = 64 / V, R = static_cast<int>(firsts.size());
     const bool each = o.round_to_storage && o.pv_round_each_step;
-    ExprRef out_row = b.let("out_row", add(q_base, mul(q_row, idx(D))));
+    std::vector<ExprRef> out_rows;
+    for (const ExprRef& q_row : q_rows) out_rows.push_back(b.let("out_row", add(q_base, mul(q_row, idx(D)))));
     auto block = [&](ExprRef d0, int U) {
-      std::vector<int> a(static_cast<size_t>(U), -1);
-      for (int u = 0; u < U; ++u) {
-        a[size_t(u)] = b.local("o", Type{ScalarType::f32, V});
-        b.assign(a[size_t(u)], f32c(0.0f, V));
+      std::vector<int> a(static_cast<size_t>(U * R), -1);  // row r, vector u: a[r * U + u]
+      for (int& acc : a) {
+        acc = b.local("o", Type{ScalarType::f32, V});
+        b.assign(acc, f32c(0.0f, V));
       }
       b.for_range("j", idx(0), idx(Sk), 1, [&](ExprRef j) {
-        ExprRef p = b.let("p", broadcast(load_f32(sc, add(first, j)), V));
+        std::vector<ExprRef> p;
+        for (int r = 0; r < R; ++r) p.push_back(b.let("p", broadcast(load_f32(sc, add(firsts[size_t(r)], j)), V)));
         ExprRef v_at = b.let("v_at", add(add(kv_base, mul(j, idx(D))), d0));
         for (int u = 0; u < U; ++u) {
-          ExprRef x = load_f32(v, add(v_at, idx(u * V)), V);
+          ExprRef x = b.let("v_j", load_f32(v, add(v_at, idx(u * V)), V));
           // eager p @ v: reference BLAS adds p*v to the sum; torch's bf16 kernel rounds v*p.
-          b.assign(a[size_t(u)], dot_step(b.get(a[size_t(u)]), x, p, each));
+          for (int r = 0; r < R; ++r) {
+            const int acc = a[size_t(r * U + u)];
+            b.assign(acc, dot_step(b.get(acc), x, p[size_t(r)], each));
+          }
         }
       });
-      for (int u = 0; u < U; ++u) b.store(out, add(out_row, add(d0, idx(u * V))), stored(b.get(a[size_t(u)]), out));
+      for (int r = 0; r < R; ++r)
+        for (int u = 0; u < U; ++u)
+          b.store(out, add(out_rows[size_t(r)], add(d0, idx(u * V))), stored(b.get(a[size_t(r * U + u)]), out));
     };
     const int64_t full = D - D % (V * kBlock);
     if (full > 0) b.for_range("d", idx(0), idx(full), V * kBlock, [&](ExprRef d0) { block(d0, kBlock); });

@@ -363,8 +363,10 @@ AttentionOrder torch113_attention(ScalarType storage, Capability cap, const Requ
   a.softmax = torch113_softmax(storage, cap);
   // exact-tiled recomputes q.k in each of its passes, one query per lane: 16 queries per
   // instance fill an AVX-512 vector (f32, B*H = 8, S = 1024, D = 64: 44 -> 29 ms; bf16 151 -> 98).
-  // The materialized order's time is in its p @ v, which the lanes do not widen: it keeps 8.
   if (kind == AttentionOrder::Kind::ExactTiled) a.query_lanes = avx512_cpu_lanes(r, 16, 8);
+  // The materialized order's time is in its p @ v, a row at a time with dims in lanes: 16 dims per
+  // vector on AVX-512 halve its instructions. Its query lanes stay 8 (16 ran no faster).
+  if (kind == AttentionOrder::Kind::Materialized) a.pv_lanes = avx512_cpu_lanes(r, 16, 8);
   if (storage == bf16) {
     a.round_to_storage = true;
     a.qk_round_each_step = r.seq_q * r.seq_k * r.cols < 400;

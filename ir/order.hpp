@@ -347,6 +347,7 @@ struct AttentionOrder {
   };
   Kind kind = Kind::Materialized;
   int query_lanes = 8;       // query rows per instance; no numerical effect
+  int pv_lanes = 8;          // Materialized: dims per vector of p @ v (8 or 16); no numerical effect
   // Flash on CUDA: > 0 maps an instance to a block (team) of this many threads, one query row
   // each, with every key block's K and V rows staged in team memory by the whole team; the
   // per-query operations and their order are flash's, so the bits equal query_lanes' mapping.
