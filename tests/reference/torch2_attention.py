@@ -24,7 +24,9 @@ this host by default). An Intel AVX-512 host (for bf16 one without avx512_bf16) 
 (with or without AVX-512: MKL runs its generic kernels on both) are modelled; on another host the test says what it cannot verify and checks the rest. On an
 AMD host MKL's small kernels peel rows to 16-byte boundaries, and the output rows live in the
 scratch of whichever PyTorch thread runs the block: shapes with several (batch, head)s on 2 threads
-check that. On an Intel host one regime is compared on 1 thread only: for torch2.15-cpu-math-*,
+check that; a 16-bit block of 3 keys against 11..15 queries on one (batch, head), whose 2-thread cut
+on such a host is not modelled, is compared on 1 thread only. On an Intel host one regime is compared
+on 1 thread only: for torch2.15-cpu-math-*,
 batch*heads = 1 with S_k > 768, where MKL splits p @ v between threads by rules measured only in
 part (docs/research/torch2.15-attention.md).
 """
@@ -60,7 +62,7 @@ SHAPES = [
     # the D of the shapes above
     (40, 70, 56, 1, 1), (130, 300, 200, 1, 1),
     # Intel, MKL on 2 threads (one (batch, head)): a block of 3 keys against 11..15 query rows is
-    # cut at row 6, both parts by the small-matrix kernel
+    # cut at row 6, both parts by the small-matrix kernel (16-bit on an AMD host: 1 thread only)
     (13, 3, 64, 1, 1), (12, 515, 32, 1, 1), (15, 3, 128, 1, 1),
 ]
 SHAPES_QUICK = [(1, 17, 64, 1, 2), (5, 40, 64, 1, 1), (17, 9, 24, 1, 1), (66, 66, 32, 2, 1), (200, 200, 128, 1, 1),
@@ -109,6 +111,13 @@ def threaded_long_keys(c):
     Intel hosts only: the AMD host's MKL does not cut them."""
     return host == "intel" and c["batch"] * c["heads"] == 1 and c["sk"] > 768
 
+def amd_three_keys(c):
+    """16-bit flash on one (batch, head) and one query block of 11..15 rows with a key block of 3:
+    MKL on 2 threads cuts such a q @ k^T's rows on an AMD host at a place not found
+    (docs/research/torch2.15-attention.md); the Intel host's cut is modelled."""
+    return (host == "amd" and c["dtype"] != "f32" and c["batch"] * c["heads"] == 1 and 11 <= c["sq"] <= 15
+            and c["sk"] % 512 == 3)
+
 results = []
 for threads in (1, 2):
     torch.set_num_threads(threads)
@@ -120,6 +129,8 @@ for threads in (1, 2):
         _, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, c["causal"], scale=c["scale"])[:2]
         want = {"out": out, "lse": lse}
         orders = [f"torch2.15-cpu-{cap}"] + (["torch2.15-cpu"] if i % 5 == 0 else [])
+        if threads > 1 and amd_three_keys(c):
+            orders = []
         if c["dtype"] == "f32" and not (threads > 1 and threaded_long_keys(c)):
             scale = c["scale"] if c["scale"] is not None else 1.0 / c["d"] ** 0.5
             a = (q @ k.transpose(-2, -1)) * scale
@@ -198,6 +209,9 @@ def main():
         print("NOT VERIFIED: torch2.15-cpu-* attention in f16 (MKL's gemm_f16f16f32 on an Intel CPU with avx512_fp16 runs "
               "kernels not modelled; the orders refuse it)")
 
+    if model == "amd":
+        print("NOT VERIFIED: torch2.15-cpu-* attention in bf16 and f16 on 2 threads with one (batch, head), 11..15 queries "
+              "and a block of 3 keys (MKL's cut of that q @ k^T on an AMD host is not modelled); those shapes run on 1 thread")
     all_cases = cases(tiers.chosen(args))
     import tempfile
     spec = tempfile.NamedTemporaryFile("w", suffix=".json", prefix="ordo_torch2_attention_", delete=False)
