@@ -240,6 +240,8 @@ struct Attention {
     });
   }
 
+  // Whether p @ v rounds each product and partial sum to the storage type (PyTorch 1.13's bf16).
+  bool pv_rounds_each_step() const { return o.round_to_storage && o.pv_round_each_step; }
   // p @ v's dims per vector: 16 when the order's pv_lanes is 16 and D a multiple of 16, else 8.
   int pv_vector() const { return o.pv_lanes == 16 && D % 16 == 0 ? 16 : 8; }
   // Query rows per p @ v step: 8 chains of 8 dims fill AVX2's adds. With vectors of 16 dims
@@ -248,7 +250,7 @@ struct Attention {
   // cold compile from 40 to 52-68 ms).
   int pv_rows() const {
     if (pv_vector() != 16) return 1;
-    const int rows = o.round_to_storage && o.pv_round_each_step ? 2 : 4;
+    const int rows = pv_rounds_each_step() ? 2 : 4;
     return L % rows == 0 ? rows : 1;
   }
 
@@ -257,7 +259,7 @@ struct Attention {
   // each load of v. Each dim of each row is its own sum, so the blocking is free.
   void pv(int sc, const std::vector<ExprRef>& firsts, const std::vector<ExprRef>& q_rows) {
     const int V = pv_vector(), kBlock = 64 / V, R = static_cast<int>(firsts.size());
-    const bool each = o.round_to_storage && o.pv_round_each_step;
+    const bool each = pv_rounds_each_step();
     std::vector<ExprRef> out_rows;
     for (const ExprRef& q_row : q_rows) out_rows.push_back(b.let("out_row", add(q_base, mul(q_row, idx(D)))));
     auto block = [&](ExprRef d0, int U) {

@@ -51,6 +51,9 @@ const Type kVec{ScalarType::f32, kLanes};
 const Type kF32{ScalarType::f32, 1};
 
 ExprRef idx(int64_t v) { return index_const(v); }
+// Columns of C per vector step of p @ v: the widest of 16, 8, 4 that divides m (each column's
+// order is its own, so any width gives the same bits).
+int column_lanes(int64_t m) { return m % 16 == 0 ? 16 : m % 8 == 0 ? 8 : m % 4 == 0 ? 4 : 1; }
 ExprRef zero(int lanes) {
   ExprRef z = constant(kF32, 0.0);
   return lanes > 1 ? broadcast(z, lanes) : z;
@@ -459,7 +462,7 @@ struct Emitter {
   void general_nn_rows(const Matrix& p, const Matrix& v, const Matrix& c, int64_t j0, int64_t j1, int64_t m, const std::vector<int64_t>& parts,
                        const std::function<ExprRef(const ExprRef& j, const ExprRef& e, int lanes)>& c0,
                        const std::function<ExprRef(ExprRef)>& scale_v) const {
-    const int lanes = m % 16 == 0 ? 16 : m % 8 == 0 ? 8 : m % 4 == 0 ? 4 : 1;
+    const int lanes = column_lanes(m);
     const int64_t vectors = m / lanes;
     const int64_t registers = std::max(1, lanes / register_floats);
     const int64_t rows = vector_chains ? nn_block_rows() : 1;
@@ -805,8 +808,7 @@ void emit_intel_nn(Builder& b, const GemmOrder& order, GemmInputs inputs, int64_
     plain(0, m);
     return;
   }
-  // Columns per step; each column's order is its own.
-  const int lanes = m % 16 == 0 ? 16 : m % 8 == 0 ? 8 : m % 4 == 0 ? 4 : 1;
+  const int lanes = column_lanes(m);
   // Threaded, MKL cuts a K over 768 at ceil(K/2) between two threads; each sums its half in
   // blocks (one up to 384, two halves up to 768, else 384-blocks and the rest), and the halves
   // are added (fitted on 2 threads, without C0: the products PyTorch's composites make).
@@ -1002,7 +1004,7 @@ struct AmdEmitter : Emitter {
       for (int64_t k = groups_end; k < K; ++k) b.assign(y, add(b.get(y), product(idx(k), idx(e), 1)));
       peeled.push_back(b.let("peeled", b.get(y)));
     }
-    const int lanes = m % 16 == 0 ? 16 : m % 8 == 0 ? 8 : m % 4 == 0 ? 4 : 1;
+    const int lanes = column_lanes(m);
     b.for_range("e", idx(0), idx(m), lanes, [&](ExprRef e) {
       const int y = b.local("chain", Type{ScalarType::f32, lanes});
       b.assign(y, accumulate ? stored(c, j, e, lanes) : zero(lanes));
@@ -1075,7 +1077,7 @@ void emit_amd_nn_kernels(Builder& b, const AmdEmitter& E, const GemmOrder& order
   if (c.stride % 4 != 0) throw Error("internal: the AMD model's p @ v takes rows of C of a multiple of 4 floats");
   if (inputs == GemmInputs::bf16 && n_call == 1) {  // bf16 gemv 'N'
     const Row x{&p, idx(0)};
-    const int lanes = m % 16 == 0 ? 16 : m % 8 == 0 ? 8 : m % 4 == 0 ? 4 : 1;
+    const int lanes = column_lanes(m);
     b.for_range("e", idx(0), idx(m), lanes, [&](ExprRef e) {
       E.store(c, idx(0), e, E.bf16_gemv_n(x, v, e, lanes, K, accumulate ? E.stored(c, idx(0), e, lanes) : nullptr));
     });

@@ -344,11 +344,9 @@ Order torch_decomposition(int rsqrt_vector_rows) {
   return o;
 }
 
-// `wide` on a CPU target whose CPU has AVX-512, else `narrow`: widths that change no bits.
-int avx512_cpu_lanes(const Request& r, int wide, int narrow) {
-  __builtin_cpu_init();
-  return !cuda_target(r) && __builtin_cpu_supports("avx512f") ? wide : narrow;
-}
+// `wide` on a CPU target whose CPU has AVX-512 (a 16-float vector in one register), else
+// `narrow`: widths that change no bits.
+int avx512_cpu_lanes(const Request& r, int wide, int narrow) { return !cuda_target(r) && registers_per_vector(r, 16) == 1 ? wide : narrow; }
 
 // PyTorch 1.13 CPU `torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(D), -1) @ v`
 // (docs/research/attention-torch1.13.md). float32: reference-BLAS sgemm, a dot product
