@@ -560,6 +560,18 @@ void emit_intel_nn(Builder& b, const GemmOrder& order, GemmInputs inputs, int64_
                    const Matrix& v, const Matrix& c, bool accumulate, bool threaded, const ExprRef& c_align_at, int64_t n_call,
                    float alpha);
 
+// MKL's splits of a threaded call were measured on 2 threads. PyTorch calls MKL on all its threads
+// only for a launch of one (batch, head), so on more threads that launch is refused; every other
+// launch runs MKL on one thread per call, whatever the thread count.
+void refuse_unmeasured_threads(Builder& b, const GemmOrder& order, bool threaded) {
+  if (threaded && order.threads > 2)
+    b.refuse_launch(1, fmt::format("one (batch, head) with torch on {} threads: PyTorch then runs MKL on all of them, and MKL's "
+                                   "splits of a call are measured on 2 threads only (docs/research/torch2.15-attention.md). "
+                                   "Launch 2 or more (batch, head)s, each of which runs MKL on one thread, or give the "
+                                   "order threads=2 or threads=1 if torch ran on that many",
+                                   order.threads));
+}
+
 }  // namespace
 
 // The general kernel: not a gemv (one row or one column; in bf16 too), not smalln, not pst; on the
@@ -586,10 +598,11 @@ std::optional<float> gemm_nn_beta0_start(const GemmOrder& order, GemmInputs inpu
 }
 
 // On the AMD host only the f32 split in fours (amd_splits_fours) and gemm_bf16bf16f32's key split
-// (12 <= m: a half below 12 keys takes the small-matrix kernel) differ from one thread.
+// (12 <= m: a half below 12 keys takes the small-matrix kernel) differ from one thread on 2
+// threads. More threads are not measured, so there every call counts as differing.
 bool gemm_threads_matter(const GemmOrder& order, GemmInputs inputs, int64_t n, int64_t m, int64_t K) {
   if (order.threads == 1) return false;
-  if (order.kind != GemmOrder::Kind::MklAmd) return true;
+  if (order.kind != GemmOrder::Kind::MklAmd || order.threads > 2) return true;  // more than 2: unmeasured
   if (inputs != GemmInputs::f32) return true;
   return n > 1 && m > 1 && !amd_takes_pst(m, n, K) && amd_splits_fours(n, m, K);
 }
@@ -622,6 +635,7 @@ void emit_gemm_nt(Builder& b, const GemmOrder& order, GemmInputs inputs, int64_t
   if (n_call == 0) n_call = n;
   if (n_call != n && !gemm_nt_splits_rows(order, inputs, n_call, m, K))
     throw Error(fmt::format("internal: q @ k^T of {} rows emitted in part ({} rows) outside MKL's general kernel", n_call, n));
+  refuse_unmeasured_threads(b, order, threaded);
   const Emitter E{b};
   // Intel, alpha: the result of gemv, smalln and pst times alpha; the general kernel packs the key
   // rows (MKL's A) times alpha when it copies them, else multiplies each K block's sum.
@@ -659,6 +673,11 @@ void emit_gemm_nt(Builder& b, const GemmOrder& order, GemmInputs inputs, int64_t
     emit_pst();
     return;
   }
+  if (inputs != GemmInputs::f32 && order.kind == GemmOrder::Kind::MklAmd && split && m == 3 && n_call >= 11)
+    b.refuse_launch(1, fmt::format("one (batch, head) on 2 threads with a 16-bit block of 3 keys against {} queries: MKL on an "
+                                   "AMD host cuts that product's rows at a place not found (docs/research/torch2.15-attention.md); "
+                                   "the order reproduces it on 1 thread, or with 2 or more (batch, head)s",
+                                   n_call));
   if (inputs != GemmInputs::f32 && split && (m >= 4 || (intel_f16 && m >= 2))) {
     // Threaded, gemm_bf16bf16f32 cuts the keys in two, floor(m/2) and the rest, and runs each part
     // as a call of its own (its kernel chosen by that part's shape, and on the Intel host its place
@@ -712,6 +731,7 @@ void emit_gemm_nn(Builder& b, const GemmOrder& order, GemmInputs inputs, int64_t
                   const Matrix& v, const Matrix& c, bool accumulate, bool threaded, const ExprRef& c_align_at, int64_t n_call, float alpha) {
   if (n_call == 0) n_call = n;
   if (alpha != 1.0f && inputs != GemmInputs::f32) throw Error("internal: where MKL applies alpha is measured for sgemm only");
+  refuse_unmeasured_threads(b, order, threaded);
   if (n_call != n && !gemm_nn_splits_rows(order, inputs, n_call, m, K))
     throw Error(fmt::format("internal: p @ v of {} rows emitted in part ({} rows) outside MKL's general kernel", n_call, n));
   auto host_kernels = [&] {

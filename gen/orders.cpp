@@ -1022,8 +1022,9 @@ void apply_environment(Order& o, std::string_view params, std::string_view order
       }
       if (used != value.size() || value.empty() || v < 1)
         throw Error(fmt::format("order '{}': threads={} is not a positive integer", order_name, value));
-      // MKL's splits were measured with 2 threads; more threads take the same splits (a launch of one
-      // (batch, head) on more than 2 threads is unverified; every other launch runs MKL on one thread).
+      // MKL's splits were measured with 2 threads: on more, a launch of one (batch, head), where
+      // PyTorch runs MKL on all of them, is refused (gen/mkl_gemm.cpp); every other launch runs MKL
+      // on one thread per call.
       o.threads = o.attention.gemm.threads = o.attention_backward.gemm.threads = v;
       // Inductor's kernels split a row between threads by their own rule (SumOrder::parts,
       // MomentsOrder::parts), not by PyTorch eager's `threads`.

@@ -498,6 +498,7 @@ void interpret(const Kernel& k, const std::vector<BufferArg>& buffers, const std
   std::vector<int64_t>& p = m.pid;
   int64_t total = 1;
   if (m.launch_rows < 0) throw Error(fmt::format("interpreter: launch rows {} is negative", m.launch_rows));
+  if (const Kernel::RefusedLaunch* r = refusal(k, m.launch_rows)) throw Error(fmt::format("rows={}: {}", m.launch_rows, r->why));
   for (int64_t e : grid) {
     if (e < 0) throw Error(fmt::format("interpreter: grid extent {} is negative", e));
     if (e != 0 && total > INT64_MAX / e) throw Error("interpreter: the grid has more than INT64_MAX instances");

@@ -162,6 +162,16 @@ int Builder::table(std::vector<int64_t> values) {
   return static_cast<int>(k_.tables.size()) - 1;
 }
 
+void Builder::refuse_launch(int64_t rows, std::string why) {
+  if (!refusal(k_, rows)) k_.refused_launches.push_back({rows, std::move(why)});
+}
+
+const Kernel::RefusedLaunch* refusal(const Kernel& k, int64_t rows) {
+  for (const Kernel::RefusedLaunch& r : k.refused_launches)
+    if (r.rows == rows) return &r;
+  return nullptr;
+}
+
 int Builder::local(std::string name, Type t) {
   // Names are for reading the IR; the id is the identity. Suffix repeats so the text is unambiguous.
   int uses = 0;
@@ -377,8 +387,10 @@ std::string print(const Kernel& k) {
   }
   std::string fixed;
   for (int64_t e : k.grid_fixed) fixed += fmt::format(" x {}", e);
-  out += fmt::format("  grid rank {}{}{}\n{{\n", k.grid_rank, fixed.empty() ? "" : " (rows" + fixed + ")",
+  out += fmt::format("  grid rank {}{}{}\n", k.grid_rank, fixed.empty() ? "" : " (rows" + fixed + ")",
                      k.team > 1 ? fmt::format(", team of {} threads", k.team) : "");
+  for (const Kernel::RefusedLaunch& r : k.refused_launches) out += fmt::format("  refuses rows == {}: {}\n", r.rows, r.why);
+  out += "{\n";
   print_stmts(k.body, k, 1, out);
   out += "}\n";
   return out;

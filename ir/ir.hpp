@@ -246,7 +246,20 @@ struct Kernel {
   int team = 1;
   std::vector<Stmt> body;
   std::string description;  // one line: op, shapes, dtypes, order name
+  // Launches the kernel refuses. A launch of exactly `rows` rows would take a path whose order
+  // is not known: the order reproduces a library, and that library's kernel for this launch was
+  // never measured (PyTorch calls MKL on all its threads for one (batch, head), say). The kernel
+  // still holds that path, since the same code serves every other row count; every backend, the
+  // interpreter included, rejects such a launch with `why` before running anything.
+  struct RefusedLaunch {
+    int64_t rows;
+    std::string why;
+  };
+  std::vector<RefusedLaunch> refused_launches;
 };
+
+// The refusal for a launch of `rows` rows, if the kernel refuses it.
+const Kernel::RefusedLaunch* refusal(const Kernel& k, int64_t rows);
 
 // Expression constructors. They infer the result type from the operands; the verifier checks
 // that the operands agree.
@@ -291,6 +304,9 @@ class Builder {
   ExprRef get(int local) const { return var(k_, local); }
 
   int table(std::vector<int64_t> values);
+  // Refuse launches of exactly `rows` rows (Kernel::refused_launches); the first reason given
+  // for a row count is kept.
+  void refuse_launch(int64_t rows, std::string why);
   void assign(int local, ExprRef value);
   void store(int buffer, ExprRef index, ExprRef value);
 

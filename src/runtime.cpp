@@ -402,6 +402,8 @@ void CompiledKernel::run(const std::vector<BufferRef>& buffers, int64_t rows, in
     ptrs.push_back(buffers[i].data);
     views.push_back(ir::BufferArg{buffers[i].data, buffers[i].elements});
   }
+  for (const Stage& s : stages_)
+    if (const ir::Kernel::RefusedLaunch* r = ir::refusal(s.kernel, rows)) throw Error(fmt::format("rows={}: {}", rows, r->why));
   if (rows == 0) return;
   for (const Stage& s : stages_) run_stage(s, ptrs, views, buffers, rows, threads, stores);
 }

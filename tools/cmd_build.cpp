@@ -24,6 +24,15 @@ examples:
 
 namespace {
 
+// The launches a kernel refuses (ir::Kernel::refused_launches), as a JSON array: a caller of the
+// built binary launches it itself, so it must leave these row counts out.
+std::string refusals_json(const ordo::ir::Kernel& k) {
+  std::string items;
+  for (const ordo::ir::Kernel::RefusedLaunch& r : k.refused_launches)
+    items += fmt::format("{}{{\"rows\": {}, \"why\": {}}}", items.empty() ? "" : ", ", r.rows, json_string(r.why));
+  return "[" + items + "]";
+}
+
 // ordo build <op> --order NAME --cols N ... --target cuda [--arch sm_90] -o k.cubin (or --ptx
 // -o k.ptx): NVRTC's cubin (or PTX) of one kernel, and k.json beside it: the entry name, the
 // launch configuration, the parameters in order with their C types and lengths, ptxas's
@@ -96,6 +105,7 @@ int build_cuda(Args& a, ordo::OpKind op) {
         "      \"launch\": {{\"block\": [{}, 1, 1], \"grid\": [\"ceil({} / {})\", 1, 1], \"shared_bytes\": 0, "
         "\"mapping\": \"{}\"}},\n"
         "      \"params\": [{}\n      ],\n"
+        "      \"refuses\": {},\n"
         "      \"ptxas\": {{\"registers\": {}, \"stack_frame_bytes\": {}, \"spill_stores_bytes\": {}, \"spill_loads_bytes\": {}}},\n"
         "      \"request\": {{\"op\": \"{}\", \"order\": {}, \"cols\": {}, \"x_dtype\": \"{}\", \"weight_dtype\": \"{}\", "
         "\"eps\": {}, \"key\": {}}}\n    }}",
@@ -103,7 +113,7 @@ int build_cuda(Args& a, ordo::OpKind op) {
         src.instances_per_block,
         src.instances_per_block == 1 ? "one block per instance: instance = blockIdx.x (static __shared__ memory is in the binary), rows >= 1"
                                      : "one thread per instance: instance = blockIdx.x * blockDim.x + threadIdx.x, rows >= 1",
-        params, c.ptxas.registers, c.ptxas.stack_frame, c.ptxas.spill_stores, c.ptxas.spill_loads, ordo::name(op),
+        params, refusals_json(k), c.ptxas.registers, c.ptxas.stack_frame, c.ptxas.spill_stores, c.ptxas.spill_loads, ordo::name(op),
         json_string(r.order), r.cols, ordo::name(r.x_dtype), ordo::name(r.weight_type()), r.eps, json_string(r.key()));
     files.emplace_back(stage_bin, ptx ? c.ptx : c.cubin);
     summary += fmt::format("{}{} (entry {}; {})", stage ? ", " : "", stage_bin.string(), src.entry, c.ptxas.line);
@@ -254,6 +264,8 @@ int cmd_build(int argc, char** argv) {
       }
       if (b.kernel.grid_over_rows) grid = "\"rows\"" + grid.substr(4);
       const std::string stage_note = b.stages > 1 ? fmt::format(", stage {} of {}", b.stage + 1, b.stages) : "";
+      for (const ordo::ir::Kernel::RefusedLaunch& r : b.kernel.refused_launches)
+        arg_doc += fmt::format(" * Do not launch with rows == {}: {}.\n", r.rows, r.why);
       h += fmt::format("\n/* {} with order {}: N = {}, x {}{}.\n{} */\n"
                        "void {}(void* const* buffers, const int64_t* extents, int64_t begin, int64_t end, int64_t flags);\n",
                        ordo::name(op), b.request.order, b.request.cols, ordo::name(b.request.x_dtype), stage_note, arg_doc, b.name);
@@ -266,9 +278,9 @@ int cmd_build(int argc, char** argv) {
       m += fmt::format(
           "{}\n    {{\n      \"name\": {},\n      \"signature\": \"void(void* const* buffers, const int64_t* extents, int64_t begin, "
           "int64_t end, int64_t flags)\",\n      \"launch\": {{\"grid\": [{}], \"rows_in_flight\": {}, \"flags\": {{\"1\": "
-          "\"non-temporal stores for per-row outputs\"}}}},\n      \"args\": [{}\n      ],\n      \"request\": {{\"op\": \"{}\", \"order\": "
+          "\"non-temporal stores for per-row outputs\"}}}},\n      \"args\": [{}\n      ],\n      \"refuses\": {},\n      \"request\": {{\"op\": \"{}\", \"order\": "
           "{}, \"cols\": {}, \"x_dtype\": \"{}\", \"weight_dtype\": \"{}\", \"eps\": {}, \"key\": {}}}\n    }}",
-          i ? "," : "", json_string(b.name), grid, b.object.rows_in_flight, arg_json, ordo::name(op), json_string(b.request.order),
+          i ? "," : "", json_string(b.name), grid, b.object.rows_in_flight, arg_json, refusals_json(b.kernel), ordo::name(op), json_string(b.request.order),
           b.request.cols, ordo::name(b.request.x_dtype), ordo::name(b.request.weight_type()), b.request.eps, json_string(b.request.key()));
     }
     h += "\n#ifdef __cplusplus\n}\n#endif\n\n#endif\n";

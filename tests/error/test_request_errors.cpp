@@ -207,3 +207,54 @@ TEST_CASE("attention_backward: requests outside what its orders define are rejec
       }
     }
 }
+
+namespace {
+// Runs a compiled kernel on `rows` rows of zeros; returns the error, or "(ran)".
+std::string launch_error(const KernelHandle& k, int64_t rows) {
+  std::vector<std::vector<char>> storage;
+  std::vector<BufferRef> bufs;
+  for (const ArgSpec& a : k->args()) {
+    storage.emplace_back(static_cast<size_t>(a.elements(rows, k->request().cols) * size_bytes(a.dtype)));
+    bufs.push_back({storage.back().data(), a.elements(rows, k->request().cols), a.dtype});
+  }
+  try {
+    k->run(bufs, rows);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(ran)";
+}
+}  // namespace
+
+TEST_CASE("torch2.15 attention: a launch whose MKL order is not measured is refused, and only that launch") {
+  Request r;
+  r.op = OpKind::attention;
+  r.cols = 64;
+  r.seq_q = 13;
+  r.seq_k = 40;
+  r.has_weight = r.has_bias = false;
+  for (Target target : {Target::cpu, Target::interpreter, Target::cuda_emu}) {
+    CAPTURE(ordo::name(target));
+    r.target = target;
+    // One (batch, head): PyTorch calls MKL on all its threads, whose splits are measured on 2.
+    r.order = "torch2.15-cpu-avx512(mkl=intel,threads=4)";
+    KernelHandle four = compile(r);
+    CHECK(launch_error(four, 1).find("rows=1: one (batch, head) with torch on 4 threads: PyTorch then runs MKL on all of them") == 0);
+    CHECK(launch_error(four, 2) == "(ran)");
+    r.order = "torch2.15-cpu-avx512(mkl=intel,threads=2)";
+    CHECK(launch_error(compile(r), 1) == "(ran)");
+    // bf16 with a block of 3 keys against 13 queries: the AMD host's 2-thread cut is not found.
+    r.x_dtype = ScalarType::bf16;
+    r.seq_k = 3;
+    r.order = "torch2.15-cpu-avx512(mkl=amd,threads=2)";
+    KernelHandle amd = compile(r);
+    CHECK(launch_error(amd, 1).find("rows=1: one (batch, head) on 2 threads with a 16-bit block of 3 keys against 13 queries") == 0);
+    CHECK(launch_error(amd, 3) == "(ran)");
+    r.order = "torch2.15-cpu-avx512(mkl=amd)";
+    CHECK(launch_error(compile(r), 1) == "(ran)");
+    r.order = "torch2.15-cpu-avx512(mkl=intel,threads=2)";  // the Intel host's cut is measured
+    CHECK(launch_error(compile(r), 1) == "(ran)");
+    r.x_dtype = ScalarType::f32;
+    r.seq_k = 40;
+  }
+}

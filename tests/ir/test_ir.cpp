@@ -166,6 +166,21 @@ TEST_CASE("printer output is stable") {
         "}\n");
 }
 
+TEST_CASE("a refused launch: printed with the kernel, rejected by the interpreter before any instance runs") {
+  Kernel k = row_kernel([](Builder& b, int x, int out) {
+    b.refuse_launch(1, "one row takes an unmeasured path");
+    b.refuse_launch(1, "a second reason for the same rows is dropped");
+    b.store(out, program_id(0), load(b.kernel(), x, program_id(0)));
+  });
+  REQUIRE(verify(k).empty());
+  CHECK(print(k).find("  grid rank 1\n  refuses rows == 1: one row takes an unmeasured path\n{\n") != std::string::npos);
+  float x[2] = {1, 2}, r[2] = {-1, -1};
+  CHECK_THROWS_WITH_AS(interpret(k, {{x, 1}, {r, 1}}, {1}), "rows=1: one row takes an unmeasured path", Error);
+  CHECK(r[0] == -1.0f);  // nothing written
+  interpret(k, {{x, 2}, {r, 2}}, {2});
+  CHECK(r[1] == 2.0f);
+}
+
 TEST_CASE("interpreter: fma rounds once, add and mul round each") {
   // (1 + 2^-23) * (1 - 2^-23) = 1 - 2^-46 exactly; rounded to f32 it is 1, so mul-then-add of -1
   // gives 0 while fma keeps -2^-46.
