@@ -54,7 +54,7 @@ def run_workers(build, worker, cases, ranges, key_of, failure, env_extra=None):
                 print(f"FAIL: worker for ATEN_CPU_CAPABILITY={cap} exited {worker_run.returncode}:\n{worker_run.stderr}")
                 return None
             out = json.loads(worker_run.stdout.strip().splitlines()[-1])
-            print(f"torch {out['torch']}, ATEN_CPU_CAPABILITY={cap} (torch reports {out['capability']}), threads 1 and 2")
+            print(f"torch {out['torch']}, ATEN_CPU_CAPABILITY={cap} (torch reports {out['capability']})")
             for r in out["results"]:
                 c = cases[r["case"]]
                 entry = table.setdefault(key_of(c, r, cap), [0, 0])
