@@ -524,22 +524,33 @@ bool takes_pst(int64_t m, int64_t n, int64_t K) { return (m == 2 && n <= 15) || 
 // attention backward's calls, docs/research/torch2.15-attention-backward.md; with alpha = 1 the
 // two agree). On one thread 'T','N' copies the key rows when m >= 192, or m > n and
 // m >= max(12, K); 'N','N' and 'N','T' copy V when both sides of C are at least 192. `threaded`:
-// MKL on 2 threads, which runs a call of m*n*K >= 192512 (fitted: 191456 is not, 193536 is)
-// otherwise: 'T','N' copies when n >= 60 and m >= 64, or n <= 15 and C's row stride (ldc) is a
+// MKL on 2 threads, which runs a call of m*n*K > 192000 (192000 is not threaded, 192003 is;
+// measured with smalln-shaped and general 'T','N' calls) otherwise: 'T','N' copies when n >= 60 and m >= 64, or n <= 15 and C's row stride (ldc) is a
 // multiple of 256; 'N','N' when n >= 60 and m >= 64, or n >= 17, m >= 32 and P's row stride
 // (ldb) is a multiple of 256; 'N','T' when n >= 64. Fitted on grids of the backward's shapes
 // (E = 8, 24, 32, 128, and 40 to 72 for 'N','N'; the bounds lie in: n >= 60 (56, 60],
 // m >= 64 (56, 64], n >= 64 (48, 64], m >= 32 (24, 32]) with 2 threads; more threads are not
 // measured.
-constexpr int64_t kIntelThreadedWork = 192512;
+constexpr int64_t kIntelThreadedWork = 192000;  // MKL threads a call of more
 bool intel_nt_copies(int64_t n, int64_t m, int64_t K, bool threaded, int64_t ldc) {
-  if (threaded && m * n * K >= kIntelThreadedWork) return (n >= 60 && m >= 64) || (n <= 15 && ldc % 256 == 0);
+  if (threaded && m * n * K > kIntelThreadedWork) return (n >= 60 && m >= 64) || (n <= 15 && ldc % 256 == 0);
   return m >= 192 || (m > n && m >= std::max<int64_t>(12, K));
 }
 bool intel_nn_copies(int64_t n, int64_t m, int64_t K, bool threaded, bool transposed_b, int64_t ldb) {
-  if (threaded && m * n * K >= kIntelThreadedWork)
+  if (threaded && m * n * K > kIntelThreadedWork)
     return transposed_b ? n >= 64 : (n >= 60 && m >= 64) || (n >= 17 && m >= 32 && ldb % 256 == 0);
   return m >= 192 && n >= 192;
+}
+
+// A 'T','N' call of smalln's shape (2 <= n < 16, K >= 24n) that MKL threads runs the general
+// kernel without copying (alpha on each K block's sum) instead of smalln, unless n <= 3 or a
+// leading dimension (lda: the key rows', ldb: the query rows', ldc: C's) is a multiple of 256.
+// Then MKL cuts the keys at 16*ceil(ceil(m/2)/16); only m = 33..35 leaves a part of 1 to 3 keys,
+// which runs the small-matrix kernel (3 keys only for n <= 10). Fitted on 2 threads, 0 of 2898
+// random shapes differ (docs/research/torch2.15-attention-backward.md §4.6). With K >= 756 MKL
+// cuts K instead, past any attention head dim.
+bool intel_threaded_smalln_is_general(int64_t n, int64_t m, int64_t K, int64_t lda, int64_t ldb, int64_t ldc) {
+  return m * n * K > kIntelThreadedWork && n >= 4 && lda % 256 != 0 && ldb % 256 != 0 && ldc % 256 != 0;
 }
 
 // The AMD host: its small-matrix kernel takes m < 12, n < 4 or K <= 1 (m: the columns of C, n its
@@ -659,10 +670,11 @@ void emit_gemm_nt(Builder& b, const GemmOrder& order, GemmInputs inputs, int64_t
   // below past their gemv branches: one query or one key takes smalln, pst or the general kernel
   // (measured on an Intel host without avx512_fp16, docs/research/torch2.15-attention-f16.md).
   const bool intel_f16 = inputs == GemmInputs::f16 && order.kind != GemmOrder::Kind::MklAmd;
-  // MKL's small-matrix kernel (pst), every row j its own dot, paired for even j, times alpha.
-  auto emit_pst = [&] {
+  // MKL's small-matrix kernel (pst), every row j its own dot, paired for even j, times alpha; on
+  // the keys from first_key on.
+  auto emit_pst = [&](int64_t first_key) {
     for (int64_t j = 0; j < n; ++j)
-      b.for_range("i", idx(0), idx(m), 1,
+      b.for_range("i", idx(first_key), idx(m), 1,
                   [&](ExprRef i) { E.store(c, idx(j), i, scaled(E.halve(E.dot16(Row{&a, idx(j)}, Row{&bm, i}, 0, K, j % 2 == 0)))); });
   };
   if (inputs == GemmInputs::bf16 && order.kind != GemmOrder::Kind::MklAmd && split && m == 3 && 11 <= n_call && n_call <= 15) {
@@ -670,7 +682,7 @@ void emit_gemm_nt(Builder& b, const GemmOrder& order, GemmInputs inputs, int64_t
     // both parts by pst, whatever a part alone would take (measured on 2 threads with K = E up to
     // 256, docs/research/torch2.15-attention-backward.md §5.5). Row 6 is even, so each row's
     // pairing is the whole call's.
-    emit_pst();
+    emit_pst(0);
     return;
   }
   if (inputs != GemmInputs::f32 && order.kind == GemmOrder::Kind::MklAmd && split && m == 3 && n_call >= 11)
@@ -703,7 +715,21 @@ void emit_gemm_nt(Builder& b, const GemmOrder& order, GemmInputs inputs, int64_t
     E.gemv_t(n, K, split, [&](ExprRef j, Emitter::RowKind kind) { E.store(c, j, idx(0), scaled(E.gemv_t_row(Row{&a, j}, x, K, kind))); });
     return;
   }
-  if (K >= 24 * n_call && n_call < 16 && n_call >= 2) {
+  const bool smalln_shape = K >= 24 * n_call && n_call < 16 && n_call >= 2;
+  if (smalln_shape && split && inputs == GemmInputs::f32 && intel_threaded_smalln_is_general(n_call, m, K, bm.stride, a.stride, c.stride)) {
+    if (K >= 756) throw Error(fmt::format("internal: MKL's threaded K split of a smalln-shaped call (K = {}) is not modelled", K));
+    const int64_t pst_from = m >= 33 && m <= 35 && (m < 35 || n_call <= 10) ? 32 : m;
+    Emitter general{b};
+    general.register_floats = order.register_floats;
+    general.block_alpha = alpha;
+    const std::vector<int64_t> parts = Emitter::k_blocks(K, n_call, m);
+    const std::function<ExprRef(ExprRef)> keys = [](ExprRef y) { return y; };
+    if (order.vector_chains) general.general_nt_vectors(a, bm, c, 0, n, pst_from, K, parts, keys);
+    else b.for_range("j", idx(0), idx(n), 1, [&](ExprRef j) { general.general_row_nt(a, bm, c, j, pst_from, parts, keys); });
+    if (pst_from < m) emit_pst(pst_from);  // the last part of 1 to 3 keys
+    return;
+  }
+  if (smalln_shape) {
     b.for_range("j", idx(0), idx(n), 1, [&](ExprRef j) {
       b.for_range("i", idx(0), idx(m), 1,
                   [&](ExprRef i) { E.store(c, j, i, scaled(E.fold_smalln(E.dot16(Row{&a, j}, Row{&bm, i}, 0, K, false)))); });
@@ -712,7 +738,7 @@ void emit_gemm_nt(Builder& b, const GemmOrder& order, GemmInputs inputs, int64_t
   }
   // gemm_f16f16f32 (Intel) also runs one key of up to 15 query rows by pst.
   if (takes_pst(m, n_call, K) || (intel_f16 && m == 1 && n_call <= 15)) {
-    emit_pst();
+    emit_pst(0);
     return;
   }
   const std::vector<int64_t> parts = Emitter::k_blocks(K, n_call, m);

@@ -67,6 +67,10 @@ SHAPES = [
     # Intel, MKL on 2 threads (one (batch, head)): a block of 3 keys against 11..15 query rows is
     # cut at row 6, both parts by the small-matrix kernel (16-bit on an AMD host: 1 thread only)
     (13, 3, 64, 1, 1), (12, 515, 32, 1, 1), (15, 3, 128, 1, 1),
+    # Intel, MKL on 2 threads (one (batch, head)): q @ k^T of smalln's shape (under 16 queries, D at
+    # least 24 per query) threaded, so the general kernel; 33 and 34 keys cut at 32, the last one
+    # or two keys by the small-matrix kernel
+    (5, 384, 128, 1, 1), (7, 300, 200, 1, 1), (15, 33, 392, 1, 1), (15, 34, 400, 1, 1),
 ]
 SHAPES_QUICK = [(1, 17, 64, 1, 2), (5, 40, 64, 1, 1), (17, 9, 24, 1, 1), (66, 66, 32, 2, 1), (200, 200, 128, 1, 1),
                 (40, 513, 32, 1, 1)]

@@ -67,6 +67,10 @@ SHAPES = [
     # one (batch, head) on 2 threads, an Intel host's MKL: q @ k^T threaded, its rows few and C's
     # row stride a multiple of 256, so it packs the keys times scale (its threaded copy rule)
     (12, 512, 32, 1, 1),
+    # one (batch, head) on 2 threads, an Intel host's MKL: q @ k^T of smalln's shape (under 16
+    # queries, D at least 24 per query) threaded, so the general kernel without copying; 33 and 34
+    # keys cut at 32, the last one or two keys by the small-matrix kernel
+    (5, 384, 128, 1, 1), (7, 300, 200, 1, 1), (15, 33, 392, 1, 1), (15, 34, 400, 1, 1),
 ]
 SHAPES_QUICK = [(1, 300, 64, 1, 2), (7, 40, 32, 1, 1), (10, 9, 32, 1, 1), (3, 13, 16, 1, 3), (65, 65, 8, 1, 2),
                 (100, 513, 32, 1, 1)]
