@@ -553,6 +553,25 @@ bool intel_threaded_smalln_is_general(int64_t n, int64_t m, int64_t K, int64_t l
   return m * n * K > kIntelThreadedWork && n >= 4 && lda % 256 != 0 && ldb % 256 != 0 && ldc % 256 != 0;
 }
 
+// How a threaded 'N','N' call with K over 768 and beta = 0 (the composites' p @ v and dq) sums
+// each element, by its n rows and m columns of C and the row strides of P, V and C:
+//   one_thread_chain  384-blocks while more than 768 remain, then the rest in two halves (the
+//                     one-thread chain, without its uniform blocks for wide C);
+//   uniform           384-blocks, the rest last;
+//   k_split           K cut at ceil(K/2), each half summed in its own blocks, the halves added.
+// Fitted on 2 threads (0 of 410 random shapes and 757 boundary shapes differ; the same through
+// torch's composite on 40; docs/research/torch2.15-attention.md). A leading dimension matters
+// through the multiples of 256; offsets do not.
+enum class IntelLongK { one_thread_chain, uniform, k_split };
+IntelLongK intel_threaded_long_k(int64_t n, int64_t m, int64_t K, int64_t ldp, int64_t ldv, int64_t ldc) {
+  if (n * m * K <= kIntelThreadedWork) return IntelLongK::one_thread_chain;  // not threaded
+  if (m <= 56 && n >= 379 && (ldp % 256 != 0 || m <= 31)) return IntelLongK::one_thread_chain;  // rows cut between threads
+  if (n <= 56 && 379 <= m && m <= 755 && (n <= 16 || (ldv % 256 != 0 && ldc % 256 != 0 && ldp % 256 != 0)))
+    return IntelLongK::one_thread_chain;  // columns cut between threads
+  if (8 * std::min(n, m) > K && (std::max(n, m) >= 379 || 3 * n + m + 241 >= K)) return IntelLongK::uniform;
+  return IntelLongK::k_split;
+}
+
 // The AMD host: its small-matrix kernel takes m < 12, n < 4 or K <= 1 (m: the columns of C, n its
 // rows; n, m >= 2); on 2 threads MKL runs a call of 5..11 rows, not a multiple of 4, as its rows in
 // fours (the general kernel) and the rest (the small-matrix one), when the call is large enough:
@@ -855,10 +874,14 @@ void emit_intel_nn(Builder& b, const GemmOrder& order, GemmInputs inputs, int64_
     return;
   }
   const int lanes = column_lanes(m);
-  // Threaded, MKL cuts a K over 768 at ceil(K/2) between two threads; each sums its half in
-  // blocks (one up to 384, two halves up to 768, else 384-blocks and the rest), and the halves
-  // are added (fitted on 2 threads, without C0: the products PyTorch's composites make).
-  const bool k_split = threaded && order.threads > 1 && K > 768 && !accumulate;
+  // Threaded with a K over 768 (without C0: the products PyTorch's composites make), MKL sums by
+  // one of intel_threaded_long_k's forms; in its K split each thread sums its half in blocks (one
+  // up to 384, two halves up to 768, else 384-blocks and the rest), and the halves are added.
+  // 'N','T' (P transposed) keeps the K split, measured with a small side of C only.
+  std::optional<IntelLongK> long_k;
+  if (threaded && order.threads > 1 && K > 768 && !accumulate)
+    long_k = p.step == 1 ? intel_threaded_long_k(n_call, m, K, p.stride, v.stride, c.stride) : IntelLongK::k_split;
+  const bool k_split = long_k == IntelLongK::k_split;
   if (k_split && alpha != 1.0f) throw Error("internal: the Intel model's threaded K split is measured with alpha = 1 only");
   auto half_blocks = [](int64_t h) {
     std::vector<int64_t> parts;
@@ -867,7 +890,12 @@ void emit_intel_nn(Builder& b, const GemmOrder& order, GemmInputs inputs, int64_
     return parts;
   };
   const int64_t h = (K + 1) / 2;
-  const std::vector<int64_t> parts = K == 1 && accumulate ? std::vector<int64_t>{} : Emitter::k_blocks(K, n_call, m);
+  std::vector<int64_t> parts = K == 1 && accumulate ? std::vector<int64_t>{} : Emitter::k_blocks(K, n_call, m);
+  if (long_k == IntelLongK::one_thread_chain) parts = Emitter::k_blocks(K, 1, 1);
+  if (long_k == IntelLongK::uniform) {
+    parts.clear();
+    for (int64_t k = 0; k < K; k += 384) parts.push_back(std::min<int64_t>(384, K - k));
+  }
   auto scale_v = [&](ExprRef y) { return copies ? Emitter::times(std::move(y), alpha) : y; };
   if (!k_split && !parts.empty()) {
     E.general_nn_rows(p, v, c, 0, n, m, parts,

@@ -28,10 +28,7 @@ AMD host MKL's small kernels peel rows to 16-byte boundaries, and the output row
 scratch of whichever PyTorch thread runs the block: shapes with several (batch, head)s on 2 threads
 check that; a 16-bit block of 3 keys against 11 or more queries on one (batch, head), whose 2-thread
 cut on such a host is not modelled, is compared on 1 thread, and on 2 the test checks that ordo
-refuses the launch. On an Intel host one regime is compared
-on 1 thread only: for torch2.15-cpu-math-*,
-batch*heads = 1 with S_k > 768, where MKL splits p @ v between threads by rules measured only in
-part (docs/research/torch2.15-attention.md).
+refuses the launch.
 """
 import argparse
 import json
@@ -58,6 +55,10 @@ SHAPES = [
     (32, 1030, 32, 1, 1), (300, 1100, 32, 1, 1), (800, 900, 64, 1, 1), (100, 300, 256, 1, 2),
     # MKL's K blocks of p @ v when S_k > 768: uniform once S_q and D are both at least 192
     (192, 800, 192, 1, 1), (191, 800, 256, 1, 2), (200, 1600, 256, 1, 1),
+    # ... and the composite's p @ v on 2 threads (one (batch, head)), which MKL sums in uniform
+    # 384-blocks (C wide enough) or as on one thread (its rows or columns cut between the threads)
+    # rather than cutting K in two
+    (150, 800, 128, 1, 1), (400, 800, 40, 1, 1), (40, 800, 400, 1, 1),
     # AMD: the output rows' scratch of PyTorch's thread 1 starts at another 16-byte offset than
     # thread 0's, which MKL's small-matrix and gemv kernels peel by
     (2, 7, 32, 2, 3), (3, 13, 48, 1, 3), (1, 33, 96, 3, 1),
@@ -112,12 +113,6 @@ def inputs(c):
     v = torch.randn(*shape, c["sk"], c["d"], generator=g).to(dt)
     return q, k, v
 
-def threaded_long_keys(c):
-    """The composite on one (batch, head) with S_k > 768: bmm calls MKL on all threads, which then
-    may cut p @ v's K between them by rules measured only in part (docs/research/torch2.15-attention.md).
-    Intel hosts only: the AMD host's MKL does not cut them."""
-    return host == "intel" and c["batch"] * c["heads"] == 1 and c["sk"] > 768
-
 def amd_three_keys(c):
     """16-bit flash on one (batch, head) and one query block (of 32 rows at most here) of 11 or more
     rows with a key block of 3: MKL on 2 threads cuts such a q @ k^T's rows on an AMD host at a
@@ -149,7 +144,7 @@ for threads in THREAD_COUNTS:
                     why = "" if "16-bit block of 3 keys" in str(e) else f"ordo: {e}"
                 results.append({"case": i, "order": named, "threads": threads, "ok": not why, "why": why})
             orders = []
-        if c["dtype"] == "f32" and not (threads > 1 and threaded_long_keys(c)):
+        if c["dtype"] == "f32":
             scale = c["scale"] if c["scale"] is not None else 1.0 / c["d"] ** 0.5
             a = (q @ k.transpose(-2, -1)) * scale
             if c["causal"]:

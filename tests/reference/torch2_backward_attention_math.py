@@ -56,6 +56,8 @@ SHAPES = [
     # the general kernel, its K blocks (192, two halves up to 384, 192s beyond)
     (33, 36, 32, 1, 1), (64, 192, 16, 2, 1), (65, 64, 8, 1, 2), (100, 300, 32, 1, 1), (128, 128, 64, 1, 1), (200, 256, 64, 1, 1),
     (193, 196, 8, 1, 1), (385, 388, 16, 1, 1), (300, 400, 64, 1, 1), (40, 100, 256, 1, 1), (480, 480, 32, 1, 1),
+    # dq over S_k > 768 keys on 2 threads (one (batch, head)): MKL's uniform 384-blocks
+    (150, 800, 128, 1, 1),
 ]
 # 16-bit only (bf16 on AVX-512 without avx512_bf16 is oneDNN's): B*H*S_q*S_k*D around 4096 (384 x 11 heads; 3840 x 2),
 # K past 384 and 1536 (two halves, then blocks of 768), odd rows and columns for its thread split. (The AMD f32 model
