@@ -280,3 +280,8 @@ TEST_CASE("attention: cuda-emu matches the interpreter bit for bit") {
   CHECK(cases > 0);
   MESSAGE(fmt::format("attention on cuda-emu: {} cases compared bitwise", cases));
 }
+
+TEST_CASE("attention: the Intel MKL model's threaded forms match the interpreter") {
+  const int compared = intel_threaded_forms_vs_interpreter(Target::cuda_emu);
+  MESSAGE(fmt::format("{} outputs compared bitwise", compared));
+}
