@@ -1023,8 +1023,9 @@ void apply_environment(Order& o, std::string_view params, std::string_view order
       if (used != value.size() || value.empty() || v < 1)
         throw Error(fmt::format("order '{}': threads={} is not a positive integer", order_name, value));
       // MKL's splits were measured with 2 threads: on more, a launch of one (batch, head), where
-      // PyTorch runs MKL on all of them, is refused (gen/mkl_gemm.cpp); every other launch runs MKL
-      // on one thread per call.
+      // PyTorch runs MKL on all of them, is refused (gen/mkl_gemm.cpp); every other launch is
+      // modelled with MKL on one thread per call (on an Intel host an open finding says otherwise,
+      // docs/research/torch2.15-attention.md).
       o.threads = o.attention.gemm.threads = o.attention_backward.gemm.threads = v;
       // Inductor's kernels split a row between threads by their own rule (SumOrder::parts,
       // MomentsOrder::parts), not by PyTorch eager's `threads`.
