@@ -288,11 +288,8 @@ struct Emitter {
   // 384-blocks and the remainder last.
   static std::vector<int64_t> k_blocks(int64_t K, int64_t n, int64_t m) {
     constexpr int64_t kc = 384;
+    if (K > 2 * kc && n >= 192 && m >= 192) return uniform_k_blocks(K);
     std::vector<int64_t> parts;
-    if (K > 2 * kc && n >= 192 && m >= 192) {
-      for (int64_t k = 0; k < K; k += kc) parts.push_back(std::min(kc, K - k));
-      return parts;
-    }
     int64_t rest = K;
     while (rest > 2 * kc) {
       parts.push_back(kc);
@@ -304,6 +301,12 @@ struct Emitter {
     } else if (rest > 0) {
       parts.push_back(rest);
     }
+    return parts;
+  }
+  // 384-blocks over K, the remainder last.
+  static std::vector<int64_t> uniform_k_blocks(int64_t K) {
+    std::vector<int64_t> parts;
+    for (int64_t k = 0; k < K; k += 384) parts.push_back(std::min<int64_t>(384, K - k));
     return parts;
   }
   // n independent blocked chains (see blocked_chain) of `lanes` lanes sharing one k loop per K
@@ -525,8 +528,8 @@ bool takes_pst(int64_t m, int64_t n, int64_t K) { return (m == 2 && n <= 15) || 
 // two agree). On one thread 'T','N' copies the key rows when m >= 192, or m > n and
 // m >= max(12, K); 'N','N' and 'N','T' copy V when both sides of C are at least 192. `threaded`:
 // MKL on 2 threads, which runs a call of m*n*K > 192000 (192000 is not threaded, 192003 is;
-// measured with smalln-shaped and general 'T','N' calls) otherwise: 'T','N' copies when n >= 60 and m >= 64, or n <= 15 and C's row stride (ldc) is a
-// multiple of 256; 'N','N' when n >= 60 and m >= 64, or n >= 17, m >= 32 and P's row stride
+// measured with smalln-shaped and general 'T','N' calls) otherwise: 'T','N' copies when n >= 60
+// and m >= 64, or n <= 15 and C's row stride (ldc) is a multiple of 256; 'N','N' when n >= 60 and m >= 64, or n >= 17, m >= 32 and P's row stride
 // (ldb) is a multiple of 256; 'N','T' when n >= 64. Fitted on grids of the backward's shapes
 // (E = 8, 24, 32, 128, and 40 to 72 for 'N','N'; the bounds lie in: n >= 60 (56, 60],
 // m >= 64 (56, 64], n >= 64 (48, 64], m >= 32 (24, 32]) with 2 threads; more threads are not
@@ -883,19 +886,11 @@ void emit_intel_nn(Builder& b, const GemmOrder& order, GemmInputs inputs, int64_
     long_k = p.step == 1 ? intel_threaded_long_k(n_call, m, K, p.stride, v.stride, c.stride) : IntelLongK::k_split;
   const bool k_split = long_k == IntelLongK::k_split;
   if (k_split && alpha != 1.0f) throw Error("internal: the Intel model's threaded K split is measured with alpha = 1 only");
-  auto half_blocks = [](int64_t h) {
-    std::vector<int64_t> parts;
-    if (h <= 768) return Emitter::k_blocks(h, 1, 1);
-    for (int64_t k = 0; k < h; k += 384) parts.push_back(std::min<int64_t>(384, h - k));
-    return parts;
-  };
+  auto half_blocks = [](int64_t h) { return h <= 768 ? Emitter::k_blocks(h, 1, 1) : Emitter::uniform_k_blocks(h); };
   const int64_t h = (K + 1) / 2;
   std::vector<int64_t> parts = K == 1 && accumulate ? std::vector<int64_t>{} : Emitter::k_blocks(K, n_call, m);
   if (long_k == IntelLongK::one_thread_chain) parts = Emitter::k_blocks(K, 1, 1);
-  if (long_k == IntelLongK::uniform) {
-    parts.clear();
-    for (int64_t k = 0; k < K; k += 384) parts.push_back(std::min<int64_t>(384, K - k));
-  }
+  if (long_k == IntelLongK::uniform) parts = Emitter::uniform_k_blocks(K);
   auto scale_v = [&](ExprRef y) { return copies ? Emitter::times(std::move(y), alpha) : y; };
   if (!k_split && !parts.empty()) {
     E.general_nn_rows(p, v, c, 0, n, m, parts,

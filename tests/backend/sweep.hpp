@@ -457,9 +457,6 @@ inline int backward_vs_interpreter(OpKind op, Target target, const std::vector<i
 
 namespace ordo::backend_sweep {
 
-// attention_backward's requests: the orders that define it (and parameterized variants: other
-// lane counts, fma), every storage dtype, lse given and recomputed, causal or not, over shapes with
-// partial lane blocks on both sides. `sparse`: each (order, dtype) on a rotating share of the rest.
 // The Intel MKL model's threaded forms (one (batch, head) on 2 threads), each on the shape
 // that takes it: q @ k^T of smalln's shape by the general kernel, with and without its last 1..3
 // keys by the small-matrix kernel, and the composite's p @ v with K over 768 as the one-thread chain
@@ -467,30 +464,28 @@ namespace ordo::backend_sweep {
 inline int intel_threaded_forms_vs_interpreter(Target target) {
   struct Case {
     OpKind op;
-    const char* order;
+    bool composite;  // torch2.15-cpu-math (no lse), else the flash order
     int64_t sq, sk, d;
   };
-  const char* flash = "torch2.15-cpu-avx512(threads=2,mkl=intel)";
-  const char* math = "torch2.15-cpu-math-avx512(threads=2,mkl=intel)";
   const std::vector<Case> cases = {
-      {OpKind::attention, flash, 5, 384, 128},          {OpKind::attention, flash, 15, 33, 392},
-      {OpKind::attention_backward, flash, 5, 384, 128}, {OpKind::attention_backward, flash, 15, 34, 400},
-      {OpKind::attention, math, 380, 772, 8},           {OpKind::attention, math, 16, 772, 384},
-      {OpKind::attention, math, 32, 1030, 32},          {OpKind::attention_backward, math, 16, 772, 384},
+      {OpKind::attention, false, 5, 384, 128},          {OpKind::attention, false, 15, 33, 392},
+      {OpKind::attention_backward, false, 5, 384, 128}, {OpKind::attention_backward, false, 15, 34, 400},
+      {OpKind::attention, true, 380, 772, 8},           {OpKind::attention, true, 16, 772, 384},
+      {OpKind::attention, true, 32, 1030, 32},          {OpKind::attention_backward, true, 16, 772, 384},
   };
   int compared = 0;
   for (const Case& c : cases) {
     Request r;
     r.op = c.op;
-    r.order = c.order;
+    r.order = c.composite ? "torch2.15-cpu-math-avx512(threads=2,mkl=intel)" : "torch2.15-cpu-avx512(threads=2,mkl=intel)";
     r.cols = c.d;
     r.seq_q = c.sq;
     r.seq_k = c.sk;
     r.has_weight = r.has_bias = false;
-    if (c.op == OpKind::attention_backward) r.saved_stats = c.order == flash;  // the composite reads no lse
+    if (c.op == OpKind::attention_backward) r.saved_stats = !c.composite;  // the composite reads no lse
     const auto outs = on_interpreter_and(r, target, 1, 13, 0, 1.0);
     for (size_t o = 0; o < outs[0].size(); ++o) {
-      INFO(fmt::format("{} {} S_q={} S_k={} D={} target={} output {}", name(c.op), c.order, c.sq, c.sk, c.d, name(target), o));
+      INFO(fmt::format("{} {} S_q={} S_k={} D={} target={} output {}", name(c.op), r.order, c.sq, c.sk, c.d, name(target), o));
       CHECK(outs[0][o] == outs[1][o]);
       ++compared;
     }
@@ -498,6 +493,9 @@ inline int intel_threaded_forms_vs_interpreter(Target target) {
   return compared;
 }
 
+// attention_backward's requests: the orders that define it (and parameterized variants: other
+// lane counts, fma), every storage dtype, lse given and recomputed, causal or not, over shapes with
+// partial lane blocks on both sides. `sparse`: each (order, dtype) on a rotating share of the rest.
 inline int attention_backward_vs_interpreter(Target target, bool sparse) {
   struct Shape {
     int64_t sq, sk, d;
