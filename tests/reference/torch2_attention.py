@@ -15,7 +15,7 @@ softmax((q @ k.transpose(-2, -1)) * scale) @ v (causal: masked_fill(-inf) above 
 before the softmax), which makes no lse. (Its bf16 and f16 forward is compared, with the backward,
 in torch2_backward_attention_math.py.)
 
-Cases: f32, bf16 and f16 (f16 on an AMD host and on an Intel one without avx512_fp16, whose gemm_f16f16f32 is modelled); D from 8 to 256 (a 16-lane tail where D mod 16 = 8); S_q and S_k from 1 to
+Cases: f32, bf16 and f16 (f16 on an AMD host and on an Intel one without avx512_fp16, whose gemm_f16f16f32 is modelled); D from 8 to 256, and 392 and 400 on an Intel host (a 16-lane tail where D mod 16 = 8); S_q and S_k from 1 to
 above 512 (several key blocks) and above 768 (the 256-row query blocks), S_q != S_k both ways;
 causal (top-left aligned, as torch masks) and not; the default scale and others; batch*heads = 1,
 where PyTorch's parallel loop may have a single iteration and MKL then runs on all threads, and
@@ -237,6 +237,12 @@ def main():
               "queries and a block of 3 keys (MKL's cut of that q @ k^T on an AMD host is not modelled): those shapes are "
               "compared on 1 thread, and on 2 the test checks that ordo refuses them")
     all_cases = cases(tiers.chosen(args))
+    if model == "amd":
+        # D = 392 and 400 aim at the Intel model's threaded rules (a small query block's q @ k^T, the
+        # composite's p @ v cut by columns); an AMD host's MKL kernels are measured up to D = 256.
+        print("NOT VERIFIED: torch2.15-cpu-* attention with D above 256 (shapes aimed at the Intel model's threaded rules; "
+              "an AMD host's MKL kernels are measured up to D = 256)")
+        all_cases = [c for c in all_cases if c["d"] <= 256]
     import tempfile
     spec = tempfile.NamedTemporaryFile("w", suffix=".json", prefix="ordo_torch2_attention_", delete=False)
     json.dump(all_cases, spec)
