@@ -7,6 +7,8 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "ir/error.hpp"
+
 namespace ordo::ir {
 
 std::string to_string(Type t) {
@@ -162,13 +164,36 @@ int Builder::table(std::vector<int64_t> values) {
   return static_cast<int>(k_.tables.size()) - 1;
 }
 
-void Builder::refuse_launch(int64_t rows, std::string why) {
-  if (!refusal(k_, rows)) k_.refused_launches.push_back({rows, std::move(why)});
+void Builder::refuse_launch(int64_t rows, std::string why) { refuse_launches(Kernel::RefusedLaunch::When::rows_equal, rows, std::move(why)); }
+
+void Builder::refuse_launches(Kernel::RefusedLaunch::When when, int64_t rows, std::string why) {
+  if (rows < 1) throw Error(fmt::format("internal: a launch refusal names rows {}", rows));
+  for (const Kernel::RefusedLaunch& r : k_.refused_launches)
+    if (r.when == when && r.rows == rows) return;
+  k_.refused_launches.push_back({when, rows, std::move(why)});
+}
+
+bool Kernel::RefusedLaunch::refuses(int64_t launch_rows) const {
+  switch (when) {
+    case When::rows_equal: return launch_rows == rows;
+    case When::rows_at_least: return launch_rows >= rows;
+    case When::rows_not_multiple: return launch_rows % rows != 0;
+  }
+  return false;
+}
+
+std::string Kernel::RefusedLaunch::condition() const {
+  switch (when) {
+    case When::rows_equal: return fmt::format("rows == {}", rows);
+    case When::rows_at_least: return fmt::format("rows >= {}", rows);
+    case When::rows_not_multiple: return fmt::format("rows % {} != 0", rows);
+  }
+  return "?";
 }
 
 const Kernel::RefusedLaunch* refusal(const Kernel& k, int64_t rows) {
   for (const Kernel::RefusedLaunch& r : k.refused_launches)
-    if (r.rows == rows) return &r;
+    if (r.refuses(rows)) return &r;
   return nullptr;
 }
 
@@ -389,7 +414,7 @@ std::string print(const Kernel& k) {
   for (int64_t e : k.grid_fixed) fixed += fmt::format(" x {}", e);
   out += fmt::format("  grid rank {}{}{}\n", k.grid_rank, fixed.empty() ? "" : " (rows" + fixed + ")",
                      k.team > 1 ? fmt::format(", team of {} threads", k.team) : "");
-  for (const Kernel::RefusedLaunch& r : k.refused_launches) out += fmt::format("  refuses rows == {}: {}\n", r.rows, r.why);
+  for (const Kernel::RefusedLaunch& r : k.refused_launches) out += fmt::format("  refuses {}: {}\n", r.condition(), r.why);
   out += "{\n";
   print_stmts(k.body, k, 1, out);
   out += "}\n";

@@ -246,19 +246,28 @@ struct Kernel {
   int team = 1;
   std::vector<Stmt> body;
   std::string description;  // one line: op, shapes, dtypes, order name
-  // Launches the kernel refuses. A launch of exactly `rows` rows would take a path whose order
-  // is not known: the order reproduces a library, and that library's kernel for this launch was
-  // never measured (PyTorch calls MKL on all its threads for one (batch, head), say). The kernel
+  // Launches the kernel refuses. Such a launch would take a path whose order is not known: the
+  // order reproduces a library, and that library's kernel for this launch was never measured
+  // (PyTorch calls MKL on all its threads for one (batch, head), say), or the launch contradicts
+  // the layout the kernel was generated for (rows that are not whole groups of heads). The kernel
   // still holds that path, since the same code serves every other row count; every backend, the
   // interpreter included, rejects such a launch with `why` before running anything.
   struct RefusedLaunch {
-    int64_t rows;
+    enum class When : uint8_t {
+      rows_equal,         // launch rows == rows
+      rows_at_least,      // launch rows >= rows
+      rows_not_multiple,  // launch rows % rows != 0
+    };
+    When when = When::rows_equal;
+    int64_t rows = 0;
     std::string why;
+    bool refuses(int64_t launch_rows) const;
+    std::string condition() const;  // "rows == 1", "rows >= 2", "rows % 3 != 0"
   };
   std::vector<RefusedLaunch> refused_launches;
 };
 
-// The refusal for a launch of `rows` rows, if the kernel refuses it.
+// The refusal for a launch of `rows` rows, if the kernel refuses it (the first that applies).
 const Kernel::RefusedLaunch* refusal(const Kernel& k, int64_t rows);
 
 // Expression constructors. They infer the result type from the operands; the verifier checks
@@ -304,9 +313,10 @@ class Builder {
   ExprRef get(int local) const { return var(k_, local); }
 
   int table(std::vector<int64_t> values);
-  // Refuse launches of exactly `rows` rows (Kernel::refused_launches); the first reason given
-  // for a row count is kept.
+  // Refuse launches of exactly `rows` rows (Kernel::refused_launches), or those `when` names;
+  // the first reason given for a condition is kept.
   void refuse_launch(int64_t rows, std::string why);
+  void refuse_launches(Kernel::RefusedLaunch::When when, int64_t rows, std::string why);
   void assign(int local, ExprRef value);
   void store(int buffer, ExprRef index, ExprRef value);
 

@@ -29,7 +29,7 @@ namespace {
 std::string refusals_json(const ordo::ir::Kernel& k) {
   std::string items;
   for (const ordo::ir::Kernel::RefusedLaunch& r : k.refused_launches)
-    items += fmt::format("{}{{\"rows\": {}, \"why\": {}}}", items.empty() ? "" : ", ", r.rows, json_string(r.why));
+    items += fmt::format("{}{{\"when\": {}, \"why\": {}}}", items.empty() ? "" : ", ", json_string(r.condition()), json_string(r.why));
   return "[" + items + "]";
 }
 
@@ -265,7 +265,7 @@ int cmd_build(int argc, char** argv) {
       if (b.kernel.grid_over_rows) grid = "\"rows\"" + grid.substr(4);
       const std::string stage_note = b.stages > 1 ? fmt::format(", stage {} of {}", b.stage + 1, b.stages) : "";
       for (const ordo::ir::Kernel::RefusedLaunch& r : b.kernel.refused_launches)
-        arg_doc += fmt::format(" * Do not launch with rows == {}: {}.\n", r.rows, r.why);
+        arg_doc += fmt::format(" * Do not launch with {}: {}.\n", r.condition(), r.why);
       h += fmt::format("\n/* {} with order {}: N = {}, x {}{}.\n{} */\n"
                        "void {}(void* const* buffers, const int64_t* extents, int64_t begin, int64_t end, int64_t flags);\n",
                        ordo::name(op), b.request.order, b.request.cols, ordo::name(b.request.x_dtype), stage_note, arg_doc, b.name);

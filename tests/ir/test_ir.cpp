@@ -181,6 +181,24 @@ TEST_CASE("a refused launch: printed with the kernel, rejected by the interprete
   CHECK(r[1] == 2.0f);
 }
 
+TEST_CASE("refused launches by range and by multiple: printed, and rejected where the condition holds") {
+  using When = Kernel::RefusedLaunch::When;
+  Kernel k = row_kernel([](Builder& b, int x, int out) {
+    b.refuse_launches(When::rows_at_least, 5, "five or more rows are unmeasured");
+    b.refuse_launches(When::rows_not_multiple, 2, "rows come in pairs");
+    b.store(out, program_id(0), load(b.kernel(), x, program_id(0)));
+  });
+  REQUIRE(verify(k).empty());
+  CHECK(print(k).find("  refuses rows >= 5: five or more rows are unmeasured\n  refuses rows % 2 != 0: rows come in pairs\n") !=
+        std::string::npos);
+  float x[8] = {1, 2, 3, 4, 5, 6, 7, 8}, r[8] = {};
+  CHECK_THROWS_WITH_AS(interpret(k, {{x, 3}, {r, 3}}, {3}), "rows=3: rows come in pairs", Error);
+  CHECK_THROWS_WITH_AS(interpret(k, {{x, 6}, {r, 6}}, {6}), "rows=6: five or more rows are unmeasured", Error);
+  interpret(k, {{x, 4}, {r, 4}}, {4});
+  CHECK(r[3] == 4.0f);
+  CHECK_THROWS_AS(Builder(k).refuse_launches(When::rows_not_multiple, 0, "no rows"), Error);
+}
+
 TEST_CASE("interpreter: fma rounds once, add and mul round each") {
   // (1 + 2^-23) * (1 - 2^-23) = 1 - 2^-46 exactly; rounded to f32 it is 1, so mul-then-add of -1
   // gives 0 while fma keeps -2^-46.
