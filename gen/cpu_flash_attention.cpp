@@ -55,6 +55,9 @@ struct CpuFlash {
   int q = -1, k = -1, v = -1, out = -1, lse = -1;
   int scores = -1, rows = -1, row_max = -1, row_sum = -1;  // scratch
   int q_f32 = -1, v_f32 = -1;  // scratch: the query block's rows and the key block's v rows as f32, for 16-bit inputs
+  // Whether PyTorch calls MKL outside its parallel loop (one (batch, head) and one query block):
+  // inside it, MKL runs its gemv kernels on one thread (mkl_threading, gemm_call_threaded).
+  bool outside_loop = false;
   ExprRef q_base{}, kv_base{}, m0{};
 
   GemmInputs inputs() const {
@@ -65,24 +68,37 @@ struct CpuFlash {
     return r.x_dtype == ScalarType::f32 ? p : cast(cast(std::move(p), r.x_dtype), ScalarType::f32);
   }
 
-  // The distance of the output rows' scratch from a 64-byte line, in floats, where PyTorch keeps
-  // them: each of its threads has a buffer of spt floats (the scores, max, sum, then the output
-  // rows), one after the other from a 64-byte line, and at::parallel_for cuts the
-  // batch*heads*blocks items into T = min(threads, items) runs of ceil(items / T), in order. The
-  // Intel model reads it only when MKL runs threaded (one item: thread 0).
-  ExprRef rows_align(bool threaded) const {
-    const int64_t first = qS * kS + 2 * qS, spt = first + qS * D;
-    if (o.gemm.kind != GemmOrder::Kind::MklAmd || threaded || o.gemm.threads == 1) return idx(first % 16);
+  // The PyTorch thread that runs this instance's current query block: at::parallel_for cuts the
+  // batch*heads*blocks items into T = min(threads, items) runs of ceil(items / T), in order.
+  ExprRef torch_thread() const {
     const int64_t blocks = (Sq + qS - 1) / qS;
     const ExprRef items = mul(grid_extent(0), idx(blocks));
     const ExprRef T = binary(Op::Min, items, idx(o.gemm.threads));
     const ExprRef run = div(sub(add(items, T), idx(1)), T);
-    const ExprRef thread = div(add(mul(program_id(0), idx(blocks)), div(m0, idx(qS))), run);
-    return b.let("rows_align", binary(Op::Rem, add(mul(thread, idx(spt)), idx(first)), idx(16)));
+    return b.let("torch_thread", div(add(mul(program_id(0), idx(blocks)), div(m0, idx(qS))), run));
+  }
+  // The distance of the output rows' scratch from a 64-byte line, in floats, where PyTorch keeps
+  // them: each of its threads has a buffer of spt floats (the scores, max, sum, then the output
+  // rows), one after the other from a 64-byte line. The AMD model peels by it on every thread
+  // count; the Intel model reads it only in a threaded gemv 'N' (one query row), which runs
+  // threaded outside PyTorch's loop only: on its thread 0.
+  ExprRef rows_align(bool threaded) const {
+    const int64_t first = qS * kS + 2 * qS, spt = first + qS * D;
+    if (o.gemm.kind != GemmOrder::Kind::MklAmd || threaded || o.gemm.threads == 1) return idx(first % 16);
+    return b.let("rows_align", binary(Op::Rem, add(mul(torch_thread(), idx(spt)), idx(first)), idx(16)));
   }
 
-  // to[0, count) = from[base, base + count) as f32 (exact), as MKL copies 16-bit operands into
-  // its own f32 buffers. count is a multiple of 8 (D is).
+  // Whether MKL on several threads runs any of this launch's products otherwise than on one.
+  bool threads_matter() const {
+    std::vector<int64_t> qBs = {qS}, kvBs = {kS};
+    if (Sq % qS) qBs.push_back(Sq % qS);
+    if (Sk % kS) kvBs.push_back(Sk % kS);
+    for (int64_t qB : qBs)
+      for (int64_t kvB : kvBs)
+        if (gemm_threads_matter(o.gemm, inputs(), true, qB, kvB, D) || gemm_threads_matter(o.gemm, inputs(), false, qB, D, kvB)) return true;
+    return false;
+  }
+
   void widen(int to, int from, const ExprRef& base, int64_t count) {
     b.for_range("e", idx(0), idx(count), 8, [&](ExprRef e) {
       b.store(to, e, cast(load(b.kernel(), from, add(base, e), 8), ScalarType::f32));
@@ -105,7 +121,7 @@ struct CpuFlash {
     // value and the first block runs as the others do: one copy of the block's code, not two (a
     // cold compile grows with the code). The first rescale multiplies ±0 by exp(-inf - m') = 0,
     // or by 1 where every key is masked, which keeps it.
-    const std::optional<float> start = gemm_nn_beta0_start(o.gemm, inputs(), qB, D, kS, threaded);
+    const std::optional<float> start = gemm_nn_beta0_start(o.gemm, inputs(), qB, D, kS, gemm_call_threaded(threaded, outside_loop, qB, D));
     if (start && full_end > 0) {
       b.for_range("e", idx(0), idx(qB * D), 8, [&](ExprRef e) { b.store(rows, e, f32c(*start, 8)); });
       b.for_range("n", idx(0), binary(Op::Min, idx(full_end), num_keys), kS, [&](ExprRef n) { key_block(qB, n, kS, false, threaded); });
@@ -126,7 +142,7 @@ struct CpuFlash {
     const Matrix s{scores, idx(0), kvB};
     const Matrix acc{rows, idx(0), D};
     b.region("q@k^T", fmt::format("scores of {} queries x {} keys, K = {}: {}", qB, kvB, D, describe(o.gemm)),
-             [&] { emit_gemm_nt(b, o.gemm, inputs(), qB, kvB, D, q_rows, k_rows, s, threaded); });
+             [&] { emit_gemm_nt(b, o.gemm, inputs(), qB, kvB, D, q_rows, k_rows, s, gemm_call_threaded(threaded, outside_loop, qB, kvB)); });
     b.region("softmax", describe(o.softmax), [&] {
       b.for_range("r", idx(0), idx(qB), 1, [&](ExprRef j) { row_softmax(j, n, kvB, first); });
     });
@@ -134,7 +150,8 @@ struct CpuFlash {
       // 16-bit v: the key block's rows widened to f32 once (exact), where each block of output
       // rows would widen them again.
       if (v_f32 >= 0) widen(v_f32, v, k_rows.base, kvB * D);
-      emit_gemm_nn(b, o.gemm, inputs(), qB, D, kvB, s, v_rows, acc, !first, threaded, rows_align(threaded));
+      const bool nn_threaded = gemm_call_threaded(threaded, outside_loop, qB, D);
+      emit_gemm_nn(b, o.gemm, inputs(), qB, D, kvB, s, v_rows, acc, !first, nn_threaded, rows_align(nn_threaded));
     });
   }
 
@@ -283,7 +300,8 @@ Kernel build_cpu_flash_attention(const Request& r, const Order& order) {
   b.region("attention", describe(o), [&] {
     f.q_base = b.let("q_base", mul(program_id(0), idx(f.Sq * f.D)));
     f.kv_base = b.let("kv_base", mul(program_id(0), idx(f.Sk * f.D)));
-    auto body = [&](bool threaded) {
+    auto body = [&](bool threaded, bool outside_loop) {
+      f.outside_loop = outside_loop;
       if (full_blocks > 0)
         b.for_range("m0", idx(0), idx(full_blocks * f.qS), f.qS, [&](ExprRef m0) {
           f.m0 = m0;
@@ -294,13 +312,21 @@ Kernel build_cpu_flash_attention(const Request& r, const Order& order) {
         f.block(last, threaded);
       }
     };
-    // PyTorch calls MKL outside its parallel loop, on all its threads, when the loop has one
-    // iteration: one (batch, head) and one query block.
-    if (o.gemm.threads > 1 && full_blocks + (last > 0) == 1) {
-      b.if_else(binary(Op::Eq, grid_extent(0), idx(1)), [&] { body(true); }, [&] { body(false); });
-    } else {
-      body(false);
-    }
+    // PyTorch calls MKL outside its parallel loop when the loop has one iteration (one (batch,
+    // head) and one query block), else from the loop's threads (mkl_threading).
+    const bool one_block = full_blocks + (last > 0) == 1;
+    const MklThreading outside = mkl_threading(o.gemm, f.inputs(), true), inside = mkl_threading(o.gemm, f.inputs(), false);
+    // Outside the loop on more than 2 threads, the products refuse the launch themselves.
+    const bool outside_threaded = outside != MklThreading::one_thread, inside_threaded = inside == MklThreading::two_threads;
+    if (inside == MklThreading::unmeasured && f.threads_matter())
+      b.refuse_launches(Kernel::RefusedLaunch::When::rows_at_least, one_block ? 2 : 1, unmeasured_loop_threads(o.gemm));
+    // One body serves both where they agree: the same threading, and no gemv (one query row or
+    // key), which runs threaded outside the loop only.
+    const bool gemv = f.qS == 1 || r.seq_q % f.qS == 1 || f.kS == 1 || r.seq_k % f.kS == 1;
+    if (one_block && (outside_threaded != inside_threaded || (outside_threaded && gemv)))
+      b.if_else(binary(Op::Eq, grid_extent(0), idx(1)), [&] { body(outside_threaded, true); }, [&] { body(inside_threaded, false); });
+    else
+      body(one_block ? outside_threaded : inside_threaded, false);
   });
   return kernel;
 }

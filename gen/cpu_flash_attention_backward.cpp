@@ -22,8 +22,12 @@
 // avx512_bf16 its emulated kernel, threaded with MKL, §5.5 of the doc); dsum sums bf16 vectors as two halves of
 // floats. f16 is the same with half roundings, gemm_f16f16f32 for the f32-result products.
 // PyTorch's per-thread buffers attn and grad (qB x kvB floats each) and dsum become scratch. Control flow may not
-// depend on program_id, so the instance runs its blocks in order; MKL runs threaded only when
-// the launch is one (batch, head) (PyTorch's parallel loop then has a single iteration).
+// depend on program_id, so the instance runs its blocks in order. MKL runs on torch's threads when
+// the launch is one (batch, head) (PyTorch's parallel loop then has a single iteration), and on an
+// Intel host inside the loop as well (mkl_threading); oneDNN and ATen's own products run on one
+// thread inside the loop. PyTorch keeps dq, dk, dv, and dout where it has more than one row and
+// head, as (B, S, H, D): MKL sees their rows H*D apart (Request::heads), and its kernels choose
+// by that.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -119,14 +123,17 @@ struct CpuFlashBackward {
     if (Sk % kS) kvBs.push_back(Sk % kS);
     for (int64_t qB : qBs)
       for (int64_t kvB : kvBs)
-        if (gemm_threads_matter(o.gemm, inputs(), qB, kvB, D) || gemm_threads_matter(o.gemm, inputs(), kvB, D, qB) ||
-            gemm_threads_matter(o.gemm, inputs(), qB, D, kvB) ||
+        if (gemm_threads_matter(o.gemm, inputs(), true, qB, kvB, D) || gemm_threads_matter(o.gemm, inputs(), false, kvB, D, qB) ||
+            gemm_threads_matter(o.gemm, inputs(), false, qB, D, kvB) ||
             (reduced() && (bf16_out_gemm_threads_matter(o.onednn_16bit, kvB, D, qB, o.gemm.threads) ||
                            bf16_out_gemm_threads_matter(o.onednn_16bit, qB, D, kvB, o.gemm.threads))))
           return true;
     return false;
   }
 
+  // threaded: MKL on 2 threads; outside_loop: PyTorch called it outside its parallel loop, on
+  // torch's threads (oneDNN's products then run on them too).
+  bool outside_loop = false;
   void query_block(int64_t qB, bool threaded) {
     b.region("dsum", fmt::format("dsum = rowsum(dout*out), {} lanes, no fma", o.dsum_lanes), [&] {
       b.for_range("r", idx(0), idx(qB), 1, [&](ExprRef j) {
@@ -148,13 +155,18 @@ struct CpuFlashBackward {
     n = n->op == Op::Const ? n : b.let("n", n);
     const ExprRef q_at = b.let("q_at", add(q_base, mul(m0, idx(D))));
     const ExprRef k_at = b.let("k_at", add(kv_base, mul(n, idx(D))));
-    const Matrix q_rows{q, q_at, D}, dout_rows{dout, q_at, D}, dq_rows{dq, q_at, D};
-    const Matrix k_rows{k, k_at, D}, v_rows{v, k_at, D}, dk_rows{dk, k_at, D}, dv_rows{dv, k_at, D};
+    // The row strides MKL sees: ATen's gradients are (B, S, H, D), and its dout is copied so where
+    // it has more than one head and row (grad_out.contiguous() of the (B, S, H, D) view).
+    const int64_t grad_ld = r.heads * D, dout_ld = r.heads > 1 && Sq > 1 ? r.heads * D : D;
+    const Matrix q_rows{q, q_at, D}, dout_rows{dout, q_at, D, 0, 1, dout_ld}, dq_rows{dq, q_at, D, 0, 1, grad_ld};
+    const Matrix k_rows{k, k_at, D}, v_rows{v, k_at, D}, dk_rows{dk, k_at, D, 0, 1, grad_ld}, dv_rows{dv, k_at, D, 0, 1, grad_ld};
     const Matrix a{attn, idx(0), kvB}, a_t{attn, idx(0), 1, 0, kvB}, g{grad, idx(0), kvB}, g_t{grad, idx(0), 1, 0, kvB};
     const GemmOrder& mkl = o.gemm;
     const ExprRef aligned = idx(0);  // PyTorch's gradient rows and scratch start at 16-byte boundaries (D % 4 == 0)
     const std::string shape = fmt::format("{} queries x {} keys, D = {}: {}", qB, kvB, D, describe(mkl));
-    b.region("attn", "scale * q @ k^T, " + shape, [&] { emit_gemm_nt(b, mkl, inputs(), qB, kvB, D, q_rows, k_rows, a, threaded, 0, scale); });
+    // A product of C's rows n and columns m (gemm_call_threaded: gemv stays on one thread inside the loop).
+    auto call_threaded = [&](int64_t n_rows, int64_t m_cols) { return gemm_call_threaded(threaded, outside_loop, n_rows, m_cols); };
+    b.region("attn", "scale * q @ k^T, " + shape, [&] { emit_gemm_nt(b, mkl, inputs(), qB, kvB, D, q_rows, k_rows, a, call_threaded(qB, kvB), 0, scale); });
     b.region("p", fmt::format("exp(attn - lse){}", r.causal ? ", 0 where key > query" : ""),
              [&] { probabilities(qB, n, kvB); });
     const Matrix a_bt{attn_b, idx(0), 1, 0, kvB};
@@ -163,16 +175,16 @@ struct CpuFlashBackward {
                                          o.onednn_16bit == OneDnn::Off          ? ""
                                          : o.onednn_16bit == OneDnn::Avx512Bf16 ? " when m*n*k <= 4096, else oneDNN"
                                                                                 : " when m*n*k <= 4096, else oneDNN (emulated bf16)");
-    // oneDNN runs on PyTorch's threads where MKL does (one (batch, head)).
-    const int onednn_threads = threaded ? o.gemm.threads : 1;
+    // oneDNN runs on PyTorch's threads outside its loop (one (batch, head)), on one inside it.
+    const int onednn_threads = outside_loop ? o.gemm.threads : 1;
     if (reduced())
       b.region("dv", "dv += rounded(p)^T @ dout, " + stub, [&] {
         emit_bf16_out_gemm(b, true, o.bf16_stub_fma, o.onednn_16bit, kvB, D, qB, a_bt, dout_rows, dv_rows, 1.0f, false, onednn_threads);
       });
     else
       b.region("dv", "dv += p^T @ dout, " + shape,
-               [&] { emit_gemm_nn(b, mkl, inputs(), kvB, D, qB, a_t, dout_rows, dv_rows, true, threaded, aligned); });
-    b.region("grad", "dout @ v^T, " + shape, [&] { emit_gemm_nt(b, mkl, inputs(), qB, kvB, D, dout_rows, v_rows, g, threaded); });
+               [&] { emit_gemm_nn(b, mkl, inputs(), kvB, D, qB, a_t, dout_rows, dv_rows, true, call_threaded(kvB, D), aligned); });
+    b.region("grad", "dout @ v^T, " + shape, [&] { emit_gemm_nt(b, mkl, inputs(), qB, kvB, D, dout_rows, v_rows, g, call_threaded(qB, kvB)); });
     b.region("ds", "grad = p * (grad - dsum)", [&] {
       b.for_range("r", idx(0), idx(qB), 1, [&](ExprRef j) {
         const ExprRef row = b.let("row_at", mul(j, idx(kvB)));
@@ -194,9 +206,9 @@ struct CpuFlashBackward {
       return;
     }
     b.region("dq", "dq += scale * grad @ k, " + shape,
-             [&] { emit_gemm_nn(b, mkl, inputs(), qB, D, kvB, g, k_rows, dq_rows, true, threaded, aligned, 0, scale); });
+             [&] { emit_gemm_nn(b, mkl, inputs(), qB, D, kvB, g, k_rows, dq_rows, true, call_threaded(qB, D), aligned, 0, scale); });
     b.region("dk", "dk += scale * grad^T @ q, " + shape,
-             [&] { emit_gemm_nn(b, mkl, inputs(), kvB, D, qB, g_t, q_rows, dk_rows, true, threaded, aligned, 0, scale); });
+             [&] { emit_gemm_nn(b, mkl, inputs(), kvB, D, qB, g_t, q_rows, dk_rows, true, call_threaded(kvB, D), aligned, 0, scale); });
   }
 
   // attn[r][i] = exp(attn[r][i] - lse_r), on vectors of 16 and the rest one by one (the same
@@ -261,7 +273,8 @@ Kernel build_cpu_flash_attention_backward(const Request& r, const Order& order) 
     f.zero(f.dq, f.q_base, Sq * D);
     f.zero(f.dk, f.kv_base, Sk * D);
     f.zero(f.dv, f.kv_base, Sk * D);
-    auto body = [&](bool threaded) {
+    auto body = [&](bool threaded, bool outside_loop) {
+      f.outside_loop = outside_loop;
       if (full_blocks > 0)
         b.for_range("m0", idx(0), idx(full_blocks * qS), qS, [&](ExprRef m0) {
           f.m0 = m0;
@@ -272,8 +285,23 @@ Kernel build_cpu_flash_attention_backward(const Request& r, const Order& order) 
         f.query_block(last, threaded);
       }
     };
-    if (f.threads_matter()) b.if_else(binary(Op::Eq, grid_extent(0), idx(1)), [&] { body(true); }, [&] { body(false); });
-    else body(false);
+    // PyTorch's loop runs one iteration per (batch, head): one row is called outside it.
+    const MklThreading outside = mkl_threading(o.gemm, f.inputs(), true), inside = mkl_threading(o.gemm, f.inputs(), false);
+    const bool outside_threaded = outside != MklThreading::one_thread, inside_threaded = inside == MklThreading::two_threads;
+    const bool matter = f.threads_matter();
+    if (inside == MklThreading::unmeasured && matter)
+      b.refuse_launches(Kernel::RefusedLaunch::When::rows_at_least, 2, unmeasured_loop_threads(o.gemm));
+    // A launch must be whole groups of heads: ATen's strides are those of its (B, S, H, D) tensors.
+    if (r.heads > 1)
+      b.refuse_launches(Kernel::RefusedLaunch::When::rows_not_multiple, r.heads,
+                        fmt::format("the kernel is generated for {} heads, and a launch is batch*heads rows", r.heads));
+    // One body serves both where they agree: f32 has no oneDNN products, and without one query or
+    // key row no gemv, which runs threaded outside the loop only.
+    const bool gemv = qS == 1 || Sq % qS == 1 || kS == 1 || Sk % kS == 1;
+    if (matter && (outside_threaded != inside_threaded || f.reduced() || gemv))
+      b.if_else(binary(Op::Eq, grid_extent(0), idx(1)), [&] { body(outside_threaded, true); }, [&] { body(inside_threaded, false); });
+    else
+      body(matter && inside_threaded, false);
   });
   return kernel;
 }

@@ -447,8 +447,8 @@ struct Emitter {
     }
     if (m % kKeys == 0) return;
     const int64_t done = groups * kKeys;
-    const Matrix rest_keys{bm.buffer, add(bm.base, idx(done * bm.stride)), bm.stride, bm.align, bm.step};
-    const Matrix rest_out{c.buffer, add(c.base, idx(done)), c.stride, c.align, c.step};
+    const Matrix rest_keys{bm.buffer, add(bm.base, idx(done * bm.stride)), bm.stride, bm.align, bm.step, bm.ld};
+    const Matrix rest_out{c.buffer, add(c.base, idx(done)), c.stride, c.align, c.step, c.ld};
     b.for_range("j", idx(j0), idx(j1), 1, [&](ExprRef j) { general_row_nt(a, rest_keys, rest_out, j, m - done, parts, scale_b); });
   }
 
@@ -529,19 +529,21 @@ bool takes_pst(int64_t m, int64_t n, int64_t K) { return (m == 2 && n <= 15) || 
 // m >= max(12, K); 'N','N' and 'N','T' copy V when both sides of C are at least 192. `threaded`:
 // MKL on 2 threads, which runs a call of m*n*K > 192000 (192000 is not threaded, 192003 is;
 // measured with smalln-shaped and general 'T','N' calls) otherwise: 'T','N' copies when n >= 60
-// and m >= 64, or n <= 15 and C's row stride (ldc) is a multiple of 256; 'N','N' when n >= 60 and m >= 64, or n >= 17, m >= 32 and P's row stride
-// (ldb) is a multiple of 256; 'N','T' when n >= 64. Fitted on grids of the backward's shapes
-// (E = 8, 24, 32, 128, and 40 to 72 for 'N','N'; the bounds lie in: n >= 60 (56, 60],
-// m >= 64 (56, 64], n >= 64 (48, 64], m >= 32 (24, 32]) with 2 threads; more threads are not
-// measured.
+// and m >= 64, or n <= 15 and C's row stride (ldc) is a multiple of 256; 'N','N' when n >= 57 and
+// m >= 57, 'N','T' when n >= 57, and both when n >= 17, m >= 32 and a leading dimension (V's lda,
+// P's ldb, C's ldc: the backward's gradients are H*E apart) is a multiple of 256. Fitted with
+// 2 threads on grids of the backward's shapes, then per unit step at each bound with direct calls
+// (E 8 to 256, H 1 to 4; docs/research/torch2.15-attention-backward.md §4.6).
 constexpr int64_t kIntelThreadedWork = 192000;  // MKL threads a call of more
 bool intel_nt_copies(int64_t n, int64_t m, int64_t K, bool threaded, int64_t ldc) {
   if (threaded && m * n * K > kIntelThreadedWork) return (n >= 60 && m >= 64) || (n <= 15 && ldc % 256 == 0);
   return m >= 192 || (m > n && m >= std::max<int64_t>(12, K));
 }
-bool intel_nn_copies(int64_t n, int64_t m, int64_t K, bool threaded, bool transposed_b, int64_t ldb) {
-  if (threaded && m * n * K > kIntelThreadedWork)
-    return transposed_b ? n >= 64 : (n >= 60 && m >= 64) || (n >= 17 && m >= 32 && ldb % 256 == 0);
+bool intel_nn_copies(int64_t n, int64_t m, int64_t K, bool threaded, bool transposed_b, int64_t lda, int64_t ldb, int64_t ldc) {
+  if (threaded && m * n * K > kIntelThreadedWork) {
+    const bool ld256 = lda % 256 == 0 || ldb % 256 == 0 || ldc % 256 == 0;
+    return (transposed_b ? n >= 57 : n >= 57 && m >= 57) || (n >= 17 && m >= 32 && ld256);
+  }
   return m >= 192 && n >= 192;
 }
 
@@ -593,10 +595,33 @@ void emit_intel_nn(Builder& b, const GemmOrder& order, GemmInputs inputs, int64_
                    const Matrix& v, const Matrix& c, bool accumulate, bool threaded, const ExprRef& c_align_at, int64_t n_call,
                    float alpha);
 
-// MKL's splits of a threaded call were measured on 2 threads. For a launch of one (batch, head)
-// PyTorch calls MKL outside its parallel loop, on all its threads, so on more than 2 that launch is
-// refused. Other launches are modelled with MKL on one thread per call; on an Intel host MKL runs
-// threaded inside the loop as well, an open finding (docs/research/torch2.15-attention.md).
+// On 3 threads (the Intel host, sgemm, measured with direct calls on 2 cores): MKL threads a
+// product of m*n*K > 144000 that is not a gemv; its gemv 'N' (one row of p @ v) cuts K in three
+// when K >= 384 and m is outside 41..69; its gemv 'T' (one query or one key of q @ k^T, `rows` the
+// other side) cuts the rows in three when (rows/3)*K >= 4096 and rows*(K + 288) > 41680. Every
+// other call gives one thread's bits, which the model reproduces; the splits it does not.
+bool intel_three_threads_as_one(bool nt, int64_t n, int64_t m, int64_t K) {
+  if (K == 1) return true;
+  if (nt && (n == 1 || m == 1)) {
+    const int64_t rows = n == 1 ? m : n;
+    return rows == 1 || !(rows / 3 * K >= 4096 && rows * (K + 288) > 41680);
+  }
+  if (!nt && n == 1) return K < 384 || (41 <= m && m <= 69);
+  return m * n * K <= 144000;
+}
+
+// Whether a call on order.threads threads, more than 2, gives one thread's bits (and runs by the
+// one-thread model): on 3 threads of the Intel host's sgemm, intel_three_threads_as_one.
+bool more_threads_as_one(const GemmOrder& order, GemmInputs inputs, bool nt, int64_t n, int64_t m, int64_t K) {
+  return order.kind == GemmOrder::Kind::MklIntelAvx512 && inputs == GemmInputs::f32 && order.threads == 3 &&
+         intel_three_threads_as_one(nt, n, m, K);
+}
+
+// MKL's splits of a threaded call were measured on 2 threads (and which calls 3 threads leave
+// whole, more_threads_as_one). For a launch of one (batch, head) PyTorch calls MKL outside its
+// parallel loop, on all its threads, so on more than 2 that launch is refused here unless the
+// call gives one thread's bits (the kernels refuse the loop's launches themselves, by
+// mkl_threading).
 void refuse_unmeasured_threads(Builder& b, const GemmOrder& order, bool threaded) {
   if (threaded && order.threads > 2)
     b.refuse_launch(1, fmt::format("one (batch, head) with torch on {} threads: PyTorch then runs MKL on all of them, and MKL's "
@@ -606,6 +631,29 @@ void refuse_unmeasured_threads(Builder& b, const GemmOrder& order, bool threaded
 }
 
 }  // namespace
+
+MklThreading mkl_threading(const GemmOrder& order, GemmInputs inputs, bool outside_loop) {
+  if (order.threads == 1) return MklThreading::one_thread;
+  if (outside_loop) return order.threads == 2 ? MklThreading::two_threads : MklThreading::unmeasured;
+  if (order.kind == GemmOrder::Kind::MklAmd || inputs != GemmInputs::f32) return MklThreading::one_thread;
+  return order.threads == 2 && order.mkl_threads == 2 ? MklThreading::two_threads : MklThreading::unmeasured;
+}
+
+bool gemm_call_threaded(bool launch_threaded, bool outside_loop, int64_t n, int64_t m) {
+  return launch_threaded && (outside_loop || (n > 1 && m > 1));
+}
+
+std::string unmeasured_loop_threads(const GemmOrder& order) {
+  if (order.threads > 2)
+    return fmt::format("torch on {} threads: PyTorch's parallel loop then runs MKL with {} threads on its first thread and {} "
+                       "(mkl_threads) on the others, and MKL's splits of a call are measured on 2 threads only "
+                       "(docs/research/torch2.15-attention.md); give the order threads=2 or threads=1 if torch ran on that many",
+                       order.threads, order.threads, order.mkl_threads);
+  return fmt::format("torch on 2 threads with MKL's own thread count mkl_threads={}: PyTorch's parallel loop then runs MKL with 2 "
+                     "threads on its first thread and {} on the other, and that mix is not measured "
+                     "(docs/research/torch2.15-attention.md); mkl_threads=2 is what MKL takes on a 2-core host",
+                     order.mkl_threads, order.mkl_threads);
+}
 
 // The general kernel: not a gemv (one row or one column; in bf16 too), not smalln, not pst; on the
 // AMD host not the small-matrix kernel, nor a call its threads would split in fours.
@@ -633,8 +681,11 @@ std::optional<float> gemm_nn_beta0_start(const GemmOrder& order, GemmInputs inpu
 // On the AMD host only the f32 split in fours (amd_splits_fours) and gemm_bf16bf16f32's key split
 // (12 <= m: a half below 12 keys takes the small-matrix kernel) differ from one thread on 2
 // threads. More threads are not measured, so there every call counts as differing.
-bool gemm_threads_matter(const GemmOrder& order, GemmInputs inputs, int64_t n, int64_t m, int64_t K) {
+bool gemm_threads_matter(const GemmOrder& order, GemmInputs inputs, bool nt, int64_t n, int64_t m, int64_t K) {
   if (order.threads == 1) return false;
+  // 3 threads: the loop's other threads run MKL on mkl_threads, whose calls below 192000 (2
+  // threads) or 144000 (3) and whose gemv inside the loop are one thread's too.
+  if (more_threads_as_one(order, inputs, nt, n, m, K) && order.mkl_threads <= 3) return false;
   if (order.kind != GemmOrder::Kind::MklAmd || order.threads > 2) return true;  // more than 2: unmeasured
   if (inputs != GemmInputs::f32) return true;
   return n > 1 && m > 1 && !amd_takes_pst(m, n, K) && amd_splits_fours(n, m, K);
@@ -668,6 +719,7 @@ void emit_gemm_nt(Builder& b, const GemmOrder& order, GemmInputs inputs, int64_t
   if (n_call == 0) n_call = n;
   if (n_call != n && !gemm_nt_splits_rows(order, inputs, n_call, m, K))
     throw Error(fmt::format("internal: q @ k^T of {} rows emitted in part ({} rows) outside MKL's general kernel", n_call, n));
+  if (threaded && order.threads > 2 && more_threads_as_one(order, inputs, true, n_call, m, K)) threaded = false;
   refuse_unmeasured_threads(b, order, threaded);
   const Emitter E{b};
   // Intel, alpha: the result of gemv, smalln and pst times alpha; the general kernel packs the key
@@ -721,8 +773,8 @@ void emit_gemm_nt(Builder& b, const GemmOrder& order, GemmInputs inputs, int64_t
     // Intel host cuts every m >= 2 the same way, one query included (measured on 2 threads).
     const int64_t half = m / 2;
     emit_gemm_nt(b, order, inputs, n, half, K, a, bm, c, false, n_call, alpha);
-    const Matrix rest_keys{bm.buffer, b.let("keys_rest", add(bm.base, idx(half * bm.stride))), bm.stride, bm.align};
-    const Matrix rest_out{c.buffer, b.let("out_rest", add(c.base, idx(half))), c.stride, c.align};
+    const Matrix rest_keys{bm.buffer, b.let("keys_rest", add(bm.base, idx(half * bm.stride))), bm.stride, bm.align, 1, bm.ld};
+    const Matrix rest_out{c.buffer, b.let("out_rest", add(c.base, idx(half))), c.stride, c.align, 1, c.ld};
     emit_gemm_nt(b, order, inputs, n, m - half, K, a, rest_keys, rest_out, false, n_call, alpha);
     return;
   }
@@ -738,7 +790,7 @@ void emit_gemm_nt(Builder& b, const GemmOrder& order, GemmInputs inputs, int64_t
     return;
   }
   const bool smalln_shape = K >= 24 * n_call && n_call < 16 && n_call >= 2;
-  if (smalln_shape && split && inputs == GemmInputs::f32 && intel_threaded_smalln_is_general(n_call, m, K, bm.stride, a.stride, c.stride)) {
+  if (smalln_shape && split && inputs == GemmInputs::f32 && intel_threaded_smalln_is_general(n_call, m, K, bm.mkl_ld(), a.mkl_ld(), c.mkl_ld())) {
     if (K >= 756) throw Error(fmt::format("internal: MKL's threaded K split of a smalln-shaped call (K = {}) is not modelled", K));
     const int64_t pst_from = m >= 33 && m <= 35 && (m < 35 || n_call <= 10) ? 32 : m;
     Emitter general{b};
@@ -766,7 +818,7 @@ void emit_gemm_nt(Builder& b, const GemmOrder& order, GemmInputs inputs, int64_t
   const std::vector<int64_t> parts = Emitter::k_blocks(K, n_call, m);
   // gemm_bf16bf16f32 runs a threaded call as one-thread calls (the key cut above): its alpha
   // follows the one-thread rule (measured: A pre-scaled iff m >= 192, or m > n and m >= K).
-  const bool copies = intel_nt_copies(n_call, m, K, split && inputs == GemmInputs::f32, c.stride);
+  const bool copies = intel_nt_copies(n_call, m, K, split && inputs == GemmInputs::f32, c.mkl_ld());
   Emitter general{b};  // the key rows scaled as packed, or each K block's sum
   general.register_floats = order.register_floats;
   if (!copies) general.block_alpha = alpha;
@@ -779,6 +831,7 @@ void emit_gemm_nn(Builder& b, const GemmOrder& order, GemmInputs inputs, int64_t
                   const Matrix& v, const Matrix& c, bool accumulate, bool threaded, const ExprRef& c_align_at, int64_t n_call, float alpha) {
   if (n_call == 0) n_call = n;
   if (alpha != 1.0f && inputs != GemmInputs::f32) throw Error("internal: where MKL applies alpha is measured for sgemm only");
+  if (threaded && order.threads > 2 && more_threads_as_one(order, inputs, false, n_call, m, K)) threaded = false;
   refuse_unmeasured_threads(b, order, threaded);
   if (n_call != n && !gemm_nn_splits_rows(order, inputs, n_call, m, K))
     throw Error(fmt::format("internal: p @ v of {} rows emitted in part ({} rows) outside MKL's general kernel", n_call, n));
@@ -817,7 +870,9 @@ void emit_intel_nn(Builder& b, const GemmOrder& order, GemmInputs inputs, int64_
   const int64_t c_align = c_align_at->imm_i;
   // alpha: gemv 'N' and the K = 1 product multiply each element of P (MKL's B) by it first; the
   // general kernel packs V (MKL's A) times alpha when it copies, else multiplies each K block's sum.
-  const bool copies = n_call > 1 && intel_nn_copies(n_call, m, K, threaded && order.threads > 1, p.step != 1, p.step != 1 ? p.step : p.stride);
+  const bool copies =
+      n_call > 1 &&
+      intel_nn_copies(n_call, m, K, threaded && order.threads > 1, p.step != 1, v.mkl_ld(), p.step != 1 ? p.step : p.mkl_ld(), c.mkl_ld());
   Emitter E{b};
   E.x_alpha = alpha;
   if (!copies) E.block_alpha = alpha;
@@ -883,7 +938,7 @@ void emit_intel_nn(Builder& b, const GemmOrder& order, GemmInputs inputs, int64_
   // 'N','T' (P transposed) keeps the K split, measured with a small side of C only.
   std::optional<IntelLongK> long_k;
   if (threaded && order.threads > 1 && K > 768 && !accumulate)
-    long_k = p.step == 1 ? intel_threaded_long_k(n_call, m, K, p.stride, v.stride, c.stride) : IntelLongK::k_split;
+    long_k = p.step == 1 ? intel_threaded_long_k(n_call, m, K, p.mkl_ld(), v.mkl_ld(), c.mkl_ld()) : IntelLongK::k_split;
   const bool k_split = long_k == IntelLongK::k_split;
   if (k_split && alpha != 1.0f) throw Error("internal: the Intel model's threaded K split is measured with alpha = 1 only");
   auto half_blocks = [](int64_t h) { return h <= 768 ? Emitter::k_blocks(h, 1, 1) : Emitter::uniform_k_blocks(h); };
@@ -1188,8 +1243,8 @@ void emit_amd_nn(Builder& b, const GemmOrder& order, GemmInputs inputs, int64_t 
     // The columns cut at floor(m/2), each part a one-thread call on its own columns of C.
     const int64_t h = m / 2;
     emit_amd_nn_kernels(b, E, order, inputs, n, h, K, p, v, c, accumulate, false, c_align, n_call);
-    const Matrix v_rest{v.buffer, b.let("v_rest", add(v.base, idx(h))), v.stride, v.align, v.step};
-    const Matrix c_rest{c.buffer, b.let("c_rest", add(c.base, idx(h))), c.stride, c.align, c.step};
+    const Matrix v_rest{v.buffer, b.let("v_rest", add(v.base, idx(h))), v.stride, v.align, v.step, v.ld};
+    const Matrix c_rest{c.buffer, b.let("c_rest", add(c.base, idx(h))), c.stride, c.align, c.step, c.ld};
     emit_amd_nn_kernels(b, E, order, inputs, n, m - h, K, p, v_rest, c_rest, accumulate, false, add(c_align, idx(h)), n_call);
     return;
   }

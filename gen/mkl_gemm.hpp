@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
 
 #include "ir/ir.hpp"
 #include "ir/order.hpp"
@@ -16,12 +17,17 @@ namespace ordo::gen {
 // 16-bit type are read as their (exact) f32 values. `align`: where PyTorch's matrix starts
 // relative to a 16-byte boundary, in elements (0 .. 3), which the AMD model's kernels peel by.
 // Only the nn products' P may have step > 1 (its elements are read one at a time).
+// `ld`: the row stride MKL is handed, where it differs from `stride`: PyTorch's tensor may be laid
+// out otherwise than ordo's buffer (the flash backward's gradients are (B, S, H, D) there, so MKL
+// sees H*D), and MKL's choice of kernel reads it. 0: `stride`.
 struct Matrix {
   int buffer = -1;
   ir::ExprRef base;
   int64_t stride = 0;
   int64_t align = 0;
   int64_t step = 1;
+  int64_t ld = 0;
+  int64_t mkl_ld() const { return ld ? ld : stride; }
 };
 
 // The operands of a product: f32 (sgemm), bf16 values (gemm_bf16bf16f32, whose products are
@@ -32,9 +38,32 @@ struct Matrix {
 // sum per element from C0), each part a one-thread call).
 enum class GemmInputs { f32, bf16, f16 };
 
+// How MKL runs the products of one launch of PyTorch's CPU attention. `outside_loop`: PyTorch's
+// parallel loop has a single iteration, so PyTorch calls MKL from its own thread, with
+// GemmOrder::threads threads; else the loop's threads call it, the first with that count and the
+// others with GemmOrder::mkl_threads. On an Intel host sgemm then runs threaded (measured: on 2
+// threads of a 2-core host every f32 call inside the loop runs by MKL's 2-thread rules), while
+// gemm_bf16bf16f32 and gemm_f16f16f32 give one thread's bits there (measured: their 2-thread key
+// cut does not happen inside the loop). On an AMD host every call inside the loop gives one
+// thread's bits (measured).
+//   one_thread   MKL's one-thread kernels;
+//   two_threads  its 2-thread rules (the `threaded` of the calls below);
+//   unmeasured   more than 2 threads, or threads that differ between the loop's threads: a launch
+//                whose products MKL would run otherwise than on one thread is refused.
+enum class MklThreading { one_thread, two_threads, unmeasured };
+MklThreading mkl_threading(const ir::GemmOrder& order, GemmInputs inputs, bool outside_loop);
+// Whether one call runs by MKL's threaded rules in a launch whose calls do (`launch_threaded`):
+// inside PyTorch's loop MKL runs its gemv kernels (a product of one row, n == 1, or one column,
+// m == 1) on one thread (measured on the Intel host: one query row's p @ v gives one thread's bits
+// there, and 2 threads' outside).
+bool gemm_call_threaded(bool launch_threaded, bool outside_loop, int64_t n, int64_t m);
+// Why a launch from the loop's threads is refused where mkl_threading says unmeasured.
+std::string unmeasured_loop_threads(const ir::GemmOrder& order);
+
 // C[j][i] = sum_k A[j][k] * B[i][k] for j < n, i < m, k < K: PyTorch's q @ k^T, the call
 // sgemm('T', 'N', m, n, K, 1, B, A, 0, C) (A the query rows, B the key rows, both contiguous in k).
-// `threaded`: MKL runs on order.threads threads (PyTorch called it outside its parallel loop).
+// `threaded`: MKL runs on order.threads threads (mkl_threading's two_threads; more than 2 refuse a
+// launch of one row).
 // `n_call`: the rows of the call MKL sees when this emits only some of them (rows 0 .. n-1 of a
 // product of n_call rows, starting at a's and c's bases); MKL chooses its kernel by n_call. Only the
 // general kernel, whose every element is its own dot product, can be emitted in part.
@@ -76,8 +105,8 @@ void emit_gemm_nn(ir::Builder& b, const ir::GemmOrder& order, GemmInputs inputs,
 std::optional<float> gemm_nn_beta0_start(const ir::GemmOrder& order, GemmInputs inputs, int64_t n, int64_t m, int64_t K, bool threaded);
 
 // Whether MKL on order.threads threads runs this product otherwise than on one (when not, a caller
-// need not emit both): p @ v and q @ k^T alike, n rows of C, m columns, K terms.
-bool gemm_threads_matter(const ir::GemmOrder& order, GemmInputs inputs, int64_t n, int64_t m, int64_t K);
+// need not emit both): q @ k^T (nt) or p @ v, n rows of C, m columns, K terms.
+bool gemm_threads_matter(const ir::GemmOrder& order, GemmInputs inputs, bool nt, int64_t n, int64_t m, int64_t K);
 
 // Whether emit_gemm_nt / emit_gemm_nn may emit rows 0..n-1 of a call of n_call rows (its general
 // kernel) rather than the whole call.

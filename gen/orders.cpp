@@ -6,8 +6,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <fstream>
 #include <map>
 #include <optional>
+#include <set>
+#include <thread>
 
 #include "gen/gen.hpp"
 #include "gen/warp.hpp"
@@ -874,6 +877,21 @@ bool cpu_has_avx512_fp16() {
   return __get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) && (edx >> 23 & 1);
 }
 
+// The running host's physical cores, as MKL counts them for its default thread count: distinct
+// (package, core) pairs in sysfs, else the logical CPUs.
+int host_physical_cores() {
+  std::set<std::pair<std::string, std::string>> cores;
+  for (unsigned cpu = 0;; ++cpu) {
+    const std::string dir = fmt::format("/sys/devices/system/cpu/cpu{}/topology/", cpu);
+    std::ifstream package(dir + "physical_package_id"), core(dir + "core_id");
+    std::string p, c;
+    if (!(package >> p) || !(core >> c)) break;
+    cores.insert({p, c});
+  }
+  if (!cores.empty()) return static_cast<int>(cores.size());
+  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
+
 // The MKL model for PyTorch's CPU attention: the one the order names (mkl=intel, mkl=amd), else
 // the running host's. MKL runs other kernels on other CPUs, so a host with no model has none.
 // ordo models an Intel CPU with AVX-512 (in bf16, one without avx512_bf16, whose
@@ -1022,10 +1040,8 @@ void apply_environment(Order& o, std::string_view params, std::string_view order
       }
       if (used != value.size() || value.empty() || v < 1)
         throw Error(fmt::format("order '{}': threads={} is not a positive integer", order_name, value));
-      // MKL's splits were measured with 2 threads: on more, a launch of one (batch, head), where
-      // PyTorch runs MKL on all of them, is refused (gen/mkl_gemm.cpp); every other launch is
-      // modelled with MKL on one thread per call (on an Intel host an open finding says otherwise,
-      // docs/research/torch2.15-attention.md).
+      // MKL's splits were measured with 2 threads: on more, a launch whose products MKL would
+      // split is refused (gen/mkl_gemm.cpp, mkl_threading).
       o.threads = o.attention.gemm.threads = o.attention_backward.gemm.threads = v;
       // Inductor's kernels split a row between threads by their own rule (SumOrder::parts,
       // MomentsOrder::parts), not by PyTorch eager's `threads`.
@@ -1034,6 +1050,17 @@ void apply_environment(Order& o, std::string_view params, std::string_view order
       if (o.moments.kind == K::VectorWelford) o.moments.parts = v;
       if (o.norm_backward.columns.kind == ColumnSumOrder::Kind::ThreadSlots || o.norm_backward.columns.kind == ColumnSumOrder::Kind::LevelCascade)
         o.norm_backward.columns.slots = v;
+    } else if (key == "mkl_threads") {
+      int v = 0;
+      size_t used = 0;
+      try {
+        v = std::stoi(value, &used);
+      } catch (const std::exception&) {
+        used = 0;
+      }
+      if (used != value.size() || value.empty() || v < 1)
+        throw Error(fmt::format("order '{}': mkl_threads={} is not a positive integer", order_name, value));
+      o.attention.gemm.mkl_threads = o.attention_backward.gemm.mkl_threads = v;
     } else if (key == "mkl") {
       if (value != "intel" && value != "amd") throw Error(fmt::format("order '{}': mkl={} is not intel or amd", order_name, value));
       o.attention.gemm.kind = o.attention_backward.gemm.kind =
@@ -1045,7 +1072,8 @@ void apply_environment(Order& o, std::string_view params, std::string_view order
       o.attention_backward.onednn_16bit = value == "on" ? OneDnn::Avx512Bf16 : value == "off" ? OneDnn::Off : OneDnn::Emulated;
     } else {
       throw Error(fmt::format("order '{}' reproduces PyTorch; its parameters are the environment torch ran in: "
-                              "threads (torch.get_num_threads()), mkl (intel or amd) and onednn (whether its 16-bit attention "
+                              "threads (torch.get_num_threads()), mkl (intel or amd), mkl_threads (MKL's own thread count: "
+                              "MKL_NUM_THREADS, else the host's physical cores) and onednn (whether its 16-bit attention "
                               "products went to oneDNN: on, with avx512_bf16; emulated, AVX-512 without avx512_bf16; off), "
                               "not '{}'",
                               order_name, key));
@@ -1157,10 +1185,11 @@ const NamedOrder* find_order(std::string_view name) {
 // Attention's own fields: shapes and scale. Checked before any order is built.
 void check_attention_request(const Request& r) {
   if (forward_of(r.op) != OpKind::attention) {
-    if (r.seq_q || r.seq_k || r.causal || r.scale || r.lse_output)
-      throw Error(fmt::format("seq lengths, causal, scale and lse are attention's; {} takes none of them", name(r.op)));
+    if (r.seq_q || r.seq_k || r.causal || r.scale || r.lse_output || r.heads != 1)
+      throw Error(fmt::format("seq lengths, heads, causal, scale and lse are attention's; {} takes none of them", name(r.op)));
     return;
   }
+  if (r.heads < 1 || r.heads > (int64_t(1) << 24)) throw Error(fmt::format("attention heads H = {} outside [1, 2^24]", r.heads));
   if (r.cols < 8 || r.cols > 512 || r.cols % 8)
     throw Error(fmt::format("attention head dim D = {} must be a multiple of 8 in [8, 512] (32, 64, 128, 256 are the tested ones)", r.cols));
   if (r.seq_q < 1 || r.seq_q > (int64_t(1) << 24)) throw Error(fmt::format("attention query length S_q = {} outside [1, 2^24]", r.seq_q));
@@ -1221,6 +1250,7 @@ Order resolve(const Request& r) {
   size_t open = r.order.find('(');
   // The backward's forward recomputes P with the same MKL (CpuMatmul).
   if (calls_mkl(r, o)) o.attention.gemm.kind = o.attention_backward.gemm.kind = mkl_host_model(r);
+  o.attention.gemm.mkl_threads = o.attention_backward.gemm.mkl_threads = host_physical_cores();  // mkl_threads=N overrides
   o.attention.gemm.vector_chains = o.attention_backward.gemm.vector_chains = !cuda_target(r);
   o.attention.gemm.register_floats = o.attention_backward.gemm.register_floats = 16 / registers_per_vector(r, 16);
   if (reproduces_16bit_cpu_attention_backward(r, o)) {

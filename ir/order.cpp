@@ -103,7 +103,8 @@ std::string describe(const SoftmaxOrder& s) {
 namespace ordo::ir {
 
 std::string describe(const GemmOrder& g) {
-  return fmt::format("{}(threads={})", g.kind == GemmOrder::Kind::MklAmd ? "mkl_amd_avx512" : "mkl_intel_avx512", g.threads);
+  if (g.kind == GemmOrder::Kind::MklAmd) return fmt::format("mkl_amd_avx512(threads={})", g.threads);
+  return fmt::format("mkl_intel_avx512(threads={}, mkl_threads={})", g.threads, g.mkl_threads);
 }
 
 std::string describe(const AttentionOrder& a) {

@@ -299,9 +299,16 @@ struct GemmOrder {
   // Code generation only: floats per vector register of the CPU the kernel is built for (16 with
   // AVX-512, else 8), which sizes the general kernel's register blocks (rows of C per k loop).
   int register_floats = 8;
-  // Threads MKL runs on when it is called outside a parallel region. PyTorch calls it that way
-  // when its own parallel loop has a single iteration; MKL then splits a gemv between threads.
+  // Threads MKL runs on when it is called outside a parallel region: torch.get_num_threads(), which
+  // torch.set_num_threads gives MKL as the calling thread's own count. PyTorch calls MKL that way
+  // when its own parallel loop has a single iteration; MKL then splits a call between threads.
   int threads = 1;
+  // MKL's global thread count (MKL_NUM_THREADS, else the host's physical cores), which the other
+  // threads of PyTorch's parallel loop run MKL with when threads > 1 (torch.set_num_threads sets
+  // the calling thread's count only, and turns MKL's dynamic mode off, so MKL does not drop to one
+  // thread inside the loop). Measured on an Intel host (docs/research/torch2.15-attention.md); on
+  // an AMD host the loop's calls give one thread's bits (measured), and this is not read.
+  int mkl_threads = 2;
 };
 
 // How scaled-dot-product attention over one (batch, head) is computed. Every kind holds

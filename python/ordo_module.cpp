@@ -166,7 +166,7 @@ PYBIND11_MODULE(_ordo, m) {
      py::arg("acc") = "", py::arg("saved_stats") = true);
 
   m.def("compile_attention", [](int64_t head_dim, int64_t seq_q, int64_t seq_k, const std::string& dtype, const std::string& order,
-                                bool causal, std::optional<double> scale, bool lse, const std::string& op, bool saved_stats) {
+                                bool causal, std::optional<double> scale, bool lse, const std::string& op, bool saved_stats, int64_t heads) {
     return translate([&] {
       ordo::Request r;
       auto kind = ordo::parse_op(op);
@@ -176,6 +176,7 @@ PYBIND11_MODULE(_ordo, m) {
       r.cols = head_dim;
       r.seq_q = seq_q;
       r.seq_k = seq_k;
+      r.heads = heads;
       r.x_dtype = dtype_named(dtype);
       r.order = order;
       r.causal = causal;
@@ -185,7 +186,7 @@ PYBIND11_MODULE(_ordo, m) {
       return std::const_pointer_cast<ordo::CompiledKernel>(ordo::compile(r));
     });
   }, py::arg("head_dim"), py::arg("seq_q"), py::arg("seq_k"), py::arg("dtype"), py::arg("order"), py::arg("causal") = false,
-     py::arg("scale") = std::nullopt, py::arg("lse") = false, py::arg("op") = "attention", py::arg("saved_stats") = true);
+     py::arg("scale") = std::nullopt, py::arg("lse") = false, py::arg("op") = "attention", py::arg("saved_stats") = true, py::arg("heads") = 1);
 
   // A bar chart of speed ratios (bench/vs_torch.py): rows of (label, ratio, target, lower_is_better).
   m.def("write_ratio_chart", [](const std::string& path, const std::string& heading,

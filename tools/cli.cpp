@@ -130,7 +130,7 @@ ordo::OpKind parse_op_arg(const Args& a) {
 }
 
 const std::vector<std::string> kRequestValues = {"order", "eps", "acc", "target", "weight-dtype", "cols", "dtype", "rows-in-flight",
-                                                 "arch", "sq", "sk"};
+                                                 "arch", "sq", "sk", "heads"};
 const std::vector<std::string> kRequestFlags = {"allow-mixed-dtypes", "no-weight", "no-bias", "causal", "lse"};
 
 const char* const kRequestOptionsHelp = R"(
@@ -147,6 +147,7 @@ request options (every command that builds a kernel):
   --rows-in-flight R    CPU rows run in lock step (0: backend's choice; never changes bits)  --rows-in-flight 4
   --cols N              the reduced dim N (attention: D)           --cols 4096
   --sq N, --sk N        attention's query and key lengths          --sq 512 --sk 700
+  --heads H             attention: H of PyTorch's (B, H, S, D); launches are B*H rows (1)  --heads 8
   --causal              attention: key j hidden from query i > j   --causal
   --lse                 attention: also the log-sum-exp of each query row  --lse
 )";
@@ -180,6 +181,7 @@ ordo::Request request_from(const Args& a, ordo::OpKind op) {
   // attention's shape (rows are batch*heads); other ops reject these in resolve().
   if (auto v = a.get("sq")) r.seq_q = parse_int("--sq", *v, 1, int64_t(1) << 24);
   if (auto v = a.get("sk")) r.seq_k = parse_int("--sk", *v, 1, int64_t(1) << 24);
+  if (auto v = a.get("heads")) r.heads = parse_int("--heads", *v, 1, int64_t(1) << 24);
   r.causal = a.flag("causal");
   r.lse_output = a.flag("lse");
   // A backward op takes its forward's shape options (weight and bias: their gradients).

@@ -30,6 +30,9 @@ examples:
 
 namespace {
 
+// H of q [..., H, S, D] as PyTorch sees it (Request::heads): a 3-D [N, S, D] is (1, N, S, D).
+int64_t attention_heads(const ordo::NpyArray& q) { return q.shape.size() >= 3 ? q.shape[q.shape.size() - 3] : 1; }
+
 // ordo run attention: q [..., S_q, D], k and v [..., S_k, D] with the same leading dims; out is
 // shaped like q and lse like q without D.
 int run_attention(const Args& a, ordo::Request r, int threads) {
@@ -49,6 +52,7 @@ int run_attention(const Args& a, ordo::Request r, int threads) {
   r.seq_q = q.shape[q.shape.size() - 2];
   r.seq_k = k.shape[k.shape.size() - 2];
   r.x_dtype = q.dtype;
+  r.heads = attention_heads(q);
   int64_t rows = 1;
   for (size_t i = 0; i + 2 < q.shape.size(); ++i) rows *= q.shape[i];
   if (auto s = a.get("scale")) r.scale = parse_double("--scale", *s);
@@ -95,6 +99,7 @@ int run_attention_backward(const Args& a, ordo::Request r, int threads) {
   r.seq_k = k.shape[k.shape.size() - 2];
   r.x_dtype = q.dtype;
   r.saved_stats = in.count("lse") > 0;
+  r.heads = attention_heads(q);
   r.has_weight = r.has_bias = false;
   if (auto s = a.get("scale")) r.scale = parse_double("--scale", *s);
   r.causal = a.flag("causal");
@@ -170,8 +175,8 @@ int cmd_run(int argc, char** argv) {
   values.insert(values.end(), {"in", "out", "threads", "scale"});
   Args a = Args::parse(argc, argv, 2, kRequestFlags, values);
   const ordo::OpKind op = parse_op_arg(a);
-  if (a.get("sq") || a.get("sk") || a.flag("lse"))
-    throw Error("ordo run takes attention's shape from the --in files and writes lse when --out lse= names it; drop --sq/--sk/--lse");
+  if (a.get("sq") || a.get("sk") || a.get("heads") || a.flag("lse"))
+    throw Error("ordo run takes attention's shape from the --in files and writes lse when --out lse= names it; drop --sq/--sk/--heads/--lse");
   if (ordo::forward_of(op) != ordo::OpKind::attention && (a.get("scale") || a.flag("causal")))
     throw Error(fmt::format("--scale and --causal are attention's; {} takes neither", ordo::name(op)));
   if (a.get("cols") || a.get("dtype") || a.get("weight-dtype") || a.flag("no-weight") || a.flag("no-bias"))

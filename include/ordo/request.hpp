@@ -46,6 +46,11 @@ struct Request {
   // attention: q is [rows, seq_q, cols], k and v are [rows, seq_k, cols] and out is like q, where
   // rows = batch*heads is the launch argument and cols = D, the head dim.
   int64_t seq_q = 0, seq_k = 0;
+  // attention: H of PyTorch's (B, H, S, D) layout, which launches rows = B*H (a multiple of H;
+  // 3-D inputs [N, S, D] are (1, N, S, D) to PyTorch, so H = N). Only the row strides PyTorch
+  // hands its BLAS depend on it (its flash backward keeps the gradients as (B, S, H, D)), and
+  // only an order that reproduces those BLAS calls reads it.
+  int64_t heads = 1;
   bool causal = false;            // key j is visible to query i when j <= i (top-left aligned)
   std::optional<double> scale;    // default 1/sqrt(D)
   bool lse_output = false;        // also write the log-sum-exp of each query row

@@ -141,7 +141,8 @@ def attention(q, k, v, order="fast", causal=False, scale=None, return_lse=False,
             raise ValueError(f"q is {qd} but {name} is {_dtype_of(a, dtype)}; they must match")
     d, sq, sk = int(q.shape[-1]), int(q.shape[-2]), int(k.shape[-2])
     rows = math.prod(int(s) for s in q.shape[:-2])
-    kernel = _ordo.compile_attention(d, sq, sk, qd, order, bool(causal), None if scale is None else float(scale), bool(return_lse))
+    kernel = _ordo.compile_attention(d, sq, sk, qd, order, bool(causal), None if scale is None else float(scale), bool(return_lse),
+                                     heads=_heads(q))
     outs, tensors = {}, []
     for name, dt, is_out, extent in kernel.args:
         if not is_out:
@@ -151,6 +152,11 @@ def attention(q, k, v, order="fast", causal=False, scale=None, return_lse=False,
         tensors.append(_capsule(outs[name]))
     kernel.run(tensors, rows, threads)
     return (outs["out"], outs["lse"]) if return_lse else outs["out"]
+
+
+def _heads(q):
+    """H of q [..., H, S, D] as PyTorch sees it: a 3-D [N, S, D] is (1, N, S, D) there."""
+    return int(q.shape[-3]) if len(q.shape) >= 3 else 1
 
 
 def attention_backward(q, k, v, out, dout, lse=None, order="fast", causal=False, scale=None, dtype=None, threads=0):
@@ -180,7 +186,7 @@ def attention_backward(q, k, v, out, dout, lse=None, order="fast", causal=False,
     d, sq, sk = int(q.shape[-1]), int(q.shape[-2]), int(k.shape[-2])
     rows = math.prod(int(s) for s in q.shape[:-2])
     kernel = _ordo.compile_attention(d, sq, sk, qd, order, bool(causal), None if scale is None else float(scale), False,
-                                     "attention_backward", lse is not None)
+                                     "attention_backward", lse is not None, heads=_heads(q))
     given = {"q": q, "k": k, "v": v, "out": out, "dout": dout, "lse": lse}
     outs, tensors = {}, []
     for name, dt, is_out, extent in kernel.args:

@@ -130,6 +130,17 @@ TEST_CASE("attention_backward: requests outside what its orders define are rejec
     r.saved_stats = false;
     r.seq_q = (int64_t(1) << 18) + 1;
   }).find("attention_backward without lse keeps S_q = 262145 recomputed values per instance") == 0);
+  CHECK(error_of([&](Request& r) {
+    backward(r, "fast");
+    r.heads = 0;
+  }) == "attention heads H = 0 outside [1, 2^24]");
+  CHECK(error_of([&](Request& r) {
+    r.op = OpKind::softmax;
+    r.cols = 64;
+    r.heads = 4;
+  }) == "seq lengths, heads, causal, scale and lse are attention's; softmax takes none of them");
+  CHECK(error_of([&](Request& r) { backward(r, "torch2.15-cpu-avx512(mkl=intel,mkl_threads=two)"); }) ==
+        "order 'torch2.15-cpu-avx512(mkl=intel,mkl_threads=two)': mkl_threads=two is not a positive integer");
   // PyTorch 2.15's CPU backward: measured in f32 and bf16 with an AMD host's MKL, from the saved lse.
   CHECK(error_of([&](Request& r) { backward(r, "torch2.15-cpu-avx512(mkl=amd,threads=2)"); }) == "(accepted)");
   // bf16: the host decides whether the large gradient products are oneDNN's, and which of its
@@ -237,12 +248,33 @@ TEST_CASE("torch2.15 attention: a launch whose MKL order is not measured is refu
     CAPTURE(ordo::name(target));
     r.target = target;
     // One (batch, head): PyTorch calls MKL on all its threads, whose splits are measured on 2.
+    // Several: on an Intel host its loop's first thread runs MKL on all of them too, the others
+    // on MKL's own count (mkl_threads); on an AMD host the loop's calls are one thread's.
     r.order = "torch2.15-cpu-avx512(mkl=intel,threads=4)";
     KernelHandle four = compile(r);
     CHECK(launch_error(four, 1).find("rows=1: one (batch, head) with torch on 4 threads: PyTorch then runs MKL on all of them") == 0);
-    CHECK(launch_error(four, 2) == "(ran)");
-    r.order = "torch2.15-cpu-avx512(mkl=intel,threads=2)";
+    CHECK(launch_error(four, 2).find("rows=2: torch on 4 threads: PyTorch's parallel loop then runs MKL with 4 threads on its first "
+                                     "thread and 2 (mkl_threads) on the others") == 0);
+    r.order = "torch2.15-cpu-avx512(mkl=amd,threads=4)";
+    KernelHandle amd_four = compile(r);
+    CHECK(launch_error(amd_four, 1).find("rows=1: one (batch, head) with torch on 4 threads") == 0);
+    CHECK(launch_error(amd_four, 2) == "(ran)");
+    r.order = "torch2.15-cpu-avx512(mkl=intel,threads=2,mkl_threads=4)";
+    KernelHandle mixed = compile(r);
+    CHECK(launch_error(mixed, 1) == "(ran)");
+    CHECK(launch_error(mixed, 3).find("rows=3: torch on 2 threads with MKL's own thread count mkl_threads=4") == 0);
+    r.order = "torch2.15-cpu-avx512(mkl=intel,threads=1,mkl_threads=4)";
+    CHECK(launch_error(compile(r), 3) == "(ran)");
+    r.order = "torch2.15-cpu-avx512(mkl=intel,threads=2,mkl_threads=2)";
     CHECK(launch_error(compile(r), 1) == "(ran)");
+    CHECK(launch_error(compile(r), 2) == "(ran)");
+    // The backward's gradients are (B, S, H, D) to PyTorch: a launch is whole groups of heads.
+    Request g = r;
+    g.op = OpKind::attention_backward;
+    g.heads = 3;
+    KernelHandle three_heads = compile(g);
+    CHECK(launch_error(three_heads, 4) == "rows=4: the kernel is generated for 3 heads, and a launch is batch*heads rows");
+    CHECK(launch_error(three_heads, 6) == "(ran)");
     // bf16 with a block of 3 keys against 13 queries: the AMD host's 2-thread cut is not found.
     r.x_dtype = ScalarType::bf16;
     r.seq_k = 3;

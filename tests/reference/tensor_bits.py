@@ -29,11 +29,59 @@ def runs_on(threads, case_index):
     return threads < 3 or case_index % 3 == 0
 
 
-def refusal_why(error, case, threads):
+def _intel_host():
+    try:
+        return "GenuineIntel" in open("/proc/cpuinfo").read()
+    except OSError:
+        return False
+
+
+INTEL_HOST = _intel_host()
+
+
+def splits_on_three_threads(products):
+    """Whether MKL's sgemm on 3 threads runs one of `products`, each (nt, n rows of C, m columns,
+    K terms; nt: q @ k^T's form), otherwise than on one thread. Measured on an Intel AVX-512 host with
+    direct calls (docs/research/torch2.15-attention.md): a product that is not a gemv is threaded
+    past n*m*K = 144000; a gemv 'N' (one row of p @ v) cuts K in three from K = 384 unless m is in
+    41..69; a gemv 'T' (one query or one key) cuts its other side's rows in three when
+    (rows // 3) * K >= 4096 and rows * (K + 288) > 41680."""
+    for nt, n, m, k in products:
+        if k == 1:
+            continue
+        if nt and (n == 1 or m == 1):
+            rows = m if n == 1 else n
+            if rows > 1 and rows // 3 * k >= 4096 and rows * (k + 288) > 41680:
+                return True
+        elif not nt and n == 1:
+            if k >= 384 and not 41 <= m <= 69:
+                return True
+        elif n * m * k > 144000:
+            return True
+    return False
+
+
+def refusal_why(error, case, threads, products):
     """"" when ordo's error is the refusal it owes this launch, else why the case fails. With torch on
-    more than 2 threads, PyTorch runs MKL on all of them for a launch of one (batch, head), whose
-    splits are measured on 2 only, so ordo refuses the launch; any other error, or that refusal of
-    any other launch, fails."""
-    if threads > 2 and case["batch"] * case["heads"] == 1 and "MKL's splits of a call are measured on 2 threads only" in str(error):
-        return ""
+    3 threads PyTorch runs MKL on 3 threads for a launch of one (batch, head) (and for an Intel host's
+    f32 products inside its parallel loop, on its first thread), whose splits are not modelled: on an
+    Intel host in f32 ordo reproduces the calls 3 threads leave whole (splits_on_three_threads over
+    the launch's `products`) and refuses the others; elsewhere it refuses every launch of one (batch,
+    head) and runs the others (MKL gives one thread's bits inside the loop there). Any other error,
+    or that refusal of any other launch, fails."""
+    if threads > 2 and "MKL's splits of a call are measured on 2 threads only" in str(error):
+        if INTEL_HOST and case["dtype"] == "f32":
+            owed = splits_on_three_threads(products)
+        else:
+            owed = case["batch"] * case["heads"] == 1
+        if owed:
+            return ""
     return f"ordo: {error}"
+
+
+def flash_blocks(c):
+    """PyTorch's CPU flash query and key blocks for case c: (query rows per block, key rows per block)
+    of every block shape."""
+    qs = min(256 if c["sq"] >= 768 else 64 if c["sq"] >= 192 else 32, c["sq"])
+    ks = min(512, c["sk"])
+    return [(qb, kb) for qb in {qs, c["sq"] % qs} - {0} for kb in {ks, c["sk"] % ks} - {0}]

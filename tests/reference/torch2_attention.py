@@ -72,6 +72,9 @@ SHAPES = [
     # least 24 per query) threaded, so the general kernel; 33 and 34 keys cut at 32, the last one
     # or two keys by the small-matrix kernel
     (5, 384, 128, 1, 1), (7, 300, 200, 1, 1), (15, 33, 392, 1, 1), (15, 34, 400, 1, 1),
+    # Intel: MKL on 2 threads inside PyTorch's parallel loop too (several (batch, head)s): its
+    # threaded kernels for every f32 product but a gemv (one query row: 1 thread there)
+    (5, 384, 128, 1, 2), (5, 384, 128, 2, 1), (1, 512, 64, 1, 4), (65, 300, 32, 1, 2),
 ]
 SHAPES_QUICK = [(1, 17, 64, 1, 2), (5, 40, 64, 1, 1), (17, 9, 24, 1, 1), (66, 66, 32, 2, 1), (200, 200, 128, 1, 1),
                 (40, 513, 32, 1, 1)]
@@ -102,7 +105,7 @@ import ordo
 cap, cases, skip, host = sys.argv[1], json.load(open(sys.argv[2])), json.loads(sys.argv[4]), sys.argv[5]
 RANGES = dict(json.loads(sys.argv[3]))
 
-from tensor_bits import THREAD_COUNTS, refusal_why, runs_on, same
+from tensor_bits import THREAD_COUNTS, flash_blocks, refusal_why, runs_on, same
 
 def inputs(c):
     g = torch.Generator().manual_seed(2000 + c["seed"])
@@ -113,11 +116,12 @@ def inputs(c):
     v = torch.randn(*shape, c["sk"], c["d"], generator=g).to(dt)
     return q, k, v
 
-# Shapes for the composite alone. (40, 800, 400) through flash on 2 threads: its last query block
-# (8 rows, D = 400, smalln's shape) takes MKL's threaded kernel although PyTorch's parallel loop
-# has two iterations; MKL threads inside it (docs/research/torch2.15-attention.md, "MKL threads
-# inside PyTorch's parallel loop"), which the order does not model yet.
-COMPOSITE_ONLY = {(40, 800, 400)}
+def flash_products(c):
+    """The MKL products of PyTorch's flash forward for case c: (nt, n, m, K) of q @ k^T and p @ v."""
+    return [p for qb, kb in flash_blocks(c) for p in ((True, qb, kb, c["d"]), (False, qb, c["d"], kb))]
+
+def composite_products(c):
+    return [(True, c["sq"], c["sk"], c["d"]), (False, c["sq"], c["d"], c["sk"])]
 
 def amd_three_keys(c):
     """16-bit flash on one (batch, head) and one query block (of 32 rows at most here) of 11 or more
@@ -140,8 +144,6 @@ for threads in THREAD_COUNTS:
         _, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, c["causal"], scale=c["scale"])[:2]
         want = {"out": out, "lse": lse}
         orders = [f"torch2.15-cpu-{cap}"] + (["torch2.15-cpu"] if i % 5 == 0 else [])
-        if (c["sq"], c["sk"], c["d"]) in COMPOSITE_ONLY:
-            orders = []
         if threads == 2 and amd_three_keys(c):
             for order in orders:  # ordo must refuse, not guess (on 3 threads it refuses every such launch)
                 named = f"{order}(threads={threads})"
@@ -165,14 +167,14 @@ for threads in THREAD_COUNTS:
                     ok, m = same(composite, o)
                     results.append({"case": i, "order": named, "threads": threads, "ok": ok, "why": "" if ok else f"out: {m}"})
                 except Exception as e:
-                    why = refusal_why(e, c, threads)
+                    why = refusal_why(e, c, threads, composite_products(c))
                     results.append({"case": i, "order": named, "threads": threads, "ok": not why, "why": why})
         for order in orders:
             named = f"{order}(threads={threads})" if threads > 1 else order
             try:
                 o, l = ordo.attention(q, k, v, order=named, causal=c["causal"], scale=c["scale"], return_lse=True)
             except Exception as e:
-                why = refusal_why(e, c, threads)
+                why = refusal_why(e, c, threads, flash_products(c))
                 results.append({"case": i, "order": named, "threads": threads, "ok": not why, "why": why})
                 continue
             got = {"out": o, "lse": l}

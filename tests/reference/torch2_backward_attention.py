@@ -71,6 +71,9 @@ SHAPES = [
     # queries, D at least 24 per query) threaded, so the general kernel without copying; 33 and 34
     # keys cut at 32, the last one or two keys by the small-matrix kernel
     (5, 384, 128, 1, 1), (7, 300, 200, 1, 1), (15, 33, 392, 1, 1), (15, 34, 400, 1, 1),
+    # Intel: MKL on 2 threads inside PyTorch's parallel loop too (several (batch, head)s), with the
+    # gradients' row stride H*D (a multiple of 256 at H = 2, D = 128) in its copy rules
+    (32, 300, 128, 1, 2), (5, 384, 128, 1, 2), (59, 300, 64, 1, 2), (60, 200, 32, 1, 4), (33, 512, 64, 1, 2),
 ]
 SHAPES_QUICK = [(1, 300, 64, 1, 2), (7, 40, 32, 1, 1), (10, 9, 32, 1, 1), (3, 13, 16, 1, 3), (65, 65, 8, 1, 2),
                 (100, 513, 32, 1, 1)]
@@ -127,7 +130,7 @@ import ordo
 cap, cases = sys.argv[1], json.load(open(sys.argv[2]))
 RANGES = dict(json.loads(sys.argv[3]))
 
-from tensor_bits import THREAD_COUNTS, refusal_why, runs_on, same
+from tensor_bits import THREAD_COUNTS, flash_blocks, refusal_why, runs_on, same
 
 def sparse(rows, cols, big, g):
     x = torch.zeros(rows, cols)
@@ -183,7 +186,8 @@ for threads in THREAD_COUNTS:
                 got = dict(zip(("dq", "dk", "dv"), ordo.attention_backward(q, k, v, out, dout, lse.contiguous(), order=named,
                                                                           causal=c["causal"])))
             except Exception as e:
-                why = refusal_why(e, c, threads)
+                products = [p for qb, kb in flash_blocks(c) for p in ((True, qb, kb, c["d"]), (False, kb, c["d"], qb), (False, qb, c["d"], kb))]
+                why = refusal_why(e, c, threads, products)
                 results.append({"case": i, "order": named, "threads": threads, "ok": not why, "why": why})
                 continue
             why = [f"{n}: {m}" for n in want for ok, m in [same(want[n], got[n])] if not ok]

@@ -166,7 +166,9 @@ for threads in THREAD_COUNTS:
                     want["out"] = out.detach()
                     got["out"] = ordo.attention(q.detach(), k.detach(), v.detach(), order=named, causal=c["causal"], scale=c["scale"])
             except Exception as e:
-                why = refusal_why(e, c, threads)
+                sq, sk, d = c["sq"], c["sk"], c["d"]
+                products = [(True, sq, sk, d), (False, sk, d, sq), (False, sq, d, sk), (False, d, sk, sq)]
+                why = refusal_why(e, c, threads, products)
                 results.append({"case": i, "order": named, "threads": threads, "ok": not why, "why": why})
                 continue
             why = [f"{n}: {m}" for n in want for ok, m in [same(want[n].contiguous(), got[n])] if not ok]
