@@ -334,7 +334,9 @@ inline int attention_vs_interpreter(Target target, bool reduced) {
         // runs each way on one of the two shapes.
         if (reduced && causal != ((order_index + shape_index) % 2 == 1)) continue;
         const Shape& s = shapes[shape_index];
-        const int64_t kHeads = order.find("threads=2") != std::string::npos ? 1 : 3;
+        // 2 threads: one (batch, head) (MKL threaded outside PyTorch's loop) on even shapes, three
+        // on odd ones (on an Intel host MKL's threaded rules inside the loop, its gemv on one thread).
+        const int64_t kHeads = order.find("threads=2") != std::string::npos && shape_index % 2 == 0 ? 1 : 3;
         Request r;
         r.op = OpKind::attention;
         r.cols = s.d;
@@ -512,6 +514,10 @@ inline int attention_backward_vs_interpreter(Target target, bool sparse) {
   for (const char* p : {"flash(queries=3,fma=all)", "flash(bc=16,queries=5)", "fast(queries=1)"}) orders.emplace_back(p, ScalarType::f32);
   // PyTorch's threaded MKL calls (one (batch, head) on 2 threads): launched with one head, below.
   orders.emplace_back("torch2.15-cpu-avx512(threads=2,mkl=amd)", ScalarType::f32);
+  // The Intel host's MKL threaded inside PyTorch's loop, with the gradients' row stride H*D:
+  // launched with two heads (Request::heads), below.
+  const std::string intel_loop = "torch2.15-cpu-avx512(threads=2,mkl=intel,mkl_threads=2)";
+  orders.emplace_back(intel_loop, ScalarType::f32);
   // bf16's dq, dk, dv with oneDNN over 4096 multiply-adds and without it, whatever the host.
   orders.emplace_back("torch2.15-cpu-avx512(threads=2,mkl=amd,onednn=on)", ScalarType::bf16);
   orders.emplace_back("torch2.15-cpu-avx2(mkl=amd,onednn=off)", ScalarType::bf16);
@@ -544,7 +550,8 @@ inline int attention_backward_vs_interpreter(Target target, bool sparse) {
         r.x_dtype = dtype;
         r.has_weight = r.has_bias = false;
         if (!gen::takes_shape(r)) continue;
-        const int64_t kHeads = order.find("threads=") == std::string::npos ? 3 : 1;
+        const int64_t kHeads = order == intel_loop ? 2 : order.find("threads=") == std::string::npos ? 3 : 1;
+        if (order == intel_loop) r.heads = kHeads;
         std::vector<std::vector<uint8_t>> outs[2];
         int i = 0;
         for (Target t : {Target::interpreter, target}) {
