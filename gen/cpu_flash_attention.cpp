@@ -136,9 +136,10 @@ struct CpuFlash {
 
   void key_block(int64_t qB, ExprRef n, int64_t kvB, bool first, bool threaded) {
     n = n->op == Op::Const ? n : b.let("n", n);
-    const Matrix q_rows = q_f32 >= 0 ? Matrix{q_f32, idx(0), D} : Matrix{q, b.let("q_at", add(q_base, mul(m0, idx(D)))), D};
-    const Matrix k_rows{k, b.let("k_at", add(kv_base, mul(n, idx(D)))), D};
-    const Matrix v_rows = v_f32 >= 0 ? Matrix{v_f32, idx(0), D} : Matrix{v, k_rows.base, D};
+    // MKL sees q, k and v with the row strides of PyTorch's tensors (Request::q_row_stride).
+    const Matrix q_rows = q_f32 >= 0 ? Matrix{q_f32, idx(0), D} : Matrix{q, b.let("q_at", add(q_base, mul(m0, idx(D)))), D, 0, 1, r.q_row_stride};
+    const Matrix k_rows{k, b.let("k_at", add(kv_base, mul(n, idx(D)))), D, 0, 1, r.k_row_stride};
+    const Matrix v_rows = v_f32 >= 0 ? Matrix{v_f32, idx(0), D} : Matrix{v, k_rows.base, D, 0, 1, r.v_row_stride};
     const Matrix s{scores, idx(0), kvB};
     const Matrix acc{rows, idx(0), D};
     b.region("q@k^T", fmt::format("scores of {} queries x {} keys, K = {}: {}", qB, kvB, D, describe(o.gemm)),

@@ -158,8 +158,10 @@ struct CpuFlashBackward {
     // The row strides MKL sees: ATen's gradients are (B, S, H, D), and its dout is copied so where
     // it has more than one head and row (grad_out.contiguous() of the (B, S, H, D) view).
     const int64_t grad_ld = r.heads * D, dout_ld = r.heads > 1 && Sq > 1 ? r.heads * D : D;
-    const Matrix q_rows{q, q_at, D}, dout_rows{dout, q_at, D, 0, 1, dout_ld}, dq_rows{dq, q_at, D, 0, 1, grad_ld};
-    const Matrix k_rows{k, k_at, D}, v_rows{v, k_at, D}, dk_rows{dk, k_at, D, 0, 1, grad_ld}, dv_rows{dv, k_at, D, 0, 1, grad_ld};
+    // q, k and v: the row strides of PyTorch's tensors (Request::q_row_stride).
+    const Matrix q_rows{q, q_at, D, 0, 1, r.q_row_stride}, dout_rows{dout, q_at, D, 0, 1, dout_ld}, dq_rows{dq, q_at, D, 0, 1, grad_ld};
+    const Matrix k_rows{k, k_at, D, 0, 1, r.k_row_stride}, v_rows{v, k_at, D, 0, 1, r.v_row_stride};
+    const Matrix dk_rows{dk, k_at, D, 0, 1, grad_ld}, dv_rows{dv, k_at, D, 0, 1, grad_ld};
     const Matrix a{attn, idx(0), kvB}, a_t{attn, idx(0), 1, 0, kvB}, g{grad, idx(0), kvB}, g_t{grad, idx(0), 1, 0, kvB};
     const GemmOrder& mkl = o.gemm;
     const ExprRef aligned = idx(0);  // PyTorch's gradient rows and scratch start at 16-byte boundaries (D % 4 == 0)

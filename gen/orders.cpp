@@ -1092,6 +1092,17 @@ std::string known_orders(OpKind op) {
 // The shapes an order is defined for, beyond the op's own limits: an order that reproduces one
 // kernel of a library takes the shapes that kernel runs. Empty when `r` is one of them.
 std::string shape_error(const Request& r, const Order& o, const NamedOrder& n) {
+  // Row strides other than D reach a library's kernels only through PyTorch's flash kernels
+  // (Request::q_row_stride); its composites copy strided operands first, k^T among them, which
+  // changes the product MKL sees. Orders that reproduce no library are the same on any layout.
+  const bool strided = (r.q_row_stride && r.q_row_stride != r.cols) || (r.k_row_stride && r.k_row_stride != r.cols) ||
+                       (r.v_row_stride && r.v_row_stride != r.cols);
+  const bool flash = (r.op == OpKind::attention && o.attention.kind == AttentionOrder::Kind::CpuFlash) ||
+                     (r.op == OpKind::attention_backward && o.attention_backward.kind == AttentionBackwardOrder::Kind::CpuFlash);
+  if (strided && n.reproduces_reference && !flash)
+    return fmt::format("order '{}' reproduces its library for q, k and v with rows D = {} apart; with other row strides ({}, {}, {}) "
+                       "PyTorch's composite copies them first, which is not modelled",
+                       r.order, r.cols, r.q_row_stride, r.k_row_stride, r.v_row_stride);
   if (r.op == OpKind::attention_backward && o.attention_backward.kind == AttentionBackwardOrder::Kind::CpuFlash) {
     if (!r.saved_stats)
       return fmt::format("order '{}' reproduces PyTorch's backward, which reads the forward's saved logsumexp: give lse", r.order);
@@ -1185,11 +1196,14 @@ const NamedOrder* find_order(std::string_view name) {
 // Attention's own fields: shapes and scale. Checked before any order is built.
 void check_attention_request(const Request& r) {
   if (forward_of(r.op) != OpKind::attention) {
-    if (r.seq_q || r.seq_k || r.causal || r.scale || r.lse_output || r.heads != 1)
-      throw Error(fmt::format("seq lengths, heads, causal, scale and lse are attention's; {} takes none of them", name(r.op)));
+    if (r.seq_q || r.seq_k || r.causal || r.scale || r.lse_output || r.heads != 1 || r.q_row_stride || r.k_row_stride || r.v_row_stride)
+      throw Error(fmt::format("seq lengths, heads, row strides, causal, scale and lse are attention's; {} takes none of them", name(r.op)));
     return;
   }
   if (r.heads < 1 || r.heads > (int64_t(1) << 24)) throw Error(fmt::format("attention heads H = {} outside [1, 2^24]", r.heads));
+  for (auto [name, stride] : {std::pair{"q", r.q_row_stride}, {"k", r.k_row_stride}, {"v", r.v_row_stride}})
+    if (stride != 0 && (stride < r.cols || stride > (int64_t(1) << 40)))
+      throw Error(fmt::format("attention: {}'s row stride {} is neither 0 (contiguous) nor in [D = {}, 2^40]", name, stride, r.cols));
   if (r.cols < 8 || r.cols > 512 || r.cols % 8)
     throw Error(fmt::format("attention head dim D = {} must be a multiple of 8 in [8, 512] (32, 64, 128, 256 are the tested ones)", r.cols));
   if (r.seq_q < 1 || r.seq_q > (int64_t(1) << 24)) throw Error(fmt::format("attention query length S_q = {} outside [1, 2^24]", r.seq_q));

@@ -131,12 +131,15 @@ int ordo_request_set(ordo_request* req, const char* key_c, const char* value_c) 
     else if (key == "seq_q") r.seq_q = integer(v, key);
     else if (key == "seq_k") r.seq_k = integer(v, key);
     else if (key == "heads") r.heads = integer(v, key);
+    else if (key == "q_row_stride") r.q_row_stride = integer(v, key);
+    else if (key == "k_row_stride") r.k_row_stride = integer(v, key);
+    else if (key == "v_row_stride") r.v_row_stride = integer(v, key);
     else if (key == "causal") r.causal = flag(v, key);
     else if (key == "lse") r.lse_output = flag(v, key);
     else if (key == "scale") r.scale = number(v, key);
     else
       throw ordo::Error(fmt::format("unknown request key '{}' (cols, dtype, weight_dtype, acc, order, eps, target, weight, bias, "
-                                    "allow_mixed_dtypes, rows_in_flight; attention: seq_q, seq_k, heads, causal, scale, lse)", key));
+                                    "allow_mixed_dtypes, rows_in_flight; attention: seq_q, seq_k, heads, q_row_stride, k_row_stride, v_row_stride, causal, scale, lse)", key));
   });
 }
 

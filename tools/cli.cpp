@@ -130,7 +130,7 @@ ordo::OpKind parse_op_arg(const Args& a) {
 }
 
 const std::vector<std::string> kRequestValues = {"order", "eps", "acc", "target", "weight-dtype", "cols", "dtype", "rows-in-flight",
-                                                 "arch", "sq", "sk", "heads"};
+                                                 "arch", "sq", "sk", "heads", "row-strides"};
 const std::vector<std::string> kRequestFlags = {"allow-mixed-dtypes", "no-weight", "no-bias", "causal", "lse"};
 
 const char* const kRequestOptionsHelp = R"(
@@ -148,6 +148,7 @@ request options (every command that builds a kernel):
   --cols N              the reduced dim N (attention: D)           --cols 4096
   --sq N, --sk N        attention's query and key lengths          --sq 512 --sk 700
   --heads H             attention: H of PyTorch's (B, H, S, D); launches are B*H rows (1)  --heads 8
+  --row-strides Q,K,V   attention: the row strides of the q, k, v tensors PyTorch was given (D: contiguous)  --row-strides 512,512,512
   --causal              attention: key j hidden from query i > j   --causal
   --lse                 attention: also the log-sum-exp of each query row  --lse
 )";
@@ -182,6 +183,13 @@ ordo::Request request_from(const Args& a, ordo::OpKind op) {
   if (auto v = a.get("sq")) r.seq_q = parse_int("--sq", *v, 1, int64_t(1) << 24);
   if (auto v = a.get("sk")) r.seq_k = parse_int("--sk", *v, 1, int64_t(1) << 24);
   if (auto v = a.get("heads")) r.heads = parse_int("--heads", *v, 1, int64_t(1) << 24);
+  if (auto v = a.get("row-strides")) {
+    const std::vector<std::string> parts = split(*v, ',');
+    if (parts.size() != 3) throw Error(fmt::format("--row-strides '{}' is not Q,K,V (three integers)", *v));
+    r.q_row_stride = parse_int("--row-strides", parts[0], 1, int64_t(1) << 40);
+    r.k_row_stride = parse_int("--row-strides", parts[1], 1, int64_t(1) << 40);
+    r.v_row_stride = parse_int("--row-strides", parts[2], 1, int64_t(1) << 40);
+  }
   r.causal = a.flag("causal");
   r.lse_output = a.flag("lse");
   // A backward op takes its forward's shape options (weight and bias: their gradients).

@@ -50,7 +50,8 @@ ordo_request* ordo_request_new(const char* op);
 /* Sets one field by name, with the CLI's spelling of the value:
  *   cols (N), dtype, weight_dtype, acc (f32|f64), order, eps, target (cpu|interpreter|cuda|cuda-emu),
  *   weight, bias, allow_mixed_dtypes (0|1), rows_in_flight;
- *   attention: seq_q, seq_k, heads (H of PyTorch's (B, H, S, D); rows = B*H), causal (0|1), scale, lse (0|1).
+ *   attention: seq_q, seq_k, heads (H of PyTorch's (B, H, S, D); rows = B*H), q_row_stride, k_row_stride,
+ *   v_row_stride (the row strides of the tensors PyTorch was given; 0 or D: contiguous), causal (0|1), scale, lse (0|1).
  * Values are checked when the request is compiled; an unknown key or a malformed number fails here. */
 int ordo_request_set(ordo_request* r, const char* key, const char* value);
 void ordo_request_free(ordo_request* r);

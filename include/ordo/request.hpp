@@ -51,6 +51,11 @@ struct Request {
   // hands its BLAS depend on it (its flash backward keeps the gradients as (B, S, H, D)), and
   // only an order that reproduces those BLAS calls reads it.
   int64_t heads = 1;
+  // attention: the row strides of q, k and v in the tensors PyTorch was given (0: D, contiguous).
+  // ordo's buffers are contiguous, but PyTorch's flash kernels hand MKL the tensors' own strides,
+  // and MKL's choice of kernel reads them: a [B, S, H, D] projection viewed as [B, H, S, D] has
+  // rows H*D apart, a fused qkv projection 3*H*D.
+  int64_t q_row_stride = 0, k_row_stride = 0, v_row_stride = 0;
   bool causal = false;            // key j is visible to query i when j <= i (top-left aligned)
   std::optional<double> scale;    // default 1/sqrt(D)
   bool lse_output = false;        // also write the log-sum-exp of each query row

@@ -124,7 +124,8 @@ def attention(q, k, v, order="fast", causal=False, scale=None, return_lse=False,
     """Scaled-dot-product attention: softmax(q k^T * scale [causal]) v over the last two dims.
 
     q is [..., S_q, D], k and v are [..., S_k, D] with the same leading (batch, head) dims and one
-    dtype. scale defaults to 1/sqrt(D); causal hides key j from query i when j > i. Returns out
+    dtype. Strided views with a contiguous last dim are taken as PyTorch takes them: the orders
+    that reproduce its flash kernels read their row strides (which its BLAS sees). scale defaults to 1/sqrt(D); causal hides key j from query i when j > i. Returns out
     (shaped like q), and with return_lse=True also the float32 log-sum-exp of each query row.
     order: "torch1.13-cpu-math" and "exact-tiled" reproduce eager PyTorch 1.13 bit for bit;
     "flash" / "flash(Bc)" is the tiled online softmax; "fast" the fastest."""
@@ -141,8 +142,9 @@ def attention(q, k, v, order="fast", causal=False, scale=None, return_lse=False,
             raise ValueError(f"q is {qd} but {name} is {_dtype_of(a, dtype)}; they must match")
     d, sq, sk = int(q.shape[-1]), int(q.shape[-2]), int(k.shape[-2])
     rows = math.prod(int(s) for s in q.shape[:-2])
+    (q, qs), (k, ks), (v, vs) = _rows_of("q", q), _rows_of("k", k), _rows_of("v", v)
     kernel = _ordo.compile_attention(d, sq, sk, qd, order, bool(causal), None if scale is None else float(scale), bool(return_lse),
-                                     heads=_heads(q))
+                                     heads=_heads(q), row_strides=(qs, ks, vs))
     outs, tensors = {}, []
     for name, dt, is_out, extent in kernel.args:
         if not is_out:
@@ -157,6 +159,26 @@ def attention(q, k, v, order="fast", causal=False, scale=None, return_lse=False,
 def _heads(q):
     """H of q [..., H, S, D] as PyTorch sees it: a 3-D [N, S, D] is (1, N, S, D) there."""
     return int(q.shape[-3]) if len(q.shape) >= 3 else 1
+
+
+def _rows_of(name, a):
+    """(a with its rows packed, the row stride a had): ordo's kernels read packed rows, and the
+    orders that reproduce PyTorch's flash kernels take the stride PyTorch would have handed its
+    BLAS (a [B, S, H, D] projection viewed as [B, H, S, D] has rows H*D apart). 0: already packed."""
+    if _is_torch(a):
+        if a.dim() < 2 or a.is_contiguous():
+            return a, 0
+        if a.stride(-1) != 1:
+            raise ValueError(f"{name}'s last dim has stride {a.stride(-1)}; PyTorch's flash kernel reads contiguous rows: "
+                             f"give {name}.contiguous()")
+        return a.contiguous(), int(a.stride(-2))
+    strides, item = getattr(a, "strides", None), getattr(a, "itemsize", 0)
+    if strides is None or len(a.shape) < 2 or getattr(a, "flags", None) is None or a.flags["C_CONTIGUOUS"]:
+        return a, 0
+    if strides[-1] != item:
+        raise ValueError(f"{name}'s last dim is not contiguous; PyTorch's flash kernel reads contiguous rows")
+    import numpy as np
+    return np.ascontiguousarray(a), int(strides[-2] // item)
 
 
 def attention_backward(q, k, v, out, dout, lse=None, order="fast", causal=False, scale=None, dtype=None, threads=0):
@@ -185,8 +207,9 @@ def attention_backward(q, k, v, out, dout, lse=None, order="fast", causal=False,
             raise ValueError(f"lse is {_dtype_of(lse, None)}; the forward's log-sum-exp is f32")
     d, sq, sk = int(q.shape[-1]), int(q.shape[-2]), int(k.shape[-2])
     rows = math.prod(int(s) for s in q.shape[:-2])
+    (q, qs), (k, ks), (v, vs) = _rows_of("q", q), _rows_of("k", k), _rows_of("v", v)
     kernel = _ordo.compile_attention(d, sq, sk, qd, order, bool(causal), None if scale is None else float(scale), False,
-                                     "attention_backward", lse is not None, heads=_heads(q))
+                                     "attention_backward", lse is not None, heads=_heads(q), row_strides=(qs, ks, vs))
     given = {"q": q, "k": k, "v": v, "out": out, "dout": dout, "lse": lse}
     outs, tensors = {}, []
     for name, dt, is_out, extent in kernel.args:

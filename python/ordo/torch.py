@@ -144,7 +144,8 @@ def _(x, order, backward_order):
 @torch.library.custom_op("ordo::scaled_dot_product_attention", mutates_args=())
 def _sdpa_op(query: Tensor, key: Tensor, value: Tensor, is_causal: bool, scale: Optional[float], order: str,
              backward_order: str) -> Tensor:
-    return ordo.attention(query.contiguous(), key.contiguous(), value.contiguous(), order=order, causal=is_causal, scale=scale)
+    # The views as given: the torch2.15 orders read their row strides (PyTorch hands them to MKL).
+    return ordo.attention(query, key, value, order=order, causal=is_causal, scale=scale)
 
 
 @_sdpa_op.register_fake
@@ -249,8 +250,7 @@ _log_softmax_backward_op = _register_softmax_backward(_log_softmax_op, "log_soft
 @torch.library.custom_op("ordo::attention_backward", mutates_args=())
 def _attention_backward_op(q: Tensor, k: Tensor, v: Tensor, out: Tensor, dout: Tensor, is_causal: bool, scale: Optional[float],
                            forward_order: str, order: str) -> Tuple[Tensor, Tensor, Tensor]:
-    q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
-    # The log-sum-exp the forward computed, as its kernel writes it (torch's backward reads the one
+    # q, k, v as given (their row strides reach the torch2.15 orders). The log-sum-exp the forward computed, as its kernel writes it (torch's backward reads the one
     # its forward saved; ordo's forward op returns out alone, so it runs again for lse).
     _, lse = ordo.attention(q, k, v, order=forward_order, causal=is_causal, scale=scale, return_lse=True)
     return ordo.attention_backward(q, k, v, out.contiguous(), dout.contiguous(), lse=lse, order=order, causal=is_causal, scale=scale)

@@ -115,6 +115,22 @@ eager = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(64), -1) @ v
 for order in ("torch1.13-cpu-math", "exact-tiled"):
     got = ordo.attention(q, k, v, order=order)
     check(isinstance(got, torch.Tensor) and same_bits(got.numpy(), eager.numpy()), f"attention {order} matches eager bit for bit")
+# Strided views with a contiguous last dim (a [B, S, H, D] projection viewed as [B, H, S, D]):
+# packed for the kernel, their row stride in the request. An order that reproduces no library
+# gives the packed tensors' bits; PyTorch's composite, which copies strided operands first, is
+# refused with them; a strided last dim is an error.
+qs, ks, vs = (t.transpose(1, 2).contiguous().transpose(1, 2) for t in (q, k, v))
+check(same_bits(ordo.attention(qs, ks, vs, order="fast").numpy(), ordo.attention(q, k, v, order="fast").numpy()),
+      "attention on strided views: the packed tensors' bits")
+for what, call, expect in [
+    ("strided q, k, v for the composite", lambda: ordo.attention(qs, ks, vs, order="torch2.15-cpu-math(mkl=intel)"), "row strides (192, 192, 192)"),
+    ("a strided last dim", lambda: ordo.attention(q.transpose(-1, -2).contiguous().transpose(-1, -2), k, v), "last dim has stride"),
+]:
+    try:
+        call()
+        check(False, f"{what}: accepted")
+    except (ValueError, RuntimeError) as e:
+        check(expect in str(e), f"{what}: {e}")
 got, lse = ordo.attention(q.numpy(), k.numpy(), v.numpy(), order="flash(16)", return_lse=True)
 ref_lse = torch.logsumexp(q.double() @ k.double().transpose(-2, -1) / 8, -1).numpy()
 check(isinstance(got, np.ndarray) and got.shape == (2, 3, 19, 64) and np.abs(got - eager.numpy()).max() < 1e-5

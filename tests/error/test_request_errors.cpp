@@ -138,7 +138,20 @@ TEST_CASE("attention_backward: requests outside what its orders define are rejec
     r.op = OpKind::softmax;
     r.cols = 64;
     r.heads = 4;
-  }) == "seq lengths, heads, causal, scale and lse are attention's; softmax takes none of them");
+  }) == "seq lengths, heads, row strides, causal, scale and lse are attention's; softmax takes none of them");
+  CHECK(error_of([&](Request& r) {
+    backward(r, "fast");
+    r.k_row_stride = r.cols - 8;
+  }).find("attention: k's row stride") == 0);
+  // PyTorch's composite copies strided operands (k^T too) before MKL sees them: not modelled.
+  CHECK(error_of([&](Request& r) {
+    backward(r, "torch2.15-cpu-math-avx512(mkl=intel)");
+    r.q_row_stride = 2 * r.cols;
+  }).find("order 'torch2.15-cpu-math-avx512(mkl=intel)' reproduces its library for q, k and v with rows D = ") == 0);
+  CHECK(error_of([&](Request& r) {
+    backward(r, "torch2.15-cpu-avx512(mkl=intel)");
+    r.q_row_stride = r.k_row_stride = r.v_row_stride = 3 * r.cols;
+  }) == "(accepted)");
   CHECK(error_of([&](Request& r) { backward(r, "torch2.15-cpu-avx512(mkl=intel,mkl_threads=two)"); }) ==
         "order 'torch2.15-cpu-avx512(mkl=intel,mkl_threads=two)': mkl_threads=two is not a positive integer");
   // PyTorch 2.15's CPU backward: measured in f32 and bf16 with an AMD host's MKL, from the saved lse.

@@ -85,3 +85,27 @@ def flash_blocks(c):
     qs = min(256 if c["sq"] >= 768 else 64 if c["sq"] >= 192 else 32, c["sq"])
     ks = min(512, c["sk"])
     return [(qb, kb) for qb in {qs, c["sq"] % qs} - {0} for kb in {ks, c["sk"] % ks} - {0}]
+
+
+# The layouts the attention tests hand PyTorch q, k and v in, for cases of several heads: its own
+# (B, H, S, D) contiguous, a [B, S, H, D] projection viewed as (B, H, S, D) (rows H*D apart, as
+# most models call SDPA), and one slice of a fused [B, S, 3, H, D] qkv projection (rows 3*H*D
+# apart). PyTorch's flash kernels hand MKL those row strides, and its kernel choice reads them.
+LAYOUTS = ("bhsd", "bshd", "fused")
+
+
+def layout_of(case):
+    """Each layout on a share of the cases of several heads, spread over shapes and dtypes."""
+    return LAYOUTS[(case["seed"] + case["sq"]) % 3] if case["heads"] > 1 else "bhsd"
+
+
+def relayout(t, layout):
+    """t (B, H, S, D), contiguous, as the same values in `layout`."""
+    if layout == "bhsd":
+        return t
+    if layout == "bshd":
+        return t.transpose(1, 2).contiguous().transpose(1, 2)
+    b, h, s, d = t.shape
+    fused = torch.zeros(b, s, 3, h, d, dtype=t.dtype)
+    fused[:, :, 1] = t.transpose(1, 2)
+    return fused[:, :, 1].transpose(1, 2)

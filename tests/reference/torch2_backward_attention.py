@@ -130,7 +130,7 @@ import ordo
 cap, cases = sys.argv[1], json.load(open(sys.argv[2]))
 RANGES = dict(json.loads(sys.argv[3]))
 
-from tensor_bits import THREAD_COUNTS, flash_blocks, refusal_why, runs_on, same
+from tensor_bits import THREAD_COUNTS, flash_blocks, layout_of, refusal_why, relayout, runs_on, same
 
 def sparse(rows, cols, big, g):
     x = torch.zeros(rows, cols)
@@ -177,13 +177,14 @@ for threads in THREAD_COUNTS:
         if not runs_on(threads, i):
             continue
         q, k, v, dout, saved = inputs(c)
+        q, k, v = (relayout(t, layout_of(c)) for t in (q, k, v))  # as models hand them to SDPA (tensor_bits.LAYOUTS)
         out, lse = saved or torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, c["causal"])[:2]
         dq, dk, dv = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(dout, q, k, v, out, lse, 0.0, c["causal"])
         want = {"dq": dq, "dk": dk, "dv": dv}
         for order in [f"torch2.15-cpu-{cap}"] + (["torch2.15-cpu"] if c["alias"] else []):
             named = f"{order}(threads={threads})" if threads > 1 else order
             try:
-                got = dict(zip(("dq", "dk", "dv"), ordo.attention_backward(q, k, v, out, dout, lse.contiguous(), order=named,
+                got = dict(zip(("dq", "dk", "dv"), ordo.attention_backward(q, k, v, out.contiguous(), dout, lse.contiguous(), order=named,
                                                                           causal=c["causal"])))
             except Exception as e:
                 products = [p for qb, kb in flash_blocks(c) for p in ((True, qb, kb, c["d"]), (False, kb, c["d"], qb), (False, qb, c["d"], kb))]
