@@ -2,9 +2,11 @@
 #include <fmt/format.h>
 #include <llvm/IR/IRBuilder.h>
 #include <llvm/IR/Intrinsics.h>
+#include <llvm/IR/IntrinsicsX86.h>
 #include <llvm/IR/Module.h>
 #include <llvm/IR/Verifier.h>
 #include <llvm/Support/raw_ostream.h>
+#include <llvm/TargetParser/Host.h>
 
 #include <algorithm>
 #include <climits>
@@ -21,6 +23,24 @@ namespace ordo::llvm_backend {
 using namespace ordo::ir;
 
 namespace {
+
+// The host's vector conversions that ordo's lowering uses when present (its kernels run on the
+// host, or, for ordo build, on a CPU like it: the disk cache and objects are keyed by its features).
+struct HostConversions {
+  bool avx512f = false, avx = false, sse2 = false;
+};
+const HostConversions& host_conversions() {
+  static const HostConversions h = [] {
+    HostConversions c;
+    const llvm::StringMap<bool> f = llvm::sys::getHostCPUFeatures();
+    auto has = [&](const char* name) { auto it = f.find(name); return it != f.end() && it->second; };
+    c.avx512f = has("avx512f");
+    c.avx = has("avx");
+    c.sse2 = has("sse2");
+    return c;
+  }();
+  return h;
+}
 
 struct Lowerer {
   llvm::LLVMContext& ctx;
@@ -179,8 +199,18 @@ struct Lowerer {
     if (f == ScalarType::i32 && t == ScalarType::i64) return B.CreateSExt(v, dst);
     if (f == ScalarType::i64 || f == ScalarType::i32) return B.CreateSIToFP(v, dst);
     if (t == ScalarType::i32) {
-      // Round to nearest, ties to even; NaN and out-of-range lanes give INT32_MIN. fptosi is
-      // poison out of range, but select never picks those lanes.
+      // Round to nearest, ties to even; NaN and out-of-range lanes give INT32_MIN: x86's cvtps2dq,
+      // one instruction where the host has it for this width (the 16-lane form with its rounding
+      // given, {rn-sae}; the narrower ones round by MXCSR, as every other operation here does).
+      const HostConversions& host = host_conversions();
+      if (from.scalar == ScalarType::f32 && from.lanes == 16 && host.avx512f)
+        return B.CreateIntrinsic(llvm::Intrinsic::x86_avx512_mask_cvtps2dq_512, {},
+                                 {v, llvm::PoisonValue::get(dst), B.getInt16(0xffff), B.getInt32(8)});
+      if (from.scalar == ScalarType::f32 && from.lanes == 8 && host.avx)
+        return B.CreateIntrinsic(llvm::Intrinsic::x86_avx_cvt_ps2dq_256, {}, {v});
+      if (from.scalar == ScalarType::f32 && from.lanes == 4 && host.sse2)
+        return B.CreateIntrinsic(llvm::Intrinsic::x86_sse2_cvtps2dq, {}, {v});
+      // Elsewhere: fptosi is poison out of range, but select never picks those lanes.
       llvm::Value* r = intrinsic(llvm::Intrinsic::roundeven, type(from), {v});
       llvm::Value* lo = llvm::ConstantFP::get(type(from), -2147483648.0);
       llvm::Value* hi = llvm::ConstantFP::get(type(from), 2147483648.0);

@@ -400,6 +400,47 @@ TEST_CASE("LLVM lowering: loops near INT64_MAX end, i64 wraps, one-lane broadcas
   }
 }
 
+// The IR's f32 -> i32 conversion (x86's cvtps2dq: round to nearest even, NaN and out of range to
+// INT32_MIN), which the lowering emits as one instruction where the host has it for the width (16,
+// 8, 4 lanes) and as roundeven and a range check elsewhere (1 lane): every width against the
+// interpreter and the stated values, at ties, the range's ends, infinities and NaN.
+TEST_CASE("LLVM lowering: f32 to i32 conversion in every vector width, at its edges") {
+  using namespace ordo::ir;
+  const std::vector<std::pair<float, int32_t>> cases = {
+      {0.5f, 0}, {1.5f, 2}, {2.5f, 2}, {-0.5f, 0}, {-1.5f, -2}, {-2.5f, -2}, {0x1.fffffep30f, 2147483520},
+      {2147483648.0f, INT32_MIN}, {-2147483648.0f, INT32_MIN}, {-0x1.000002p31f, INT32_MIN}, {INFINITY, INT32_MIN},
+      {-INFINITY, INT32_MIN}, {NAN, INT32_MIN}, {1e-40f, 0}, {-7.49f, -7}, {123456.5f, 123456}};
+  const int64_t n = static_cast<int64_t>(cases.size());
+  Kernel k;
+  k.name = std::string("to_i32");
+  Builder b(k);
+  const int x = b.buffer("x", ScalarType::f32, false, Extent::rows_by_cols);
+  const int out = b.buffer("out", ScalarType::f32, true, Extent::rows_by_cols);
+  // Row r holds the 16 values; out's row holds four copies of the results, one per width.
+  for (int lanes : {16, 8, 4, 1})
+    for (int64_t at = 0; at < n; at += lanes) {
+      const ExprRef in = load(k, x, add(mul(program_id(0), index_const(4 * n)), index_const(at)), lanes);
+      const int64_t slot = (lanes == 16 ? 0 : lanes == 8 ? 1 : lanes == 4 ? 2 : 3) * n;
+      b.store(out, add(mul(program_id(0), index_const(4 * n)), index_const(slot + at)), bitcast(cast(in, ScalarType::i32), ScalarType::f32));
+    }
+  REQUIRE(verify(k).empty());
+  std::vector<float> in(size_t(4 * n), 0.0f), interpreted(size_t(4 * n)), jit(size_t(4 * n));
+  for (int64_t i = 0; i < n; ++i) in[size_t(i)] = cases[size_t(i)].first;
+  interpret(k, {{in.data(), 4 * n}, {interpreted.data(), 4 * n}}, {1});
+  const llvm_backend::Compiled c = llvm_backend::compile(k, {});
+  void* buffers[2] = {in.data(), jit.data()};
+  const int64_t extents[1] = {1};
+  c.entry(buffers, extents, 0, 1, 0);
+  for (int64_t i = 0; i < 4 * n; ++i) {
+    int32_t want = cases[size_t(i % n)].second, from_interpreter = 0, from_jit = 0;
+    std::memcpy(&from_interpreter, &interpreted[size_t(i)], 4);
+    std::memcpy(&from_jit, &jit[size_t(i)], 4);
+    INFO(fmt::format("{} lanes, value {}", i < n ? 16 : i < 2 * n ? 8 : i < 3 * n ? 4 : 1, cases[size_t(i % n)].first));
+    CHECK(from_interpreter == want);
+    CHECK(from_jit == want);
+  }
+}
+
 TEST_CASE("attention: the Intel MKL model's threaded forms match the interpreter") {
   const int compared = intel_threaded_forms_vs_interpreter(Target::cpu);
   CHECK(compared == 14);  // out of 5 forwards; dq, dk, dv of 3 backwards
