@@ -528,16 +528,27 @@ bool takes_pst(int64_t m, int64_t n, int64_t K) { return (m == 2 && n <= 15) || 
 // two agree). On one thread 'T','N' copies the key rows when m >= 192, or m > n and
 // m >= max(12, K); 'N','N' and 'N','T' copy V when both sides of C are at least 192. `threaded`:
 // MKL on 2 threads, which runs a call of m*n*K > 192000 (192000 is not threaded, 192003 is;
-// measured with smalln-shaped and general 'T','N' calls) otherwise: 'T','N' copies when n >= 60
-// and m >= 64, or n <= 15 and C's row stride (ldc) is a multiple of 256; 'N','N' when n >= 57 and
+// measured with smalln-shaped and general 'T','N' calls) otherwise: 'T','N' copies when n >= 57
+// and m >= 57 (with at most 15 rows and a leading dimension a multiple of 256 it is two calls,
+// intel_nt_key_cut); 'N','N' when n >= 57 and
 // m >= 57, 'N','T' when n >= 57, and both when n >= 17, m >= 32 and a leading dimension (V's lda,
 // P's ldb, C's ldc: the backward's gradients are H*E apart) is a multiple of 256. Fitted with
 // 2 threads on grids of the backward's shapes, then per unit step at each bound with direct calls
 // (E 8 to 256, H 1 to 4; docs/research/torch2.15-attention-backward.md §4.6).
 constexpr int64_t kIntelThreadedWork = 192000;  // MKL threads a call of more
-bool intel_nt_copies(int64_t n, int64_t m, int64_t K, bool threaded, int64_t ldc) {
-  if (threaded && m * n * K > kIntelThreadedWork) return (n >= 60 && m >= 64) || (n <= 15 && ldc % 256 == 0);
+bool intel_nt_copies(int64_t n, int64_t m, int64_t K, bool threaded) {
+  if (threaded && m * n * K > kIntelThreadedWork) return n >= 57 && m >= 57;
   return m >= 192 || (m > n && m >= std::max<int64_t>(12, K));
+}
+// A threaded 'T','N' call of at most 15 rows (not smalln's shape) with a leading dimension that
+// is a multiple of 256 (lda: the key rows', ldb: the query rows', ldc: C's) runs as two one-thread
+// calls over its keys, cut at 16*ceil(ceil(m/2)/16): each part takes the kernel and copy rule of a
+// call of its own shape (fitted on 2 threads with the strides of PyTorch's tensors, docs/research/
+// torch2.15-attention-backward.md §4.6). The cut, or 0 where the call is not cut.
+int64_t intel_nt_key_cut(int64_t n, int64_t m, int64_t K, int64_t lda, int64_t ldb, int64_t ldc) {
+  if (n > 15 || m * n * K <= kIntelThreadedWork || (lda % 256 != 0 && ldb % 256 != 0 && ldc % 256 != 0)) return 0;
+  const int64_t cut = 16 * (((m + 1) / 2 + 15) / 16);
+  return cut < m ? cut : 0;
 }
 bool intel_nn_copies(int64_t n, int64_t m, int64_t K, bool threaded, bool transposed_b, int64_t lda, int64_t ldb, int64_t ldc) {
   if (threaded && m * n * K > kIntelThreadedWork) {
@@ -810,6 +821,15 @@ void emit_gemm_nt(Builder& b, const GemmOrder& order, GemmInputs inputs, int64_t
     });
     return;
   }
+  if (split && inputs == GemmInputs::f32) {  // (smalln's shape returned above)
+    if (const int64_t cut = intel_nt_key_cut(n_call, m, K, bm.mkl_ld(), a.mkl_ld(), c.mkl_ld())) {
+      emit_gemm_nt(b, order, inputs, n, cut, K, a, bm, c, false, n_call, alpha);
+      const Matrix rest_keys{bm.buffer, b.let("keys_rest", add(bm.base, idx(cut * bm.stride))), bm.stride, bm.align, 1, bm.ld};
+      const Matrix rest_out{c.buffer, b.let("out_rest", add(c.base, idx(cut))), c.stride, c.align, 1, c.ld};
+      emit_gemm_nt(b, order, inputs, n, m - cut, K, a, rest_keys, rest_out, false, n_call, alpha);
+      return;
+    }
+  }
   // gemm_f16f16f32 (Intel) also runs one key of up to 15 query rows by pst.
   if (takes_pst(m, n_call, K) || (intel_f16 && m == 1 && n_call <= 15)) {
     emit_pst(0);
@@ -818,7 +838,7 @@ void emit_gemm_nt(Builder& b, const GemmOrder& order, GemmInputs inputs, int64_t
   const std::vector<int64_t> parts = Emitter::k_blocks(K, n_call, m);
   // gemm_bf16bf16f32 runs a threaded call as one-thread calls (the key cut above): its alpha
   // follows the one-thread rule (measured: A pre-scaled iff m >= 192, or m > n and m >= K).
-  const bool copies = intel_nt_copies(n_call, m, K, split && inputs == GemmInputs::f32, c.mkl_ld());
+  const bool copies = intel_nt_copies(n_call, m, K, split && inputs == GemmInputs::f32);
   Emitter general{b};  // the key rows scaled as packed, or each K block's sum
   general.register_floats = order.register_floats;
   if (!copies) general.block_alpha = alpha;

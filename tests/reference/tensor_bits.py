@@ -96,6 +96,8 @@ LAYOUTS = ("bhsd", "bshd", "fused")
 
 def layout_of(case):
     """Each layout on a share of the cases of several heads, spread over shapes and dtypes."""
+    if case.get("layout"):
+        return case["layout"]
     return LAYOUTS[(case["seed"] + case["sq"]) % 3] if case["heads"] > 1 else "bhsd"
 
 

@@ -74,6 +74,9 @@ SHAPES = [
     # Intel: MKL on 2 threads inside PyTorch's parallel loop too (several (batch, head)s), with the
     # gradients' row stride H*D (a multiple of 256 at H = 2, D = 128) in its copy rules
     (32, 300, 128, 1, 2), (5, 384, 128, 1, 2), (59, 300, 64, 1, 2), (60, 200, 32, 1, 4), (33, 512, 64, 1, 2),
+    # ... and q, k, v viewed from a [B, S, H, D] projection (rows 256 apart): the last query block's
+    # q @ k^T (8 rows) runs as two one-thread calls over its keys (sixth field: the layout)
+    (40, 800, 128, 1, 2, "bshd"),
 ]
 SHAPES_QUICK = [(1, 300, 64, 1, 2), (7, 40, 32, 1, 1), (10, 9, 32, 1, 1), (3, 13, 16, 1, 3), (65, 65, 8, 1, 2),
                 (100, 513, 32, 1, 1)]
@@ -110,7 +113,7 @@ def bf16_emulated_cases(tier):
 
 def cases(tier):
     out = []
-    for i, (s_q, s_k, d, batch, heads) in enumerate(SHAPES_QUICK if tier == tiers.QUICK else SHAPES):
+    for i, (s_q, s_k, d, batch, heads, *layout) in enumerate(SHAPES_QUICK if tier == tiers.QUICK else SHAPES):
         # f32: causal and not for each shape but the largest, which runs causal only; CI's share
         # alternates causal between shapes. bf16 likewise, CI's with the other causal flag than f32's.
         largest = s_q * s_k * d > 5e7
@@ -118,7 +121,8 @@ def cases(tier):
             flip = dtype == "bf16"  # f16 takes f32's causal flag, bf16 the other
             for causal in ((True,) if largest else (((i + flip) % 2 == 1,) if tier == tiers.CI else (False, True))):
                 out.append({"sq": s_q, "sk": s_k, "d": d, "batch": batch, "heads": heads, "dtype": dtype, "causal": causal,
-                            "range": RANGES[len(out) % 2][0], "seed": len(out), "alias": i % 4 == 0})
+                            "range": RANGES[len(out) % 2][0], "seed": len(out), "alias": i % 4 == 0,
+                            "layout": layout[0] if layout else None})
     return out
 
 
