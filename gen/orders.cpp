@@ -1030,7 +1030,8 @@ void apply_environment(Order& o, std::string_view params, std::string_view order
     const size_t eq = item.find('=');
     if (eq == std::string_view::npos) throw Error(fmt::format("order '{}': parameter '{}' is not key=value", order_name, item));
     const std::string key(item.substr(0, eq)), value(item.substr(eq + 1));
-    if (key == "threads") {
+    // A count: a positive integer, named with its key when it is not one.
+    auto positive = [&] {
       int v = 0;
       size_t used = 0;
       try {
@@ -1039,7 +1040,11 @@ void apply_environment(Order& o, std::string_view params, std::string_view order
         used = 0;
       }
       if (used != value.size() || value.empty() || v < 1)
-        throw Error(fmt::format("order '{}': threads={} is not a positive integer", order_name, value));
+        throw Error(fmt::format("order '{}': {}={} is not a positive integer", order_name, key, value));
+      return v;
+    };
+    if (key == "threads") {
+      const int v = positive();
       // MKL's splits were measured with 2 threads: on more, a launch whose products MKL would
       // split is refused (gen/mkl_gemm.cpp, mkl_threading).
       o.threads = o.attention.gemm.threads = o.attention_backward.gemm.threads = v;
@@ -1051,16 +1056,7 @@ void apply_environment(Order& o, std::string_view params, std::string_view order
       if (o.norm_backward.columns.kind == ColumnSumOrder::Kind::ThreadSlots || o.norm_backward.columns.kind == ColumnSumOrder::Kind::LevelCascade)
         o.norm_backward.columns.slots = v;
     } else if (key == "mkl_threads") {
-      int v = 0;
-      size_t used = 0;
-      try {
-        v = std::stoi(value, &used);
-      } catch (const std::exception&) {
-        used = 0;
-      }
-      if (used != value.size() || value.empty() || v < 1)
-        throw Error(fmt::format("order '{}': mkl_threads={} is not a positive integer", order_name, value));
-      o.attention.gemm.mkl_threads = o.attention_backward.gemm.mkl_threads = v;
+      o.attention.gemm.mkl_threads = o.attention_backward.gemm.mkl_threads = positive();
     } else if (key == "mkl") {
       if (value != "intel" && value != "amd") throw Error(fmt::format("order '{}': mkl={} is not intel or amd", order_name, value));
       o.attention.gemm.kind = o.attention_backward.gemm.kind =
