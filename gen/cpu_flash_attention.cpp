@@ -90,12 +90,8 @@ struct CpuFlash {
 
   // Whether MKL on several threads runs any of this launch's products otherwise than on one.
   bool threads_matter() const {
-    std::vector<int64_t> qBs = {qS}, kvBs = {kS};
-    if (Sq % qS) qBs.push_back(Sq % qS);
-    if (Sk % kS) kvBs.push_back(Sk % kS);
-    for (int64_t qB : qBs)
-      for (int64_t kvB : kvBs)
-        if (gemm_threads_matter(o.gemm, inputs(), true, qB, kvB, D) || gemm_threads_matter(o.gemm, inputs(), false, qB, D, kvB)) return true;
+    for (auto [qB, kvB] : cpu_flash_block_shapes(Sq, qS, Sk, kS))
+      if (gemm_threads_matter(o.gemm, inputs(), true, qB, kvB, D) || gemm_threads_matter(o.gemm, inputs(), false, qB, D, kvB)) return true;
     return false;
   }
 
@@ -273,6 +269,16 @@ struct CpuFlash {
 
 // PyTorch's query block for S_q query rows (flash_attention_kernel_impl).
 int64_t cpu_flash_query_block(int64_t seq_q) { return std::min<int64_t>(seq_q >= 768 ? 256 : seq_q >= 192 ? 64 : 32, seq_q); }
+
+std::vector<std::pair<int64_t, int64_t>> cpu_flash_block_shapes(int64_t seq_q, int64_t qS, int64_t seq_k, int64_t kS) {
+  std::vector<int64_t> qBs = {qS}, kvBs = {kS};
+  if (seq_q % qS) qBs.push_back(seq_q % qS);
+  if (seq_k % kS) kvBs.push_back(seq_k % kS);
+  std::vector<std::pair<int64_t, int64_t>> shapes;
+  for (int64_t qB : qBs)
+    for (int64_t kvB : kvBs) shapes.emplace_back(qB, kvB);
+  return shapes;
+}
 
 Kernel build_cpu_flash_attention(const Request& r, const Order& order) {
   const AttentionOrder& o = order.attention;

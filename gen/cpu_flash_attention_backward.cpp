@@ -118,16 +118,12 @@ struct CpuFlashBackward {
 
   // Whether MKL or oneDNN on several threads runs any of this launch's products otherwise than on one.
   bool threads_matter() const {
-    std::vector<int64_t> qBs = {qS}, kvBs = {kS};
-    if (Sq % qS) qBs.push_back(Sq % qS);
-    if (Sk % kS) kvBs.push_back(Sk % kS);
-    for (int64_t qB : qBs)
-      for (int64_t kvB : kvBs)
-        if (gemm_threads_matter(o.gemm, inputs(), true, qB, kvB, D) || gemm_threads_matter(o.gemm, inputs(), false, kvB, D, qB) ||
-            gemm_threads_matter(o.gemm, inputs(), false, qB, D, kvB) ||
-            (reduced() && (bf16_out_gemm_threads_matter(o.onednn_16bit, kvB, D, qB, o.gemm.threads) ||
-                           bf16_out_gemm_threads_matter(o.onednn_16bit, qB, D, kvB, o.gemm.threads))))
-          return true;
+    for (auto [qB, kvB] : cpu_flash_block_shapes(Sq, qS, Sk, kS))
+      if (gemm_threads_matter(o.gemm, inputs(), true, qB, kvB, D) || gemm_threads_matter(o.gemm, inputs(), false, kvB, D, qB) ||
+          gemm_threads_matter(o.gemm, inputs(), false, qB, D, kvB) ||
+          (reduced() && (bf16_out_gemm_threads_matter(o.onednn_16bit, kvB, D, qB, o.gemm.threads) ||
+                         bf16_out_gemm_threads_matter(o.onednn_16bit, qB, D, kvB, o.gemm.threads))))
+        return true;
     return false;
   }
 

@@ -3,6 +3,7 @@
 
 #include <functional>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "ir/ir.hpp"
@@ -73,6 +74,9 @@ std::vector<ir::Kernel> build_rms_norm_backward(const Request& r, const ir::Orde
 // AttentionOrder::Kind::CpuFlash (gen/cpu_flash_attention.cpp), and its query block for S_q rows.
 ir::Kernel build_cpu_flash_attention(const Request& r, const ir::Order& order);
 int64_t cpu_flash_query_block(int64_t seq_q);
+// Every (query rows, key rows) block shape PyTorch's CPU flash kernels run for S_q queries in
+// blocks of qS and S_k keys in blocks of kS: the full blocks and the shorter last ones.
+std::vector<std::pair<int64_t, int64_t>> cpu_flash_block_shapes(int64_t seq_q, int64_t qS, int64_t seq_k, int64_t kS);
 // AttentionBackwardOrder::Kind::CpuFlash (gen/cpu_flash_attention_backward.cpp): one stage.
 ir::Kernel build_cpu_flash_attention_backward(const Request& r, const ir::Order& order);
 // AttentionOrder::Kind::CpuMatmul (gen/cpu_matmul_attention.cpp).
