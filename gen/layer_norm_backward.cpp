@@ -1,11 +1,18 @@
 // layer_norm_backward: dx, dweight, dbias from dy, x, weight and the forward's mean and rstd.
 //
-// Two stages over the same arguments (gen/gen.hpp, build_stages):
-//  1. the rows: dx of each row, from the row's own sums (ds, db or s1, s2);
-//  2. the columns (a column stage, Kernel::grid_over_rows false): dweight and dbias, each a sum
-//     over every row of the launch, in the NormBackwardOrder's ColumnSumOrder.
-// Both read only inputs, so stage 2 does not depend on stage 1; they are separate kernels because
-// each parallelizes over another axis.
+// Two schedules, over the same arguments in every stage (gen/gen.hpp, build_stages):
+//  * Two passes over dy and x (CUDA, and the orders that reproduce PyTorch's buffers):
+//    1. the rows: dx of each row, from the row's own sums (ds, db or s1, s2);
+//    2. the columns (a column stage, Kernel::grid_over_rows false): dweight and dbias, each a sum
+//       over every row of the launch, in the NormBackwardOrder's ColumnSumOrder.
+//    Both read only inputs, so stage 2 does not depend on stage 1; they are separate kernels
+//    because each parallelizes over another axis.
+//  * One pass, on the CPU for ordo's centered orders whose weight gradients sum by a block tree
+//    (ColumnSumOrder::BlockTree): an instance per block of rows computes each row's dx and adds
+//    the row's terms into the block's sums in a workspace (Extent::row_blocks), in row order from
+//    +0, as stage 2 above sums a block; the column stage then combines the blocks' sums by the
+//    tree. The same operations on the same values, so the same bits (tests/backend/
+//    test_cuda_emu.cpp runs one against the other); dy and x are read once instead of twice.
 #include <fmt/format.h>
 
 #include "gen/gen.hpp"
@@ -24,11 +31,19 @@ constexpr ScalarType f32 = ScalarType::f32;
 
 struct Buffers {
   int dy, x, weight, mean, rstd, dx, dweight, dbias;
+  int block_sums = -1;  // the one-pass schedule's workspace: [block][sum][column], f32
 };
+
+// Whether the request runs the one-pass schedule (the top of this file).
+bool one_pass(const Request& r, const NormBackwardOrder& o) {
+  return !cuda_target(r) && o.kind == NormBackwardOrder::Kind::Centered && o.columns.kind == ColumnSumOrder::Kind::BlockTree &&
+         (r.has_weight || r.has_bias);
+}
+int weight_gradients(const Request& r) { return int(r.has_weight) + int(r.has_bias); }
 
 // The arguments, in the order every layer_norm_backward stage takes them. mean and rstd have the
 // forward's statistics type (f32 for PyTorch's mixed 16-bit x with f32 weight, else x's type).
-Buffers declare(Builder& b, const Request& r) {
+Buffers declare(Builder& b, const Request& r, const NormBackwardOrder& o) {
   const ScalarType wt = r.weight_type();
   const bool mixed = size_bytes(r.x_dtype) == 2 && wt == f32 && r.has_weight;
   const ScalarType stats = mixed ? f32 : r.x_dtype;
@@ -41,6 +56,7 @@ Buffers declare(Builder& b, const Request& r) {
   out.dx = b.buffer("dx", r.x_dtype, true, Extent::rows_by_cols);
   out.dweight = r.has_weight ? b.buffer("dweight", wt, true, Extent::cols) : -1;
   out.dbias = r.has_bias ? b.buffer("dbias", wt, true, Extent::cols) : -1;
+  if (one_pass(r, o)) out.block_sums = b.workspace("block_sums", f32, o.columns.block_rows, weight_gradients(r) * r.cols);
   return out;
 }
 
@@ -103,28 +119,116 @@ void torch_cpu_dx(Builder& b, const Request& r, const NormBackwardOrder& o, cons
   });
 }
 
-// Stage 1, ordo's centered form (NormBackwardOrder::Kind::Centered).
-void centered_dx(Builder& b, const Request& r, const NormBackwardOrder& o, const Buffers& buf) {
+// One row of ordo's centered form (NormBackwardOrder::Kind::Centered): its statistics and the
+// coefficients of its two sums, c1 = sum(dy*w)/N and c2 = sum(dy*w*xhat)/N.
+struct CenteredRow {
+  Row row;
+  ExprRef rstd, mean, c1, c2;
+};
+
+CenteredRow centered_row(Builder& b, const Request& r, const NormBackwardOrder& o, const Buffers& buf, const ExprRef& row_index) {
   const int64_t N = r.cols;
-  Row row(b, N);
+  CenteredRow c{Row(b, N, b.let("row", mul(row_index, index_const(N)))), nullptr, nullptr, nullptr, nullptr};
+  const Row& row = c.row;
   auto ld = [&](int buffer, ExprRef col, int lanes) { return row.load_as(buffer, std::move(col), lanes, f32); };
-  ExprRef rstd = b.let("rstd", to_f32(load(b.kernel(), buf.rstd, program_id(0))));
-  ExprRef mean = b.let("mean", to_f32(load(b.kernel(), buf.mean, program_id(0))));
-  auto xhat = [&](ExprRef col, int lanes) { return mul(sub(ld(buf.x, col, lanes), bc(mean, lanes)), bc(rstd, lanes)); };
+  c.rstd = b.let("rstd", to_f32(load(b.kernel(), buf.rstd, row_index)));
+  c.mean = b.let("mean", to_f32(load(b.kernel(), buf.mean, row_index)));
+  auto xhat = [&](ExprRef col, int lanes) { return mul(sub(ld(buf.x, col, lanes), bc(c.mean, lanes)), bc(c.rstd, lanes)); };
   auto wdy = [&](ExprRef col, int lanes) {
     ExprRef dy = ld(buf.dy, col, lanes);
     return r.has_weight ? mul(dy, ld(buf.weight, col, lanes)) : dy;
   };
   const Arith ar{f32, std::nullopt};
-  ExprRef s1 = emit_sum(b, o.sum, ar, N, [&](ExprRef col, int lanes) { return Term{wdy(col, lanes), nullptr}; }, "sum(dy*w)");
-  ExprRef s2 = emit_sum(b, o.sum, ar, N, [&](ExprRef col, int lanes) { return Term{wdy(col, lanes), xhat(col, lanes)}; },
-                        "sum(dy*w*xhat)");
+  const std::vector<ExprRef> s = emit_sums(b, o.sum, ar, N,
+                                           {{[&](ExprRef col, int lanes) { return Term{wdy(col, lanes), nullptr}; }, "sum(dy*w)"},
+                                            {[&](ExprRef col, int lanes) { return Term{wdy(col, lanes), xhat(col, lanes)}; }, "sum(dy*w*xhat)"}});
+  const ExprRef &s1 = s[0], &s2 = s[1];
   ExprRef inv_n = b.let("inv_n", div(f32c(1.0), f32c(static_cast<double>(N))));
-  ExprRef c1 = b.let("c1", mul(s1, inv_n));
-  ExprRef c2 = b.let("c2", mul(s2, inv_n));
-  row.for_each(o.columns.lanes, [&](ExprRef col, int lanes) {
-    ExprRef inner = mul_add(xhat(col, lanes), bc(c2, lanes), bc(c1, lanes), o.fma_dx);
-    row.store_as(buf.dx, col, mul(sub(wdy(col, lanes), inner), bc(rstd, lanes)));
+  c.c1 = b.let("c1", mul(s1, inv_n));
+  c.c2 = b.let("c2", mul(s2, inv_n));
+  return c;
+}
+
+// dx = (dy*w - (xhat*c2 + c1)) * rstd at columns [col, col + lanes) of the row, in f32.
+ExprRef centered_dx_at(const Request& r, const NormBackwardOrder& o, const Buffers& buf, const CenteredRow& c, const ExprRef& col, int lanes) {
+  auto ld = [&](int buffer) { return c.row.load_as(buffer, col, lanes, f32); };
+  ExprRef xhat = mul(sub(ld(buf.x), bc(c.mean, lanes)), bc(c.rstd, lanes));
+  ExprRef wdy = r.has_weight ? mul(ld(buf.dy), ld(buf.weight)) : ld(buf.dy);
+  ExprRef inner = mul_add(xhat, bc(c.c2, lanes), bc(c.c1, lanes), o.fma_dx);
+  return mul(sub(wdy, inner), bc(c.rstd, lanes));
+}
+
+// Stage 1 of the two-pass schedule, the centered form: an instance per row.
+void centered_dx(Builder& b, const Request& r, const NormBackwardOrder& o, const Buffers& buf) {
+  const CenteredRow c = centered_row(b, r, o, buf, program_id(0));
+  c.row.for_each(o.columns.lanes, [&](ExprRef col, int lanes) { c.row.store_as(buf.dx, col, centered_dx_at(r, o, buf, c, col, lanes)); });
+}
+
+// The weight gradients as column sums: dweight = sum(dy * xhat), dbias = sum(dy).
+std::vector<ColumnSum> weight_gradient_sums(const NormBackwardOrder& o, const Buffers& buf) {
+  std::vector<ColumnSum> sums;
+  if (buf.dweight >= 0) {
+    ColumnSum s;
+    s.out = buf.dweight;
+    s.label = "dweight";
+    if (o.kind == NormBackwardOrder::Kind::TorchCpu) {
+      // gbuf = fma(dy, fma(a, x, (-a)*mean), gbuf): the term and the accumulation in one.
+      s.accumulate = [buf, fused = o.fma](const ColumnRow& cr, ExprRef acc) {
+        ExprRef a = bc(cr.stat(buf.rstd), cr.lanes);
+        ExprRef shift = bc(mul(unary(Op::Neg, cr.stat(buf.rstd)), cr.stat(buf.mean)), cr.lanes);
+        return mul_add(cr.load(buf.dy), mul_add(a, cr.load(buf.x), shift, fused), acc, fused);
+      };
+    } else {
+      s.accumulate = [buf, fused = o.columns.fma](const ColumnRow& cr, ExprRef acc) {
+        ExprRef xhat = mul(sub(cr.load(buf.x), bc(cr.stat(buf.mean), cr.lanes)), bc(cr.stat(buf.rstd), cr.lanes));
+        return mul_add(cr.load(buf.dy), xhat, acc, fused);
+      };
+    }
+    sums.push_back(std::move(s));
+  }
+  if (buf.dbias >= 0) {
+    ColumnSum s;
+    s.out = buf.dbias;
+    s.label = "dbias";
+    s.accumulate = [buf](const ColumnRow& cr, ExprRef acc) { return add(acc, cr.load(buf.dy)); };
+    sums.push_back(std::move(s));
+  }
+  return sums;
+}
+
+// The one-pass schedule's first stage: an instance per block of B rows. Its sums start at +0;
+// each row adds its terms, in row order, as it writes its dx. Every value a column needs is bound
+// to a local before that column's stores, so the backend reuses each load of dy and x (it cannot
+// tell that a store to dx leaves them unchanged). Carrying the sums through groups of 2 or 4 rows
+// in registers, which reads and writes the workspace once per group, was slower (8192 x 4096 f32,
+// 2 threads: 20.4 ms one row at a time, 21.2 in pairs, 27.3 in fours; bf16 16.3, 16.1, 17.3) and
+// took 2 to 3 times the compile time: a group's rows no longer fit in the L1 cache.
+void block_rows_dx(Builder& b, const Request& r, const NormBackwardOrder& o, const Buffers& buf) {
+  Kernel& k = b.kernel();
+  const int64_t N = r.cols, B = o.columns.block_rows;
+  const std::vector<ColumnSum> sums = weight_gradient_sums(o, buf);
+  const int64_t S = int64_t(sums.size());
+  const int L = o.columns.lanes;
+  k.rows_per_instance = B;
+  ExprRef block = b.let("block_sums_at", mul(program_id(0), index_const(S * N)));
+  auto at = [&](size_t s, const ExprRef& col) { return add(block, add(index_const(int64_t(s) * N), col)); };
+  const int64_t whole = S * N - S * N % L;
+  b.for_range("zero", index_const(0), index_const(whole), L, [&](ExprRef i) { b.store(buf.block_sums, add(block, i), f32c(0.0, L)); });
+  b.for_range("zero.tail", index_const(whole), index_const(S * N), 1, [&](ExprRef i) { b.store(buf.block_sums, add(block, i), f32c(0.0)); });
+  // The block's rows: [B * block, min(rows, B * (block + 1))).
+  ExprRef first = mul(program_id(0), index_const(B));
+  ExprRef end = binary(Op::Min, launch_rows(), mul(add(program_id(0), index_const(1)), index_const(B)));
+  b.for_per_instance("row_of_block", first, end, 1, [&](ExprRef i) {
+    const CenteredRow c = centered_row(b, r, o, buf, i);
+    c.row.for_each(L, [&](ExprRef col, int lanes) {
+      ExprRef dx = b.let("dx", centered_dx_at(r, o, buf, c, col, lanes));
+      const ColumnRow cr{b, i, col, nullptr, lanes, N};
+      std::vector<ExprRef> acc;
+      for (size_t s = 0; s < sums.size(); ++s)
+        acc.push_back(b.let(sums[s].label + ".block", sums[s].accumulate(cr, load(k, buf.block_sums, at(s, col), lanes))));
+      c.row.store_as(buf.dx, col, dx);
+      for (size_t s = 0; s < sums.size(); ++s) b.store(buf.block_sums, at(s, col), acc[s]);
+    });
   });
 }
 
@@ -134,12 +238,17 @@ std::vector<Kernel> build_layer_norm_backward(const Request& r, const Order& ord
   const NormBackwardOrder& o = order.norm_backward;
   std::vector<Kernel> stages(1);
   Kernel& rows = stages[0];
-  rows.name = "layer_norm_backward_dx";
   {
     Builder b(rows);
-    const Buffers buf = declare(b, r);
-    if (o.kind == NormBackwardOrder::Kind::TorchCpu) torch_cpu_dx(b, r, o, buf);
-    else centered_dx(b, r, o, buf);
+    const Buffers buf = declare(b, r, o);
+    if (one_pass(r, o)) {
+      rows.name = "layer_norm_backward_dx_and_block_sums";
+      block_rows_dx(b, r, o, buf);
+    } else {
+      rows.name = "layer_norm_backward_dx";
+      if (o.kind == NormBackwardOrder::Kind::TorchCpu) torch_cpu_dx(b, r, o, buf);
+      else centered_dx(b, r, o, buf);
+    }
   }
   if (!r.has_weight && !r.has_bias) return stages;
 
@@ -147,38 +256,11 @@ std::vector<Kernel> build_layer_norm_backward(const Request& r, const Order& ord
   Kernel& cols = stages.emplace_back();
   cols.name = "layer_norm_backward_dweight";
   Builder b(cols);
-  const Buffers buf = declare(b, r);
+  const Buffers buf = declare(b, r, o);
   const bool reduced = size_bytes(r.x_dtype) == 2;
-  std::vector<ColumnSum> sums;
-  if (r.has_weight) {
-    ColumnSum s;
-    s.out = buf.dweight;
-    s.label = "dweight";
-    if (o.kind == NormBackwardOrder::Kind::TorchCpu) {
-      // gbuf = fma(dy, fma(a, x, (-a)*mean), gbuf): the term and the accumulation in one.
-      s.accumulate = [&, fused = o.fma](const ColumnRow& cr, ExprRef acc) {
-        ExprRef a = bc(cr.stat(buf.rstd), cr.lanes);
-        ExprRef shift = bc(mul(unary(Op::Neg, cr.stat(buf.rstd)), cr.stat(buf.mean)), cr.lanes);
-        return mul_add(cr.load(buf.dy), mul_add(a, cr.load(buf.x), shift, fused), acc, fused);
-      };
-    } else {
-      s.accumulate = [&, fused = o.columns.fma](const ColumnRow& cr, ExprRef acc) {
-        ExprRef xhat = mul(sub(cr.load(buf.x), bc(cr.stat(buf.mean), cr.lanes)), bc(cr.stat(buf.rstd), cr.lanes));
-        return mul_add(cr.load(buf.dy), xhat, acc, fused);
-      };
-    }
-    sums.push_back(std::move(s));
-  }
-  if (r.has_bias) {
-    ColumnSum s;
-    s.out = buf.dbias;
-    s.label = "dbias";
-    s.accumulate = [&](const ColumnRow& cr, ExprRef acc) { return add(acc, cr.load(buf.dy)); };
-    sums.push_back(std::move(s));
-  }
   ColumnSumOrder columns = o.columns;
   if (columns.kind == ColumnSumOrder::Kind::ThreadSlots) columns.round_slots = columns.round_slots && reduced;
-  emit_column_sums(b, columns, r.cols, r.x_dtype, sums, cuda_target(r));
+  emit_column_sums(b, columns, r.cols, r.x_dtype, weight_gradient_sums(o, buf), cuda_target(r), buf.block_sums);
   return stages;
 }
 

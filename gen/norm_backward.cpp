@@ -429,7 +429,7 @@ void span_column_sums(Builder& b, const ColumnSumOrder& order, int64_t n, const 
 
 // ThreadSlots and BlockTree over columns [0, n): an instance per tile of columns.
 void tiled_column_sums(Builder& b, const ColumnSumOrder& order, int64_t n, ScalarType storage, const std::vector<ColumnSum>& sums,
-                       bool one_column) {
+                       bool one_column, int block_sums) {
   Kernel& k = b.kernel();
   // An instance takes `per` vectors of L columns side by side: each row then reads per*L
   // contiguous elements of every input (a page walk serves more of them). Columns are
@@ -550,9 +550,18 @@ void tiled_column_sums(Builder& b, const ColumnSumOrder& order, int64_t n, Scala
         return binary(Op::Rem, div(value, b.get(bit_value)), index_const(2));
       };
       b.for_range("block", index_const(0), blocks, 1, [&](ExprRef j) {
-        each([&](size_t s, const Slot& sl) { set(block, s, sl, zero()); });
-        ExprRef end = binary(Op::Min, M, mul(add(j, index_const(1)), index_const(B)));
-        b.for_range("row", mul(j, index_const(B)), end, 1, [&](ExprRef i) { accumulate_row(i, block, false); });
+        if (block_sums >= 0) {
+          // Block j's sums as the rows' stage left them: element (j * sums + s) * n + column.
+          ExprRef at = b.let("block_sums_at", mul(j, index_const(int64_t(sums.size()) * n)));
+          each([&](size_t s, const Slot& sl) {
+            ExprRef base = add(at, index_const(int64_t(s) * n));
+            set(block, s, sl, sl.cols ? gather(k, block_sums, add(broadcast(base, L), sl.cols)) : load(k, block_sums, add(base, sl.first_col), L));
+          });
+        } else {
+          each([&](size_t s, const Slot& sl) { set(block, s, sl, zero()); });
+          ExprRef end = binary(Op::Min, M, mul(add(j, index_const(1)), index_const(B)));
+          b.for_range("row", mul(j, index_const(B)), end, 1, [&](ExprRef i) { accumulate_row(i, block, false); });
+        }
         // Carry up while bit l of j is set; the first clear bit's level keeps the carry. The
         // block accumulators become the carry.
         b.assign(carrying, index_const(1));
@@ -593,13 +602,14 @@ void tiled_column_sums(Builder& b, const ColumnSumOrder& order, int64_t n, Scala
 
 void emit_column_sums(Builder& b, const ColumnSumOrder& order, int64_t n, const ColumnSpan& span, ScalarType storage,
                       const std::vector<ColumnSum>& sums, bool one_column) {
-  if (span.walk == ColumnSpan::Walk::Order && span.first == 0 && span.end == n) return tiled_column_sums(b, order, n, storage, sums, one_column);
+  if (span.walk == ColumnSpan::Walk::Order && span.first == 0 && span.end == n) return tiled_column_sums(b, order, n, storage, sums, one_column, -1);
   span_column_sums(b, order, n, span, sums, one_column);
 }
 
 void emit_column_sums(Builder& b, const ColumnSumOrder& order, int64_t n, ScalarType storage, const std::vector<ColumnSum>& sums,
-                      bool one_column) {
-  tiled_column_sums(b, order, n, storage, sums, one_column);
+                      bool one_column, int block_sums) {
+  if (block_sums >= 0 && order.kind != ColumnSumOrder::Kind::BlockTree) throw Error("internal: only a block tree combines block sums");
+  tiled_column_sums(b, order, n, storage, sums, one_column, block_sums);
 }
 
 }  // namespace ordo::gen

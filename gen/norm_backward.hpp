@@ -36,10 +36,6 @@ struct VecReduceAll {
 ir::ExprRef emit_vec_reduce_all(ir::Builder& b, const VecReduceAll& o, int64_t n, const TermFn& term, const std::string& label);
 // Several sums of one row, each in that order, their whole-vector steps in one loop (the row is
 // read once): the same bits as one emit_vec_reduce_all per sum. Returns the sums in order.
-struct LabelledTerm {
-  TermFn term;
-  std::string label;
-};
 std::vector<ir::ExprRef> emit_vec_reduce_all(ir::Builder& b, const VecReduceAll& o, int64_t n, const std::vector<LabelledTerm>& sums);
 
 // softmax_backward's row sum s by its order (ir::SoftmaxBackwardOrder, gen/softmax_backward.cpp):
@@ -99,7 +95,10 @@ std::vector<ColumnSpan> column_spans(const ir::ColumnSumOrder& order, int64_t n)
 void emit_column_sums(ir::Builder& b, const ir::ColumnSumOrder& order, int64_t n, const ColumnSpan& span, ScalarType storage,
                       const std::vector<ColumnSum>& sums, bool one_column);
 // The whole row (orders with a single span).
+// `block_sums`: for BlockTree, a workspace (ir::Extent::row_blocks, f32, laid out [block][sum]
+// [column]) that already holds each block's sums, as BlockTree forms them from the rows; the stage
+// then only combines them. -1: the stage sums the rows itself.
 void emit_column_sums(ir::Builder& b, const ir::ColumnSumOrder& order, int64_t n, ScalarType storage, const std::vector<ColumnSum>& sums,
-                      bool one_column);
+                      bool one_column, int block_sums = -1);
 
 }  // namespace ordo::gen

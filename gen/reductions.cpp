@@ -136,45 +136,63 @@ ExprRef emit_pairwise(Builder& b, const SumOrder& o, const Arith& ar, int64_t n,
   return b.get(S[0]);
 }
 
-ExprRef emit_lane_tree(Builder& b, const SumOrder& o, const Arith& ar, int64_t n, const TermFn& term) {
+// The lane tree of every term function, each in its own accumulators: the same operations as one
+// lane tree per function, whose steady loops run as one loop (each row element is read once).
+std::vector<ExprRef> emit_lane_trees(Builder& b, const SumOrder& o, const Arith& ar, int64_t n, const std::vector<TermFn>& terms) {
   const int V = o.lanes;
   const int64_t nvec = n / V;
-  int acc = b.local("sum", Type{ar.t, 1});
+  std::vector<ExprRef> out;
   if (nvec == 0) {  // fewer terms than lanes: sequential from the first term
-    b.assign(acc, first_value(ar, term(index_const(0), 1)));
-    emit_sequential(b, ar, acc, 1, n, term, o.fma);
-    return b.get(acc);
+    for (const TermFn& term : terms) {
+      int acc = b.local("sum", Type{ar.t, 1});
+      b.assign(acc, first_value(ar, term(index_const(0), 1)));
+      emit_sequential(b, ar, acc, 1, n, term, o.fma);
+      out.push_back(b.get(acc));
+    }
+    return out;
   }
   const int A = static_cast<int>(std::min<int64_t>(o.accumulators, nvec));
-  std::vector<int> accs;
-  for (int j = 0; j < A; ++j) {
-    accs.push_back(b.local(fmt::format("acc{}", j), Type{ar.t, V}));
-    b.assign(accs.back(), first_value(ar, term(index_const(int64_t(j) * V), V)));
-  }
+  std::vector<std::vector<int>> accs(terms.size());
+  for (size_t s = 0; s < terms.size(); ++s)
+    for (int j = 0; j < A; ++j) {
+      accs[s].push_back(b.local(fmt::format("acc{}", j), Type{ar.t, V}));
+      b.assign(accs[s].back(), first_value(ar, terms[s](index_const(int64_t(j) * V), V)));
+    }
   const int64_t groups_end = A + (nvec - A) / A * A;  // vectors [A, groups_end) in whole groups of A
   if (groups_end > A)
     b.for_range("k", index_const(int64_t(A) * V), index_const(groups_end * V), int64_t(A) * V, [&](ExprRef k) {
-      for (int j = 0; j < A; ++j)
-        b.assign(accs[size_t(j)], accumulate(ar, b.get(accs[size_t(j)]), term(add(k, index_const(int64_t(j) * V)), V), o.fma));
+      for (size_t s = 0; s < terms.size(); ++s)
+        for (int j = 0; j < A; ++j)
+          b.assign(accs[s][size_t(j)], accumulate(ar, b.get(accs[s][size_t(j)]), terms[s](add(k, index_const(int64_t(j) * V)), V), o.fma));
     });
-  for (int64_t k = groups_end; k < nvec; ++k) {
-    int a = accs[size_t(k % A)];
-    b.assign(a, accumulate(ar, b.get(a), term(index_const(k * V), V), o.fma));
-  }
-  for (int j = 1; j < A; ++j) b.assign(accs[0], ar.add(b.get(accs[0]), b.get(accs[size_t(j)])));
-  std::vector<ExprRef> lanes = lanes_of(b.get(accs[0]));
-  if (o.tail_after_fold) {
+  for (size_t s = 0; s < terms.size(); ++s) {
+    const TermFn& term = terms[s];
+    for (int64_t k = groups_end; k < nvec; ++k) {
+      int a = accs[s][size_t(k % A)];
+      b.assign(a, accumulate(ar, b.get(a), term(index_const(k * V), V), o.fma));
+    }
+    for (int j = 1; j < A; ++j) b.assign(accs[s][0], ar.add(b.get(accs[s][0]), b.get(accs[s][size_t(j)])));
+    std::vector<ExprRef> lanes = lanes_of(b.get(accs[s][0]));
+    int acc = b.local("sum", Type{ar.t, 1});
+    if (o.tail_after_fold) {
+      b.assign(acc, fold_lanes(lanes, o.fold, ar));
+      const int64_t r = n % V, unfused = o.tail_unfused_group > 0 ? r - r % o.tail_unfused_group : 0;
+      for (int64_t t = 0; t < r; ++t)
+        b.assign(acc, accumulate(ar, b.get(acc), term(index_const(nvec * V + t), 1), o.fma && t >= unfused));
+      out.push_back(b.get(acc));
+      continue;
+    }
+    for (int64_t t = 0; t < n % V; ++t) {
+      lanes[size_t(t)] = b.let("lane", accumulate(ar, lanes[size_t(t)], term(index_const(nvec * V + t), 1), o.fma));
+    }
     b.assign(acc, fold_lanes(lanes, o.fold, ar));
-    const int64_t r = n % V, unfused = o.tail_unfused_group > 0 ? r - r % o.tail_unfused_group : 0;
-    for (int64_t t = 0; t < r; ++t)
-      b.assign(acc, accumulate(ar, b.get(acc), term(index_const(nvec * V + t), 1), o.fma && t >= unfused));
-    return b.get(acc);
+    out.push_back(b.get(acc));
   }
-  for (int64_t t = 0; t < n % V; ++t) {
-    lanes[size_t(t)] = b.let("lane", accumulate(ar, lanes[size_t(t)], term(index_const(nvec * V + t), 1), o.fma));
-  }
-  b.assign(acc, fold_lanes(lanes, o.fold, ar));
-  return b.get(acc);
+  return out;
+}
+
+ExprRef emit_lane_tree(Builder& b, const SumOrder& o, const Arith& ar, int64_t n, const TermFn& term) {
+  return emit_lane_trees(b, o, ar, n, {term}).at(0);
 }
 
 ExprRef emit_level_cascade(Builder& b, const SumOrder& o, const Arith& ar, int64_t n, const TermFn& term) {
@@ -403,6 +421,23 @@ ExprRef emit_sum(Builder& b, const SumOrder& o, const Arith& ar, int64_t n, cons
     result = b.get(acc);
   });
   return result;
+}
+
+std::vector<ExprRef> emit_sums(Builder& b, const SumOrder& o, const Arith& ar, int64_t n, const std::vector<LabelledTerm>& sums) {
+  if (o.kind != SumOrder::Kind::LaneTree || (o.outer_chunk > 0 && n > o.outer_chunk)) {
+    std::vector<ExprRef> out;
+    for (const LabelledTerm& s : sums) out.push_back(emit_sum(b, o, ar, n, s.term, s.label));
+    return out;
+  }
+  std::vector<TermFn> terms;
+  std::string label;
+  for (const LabelledTerm& s : sums) {
+    terms.push_back(s.term);
+    label += (label.empty() ? "" : ", ") + s.label;
+  }
+  std::vector<ExprRef> out;
+  b.region(label, describe(o), [&] { out = emit_lane_trees(b, o, ar, n, terms); });
+  return out;
 }
 
 // ---------------------------------------------------------------------------------------------

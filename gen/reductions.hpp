@@ -50,6 +50,14 @@ using LoadFn = std::function<ir::ExprRef(ir::ExprRef index, int lanes)>;
 // Sum of terms 0..n-1 in `order`; returns a read of a scalar local.
 ir::ExprRef emit_sum(ir::Builder& b, const ir::SumOrder& order, const Arith& ar, int64_t n, const TermFn& term,
                      const std::string& label);
+// Several sums over the same n columns, each in `order`: the same bits as one emit_sum per sum.
+// A lane tree (without outer chunks) runs their whole-vector steps in one loop, so a row is read
+// once for all of them. Returns the sums in order.
+struct LabelledTerm {
+  TermFn term;
+  std::string label;
+};
+std::vector<ir::ExprRef> emit_sums(ir::Builder& b, const ir::SumOrder& order, const Arith& ar, int64_t n, const std::vector<LabelledTerm>& sums);
 
 struct Moments {
   ir::ExprRef mean, var;  // scalars in the order's accumulation type; var = M2 / N

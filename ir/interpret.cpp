@@ -480,9 +480,12 @@ void interpret(const Kernel& k, const std::vector<BufferArg>& buffers, const std
       all.push_back(BufferArg{scratch.back().data(), b.per_row});
     }
   const size_t rank = static_cast<size_t>(k.grid_rank);
-  if (extents.size() != rank + 1 && (extents.size() != rank || !k.grid_over_rows))
+  if (extents.size() != rank + 1 && (extents.size() != rank || !k.grid_over_rows || k.rows_per_instance > 1))
     throw Error(fmt::format("interpreter: kernel {} has grid rank {}, got {} extents{}", k.name, k.grid_rank, extents.size(),
-                            k.grid_over_rows ? "" : " (a column stage also takes the launch's rows)"));
+                            k.grid_over_rows && k.rows_per_instance == 1 ? "" : " (this kernel also takes the launch's rows)"));
+  if (k.rows_per_instance > 1 && extents[0] != launch_extents(k, extents[rank])[0])
+    throw Error(fmt::format("interpreter: kernel {} takes blocks of {} rows: {} rows make {} instances, got {}", k.name, k.rows_per_instance,
+                            extents[rank], launch_extents(k, extents[rank])[0], extents[0]));
   const std::vector<int64_t> grid(extents.begin(), extents.begin() + static_cast<std::ptrdiff_t>(rank));
   Machine m{k, all, std::vector<int64_t>(rank, 0), grid, extents.size() > rank ? extents[rank] : extents[0],
             std::vector<Value>(k.locals.size()), {}};

@@ -143,12 +143,36 @@ std::string_view name(Extent e) {
     case Extent::rows: return "rows";
     case Extent::rows_by_fixed: return "rows*K";
     case Extent::scratch: return "scratch";
+    case Extent::row_blocks: return "ceil(rows/B)*K";
   }
   return "?";
 }
 
+std::optional<int64_t> launch_elements(Extent e, int64_t per_row, int64_t block_rows, int64_t rows, int64_t cols) {
+  int64_t per = 1, count = rows;
+  switch (e) {
+    case Extent::cols: return cols;
+    case Extent::scratch: return per_row;
+    case Extent::rows: break;
+    case Extent::rows_by_cols: per = cols; break;
+    case Extent::rows_by_fixed: per = per_row; break;
+    case Extent::row_blocks:
+      if (block_rows < 1) return std::nullopt;
+      count = rows / block_rows + (rows % block_rows != 0);
+      per = per_row;
+      break;
+  }
+  int64_t n = 0;
+  if (__builtin_mul_overflow(count, per, &n)) return std::nullopt;
+  return n;
+}
+
 int Builder::buffer(std::string name, ScalarType elem, bool output, Extent extent, int64_t per_row) {
   k_.buffers.push_back(Buffer{std::move(name), elem, output, extent, per_row});
+  return static_cast<int>(k_.buffers.size()) - 1;
+}
+int Builder::workspace(std::string name, ScalarType elem, int64_t block_rows, int64_t per_block) {
+  k_.buffers.push_back(Buffer{std::move(name), elem, true, Extent::row_blocks, per_block, block_rows});
   return static_cast<int>(k_.buffers.size()) - 1;
 }
 ExprRef table(int id, ExprRef index) {
@@ -195,6 +219,17 @@ const Kernel::RefusedLaunch* refusal(const Kernel& k, int64_t rows) {
   for (const Kernel::RefusedLaunch& r : k.refused_launches)
     if (r.refuses(rows)) return &r;
   return nullptr;
+}
+
+std::vector<int64_t> launch_extents(const Kernel& k, int64_t rows) {
+  std::vector<int64_t> extents;
+  if (k.grid_over_rows) {
+    const int64_t per = std::max<int64_t>(1, k.rows_per_instance);
+    extents.push_back(rows / per + (rows % per != 0));
+  }
+  extents.insert(extents.end(), k.grid_fixed.begin(), k.grid_fixed.end());
+  extents.push_back(rows);
+  return extents;
 }
 
 int Builder::local(std::string name, Type t) {
@@ -402,6 +437,7 @@ std::string print(const Kernel& k) {
     std::string extent(name(b.extent));
     if (b.extent == Extent::rows_by_fixed) extent = fmt::format("rows*{}", b.per_row);
     if (b.extent == Extent::scratch) extent = fmt::format("scratch {}", b.per_row);
+    if (b.extent == Extent::row_blocks) extent = fmt::format("ceil(rows/{})*{}", b.block_rows, b.per_row);
     out += fmt::format("  {} {}: {}[{}]\n", b.output ? "out" : "in ", b.name, name(b.elem), extent);
   }
   for (size_t t = 0; t < k.tables.size(); ++t) {
@@ -412,7 +448,12 @@ std::string print(const Kernel& k) {
   }
   std::string fixed;
   for (int64_t e : k.grid_fixed) fixed += fmt::format(" x {}", e);
-  out += fmt::format("  grid rank {}{}{}\n", k.grid_rank, fixed.empty() ? "" : " (rows" + fixed + ")",
+  // The grid's dims: the rows (or blocks of them) for a kernel over rows, then the fixed ones.
+  std::string dims;
+  if (!k.grid_over_rows) dims = " (column stage:" + fixed.substr(2) + ")";
+  else if (k.rows_per_instance > 1) dims = fmt::format(" (blocks of {} rows{})", k.rows_per_instance, fixed);
+  else if (!fixed.empty()) dims = " (rows" + fixed + ")";
+  out += fmt::format("  grid rank {}{}{}\n", k.grid_rank, dims,
                      k.team > 1 ? fmt::format(", team of {} threads", k.team) : "");
   for (const Kernel::RefusedLaunch& r : k.refused_launches) out += fmt::format("  refuses {}: {}\n", r.condition(), r.why);
   out += "{\n";

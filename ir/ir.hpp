@@ -45,6 +45,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -208,6 +209,13 @@ enum class Extent : uint8_t {
                  // instance (shared by its threads in a team kernel: CUDA shared memory), not
                  // an argument of the kernel. Its contents are unspecified when the instance
                  // starts: gen/ writes an element before reading it.
+  row_blocks,    // ceil(rows / Buffer::block_rows) * K elements, K = Buffer::per_row: working
+                 // memory of one launch, K elements per block of block_rows rows, that the stages
+                 // of an op share (a backward's per-block partial weight gradients, written by the
+                 // rows' stage and summed by the column stage). An argument of every stage, after
+                 // the op's own; whoever launches allocates it (ordo's runtime does, so it is not
+                 // among CompiledKernel::args). Unspecified when the launch starts: the first stage
+                 // writes an element before any stage reads it.
 };
 std::string_view name(Extent e);
 
@@ -216,10 +224,19 @@ struct Buffer {
   ScalarType elem;  // any type but bool (the verifier's rule: a bool has no layout in memory)
   bool output = false;  // written by the kernel (scratch buffers count as outputs)
   Extent extent = Extent::rows_by_cols;
-  int64_t per_row = 0;  // rows_by_fixed and scratch: the K above
+  int64_t per_row = 0;  // rows_by_fixed, scratch and row_blocks: the K above
+  int64_t block_rows = 0;  // row_blocks: rows per block
 };
 // The kernel's arguments are its non-scratch buffers, which come first (the verifier checks).
 inline bool is_argument(const Buffer& b) { return b.extent != Extent::scratch; }
+// A launch's working memory (Extent::row_blocks): an argument the launcher allocates.
+inline bool is_workspace(const Buffer& b) { return b.extent == Extent::row_blocks; }
+// Elements of a buffer of that extent in a launch of `rows` rows of N = cols columns (scratch:
+// per instance); nullopt when that overflows int64.
+std::optional<int64_t> launch_elements(Extent e, int64_t per_row, int64_t block_rows, int64_t rows, int64_t cols);
+inline std::optional<int64_t> launch_elements(const Buffer& b, int64_t rows, int64_t cols) {
+  return launch_elements(b.extent, b.per_row, b.block_rows, rows, cols);
+}
 
 struct Local {
   std::string name;
@@ -241,6 +258,10 @@ struct Kernel {
   // weight gradients of a backward op, a sum over every row, in an order that does not depend on
   // how the launch is split.
   bool grid_over_rows = true;
+  // A kernel over rows whose instance is a block of this many consecutive rows: grid dim 0's
+  // extent is ceil(rows / rows_per_instance), and the last block may be shorter (a per-instance
+  // loop walks min(rows_per_instance, rows - first row) of them). 1: an instance per row.
+  int64_t rows_per_instance = 1;
   // Threads per program instance. 1: the body is one thread's program. > 1: a team kernel (see
   // the top of this file); CUDA runs an instance as one block of `team` threads.
   int team = 1;
@@ -269,6 +290,10 @@ struct Kernel {
 
 // The refusal for a launch of `rows` rows, if the kernel refuses it (the first that applies).
 const Kernel::RefusedLaunch* refusal(const Kernel& k, int64_t rows);
+
+// What every backend's entry takes for a launch of `rows` rows: the grid's extents (the row dim
+// ceil(rows / rows_per_instance) for a kernel over rows, then the fixed dims), then the rows.
+std::vector<int64_t> launch_extents(const Kernel& k, int64_t rows);
 
 // Expression constructors. They infer the result type from the operands; the verifier checks
 // that the operands agree.
@@ -307,6 +332,8 @@ class Builder {
   Kernel& kernel() { return k_; }
 
   int buffer(std::string name, ScalarType elem, bool output, Extent extent, int64_t per_row = 0);
+  // An Extent::row_blocks buffer: per_block elements for each block of block_rows rows.
+  int workspace(std::string name, ScalarType elem, int64_t block_rows, int64_t per_block);
   int local(std::string name, Type t);
   // A fresh local assigned `value` now; returns a read of it.
   ExprRef let(std::string name, ExprRef value);

@@ -406,13 +406,22 @@ std::string verify(const Kernel& k) {
                        k.grid_over_rows ? "" : " (a column stage fixes every dimension)");
   for (int64_t e : k.grid_fixed)
     if (e < 1) return fmt::format("kernel {}: fixed grid extent {} is not positive", k.name, e);
-  bool seen_scratch = false;
+  if (k.rows_per_instance < 1 || (k.rows_per_instance > 1 && !k.grid_over_rows))
+    return fmt::format("kernel {}: {} rows per instance{}", k.name, k.rows_per_instance,
+                       k.grid_over_rows ? " is not positive" : " in a column stage, whose grid is fixed");
+  bool seen_scratch = false, seen_workspace = false;
   for (const Buffer& b : k.buffers) {
-    const bool sized = b.extent == Extent::rows_by_fixed || b.extent == Extent::scratch;
+    const bool sized = b.extent == Extent::rows_by_fixed || b.extent == Extent::scratch || is_workspace(b);
     if (sized && b.per_row < 1) return fmt::format("kernel {}: buffer {} needs a positive size per row, got {}", k.name, b.name, b.per_row);
     if (b.extent == Extent::scratch && !b.output) return fmt::format("kernel {}: scratch buffer {} must be writable", k.name, b.name);
+    if (is_workspace(b) && (!b.output || b.block_rows < 1))
+      return fmt::format("kernel {}: workspace {} must be writable, with a positive block of rows (got {})", k.name, b.name, b.block_rows);
     if (seen_scratch && is_argument(b)) return fmt::format("kernel {}: argument {} follows a scratch buffer", k.name, b.name);
+    // The op's own arguments are a prefix: the runtime appends the workspaces it allocates.
+    if (seen_workspace && !is_workspace(b) && is_argument(b))
+      return fmt::format("kernel {}: argument {} follows a workspace", k.name, b.name);
     seen_scratch |= !is_argument(b);
+    seen_workspace |= is_workspace(b);
   }
   // Memory holds numbers only. A bool has no agreed layout in memory: the interpreter keeps one
   // byte per lane, while LLVM packs a vector of i1 into bits.

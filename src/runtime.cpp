@@ -298,16 +298,26 @@ KernelHandle compile_new(const Request& r, bool share_programs) {
     CompiledKernel::Stage& s = k->stages_.emplace_back();
     s.kernel = std::move(kernel);
   }
-  for (const ir::Buffer& b : k->stages_[0].kernel.buffers)
-    if (ir::is_argument(b)) k->args_.push_back(ArgSpec{b.name, b.elem, b.output, b.extent, b.per_row});
+  // The caller's arguments; the workspaces follow them, and run() allocates those.
+  for (const ir::Buffer& b : k->stages_[0].kernel.buffers) {
+    if (ir::is_workspace(b)) k->workspaces_.push_back(b);
+    else if (ir::is_argument(b)) k->args_.push_back(ArgSpec{b.name, b.elem, b.output, b.extent, b.per_row});
+  }
   // Every stage takes the op's arguments, in one order (gen/gen.hpp, build_stages).
   for (const CompiledKernel::Stage& s : k->stages_) {
-    std::vector<ArgSpec> args;
+    std::vector<const ir::Buffer*> args;
     for (const ir::Buffer& b : s.kernel.buffers)
-      if (ir::is_argument(b)) args.push_back(ArgSpec{b.name, b.elem, b.output, b.extent, b.per_row});
-    bool same = args.size() == k->args_.size();
-    for (size_t i = 0; same && i < args.size(); ++i)
-      same = args[i].name == k->args_[i].name && args[i].dtype == k->args_[i].dtype && args[i].extent == k->args_[i].extent;
+      if (ir::is_argument(b)) args.push_back(&b);
+    bool same = args.size() == k->args_.size() + k->workspaces_.size();
+    for (size_t i = 0; same && i < args.size(); ++i) {
+      const ir::Buffer& a = *args[i];
+      if (i < k->args_.size()) {
+        same = a.name == k->args_[i].name && a.elem == k->args_[i].dtype && a.extent == k->args_[i].extent;
+      } else {
+        const ir::Buffer& w = k->workspaces_[i - k->args_.size()];
+        same = a.name == w.name && a.elem == w.elem && a.extent == w.extent && a.per_row == w.per_row && a.block_rows == w.block_rows;
+      }
+    }
     if (!same) throw Error(fmt::format("internal: stage {} of {} takes other arguments than stage 0", s.kernel.name, name(r.op)));
   }
   for (CompiledKernel::Stage& s : k->stages_) {
@@ -405,7 +415,18 @@ void CompiledKernel::run(const std::vector<BufferRef>& buffers, int64_t rows, in
   for (const Stage& s : stages_)
     if (const ir::Kernel::RefusedLaunch* r = ir::refusal(s.kernel, rows)) throw Error(fmt::format("rows={}: {}", rows, r->why));
   if (rows == 0) return;
-  for (const Stage& s : stages_) run_stage(s, ptrs, views, buffers, rows, threads, stores);
+  // The workspaces: this launch's, uninitialized (the first stage writes before any reads).
+  std::vector<std::unique_ptr<std::byte[]>> workspace_memory;
+  std::vector<BufferRef> all_buffers = buffers;
+  for (const ir::Buffer& w : workspaces_) {
+    const std::optional<int64_t> elements = ir::launch_elements(w, rows, request_.cols);
+    if (!elements || *elements > kMaxElements) throw Error(fmt::format("{}: rows={} makes a workspace of more than 2^59 elements", w.name, rows));
+    workspace_memory.emplace_back(new std::byte[static_cast<size_t>(*elements * size_bytes(w.elem))]);
+    ptrs.push_back(workspace_memory.back().get());
+    views.push_back(ir::BufferArg{workspace_memory.back().get(), *elements});
+    all_buffers.push_back(BufferRef{workspace_memory.back().get(), *elements, w.elem});
+  }
+  for (const Stage& s : stages_) run_stage(s, ptrs, views, all_buffers, rows, threads, stores);
 }
 
 // One stage over the launch. Its grid: the rows (then any fixed dims), or for a column stage its
@@ -413,23 +434,18 @@ void CompiledKernel::run(const std::vector<BufferRef>& buffers, int64_t rows, in
 void CompiledKernel::run_stage(const Stage& s, const std::vector<void*>& ptrs, const std::vector<ir::BufferArg>& views,
                                const std::vector<BufferRef>& buffers, int64_t rows, int threads, Stores stores) const {
   const ir::Kernel& k = s.kernel;
-  std::vector<int64_t> extents;
+  const std::vector<int64_t> extents = ir::launch_extents(k, rows);
   int64_t instances = 1;
-  if (k.grid_over_rows) {
-    extents.push_back(rows);
-    instances = rows;
-  }
-  for (int64_t e : k.grid_fixed) {
-    extents.push_back(e);
-    if (__builtin_mul_overflow(instances, e, &instances)) throw Error(fmt::format("rows={} makes more than 2^63 program instances", rows));
-  }
-  extents.push_back(rows);
+  for (size_t d = 0; d + 1 < extents.size(); ++d)
+    if (__builtin_mul_overflow(instances, extents[d], &instances)) throw Error(fmt::format("rows={} makes more than 2^63 program instances", rows));
   if (s.cuda_device || s.cuda_emu) {
     std::vector<cuda_backend::BufferView> views_cuda;
     std::vector<std::string> names;
-    for (size_t i = 0; i < args_.size(); ++i) {
-      views_cuda.push_back({buffers[i].data, buffers[i].elements * size_bytes(args_[i].dtype), args_[i].output});
-      names.push_back(args_[i].name);
+    for (size_t i = 0; i < buffers.size(); ++i) {
+      const bool workspace = i >= args_.size();
+      const ScalarType dtype = workspace ? workspaces_[i - args_.size()].elem : args_[i].dtype;
+      views_cuda.push_back({buffers[i].data, buffers[i].elements * size_bytes(dtype), workspace || args_[i].output});
+      names.push_back(workspace ? workspaces_[i - args_.size()].name : args_[i].name);
     }
     if (s.cuda_device) return s.cuda_device->launch(views_cuda, extents);
     // cuda-emu: the host runs the launch's blocks; blocks are independent, so any split over the

@@ -39,11 +39,7 @@ struct ArgSpec {
   int64_t per_row = 0;  // Extent::rows_by_fixed: elements per row
   // Elements for a launch of `rows` rows; nullopt when that overflows int64.
   std::optional<int64_t> checked_elements(int64_t rows, int64_t cols) const {
-    if (extent == ir::Extent::cols) return cols;
-    const int64_t per = extent == ir::Extent::rows_by_cols ? cols : extent == ir::Extent::rows_by_fixed ? per_row : 1;
-    int64_t n = 0;
-    if (__builtin_mul_overflow(rows, per, &n)) return std::nullopt;
-    return n;
+    return ir::launch_elements(extent, per_row, 0, rows, cols);
   }
   // The same for sizes known to fit (buffers that exist).
   int64_t elements(int64_t rows, int64_t cols) const { return checked_elements(rows, cols).value_or(INT64_MAX); }
@@ -114,6 +110,9 @@ class CompiledKernel {
   ir::Order order_;
   std::vector<Stage> stages_;
   std::vector<ArgSpec> args_;
+  // The launch's working memory (ir::Extent::row_blocks), after args_ in every stage's
+  // arguments: run() allocates it per launch.
+  std::vector<ir::Buffer> workspaces_;
   double compile_ms_ = 0, lower_ms_ = 0, optimize_ms_ = 0, codegen_ms_ = 0;
   bool from_disk_cache_ = false;
 };

@@ -77,24 +77,17 @@ inline void check_resolved(const Request& r, const ir::Order& order) {
   std::vector<ScalarType> types;
   for (const ir::Buffer& b : stages[0].buffers) {
     if (!ir::is_argument(b)) continue;  // scratch (team memory, attention's blocks): the kernel's own
-    const int64_t n = b.extent == ir::Extent::rows_by_cols    ? rows * r.cols
-                      : b.extent == ir::Extent::cols          ? r.cols
-                      : b.extent == ir::Extent::rows_by_fixed ? rows * b.per_row
-                                                              : rows;
+    const int64_t n = ir::launch_elements(b, rows, r.cols).value();
     storage.push_back(b.output ? std::vector<uint8_t>(static_cast<size_t>(n * size_bytes(b.elem)), 0) : special_values(b.elem, n));
     types.push_back(b.elem);
   }
   for (size_t i = 0; i < storage.size(); ++i)
     args.push_back(ir::BufferArg{storage[i].data(), static_cast<int64_t>(storage[i].size()) / size_bytes(types[i])});
   for (const ir::Kernel& k : stages) {
-    // The grid: the rows, then dims fixed at compile time (attention's query blocks), or a column
-    // stage's fixed dims alone; then the launch's rows.
-    std::vector<int64_t> extents;
-    if (k.grid_over_rows) extents.push_back(rows);
-    extents.insert(extents.end(), k.grid_fixed.begin(), k.grid_fixed.end());
-    extents.push_back(rows);
+    // The grid: the rows (or blocks of them), then dims fixed at compile time (attention's query
+    // blocks), or a column stage's fixed dims alone; then the launch's rows.
     try {
-      ir::interpret(k, args, extents);
+      ir::interpret(k, args, ir::launch_extents(k, rows));
     } catch (const std::exception& e) {
       broken(fmt::format("the interpreter rejected a generated kernel for {}: {}", r.key(), e.what()));
     }

@@ -17,8 +17,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 EXAMPLE = os.path.join(HERE, "..", "..", "examples", "offline_so.c")
 
 
-# A backward op is two kernels; its _run launches both. C that reads raw f32 inputs, runs the
-# layer_norm_backward kernel of one order, and writes dx, dweight and dbias raw.
+# A backward op is two kernels; its _run launches both (and allocates the workspace of the one-pass
+# schedule, batch-invariant's). C that reads raw f32 inputs, runs the layer_norm_backward kernel of
+# one order, and writes dx, dweight and dbias raw.
 BACKWARD_C = r'''
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,8 +42,9 @@ int main(int argc, char** argv) {
   float *mean = read_all(argv[4], rows), *rstd = read_all(argv[5], rows);
   float *dx = malloc(sizeof(float) * rows * n), *dw = malloc(sizeof(float) * n), *db = malloc(sizeof(float) * n);
   void* buffers[] = {dy, x, w, mean, rstd, dx, dw, db};
-  if (argv[6][0] == 't') ordo_layer_norm_backward_torch2_15_cpu_avx2_threads_2_n100_f32_run(buffers, rows);
-  else ordo_layer_norm_backward_batch_invariant_n100_f32_run(buffers, rows);
+  const int status = argv[6][0] == 't' ? ordo_layer_norm_backward_torch2_15_cpu_avx2_threads_2_n100_f32_run(buffers, rows)
+                                         : ordo_layer_norm_backward_batch_invariant_n100_f32_run(buffers, rows);
+  if (status != 0) return 5;
   write_all(argv[7], dx, rows * n);
   write_all(argv[8], dw, n);
   write_all(argv[9], db, n);
@@ -57,9 +59,20 @@ def backward_so(ordo, d):
     lib = os.path.join(d, "liblnb.so")
     subprocess.run([ordo, "build", "layer_norm_backward", "--orders", "torch2.15-cpu-avx2(threads=2),batch-invariant", "--cols", "100",
                     "-o", lib], check=True)
-    names = [k["name"] for k in json.load(open(os.path.join(d, "liblnb.json")))["kernels"]]
+    kernels = json.load(open(os.path.join(d, "liblnb.json")))["kernels"]
+    names = [k["name"] for k in kernels]
     if len(names) != 4 or not names[1].endswith("_stage2"):
         failures.append(f"backward manifest kernels: {names}")
+    # batch-invariant's one pass: an instance per block of 32 rows, and a workspace of dweight's
+    # and dbias's sums for each block, after the op's own arguments, in both stages.
+    elif kernels[2]["launch"]["grid"] != ["ceil(rows/32)"] or kernels[0]["launch"]["grid"] != ["rows"]:
+        failures.append(f"backward manifest grids: {kernels[0]['launch']['grid']}, {kernels[2]['launch']['grid']}")
+    else:
+        for k in kernels:
+            want = [{"name": "block_sums", "dtype": "f32", "elements": "ceil(rows/32)*200", "output": True, "workspace": True}]
+            got = [a for a in k["args"] if a.get("workspace")]
+            if got != (want if "batch_invariant" in k["name"] else []) or (got and k["args"][-1] != got[0]):
+                failures.append(f"{k['name']}: workspace arguments {got}")
     src, exe = os.path.join(d, "lnb.c"), os.path.join(d, "lnb")
     open(src, "w").write(BACKWARD_C)
     subprocess.run(["cc", "-O2", "-Wall", "-Werror", f"-I{d}", src, f"-L{d}", "-llnb", "-lm", f"-Wl,-rpath,{d}", "-o", exe], check=True)
