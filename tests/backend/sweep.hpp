@@ -297,8 +297,9 @@ inline int attention_vs_interpreter(Target target, bool reduced) {
     int64_t sq, sk, d;
   };
   // D = 72: past 64 and not a multiple of it (a block of 64 dims then one of 8; torch1.13-cpu-math's
-  // p @ v once read and wrote past the row there).
-  std::vector<Shape> shapes = {{1, 1, 32}, {7, 17, 32}, {17, 7, 64}, {9, 70, 32}, {16, 16, 128}, {5, 9, 72}};
+  // p @ v once read and wrote past the row there). The 16-bit key blocks are widened 32, 16 or 8
+  // values per step by whichever divides S_k * D: 9 x 72 takes 8, 5 x 16 takes 16, the rest 32.
+  std::vector<Shape> shapes = {{1, 1, 32}, {7, 17, 32}, {17, 7, 64}, {9, 70, 32}, {16, 16, 128}, {5, 9, 72}, {3, 5, 16}};
   if (reduced) shapes = {{7, 17, 32}, {17, 7, 64}};
   std::vector<std::pair<std::string, ScalarType>> orders;
   for (const gen::NamedOrder& n : gen::named_orders())
