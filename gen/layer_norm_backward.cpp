@@ -35,10 +35,7 @@ struct Buffers {
 };
 
 // Whether the request runs the one-pass schedule (the top of this file).
-bool one_pass(const Request& r, const NormBackwardOrder& o) {
-  return !cuda_target(r) && o.kind == NormBackwardOrder::Kind::Centered && o.columns.kind == ColumnSumOrder::Kind::BlockTree &&
-         (r.has_weight || r.has_bias);
-}
+bool one_pass(const Request& r, const NormBackwardOrder& o) { return one_pass_weight_gradients(r, o, r.has_weight || r.has_bias); }
 int weight_gradients(const Request& r) { return int(r.has_weight) + int(r.has_bias); }
 
 // The arguments, in the order every layer_norm_backward stage takes them. mean and rstd have the
@@ -196,42 +193,6 @@ std::vector<ColumnSum> weight_gradient_sums(const NormBackwardOrder& o, const Bu
   return sums;
 }
 
-// The one-pass schedule's first stage: an instance per block of B rows. Its sums start at +0;
-// each row adds its terms, in row order, as it writes its dx. Every value a column needs is bound
-// to a local before that column's stores, so the backend reuses each load of dy and x (it cannot
-// tell that a store to dx leaves them unchanged). Carrying the sums through groups of 2 or 4 rows
-// in registers, which reads and writes the workspace once per group, was slower (8192 x 4096 f32,
-// 2 threads: 20.4 ms one row at a time, 21.2 in pairs, 27.3 in fours; bf16 16.3, 16.1, 17.3) and
-// took 2 to 3 times the compile time: a group's rows no longer fit in the L1 cache.
-void block_rows_dx(Builder& b, const Request& r, const NormBackwardOrder& o, const Buffers& buf) {
-  Kernel& k = b.kernel();
-  const int64_t N = r.cols, B = o.columns.block_rows;
-  const std::vector<ColumnSum> sums = weight_gradient_sums(o, buf);
-  const int64_t S = int64_t(sums.size());
-  const int L = o.columns.lanes;
-  k.rows_per_instance = B;
-  ExprRef block = b.let("block_sums_at", mul(program_id(0), index_const(S * N)));
-  auto at = [&](size_t s, const ExprRef& col) { return add(block, add(index_const(int64_t(s) * N), col)); };
-  const int64_t whole = S * N - S * N % L;
-  b.for_range("zero", index_const(0), index_const(whole), L, [&](ExprRef i) { b.store(buf.block_sums, add(block, i), f32c(0.0, L)); });
-  b.for_range("zero.tail", index_const(whole), index_const(S * N), 1, [&](ExprRef i) { b.store(buf.block_sums, add(block, i), f32c(0.0)); });
-  // The block's rows: [B * block, min(rows, B * (block + 1))).
-  ExprRef first = mul(program_id(0), index_const(B));
-  ExprRef end = binary(Op::Min, launch_rows(), mul(add(program_id(0), index_const(1)), index_const(B)));
-  b.for_per_instance("row_of_block", first, end, 1, [&](ExprRef i) {
-    const CenteredRow c = centered_row(b, r, o, buf, i);
-    c.row.for_each(L, [&](ExprRef col, int lanes) {
-      ExprRef dx = b.let("dx", centered_dx_at(r, o, buf, c, col, lanes));
-      const ColumnRow cr{b, i, col, nullptr, lanes, N};
-      std::vector<ExprRef> acc;
-      for (size_t s = 0; s < sums.size(); ++s)
-        acc.push_back(b.let(sums[s].label + ".block", sums[s].accumulate(cr, load(k, buf.block_sums, at(s, col), lanes))));
-      c.row.store_as(buf.dx, col, dx);
-      for (size_t s = 0; s < sums.size(); ++s) b.store(buf.block_sums, at(s, col), acc[s]);
-    });
-  });
-}
-
 }  // namespace
 
 std::vector<Kernel> build_layer_norm_backward(const Request& r, const Order& order) {
@@ -243,7 +204,10 @@ std::vector<Kernel> build_layer_norm_backward(const Request& r, const Order& ord
     const Buffers buf = declare(b, r, o);
     if (one_pass(r, o)) {
       rows.name = "layer_norm_backward_dx_and_block_sums";
-      block_rows_dx(b, r, o, buf);
+      emit_block_rows(b, o.columns, r.cols, buf.dx, buf.block_sums, weight_gradient_sums(o, buf), [&](const ExprRef& i) {
+        auto c = std::make_shared<const CenteredRow>(centered_row(b, r, o, buf, i));
+        return BlockRow{c->row, [&, c](const ExprRef& col, int lanes) { return centered_dx_at(r, o, buf, *c, col, lanes); }};
+      });
     } else {
       rows.name = "layer_norm_backward_dx";
       if (o.kind == NormBackwardOrder::Kind::TorchCpu) torch_cpu_dx(b, r, o, buf);

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "gen/reductions.hpp"
+#include "gen/row.hpp"
 
 namespace ordo::gen {
 
@@ -100,5 +101,22 @@ void emit_column_sums(ir::Builder& b, const ir::ColumnSumOrder& order, int64_t n
 // then only combines them. -1: the stage sums the rows itself.
 void emit_column_sums(ir::Builder& b, const ir::ColumnSumOrder& order, int64_t n, ScalarType storage, const std::vector<ColumnSum>& sums,
                       bool one_column, int block_sums = -1);
+
+// The one-pass schedule of a BlockTree order on the CPU (gen/layer_norm_backward.cpp states it):
+// whether a request takes it, and its first stage. That stage is an instance per block of
+// order.block_rows rows (Kernel::rows_per_instance): it zeroes the block's sums in `block_sums`
+// (a workspace laid out [block][sum][column], as emit_column_sums reads it), then for each row
+// of the block in order calls `row` for the row's own work up to its elementwise pass, and walks
+// the columns once, storing the row's dx and adding the row's terms of every sum into the block's
+// sums (sums[s].accumulate, from +0 in row order: the column stage's own order for a block).
+// Every value a column needs is bound to a local before that column's stores, so the backend
+// reuses each load of dy and x (it cannot tell that a store to dx leaves them unchanged).
+bool one_pass_weight_gradients(const Request& r, const ir::NormBackwardOrder& o, bool has_column_sums);
+struct BlockRow {
+  Row row;  // the row, for the dx store
+  std::function<ir::ExprRef(const ir::ExprRef& col, int lanes)> dx;  // dx at the columns, in f32
+};
+void emit_block_rows(ir::Builder& b, const ir::ColumnSumOrder& order, int64_t n, int dx, int block_sums, const std::vector<ColumnSum>& sums,
+                     const std::function<BlockRow(const ir::ExprRef& row_index)>& row);
 
 }  // namespace ordo::gen

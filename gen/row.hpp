@@ -125,10 +125,11 @@ void in_team_if(ir::Builder& b, bool team, F&& body) {
   else body(ir::ExprRef());
 }
 
-// Stores a per-row statistic (f32 value) into element `row` of `buffer`.
-inline void store_stat(ir::Builder& b, int buffer, ir::ExprRef v) {
+// Stores a per-row statistic (f32 value) into element `row_index` of `buffer`: this instance's
+// row, or a row of an instance's block of rows.
+inline void store_stat(ir::Builder& b, int buffer, ir::ExprRef v, ir::ExprRef row_index = ir::program_id(0)) {
   ScalarType st = b.kernel().buffers[size_t(buffer)].elem;
-  b.store(buffer, ir::program_id(0), v->type.scalar == st ? v : ir::cast(v, st));
+  b.store(buffer, std::move(row_index), v->type.scalar == st ? v : ir::cast(v, st));
 }
 
 // Statistics leave the reduction in the accumulation type and continue in f32.

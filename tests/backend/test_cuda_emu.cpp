@@ -141,42 +141,52 @@ TEST_CASE("cuda-emu: a misaligned buffer is refused, naming it") {
   CHECK_NOTHROW(k->run({{x.data(), 128, ScalarType::f32}, {y.data(), 128, ScalarType::f32}}, 2));
 }
 
-// layer_norm_backward's centered orders with a block tree (fast, batch-invariant) have two
-// schedules of one order (gen/layer_norm_backward.cpp): the CPU's one pass, whose instances each
-// take a block of rows and leave its sums in a workspace, and CUDA's two stages, whose column
-// stage sums the rows itself. Row counts on both sides of the block sizes (32 and 64) and of a
-// second tree level; N across the vector width and its tail; every combination of weight and bias;
-// the mixed 16-bit x with f32 weight.
-TEST_CASE("layer_norm_backward: the CPU's one-pass schedule gives the bits of CUDA's two stages") {
+// layer_norm_backward's and rms_norm_backward's centered orders with a block tree (fast,
+// batch-invariant) have two schedules of one order (gen/layer_norm_backward.cpp): the CPU's one
+// pass, whose instances each take a block of rows and leave its sums in a workspace, and CUDA's
+// two stages, whose column stage sums the rows itself. Row counts on both sides of the block
+// sizes (32 and 64) and of a second tree level; N across the vector width and its tail; every
+// combination of weight and bias; the mixed 16-bit x with f32 weight; rms_norm's rstd given and
+// recomputed (then also an output, which the one pass reads back for dweight).
+TEST_CASE("layer_norm_backward, rms_norm_backward: the CPU's one-pass schedule gives the bits of CUDA's two stages") {
   struct Case {
+    OpKind op;
     const char* order;
     ScalarType dtype;
     std::optional<ScalarType> weight;
     bool has_weight, has_bias;
     int64_t n, rows;
+    bool saved_stats = true;
   };
+  const OpKind ln = OpKind::layer_norm_backward, rms = OpKind::rms_norm_backward;
   const Case cases[] = {
-      {"fast", ScalarType::f32, std::nullopt, true, true, 20, 130},
-      {"fast", ScalarType::f32, std::nullopt, true, false, 1, 64},
-      {"fast", ScalarType::f32, std::nullopt, false, true, 33, 65},
-      {"fast", ScalarType::bf16, std::nullopt, true, true, 100, 63},
-      {"fast", ScalarType::bf16, ScalarType::f32, true, true, 17, 200},
-      {"fast", ScalarType::f16, std::nullopt, true, true, 16, 129},
-      {"batch-invariant", ScalarType::f32, std::nullopt, true, true, 7, 97},
-      {"batch-invariant", ScalarType::bf16, std::nullopt, true, false, 48, 33},
+      {ln, "fast", ScalarType::f32, std::nullopt, true, true, 20, 130},
+      {ln, "fast", ScalarType::f32, std::nullopt, true, false, 1, 64},
+      {ln, "fast", ScalarType::f32, std::nullopt, false, true, 33, 65},
+      {ln, "fast", ScalarType::bf16, std::nullopt, true, true, 100, 63},
+      {ln, "fast", ScalarType::bf16, ScalarType::f32, true, true, 17, 200},
+      {ln, "fast", ScalarType::f16, std::nullopt, true, true, 16, 129},
+      {ln, "batch-invariant", ScalarType::f32, std::nullopt, true, true, 7, 97},
+      {ln, "batch-invariant", ScalarType::bf16, std::nullopt, true, false, 48, 33},
+      {rms, "fast", ScalarType::f32, std::nullopt, true, false, 20, 130},
+      {rms, "fast", ScalarType::bf16, std::nullopt, true, false, 33, 65, false},
+      {rms, "fast", ScalarType::f16, std::nullopt, true, false, 1, 64, false},
+      {rms, "batch-invariant", ScalarType::f32, std::nullopt, true, false, 100, 97},
   };
   int compared = 0;
   for (const Case& c : cases) {
     Request r;
-    r.op = OpKind::layer_norm_backward;
+    r.op = c.op;
     r.order = c.order;
     r.x_dtype = c.dtype;
     r.weight_dtype = c.weight;
     r.allow_mixed_dtypes = c.weight.has_value();
     r.has_weight = c.has_weight;
     r.has_bias = c.has_bias;
+    r.saved_stats = c.saved_stats;
     r.cols = c.n;
-    INFO(fmt::format("{} {} weight={} bias={} N={} rows={}", c.order, name(c.dtype), c.has_weight, c.has_bias, c.n, c.rows));
+    INFO(fmt::format("{} {} {} weight={} bias={} rstd given={} N={} rows={}", name(c.op), c.order, name(c.dtype), c.has_weight, c.has_bias,
+                     c.saved_stats, c.n, c.rows));
     r.target = Target::cpu;
     const std::vector<ir::Kernel> cpu = gen::build_stages(r, gen::resolve(r));
     REQUIRE(cpu.size() == 2);
@@ -187,12 +197,12 @@ TEST_CASE("layer_norm_backward: the CPU's one-pass schedule gives the bits of CU
     const auto on_emu = outputs_of(r, c.rows, 17 + uint64_t(compared), 0.25, 2.0);
     REQUIRE(on_cpu.size() == on_emu.size());
     for (size_t o = 0; o < on_cpu.size(); ++o) {
-      INFO("output " << o << " (dx, dweight, dbias as present)");
+      INFO("output " << o << " (in argument order)");
       CHECK(on_cpu[o] == on_emu[o]);
     }
     ++compared;
   }
-  MESSAGE(fmt::format("layer_norm_backward: {} cases, CPU one-pass schedule against CUDA's two stages, bitwise", compared));
+  MESSAGE(fmt::format("norm backward: {} cases, CPU one-pass schedule against CUDA's two stages, bitwise", compared));
 }
 
 // Attention on cuda-emu: the shapes of the CPU test in the full tier, else the reduced ones, each
