@@ -12,7 +12,8 @@ namespace ordo::gen {
 
 // Sleef 3.5 expf_u10 (FMA build; the function PyTorch's avx2/avx512 Vectorized<float>::exp
 // calls): Cody-Waite reduction by ln 2 in two parts, a degree-5 Horner polynomial, and a
-// two-step ldexp. Inputs below -104 give +0, above 100 give +inf.
+// two-step ldexp, whose one rounding is the IR's ldexp. Inputs below -104 give +0, above 100
+// give +inf.
 ir::ExprRef sleef_expf_u10(ir::Builder& b, ir::ExprRef d);
 // Sleef 3.5 logf_u10 (FMA build, xlogf_u1): exponent split, (m-1)/(m+1) in double-float
 // arithmetic, a degree-2 polynomial, and a double-float sum with e*ln 2.

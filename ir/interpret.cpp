@@ -7,6 +7,7 @@
 #include <bit>
 #include <climits>
 #include <cmath>
+#include <limits>
 #include <cstring>
 
 #include "ir/error.hpp"
@@ -231,6 +232,20 @@ struct Machine {
       case Op::Iota:
         for (int i = 0; i < n; ++i) v.lane[i].i = i;
         return v;
+      case Op::Ldexp: {
+        Value a = eval(*e.args[0]), b = eval(*e.args[1]);
+        for (int i = 0; i < n; ++i) {
+          const float x = a.lane[i].f32, m = std::fabs(x);
+          const int32_t k = static_cast<int32_t>(b.lane[i].i);  // an i32 lane keeps its low 32 bits
+          const bool defined = std::isnan(x) || (m >= 0.5f && m < 2.0f && k >= -250 && k <= 254);
+          // In the domain x * 2^k is exact in double; the conversion to f32 is the one rounding
+          // (to nearest, ties to even, into the subnormals too).
+          v.lane[i].f32 = std::isnan(x)  ? x
+                          : defined      ? static_cast<float>(std::ldexp(static_cast<double>(x), static_cast<int>(k)))
+                                         : std::numeric_limits<float>::quiet_NaN();
+        }
+        return v;
+      }
       case Op::Add: case Op::Sub: case Op::Mul: case Op::Div: case Op::Min: case Op::Max: case Op::Rem: {
         Value a = eval(*e.args[0]), b = eval(*e.args[1]);
         for (int i = 0; i < n; ++i) {

@@ -100,6 +100,13 @@ std::string to_string(Type t);
   X(Rem, 2, "rem") /* i64 only */                                                            \
   /* a*b+c with one rounding. Appears only where an Order asked for it. */                    \
   X(Fma, 3, "fma")                                                                           \
+  /* f32 args[0] times 2^(i32 args[1]), lane-wise, rounded once: defined when args[0] is NaN    \
+     (NaN), or in +-[0.5, 2) with args[1] in [-250, 254]. Elsewhere the value is unspecified    \
+     (the interpreter gives NaN), so a kernel must not let such a lane reach a result: Sleef's   \
+     exp discards them by its range selects. The domain is what makes every backend's form      \
+     exact: one vscalefps on AVX-512, x * 2^(n>>1) * 2^(n-(n>>1)) elsewhere (the first product  \
+     is exact there), CUDA's ldexpf. */                                                         \
+  X(Ldexp, 2, "ldexp")                                                                       \
   /* Correctly rounded square root. */                                                       \
   X(Sqrt, 1, "sqrt")                                                                         \
   /* Sign flip; exact. */                                                                    \

@@ -176,6 +176,10 @@ struct Verifier {
         if (!same(0, 1) || !same(0, 2) || arg_t(0) != t) return fail(e, "fma operand types differ");
         if (!arith) return fail(e, fmt::format("fma in {}", to_string(t)));
         return true;
+      case Op::Ldexp:
+        if (arg_t(0) != t || t.scalar != ScalarType::f32 || arg_t(1) != Type{ScalarType::i32, t.lanes})
+          return fail(e, "ldexp takes f32 and i32 operands of one lane count");
+        return true;
       case Op::Sqrt: case Op::Neg:
         if (arg_t(0) != t || !arith) return fail(e, fmt::format("{} needs f32 or f64", spelling(e.op)));
         return true;

@@ -126,6 +126,13 @@ ORDO_FN float bitcast_f32(int a) { return __int_as_float(a); }
 ORDO_FN i64 bitcast_i64(double a) { return __double_as_longlong(a); }
 ORDO_FN double bitcast_f64(i64 a) { return __longlong_as_double(a); }
 
+// a * 2^n, the IR's ldexp, within its domain (a NaN, or |a| in [0.5, 2) with n in [-250, 254]):
+// a * 2^(n>>1) is exact there (a normal result), so the second product is the one rounding.
+ORDO_FN float ldexp_(float a, int n) {
+  const int h = n >> 1;
+  return mul(mul(a, __int_as_float((h + 127) << 23)), __int_as_float((n - h + 127) << 23));
+}
+
 // ---- conversions (ir.hpp, Op::Cast) -------------------------------------------------------------
 // f32 <-> f16/bf16 are PTX's conversion instructions, the ones cuda_fp16.h and cuda_bf16.h use for
 // __float2half_rn, __half2float and (sm_80 on) __float2bfloat16_rn: round to nearest even, no
@@ -229,7 +236,7 @@ template <> struct make_lanes<0> { typedef lanes<> type; };
 ORDO_LANES2(add) ORDO_LANES2(sub) ORDO_LANES2(mul) ORDO_LANES2(div) ORDO_LANES2(rem)
 ORDO_LANES2(minimum) ORDO_LANES2(maximum)
 ORDO_LANES2(lt) ORDO_LANES2(le) ORDO_LANES2(eq) ORDO_LANES2(ne) ORDO_LANES2(and_) ORDO_LANES2(or_)
-ORDO_LANES2(shl) ORDO_LANES2(shr) ORDO_LANES2(bitand_)
+ORDO_LANES2(shl) ORDO_LANES2(shr) ORDO_LANES2(bitand_) ORDO_LANES2(ldexp_)
 ORDO_LANES1(sqrt) ORDO_LANES1(neg) ORDO_LANES1(bitcast_i32) ORDO_LANES1(bitcast_f32)
 ORDO_LANES1(bitcast_i64) ORDO_LANES1(bitcast_f64)
 ORDO_LANES1(round_bf16) ORDO_LANES1(to_bf16) ORDO_LANES1(to_f16) ORDO_LANES1(to_f32) ORDO_LANES1(to_f64) ORDO_LANES1(to_i32)

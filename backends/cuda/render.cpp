@@ -247,6 +247,7 @@ struct Renderer {
       case Op::Div: return temp(e, call("div"));
       case Op::Rem: return temp(e, call("rem"));
       case Op::Fma: return temp(e, call("fma"));
+      case Op::Ldexp: return temp(e, call("ldexp_"));
       case Op::Sqrt: return temp(e, call("sqrt"));
       case Op::Neg: return temp(e, call("neg"));
       case Op::Min: return temp(e, call("minimum"));

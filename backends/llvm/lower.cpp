@@ -27,7 +27,7 @@ namespace {
 // The host's vector conversions that ordo's lowering uses when present (its kernels run on the
 // host, or, for ordo build, on a CPU like it: the disk cache and objects are keyed by its features).
 struct HostConversions {
-  bool avx512f = false, avx = false, sse2 = false;
+  bool avx512f = false, avx512vl = false, avx = false, sse2 = false;
 };
 const HostConversions& host_conversions() {
   static const HostConversions h = [] {
@@ -35,6 +35,7 @@ const HostConversions& host_conversions() {
     const llvm::StringMap<bool> f = llvm::sys::getHostCPUFeatures();
     auto has = [&](const char* name) { auto it = f.find(name); return it != f.end() && it->second; };
     c.avx512f = has("avx512f");
+    c.avx512vl = has("avx512vl");
     c.avx = has("avx");
     c.sse2 = has("sse2");
     return c;
@@ -226,6 +227,39 @@ struct Lowerer {
     return B.CreateFPTrunc(v, dst);  // f64->f32, f32->f16: RNE
   }
 
+  // The IR's ldexp (ir.hpp: x * 2^n rounded once, x a NaN or in +-[0.5, 2), n in [-250, 254]).
+  // With AVX-512 one vscalefps per 16 lanes (8 and 4 with AVX512VL): x * 2^floor(float(n)),
+  // rounded once to nearest even. Elsewhere x * 2^(n>>1) * 2^(n-(n>>1)), the powers built in
+  // the exponent field: in the domain the first product is exact, so the second is the one
+  // rounding.
+  llvm::Value* ldexp(llvm::Value* x, llvm::Value* n, int lanes) {
+    const HostConversions& host = host_conversions();
+    auto scalef = [&](llvm::Value* xs, llvm::Value* ns, int w) -> llvm::Value* {
+      llvm::Value* nf = B.CreateSIToFP(ns, xs->getType());
+      if (w == 16)
+        return B.CreateIntrinsic(llvm::Intrinsic::x86_avx512_mask_scalef_ps_512, {},
+                                 {xs, nf, llvm::PoisonValue::get(xs->getType()), B.getInt16(0xffff), B.getInt32(8)});
+      return B.CreateIntrinsic(w == 8 ? llvm::Intrinsic::x86_avx512_mask_scalef_ps_256 : llvm::Intrinsic::x86_avx512_mask_scalef_ps_128, {},
+                               {xs, nf, llvm::PoisonValue::get(xs->getType()), B.getInt8(0xff)});
+    };
+    const int w = host.avx512f && lanes % 16 == 0 ? 16 : host.avx512f && host.avx512vl && (lanes == 8 || lanes == 4) ? lanes : 0;
+    if (w == lanes) return scalef(x, n, w);
+    if (w == 16) {  // 32, 48, ... lanes: a vscalefps per 16, joined again
+      llvm::Value* out = llvm::PoisonValue::get(x->getType());
+      for (int part = 0; part < lanes / 16; ++part) {
+        std::vector<int> idx(16);
+        for (int l = 0; l < 16; ++l) idx[size_t(l)] = part * 16 + l;
+        llvm::Value* r = scalef(B.CreateShuffleVector(x, idx), B.CreateShuffleVector(n, idx), 16);
+        for (int l = 0; l < 16; ++l) out = B.CreateInsertElement(out, B.CreateExtractElement(r, uint64_t(l)), uint64_t(part * 16 + l));
+      }
+      return out;
+    }
+    const Type i32{ScalarType::i32, lanes};
+    auto pow2 = [&](llvm::Value* k) { return B.CreateBitCast(B.CreateShl(B.CreateAdd(k, splat_int(i32, 127, 32)), splat_int(i32, 23, 32)), x->getType()); };
+    llvm::Value* h = B.CreateAShr(n, splat_int(i32, 1, 32));
+    return B.CreateFMul(B.CreateFMul(x, pow2(h)), pow2(B.CreateSub(n, h)));
+  }
+
   // Values of one expression, one per instance in flight.
   std::vector<llvm::Value*> expr(const Expr& e) {
     if (auto it = memo.find(&e); it != memo.end()) return it->second;
@@ -303,6 +337,7 @@ struct Lowerer {
         case Op::Div: v = fp ? B.CreateFDiv(A(0), A(1)) : B.CreateSDiv(A(0), A(1)); break;
         case Op::Rem: v = B.CreateSRem(A(0), A(1)); break;
         case Op::Fma: v = intrinsic(llvm::Intrinsic::fma, type(t), {A(0), A(1), A(2)}); break;
+        case Op::Ldexp: v = ldexp(A(0), A(1), t.lanes); break;
         case Op::Sqrt: v = intrinsic(llvm::Intrinsic::sqrt, type(t), {A(0)}); break;
         case Op::Neg: v = B.CreateFNeg(A(0)); break;
         case Op::Min:

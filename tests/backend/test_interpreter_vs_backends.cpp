@@ -4,12 +4,14 @@
 #include <doctest/doctest.h>
 #include <fmt/format.h>
 
+#include <bit>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 
 #include "backends/llvm/llvm_backend.hpp"
 #include "gen/gen.hpp"
+#include "gen/math.hpp"
 #include "ir/interpret.hpp"
 #include "ir/float_bits.hpp"
 #include "ordo/compare.hpp"
@@ -439,6 +441,121 @@ TEST_CASE("LLVM lowering: f32 to i32 conversion in every vector width, at its ed
     CHECK(from_interpreter == want);
     CHECK(from_jit == want);
   }
+}
+
+// Bit equality of two f32 values, NaNs as one value (the IR leaves NaN payloads open).
+bool same_f32(float a, float b) { return (std::isnan(a) && std::isnan(b)) || std::bit_cast<uint32_t>(a) == std::bit_cast<uint32_t>(b); }
+
+// The IR's ldexp (ir.hpp) inside its domain: x NaN, or |x| in [0.5, 2) with n in [-250, 254]. Its
+// edges: the domain's bounds, results that are subnormal, ties rounded to even (0.5 and 1.5 times
+// 2^-149), the largest finite results. Every width the lowering treats apart (16 and 32 lanes
+// by vscalefps on an AVX-512 host, 8 and 4 with AVX512VL, 1 by the two products), against the
+// value x * 2^n in double rounded once to f32.
+TEST_CASE("LLVM lowering: ldexp in every vector width, at the edges of its domain") {
+  using namespace ordo::ir;
+  std::vector<float> xs = {0.5f, -0.5f, 0.75f, 1.0f, -1.0f, 1.5f, 0x1.000002p0f, 0x1.fffffep0f, -0x1.fffffep0f, 0x1.8p-1f, 0.70710677f, 1.4142135f};
+  for (int i = 0; i < 20; ++i) xs.push_back(std::ldexp(1.0f + static_cast<float>((i * 7919) % 8388608) / 8388608.0f, -(i % 2)) * (i % 3 ? 1.0f : -1.0f));
+  const std::vector<int32_t> ns = {-250, -249, -200, -151, -150, -149, -148, -127, -126, -125, -1, 0, 1, 100, 126, 127, 128, 200, 253, 254};
+  std::vector<float> x_in;
+  std::vector<int32_t> n_in;
+  for (float x : xs)
+    for (int32_t k : ns) {
+      x_in.push_back(x);
+      n_in.push_back(k);
+    }
+  x_in.push_back(std::nanf(""));
+  n_in.push_back(-3);
+  while (x_in.size() % 32 != 0) {  // whole vectors in every width
+    x_in.push_back(1.25f);
+    n_in.push_back(-140);
+  }
+  const int64_t n = static_cast<int64_t>(x_in.size());
+  Kernel k;
+  k.name = "ldexp";
+  Builder b(k);
+  const int x = b.buffer("x", ScalarType::f32, false, Extent::rows_by_cols);
+  const int e = b.buffer("n", ScalarType::i32, false, Extent::rows_by_cols);
+  const int out = b.buffer("out", ScalarType::f32, true, Extent::rows_by_cols);
+  const std::vector<int> widths = {32, 16, 8, 4, 1};
+  for (size_t w = 0; w < widths.size(); ++w)
+    for (int64_t at = 0; at < n; at += widths[w])
+      b.store(out, index_const(int64_t(w) * n + at),
+              binary(Op::Ldexp, load(k, x, index_const(at), widths[w]), load(k, e, index_const(at), widths[w])));
+  REQUIRE(verify(k).empty());
+  const size_t all = widths.size() * size_t(n);
+  x_in.resize(all, 1.0f);  // rows_by_cols with N = all: one row
+  n_in.resize(all, 0);
+  std::vector<float> interpreted(all), jit(all);
+  interpret(k, {{x_in.data(), int64_t(all)}, {n_in.data(), int64_t(all)}, {interpreted.data(), int64_t(all)}}, {1});
+  const llvm_backend::Compiled c = llvm_backend::compile(k, {});
+  void* buffers[3] = {x_in.data(), n_in.data(), jit.data()};
+  const int64_t extents[1] = {1};
+  c.entry(buffers, extents, 0, 1, 0);
+  int checked = 0;
+  for (size_t i = 0; i < all; ++i) {
+    const size_t j = i % size_t(n);
+    const float want = std::isnan(x_in[j]) ? x_in[j] : static_cast<float>(std::ldexp(static_cast<double>(x_in[j]), n_in[j]));
+    INFO(fmt::format("{} lanes: ldexp({:a}, {}) = {:a}", widths[i / size_t(n)], x_in[j], n_in[j], want));
+    CHECK(same_f32(interpreted[i], want));
+    CHECK(same_f32(jit[i], want));
+    ++checked;
+  }
+  CHECK(checked == int(all));
+}
+
+// Sleef's expf_u10 as gen/math.cpp writes it, with its final u * 2^(q>>1) * 2^(q - (q>>1)) as
+// the IR's ldexp, against Sleef's own two products written here in scalar C++: every input
+// whose result is subnormal or near it (|d| in [64, 128)), a stride through the rest of
+// [-128, 128], and the specials.
+TEST_CASE("Sleef expf_u10: the ldexp form gives Sleef's two-product bits") {
+  using namespace ordo::ir;
+  auto sleef_two_products = [](float d) {
+    auto bits = [](uint32_t u) { return std::bit_cast<float>(u); };
+    const float prod = d * bits(0x3fb8aa3b);
+    const int32_t q = std::isnan(prod) || std::fabs(prod) >= 2147483648.0f ? INT32_MIN : static_cast<int32_t>(std::nearbyint(prod));
+    const float qf = static_cast<float>(q);
+    float s = std::fma(qf, -bits(0x3f317200), d);
+    s = std::fma(qf, -bits(0x35bfbe8e), s);
+    float u = bits(0x39502bda);
+    for (uint32_t c : {0x3ab696c9u, 0x3c0888a6u, 0x3d2aaa7au, 0x3e2aaaabu, 0x3f000000u}) u = std::fma(u, s, bits(c));
+    u = 1.0f + std::fma(s * s, u, s);
+    const int32_t qh = q >> 1;
+    const float p1 = std::bit_cast<float>(static_cast<uint32_t>(qh + 127) << 23);
+    const float p2 = std::bit_cast<float>(static_cast<uint32_t>(q - qh + 127) << 23);
+    u = (u * p1) * p2;
+    if (d < -104.0f) u = 0.0f;
+    return 100.0f < d ? INFINITY : u;
+  };
+  std::vector<float> d;
+  for (uint32_t b = std::bit_cast<uint32_t>(64.0f); b < std::bit_cast<uint32_t>(128.0f); ++b) {
+    d.push_back(std::bit_cast<float>(b));
+    d.push_back(-std::bit_cast<float>(b));
+  }
+  for (uint32_t b = 0; b < std::bit_cast<uint32_t>(64.0f); b += 997) {
+    d.push_back(std::bit_cast<float>(b));
+    d.push_back(-std::bit_cast<float>(b));
+  }
+  for (float v : {0.0f, -0.0f, INFINITY, -INFINITY, std::nanf(""), 1e30f, -1e30f, 100.0f, -104.0f, 88.72283f, 88.72284f, -87.33655f})
+    d.push_back(v);
+  while (d.size() % 16 != 0) d.push_back(1.0f);
+  const int64_t n = static_cast<int64_t>(d.size());
+  Kernel k;
+  k.name = "sleef_exp";
+  Builder b(k);
+  const int in = b.buffer("d", ScalarType::f32, false, Extent::rows_by_cols);
+  const int out = b.buffer("exp", ScalarType::f32, true, Extent::rows_by_cols);
+  b.for_range("i", index_const(0), index_const(n), 16, [&](ExprRef i) { b.store(out, i, gen::sleef_expf_u10(b, load(k, in, i, 16))); });
+  REQUIRE(verify(k).empty());
+  std::vector<float> jit(d.size());
+  const llvm_backend::Compiled c = llvm_backend::compile(k, {});
+  void* buffers[2] = {d.data(), jit.data()};
+  const int64_t extents[1] = {1};
+  c.entry(buffers, extents, 0, 1, 0);
+  int64_t differ = 0;
+  for (size_t i = 0; i < d.size(); ++i)
+    if (!same_f32(jit[i], sleef_two_products(d[i])) && differ++ < 5) MESSAGE(fmt::format("exp({:a}): {:a}, Sleef {:a}", d[i], jit[i], sleef_two_products(d[i])));
+  CHECK(differ == 0);
+  MESSAGE(fmt::format("Sleef expf_u10: {} inputs, the ldexp form against the two products", d.size()));
 }
 
 TEST_CASE("attention: the Intel MKL model's threaded forms match the interpreter") {
