@@ -10,6 +10,7 @@
 #include <functional>
 #include <future>
 #include <mutex>
+#include <new>
 #include <optional>
 #include <thread>
 #include <unordered_map>
@@ -421,7 +422,12 @@ void CompiledKernel::run(const std::vector<BufferRef>& buffers, int64_t rows, in
   for (const ir::Buffer& w : workspaces_) {
     const std::optional<int64_t> elements = ir::launch_elements(w, rows, request_.cols);
     if (!elements || *elements > kMaxElements) throw Error(fmt::format("{}: rows={} makes a workspace of more than 2^59 elements", w.name, rows));
-    workspace_memory.emplace_back(new std::byte[static_cast<size_t>(*elements * size_bytes(w.elem))]);
+    const int64_t bytes = *elements * size_bytes(w.elem);
+    try {
+      workspace_memory.emplace_back(new std::byte[static_cast<size_t>(bytes)]);
+    } catch (const std::bad_alloc&) {
+      throw Error(fmt::format("{}: cannot allocate the {}-byte workspace for rows={}", w.name, bytes, rows));
+    }
     ptrs.push_back(workspace_memory.back().get());
     views.push_back(ir::BufferArg{workspace_memory.back().get(), *elements});
     all_buffers.push_back(BufferRef{workspace_memory.back().get(), *elements, w.elem});
