@@ -318,6 +318,9 @@ class KernelGen {
         case 7:
           if (s == ScalarType::f32) return bitcast(expr(Type{ScalarType::i32, t.lanes}, depth + 1), ScalarType::f32);
           return leaf(t, depth);
+        case 8:
+          if (s == ScalarType::f32) return ldexp_in_domain(t, depth);
+          return leaf(t, depth);
         default: return leaf(t, depth);
       }
     }
@@ -361,6 +364,24 @@ class KernelGen {
         }
       default: return leaf(t, depth);
     }
+  }
+
+  // ldexp is defined only inside its domain (ir.hpp): |x| in [0.5, 2) (or NaN), n in [-250, 254].
+  // Any f32 expression's mantissa bits with the exponent of 1, now and then negated, and any i32
+  // expression's low 8 bits counted from either end of the domain, so subnormal results, ties and
+  // the largest results all occur.
+  ExprRef ldexp_in_domain(Type t, int depth) {
+    auto splat = [&](int64_t v) {
+      ExprRef c = constant(Type{ScalarType::i32, 1}, static_cast<double>(v));
+      return t.lanes > 1 ? broadcast(c, t.lanes) : c;
+    };
+    const Type i32{ScalarType::i32, t.lanes};
+    ExprRef mantissa = binary(Op::BitAnd, bitcast(expr(t, depth + 1), ScalarType::i32), splat(0x007fffff));
+    ExprRef x = bitcast(add(mantissa, splat(0x3f800000)), ScalarType::f32);  // in [1, 2)
+    if (in_.ConsumeBool()) x = unary(Op::Neg, x);
+    ExprRef low = binary(Op::BitAnd, expr(i32, depth + 1), splat(255));
+    ExprRef n = in_.ConsumeBool() ? sub(low, splat(250)) : sub(splat(254), low);
+    return binary(Op::Ldexp, x, n);
   }
 
   // Shifts take a constant count, splatted for vectors; now and then one out of range.
