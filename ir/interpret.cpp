@@ -237,12 +237,12 @@ struct Machine {
         for (int i = 0; i < n; ++i) {
           const float x = a.lane[i].f32, m = std::fabs(x);
           const int32_t k = static_cast<int32_t>(b.lane[i].i);  // an i32 lane keeps its low 32 bits
-          const bool defined = std::isnan(x) || (m >= 0.5f && m < 2.0f && k >= -250 && k <= 254);
+          const bool in_range = m >= 0.5f && m < 2.0f && k >= -250 && k <= 254;
           // In the domain x * 2^k is exact in double; the conversion to f32 is the one rounding
-          // (to nearest, ties to even, into the subnormals too).
-          v.lane[i].f32 = std::isnan(x)  ? x
-                          : defined      ? static_cast<float>(std::ldexp(static_cast<double>(x), static_cast<int>(k)))
-                                         : std::numeric_limits<float>::quiet_NaN();
+          // (to nearest, ties to even, into the subnormals too). Outside it: NaN (unspecified).
+          v.lane[i].f32 = std::isnan(x) ? x
+                          : in_range    ? static_cast<float>(std::ldexp(static_cast<double>(x), static_cast<int>(k)))
+                                        : std::numeric_limits<float>::quiet_NaN();
         }
         return v;
       }

@@ -244,13 +244,12 @@ struct Lowerer {
     };
     const int w = host.avx512f && lanes % 16 == 0 ? 16 : host.avx512f && host.avx512vl && (lanes == 8 || lanes == 4) ? lanes : 0;
     if (w == lanes) return scalef(x, n, w);
-    if (w == 16) {  // 32, 48, ... lanes: a vscalefps per 16, joined again
+    if (w == 16) {  // 32, 48, ... lanes: a vscalefps per 16, inserted into the result
       llvm::Value* out = llvm::PoisonValue::get(x->getType());
       for (int part = 0; part < lanes / 16; ++part) {
-        std::vector<int> idx(16);
-        for (int l = 0; l < 16; ++l) idx[size_t(l)] = part * 16 + l;
-        llvm::Value* r = scalef(B.CreateShuffleVector(x, idx), B.CreateShuffleVector(n, idx), 16);
-        for (int l = 0; l < 16; ++l) out = B.CreateInsertElement(out, B.CreateExtractElement(r, uint64_t(l)), uint64_t(part * 16 + l));
+        llvm::Value* xs = B.CreateExtractVector(llvm::FixedVectorType::get(B.getFloatTy(), 16), x, B.getInt64(uint64_t(part) * 16));
+        llvm::Value* ns = B.CreateExtractVector(llvm::FixedVectorType::get(B.getInt32Ty(), 16), n, B.getInt64(uint64_t(part) * 16));
+        out = B.CreateInsertVector(x->getType(), out, scalef(xs, ns, 16), B.getInt64(uint64_t(part) * 16));
       }
       return out;
     }
