@@ -229,7 +229,7 @@ void CompiledKernel::compile_stage(Stage& st, bool share_programs) {
         try {
           st.entry = llvm_backend::load_object(e->object, e->symbol);
           st.rows_in_flight = e->rows_in_flight;
-          from_disk_cache_ = true;
+          st.from_disk_cache = true;
         } catch (const Error&) {
           disk_cache::discard(program_key);  // intact but unloadable: rebuild below
         }
@@ -240,9 +240,9 @@ void CompiledKernel::compile_stage(Stage& st, bool share_programs) {
       auto t = std::chrono::steady_clock::now();
       st.entry = llvm_backend::load_object(o.bytes, o.symbol);
       st.rows_in_flight = o.rows_in_flight;
-      lower_ms_ += o.lower_ms;
-      optimize_ms_ += o.optimize_ms;
-      codegen_ms_ += o.codegen_ms + std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
+      st.lower_ms += o.lower_ms;
+      st.optimize_ms += o.optimize_ms;
+      st.codegen_ms += o.codegen_ms + std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
       if (use_disk) disk_cache::store(program_key, disk_cache::Entry{std::move(o.bytes), o.symbol, o.rows_in_flight});
     }
     if (share_programs) program_cache().add_cpu(program_key, ProgramCache::Cpu{st.entry, st.rows_in_flight});
@@ -252,7 +252,7 @@ void CompiledKernel::compile_stage(Stage& st, bool share_programs) {
     st.cuda_source = src.text;
     if (r.target == Target::cuda) {
       auto c = std::make_shared<cuda_backend::Compiled>(cuda_backend::compile(src, r.cuda_arch, true, false));
-      codegen_ms_ += c->nvrtc_ms;
+      st.codegen_ms += c->nvrtc_ms;
       st.cuda_device = std::make_shared<cuda_backend::DeviceKernel>(std::move(src), c->cubin, r.cuda_arch);
       st.cuda_compiled = std::move(c);
     } else {
@@ -270,7 +270,7 @@ void CompiledKernel::compile_stage(Stage& st, bool share_programs) {
       if (e) {
         try {
           st.cuda_emu = std::make_shared<cuda_backend::EmuKernel>(cuda_backend::load_emu(src, e->object));
-          from_disk_cache_ = true;
+          st.from_disk_cache = true;
         } catch (const Error&) {
           disk_cache::discard(program_key);  // intact but unloadable: rebuild below
         }
@@ -279,7 +279,7 @@ void CompiledKernel::compile_stage(Stage& st, bool share_programs) {
         const auto t = std::chrono::steady_clock::now();
         std::string object = cuda_backend::compile_emu_object(src);
         const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
-        codegen_ms_ += ms;
+        st.codegen_ms += ms;
         st.cuda_emu = std::make_shared<cuda_backend::EmuKernel>(cuda_backend::load_emu(src, object, ms));
         if (use_disk) disk_cache::store(program_key, disk_cache::Entry{std::move(object), "ordo_emu_run", 1});
       }
@@ -321,8 +321,29 @@ KernelHandle compile_new(const Request& r, bool share_programs) {
     }
     if (!same) throw Error(fmt::format("internal: stage {} of {} takes other arguments than stage 0", s.kernel.name, name(r.op)));
   }
-  for (CompiledKernel::Stage& s : k->stages_) {
-    k->compile_stage(s, share_programs);
+  // Stages are independent programs: on the CPU and cuda-emu, stage 0 compiles on this thread
+  // while the others compile on threads of their own, so a backward op's latency is its largest
+  // stage's rather than their sum. (NVRTC's thread safety is not relied on: target cuda stays
+  // serial.)
+  const bool concurrent = r.target == Target::cpu || r.target == Target::cuda_emu;
+  std::vector<std::future<void>> others;
+  for (size_t i = 1; concurrent && i < k->stages_.size(); ++i)
+    others.push_back(std::async(std::launch::async, [&k, i, share_programs] { k->compile_stage(k->stages_[i], share_programs); }));
+  std::exception_ptr failure;
+  for (size_t i = 0; i < k->stages_.size(); ++i) {
+    try {
+      if (i == 0 || !concurrent) k->compile_stage(k->stages_[i], share_programs);
+      else others[i - 1].get();
+    } catch (...) {
+      if (!failure) failure = std::current_exception();  // the first stage's error; every thread is joined first
+    }
+  }
+  if (failure) std::rethrow_exception(failure);
+  for (const CompiledKernel::Stage& s : k->stages_) {
+    k->lower_ms_ += s.lower_ms;
+    k->optimize_ms_ += s.optimize_ms;
+    k->codegen_ms_ += s.codegen_ms;
+    k->from_disk_cache_ = k->from_disk_cache_ || s.from_disk_cache;
     dump_stages(r, s.kernel, s.rows_in_flight);
   }
   k->compile_ms_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();

@@ -1,4 +1,5 @@
-// ORC LLJIT for the host CPU: one JIT per process, one module per kernel.
+// ORC LLJIT for the host CPU: one JIT per process, one module per kernel; kernels may compile
+// on several threads at once.
 #include <fmt/format.h>
 #include <llvm/ExecutionEngine/Orc/CompileUtils.h>
 #include <llvm/ExecutionEngine/Orc/ExecutionUtils.h>
@@ -66,59 +67,85 @@ llvm::orc::JITTargetMachineBuilder host_builder() {
   return *jtmb;
 }
 
-// Compiles modules to objects. LLJIT's default compiler shares one TargetMachine between
-// threads that materialize at the same time (a race); its concurrent compiler builds a new
-// TargetMachine per module (milliseconds each). This keeps a pool: a TargetMachine is used by
-// one thread at a time and reused.
-class PooledCompiler : public llvm::orc::IRCompileLayer::IRCompiler {
+// TargetMachines for the threads that compile at the same time. A TargetMachine is not safe to
+// share between threads that optimize or generate code concurrently, and creating one takes
+// milliseconds: each is used by one thread at a time and then returned for reuse.
+class TargetMachinePool {
  public:
-  explicit PooledCompiler(llvm::orc::JITTargetMachineBuilder b)
-      : IRCompiler(llvm::orc::irManglingOptionsFromTargetOptions(b.getOptions())), builder_(std::move(b)) {}
+  explicit TargetMachinePool(llvm::orc::JITTargetMachineBuilder b) : builder_(std::move(b)) {}
 
-  llvm::Expected<std::unique_ptr<llvm::MemoryBuffer>> operator()(llvm::Module& m) override {
-    std::unique_ptr<llvm::TargetMachine> tm;
+  // Lent to one thread; returns to the pool when destroyed.
+  class Lease {
+   public:
+    Lease(TargetMachinePool& pool, std::unique_ptr<llvm::TargetMachine> tm) : pool_(pool), tm_(std::move(tm)) {}
+    Lease(const Lease&) = delete;
+    Lease& operator=(const Lease&) = delete;
+    ~Lease() { pool_.give_back(std::move(tm_)); }
+    llvm::TargetMachine& operator*() const { return *tm_; }
+
+   private:
+    TargetMachinePool& pool_;
+    std::unique_ptr<llvm::TargetMachine> tm_;
+  };
+
+  llvm::Expected<std::unique_ptr<Lease>> lend() {
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (!idle_.empty()) {
-        tm = std::move(idle_.back());
+        std::unique_ptr<llvm::TargetMachine> tm = std::move(idle_.back());
         idle_.pop_back();
+        return std::make_unique<Lease>(*this, std::move(tm));
       }
     }
-    if (!tm) {
-      auto created = builder_.createTargetMachine();
-      if (!created) return created.takeError();
-      tm = std::move(*created);
-    }
-    auto object = llvm::orc::SimpleCompiler(*tm)(m);
-    std::lock_guard<std::mutex> lock(mu_);
-    idle_.push_back(std::move(tm));
-    return object;
+    auto created = builder_.createTargetMachine();
+    if (!created) return created.takeError();
+    return std::make_unique<Lease>(*this, std::move(*created));
   }
 
+  const llvm::orc::JITTargetMachineBuilder& builder() const { return builder_; }
+
  private:
+  void give_back(std::unique_ptr<llvm::TargetMachine> tm) {
+    std::lock_guard<std::mutex> lock(mu_);
+    idle_.push_back(std::move(tm));
+  }
   llvm::orc::JITTargetMachineBuilder builder_;
   std::mutex mu_;
   std::vector<std::unique_ptr<llvm::TargetMachine>> idle_;
 };
 
+// LLJIT's default compiler shares one TargetMachine between threads that materialize at the
+// same time (a race); its concurrent compiler builds a new TargetMachine per module. This one
+// borrows from a pool.
+class PooledCompiler : public llvm::orc::IRCompileLayer::IRCompiler {
+ public:
+  explicit PooledCompiler(TargetMachinePool& pool)
+      : IRCompiler(llvm::orc::irManglingOptionsFromTargetOptions(pool.builder().getOptions())), pool_(pool) {}
+
+  llvm::Expected<std::unique_ptr<llvm::MemoryBuffer>> operator()(llvm::Module& m) override {
+    auto lease = pool_.lend();
+    if (!lease) return lease.takeError();
+    return llvm::orc::SimpleCompiler(***lease)(m);
+  }
+
+ private:
+  TargetMachinePool& pool_;
+};
+
 struct Jit {
+  std::unique_ptr<TargetMachinePool> machines;  // for optimization and code generation
   std::unique_ptr<llvm::orc::LLJIT> lljit;
-  std::unique_ptr<PooledCompiler> compiler;  // module -> object, for compile_object
-  std::unique_ptr<llvm::TargetMachine> tm;  // for optimization; guarded by mu
-  std::mutex mu;
   std::atomic<uint64_t> next_id{0};
 
   Jit() {
     llvm::orc::JITTargetMachineBuilder jtmb = host_builder();
-    auto tmx = jtmb.createTargetMachine();
-    if (!tmx) throw Error("LLVM cannot create a target machine: " + take_error(tmx.takeError()));
-    tm = std::move(*tmx);
-    compiler = std::make_unique<PooledCompiler>(jtmb);
+    machines = std::make_unique<TargetMachinePool>(jtmb);
+    TargetMachinePool* pool = machines.get();
     auto j = llvm::orc::LLJITBuilder()
                  .setJITTargetMachineBuilder(jtmb)
-                 .setCompileFunctionCreator([](llvm::orc::JITTargetMachineBuilder b)
+                 .setCompileFunctionCreator([pool](llvm::orc::JITTargetMachineBuilder)
                                                 -> llvm::Expected<std::unique_ptr<llvm::orc::IRCompileLayer::IRCompiler>> {
-                   return std::make_unique<PooledCompiler>(std::move(b));
+                   return std::make_unique<PooledCompiler>(*pool);
                  })
                  .create();
     if (!j) throw Error("LLVM cannot create the JIT: " + take_error(j.takeError()));
@@ -185,17 +212,14 @@ double ms_since(std::chrono::steady_clock::time_point t) {
 }
 
 std::unique_ptr<llvm::Module> build_module(llvm::LLVMContext& ctx, const ir::Kernel& k, const std::string& symbol,
-                                           int rows, Jit& j, Compiled* timing = nullptr) {
+                                           int rows, Jit& j, llvm::TargetMachine& tm, Compiled* timing = nullptr) {
   auto t0 = std::chrono::steady_clock::now();
   auto m = std::make_unique<llvm::Module>(k.name, ctx);
   m->setDataLayout(j.lljit->getDataLayout());
   m->setTargetTriple(j.lljit->getTargetTriple().str());
   lower(*m, k, symbol, rows);
   auto t1 = std::chrono::steady_clock::now();
-  {
-    std::lock_guard<std::mutex> lock(j.mu);
-    optimize(*m, *j.tm);
-  }
+  optimize(*m, tm);
   if (timing) {
     timing->lower_ms = std::chrono::duration<double, std::milli>(t1 - t0).count();
     timing->optimize_ms = ms_since(t1);
@@ -210,9 +234,11 @@ Object compile_object(const ir::Kernel& k, const Options& opt) {
   Object out;
   out.rows_in_flight = choose_rows_in_flight(k, opt);
   out.symbol = opt.symbol.empty() ? "ordo_" + k.name : opt.symbol;
+  auto lease = j.machines->lend();
+  if (!lease) throw Error("LLVM cannot create a target machine: " + take_error(lease.takeError()));
   Compiled timing;
   llvm::LLVMContext ctx;
-  auto m = build_module(ctx, k, out.symbol, out.rows_in_flight, j, &timing);
+  auto m = build_module(ctx, k, out.symbol, out.rows_in_flight, j, ***lease, &timing);
   out.lower_ms = timing.lower_ms;
   out.optimize_ms = timing.optimize_ms;
   auto t = std::chrono::steady_clock::now();
@@ -225,7 +251,7 @@ Object compile_object(const ir::Kernel& k, const Options& opt) {
     m->setPICLevel(llvm::PICLevel::BigPIC);
     object = llvm::orc::SimpleCompiler(**tm)(*m);
   } else {
-    object = (*j.compiler)(*m);
+    object = llvm::orc::SimpleCompiler(***lease)(*m);
   }
   if (!object) throw Error("LLVM could not compile " + k.name + ": " + take_error(object.takeError()));
   out.bytes.assign((*object)->getBufferStart(), (*object)->getBufferSize());
@@ -261,15 +287,22 @@ Compiled compile(const ir::Kernel& k, const Options& opt) {
 }
 
 std::string fingerprint() {
-  llvm::orc::JITTargetMachineBuilder b = host_builder();
-  return fmt::format("llvm {}; {}; cpu {}; features {}; backend sources {}", LLVM_VERSION_STRING, b.getTargetTriple().str(),
-                     b.getCPU(), b.getFeatures().getString(), ORDO_LLVM_BACKEND_ID);
+  // Detecting the host costs cpuid instructions (a trap to the hypervisor in a VM) on every
+  // compile's cache key; the host does not change while the process runs.
+  static const std::string once = [] {
+    llvm::orc::JITTargetMachineBuilder b = host_builder();
+    return fmt::format("llvm {}; {}; cpu {}; features {}; backend sources {}", LLVM_VERSION_STRING, b.getTargetTriple().str(),
+                       b.getCPU(), b.getFeatures().getString(), ORDO_LLVM_BACKEND_ID);
+  }();
+  return once;
 }
 
 std::string emit_llvm_ir(const ir::Kernel& k, const Options& opt) {
   Jit& j = jit();
   llvm::LLVMContext ctx;
-  auto m = build_module(ctx, k, "ordo_" + k.name, choose_rows_in_flight(k, opt), j);
+  auto lease = j.machines->lend();
+  if (!lease) throw Error("LLVM cannot create a target machine: " + take_error(lease.takeError()));
+  auto m = build_module(ctx, k, "ordo_" + k.name, choose_rows_in_flight(k, opt), j, ***lease);
   std::string s;
   llvm::raw_string_ostream os(s);
   m->print(os, nullptr);

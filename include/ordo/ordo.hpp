@@ -68,7 +68,8 @@ class CompiledKernel {
   size_t stage_count() const { return stages_.size(); }
   const std::vector<ArgSpec>& args() const { return args_; }
   double compile_ms() const { return compile_ms_; }  // request to callable kernel, all phases
-  // The backend's share, by phase: IR -> LLVM IR, LLVM optimization, machine code.
+  // The backend's share, by phase: IR -> LLVM IR, LLVM optimization, machine code; summed over
+  // the stages, which compile concurrently, so the sum may exceed compile_ms.
   double lower_ms() const { return lower_ms_; }
   double optimize_ms() const { return optimize_ms_; }
   double codegen_ms() const { return codegen_ms_; }
@@ -100,6 +101,8 @@ class CompiledKernel {
     std::shared_ptr<const cuda_backend::DeviceKernel> cuda_device;  // target cuda
     std::shared_ptr<const cuda_backend::EmuKernel> cuda_emu;        // target cuda-emu
     int rows_in_flight = 1;
+    double lower_ms = 0, optimize_ms = 0, codegen_ms = 0;  // this stage's compile, by phase
+    bool from_disk_cache = false;
   };
   // share_programs: reuse (and offer) machine code this process compiled for the same program
   // under another request; off for compile_uncached, whose callers want a compile.
