@@ -132,6 +132,25 @@ struct Attention {
   // use(t, score of key j0+t). The n dot products run interleaved over d, each sequential in d.
   void scores(ExprRef j0, int n, const std::function<void(int, ExprRef)>& use) {
     if (n == 0) return;
+    std::vector<int> acc = dot_products(j0, n);
+    for (int t = 0; t < n; ++t) use(t, b.let("score", finish_score(b.get(acc[size_t(t)]), add(j0, idx(t)))));
+  }
+
+  // The same scores with the per-key work rolled into one loop: the dot products go to scratch
+  // `group` (key_group vectors), then body(t, score of key j0+t) runs for t in [0, n) with one
+  // copy of its code (and of the score's scaling and rounding) instead of n. Same operations,
+  // same bits; less machine code to compile where that work is large (16-bit rounding, exp).
+  void scores_rolled(ExprRef j0, int n, int group, const std::function<void(ExprRef, ExprRef)>& body) {
+    if (n == 0) return;
+    std::vector<int> acc = dot_products(j0, n);
+    for (int t = 0; t < n; ++t) b.store(group, idx(int64_t(t) * L), b.get(acc[size_t(t)]));
+    b.for_range("t", idx(0), idx(n), 1, [&](ExprRef t) {
+      body(t, b.let("score", finish_score(load(b.kernel(), group, mul(t, idx(L)), L), add(j0, t))));
+    });
+  }
+
+  // Locals holding q.k for keys j0 .. j0+n-1, accumulated over d in order.
+  std::vector<int> dot_products(ExprRef j0, int n) {
     const bool each = o.round_to_storage && o.qk_round_each_step;
     std::vector<int> acc(static_cast<size_t>(n), -1);
     for (int t = 0; t < n; ++t) {
@@ -147,15 +166,16 @@ struct Attention {
         b.assign(acc[size_t(t)], dot_step(b.get(acc[size_t(t)]), kd, qd, each));
       }
     });
-    ExprRef c = scale_constant_expr();
-    for (int t = 0; t < n; ++t) {
-      ExprRef s = b.get(acc[size_t(t)]);
-      if (o.round_to_storage) s = to_storage(s);
-      ExprRef sc = o.scale_divides && !o.exp2 ? div(s, c) : mul(s, c);
-      if (o.round_to_storage) sc = to_storage(sc);
-      if (r.causal) sc = select(binary(Op::Lt, query, splat(add(j0, idx(t)))), f32c(-kInf, L), sc);
-      use(t, b.let("score", sc));
-    }
+    return acc;
+  }
+
+  // A dot product made a score: rounded, scaled, rounded, and masked (causal) against `key`.
+  ExprRef finish_score(ExprRef s, ExprRef key) const {
+    if (o.round_to_storage) s = to_storage(s);
+    ExprRef sc = o.scale_divides && !o.exp2 ? div(s, scale_constant_expr()) : mul(s, scale_constant_expr());
+    if (o.round_to_storage) sc = to_storage(sc);
+    if (r.causal) sc = select(binary(Op::Lt, query, splat(std::move(key))), f32c(-kInf, L), sc);
+    return sc;
   }
 
   // for every group of key_group keys in [begin, begin + count), then the remainder:
@@ -297,10 +317,16 @@ struct Attention {
   // `identity`: op(identity, x) is x, bit for bit, for every x (-inf for softmax_max, -0 for the
   // sum). The lanes start there and every key, the first V included, runs in one loop: the same
   // bits with one copy of the key group's code instead of two.
+  //
+  // `group` (scratch of key_group vectors) rolls the per-key work: a key group's scores are
+  // stored there, then one loop over the group's keys applies value and op, the tree lanes kept
+  // in scratch. The same operations on the same lanes as the unrolled form, with one copy of
+  // value's code (the sum's exp) instead of key_group: a quarter less machine code to compile.
   ExprRef reduce_keys(const std::function<ExprRef(ExprRef)>& value, const std::function<ExprRef(ExprRef, ExprRef)>& op,
-                      float identity, const std::string& name) {
+                      float identity, const std::string& name, int group = -1) {
     const int V = o.softmax.lanes;
     int result = b.local(name, vec());
+    if (group >= 0 && Sk >= V) return reduce_keys_rolled(value, op, identity, name, group, result);
     if (Sk < V) {
       scores(idx(0), int(Sk), [&](int t, ExprRef s) {
         ExprRef x = value(s);
@@ -314,18 +340,39 @@ struct Attention {
       b.assign(lane[size_t(t)], f32c(identity, L));
     }
     const int64_t full = Sk - Sk % V;
-    auto group = [&](ExprRef j0, int n) {
+    auto keys = [&](ExprRef j0, int n) {
       for (int c = 0; c < n; c += key_group)
         scores(c == 0 ? j0 : b.let("j0", add(j0, idx(c))), std::min(key_group, n - c), [&](int t, ExprRef s) {
           const int l = c + t;
           b.assign(lane[size_t(l)], op(b.get(lane[size_t(l)]), value(s)));
         });
     };
-    b.for_range("j", idx(0), idx(full), V, [&](ExprRef j0) { group(j0, V); });
-    if (Sk % V) group(idx(full), int(Sk % V));
+    b.for_range("j", idx(0), idx(full), V, [&](ExprRef j0) { keys(j0, V); });
+    if (Sk % V) keys(idx(full), int(Sk % V));
     std::vector<ExprRef> lanes;
     for (int t = 0; t < V; ++t) lanes.push_back(b.get(lane[size_t(t)]));
     b.assign(result, fold_lanes(b, std::move(lanes), o.softmax.fold, op, name + ".fold"));
+    return b.get(result);
+  }
+
+  ExprRef reduce_keys_rolled(const std::function<ExprRef(ExprRef)>& value, const std::function<ExprRef(ExprRef, ExprRef)>& op,
+                             float identity, const std::string& name, int group, int result) {
+    const int V = o.softmax.lanes;
+    const int lanes = b.buffer(name + "_lanes", ScalarType::f32, true, Extent::scratch, int64_t(V) * L);
+    for (int t = 0; t < V; ++t) b.store(lanes, idx(int64_t(t) * L), f32c(identity, L));
+    const int64_t full = Sk - Sk % V;
+    auto keys = [&](ExprRef j0, int n) {
+      for (int c = 0; c < n; c += key_group)
+        scores_rolled(c == 0 ? j0 : b.let("j0", add(j0, idx(c))), std::min(key_group, n - c), group, [&](ExprRef t, ExprRef s) {
+          ExprRef lane_at = b.let("lane_at", mul(add(t, idx(c)), idx(L)));
+          b.store(lanes, lane_at, op(load(b.kernel(), lanes, lane_at, L), value(s)));
+        });
+    };
+    b.for_range("j", idx(0), idx(full), V, [&](ExprRef j0) { keys(j0, V); });
+    if (Sk % V) keys(idx(full), int(Sk % V));
+    std::vector<ExprRef> folded;
+    for (int t = 0; t < V; ++t) folded.push_back(load(b.kernel(), lanes, idx(int64_t(t) * L), L));
+    b.assign(result, fold_lanes(b, std::move(folded), o.softmax.fold, op, name + ".fold"));
     return b.get(result);
   }
 
@@ -333,26 +380,24 @@ struct Attention {
   // V-key vectors from -inf lanes (key j in lane j mod V), folded, then the keys past the last
   // pair by std::max in order; the sum over full V-key vectors from zero lanes, folded, then the
   // remaining keys in order with the tail's exp. Same bits as softmax_row on the stored row.
-  ExprRef staged_max() {
+  // The lanes and the key group's scores in scratch, as in staged_sum.
+  ExprRef staged_max(int group) {
     const int V = o.softmax.lanes;
     const int64_t pairs_end = Sk - Sk % (2 * V);
-    std::vector<int> lane(static_cast<size_t>(V), -1);
-    for (int l = 0; l < V; ++l) {
-      lane[size_t(l)] = b.local("max.lane", vec());
-      b.assign(lane[size_t(l)], f32c(-kInf, L));
-    }
+    const int lane_maxes = b.buffer("max_lanes", ScalarType::f32, true, Extent::scratch, int64_t(V) * L);
+    for (int l = 0; l < V; ++l) b.store(lane_maxes, idx(int64_t(l) * L), f32c(-kInf, L));
     // The pairs as a loop over single V-key vectors: each lane sees the same keys in the same
     // order, with one copy of the vector's code.
     if (pairs_end > 0)
       b.for_range("j", idx(0), idx(pairs_end), V, [&](ExprRef j0) {
         for (int c = 0; c < V; c += key_group)
-          scores(c ? b.let("j0", add(j0, idx(c))) : j0, std::min(key_group, V - c), [&](int t, ExprRef sc) {
-            const int l = c + t;
-            b.assign(lane[size_t(l)], softmax_max(b.get(lane[size_t(l)]), sc));
+          scores_rolled(c ? b.let("j0", add(j0, idx(c))) : j0, std::min(key_group, V - c), group, [&](ExprRef t, ExprRef sc) {
+            ExprRef lane_at = b.let("lane_at", mul(add(t, idx(c)), idx(L)));
+            b.store(lane_maxes, lane_at, softmax_max(load(b.kernel(), lane_maxes, lane_at, L), sc));
           });
       });
     std::vector<ExprRef> lanes;
-    for (int l = 0; l < V; ++l) lanes.push_back(b.get(lane[size_t(l)]));
+    for (int l = 0; l < V; ++l) lanes.push_back(load(b.kernel(), lane_maxes, idx(int64_t(l) * L), L));
     int mx = b.local("max", vec());
     b.assign(mx, fold_lanes(b, std::move(lanes), o.softmax.fold, softmax_max, "max.fold"));
     key_groups(idx(pairs_end), Sk - pairs_end, [&](ExprRef j0, int n) {
@@ -360,24 +405,22 @@ struct Attention {
     });
     return b.get(mx);
   }
-  ExprRef staged_sum(const ExprRef& mx) {
+  // The lanes and the key group's scores in scratch, one copy of exp's code (reduce_keys' group).
+  ExprRef staged_sum(const ExprRef& mx, int group) {
     const int V = o.softmax.lanes;
     const int64_t full_end = Sk - Sk % V;
-    std::vector<int> lane(static_cast<size_t>(V), -1);
-    for (int l = 0; l < V; ++l) {
-      lane[size_t(l)] = b.local("sum.lane", vec());
-      b.assign(lane[size_t(l)], f32c(0.0f, L));
-    }
+    const int lane_sums = b.buffer("sum_lanes", ScalarType::f32, true, Extent::scratch, int64_t(V) * L);
+    for (int l = 0; l < V; ++l) b.store(lane_sums, idx(int64_t(l) * L), f32c(0.0f, L));
     if (full_end > 0)
       b.for_range("j", idx(0), idx(full_end), V, [&](ExprRef j0) {
         for (int c = 0; c < V; c += key_group)
-          scores(c ? b.let("j0", add(j0, idx(c))) : j0, std::min(key_group, V - c), [&](int t, ExprRef sc) {
-            const int l = c + t;
-            b.assign(lane[size_t(l)], add(b.get(lane[size_t(l)]), exp_f32(b, o.softmax.exp, sub(sc, mx))));
+          scores_rolled(c ? b.let("j0", add(j0, idx(c))) : j0, std::min(key_group, V - c), group, [&](ExprRef t, ExprRef sc) {
+            ExprRef lane_at = b.let("lane_at", mul(add(t, idx(c)), idx(L)));
+            b.store(lane_sums, lane_at, add(load(b.kernel(), lane_sums, lane_at, L), exp_f32(b, o.softmax.exp, sub(sc, mx))));
           });
       });
     std::vector<ExprRef> lanes;
-    for (int l = 0; l < V; ++l) lanes.push_back(b.get(lane[size_t(l)]));
+    for (int l = 0; l < V; ++l) lanes.push_back(load(b.kernel(), lane_sums, idx(int64_t(l) * L), L));
     int sum = b.local("sum", vec());
     b.assign(sum, fold_lanes(b, std::move(lanes), o.softmax.fold, [](ExprRef a, ExprRef c) { return add(a, c); }, "sum.fold"));
     key_groups(idx(full_end), Sk - full_end, [&](ExprRef j0, int n) {
@@ -391,28 +434,30 @@ struct Attention {
     const bool staged = so.kind == SoftmaxOrder::Kind::Staged;
     if (so.kind == SoftmaxOrder::Kind::Online) throw Error("internal: exact-tiled attention needs a two-pass or staged softmax order");
     load_queries();
+    // A key group's dot products, then (pass 3) its probabilities.
+    const int p = b.buffer("p", ScalarType::f32, true, Extent::scratch, key_group * L);
     ExprRef mx, sum;
     b.region("max", "pass 1: " + describe(so), [&] {
-      mx = b.let("max", staged ? staged_max() : reduce_keys([](ExprRef s) { return s; }, softmax_max, -kInf, "max"));
+      mx = b.let("max", staged ? staged_max(p) : reduce_keys([](ExprRef s) { return s; }, softmax_max, -kInf, "max", p));
     });
     b.region("sum", "pass 2: sum of exp(s - max), same tree", [&] {
-      sum = b.let("sum", staged ? staged_sum(mx)
+      sum = b.let("sum", staged ? staged_sum(mx, p)
                                 : reduce_keys([&](ExprRef s) { return exp_f32(b, so.exp, sub(s, mx)); },
-                                              [](ExprRef a, ExprRef c) { return add(a, c); }, -0.0f, "sum"));
+                                              [](ExprRef a, ExprRef c) { return add(a, c); }, -0.0f, "sum", p));
     });
     ExprRef inv = so.multiply_by_reciprocal ? b.let("inv_sum", div(f32c(1.0f, L), sum)) : nullptr;
     const int acc = b.buffer("acc", ScalarType::f32, true, Extent::scratch, D * L);
-    const int p = b.buffer("p", ScalarType::f32, true, Extent::scratch, key_group * L);
     // Staged: keys past the last full V-key vector take the tail's exp, as in the row softmax.
     const int64_t vector_end = staged ? Sk - Sk % so.lanes : Sk;
     b.region("p@v", "pass 3: p = exp(s - max) * (1/sum); out[d] = sum_j p_j v_j[d], j in order", [&] {
       zero(acc, D);
       auto pass = [&](ExprRef begin, int64_t count, MathImpl exp_impl) {
         key_groups(begin, count, [&](ExprRef j0, int n) {
-          scores(j0, n, [&](int t, ExprRef s) {
+          // The group's dot products into p, then one loop makes each its probability in place.
+          scores_rolled(j0, n, p, [&](ExprRef t, ExprRef s) {
             ExprRef e = exp_f32(b, exp_impl, sub(s, mx));
             ExprRef pt = inv ? mul(e, inv) : div(e, sum);
-            b.store(p, idx(t * L), o.round_to_storage ? to_storage(pt) : pt);
+            b.store(p, mul(t, idx(L)), o.round_to_storage ? to_storage(pt) : pt);
           });
           accumulate_pv(acc, p, j0, n, o.round_to_storage && o.pv_round_each_step);
         });
