@@ -64,6 +64,13 @@ llvm::orc::JITTargetMachineBuilder host_builder() {
   if (!jtmb) throw Error("LLVM cannot describe the host CPU: " + take_error(jtmb.takeError()));
   jtmb->setCodeGenOptLevel(llvm::CodeGenOptLevel::Aggressive);
   jtmb->getOptions().AllowFPOpFusion = llvm::FPOpFusion::Strict;
+  // Position-independent code in the small code model: constants are read RIP-relative. A JIT's
+  // default is the large model, which materializes every constant-pool address with a 64-bit
+  // movabs (12 of the 46 instructions of torch2.15-cpu attention's exp loop); JITLink keeps an
+  // object's sections in one allocation, within the model's +-2 GiB. Measured: torch2.15-cpu
+  // attention f32, B*H = 8, S = 1024, D = 64, 1 thread, 21.7 -> 20.7 ms.
+  jtmb->setCodeModel(llvm::CodeModel::Small);
+  jtmb->setRelocationModel(llvm::Reloc::PIC_);
   return *jtmb;
 }
 
