@@ -63,6 +63,13 @@ int rows_per_step(const Request& r, int lanes) {
   return regs == 1 ? 4 : std::max(1, 6 / regs);
 }
 
+// Key blocks (vectors of `lanes` keys) a step of the fused CPU kernel takes together: each
+// query's broadcast element then feeds one fma per block, so two blocks halve the loads per fma
+// (profiled on AVX-512, f32, S = 1024, D = 64: the dot-product and dk/dv loops issued a load per
+// fma and took 30% of the time each). Where a vector takes more than one register (AVX2), the
+// accumulators of two would not fit: one.
+int key_vectors_per_step(const Request& r, int lanes) { return registers_per_vector(r, lanes) == 1 ? 2 : 1; }
+
 struct Backward {
   const Request& r;
   const Order& order;
@@ -116,8 +123,8 @@ struct Backward {
   ExprRef scale(int lanes) const { return f32c(static_cast<float>(r.scale.value_or(1.0 / std::sqrt(static_cast<double>(D)))), lanes); }
   ExprRef scale() const { return scale(L); }
   int scratch(const char* name, int64_t elements) { return b.buffer(name, ScalarType::f32, true, Extent::scratch, elements); }
-  void zero(int buffer) {
-    b.for_range("d", idx(0), idx(D), 1, [&](ExprRef d) { b.store(buffer, mul(d, idx(L)), f32c(0.0f, L)); });
+  void zero(int buffer, int blocks = 1) {
+    b.for_range("d", idx(0), idx(D * blocks), 1, [&](ExprRef d) { b.store(buffer, mul(d, idx(L)), f32c(0.0f, L)); });
   }
 
   // P and dS from a score's and dP's dot products (raw, per lane), lse and D_i.
@@ -159,95 +166,135 @@ struct Backward {
     if (D % L) body(idx(full), int(D % L));
   }
 
-  // Stage 1's work for the key block `block` (keys block*L ..., lanes past S_k - 1 repeating it),
-  // every query in order: dk and dv of its keys, stored. With `dq_sum`, each query's dS terms of
-  // the block's first `real_keys` keys are also added to its dq sum, key by key.
+  // Stage 1's work for the key blocks first_block .. first_block + W - 1, W = real_keys.size()
+  // (block b: keys b*L ..., lanes past S_k - 1 repeating it), every query in order: dk and dv of
+  // their keys, stored. With `dq_sum`, each query's dS terms of block w's first real_keys[w] keys
+  // are also added to its dq sum, key by key, the blocks in order. Each key's sums and each
+  // query's dq chain are those of one block at a time: W changes no bit.
   // D_i of every query, when `di_of` is given, comes from it (the fused kernel computes each once);
   // else it is computed again in each block, by the same chain.
-  void key_block(ExprRef block, const std::function<ExprRef(ExprRef)>& lse_of, const std::function<ExprRef(ExprRef)>& di_of,
-                 const DqSum* dq_sum, int real_keys) {
-    ExprRef key = b.let("key", binary(Op::Min, add(splat(mul(block, idx(L))), iota(L)), splat(idx(Sk - 1))));
+  void key_block(ExprRef first_block, const std::vector<int>& real_keys, const std::function<ExprRef(ExprRef)>& lse_of,
+                 const std::function<ExprRef(ExprRef)>& di_of, const DqSum* dq_sum) {
+    const int W = static_cast<int>(real_keys.size());
     ExprRef q_base = b.let("q_base", mul(program_id(0), idx(Sq * D)));
     ExprRef kv_base = b.let("kv_base", mul(program_id(0), idx(Sk * D)));
-    ExprRef key_rows = b.let("key_rows", add(splat(kv_base), mul(key, splat(idx(D)))));
+    std::vector<ExprRef> block_of, key, key_rows;
+    for (int w = 0; w < W; ++w) {
+      block_of.push_back(w ? b.let("block", add(first_block, idx(w))) : first_block);
+      key.push_back(b.let("key", binary(Op::Min, add(splat(mul(block_of[size_t(w)], idx(L))), iota(L)), splat(idx(Sk - 1)))));
+      key_rows.push_back(b.let("key_rows", add(splat(kv_base), mul(key[size_t(w)], splat(idx(D))))));
+    }
+    // Scratch slot of column d of block w: kt, vt, dk_acc and dv_acc hold D x W vectors of L.
+    auto slot_of = [&](const ExprRef& d, int w) { return add(mul(d, idx(int64_t(W) * L)), idx(int64_t(w) * L)); };
     b.for_range("d", idx(0), idx(D), 1, [&](ExprRef d) {
-      b.store(kt, mul(d, idx(L)), gather_f32(k, add(key_rows, splat(d))));
-      b.store(vt, mul(d, idx(L)), gather_f32(v, add(key_rows, splat(d))));
+      for (int w = 0; w < W; ++w) {
+        b.store(kt, slot_of(d, w), gather_f32(k, add(key_rows[size_t(w)], splat(d))));
+        b.store(vt, slot_of(d, w), gather_f32(v, add(key_rows[size_t(w)], splat(d))));
+      }
     });
-    zero(dk_acc);
-    zero(dv_acc);
-    b.region("dk,dv", describe(o) + (dq_sum ? ": a key block, queries ascending; dq's terms of its keys" : ": stage 1, queries ascending"), [&] {
+    zero(dk_acc, W);
+    zero(dv_acc, W);
+    b.region("dk,dv", describe(o) + (dq_sum ? ": key blocks, queries ascending; dq's terms of their keys" : ": stage 1, queries ascending"), [&] {
       // `n` queries from i0: their dot products interleaved over d, then their terms added to
       // dk and dv in query order. Each sum keeps the order above; only independent chains meet.
       auto queries = [&](ExprRef i0, int n) {
         std::vector<ExprRef> rows, lse_i;
-        std::vector<int> di, qk, dp;
+        std::vector<int> di, qk, dp;  // qk and dp of query t, block w: [t * W + w]
         for (int t = 0; t < n; ++t) {
           ExprRef i = t ? add(i0, idx(t)) : i0;
           rows.push_back(b.let("row", add(q_base, mul(i, idx(D)))));
           lse_i.push_back(b.let("lse_i", lse_of(i)));
           di.push_back(b.local("D_i", Type{ScalarType::f32, 1}));
-          qk.push_back(b.local("qk", vec()));
-          dp.push_back(b.local("dp", vec()));
           b.assign(di.back(), di_of ? di_of(i) : f32c(0.0f, 1));
-          b.assign(qk.back(), f32c(0.0f, L));
-          b.assign(dp.back(), f32c(0.0f, L));
+          for (int w = 0; w < W; ++w) {
+            qk.push_back(b.local("qk", vec()));
+            dp.push_back(b.local("dp", vec()));
+            b.assign(qk.back(), f32c(0.0f, L));
+            b.assign(dp.back(), f32c(0.0f, L));
+          }
         }
         b.for_range("d", idx(0), idx(D), 1, [&](ExprRef d) {
-          ExprRef kd = b.let("k_d", load(b.kernel(), kt, mul(d, idx(L)), L));
-          ExprRef vd = b.let("v_d", load(b.kernel(), vt, mul(d, idx(L)), L));
+          std::vector<ExprRef> kd, vd;
+          for (int w = 0; w < W; ++w) {
+            ExprRef slot = slot_of(d, w);
+            kd.push_back(b.let("k_d", load(b.kernel(), kt, slot, L)));
+            vd.push_back(b.let("v_d", load(b.kernel(), vt, slot, L)));
+          }
           for (int t = 0; t < n; ++t) {
             ExprRef at = b.let("at", add(rows[size_t(t)], d));
             ExprRef g = b.let("dout_d", load_f32(dout, at));
+            ExprRef qd = b.let("q_d", splat(load_f32(q, at)));
             if (!di_of) b.assign(di[size_t(t)], step(b.get(di[size_t(t)]), g, load_f32(out, at)));
-            b.assign(qk[size_t(t)], step(b.get(qk[size_t(t)]), splat(load_f32(q, at)), kd));
-            b.assign(dp[size_t(t)], step(b.get(dp[size_t(t)]), splat(g), vd));
+            for (int w = 0; w < W; ++w) {
+              const size_t c = size_t(t * W + w);
+              b.assign(qk[c], step(b.get(qk[c]), qd, kd[size_t(w)]));
+              b.assign(dp[c], step(b.get(dp[c]), splat(g), vd[size_t(w)]));
+            }
           }
         });
-        std::vector<ExprRef> p, ds;
-        for (int t = 0; t < n; ++t) {
-          ExprRef masked = r.causal ? binary(Op::Lt, splat(t ? add(i0, idx(t)) : i0), key) : nullptr;
-          auto [pt, dst] = probabilities(b.get(qk[size_t(t)]), b.get(dp[size_t(t)]), splat(lse_i[size_t(t)]), splat(b.get(di[size_t(t)])), masked);
-          p.push_back(pt);
-          ds.push_back(b.let("ds", dst));
-        }
+        std::vector<ExprRef> p, ds;  // [t * W + w]
+        for (int t = 0; t < n; ++t)
+          for (int w = 0; w < W; ++w) {
+            const size_t c = size_t(t * W + w);
+            ExprRef masked = r.causal ? binary(Op::Lt, splat(t ? add(i0, idx(t)) : i0), key[size_t(w)]) : nullptr;
+            auto [pt, dst] = probabilities(b.get(qk[c]), b.get(dp[c]), splat(lse_i[size_t(t)]), splat(b.get(di[size_t(t)])), masked);
+            p.push_back(pt);
+            ds.push_back(b.let("ds", dst));
+          }
         b.for_range("d", idx(0), idx(D), 1, [&](ExprRef d) {
-          ExprRef slot = b.let("slot", mul(d, idx(L)));
-          ExprRef dv_d = load(b.kernel(), dv_acc, slot, L), dk_d = load(b.kernel(), dk_acc, slot, L);
+          std::vector<ExprRef> slot, dv_d, dk_d;
+          for (int w = 0; w < W; ++w) {
+            slot.push_back(b.let("slot", slot_of(d, w)));
+            dv_d.push_back(load(b.kernel(), dv_acc, slot.back(), L));
+            dk_d.push_back(load(b.kernel(), dk_acc, slot.back(), L));
+          }
           for (int t = 0; t < n; ++t) {
             ExprRef at = b.let("at", add(rows[size_t(t)], d));
-            dv_d = b.let("dv_d", step(dv_d, p[size_t(t)], splat(load_f32(dout, at))));
-            dk_d = b.let("dk_d", step(dk_d, ds[size_t(t)], splat(load_f32(q, at))));
+            ExprRef g = b.let("dout_d", splat(load_f32(dout, at)));
+            ExprRef qd = b.let("q_d", splat(load_f32(q, at)));
+            for (int w = 0; w < W; ++w) {
+              const size_t c = size_t(t * W + w);
+              dv_d[size_t(w)] = b.let("dv_d", step(dv_d[size_t(w)], p[c], g));
+              dk_d[size_t(w)] = b.let("dk_d", step(dk_d[size_t(w)], ds[c], qd));
+            }
           }
-          b.store(dv_acc, slot, dv_d);
-          b.store(dk_acc, slot, dk_d);
+          for (int w = 0; w < W; ++w) {
+            b.store(dv_acc, slot[size_t(w)], dv_d[size_t(w)]);
+            b.store(dk_acc, slot[size_t(w)], dk_d[size_t(w)]);
+          }
         });
         if (!dq_sum) return;
-        // dq_i[d] += dS_ij k_j[d] for the block's real keys j in ascending order: stage 2's chain,
+        // dq_i[d] += dS_ij k_j[d] for the blocks' real keys j in ascending order: stage 2's chain,
         // a vector of columns at a time. The n queries' chains are independent and interleave.
-        std::vector<ExprRef> ds_of(size_t(n) * size_t(real_keys));
+        // The keys are a loop, each query's dS_ij read from scratch (one copy of the step's code
+        // instead of one per key: a quarter of the kernel's compile time).
         for (int t = 0; t < n; ++t)
-          for (int j = 0; j < real_keys; ++j) ds_of[size_t(t * real_keys + j)] = b.let("ds_j", extract(ds[size_t(t)], j));
+          for (int w = 0; w < W; ++w) b.store(ds_s, idx(int64_t(t * W + w) * L), ds[size_t(t * W + w)]);
         // Two column vectors per step where D has them: 2n chains, enough to hide the fma latency.
         auto dq_columns = [&](const std::vector<std::pair<ExprRef, int>>& columns) {
-          std::vector<ExprRef> at, acc;
+          std::vector<ExprRef> at;
+          std::vector<int> acc;
           for (const auto& [d0, lanes] : columns)
             for (int t = 0; t < n; ++t) {
               ExprRef i = t ? add(i0, idx(t)) : i0;
               at.push_back(b.let("dq_at", add(dq_sum->base, add(mul(i, idx(D)), d0))));
-              acc.push_back(load(b.kernel(), dq_sum->buffer, at.back(), lanes));
+              acc.push_back(b.local("dq_d", Type{ScalarType::f32, lanes}));
+              b.assign(acc.back(), load(b.kernel(), dq_sum->buffer, at.back(), lanes));
             }
-          for (int j = 0; j < real_keys; ++j)
-            for (size_t c = 0; c < columns.size(); ++c) {
-              const auto& [d0, lanes] = columns[c];
-              ExprRef k_j = b.let("k_j", load_f32(k, add(kv_base, add(mul(add(mul(block, idx(L)), idx(j)), idx(D)), d0)), lanes));
-              for (int t = 0; t < n; ++t) {
-                ExprRef ds_j = ds_of[size_t(t * real_keys + j)];
-                ExprRef& a = acc[c * size_t(n) + size_t(t)];
-                a = b.let("dq_d", step(a, lanes > 1 ? broadcast(ds_j, lanes) : ds_j, k_j));
+          for (int w = 0; w < W; ++w)
+            b.for_range("j", idx(0), idx(real_keys[size_t(w)]), 1, [&](ExprRef j) {
+              ExprRef key_row = b.let("key_row", add(kv_base, mul(add(mul(block_of[size_t(w)], idx(L)), j), idx(D))));
+              for (size_t c = 0; c < columns.size(); ++c) {
+                const auto& [d0, lanes] = columns[c];
+                ExprRef k_j = b.let("k_j", load_f32(k, add(key_row, d0), lanes));
+                for (int t = 0; t < n; ++t) {
+                  ExprRef ds_j = load(b.kernel(), ds_s, add(idx(int64_t(t * W + w) * L), j));
+                  const int a = acc[c * size_t(n) + size_t(t)];
+                  b.assign(a, step(b.get(a), lanes > 1 ? broadcast(ds_j, lanes) : ds_j, k_j));
+                }
               }
-            }
-          for (size_t e = 0; e < at.size(); ++e) b.store(dq_sum->buffer, at[e], acc[e]);
+            });
+          for (size_t e = 0; e < at.size(); ++e) b.store(dq_sum->buffer, at[e], b.get(acc[e]));
         };
         const int64_t pairs = D / (2 * L);
         if (pairs > 0)
@@ -261,31 +308,37 @@ struct Backward {
       if (full > 0) b.for_range("i", idx(0), idx(full), group, [&](ExprRef i0) { queries(i0, group); });
       if (Sq % group) queries(idx(full), int(Sq % group));
       b.for_range("d", idx(0), idx(D), 1, [&](ExprRef d) {
-        ExprRef at = b.let("at", add(key_rows, splat(d)));
-        b.store(dk, at, stored(mul(load(b.kernel(), dk_acc, mul(d, idx(L)), L), scale()), dk));
-        b.store(dv, at, stored(load(b.kernel(), dv_acc, mul(d, idx(L)), L), dv));
+        for (int w = 0; w < W; ++w) {
+          ExprRef at = b.let("at", add(key_rows[size_t(w)], splat(d)));
+          b.store(dk, at, stored(mul(load(b.kernel(), dk_acc, slot_of(d, w), L), scale()), dk));
+          b.store(dv, at, stored(load(b.kernel(), dv_acc, slot_of(d, w), L), dv));
+        }
       });
     });
   }
 
-  // The per-key-block scratch: k and v of the block transposed (D x L), dk and dv accumulators.
+  // The scratch of `blocks` key blocks at a time: their k and v transposed (D x blocks x L), dk
+  // and dv accumulators.
   int kt = -1, vt = -1, dk_acc = -1, dv_acc = -1;
-  void key_block_scratch() {
-    kt = scratch("k_t", D * L);
-    vt = scratch("v_t", D * L);
-    dk_acc = scratch("dk_acc", D * L);
-    dv_acc = scratch("dv_acc", D * L);
+  int ds_s = -1;  // the fused kernel's dS of a step: query t, block w at (t * blocks + w) * L
+  void key_block_scratch(int blocks) {
+    kt = scratch("k_t", D * blocks * L);
+    vt = scratch("v_t", D * blocks * L);
+    dk_acc = scratch("dk_acc", D * blocks * L);
+    dv_acc = scratch("dv_acc", D * blocks * L);
   }
 
   // Stage 1: keys in lanes (the key block program_id(1)), every query in order.
   void keys_stage() {
-    key_block_scratch();
-    key_block(program_id(1), lse_of_queries(), nullptr, nullptr, 0);
+    key_block_scratch(1);
+    key_block(program_id(1), {0}, lse_of_queries(), nullptr, nullptr);
   }
 
   // The CPU's one kernel: an instance per (batch, head), its key blocks ascending, dq summed along.
   void fused() {
-    key_block_scratch();
+    const int W = key_vectors_per_step(r, L);
+    key_block_scratch(W);
+    ds_s = scratch("ds", int64_t(group) * W * L);
     const std::function<ExprRef(ExprRef)> lse_of = lse_of_queries();
     // D_i = dot(dout_i, out_i), once per query: the chain stage 1 runs in every key block.
     const int di_s = scratch("D_s", Sq);
@@ -313,10 +366,22 @@ struct Backward {
     b.for_range("i", idx(0), idx(Sq), 1, [&](ExprRef i) {
       for_columns([&](ExprRef d0, int lanes) { b.store(sum.buffer, add(sum.base, add(mul(i, idx(D)), d0)), f32c(0.0f, lanes)); });
     });
-    const int64_t full_blocks = Sk / L;
-    if (full_blocks > 0)
-      b.for_range("key_block", idx(0), idx(full_blocks), 1, [&](ExprRef block) { key_block(block, lse_of, di_of, &sum, L); });
-    if (Sk % L) key_block(idx(full_blocks), lse_of, di_of, &sum, int(Sk % L));
+    // The key blocks ascending, W at a time; the last step takes the blocks left, the partial
+    // one (S_k mod L keys) last.
+    const int64_t blocks = (Sk + L - 1) / L, steps = blocks / W;
+    auto real_keys = [&](int64_t first, int count) {
+      std::vector<int> keys;
+      for (int w = 0; w < count; ++w) keys.push_back(first + w == blocks - 1 && Sk % L ? int(Sk % L) : L);
+      return keys;
+    };
+    const bool last_step_partial = Sk % L && blocks % W == 0;  // the partial block ends a full step
+    const int64_t loop_steps = last_step_partial ? steps - 1 : steps;
+    if (loop_steps > 0)
+      b.for_range("key_block", idx(0), idx(loop_steps * W), W, [&](ExprRef first) {
+        key_block(first, std::vector<int>(size_t(W), L), lse_of, di_of, &sum);
+      });
+    if (const int64_t rest = blocks - loop_steps * W; rest > 0)
+      key_block(idx(loop_steps * W), real_keys(loop_steps * W, int(rest)), lse_of, di_of, &sum);
     // dq = (its sum) * c, rounded once to the storage type.
     b.for_range("i", idx(0), idx(Sq), 1, [&](ExprRef i) {
       for_columns([&](ExprRef d0, int lanes) {
