@@ -405,6 +405,32 @@ CacheStats cache_stats() {
   return CacheStats{c.hits, c.misses, static_cast<uint64_t>(c.map.size()), program_cache().shared()};
 }
 
+namespace {
+// Workspaces up to this size are kept by the launching thread and reused by its later launches
+// (of any kernel). Allocated fresh, a few MiB went back to the OS when freed and faulted in again
+// page by page on the next launch: `fast` bf16 attention's 4 MiB of widened K and V (B*H = 8,
+// S = 1024, D = 64) took about 1000 page faults per launch. Larger workspaces are per launch.
+constexpr int64_t kReusedWorkspaceBytes = int64_t(64) << 20;
+
+// The calling thread's memory for workspace `index` of a launch, at least `bytes` long. A launch
+// runs to its end before the thread can start another, so one set per thread is enough.
+std::byte* reused_workspace(size_t index, size_t bytes) {
+  struct Held {
+    std::unique_ptr<std::byte[]> memory;
+    size_t bytes = 0;
+  };
+  thread_local std::vector<Held> held;
+  if (held.size() <= index) held.resize(index + 1);
+  Held& h = held[index];
+  if (h.bytes < bytes) {
+    h.memory.reset();
+    h.memory.reset(new std::byte[bytes]);
+    h.bytes = bytes;
+  }
+  return h.memory.get();
+}
+}  // namespace
+
 void CompiledKernel::run(const std::vector<BufferRef>& buffers, int64_t rows, int threads, Stores stores) const {
   if (rows < 0) throw Error(fmt::format("rows must be >= 0, got {}", rows));
   // Lengths and offsets are 64-bit everywhere (the IR's index type is i64, and so are the
@@ -437,21 +463,24 @@ void CompiledKernel::run(const std::vector<BufferRef>& buffers, int64_t rows, in
   for (const Stage& s : stages_)
     if (const ir::Kernel::RefusedLaunch* r = ir::refusal(s.kernel, rows)) throw Error(fmt::format("rows={}: {}", rows, r->why));
   if (rows == 0) return;
-  // The workspaces: this launch's, uninitialized (the first stage writes before any reads).
-  std::vector<std::unique_ptr<std::byte[]>> workspace_memory;
+  // The workspaces, uninitialized (the first stage writes before any reads).
+  std::vector<std::unique_ptr<std::byte[]>> workspace_memory;  // this launch's, past the reuse limit
   std::vector<BufferRef> all_buffers = buffers;
-  for (const ir::Buffer& w : workspaces_) {
+  for (size_t i = 0; i < workspaces_.size(); ++i) {
+    const ir::Buffer& w = workspaces_[i];
     const std::optional<int64_t> elements = ir::launch_elements(w, rows, request_.cols);
     if (!elements || *elements > kMaxElements) throw Error(fmt::format("{}: rows={} makes a workspace of more than 2^59 elements", w.name, rows));
     const int64_t bytes = *elements * size_bytes(w.elem);
+    std::byte* memory = nullptr;
     try {
-      workspace_memory.emplace_back(new std::byte[static_cast<size_t>(bytes)]);
+      memory = bytes <= kReusedWorkspaceBytes ? reused_workspace(i, static_cast<size_t>(bytes))
+                                              : workspace_memory.emplace_back(new std::byte[static_cast<size_t>(bytes)]).get();
     } catch (const std::bad_alloc&) {
       throw Error(fmt::format("{}: cannot allocate the {}-byte workspace for rows={}", w.name, bytes, rows));
     }
-    ptrs.push_back(workspace_memory.back().get());
-    views.push_back(ir::BufferArg{workspace_memory.back().get(), *elements});
-    all_buffers.push_back(BufferRef{workspace_memory.back().get(), *elements, w.elem});
+    ptrs.push_back(memory);
+    views.push_back(ir::BufferArg{memory, *elements});
+    all_buffers.push_back(BufferRef{memory, *elements, w.elem});
   }
   for (const Stage& s : stages_) run_stage(s, ptrs, views, all_buffers, rows, threads, stores);
 }

@@ -114,7 +114,7 @@ class CompiledKernel {
   std::vector<Stage> stages_;
   std::vector<ArgSpec> args_;
   // The launch's working memory (ir::Extent::row_blocks), after args_ in every stage's
-  // arguments: run() allocates it per launch.
+  // arguments: run() provides it, reusing the calling thread's memory up to 64 MiB.
   std::vector<ir::Buffer> workspaces_;
   double compile_ms_ = 0, lower_ms_ = 0, optimize_ms_ = 0, codegen_ms_ = 0;
   bool from_disk_cache_ = false;
