@@ -67,6 +67,8 @@ struct Attention {
   bool lse_only = false;
   int lse_local = -1;
   int key_group = key_group_for(r, L);
+  // k and v are f32 workspaces that a first stage widened the 16-bit K and V into (widens_kv_once).
+  bool kv_widened = false;
 
   Type vec() const { return Type{ScalarType::f32, L}; }
   ExprRef splat(ExprRef s) const { return broadcast(std::move(s), L); }
@@ -601,7 +603,7 @@ struct Attention {
     int k = -1, v = -1;
   };
   Tiles widened_tiles(int64_t Bc) {
-    if (storage == ScalarType::f32 || cuda_target(r)) return {};
+    if (storage == ScalarType::f32 || cuda_target(r) || kv_widened) return {};
     Tiles t;
     t.k = b.buffer("k_tile", ScalarType::f32, true, Extent::scratch, Bc * D);
     if (!lse_only) t.v = b.buffer("v_tile", ScalarType::f32, true, Extent::scratch, Bc * D);
@@ -704,20 +706,69 @@ ExprRef emit_attention_lse(Builder& b, const Request& r, const AttentionOrder& o
   return b.get(a.lse_local);
 }
 
-Kernel build_attention(const Request& r, const Order& order) {
+// Whether a launch widens 16-bit K and V to f32 once, in a first stage, rather than every
+// instance widening each key block again (Attention::on_tiles). Each instance of `fast` (32
+// queries) re-widened all of its head's K and V: about one operation per element per 64 fmas, the
+// difference between bf16's 0.56 of the FMA peak and f32's 0.67 (B*H = 8, S = 1024, D = 64). The
+// workspaces take 8 bytes per element of K: beyond 2 MiB per (batch, head), the tiles stay.
+bool widens_kv_once(const Request& r, const AttentionOrder& o) {
+  constexpr int64_t kMaxWorkspaceBytesPerRow = int64_t(2) << 20;
+  return o.kind == AttentionOrder::Kind::Flash && o.team == 0 && r.x_dtype != ScalarType::f32 && !cuda_target(r) &&
+         2 * r.seq_k * r.cols * int64_t(sizeof(float)) <= kMaxWorkspaceBytesPerRow;
+}
+
+std::vector<Kernel> build_attention(const Request& r, const Order& order) {
   const AttentionOrder& o = order.attention;
-  if (o.kind == AttentionOrder::Kind::CpuFlash) return build_cpu_flash_attention(r, order);
-  if (o.kind == AttentionOrder::Kind::CpuMatmul) return build_cpu_matmul_attention(r, order);
-  Kernel k;
+  if (o.kind == AttentionOrder::Kind::CpuFlash) return {build_cpu_flash_attention(r, order)};
+  if (o.kind == AttentionOrder::Kind::CpuMatmul) return {build_cpu_matmul_attention(r, order)};
+  const bool widen_once = widens_kv_once(r, o);
+  std::vector<Kernel> stages(widen_once ? 2 : 1);
+  // Every stage's arguments, in one order (gen/gen.hpp): the op's, then the workspaces.
+  struct Arguments {
+    int q = -1, k = -1, v = -1, out = -1, lse = -1, k_f32 = -1, v_f32 = -1;
+  };
+  auto arguments = [&](Builder& b) {
+    Arguments a;
+    a.q = b.buffer("q", r.x_dtype, false, Extent::rows_by_fixed, r.seq_q * r.cols);
+    a.k = b.buffer("k", r.x_dtype, false, Extent::rows_by_fixed, r.seq_k * r.cols);
+    a.v = b.buffer("v", r.x_dtype, false, Extent::rows_by_fixed, r.seq_k * r.cols);
+    a.out = b.buffer("out", r.x_dtype, true, Extent::rows_by_fixed, r.seq_q * r.cols);
+    if (r.lse_output) a.lse = b.buffer("lse", ScalarType::f32, true, Extent::rows_by_fixed, r.seq_q);
+    if (widen_once) {
+      a.k_f32 = b.workspace("k_f32", ScalarType::f32, 1, r.seq_k * r.cols);
+      a.v_f32 = b.workspace("v_f32", ScalarType::f32, 1, r.seq_k * r.cols);
+    }
+    return a;
+  };
+  if (widen_once) {
+    // Stage 1, an instance per (batch, head): its K and V as f32, exact.
+    Kernel& k = stages[0];
+    k.name = "attention_widen_kv";
+    Builder b(k);
+    const Arguments a = arguments(b);
+    const int64_t n = r.seq_k * r.cols;  // a multiple of 8 (D is)
+    const int W = n % 32 == 0 ? 32 : n % 16 == 0 ? 16 : 8;
+    b.region("widen", "K and V to f32, once per launch", [&] {
+      ExprRef base = b.let("kv_base", mul(program_id(0), idx(n)));
+      b.for_range("e", idx(0), idx(n), W, [&](ExprRef e) {
+        ExprRef at = b.let("at", add(base, e));
+        b.store(a.k_f32, at, cast(load(b.kernel(), a.k, at, W), ScalarType::f32));
+        b.store(a.v_f32, at, cast(load(b.kernel(), a.v, at, W), ScalarType::f32));
+      });
+    });
+  }
+  Kernel& k = stages.back();
   k.name = "attention";
   Builder b(k);
   // A team holds one query per thread: its per-query values are scalars (one lane).
   Attention a{r, o, b, r.cols, r.seq_q, r.seq_k, o.team > 0 ? 1 : o.query_lanes, r.x_dtype};
-  a.q = b.buffer("q", r.x_dtype, false, Extent::rows_by_fixed, r.seq_q * r.cols);
-  a.k = b.buffer("k", r.x_dtype, false, Extent::rows_by_fixed, r.seq_k * r.cols);
-  a.v = b.buffer("v", r.x_dtype, false, Extent::rows_by_fixed, r.seq_k * r.cols);
-  a.out = b.buffer("out", r.x_dtype, true, Extent::rows_by_fixed, r.seq_q * r.cols);
-  if (r.lse_output) a.lse = b.buffer("lse", ScalarType::f32, true, Extent::rows_by_fixed, r.seq_q);
+  const Arguments args = arguments(b);
+  a.q = args.q;
+  a.k = widen_once ? args.k_f32 : args.k;
+  a.v = widen_once ? args.v_f32 : args.v;
+  a.kv_widened = widen_once;
+  a.out = args.out;
+  a.lse = args.lse;
   k.grid_rank = 2;
   if (o.kind == AttentionOrder::Kind::Flash && o.team > 0) {
     k.team = o.team;
@@ -725,7 +776,7 @@ Kernel build_attention(const Request& r, const Order& order) {
     const int queries = std::max(1, o.team / split);
     k.grid_fixed = {(r.seq_q + queries - 1) / queries};
     b.region("attention", describe(o), [&] { a.flash_team(); });
-    return k;
+    return stages;
   }
   k.grid_fixed = {(r.seq_q + o.query_lanes - 1) / o.query_lanes};
   b.region("attention", describe(o), [&] {
@@ -738,7 +789,7 @@ Kernel build_attention(const Request& r, const Order& order) {
       case AttentionOrder::Kind::CpuMatmul: break;  // built above
     }
   });
-  return k;
+  return stages;
 }
 
 }  // namespace ordo::gen

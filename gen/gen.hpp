@@ -62,7 +62,9 @@ ir::Kernel build_layer_norm(const Request& r, const ir::Order& order);
 ir::Kernel build_rms_norm(const Request& r, const ir::Order& order);
 ir::Kernel build_var_mean(const Request& r, const ir::Order& order);
 ir::Kernel build_softmax(const Request& r, const ir::Order& order);  // softmax and log_softmax
-ir::Kernel build_attention(const Request& r, const ir::Order& order);
+// One kernel, or for 16-bit K and V under a flash order on the CPU two: K and V widened to f32
+// once per launch into workspaces, then the attention over them (gen/attention.cpp).
+std::vector<ir::Kernel> build_attention(const Request& r, const ir::Order& order);
 // attention_backward's two stages (gen/attention_backward.cpp).
 std::vector<ir::Kernel> build_attention_backward(const Request& r, const ir::Order& order);
 // The log-sum-exp the forward order `o` (kind Flash) writes, for the queries in the lanes of

@@ -1328,7 +1328,7 @@ std::vector<Kernel> build_stages(const Request& r, const Order& o) {
     case OpKind::var_mean: ks.push_back(build_var_mean(r, o)); break;
     case OpKind::softmax:
     case OpKind::log_softmax: ks.push_back(build_softmax(r, o)); break;
-    case OpKind::attention: ks.push_back(build_attention(r, o)); break;
+    case OpKind::attention: ks = build_attention(r, o); break;
     case OpKind::layer_norm_backward: ks = build_layer_norm_backward(r, o); break;
     case OpKind::rms_norm_backward: ks = build_rms_norm_backward(r, o); break;
     case OpKind::softmax_backward:
