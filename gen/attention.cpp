@@ -69,6 +69,12 @@ struct Attention {
   int key_group = key_group_for(r, L);
   // k and v are f32 workspaces that a first stage widened the 16-bit K and V into (widens_kv_once).
   bool kv_widened = false;
+  // exact_tiled's panel: scratch of S_k vectors holding each key's raw dot products for the
+  // instance's queries. The first pass fills it; the later passes read their scores from it
+  // instead of computing them again (the same values, so the same bits).
+  enum class PanelMode { none, fill, reuse };
+  PanelMode panel_mode = PanelMode::none;
+  int panel = -1;
 
   Type vec() const { return Type{ScalarType::f32, L}; }
   ExprRef splat(ExprRef s) const { return broadcast(std::move(s), L); }
@@ -134,8 +140,8 @@ struct Attention {
   // use(t, score of key j0+t). The n dot products run interleaved over d, each sequential in d.
   void scores(ExprRef j0, int n, const std::function<void(int, ExprRef)>& use) {
     if (n == 0) return;
-    std::vector<int> acc = dot_products(j0, n);
-    for (int t = 0; t < n; ++t) use(t, b.let("score", finish_score(b.get(acc[size_t(t)]), add(j0, idx(t)))));
+    const std::vector<ExprRef> raw = raw_scores(j0, n);
+    for (int t = 0; t < n; ++t) use(t, b.let("score", finish_score(raw[size_t(t)], add(j0, idx(t)))));
   }
 
   // The same scores with the per-key work rolled into one loop: the dot products go to scratch
@@ -144,11 +150,34 @@ struct Attention {
   // same bits; less machine code to compile where that work is large (16-bit rounding, exp).
   void scores_rolled(ExprRef j0, int n, int group, const std::function<void(ExprRef, ExprRef)>& body) {
     if (n == 0) return;
-    std::vector<int> acc = dot_products(j0, n);
-    for (int t = 0; t < n; ++t) b.store(group, idx(int64_t(t) * L), b.get(acc[size_t(t)]));
+    if (panel_mode == PanelMode::reuse) {  // the dot products are in the panel already
+      b.for_range("t", idx(0), idx(n), 1, [&](ExprRef t) {
+        ExprRef key = add(j0, t);
+        body(t, b.let("score", finish_score(load(b.kernel(), panel, mul(key, idx(L)), L), key)));
+      });
+      return;
+    }
+    const std::vector<ExprRef> raw = raw_scores(j0, n);
+    for (int t = 0; t < n; ++t) b.store(group, idx(int64_t(t) * L), raw[size_t(t)]);
     b.for_range("t", idx(0), idx(n), 1, [&](ExprRef t) {
       body(t, b.let("score", finish_score(load(b.kernel(), group, mul(t, idx(L)), L), add(j0, t))));
     });
+  }
+
+  // The raw dot products q.k of keys j0 .. j0+n-1: computed (and, filling the panel, kept in
+  // it), or read back from the panel.
+  std::vector<ExprRef> raw_scores(ExprRef j0, int n) {
+    std::vector<ExprRef> raw;
+    if (panel_mode == PanelMode::reuse) {
+      for (int t = 0; t < n; ++t) raw.push_back(load(b.kernel(), panel, mul(add(j0, idx(t)), idx(L)), L));
+      return raw;
+    }
+    const std::vector<int> acc = dot_products(j0, n);
+    for (int t = 0; t < n; ++t) {
+      raw.push_back(b.get(acc[size_t(t)]));
+      if (panel_mode == PanelMode::fill) b.store(panel, mul(add(j0, idx(t)), idx(L)), raw.back());
+    }
+    return raw;
   }
 
   // Locals holding q.k for keys j0 .. j0+n-1, accumulated over d in order.
@@ -438,10 +467,19 @@ struct Attention {
     load_queries();
     // A key group's dot products, then (pass 3) its probabilities.
     const int p = b.buffer("p", ScalarType::f32, true, Extent::scratch, key_group * L);
+    // Pass 1's dot products kept for passes 2 and 3 where they fit (profiled, f32, S = 1024,
+    // D = 64: each pass's dot products took 21% of the time); past kPanelBytes, and on the CUDA
+    // targets (where scratch is each thread's local memory), computed again.
+    constexpr int64_t kPanelBytes = int64_t(256) << 10;
+    if (!cuda_target(r) && Sk * L * int64_t(sizeof(float)) <= kPanelBytes) {
+      panel = b.buffer("panel", ScalarType::f32, true, Extent::scratch, Sk * L);
+      panel_mode = PanelMode::fill;
+    }
     ExprRef mx, sum;
     b.region("max", "pass 1: " + describe(so), [&] {
       mx = b.let("max", staged ? staged_max(p) : reduce_keys([](ExprRef s) { return s; }, softmax_max, -kInf, "max", p));
     });
+    if (panel_mode == PanelMode::fill) panel_mode = PanelMode::reuse;
     b.region("sum", "pass 2: sum of exp(s - max), same tree", [&] {
       sum = b.let("sum", staged ? staged_sum(mx, p)
                                 : reduce_keys([&](ExprRef s) { return exp_f32(b, so.exp, sub(s, mx)); },
