@@ -349,15 +349,14 @@ struct Attention {
   // sum). The lanes start there and every key, the first V included, runs in one loop: the same
   // bits with one copy of the key group's code instead of two.
   //
-  // `group` (scratch of key_group vectors) rolls the per-key work: a key group's scores are
-  // stored there, then one loop over the group's keys applies value and op, the tree lanes kept
-  // in scratch. The same operations on the same lanes as the unrolled form, with one copy of
-  // value's code (the sum's exp) instead of key_group: a quarter less machine code to compile.
+  // The per-key work is rolled: a key group's dot products go to `group` (scratch of key_group
+  // vectors), then one loop over the group's keys applies value and op, the tree's lanes kept in
+  // scratch. Unrolled over the group's keys, value's code (the sum's exp) was most of the
+  // kernel's machine code.
   ExprRef reduce_keys(const std::function<ExprRef(ExprRef)>& value, const std::function<ExprRef(ExprRef, ExprRef)>& op,
-                      float identity, const std::string& name, int group = -1) {
+                      float identity, const std::string& name, int group) {
     const int V = o.softmax.lanes;
     int result = b.local(name, vec());
-    if (group >= 0 && Sk >= V) return reduce_keys_rolled(value, op, identity, name, group, result);
     if (Sk < V) {
       scores(idx(0), int(Sk), [&](int t, ExprRef s) {
         ExprRef x = value(s);
@@ -365,30 +364,6 @@ struct Attention {
       });
       return b.get(result);
     }
-    std::vector<int> lane(static_cast<size_t>(V), -1);
-    for (int t = 0; t < V; ++t) {
-      lane[size_t(t)] = b.local(name + ".lane", vec());
-      b.assign(lane[size_t(t)], f32c(identity, L));
-    }
-    const int64_t full = Sk - Sk % V;
-    auto keys = [&](ExprRef j0, int n) {
-      for (int c = 0; c < n; c += key_group)
-        scores(c == 0 ? j0 : b.let("j0", add(j0, idx(c))), std::min(key_group, n - c), [&](int t, ExprRef s) {
-          const int l = c + t;
-          b.assign(lane[size_t(l)], op(b.get(lane[size_t(l)]), value(s)));
-        });
-    };
-    b.for_range("j", idx(0), idx(full), V, [&](ExprRef j0) { keys(j0, V); });
-    if (Sk % V) keys(idx(full), int(Sk % V));
-    std::vector<ExprRef> lanes;
-    for (int t = 0; t < V; ++t) lanes.push_back(b.get(lane[size_t(t)]));
-    b.assign(result, fold_lanes(b, std::move(lanes), o.softmax.fold, op, name + ".fold"));
-    return b.get(result);
-  }
-
-  ExprRef reduce_keys_rolled(const std::function<ExprRef(ExprRef)>& value, const std::function<ExprRef(ExprRef, ExprRef)>& op,
-                             float identity, const std::string& name, int group, int result) {
-    const int V = o.softmax.lanes;
     const int lanes = b.buffer(name + "_lanes", ScalarType::f32, true, Extent::scratch, int64_t(V) * L);
     for (int t = 0; t < V; ++t) b.store(lanes, idx(int64_t(t) * L), f32c(identity, L));
     const int64_t full = Sk - Sk % V;
