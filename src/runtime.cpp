@@ -424,6 +424,7 @@ std::byte* reused_workspace(size_t index, size_t bytes) {
   Held& h = held[index];
   if (h.bytes < bytes) {
     h.memory.reset();
+    h.bytes = 0;  // held nothing, should the allocation below throw
     h.memory.reset(new std::byte[bytes]);
     h.bytes = bytes;
   }
