@@ -10,10 +10,11 @@
 //    loops over every key, accumulating dq. Each stage recomputes P and dS: seven products of
 //    S_q x S_k x D in all, over (batch*head) x blocks of instances.
 //  - CPU: one kernel, an instance per (batch, head), running stage 1's key blocks in ascending
-//    order; each query's dS terms also go into its dq, which is then summed over the keys in
-//    ascending order, as stage 2 sums it. Five products; the dq accumulator is dq itself (f32) or
-//    an f32 scratch of S_q x D (16-bit). Past kFusedScratchBytes of scratch that grows with S_q
-//    (fused_scratch_bytes) the CPU runs the two stages too.
+//    order (two per step where a vector is one register); each query's dS terms also go into its
+//    dq, which is then summed over the keys in ascending order, as stage 2 sums it. Five
+//    products; the dq accumulator is dq itself (f32) or an f32 scratch of S_q x D (16-bit). Past
+//    kFusedScratchBytes of scratch that grows with S_q (fused_scratch_bytes) the CPU runs the two
+//    stages too.
 // Lanes past the last key (query) repeat the last one, computing and storing the same bits
 // (gen/attention.cpp does the same); the fused kernel adds only the real keys' terms to dq.
 // Causal masking is a select: every instance runs the same loops.
