@@ -23,8 +23,9 @@ Rows:
     (its bits; target 1.5x) and fast (target 3x);
   * attention backward, batch*heads 8, S = 1024, D = 64, f32 and bf16: `fast` against torch
     autograd's backward of F.scaled_dot_product_attention (target 1.0x).
-It prints the table and writes the bar chart (--png, default bench/vs_torch.png; needs ordo's
-Python package from build/python); --json also writes the rows.
+It prints the table and writes the bar chart (--png, default bench/vs_torch.png, the README's chart,
+which a run of one group (--only) writes only when --png is given; needs ordo's Python package from
+build/python); --json also writes the rows.
 """
 import argparse
 import json
@@ -198,8 +199,10 @@ def main():
     ap.add_argument("--only", choices=("norms", "attention", "backward"), help="one group of rows")
     ap.add_argument("--rounds", type=int, default=1,
                     help="run every row this many times, torch and ordo in turn, and keep each one's fastest (1)")
-    ap.add_argument("--png", default=os.path.join(HERE, "vs_torch.png"), help="the bar chart (bench/vs_torch.png)")
+    ap.add_argument("--png", help="the bar chart (bench/vs_torch.png; with --only, none unless given)")
     args = ap.parse_args()
+    if args.png is None and args.only is None:
+        args.png = os.path.join(HERE, "vs_torch.png")
     if not os.path.exists(ORDO):
         raise SystemExit(f"{ORDO} is missing: build ordo first (scripts/setup.sh)")
     torch.set_num_threads(args.threads)
@@ -222,13 +225,14 @@ def main():
     slow = [r for r in rows if "compile_ms_cold" in r and r["compile_ms_cold"] > r["compile_target_ms"]]
     print(f"compile latency: {len(slow)} of {sum('compile_ms_cold' in r for r in rows)} rows over their target "
           f"(norms and their backward 20 ms, attention 50 ms){': ' + ', '.join(r['order'] + ' ' + r['row'] for r in slow) if slow else ''}")
-    sys.path.insert(0, os.path.join(HERE, "..", "build", "python"))
-    import ordo
-    bars = [(f"{r['row']} {r['order']}", r["ratio"], r.get("target") or 0.0, bool(r.get("lower_is_better"))) for r in rows]
-    ordo._ordo.write_ratio_chart(args.png, f"ordo vs torch {torch.__version__}, {args.threads} threads, "
-                                 f"{torch.backends.cpu.get_cpu_capability()} (bench/vs_torch.py)", bars)
-    recompress_png(args.png)
-    print(f"wrote {args.png}")
+    if args.png:
+        sys.path.insert(0, os.path.join(HERE, "..", "build", "python"))
+        import ordo
+        bars = [(f"{r['row']} {r['order']}", r["ratio"], r.get("target") or 0.0, bool(r.get("lower_is_better"))) for r in rows]
+        ordo._ordo.write_ratio_chart(args.png, f"ordo vs torch {torch.__version__}, {args.threads} threads, "
+                                     f"{torch.backends.cpu.get_cpu_capability()} (bench/vs_torch.py)", bars)
+        recompress_png(args.png)
+        print(f"wrote {args.png}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"torch": torch.__version__, "threads": args.threads, "rows": rows}, f, indent=1)
