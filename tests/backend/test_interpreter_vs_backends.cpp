@@ -289,6 +289,55 @@ TEST_CASE("attention: results do not depend on the thread count") {
   }
 }
 
+// Two schedules change at a size (gen/attention.cpp): exact-tiled keeps its dot products in a
+// panel up to 256 KiB of scratch (S_k vectors of the instance's queries), and fast widens 16-bit K
+// and V into workspaces once per launch up to 2 MiB per batch*head. The sweeps' shapes are below
+// both; these are on either side, each against the interpreter bitwise. (With 16 query lanes,
+// S_k = 4096 fills the panel and 4097 passes it; at D = 64, S_k = 4096 fills the workspaces.)
+// cuda-emu runs neither schedule (its kernel recomputes the scores and reads 16-bit K and V), so
+// it also checks that each schedule keeps the order's bits.
+TEST_CASE("attention: the schedules on either side of exact-tiled's panel and fast's widening limits match the interpreter") {
+  struct Case {
+    const char* order;
+    ScalarType dtype;
+    int64_t sq, sk, d;
+    bool causal;
+  };
+  int compared = 0;
+  for (const Case& c : {Case{"exact-tiled", ScalarType::f32, 17, 4096, 8, false}, Case{"exact-tiled", ScalarType::f32, 17, 4097, 8, true},
+                        Case{"exact-tiled", ScalarType::bf16, 17, 4097, 8, false}, Case{"fast", ScalarType::bf16, 33, 4096, 64, true},
+                        Case{"fast", ScalarType::bf16, 33, 4097, 64, false}, Case{"fast", ScalarType::f16, 33, 4097, 64, true}}) {
+    Request r;
+    r.op = OpKind::attention;
+    r.order = c.order;
+    r.x_dtype = c.dtype;
+    r.seq_q = c.sq;
+    r.seq_k = c.sk;
+    r.cols = c.d;
+    r.causal = c.causal;
+    r.lse_output = true;
+    INFO(fmt::format("{} {} Sq={} Sk={} D={} causal={}", c.order, name(c.dtype), c.sq, c.sk, c.d, c.causal));
+    // The side of each limit (fast's does not depend on the host; exact-tiled's panel at 4096
+    // keys fits with 8 or 16 query lanes).
+    const KernelHandle k = compile(r);
+    if (std::string(c.order) == "fast") CHECK(k->stage_count() == (c.sk * c.d * 8 <= (int64_t(2) << 20) ? 2u : 1u));
+    if (c.sk == 4096 && std::string(c.order) == "exact-tiled") {
+      bool panel = false;
+      for (const ir::Buffer& b : k->kernel().buffers) panel = panel || b.name == "panel";
+      CHECK(panel);
+    }
+    for (Target target : {Target::cpu, Target::cuda_emu}) {
+      INFO(name(target));
+      const auto outs = on_interpreter_and(r, target, 2, 5, 0, 1.5);
+      REQUIRE(outs[0].size() == 2);
+      CHECK(outs[0][0] == outs[1][0]);  // out
+      CHECK(outs[0][1] == outs[1][1]);  // lse
+    }
+    ++compared;
+  }
+  MESSAGE(fmt::format("{} attention cases on either side of the schedules' limits compared bitwise, cpu and cuda-emu", compared));
+}
+
 // Causal flash visits only the key blocks an instance's queries can see (gen/attention.cpp,
 // key_blocks). An Inf in v at key 100 shows it: a visited block where the key is masked still
 // adds 0 * Inf = NaN, so queries whose instance reaches that block come out NaN, and queries whose
