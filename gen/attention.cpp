@@ -349,86 +349,68 @@ struct Attention {
   // sum). The lanes start there and every key, the first V included, runs in one loop: the same
   // bits with one copy of the key group's code instead of two.
   //
-  // The per-key work is rolled: a key group's dot products go to `group` (scratch of key_group
-  // vectors), then one loop over the group's keys applies value and op, the tree's lanes kept in
-  // scratch. Unrolled over the group's keys, value's code (the sum's exp) was most of the
-  // kernel's machine code.
+  // The per-key work is rolled (lanes_over_keys): one copy of value's code (the sum's exp)
+  // instead of one per key of the group.
   ExprRef reduce_keys(const std::function<ExprRef(ExprRef)>& value, const std::function<ExprRef(ExprRef, ExprRef)>& op,
                       float identity, const std::string& name, int group) {
     const int V = o.softmax.lanes;
-    int result = b.local(name, vec());
     if (Sk < V) {
+      int result = b.local(name, vec());
       scores(idx(0), int(Sk), [&](int t, ExprRef s) {
         ExprRef x = value(s);
         b.assign(result, t == 0 ? x : op(b.get(result), x));
       });
       return b.get(result);
     }
+    return lanes_over_keys(Sk - Sk % V, int(Sk % V), identity, name, group, [&](ExprRef lane, ExprRef s) { return op(lane, value(s)); },
+                           op);
+  }
+
+  // The tree lanes of exact-tiled's reductions, in scratch: lane l starts at `identity`; keys
+  // [0, full) (a multiple of V), then `partial` more, go key j into lane j mod V in key order by
+  // take(lane, score of j), each key group's dot products through `group` (scores_rolled); then
+  // the lanes fold by the order's LaneFold with `fold_op`.
+  ExprRef lanes_over_keys(int64_t full, int partial, float identity, const std::string& name, int group,
+                          const std::function<ExprRef(ExprRef, ExprRef)>& take, const std::function<ExprRef(ExprRef, ExprRef)>& fold_op) {
+    const int V = o.softmax.lanes;
     const int lanes = b.buffer(name + "_lanes", ScalarType::f32, true, Extent::scratch, int64_t(V) * L);
-    for (int t = 0; t < V; ++t) b.store(lanes, idx(int64_t(t) * L), f32c(identity, L));
-    const int64_t full = Sk - Sk % V;
+    for (int l = 0; l < V; ++l) b.store(lanes, idx(int64_t(l) * L), f32c(identity, L));
     auto keys = [&](ExprRef j0, int n) {
       for (int c = 0; c < n; c += key_group)
         scores_rolled(c == 0 ? j0 : b.let("j0", add(j0, idx(c))), std::min(key_group, n - c), group, [&](ExprRef t, ExprRef s) {
           ExprRef lane_at = b.let("lane_at", mul(add(t, idx(c)), idx(L)));
-          b.store(lanes, lane_at, op(load(b.kernel(), lanes, lane_at, L), value(s)));
+          b.store(lanes, lane_at, take(load(b.kernel(), lanes, lane_at, L), s));
         });
     };
-    b.for_range("j", idx(0), idx(full), V, [&](ExprRef j0) { keys(j0, V); });
-    if (Sk % V) keys(idx(full), int(Sk % V));
+    if (full > 0) b.for_range("j", idx(0), idx(full), V, [&](ExprRef j0) { keys(j0, V); });
+    if (partial > 0) keys(idx(full), partial);
     std::vector<ExprRef> folded;
-    for (int t = 0; t < V; ++t) folded.push_back(load(b.kernel(), lanes, idx(int64_t(t) * L), L));
-    b.assign(result, fold_lanes(b, std::move(folded), o.softmax.fold, op, name + ".fold"));
-    return b.get(result);
+    for (int l = 0; l < V; ++l) folded.push_back(load(b.kernel(), lanes, idx(int64_t(l) * L), L));
+    return fold_lanes(b, std::move(folded), o.softmax.fold, fold_op, name + ".fold");
   }
 
   // The bf16 softmax (SoftmaxOrder::Kind::Staged) in query-lane form: the max over pairs of
   // V-key vectors from -inf lanes (key j in lane j mod V), folded, then the keys past the last
   // pair by std::max in order; the sum over full V-key vectors from zero lanes, folded, then the
   // remaining keys in order with the tail's exp. Same bits as softmax_row on the stored row.
-  // The lanes and the key group's scores in scratch, as in staged_sum.
+  // The pairs run as single V-key vectors: each lane sees the same keys in the same order.
   ExprRef staged_max(int group) {
     const int V = o.softmax.lanes;
     const int64_t pairs_end = Sk - Sk % (2 * V);
-    const int lane_maxes = b.buffer("max_lanes", ScalarType::f32, true, Extent::scratch, int64_t(V) * L);
-    for (int l = 0; l < V; ++l) b.store(lane_maxes, idx(int64_t(l) * L), f32c(-kInf, L));
-    // The pairs as a loop over single V-key vectors: each lane sees the same keys in the same
-    // order, with one copy of the vector's code.
-    if (pairs_end > 0)
-      b.for_range("j", idx(0), idx(pairs_end), V, [&](ExprRef j0) {
-        for (int c = 0; c < V; c += key_group)
-          scores_rolled(c ? b.let("j0", add(j0, idx(c))) : j0, std::min(key_group, V - c), group, [&](ExprRef t, ExprRef sc) {
-            ExprRef lane_at = b.let("lane_at", mul(add(t, idx(c)), idx(L)));
-            b.store(lane_maxes, lane_at, softmax_max(load(b.kernel(), lane_maxes, lane_at, L), sc));
-          });
-      });
-    std::vector<ExprRef> lanes;
-    for (int l = 0; l < V; ++l) lanes.push_back(load(b.kernel(), lane_maxes, idx(int64_t(l) * L), L));
     int mx = b.local("max", vec());
-    b.assign(mx, fold_lanes(b, std::move(lanes), o.softmax.fold, softmax_max, "max.fold"));
+    b.assign(mx, lanes_over_keys(pairs_end, 0, -kInf, "max", group, softmax_max, softmax_max));
     key_groups(idx(pairs_end), Sk - pairs_end, [&](ExprRef j0, int n) {
       scores(j0, n, [&](int, ExprRef sc) { b.assign(mx, softmax_scalar_max(b.get(mx), sc)); });
     });
     return b.get(mx);
   }
-  // The lanes and the key group's scores in scratch, one copy of exp's code (reduce_keys' group).
   ExprRef staged_sum(const ExprRef& mx, int group) {
     const int V = o.softmax.lanes;
     const int64_t full_end = Sk - Sk % V;
-    const int lane_sums = b.buffer("sum_lanes", ScalarType::f32, true, Extent::scratch, int64_t(V) * L);
-    for (int l = 0; l < V; ++l) b.store(lane_sums, idx(int64_t(l) * L), f32c(0.0f, L));
-    if (full_end > 0)
-      b.for_range("j", idx(0), idx(full_end), V, [&](ExprRef j0) {
-        for (int c = 0; c < V; c += key_group)
-          scores_rolled(c ? b.let("j0", add(j0, idx(c))) : j0, std::min(key_group, V - c), group, [&](ExprRef t, ExprRef sc) {
-            ExprRef lane_at = b.let("lane_at", mul(add(t, idx(c)), idx(L)));
-            b.store(lane_sums, lane_at, add(load(b.kernel(), lane_sums, lane_at, L), exp_f32(b, o.softmax.exp, sub(sc, mx))));
-          });
-      });
-    std::vector<ExprRef> lanes;
-    for (int l = 0; l < V; ++l) lanes.push_back(load(b.kernel(), lane_sums, idx(int64_t(l) * L), L));
+    auto sum_of = [](ExprRef a, ExprRef c) { return add(a, c); };
     int sum = b.local("sum", vec());
-    b.assign(sum, fold_lanes(b, std::move(lanes), o.softmax.fold, [](ExprRef a, ExprRef c) { return add(a, c); }, "sum.fold"));
+    b.assign(sum, lanes_over_keys(full_end, 0, 0.0f, "sum", group,
+                                  [&](ExprRef lane, ExprRef sc) { return add(lane, exp_f32(b, o.softmax.exp, sub(sc, mx))); }, sum_of));
     key_groups(idx(full_end), Sk - full_end, [&](ExprRef j0, int n) {
       scores(j0, n, [&](int, ExprRef sc) { b.assign(sum, add(b.get(sum), exp_f32(b, o.softmax.tail_exp, sub(sc, mx)))); });
     });
