@@ -367,22 +367,18 @@ struct Backward {
     b.for_range("i", idx(0), idx(Sq), 1, [&](ExprRef i) {
       for_columns([&](ExprRef d0, int lanes) { b.store(sum.buffer, add(sum.base, add(mul(i, idx(D)), d0)), f32c(0.0f, lanes)); });
     });
-    // The key blocks ascending, W at a time; the last step takes the blocks left, the partial
-    // one (S_k mod L keys) last.
-    const int64_t blocks = (Sk + L - 1) / L, steps = blocks / W;
-    auto real_keys = [&](int64_t first, int count) {
-      std::vector<int> keys;
-      for (int w = 0; w < count; ++w) keys.push_back(first + w == blocks - 1 && Sk % L ? int(Sk % L) : L);
-      return keys;
-    };
-    const bool last_step_partial = Sk % L && blocks % W == 0;  // the partial block ends a full step
-    const int64_t loop_steps = last_step_partial ? steps - 1 : steps;
-    if (loop_steps > 0)
-      b.for_range("key_block", idx(0), idx(loop_steps * W), W, [&](ExprRef first) {
+    // The key blocks ascending, W at a time while all W are full; then one step of the blocks
+    // left (at most W: the full ones past the last step, and the partial one, S_k mod L keys).
+    const int64_t blocks = (Sk + L - 1) / L, looped = Sk / L / W * W;
+    if (looped > 0)
+      b.for_range("key_block", idx(0), idx(looped), W, [&](ExprRef first) {
         key_block(first, std::vector<int>(size_t(W), L), lse_of, di_of, &sum);
       });
-    if (const int64_t rest = blocks - loop_steps * W; rest > 0)
-      key_block(idx(loop_steps * W), real_keys(loop_steps * W, int(rest)), lse_of, di_of, &sum);
+    if (blocks > looped) {
+      std::vector<int> real_keys;
+      for (int64_t block = looped; block < blocks; ++block) real_keys.push_back(block == blocks - 1 && Sk % L ? int(Sk % L) : L);
+      key_block(idx(looped), real_keys, lse_of, di_of, &sum);
+    }
     // dq = (its sum) * c, rounded once to the storage type.
     b.for_range("i", idx(0), idx(Sq), 1, [&](ExprRef i) {
       for_columns([&](ExprRef d0, int lanes) {
