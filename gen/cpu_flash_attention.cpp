@@ -30,6 +30,7 @@
 #include "gen/math.hpp"
 #include "gen/mkl_gemm.hpp"
 #include "gen/reductions.hpp"
+#include "gen/row.hpp"
 #include "ir/error.hpp"
 
 namespace ordo::gen {
@@ -191,15 +192,10 @@ struct CpuFlash {
       if (vec_end > chained_end) b.for_range("i", idx(chained_end), idx(vec_end), V, [&](ExprRef i) { take(0, i); });
       const ExprRef lanes_max = b.let("block_max.v", binary(Op::Max, binary(Op::Max, b.get(vmax[0]), b.get(vmax[1])),
                                                             binary(Op::Max, b.get(vmax[2]), b.get(vmax[3]))));
-      std::vector<ExprRef> level;
-      for (int l = 0; l < V; ++l) level.push_back(extract(lanes_max, l));
-      while (level.size() > 1) {
-        std::vector<ExprRef> next;
-        for (size_t l = 0; l + 1 < level.size(); l += 2) next.push_back(binary(Op::Max, level[l], level[l + 1]));
-        if (level.size() % 2) next.push_back(level.back());
-        level = std::move(next);
-      }
-      b.assign(tmax, level[0]);
+      std::vector<ExprRef> lanes;
+      for (int l = 0; l < V; ++l) lanes.push_back(extract(lanes_max, l));
+      b.assign(tmax, fold_lanes(b, std::move(lanes), LaneFold::Adjacent, [](ExprRef x, ExprRef y) { return binary(Op::Max, x, y); },
+                                "block_max.fold"));
     } else {
       b.assign(tmax, f32c(-kInf));
     }
