@@ -88,7 +88,7 @@ class TargetMachinePool {
     Lease(const Lease&) = delete;
     Lease& operator=(const Lease&) = delete;
     ~Lease() { pool_.give_back(std::move(tm_)); }
-    llvm::TargetMachine& operator*() const { return *tm_; }
+    llvm::TargetMachine& machine() const { return *tm_; }
 
    private:
     TargetMachinePool& pool_;
@@ -132,7 +132,7 @@ class PooledCompiler : public llvm::orc::IRCompileLayer::IRCompiler {
   llvm::Expected<std::unique_ptr<llvm::MemoryBuffer>> operator()(llvm::Module& m) override {
     auto lease = pool_.lend();
     if (!lease) return lease.takeError();
-    return llvm::orc::SimpleCompiler(***lease)(m);
+    return llvm::orc::SimpleCompiler((*lease)->machine())(m);
   }
 
  private:
@@ -245,7 +245,7 @@ Object compile_object(const ir::Kernel& k, const Options& opt) {
   if (!lease) throw Error("LLVM cannot create a target machine: " + take_error(lease.takeError()));
   Compiled timing;
   llvm::LLVMContext ctx;
-  auto m = build_module(ctx, k, out.symbol, out.rows_in_flight, j, ***lease, &timing);
+  auto m = build_module(ctx, k, out.symbol, out.rows_in_flight, j, (*lease)->machine(), &timing);
   out.lower_ms = timing.lower_ms;
   out.optimize_ms = timing.optimize_ms;
   auto t = std::chrono::steady_clock::now();
@@ -258,7 +258,7 @@ Object compile_object(const ir::Kernel& k, const Options& opt) {
     m->setPICLevel(llvm::PICLevel::BigPIC);
     object = llvm::orc::SimpleCompiler(**tm)(*m);
   } else {
-    object = llvm::orc::SimpleCompiler(***lease)(*m);
+    object = llvm::orc::SimpleCompiler((*lease)->machine())(*m);
   }
   if (!object) throw Error("LLVM could not compile " + k.name + ": " + take_error(object.takeError()));
   out.bytes.assign((*object)->getBufferStart(), (*object)->getBufferSize());
@@ -309,7 +309,7 @@ std::string emit_llvm_ir(const ir::Kernel& k, const Options& opt) {
   llvm::LLVMContext ctx;
   auto lease = j.machines->lend();
   if (!lease) throw Error("LLVM cannot create a target machine: " + take_error(lease.takeError()));
-  auto m = build_module(ctx, k, "ordo_" + k.name, choose_rows_in_flight(k, opt), j, ***lease);
+  auto m = build_module(ctx, k, "ordo_" + k.name, choose_rows_in_flight(k, opt), j, (*lease)->machine());
   std::string s;
   llvm::raw_string_ostream os(s);
   m->print(os, nullptr);
