@@ -169,19 +169,21 @@ struct Lowerer {
   }
 
   // f32 -> bf16 bits with round-to-nearest-even; NaN becomes a quiet NaN. Same algorithm as
-  // ir/float_bits.hpp.
+  // ir/float_bits.hpp. The NaN case is chosen before the shift, and tested with one unordered
+  // compare, so that a round trip back to f32 folds to one mask (and 0xffff0000) of the selected
+  // word: 7 vector operations per rounding on AVX-512 instead of 10.
   llvm::Value* f32_to_bf16(llvm::Value* v, Type t) {
     Type it{ScalarType::i64, t.lanes};  // only for lane count
     auto i32 = [&](int64_t c) { return splat_int(it, c, 32); };
     llvm::Type* i32t = t.lanes == 1 ? static_cast<llvm::Type*>(B.getInt32Ty())
                                     : llvm::FixedVectorType::get(B.getInt32Ty(), static_cast<unsigned>(t.lanes));
     llvm::Value* x = B.CreateBitCast(v, i32t);
-    llvm::Value* is_nan = B.CreateICmpUGT(B.CreateAnd(x, i32(0x7fffffff)), i32(0x7f800000));
+    llvm::Value* is_nan = B.CreateFCmpUNO(v, v);
     llvm::Value* lsb = B.CreateAnd(B.CreateLShr(x, i32(16)), i32(1));
-    llvm::Value* rounded = B.CreateLShr(B.CreateAdd(B.CreateAdd(x, i32(0x7fff)), lsb), i32(16));
-    llvm::Value* nan = B.CreateOr(B.CreateLShr(x, i32(16)), i32(0x40));
-    llvm::Value* r = B.CreateSelect(is_nan, nan, rounded);
-    return B.CreateTrunc(r, type(Type{ScalarType::bf16, t.lanes}));
+    llvm::Value* rounded = B.CreateAdd(B.CreateAdd(x, i32(0x7fff)), lsb);
+    llvm::Value* quiet_nan = B.CreateOr(x, i32(0x400000));
+    llvm::Value* word = B.CreateSelect(is_nan, quiet_nan, rounded);
+    return B.CreateTrunc(B.CreateLShr(word, i32(16)), type(Type{ScalarType::bf16, t.lanes}));
   }
   llvm::Value* bf16_to_f32(llvm::Value* v, Type t) {
     llvm::Type* i32t = t.lanes == 1 ? static_cast<llvm::Type*>(B.getInt32Ty())

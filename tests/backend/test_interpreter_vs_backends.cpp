@@ -499,6 +499,65 @@ TEST_CASE("LLVM lowering: f32 to i32 conversion in every vector width, at its ed
   }
 }
 
+// The IR's f32 -> bf16 conversion (ir/float_bits.hpp: round to nearest even, a NaN kept with its
+// payload and made quiet), stored as bf16 and, the form the bf16 orders round by, widened back to
+// f32 in the same expression, which the lowering folds to one mask of the rounded word. Every
+// vector width against the interpreter and f32_to_bf16_bits, bit for bit, NaN payloads included:
+// ties either way, the carry into the exponent and out of the largest finite value, NaNs whose
+// rounding increment would carry (0x7fc0ffff) or wrap the word (0xffffffff), signalling NaNs,
+// subnormals, and a few thousand patterns from a fixed seed.
+TEST_CASE("LLVM lowering: f32 to bf16 in every vector width, at ties, NaN payloads and subnormals") {
+  using namespace ordo::ir;
+  std::vector<uint32_t> bits = {0x3f808000u, 0x3f818000u, 0x3f808001u, 0x3f807fffu, 0xbf818000u, 0x3fffffffu, 0x7f7fffffu, 0x7f7f8000u,
+                                0x7f7e8000u, 0xff7fffffu, 0x7f800000u, 0xff800000u, 0x7fc00000u, 0x7fc0ffffu, 0xffffffffu, 0xffc08000u,
+                                0x7f800001u, 0xff800001u, 0x7fbfffffu, 0x7f80ffffu, 0x00000001u, 0x00008000u, 0x00018000u, 0x807fffffu,
+                                0x007fffffu, 0x00000000u, 0x80000000u, 0x0000ffffu};
+  uint64_t state = 0x9e3779b97f4a7c15u;
+  while (bits.size() < 4096) {  // splitmix64's output, a 32-bit half
+    state += 0x9e3779b97f4a7c15u;
+    uint64_t z = (state ^ (state >> 30)) * 0xbf58476d1ce4e5b9u;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebu;
+    bits.push_back(static_cast<uint32_t>(z ^ (z >> 31)));
+  }
+  const int64_t n = static_cast<int64_t>(bits.size());  // a multiple of 16
+  Kernel k;
+  k.name = std::string("to_bf16");
+  Builder b(k);
+  const int x = b.buffer("x", ScalarType::f32, false, Extent::rows_by_cols);
+  const int stored = b.buffer("stored", ScalarType::bf16, true, Extent::rows_by_cols);
+  const int widened = b.buffer("widened", ScalarType::f32, true, Extent::rows_by_cols);
+  // Each width converts every value; its results go to the width's quarter of both outputs.
+  const std::vector<int> widths = {16, 8, 4, 1};
+  for (size_t w = 0; w < widths.size(); ++w)
+    b.for_range("at", index_const(0), index_const(n), widths[w], [&](ExprRef at) {
+      const ExprRef in = b.let("in", load(k, x, at, widths[w]));
+      const ExprRef slot = add(index_const(int64_t(w) * n), at);
+      b.store(stored, slot, cast(in, ScalarType::bf16));
+      b.store(widened, slot, cast(cast(in, ScalarType::bf16), ScalarType::f32));
+    });
+  REQUIRE(verify(k).empty());
+  std::vector<float> in(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) in[size_t(i)] = std::bit_cast<float>(bits[size_t(i)]);
+  const size_t total = widths.size() * size_t(n);
+  std::vector<uint16_t> stored_interpreted(total), stored_jit(total);
+  std::vector<float> widened_interpreted(total), widened_jit(total);
+  interpret(k, {{in.data(), n}, {stored_interpreted.data(), int64_t(total)}, {widened_interpreted.data(), int64_t(total)}}, {1});
+  run_jit_once(k, {in.data(), stored_jit.data(), widened_jit.data()});
+  int differing = 0;
+  for (size_t i = 0; i < total; ++i) {
+    const uint32_t from = bits[i % size_t(n)];
+    const uint16_t want = f32_to_bf16_bits(std::bit_cast<float>(from));
+    const bool same = stored_interpreted[i] == want && stored_jit[i] == want &&
+                      std::bit_cast<uint32_t>(widened_interpreted[i]) == uint32_t(want) << 16 &&
+                      std::bit_cast<uint32_t>(widened_jit[i]) == uint32_t(want) << 16;
+    if (!same && ++differing <= 8)
+      FAIL_CHECK(fmt::format("{} lanes, 0x{:08x}: want 0x{:04x}; stored: interpreter 0x{:04x}, jit 0x{:04x}; widened: interpreter 0x{:08x}, jit 0x{:08x}",
+                             widths[i / size_t(n)], from, want, stored_interpreted[i], stored_jit[i],
+                             std::bit_cast<uint32_t>(widened_interpreted[i]), std::bit_cast<uint32_t>(widened_jit[i])));
+  }
+  CHECK(differing == 0);
+}
+
 // The IR's ldexp (ir.hpp) inside its domain: x NaN, or |x| in [0.5, 2) with n in [-250, 254]. Its
 // edges: the domain's bounds, results that are subnormal, ties rounded to even (0.5 and 1.5 times
 // 2^-149), the largest finite results. Every width the lowering treats apart (16 and 32 lanes
