@@ -419,18 +419,36 @@ struct Lowerer {
             continue;
           }
           llvm::Value* p = B.CreateGEP(scalar(st), buffers[size_t(s.target)][size_t(i)], idx[size_t(i)]);
+          const uint64_t vector_bytes = uint64_t(s.value->type.lanes) * uint64_t(size_bytes(st));
           if (s.value->type.lanes > 1 && k.buffers[size_t(s.target)].extent == Extent::rows_by_cols) {
-            // Large outputs bypass the cache (non-temporal), chosen per launch; same bits.
+            // Large outputs bypass the cache (non-temporal), chosen per launch; same bits. x86's
+            // vector non-temporal store needs an address aligned to the vector's size; LLVM
+            // splits a misaligned one into 8-byte movnti, 8 of them and their extracts per 64
+            // bytes, which still beats a cached store. So a streamed store tests its address.
             llvm::BasicBlock* stream_bb = llvm::BasicBlock::Create(ctx, "store.stream", fn);
+            llvm::BasicBlock* aligned_bb = llvm::BasicBlock::Create(ctx, "store.stream.aligned", fn);
+            llvm::BasicBlock* split_bb = llvm::BasicBlock::Create(ctx, "store.stream.split", fn);
             llvm::BasicBlock* cached_bb = llvm::BasicBlock::Create(ctx, "store.cached", fn);
             llvm::BasicBlock* done_bb = llvm::BasicBlock::Create(ctx, "store.done", fn);
             B.CreateCondBr(stream_outputs, stream_bb, cached_bb);
+            // The streamed stores state alignments other than the cached store's: that keeps
+            // InstCombine from merging them with it, which would drop the non-temporal hint.
+            auto streamed = [&](llvm::BasicBlock* bb, uint64_t alignment) {
+              B.SetInsertPoint(bb);
+              llvm::StoreInst* nt = B.CreateAlignedStore(v[size_t(i)], p, llvm::Align(alignment));
+              nt->setMetadata(llvm::LLVMContext::MD_nontemporal, llvm::MDNode::get(ctx, llvm::ConstantAsMetadata::get(B.getInt32(1))));
+              B.CreateBr(done_bb);
+            };
             B.SetInsertPoint(stream_bb);
-            // Align 1 (always true) keeps InstCombine from merging this store with the cached one
-            // in its twin block, which would drop the non-temporal hint.
-            llvm::StoreInst* nt = B.CreateAlignedStore(v[size_t(i)], p, llvm::Align(1));
-            nt->setMetadata(llvm::LLVMContext::MD_nontemporal, llvm::MDNode::get(ctx, llvm::ConstantAsMetadata::get(B.getInt32(1))));
-            B.CreateBr(done_bb);
+            if (llvm::isPowerOf2_64(vector_bytes) && vector_bytes > align.value()) {
+              llvm::Value* misalignment = B.CreateAnd(B.CreatePtrToInt(p, B.getInt64Ty()), B.getInt64(vector_bytes - 1));
+              B.CreateCondBr(B.CreateICmpEQ(misalignment, B.getInt64(0)), aligned_bb, split_bb);
+              streamed(aligned_bb, vector_bytes);
+            } else {
+              B.CreateBr(split_bb);
+              aligned_bb->eraseFromParent();
+            }
+            streamed(split_bb, 1);
             B.SetInsertPoint(cached_bb);
             B.CreateAlignedStore(v[size_t(i)], p, align);
             B.CreateBr(done_bb);
