@@ -41,8 +41,8 @@ sys.path.insert(0, HERE)
 from bits import capabilities  # noqa: E402
 from summary import print_summary  # noqa: E402
 import tiers  # noqa: E402
+from torch2_harness import torch_error  # noqa: E402
 
-WANT_TORCH = "2.15.0"
 
 # (S_q, S_k, D, batch, heads): one query (gemv), one key, tiny blocks (MKL's small-matrix
 # kernels), D mod 16 = 8, the 64- and 256-row query blocks, several key blocks.
@@ -213,14 +213,8 @@ def main():
     ap.add_argument("--build", default=os.path.join(HERE, "..", "..", "build"), help="ordo's build directory")
     tiers.add_arguments(ap)
     args = ap.parse_args()
-    try:
-        import torch
-    except ImportError:
-        print(f"FAIL: torch is not importable by {sys.executable}; scripts/setup.sh installs the torch 2.15 venv "
-              f"(scripts/torch2-venv --python names its python)")
-        return 1
-    if torch.__version__.split("+")[0] != WANT_TORCH:
-        print(f"FAIL: this is torch {torch.__version__} ({sys.executable}); the torch2.15 orders are checked against {WANT_TORCH}")
+    if error := torch_error():
+        print(error)
         return 1
     f32_ok, bf16_ok, host, model = mkl_host()
     print(f"MKL host: {host}")

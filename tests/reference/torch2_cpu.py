@@ -27,10 +27,10 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import tiers  # noqa: E402
+from torch2_harness import torch_error  # noqa: E402
 from bits import capabilities  # noqa: E402
 from summary import print_summary  # noqa: E402
 
-WANT_TORCH = "2.15.0"
 
 # Every tail length mod 8 and mod 16 (the f32 and 16-bit vector widths of the kernels), the
 # chunk boundaries of the Welford cascade (16 vectors), and long rows across several cascade levels.
@@ -174,14 +174,8 @@ def main():
     ap.add_argument("--build", default=os.path.join(HERE, "..", "..", "build"), help="ordo's build directory")
     tiers.add_arguments(ap)
     args = ap.parse_args()
-    try:
-        import torch
-    except ImportError:
-        print(f"FAIL: torch is not importable by {sys.executable}; scripts/setup.sh installs the torch 2.15 venv "
-              f"(scripts/torch2-venv --python names its python)")
-        return 1
-    if torch.__version__.split("+")[0] != WANT_TORCH:
-        print(f"FAIL: this is torch {torch.__version__} ({sys.executable}); the torch2.15 orders are checked against {WANT_TORCH}")
+    if error := torch_error():
+        print(error)
         return 1
 
     all_cases = cases(tiers.chosen(args))

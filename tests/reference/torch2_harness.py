@@ -21,15 +21,16 @@ import tiers
 WANT_TORCH = "2.15.0"
 
 
-def torch_error():
-    """None when this python imports torch 2.15.0, else the failure to print (never a skip)."""
+def torch_error(orders="the torch2.15 orders"):
+    """None when this python imports torch 2.15.0, else the failure to print (never a skip).
+    `orders`: what the script checks against that torch, for the message."""
     try:
         import torch
     except ImportError:
         return (f"FAIL: torch is not importable by {sys.executable}; scripts/setup.sh installs the torch 2.15 venv "
                 f"(scripts/torch2-venv --python names its python)")
     if torch.__version__.split("+")[0] != WANT_TORCH:
-        return f"FAIL: this is torch {torch.__version__} ({sys.executable}); the torch2.15 orders are checked against {WANT_TORCH}"
+        return f"FAIL: this is torch {torch.__version__} ({sys.executable}); {orders} are checked against {WANT_TORCH}"
     return None
 
 

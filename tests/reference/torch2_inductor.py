@@ -31,8 +31,8 @@ sys.path.insert(0, HERE)
 from bits import cpu_has_avx512  # noqa: E402
 from summary import print_summary  # noqa: E402
 import tiers  # noqa: E402
+from torch2_harness import torch_error  # noqa: E402
 
-WANT_TORCH = "2.15.0"
 
 # Every tail mod 8, 16 and 32 (the kernels' f32 and 16-bit vector widths under avx2 and avx512),
 # below and above the unrolled-reduction bound (8) and AVX-512's scalar bound (4), the two-pass /
@@ -182,14 +182,8 @@ def main():
                     help="a measurement, not a test: compile with dynamic=True on 1 thread (the short sweep) and count the "
                          "cases where the dynamic=False orders still match; exits 0")
     args = ap.parse_args()
-    try:
-        import torch
-    except ImportError:
-        print(f"FAIL: torch is not importable by {sys.executable}; scripts/setup.sh installs the torch 2.15 venv "
-              f"(scripts/torch2-venv --python names its python)")
-        return 1
-    if torch.__version__.split("+")[0] != WANT_TORCH:
-        print(f"FAIL: this is torch {torch.__version__} ({sys.executable}); the inductor2.15 orders are checked against {WANT_TORCH}")
+    if error := torch_error("the inductor2.15 orders"):
+        print(error)
         return 1
 
     if args.dynamic_report:
