@@ -42,6 +42,8 @@ namespace {
 constexpr float kInf = std::numeric_limits<float>::infinity();
 // Bytes of the f32 copies of a query block and a key block's v (16-bit inputs).
 constexpr int64_t kWidenedScratchBytes = int64_t(512) << 10;
+// Bytes of the (batch, head)'s keys transposed for the general q @ k^T kernel (PackedKeys).
+constexpr int64_t kPackedKeysBytes = int64_t(512) << 10;
 ExprRef idx(int64_t v) { return index_const(v); }
 ExprRef f32c(float v, int lanes = 1) {
   ExprRef c = constant(Type{ScalarType::f32, 1}, static_cast<double>(v));
@@ -56,6 +58,12 @@ struct CpuFlash {
   int q = -1, k = -1, v = -1, out = -1, lse = -1;
   int scores = -1, rows = -1, row_max = -1, row_sum = -1;  // scratch
   int q_f32 = -1, v_f32 = -1;  // scratch: the query block's rows and the key block's v rows as f32, for 16-bit inputs
+  // scratch: every key of the (batch, head), k-major (row stride keys_t_stride), as MKL's general
+  // q @ k^T kernel copies a group of keys before its fmas; the full query blocks share it
+  // (`share_keys`), the first over each key block filling it in. -1: each product copies its own.
+  int keys_t = -1;
+  int64_t keys_t_stride = 0;
+  bool share_keys = false;
   // Whether PyTorch calls MKL outside its parallel loop (one (batch, head) and one query block):
   // inside it, MKL runs its gemv kernels on one thread (mkl_threading, gemm_call_threaded).
   bool outside_loop = false;
@@ -139,8 +147,13 @@ struct CpuFlash {
     const Matrix v_rows = v_f32 >= 0 ? Matrix{v_f32, idx(0), D} : Matrix{v, k_rows.base, D, 0, 1, r.v_row_stride};
     const Matrix s{scores, idx(0), kvB};
     const Matrix acc{rows, idx(0), D};
-    b.region("q@k^T", fmt::format("scores of {} queries x {} keys, K = {}: {}", qB, kvB, D, describe(o.gemm)),
-             [&] { emit_gemm_nt(b, o.gemm, inputs(), qB, kvB, D, q_rows, k_rows, s, gemm_call_threaded(threaded, outside_loop, qB, kvB)); });
+    b.region("q@k^T", fmt::format("scores of {} queries x {} keys, K = {}: {}", qB, kvB, D, describe(o.gemm)), [&] {
+      // The full query blocks make the same calls. The first to reach a key block copies its
+      // keys: query block 0, or under causal masking the first whose last query reaches them.
+      PackedKeys packed{keys_t, keys_t_stride, n, r.causal ? binary(Op::Le, m0, n) : binary(Op::Eq, m0, idx(0))};
+      emit_gemm_nt(b, o.gemm, inputs(), qB, kvB, D, q_rows, k_rows, s, gemm_call_threaded(threaded, outside_loop, qB, kvB), 0, 1.0f,
+                   share_keys ? &packed : nullptr);
+    });
     b.region("softmax", describe(o.softmax), [&] {
       b.for_range("r", idx(0), idx(qB), 1, [&](ExprRef j) { row_softmax(j, n, kvB, first); });
     });
@@ -320,6 +333,13 @@ Kernel build_cpu_flash_attention(const Request& r, const Order& order) {
   // A program instance is one (batch, head), its query blocks in order: control flow must not
   // depend on program_id, and the last block, which may be shorter, takes other BLAS kernels.
   const int64_t full_blocks = r.seq_q / f.qS, last = r.seq_q % f.qS;
+  // Several full query blocks: their q @ k^T share one copy of the transposed keys (the general
+  // kernel's vector form only, which has each key group copied for every query block). The rows
+  // are 16 keys longer than S_k rounded up to 16, so that the D rows a group reads, 4 KiB apart
+  // at S_k = 1024, do not fall into one set of the L1 cache.
+  f.keys_t_stride = (f.Sk + 15) / 16 * 16 + 16;
+  if (full_blocks >= 2 && o.gemm.vector_chains && f.D * f.keys_t_stride * 4 <= kPackedKeysBytes)
+    f.keys_t = b.buffer("keys_t_head", ScalarType::f32, true, Extent::scratch, f.D * f.keys_t_stride);
   b.region("attention", describe(o), [&] {
     f.q_base = b.let("q_base", mul(program_id(0), idx(f.Sq * f.D)));
     f.kv_base = b.let("kv_base", mul(program_id(0), idx(f.Sk * f.D)));
@@ -328,7 +348,9 @@ Kernel build_cpu_flash_attention(const Request& r, const Order& order) {
       if (full_blocks > 0)
         b.for_range("m0", idx(0), idx(full_blocks * f.qS), f.qS, [&](ExprRef m0) {
           f.m0 = m0;
+          f.share_keys = f.keys_t >= 0;
           f.block(f.qS, threaded);
+          f.share_keys = false;
         });
       if (last > 0) {
         f.m0 = idx(full_blocks * f.qS);

@@ -79,6 +79,7 @@ struct Emitter {
   float x_alpha = 1.0f;
   bool vector_chains = true;  // GemmOrder::vector_chains
   int register_floats = 8;    // GemmOrder::register_floats
+  const PackedKeys* packed = nullptr;  // general_nt_vectors's keys, copied once per (batch, head) (emit_gemm_nt)
   // general_nn_rows's register block: rows of C, and the vector registers its accumulators may
   // take (the rest hold the shared operands). AVX2 (16 registers): 6 rows, 12 registers. AVX-512
   // (32): 8 rows, 16 registers, so 2 column vectors of 16 floats (16 chains; 2 loads of V and 8
@@ -410,10 +411,19 @@ struct Emitter {
     // The keys [i0, i0 + G * 16) against rows [j0, j1).
     auto key_block = [&](int kt, ExprRef i0, int64_t G) {
       const int64_t width = G * kKeys;
-      b.for_range("t", idx(0), idx(width), 1, [&](ExprRef t) {
-        const Row y{&bm, add(i0, t)};
-        b.for_range("k", idx(0), idx(K), 1, [&](ExprRef k) { b.store(kt, add(mul(k, idx(width)), t), scale_b(get(y, k))); });
-      });
+      // Element k of the block's key t: in the block's own copy, or in the (batch, head)'s.
+      const ExprRef origin = packed ? b.let("packed_key", add(packed->first_key, i0)) : nullptr;
+      auto at = [&](const ExprRef& k, ExprRef t) {
+        return packed ? add(mul(k, idx(packed->stride)), add(origin, std::move(t))) : add(mul(k, idx(width)), std::move(t));
+      };
+      auto copy_keys = [&] {
+        b.for_range("t", idx(0), idx(width), 1, [&](ExprRef t) {
+          const Row y{&bm, add(i0, t)};
+          b.for_range("k", idx(0), idx(K), 1, [&](ExprRef k) { b.store(kt, at(k, t), scale_b(get(y, k))); });
+        });
+      };
+      if (packed) b.if_(packed->fill, copy_keys);
+      else copy_keys();
       auto rows = [&](ExprRef r0, int64_t n) {
         std::vector<ExprRef> js;
         for (int64_t u = 0; u < n; ++u) js.push_back(u ? b.let("j", add(r0, idx(u))) : r0);
@@ -423,8 +433,7 @@ struct Emitter {
         const std::vector<ExprRef> sums = blocked_chains(
             parts, kKeys, std::vector<ExprRef>(static_cast<size_t>(n * G)),
             [&](ExprRef k) {
-              for (int64_t g = 0; g < G; ++g)
-                keys_k[size_t(g)] = b.let("keys_k", load(b.kernel(), kt, add(mul(k, idx(width)), idx(g * kKeys)), kKeys));
+              for (int64_t g = 0; g < G; ++g) keys_k[size_t(g)] = b.let("keys_k", load(b.kernel(), kt, at(k, idx(g * kKeys)), kKeys));
             },
             [&](size_t t, ExprRef k) {
               return std::pair<ExprRef, ExprRef>{keys_k[t % size_t(G)], broadcast(get(Row{&a, js[t / size_t(G)]}, std::move(k)), kKeys)};
@@ -439,7 +448,7 @@ struct Emitter {
       if (n % kRows) b.for_range("j", idx(full), idx(j1), 1, [&](ExprRef j) { rows(j, 1); });
     };
     if (groups > 0) {
-      const int kt = b.buffer("keys_t", ScalarType::f32, true, Extent::scratch, K * kKeys * std::min(groups, kGroups));
+      const int kt = packed ? packed->buffer : b.buffer("keys_t", ScalarType::f32, true, Extent::scratch, K * kKeys * std::min(groups, kGroups));
       const int64_t blocks = groups / kGroups;
       if (blocks > 0)
         b.for_range("key_block", idx(0), idx(blocks), 1, [&](ExprRef g) { key_block(kt, b.let("i0", mul(g, idx(kGroups * kKeys))), kGroups); });
@@ -725,8 +734,16 @@ void emit_naive_nn(Builder& b, int64_t n, int64_t m, int64_t K, const Matrix& p,
   });
 }
 
+namespace {
+// The packed keys of a call over the keys from `first` on of another's.
+PackedKeys packed_from(Builder& b, const PackedKeys* packed, int64_t first) {
+  if (!packed) return {};
+  return PackedKeys{packed->buffer, packed->stride, b.let("packed_key", add(packed->first_key, idx(first))), packed->fill};
+}
+}  // namespace
+
 void emit_gemm_nt(Builder& b, const GemmOrder& order, GemmInputs inputs, int64_t n, int64_t m, int64_t K, const Matrix& a,
-                  const Matrix& bm, const Matrix& c, bool threaded, int64_t n_call, float alpha) {
+                  const Matrix& bm, const Matrix& c, bool threaded, int64_t n_call, float alpha, const PackedKeys* packed) {
   if (n_call == 0) n_call = n;
   if (n_call != n && !gemm_nt_splits_rows(order, inputs, n_call, m, K))
     throw Error(fmt::format("internal: q @ k^T of {} rows emitted in part ({} rows) outside MKL's general kernel", n_call, n));
@@ -783,10 +800,11 @@ void emit_gemm_nt(Builder& b, const GemmOrder& order, GemmInputs inputs, int64_t
     // unsplit here and not reproduced (docs/research/torch2.15-attention.md). gemm_f16f16f32 on the
     // Intel host cuts every m >= 2 the same way, one query included (measured on 2 threads).
     const int64_t half = m / 2;
-    emit_gemm_nt(b, order, inputs, n, half, K, a, bm, c, false, n_call, alpha);
+    emit_gemm_nt(b, order, inputs, n, half, K, a, bm, c, false, n_call, alpha, packed);
     const Matrix rest_keys{bm.buffer, b.let("keys_rest", add(bm.base, idx(half * bm.stride))), bm.stride, bm.align, 1, bm.ld};
     const Matrix rest_out{c.buffer, b.let("out_rest", add(c.base, idx(half))), c.stride, c.align, 1, c.ld};
-    emit_gemm_nt(b, order, inputs, n, m - half, K, a, rest_keys, rest_out, false, n_call, alpha);
+    const PackedKeys rest_packed = packed_from(b, packed, half);
+    emit_gemm_nt(b, order, inputs, n, m - half, K, a, rest_keys, rest_out, false, n_call, alpha, packed ? &rest_packed : nullptr);
     return;
   }
   if (order.kind == GemmOrder::Kind::MklAmd) return emit_amd_nt(b, order, inputs, n, m, K, a, bm, c, threaded, n_call, alpha);
@@ -809,6 +827,7 @@ void emit_gemm_nt(Builder& b, const GemmOrder& order, GemmInputs inputs, int64_t
     general.block_alpha = alpha;
     const std::vector<int64_t> parts = Emitter::k_blocks(K, n_call, m);
     const std::function<ExprRef(ExprRef)> keys = [](ExprRef y) { return y; };
+    general.packed = packed;  // the keys as they are
     if (order.vector_chains) general.general_nt_vectors(a, bm, c, 0, n, pst_from, K, parts, keys);
     else b.for_range("j", idx(0), idx(n), 1, [&](ExprRef j) { general.general_row_nt(a, bm, c, j, pst_from, parts, keys); });
     if (pst_from < m) emit_pst(pst_from);  // the last part of 1 to 3 keys
@@ -823,10 +842,11 @@ void emit_gemm_nt(Builder& b, const GemmOrder& order, GemmInputs inputs, int64_t
   }
   if (split && inputs == GemmInputs::f32) {  // (smalln's shape returned above)
     if (const int64_t cut = intel_nt_key_cut(n_call, m, K, bm.mkl_ld(), a.mkl_ld(), c.mkl_ld())) {
-      emit_gemm_nt(b, order, inputs, n, cut, K, a, bm, c, false, n_call, alpha);
+      emit_gemm_nt(b, order, inputs, n, cut, K, a, bm, c, false, n_call, alpha, packed);
       const Matrix rest_keys{bm.buffer, b.let("keys_rest", add(bm.base, idx(cut * bm.stride))), bm.stride, bm.align, 1, bm.ld};
       const Matrix rest_out{c.buffer, b.let("out_rest", add(c.base, idx(cut))), c.stride, c.align, 1, c.ld};
-      emit_gemm_nt(b, order, inputs, n, m - cut, K, a, rest_keys, rest_out, false, n_call, alpha);
+      const PackedKeys rest_packed = packed_from(b, packed, cut);
+      emit_gemm_nt(b, order, inputs, n, m - cut, K, a, rest_keys, rest_out, false, n_call, alpha, packed ? &rest_packed : nullptr);
       return;
     }
   }
@@ -843,6 +863,7 @@ void emit_gemm_nt(Builder& b, const GemmOrder& order, GemmInputs inputs, int64_t
   general.register_floats = order.register_floats;
   if (!copies) general.block_alpha = alpha;
   const std::function<ExprRef(ExprRef)> keys = [&](ExprRef y) { return copies ? scaled(std::move(y)) : y; };
+  if (!copies || alpha == 1.0f) general.packed = packed;  // the keys as they are
   if (order.vector_chains) return general.general_nt_vectors(a, bm, c, 0, n, m, K, parts, keys);
   b.for_range("j", idx(0), idx(n), 1, [&](ExprRef j) { general.general_row_nt(a, bm, c, j, m, parts, keys); });
 }

@@ -77,8 +77,21 @@ std::string unmeasured_loop_threads(const ir::GemmOrder& order);
 // Intel model, gemm_bf16bf16f32: as sgemm, but its gemv scales the matrix operand first and fuses
 // each product with its sum, and its general kernel copies by the one-thread rule in each
 // threaded part (docs/research/torch2.15-attention-backward.md §5.5).
+// `packed`: the caller's transposed copy of every key of a (batch, head), shared by the products
+// of its query blocks. The Intel model's general kernel with vector chains copies each group of
+// keys k-major before its fmas (general_nt_vectors); given `packed`, it copies them there, only
+// when `fill` is true, and reads them from there, so a later call over the same keys skips the
+// copy. The values are the same, so are the bits. Ignored where the keys would be scaled as
+// copied (alpha != 1) and by the other kernels and the AMD model.
+struct PackedKeys {
+  int buffer = -1;       // f32 scratch: element k of key j at k * stride + j
+  int64_t stride = 0;
+  ir::ExprRef first_key;  // i64: the key of the call's first row of B
+  ir::ExprRef fill;       // bool: this call is the first over its keys, and fills them in
+};
 void emit_gemm_nt(ir::Builder& b, const ir::GemmOrder& order, GemmInputs inputs, int64_t n, int64_t m, int64_t K, const Matrix& a,
-                  const Matrix& bm, const Matrix& c, bool threaded, int64_t n_call = 0, float alpha = 1.0f);
+                  const Matrix& bm, const Matrix& c, bool threaded, int64_t n_call = 0, float alpha = 1.0f,
+                  const PackedKeys* packed = nullptr);
 
 // C[j][e] = (accumulate ? C[j][e] : nothing) + sum_k P[j][k] * V[k][e] for j < n, e < m, k < K:
 // PyTorch's p @ v, the call sgemm('N', 'N', m, n, K, 1, V, P, beta, C) with beta = 1 when
