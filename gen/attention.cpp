@@ -653,13 +653,17 @@ struct Attention {
   // One key block of flash: keys [begin, begin + count) into the running max m, sum l and (unless
   // lse_only) the accumulator acc; sblk holds the block's scores, then its probabilities.
   void block_of(const ExprRef& begin, int64_t count, int acc, int sblk, int m, int l) {
+    // The block's max as `bm > s ? bm : s`, one x86 max instruction where IEEE maximum takes
+    // five: it may drop a NaN score (and take either zero), but such a score's p below is NaN
+    // and makes the query's l, out and lse NaN anyway, and m' = ±0 leaves p, l and lse as they
+    // are (exp(s ∓ 0), m' + log l), so the results are IEEE maximum's, NaN payloads aside.
     int bm = b.local("block_max", vec());
     b.assign(bm, f32c(-kInf, L));
     key_groups(begin, count, [&](ExprRef j0, int n) {
       ExprRef slot = b.let("slot", sub(j0, begin));
       scores(j0, n, [&](int t, ExprRef s) {
         b.store(sblk, mul(add(slot, idx(t)), idx(L)), s);
-        b.assign(bm, binary(Op::Max, b.get(bm), s));
+        b.assign(bm, select(binary(Op::Lt, s, b.get(bm)), b.get(bm), s));
       });
     });
     ExprRef m_new = b.let("max.new", binary(Op::Max, b.get(m), b.get(bm)));
