@@ -204,11 +204,23 @@ struct Lowerer {
     if (t == ScalarType::i32) {
       // Round to nearest, ties to even; NaN and out-of-range lanes give INT32_MIN: x86's cvtps2dq,
       // one instruction where the host has it for this width (the 16-lane form with its rounding
-      // given, {rn-sae}; the narrower ones round by MXCSR, as every other operation here does).
+      // given, {rn-sae}, also once per 16 lanes of a wider vector; the narrower ones round by
+      // MXCSR, as every other operation here does).
       const HostConversions& host = host_conversions();
-      if (from.scalar == ScalarType::f32 && from.lanes == 16 && host.avx512f)
+      auto cvt16 = [&](llvm::Value* x16) {
+        llvm::Type* i32x16 = llvm::FixedVectorType::get(B.getInt32Ty(), 16);
         return B.CreateIntrinsic(llvm::Intrinsic::x86_avx512_mask_cvtps2dq_512, {},
-                                 {v, llvm::PoisonValue::get(dst), B.getInt16(0xffff), B.getInt32(8)});
+                                 {x16, llvm::PoisonValue::get(i32x16), B.getInt16(0xffff), B.getInt32(8)});
+      };
+      if (from.scalar == ScalarType::f32 && from.lanes == 16 && host.avx512f) return cvt16(v);
+      if (from.scalar == ScalarType::f32 && from.lanes % 16 == 0 && host.avx512f) {  // 32, 48, ...: one per 16 lanes
+        llvm::Value* out = llvm::PoisonValue::get(dst);
+        for (int part = 0; part < from.lanes / 16; ++part) {
+          llvm::Value* x16 = B.CreateExtractVector(llvm::FixedVectorType::get(B.getFloatTy(), 16), v, B.getInt64(uint64_t(part) * 16));
+          out = B.CreateInsertVector(dst, out, cvt16(x16), B.getInt64(uint64_t(part) * 16));
+        }
+        return out;
+      }
       if (from.scalar == ScalarType::f32 && from.lanes == 8 && host.avx)
         return B.CreateIntrinsic(llvm::Intrinsic::x86_avx_cvt_ps2dq_256, {}, {v});
       if (from.scalar == ScalarType::f32 && from.lanes == 4 && host.sse2)

@@ -463,37 +463,43 @@ TEST_CASE("LLVM lowering: loops near INT64_MAX end, i64 wraps, one-lane broadcas
 
 // The IR's f32 -> i32 conversion (x86's cvtps2dq: round to nearest even, NaN and out of range to
 // INT32_MIN), which the lowering emits as one instruction where the host has it for the width (16,
-// 8, 4 lanes) and as roundeven and a range check elsewhere (1 lane): every width against the
-// interpreter and the stated values, at ties, the range's ends, infinities and NaN.
+// 8, 4 lanes), one per 16 lanes of 32, and as roundeven and a range check elsewhere (1 lane):
+// every width against the interpreter and the stated values, at ties, the range's ends,
+// infinities and NaN.
 TEST_CASE("LLVM lowering: f32 to i32 conversion in every vector width, at its edges") {
   using namespace ordo::ir;
   const std::vector<std::pair<float, int32_t>> cases = {
       {0.5f, 0}, {1.5f, 2}, {2.5f, 2}, {-0.5f, 0}, {-1.5f, -2}, {-2.5f, -2}, {0x1.fffffep30f, 2147483520},
       {2147483648.0f, INT32_MIN}, {-2147483648.0f, INT32_MIN}, {-0x1.000002p31f, INT32_MIN}, {INFINITY, INT32_MIN},
       {-INFINITY, INT32_MIN}, {NAN, INT32_MIN}, {1e-40f, 0}, {-7.49f, -7}, {123456.5f, 123456}};
-  const int64_t n = static_cast<int64_t>(cases.size());
+  // The values twice over, the second time rotated by 5, so that the 32-lane width (two
+  // conversions of 16) sees each of them in either half, and halves put back in the wrong place
+  // give other values.
+  const int64_t n = 2 * static_cast<int64_t>(cases.size());
+  auto case_of = [&](int64_t i) { return cases[size_t(i < n / 2 ? i : (i + 5) % (n / 2))]; };
+  const std::vector<int> widths = {32, 16, 8, 4, 1};
+  const int64_t slots = static_cast<int64_t>(widths.size());
   Kernel k;
   k.name = std::string("to_i32");
   Builder b(k);
   const int x = b.buffer("x", ScalarType::f32, false, Extent::rows_by_cols);
   const int out = b.buffer("out", ScalarType::f32, true, Extent::rows_by_cols);
-  // Row r holds the 16 values; out's row holds four copies of the results, one per width.
-  for (int lanes : {16, 8, 4, 1})
-    for (int64_t at = 0; at < n; at += lanes) {
-      const ExprRef in = load(k, x, add(mul(program_id(0), index_const(4 * n)), index_const(at)), lanes);
-      const int64_t slot = (lanes == 16 ? 0 : lanes == 8 ? 1 : lanes == 4 ? 2 : 3) * n;
-      b.store(out, add(mul(program_id(0), index_const(4 * n)), index_const(slot + at)), bitcast(cast(in, ScalarType::i32), ScalarType::f32));
+  // out holds a copy of the results per width.
+  for (size_t w = 0; w < widths.size(); ++w)
+    for (int64_t at = 0; at < n; at += widths[w]) {
+      const ExprRef in = load(k, x, index_const(at), widths[w]);
+      b.store(out, index_const(int64_t(w) * n + at), bitcast(cast(in, ScalarType::i32), ScalarType::f32));
     }
   REQUIRE(verify(k).empty());
-  std::vector<float> in(size_t(4 * n), 0.0f), interpreted(size_t(4 * n)), jit(size_t(4 * n));
-  for (int64_t i = 0; i < n; ++i) in[size_t(i)] = cases[size_t(i)].first;
-  interpret(k, {{in.data(), 4 * n}, {interpreted.data(), 4 * n}}, {1});
+  std::vector<float> in(static_cast<size_t>(n)), interpreted(size_t(slots * n)), jit(size_t(slots * n));
+  for (int64_t i = 0; i < n; ++i) in[size_t(i)] = case_of(i).first;
+  interpret(k, {{in.data(), n}, {interpreted.data(), slots * n}}, {1});
   run_jit_once(k, {in.data(), jit.data()});
-  for (int64_t i = 0; i < 4 * n; ++i) {
-    int32_t want = cases[size_t(i % n)].second, from_interpreter = 0, from_jit = 0;
+  for (int64_t i = 0; i < slots * n; ++i) {
+    int32_t want = case_of(i % n).second, from_interpreter = 0, from_jit = 0;
     std::memcpy(&from_interpreter, &interpreted[size_t(i)], 4);
     std::memcpy(&from_jit, &jit[size_t(i)], 4);
-    INFO(fmt::format("{} lanes, value {}", i < n ? 16 : i < 2 * n ? 8 : i < 3 * n ? 4 : 1, cases[size_t(i % n)].first));
+    INFO(fmt::format("{} lanes, value {}", widths[size_t(i / n)], in[size_t(i % n)]));
     CHECK(from_interpreter == want);
     CHECK(from_jit == want);
   }
