@@ -20,13 +20,18 @@ Run with the torch 2.15 venv's python (a different or missing torch fails, never
   - One compiled function in blocks of different orders and outside runs the graph of each.
   - Backward raises RuntimeError naming the op, in eager and compiled code; forward works.
 """
+import atexit
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
 import warnings
 
-os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", tempfile.mkdtemp(prefix="ordo_test_inductor_"))
+# Inductor's compiled code goes to a cache of this run's own, removed when the script exits.
+if "TORCHINDUCTOR_CACHE_DIR" not in os.environ:
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="ordo_test_inductor_")
+    atexit.register(shutil.rmtree, os.environ["TORCHINDUCTOR_CACHE_DIR"], True)
 
 import torch  # noqa: E402
 import torch.nn as nn  # noqa: E402

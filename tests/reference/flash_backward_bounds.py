@@ -29,9 +29,9 @@ import math
 import os
 import subprocess
 import sys
-import tempfile
 
 import numpy as np
+from scratch import scratch_dir
 
 U = 2.0 ** -24
 CASES = [  # (heads, S_q, S_k, D, causal)
@@ -49,7 +49,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--ordo", required=True)
     args = ap.parse_args()
-    tmp = tempfile.mkdtemp(prefix="ordo_flash_backward_bounds_")
+    tmp = scratch_dir("ordo_flash_backward_bounds_")
     rng = np.random.default_rng(11)
     failures = checked = 0
     worst = {}

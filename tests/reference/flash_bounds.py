@@ -30,11 +30,11 @@ import math
 import os
 import subprocess
 import sys
-import tempfile
 
 import numpy as np
 
 from bits import as_float, to_bf16_bits
+from scratch import scratch_dir
 
 U = 2.0 ** -24
 CASES = [  # (heads, S_q, S_k, D, causal)
@@ -58,7 +58,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--ordo", required=True)
     args = ap.parse_args()
-    tmp = tempfile.mkdtemp(prefix="ordo_flash_bounds_")
+    tmp = scratch_dir("ordo_flash_bounds_")
     rng = np.random.default_rng(7)
     failures = checked = 0
     worst = {}

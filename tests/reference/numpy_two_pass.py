@@ -12,9 +12,9 @@ import argparse
 import os
 import subprocess
 import sys
-import tempfile
 
 from summary import print_summary
+from scratch import scratch_dir
 
 try:
     import numpy as np
@@ -36,7 +36,7 @@ def main():
     ap.add_argument("--ordo", required=True)
     args = ap.parse_args()
     rng = np.random.default_rng(1224)
-    tmp = tempfile.mkdtemp(prefix="ordo_np_")
+    tmp = scratch_dir("ordo_np_")
     path = lambda name: os.path.join(tmp, name)
     passed = failed = 0
     counts = {}

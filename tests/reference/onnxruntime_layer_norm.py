@@ -14,12 +14,12 @@ import os
 import struct
 import subprocess
 import sys
-import tempfile
 
 import numpy as np
 
 from bits import same_bits
 from summary import print_summary
+from scratch import scratch_dir
 
 
 # A minimal protobuf writer: just the ModelProto fields a LayerNormalization model needs, so the
@@ -91,7 +91,7 @@ def main():
     print("onnxruntime", ort.__version__)
 
     rng = np.random.default_rng(20261122)
-    tmp = tempfile.mkdtemp(prefix="ordo_ort_")
+    tmp = scratch_dir("ordo_ort_")
     sweep = N_SWEEP if not args.quick else [3, 7, 8, 13, 1025]
     cases = [(n, r[0], bias, 1e-5) for n, r, bias in itertools.product(sweep, RANGES, [True, False])]
     cases += [(n, "normal", True, 0.1) for n in (5, 100)]  # another epsilon

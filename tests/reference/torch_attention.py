@@ -24,13 +24,13 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 
 import numpy as np
 
 from bits import capabilities, same_bits, to_bf16_bits
 from summary import print_summary
 import tiers
+from scratch import scratch_dir
 
 TORCH_WORKER = r'''
 import json, math, sys
@@ -115,7 +115,7 @@ def main():
         return 1
 
     rng = np.random.default_rng(20261122)
-    tmp = tempfile.mkdtemp(prefix="ordo_attention_")
+    tmp = scratch_dir("ordo_attention_")
     # CI's share: every sequence pair at the smallest and a large head size, the largest on a few.
     head_dims, long_seqs = tiers.pick(tiers.chosen(args), ((64,), 0), ((32, 128), 4), ((32, 64, 128), 8))
     shapes = [(sq, sk, d) for d in head_dims for sq, sk in SEQ] + [(sq, sk, 256) for sq, sk in SEQ[:long_seqs]]

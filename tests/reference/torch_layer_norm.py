@@ -13,13 +13,13 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 
 import numpy as np
 
 from bits import capabilities, same_bits, to_bf16_bits
 from summary import print_summary
 import tiers
+from scratch import scratch_dir
 
 TORCH_WORKER = r'''
 import json, sys
@@ -98,7 +98,7 @@ def main():
         return 1
 
     rng = np.random.default_rng(20261122)
-    tmp = tempfile.mkdtemp(prefix="ordo_ref_")
+    tmp = scratch_dir("ordo_ref_")
     cases = []
     sweep = tiers.pick(tier, N_QUICK, N_CI, N_SWEEP)
     for n, (rname, off, scale), affine in itertools.product(sweep, RANGES, [True, False]):

@@ -13,13 +13,13 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 
 import numpy as np
 
 from bits import capabilities, same_bits, to_bf16_bits
 from summary import print_summary
 import tiers
+from scratch import scratch_dir
 
 TORCH_WORKER = r'''
 import json, sys
@@ -85,7 +85,7 @@ def main():
         return 1
 
     rng = np.random.default_rng(20261122)
-    tmp = tempfile.mkdtemp(prefix="ordo_softmax_")
+    tmp = scratch_dir("ordo_softmax_")
     sweep = tiers.pick(tiers.chosen(args), N_QUICK, N_CI, N_SWEEP)
     cases = []
     for op, dtype, n, kind in itertools.product(["softmax", "log_softmax"], ["f32", "bf16"], sweep, KINDS):
