@@ -3,6 +3,9 @@
 
 #include <sys/resource.h>
 #include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
 #include "ordo/disk_cache.hpp"
 #include "ordo/compare.hpp"
 #include "ordo/peak.hpp"
@@ -24,6 +27,27 @@ examples:
 )";
 
 namespace {
+
+// The buffers as PyTorch's CPU allocator hands tensors over, each from a 64-byte boundary: a large
+// std::vector starts 16 bytes past a page, and where a buffer starts decides, for one, whether
+// streamed stores take x86's vector form (backends/llvm/lower.cpp). The values are `h`'s.
+struct AlignedBuffers {
+  std::vector<std::unique_ptr<uint8_t, void (*)(void*)>> blocks;
+  std::vector<ordo::BufferRef> refs;
+};
+AlignedBuffers aligned_copies(ordo::HostBuffers& h, int64_t rows, int64_t cols) {
+  AlignedBuffers out;
+  out.refs = h.refs(rows, cols);
+  for (size_t i = 0; i < h.bytes.size(); ++i) {
+    const size_t size = (std::max<size_t>(h.bytes[i].size(), 1) + 63) / 64 * 64;
+    auto* block = static_cast<uint8_t*>(std::aligned_alloc(64, size));
+    if (!block) throw Error(fmt::format("ordo bench: cannot allocate {} bytes for buffer {}", size, h.args[i].name));
+    out.blocks.emplace_back(block, std::free);
+    std::memcpy(block, h.bytes[i].data(), h.bytes[i].size());
+    out.refs[i].data = block;
+  }
+  return out;
+}
 
 // Medians of `n` compiles of r that bypass the disk cache (the caller sets ORDO_CACHE=0): the
 // whole compile and its phases, in ms.
@@ -63,7 +87,8 @@ int bench_attention(const Args& a, ordo::Request r) {
   const ColdCompiles cold = cold_compiles(r, 3);
   restore_env("ORDO_CACHE", saved_cache);
   ordo::HostBuffers h = ordo::make_buffers(*k, rows, 1, 0.0, 1.0);
-  std::vector<ordo::BufferRef> refs = h.refs(rows, r.cols);
+  const AlignedBuffers aligned = aligned_copies(h, rows, r.cols);
+  const std::vector<ordo::BufferRef>& refs = aligned.refs;
   k->run(refs, rows, threads);  // warm up
   std::vector<double> ts;
   const auto start = clock::now();
@@ -151,7 +176,8 @@ int cmd_bench(int argc, char** argv) {
   const double hit_us = since(t0) / hits * 1e6;
 
   ordo::HostBuffers h = ordo::make_buffers(*k, rows, 1, 0.0, 1.0);
-  std::vector<ordo::BufferRef> refs = h.refs(rows, r.cols);
+  const AlignedBuffers aligned = aligned_copies(h, rows, r.cols);
+  const std::vector<ordo::BufferRef>& refs = aligned.refs;
   double bytes = 0;
   for (const auto& b : h.bytes) bytes += static_cast<double>(b.size());
   // With a baseline, kernel and baseline runs alternate in one loop, so both see the same
