@@ -406,6 +406,16 @@ CacheStats cache_stats() {
 }
 
 namespace {
+// Workspace memory starts at a 64-byte boundary, a cache line: operator new's 16 bytes would split
+// a line on every 64-byte vector access (the one-pass layer_norm_backward's block sums, read and
+// written for every row, among others).
+constexpr std::align_val_t kWorkspaceAlignment{64};
+struct AlignedDelete {
+  void operator()(std::byte* p) const { ::operator delete[](p, kWorkspaceAlignment); }
+};
+using WorkspaceMemory = std::unique_ptr<std::byte[], AlignedDelete>;
+WorkspaceMemory allocate_workspace(size_t bytes) { return WorkspaceMemory(new (kWorkspaceAlignment) std::byte[bytes]); }
+
 // Workspaces up to this size are kept by the launching thread and reused by its later launches
 // (of any kernel). Allocated fresh, a few MiB went back to the OS when freed and faulted in again
 // page by page on the next launch: `fast` bf16 attention's 4 MiB of widened K and V (B*H = 8,
@@ -416,7 +426,7 @@ constexpr int64_t kReusedWorkspaceBytes = int64_t(64) << 20;
 // runs to its end before the thread can start another, so one set per thread is enough.
 std::byte* reused_workspace(size_t index, size_t bytes) {
   struct Held {
-    std::unique_ptr<std::byte[]> memory;
+    WorkspaceMemory memory;
     size_t bytes = 0;
   };
   thread_local std::vector<Held> held;
@@ -425,7 +435,7 @@ std::byte* reused_workspace(size_t index, size_t bytes) {
   if (h.bytes < bytes) {
     h.memory.reset();
     h.bytes = 0;  // held nothing, should the allocation below throw
-    h.memory.reset(new std::byte[bytes]);
+    h.memory = allocate_workspace(bytes);
     h.bytes = bytes;
   }
   return h.memory.get();
@@ -465,7 +475,7 @@ void CompiledKernel::run(const std::vector<BufferRef>& buffers, int64_t rows, in
     if (const ir::Kernel::RefusedLaunch* r = ir::refusal(s.kernel, rows)) throw Error(fmt::format("rows={}: {}", rows, r->why));
   if (rows == 0) return;
   // The workspaces, uninitialized (the first stage writes before any reads).
-  std::vector<std::unique_ptr<std::byte[]>> workspace_memory;  // this launch's, past the reuse limit
+  std::vector<WorkspaceMemory> workspace_memory;  // this launch's, past the reuse limit
   std::vector<BufferRef> all_buffers = buffers;
   for (size_t i = 0; i < workspaces_.size(); ++i) {
     const ir::Buffer& w = workspaces_[i];
@@ -475,7 +485,7 @@ void CompiledKernel::run(const std::vector<BufferRef>& buffers, int64_t rows, in
     std::byte* memory = nullptr;
     try {
       memory = bytes <= kReusedWorkspaceBytes ? reused_workspace(i, static_cast<size_t>(bytes))
-                                              : workspace_memory.emplace_back(new std::byte[static_cast<size_t>(bytes)]).get();
+                                              : workspace_memory.emplace_back(allocate_workspace(static_cast<size_t>(bytes))).get();
     } catch (const std::bad_alloc&) {
       throw Error(fmt::format("{}: cannot allocate the {}-byte workspace for rows={}", w.name, bytes, rows));
     }
