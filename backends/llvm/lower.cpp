@@ -168,6 +168,24 @@ struct Lowerer {
     return t.lanes == 1 ? c : B.CreateVectorSplat(static_cast<unsigned>(t.lanes), c);
   }
 
+  // `result_type`, a vector of a multiple of 16 lanes, computed 16 lanes at a time: f takes the
+  // 16-lane parts of the operands (vectors of the same lane count) at one offset. For AVX-512
+  // instructions that LLVM has as 16-lane intrinsics only.
+  llvm::Value* by_16_lanes(llvm::Type* result_type, const std::vector<llvm::Value*>& operands,
+                           const std::function<llvm::Value*(const std::vector<llvm::Value*>&)>& f) {
+    const unsigned lanes = llvm::cast<llvm::FixedVectorType>(result_type)->getNumElements();
+    llvm::Value* out = llvm::PoisonValue::get(result_type);
+    for (unsigned at = 0; at < lanes; at += 16) {
+      std::vector<llvm::Value*> parts;
+      for (llvm::Value* x : operands) {
+        llvm::Type* elem = llvm::cast<llvm::FixedVectorType>(x->getType())->getElementType();
+        parts.push_back(B.CreateExtractVector(llvm::FixedVectorType::get(elem, 16), x, B.getInt64(at)));
+      }
+      out = B.CreateInsertVector(result_type, out, f(parts), B.getInt64(at));
+    }
+    return out;
+  }
+
   // f32 -> bf16 bits with round-to-nearest-even; NaN becomes a quiet NaN. Same algorithm as
   // ir/float_bits.hpp. The NaN case is chosen before the shift, and tested with one unordered
   // compare, so that a round trip back to f32 folds to one mask (and 0xffff0000) of the selected
@@ -213,14 +231,8 @@ struct Lowerer {
                                  {x16, llvm::PoisonValue::get(i32x16), B.getInt16(0xffff), B.getInt32(8)});
       };
       if (from.scalar == ScalarType::f32 && from.lanes == 16 && host.avx512f) return cvt16(v);
-      if (from.scalar == ScalarType::f32 && from.lanes % 16 == 0 && host.avx512f) {  // 32, 48, ...: one per 16 lanes
-        llvm::Value* out = llvm::PoisonValue::get(dst);
-        for (int part = 0; part < from.lanes / 16; ++part) {
-          llvm::Value* x16 = B.CreateExtractVector(llvm::FixedVectorType::get(B.getFloatTy(), 16), v, B.getInt64(uint64_t(part) * 16));
-          out = B.CreateInsertVector(dst, out, cvt16(x16), B.getInt64(uint64_t(part) * 16));
-        }
-        return out;
-      }
+      if (from.scalar == ScalarType::f32 && from.lanes % 16 == 0 && host.avx512f)  // 32, 48, ...: one per 16 lanes
+        return by_16_lanes(dst, {v}, [&](const std::vector<llvm::Value*>& x) { return cvt16(x[0]); });
       if (from.scalar == ScalarType::f32 && from.lanes == 8 && host.avx)
         return B.CreateIntrinsic(llvm::Intrinsic::x86_avx_cvt_ps2dq_256, {}, {v});
       if (from.scalar == ScalarType::f32 && from.lanes == 4 && host.sse2)
@@ -258,15 +270,8 @@ struct Lowerer {
     };
     const int w = host.avx512f && lanes % 16 == 0 ? 16 : host.avx512f && host.avx512vl && (lanes == 8 || lanes == 4) ? lanes : 0;
     if (w == lanes) return scalef(x, n, w);
-    if (w == 16) {  // 32, 48, ... lanes: a vscalefps per 16, inserted into the result
-      llvm::Value* out = llvm::PoisonValue::get(x->getType());
-      for (int part = 0; part < lanes / 16; ++part) {
-        llvm::Value* xs = B.CreateExtractVector(llvm::FixedVectorType::get(B.getFloatTy(), 16), x, B.getInt64(uint64_t(part) * 16));
-        llvm::Value* ns = B.CreateExtractVector(llvm::FixedVectorType::get(B.getInt32Ty(), 16), n, B.getInt64(uint64_t(part) * 16));
-        out = B.CreateInsertVector(x->getType(), out, scalef(xs, ns, 16), B.getInt64(uint64_t(part) * 16));
-      }
-      return out;
-    }
+    if (w == 16)  // 32, 48, ... lanes: a vscalefps per 16
+      return by_16_lanes(x->getType(), {x, n}, [&](const std::vector<llvm::Value*>& xn) { return scalef(xn[0], xn[1], 16); });
     const Type i32{ScalarType::i32, lanes};
     auto pow2 = [&](llvm::Value* k) { return B.CreateBitCast(B.CreateShl(B.CreateAdd(k, splat_int(i32, 127, 32)), splat_int(i32, 23, 32)), x->getType()); };
     llvm::Value* h = B.CreateAShr(n, splat_int(i32, 1, 32));
