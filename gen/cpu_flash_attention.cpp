@@ -333,12 +333,14 @@ Kernel build_cpu_flash_attention(const Request& r, const Order& order) {
   // A program instance is one (batch, head), its query blocks in order: control flow must not
   // depend on program_id, and the last block, which may be shorter, takes other BLAS kernels.
   const int64_t full_blocks = r.seq_q / f.qS, last = r.seq_q % f.qS;
-  // Several full query blocks: their q @ k^T share one copy of the transposed keys (the general
-  // kernel's vector form only, which has each key group copied for every query block). The rows
+  // Several full query blocks: their q @ k^T share one copy of the transposed keys (the Intel
+  // model's general kernel in its vector form only, which has each key group copied for every
+  // query block; the AMD model's kernels keep their own copies). The rows
   // are 16 keys longer than S_k rounded up to 16, so that the D rows a group reads, 4 KiB apart
   // at S_k = 1024, do not fall into one set of the L1 cache.
   f.keys_t_stride = (f.Sk + 15) / 16 * 16 + 16;
-  if (full_blocks >= 2 && o.gemm.vector_chains && f.D * f.keys_t_stride * 4 <= kPackedKeysBytes)
+  if (full_blocks >= 2 && o.gemm.kind == GemmOrder::Kind::MklIntelAvx512 && o.gemm.vector_chains &&
+      f.D * f.keys_t_stride * 4 <= kPackedKeysBytes)
     f.keys_t = b.buffer("keys_t_head", ScalarType::f32, true, Extent::scratch, f.D * f.keys_t_stride);
   b.region("attention", describe(o), [&] {
     f.q_base = b.let("q_base", mul(program_id(0), idx(f.Sq * f.D)));
