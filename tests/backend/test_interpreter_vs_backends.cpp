@@ -371,6 +371,55 @@ TEST_CASE("causal flash skips the key blocks past an instance's last query") {
     }
 }
 
+// flash's block max is `bm > s ? bm : s` (gen/attention.cpp, block_of), which may drop a NaN score
+// and take either zero, where IEEE maximum would not: the results must not show it. Causal, so
+// that query 0 sees key 0 only: a NaN in q's row 0 makes its one visible score NaN, every other
+// key of the block masked (-inf), and its out row and lse must be NaN while the other queries'
+// stay finite. And queries of all +0 or all -0 (every score a zero of either sign, the max one
+// too) give the same bits. Both flash orders, interpreter and CPU.
+TEST_CASE("flash's select max: a NaN score makes its query NaN, and the sign of a zero max changes nothing") {
+  for (const char* order : {"fast", "flash(bc=64,queries=16)"})
+    for (Target target : {Target::interpreter, Target::cpu}) {
+      Request r;
+      r.op = OpKind::attention;
+      r.cols = 32;
+      r.seq_q = r.seq_k = 96;
+      r.causal = true;
+      r.lse_output = true;
+      r.order = order;
+      r.target = target;
+      KernelHandle k = compile(r);
+      INFO(order << " on " << name(target));
+      auto run = [&](const std::function<void(HostBuffers&)>& set_q) {
+        HostBuffers h = make_buffers(*k, 1, 7, 0, 1.0);
+        set_q(h);
+        k->run(h.refs(1, r.cols), 1);
+        return h;
+      };
+      const HostBuffers nan_row = run([&](HostBuffers& h) { set_value(h.get("q"), ScalarType::f32, 3, NAN); });
+      std::vector<float> out(size_t(r.seq_q * r.cols)), lse(size_t(r.seq_q));
+      std::memcpy(out.data(), nan_row.get("out").data(), out.size() * 4);
+      std::memcpy(lse.data(), nan_row.get("lse").data(), lse.size() * 4);
+      int64_t nan_in_row0 = 0, finite_elsewhere = 0;
+      for (int64_t i = 0; i < r.seq_q * r.cols; ++i) {
+        if (i < r.cols) nan_in_row0 += std::isnan(out[size_t(i)]);
+        else finite_elsewhere += std::isfinite(out[size_t(i)]);
+      }
+      CHECK(nan_in_row0 == r.cols);
+      CHECK(std::isnan(lse[0]));
+      CHECK(finite_elsewhere == (r.seq_q - 1) * r.cols);
+      for (int64_t i = 1; i < r.seq_q; ++i) CHECK(std::isfinite(lse[size_t(i)]));
+      auto zeros = [&](float zero) {
+        return [&, zero](HostBuffers& h) {
+          for (int64_t i = 0; i < r.seq_q * r.cols; ++i) set_value(h.get("q"), ScalarType::f32, i, zero);
+        };
+      };
+      const HostBuffers plus = run(zeros(0.0f)), minus = run(zeros(-0.0f));
+      CHECK(plus.get("out") == minus.get("out"));
+      CHECK(plus.get("lse") == minus.get("lse"));
+    }
+}
+
 // flash-cuda maps flash(Bc) onto a CUDA block (a team: a query per thread, or two and four
 // threads per query at D = 256 and 512; one at D = 136 and 264, where two threads' shares would
 // not be whole vectors of 8; K/V tiles in team memory). The mapping is not part of the order: in
