@@ -339,7 +339,7 @@ Kernel build_cpu_flash_attention(const Request& r, const Order& order) {
   // are 16 keys longer than S_k rounded up to 16, so that the D rows a group reads, 4 KiB apart
   // at S_k = 1024, do not fall into one set of the L1 cache.
   f.keys_t_stride = (f.Sk + 15) / 16 * 16 + 16;
-  if (full_blocks >= 2 && o.gemm.kind == GemmOrder::Kind::MklIntelAvx512 && o.gemm.vector_chains &&
+  if (full_blocks >= 2 && o.gemm.kind != GemmOrder::Kind::MklAmd && o.gemm.vector_chains &&
       f.D * f.keys_t_stride * 4 <= kPackedKeysBytes)
     f.keys_t = b.buffer("keys_t_head", ScalarType::f32, true, Extent::scratch, f.D * f.keys_t_stride);
   b.region("attention", describe(o), [&] {

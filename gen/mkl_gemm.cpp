@@ -79,6 +79,27 @@ struct Emitter {
   float x_alpha = 1.0f;
   bool vector_chains = true;  // GemmOrder::vector_chains
   int register_floats = 8;    // GemmOrder::register_floats
+  // The chains of the general kernel step through each K block in pairs, k + 1 then k (an odd
+  // block's last k alone), as gemm_bf16bf16f32's vdpbf16ps kernels (GemmOrder::Kind::
+  // MklIntelAvx512Bf16) do: each step flush_subnormal(fma(x, y, acc)), with the operands flushed
+  // where they are loaded (see emit_intel_bf16_nt).
+  bool pairs = false;
+
+  // vdpbf16ps's subnormals: a value whose exponent field is zero (a subnormal, or a zero) becomes
+  // the zero of its sign. The instruction does this to its inputs (denormals are zero) and to each
+  // rounded sum (flush to zero).
+  ExprRef flush_subnormal(ExprRef x) const {
+    const int lanes = x->type.lanes;
+    auto wide = [lanes](ExprRef s) { return lanes > 1 ? broadcast(std::move(s), lanes) : s; };
+    const ExprRef bound = x->op == Op::Var ? x : b.let("flushed", x);
+    const double smallest_normal = 0x1p-126;
+    const ExprRef tiny = binary(Op::And, binary(Op::Lt, bound, wide(constant(kF32, smallest_normal))),
+                                binary(Op::Lt, wide(constant(kF32, -smallest_normal)), bound));
+    return select(tiny, mul(bound, wide(constant(kF32, 0.0))), bound);
+  }
+  // An operand of the general kernel's chains: flushed in the pair order (vdpbf16ps reads
+  // subnormal bf16 inputs as zeros), as it is otherwise.
+  ExprRef operand(ExprRef x) const { return pairs ? flush_subnormal(std::move(x)) : x; }
   const PackedKeys* packed = nullptr;  // general_nt_vectors's keys, copied once per (batch, head) (emit_gemm_nt)
   // general_nn_rows's register block: rows of C, and the vector registers its accumulators may
   // take (the rest hold the shared operands). AVX2 (16 registers): 6 rows, 12 registers. AVX-512
@@ -283,6 +304,81 @@ struct Emitter {
     return y;
   }
 
+  // ---- gemm_bf16bf16f32's vdpbf16ps kernels (an Intel host with avx512_bf16). Each instruction
+  // adds a pair of exact products to a lane, the odd one first: lane = (lane + p[k+1]) + p[k].
+  // Elements first + 2l of a row in lane l < count; the other lanes repeat the last (unused).
+  ExprRef get_every_other(const Row& r, ExprRef first, int64_t count) const {
+    ExprRef l = iota(kLanes);
+    if (count < kLanes) l = binary(Op::Min, l, broadcast(idx(count - 1), kLanes));
+    ExprRef cols = add(broadcast(std::move(first), kLanes), mul(l, broadcast(idx(2), kLanes)));
+    if (r.m->step != 1) cols = mul(cols, broadcast(idx(r.m->step), kLanes));
+    const ExprRef row_start = add(r.m->base, mul(r.row, idx(r.m->stride)));
+    return as_f32(gather(b.kernel(), r.m->buffer, add(broadcast(row_start, kLanes), cols)));
+  }
+  // gemv 'T': y = A_r . x with pair t (k = 2t, 2t + 1) in lane t mod 16 of one accumulator (an
+  // odd K's last product after its zero partner, +0); then lane l + 8
+  // onto lane l, adjacent lanes paired, N_i = M_2i + M_2i+1, and y = (N0 + N1) + (N2 + N3).
+  ExprRef gemv_t_pairs(const Row& a, const Row& x, int64_t K) const {
+    const int acc = b.local("gemv.pairs", kVec);
+    b.assign(acc, zero(kLanes));
+    // The pairs [t0, t0 + count) in lanes 0 .. count-1 (t0 a multiple of 16).
+    auto chunk = [&](ExprRef t0, int64_t count) {
+      const ExprRef k0 = b.let("k_pairs", mul(t0, idx(2)));
+      const ExprRef k1 = b.let("k_odd", add(k0, idx(1)));
+      auto input = [&](const Row& r, const ExprRef& k) { return flush_subnormal(get_every_other(r, k, count)); };
+      ExprRef sum = flush_subnormal(fma(input(a, k1), input(x, k1), b.get(acc)));
+      sum = flush_subnormal(fma(input(a, k0), input(x, k0), sum));
+      b.assign(acc, count < kLanes ? select(lanes_below(count), sum, b.get(acc)) : sum);
+    };
+    const int64_t pairs = K / 2, whole = pairs / kLanes * kLanes;
+    if (whole > 0) b.for_range("t", idx(0), idx(whole), kLanes, [&](ExprRef t0) { chunk(t0, kLanes); });
+    if (pairs > whole) chunk(idx(whole), pairs - whole);
+    if (K % 2) {
+      const ExprRef lane = broadcast(idx(pairs % kLanes), kLanes);
+      const ExprRef last = broadcast(mul(flush_subnormal(get(a, idx(K - 1))), flush_subnormal(get(x, idx(K - 1)))), kLanes);
+      const ExprRef after_partner = add(b.get(acc), zero(kLanes));  // its zero partner first: -0 + +0 is +0
+      b.assign(acc, select(binary(Op::Eq, iota(kLanes), lane), flush_subnormal(add(after_partner, last)), b.get(acc)));
+    }
+    const ExprRef v = b.let("lanes", b.get(acc));
+    std::vector<ExprRef> m8;
+    for (int l = 0; l < 8; ++l) m8.push_back(add(extract(v, l), extract(v, l + 8)));
+    std::vector<ExprRef> n4;
+    for (int i = 0; i < 4; ++i) n4.push_back(add(m8[size_t(2 * i)], m8[size_t(2 * i + 1)]));
+    return add(add(n4[0], n4[1]), add(n4[2], n4[3]));
+  }
+  // gemv 'N' over k in [k0, k1) for the columns e .. e + lanes - 1: y = ((y0 + B0) + B1) + ...,
+  // B_i a pair chain from +0 over the k block [k0 + 8i, k0 + 8i + 8) (the last may be shorter).
+  // y0 may be null: y starts at -0, which B0 joins exactly.
+  ExprRef gemv_n_pair_blocks(const Row& x, const Matrix& v, const ExprRef& e, int lanes, int64_t k0, int64_t k1, ExprRef y0) const {
+    auto term = [&](ExprRef k, ExprRef acc) {
+      const ExprRef xk = flush_subnormal(get(x, k));
+      return flush_subnormal(fma(flush_subnormal(get(Row{&v, k}, e, lanes)), lanes > 1 ? broadcast(xk, lanes) : xk, std::move(acc)));
+    };
+    auto block = [&](const ExprRef& kb, int64_t count) {
+      ExprRef acc = zero(lanes);
+      for (int64_t t = 0; t + 1 < count; t += 2) acc = term(t ? add(kb, idx(t)) : kb, term(add(kb, idx(t + 1)), acc));
+      if (count % 2) acc = term(add(kb, idx(count - 1)), add(acc, zero(lanes)));  // after its zero partner (+0)
+      return acc;
+    };
+    const int y = b.local("gemv.y", Type{ScalarType::f32, lanes});
+    ExprRef minus_zero = constant(kF32, -0.0);
+    b.assign(y, y0 ? std::move(y0) : lanes > 1 ? broadcast(minus_zero, lanes) : minus_zero);
+    const int64_t blocks_end = k0 + (k1 - k0) / 8 * 8;
+    if (blocks_end > k0) b.for_range("kb", idx(k0), idx(blocks_end), 8, [&](ExprRef kb) { b.assign(y, add(b.get(y), block(kb, 8))); });
+    if (k1 > blocks_end) b.assign(y, add(b.get(y), block(idx(blocks_end), k1 - blocks_end)));
+    return b.get(y);
+  }
+  // K blocks of the general kernel: one up to 384, two (the larger first) up to 1536, else
+  // 768-blocks and the remainder last (measured on 1 and 2 threads up to K = 2600; unlike sgemm,
+  // the shape of C does not change them).
+  static std::vector<int64_t> bf16_k_blocks(int64_t K) {
+    if (K <= 384) return {K};
+    if (K <= 1536) return {K - K / 2, K / 2};
+    std::vector<int64_t> parts;
+    for (int64_t k = 0; k < K; k += 768) parts.push_back(std::min<int64_t>(768, K - k));
+    return parts;
+  }
+
   // ---- K blocks of the general sgemm: one block up to 384; up to 768 two blocks (the larger
   // first); beyond, 384-blocks until at most 768 remain, which split in two again. When both
   // dimensions of C are at least 192 (measured: 176 and 191 still split, 192 does not), uniform
@@ -319,31 +415,47 @@ struct Emitter {
                                       const std::function<void(ExprRef)>& at_k,
                                       const std::function<std::pair<ExprRef, ExprRef>(size_t, ExprRef)>& factors) const {
     // One K block [begin, end) of every chain, each from +0: the chains' locals.
-    auto block_chains = [&](ExprRef begin, ExprRef end) {
+    // `length`: the block's length where it is a constant (the pair order needs it), else -1.
+    auto block_chains = [&](ExprRef begin, ExprRef end, int64_t length) {
       std::vector<int> acc;
       for (size_t t = 0; t < sums.size(); ++t) {
         acc.push_back(b.local("chain", Type{ScalarType::f32, lanes}));
         b.assign(acc.back(), zero(lanes));
       }
-      b.for_range("k", std::move(begin), std::move(end), 1, [&](ExprRef k) {
+      auto step = [&](const ExprRef& k) {
         at_k(k);
         for (size_t t = 0; t < sums.size(); ++t) {
           auto [x, y] = factors(t, k);
-          b.assign(acc[t], fma(std::move(x), std::move(y), b.get(acc[t])));
+          ExprRef sum = fma(std::move(x), std::move(y), b.get(acc[t]));
+          b.assign(acc[t], pairs ? flush_subnormal(std::move(sum)) : std::move(sum));
         }
+      };
+      if (!pairs) {
+        b.for_range("k", std::move(begin), std::move(end), 1, step);
+        return acc;
+      }
+      if (length < 0) throw Error("internal: the pair order of a K block of unknown length");
+      const ExprRef pairs_end = b.let("pairs_end", add(begin, idx(length / 2 * 2)));
+      b.for_range("k", begin, pairs_end, 2, [&](ExprRef k) {
+        step(b.let("k_odd", add(k, idx(1))));
+        step(k);
       });
+      if (length % 2) {  // the last pair's zero partner first: -0 + +0 is +0 (a flushed sum may be -0)
+        for (size_t t = 0; t < sums.size(); ++t) b.assign(acc[t], add(b.get(acc[t]), zero(lanes)));
+        step(pairs_end);
+      }
       return acc;
     };
     // Blocks of one length (the last may be shorter) run as a loop over the blocks: the same
     // sums, with one copy of the k loop's code instead of one per block (codegen time grows with
     // the code). Chains without C0 (the callers give all or none) start their totals at -0,
     // which the first block's sum joins exactly: -0 + x is x for every x, -0 included.
-    bool loop = parts.size() >= 2;
+    bool loop = parts.size() >= 2 && !pairs;
     for (size_t i = 0; loop && i < parts.size(); ++i) loop = parts[i] == parts[0] || (i + 1 == parts.size() && parts[i] < parts[0]);
     if (!loop) {
       int64_t k0 = 0;
       for (int64_t part : parts) {
-        const std::vector<int> acc = block_chains(idx(k0), idx(k0 + part));
+        const std::vector<int> acc = block_chains(idx(k0), idx(k0 + part), part);
         for (size_t t = 0; t < sums.size(); ++t) {
           ExprRef block = times(b.get(acc[t]), block_alpha);
           sums[t] = b.let("blocks", sums[t] ? add(sums[t], block) : block);
@@ -360,7 +472,7 @@ struct Emitter {
       b.assign(total.back(), sums[t] ? sums[t] : lanes > 1 ? broadcast(minus_zero, lanes) : minus_zero);
     }
     b.for_range("k_block", idx(0), idx(K), block, [&](ExprRef kb) {
-      const std::vector<int> acc = block_chains(kb, binary(Op::Min, add(kb, idx(block)), idx(K)));
+      const std::vector<int> acc = block_chains(kb, binary(Op::Min, add(kb, idx(block)), idx(K)), -1);
       for (size_t t = 0; t < sums.size(); ++t) b.assign(total[t], add(b.get(total[t]), times(b.get(acc[t]), block_alpha)));
     });
     for (size_t t = 0; t < sums.size(); ++t) sums[t] = b.let("blocks", b.get(total[t]));
@@ -386,8 +498,8 @@ struct Emitter {
       std::vector<Row> ys;
       for (int64_t t = 0; t < n; ++t) ys.push_back(Row{&bm, t ? b.let("key", add(i0, idx(t))) : i0});
       const std::vector<ExprRef> sums = blocked_chains(
-          parts, 1, std::vector<ExprRef>(static_cast<size_t>(n)), [&](ExprRef k) { return get(x, std::move(k)); },
-          [&](size_t t, ExprRef k) { return scale_b(get(ys[t], std::move(k))); });
+          parts, 1, std::vector<ExprRef>(static_cast<size_t>(n)), [&](ExprRef k) { return operand(get(x, std::move(k))); },
+          [&](size_t t, ExprRef k) { return operand(scale_b(get(ys[t], std::move(k)))); });
       for (size_t t = 0; t < ys.size(); ++t) store(c, j, ys[t].row, sums[t]);
     };
     const int64_t full = m - m % kChainGroup;
@@ -419,7 +531,7 @@ struct Emitter {
       auto copy_keys = [&] {
         b.for_range("t", idx(0), idx(width), 1, [&](ExprRef t) {
           const Row y{&bm, add(i0, t)};
-          b.for_range("k", idx(0), idx(K), 1, [&](ExprRef k) { b.store(kt, at(k, t), scale_b(get(y, k))); });
+          b.for_range("k", idx(0), idx(K), 1, [&](ExprRef k) { b.store(kt, at(k, t), operand(scale_b(get(y, k)))); });
         });
       };
       if (packed) b.if_(packed->fill, copy_keys);
@@ -436,7 +548,7 @@ struct Emitter {
               for (int64_t g = 0; g < G; ++g) keys_k[size_t(g)] = b.let("keys_k", load(b.kernel(), kt, at(k, idx(g * kKeys)), kKeys));
             },
             [&](size_t t, ExprRef k) {
-              return std::pair<ExprRef, ExprRef>{keys_k[t % size_t(G)], broadcast(get(Row{&a, js[t / size_t(G)]}, std::move(k)), kKeys)};
+              return std::pair<ExprRef, ExprRef>{keys_k[t % size_t(G)], broadcast(operand(get(Row{&a, js[t / size_t(G)]}, std::move(k))), kKeys)};
             });
         for (size_t t = 0; t < sums.size(); ++t) {
           const int64_t g = int64_t(t % size_t(G));
@@ -500,10 +612,10 @@ struct Emitter {
         const std::vector<ExprRef> sums = blocked_chains(
             parts, lanes, c0s,
             [&](ExprRef k) {
-              for (size_t g = 0; g < G; ++g) v_k[g] = b.let("v_k", scale_v(get(Row{&v, k}, es[g], lanes)));
+              for (size_t g = 0; g < G; ++g) v_k[g] = b.let("v_k", operand(scale_v(get(Row{&v, k}, es[g], lanes))));
             },
             [&](size_t t, ExprRef k) {
-              ExprRef pk = get(Row{&p, js[t / G]}, std::move(k));
+              ExprRef pk = operand(get(Row{&p, js[t / G]}, std::move(k)));
               return std::pair<ExprRef, ExprRef>{lanes > 1 ? broadcast(pk, lanes) : pk, v_k[t % G]};
             });
         for (size_t t = 0; t < sums.size(); ++t) store(c, js[t / G], es[t % G], sums[t]);
@@ -633,7 +745,7 @@ bool intel_three_threads_as_one(bool nt, int64_t n, int64_t m, int64_t K) {
 // Whether a call on order.threads threads, more than 2, gives one thread's bits (and runs by the
 // one-thread model): on 3 threads of the Intel host's sgemm, intel_three_threads_as_one.
 bool more_threads_as_one(const GemmOrder& order, GemmInputs inputs, bool nt, int64_t n, int64_t m, int64_t K) {
-  return order.kind == GemmOrder::Kind::MklIntelAvx512 && inputs == GemmInputs::f32 && order.threads == 3 &&
+  return order.kind != GemmOrder::Kind::MklAmd && inputs == GemmInputs::f32 && order.threads == 3 &&
          intel_three_threads_as_one(nt, n, m, K);
 }
 
@@ -648,6 +760,67 @@ void refuse_unmeasured_threads(Builder& b, const GemmOrder& order, bool threaded
                                    "splits of a call are measured on 2 threads only (docs/research/torch2.15-attention.md); "
                                    "give the order threads=2 or threads=1 if torch ran on that many",
                                    order.threads));
+}
+
+// gemm_bf16bf16f32 on an Intel host with avx512_bf16 (GemmOrder::Kind::MklIntelAvx512Bf16),
+// measured with alpha = 1 against torch 2.15 (docs/research/torch2.15-attention.md): vdpbf16ps
+// kernels, each adding a pair of products to a lane, (lane + p[k+1]) + p[k]. The products of two
+// bf16 values are exact in f32, so an fma step is the instruction's add; it reads subnormal inputs
+// as zeros and flushes each subnormal sum to zero (measured: with v near 1e-36 or 1e-38 the
+// unflushed chains differ from torch in most outputs, the flushed ones in none), while the sums
+// of the K blocks, C0 and the gemv's final lane tree are plain adds.
+//   'T','N': one query (n == 1) or one key (m == 1): gemv_t_pairs per element; otherwise every
+//            element a pair chain over bf16_k_blocks, the block sums added in order. No smalln or
+//            pst kernel, and MKL's threads (a cut of the keys) leave every element's bits alone.
+//   'N','N': one query row: gemv_n_pair_blocks; MKL on 2 threads outside PyTorch's loop cuts K at
+//            ceil(K/2) when D > 32 (measured for D = 33..256; up to 32 not), the first half from
+//            C0, the second from -0, the halves added. Otherwise the pair chains after C0.
+void emit_intel_bf16_nt(Builder& b, const GemmOrder& order, int64_t n, int64_t m, int64_t K, const Matrix& a, const Matrix& bm,
+                        const Matrix& c, int64_t n_call, float alpha, const PackedKeys* packed) {
+  if (alpha != 1.0f)
+    throw Error("internal: where gemm_bf16bf16f32's avx512_bf16 kernels apply alpha is not measured (the order refuses such calls)");
+  Emitter E{b};
+  if (n_call == 1 || m == 1) {  // gemv 'T' over the key rows (one query) or the query rows (one key)
+    const Row x = n_call == 1 ? Row{&a, idx(0)} : Row{&bm, idx(0)};
+    const Matrix& rows = n_call == 1 ? bm : a;
+    b.for_range("r", idx(0), idx(n_call == 1 ? m : n), 1, [&](ExprRef r) {
+      const ExprRef y = E.gemv_t_pairs(Row{&rows, r}, x, K);
+      if (n_call == 1) E.store(c, idx(0), r, y);
+      else E.store(c, r, idx(0), y);
+    });
+    return;
+  }
+  E.register_floats = order.register_floats;
+  E.pairs = true;
+  E.packed = packed;
+  const std::vector<int64_t> parts = Emitter::bf16_k_blocks(K);
+  const std::function<ExprRef(ExprRef)> keys = [](ExprRef y) { return y; };
+  if (order.vector_chains) return E.general_nt_vectors(a, bm, c, 0, n, m, K, parts, keys);
+  b.for_range("j", idx(0), idx(n), 1, [&](ExprRef j) { E.general_row_nt(a, bm, c, j, m, parts, keys); });
+}
+
+void emit_intel_bf16_nn(Builder& b, const GemmOrder& order, int64_t n, int64_t m, int64_t K, const Matrix& p, const Matrix& v,
+                        const Matrix& c, bool accumulate, bool threaded) {
+  Emitter E{b};
+  if (n == 1) {
+    const Row x{&p, idx(0)};
+    const bool k_split = threaded && order.threads > 1 && K > 1 && m > 32;
+    E.gemv_n_columns(0, m, [&](ExprRef e, int lanes) {
+      ExprRef y0 = accumulate ? E.stored(c, idx(0), e, lanes) : nullptr;
+      if (!k_split) return E.store(c, idx(0), e, E.gemv_n_pair_blocks(x, v, e, lanes, 0, K, std::move(y0)));
+      const int64_t half = (K + 1) / 2;
+      const ExprRef first = b.let("half", E.gemv_n_pair_blocks(x, v, e, lanes, 0, half, std::move(y0)));
+      E.store(c, idx(0), e, add(first, E.gemv_n_pair_blocks(x, v, e, lanes, half, K, nullptr)));
+    });
+    return;
+  }
+  E.register_floats = order.register_floats;
+  E.vector_chains = order.vector_chains;
+  E.pairs = true;
+  E.general_nn_rows(
+      p, v, c, 0, n, m, Emitter::bf16_k_blocks(K),
+      [&](const ExprRef& j, const ExprRef& e, int lanes) { return accumulate ? E.stored(c, j, e, lanes) : nullptr; },
+      [](ExprRef y) { return y; });
 }
 
 }  // namespace
@@ -677,7 +850,8 @@ std::string unmeasured_loop_threads(const GemmOrder& order) {
 
 // The general kernel: not a gemv (one row or one column; in bf16 too), not smalln, not pst; on the
 // AMD host not the small-matrix kernel, nor a call its threads would split in fours.
-bool gemm_nt_splits_rows(const GemmOrder& order, GemmInputs, int64_t n_call, int64_t m, int64_t K) {
+bool gemm_nt_splits_rows(const GemmOrder& order, GemmInputs inputs, int64_t n_call, int64_t m, int64_t K) {
+  if (inputs == GemmInputs::bf16 && order.kind == GemmOrder::Kind::MklIntelAvx512Bf16) return n_call > 1 && m > 1;
   if (order.kind == GemmOrder::Kind::MklAmd) return n_call > 1 && m > 1 && !amd_takes_pst(m, n_call, K) && !amd_splits_fours(n_call, m, K);
   return n_call > 1 && m > 1 && !(K >= 24 * n_call && n_call < 16) && !takes_pst(m, n_call, K);
 }
@@ -689,6 +863,7 @@ bool gemm_nn_splits_rows(const GemmOrder& order, GemmInputs, int64_t n_call, int
 std::optional<float> gemm_nn_beta0_start(const GemmOrder& order, GemmInputs inputs, int64_t n, int64_t m, int64_t K, bool threaded) {
   const bool on_threads = threaded && order.threads > 1;
   if (n < 2 || K < 2) return std::nullopt;
+  if (inputs == GemmInputs::bf16 && order.kind == GemmOrder::Kind::MklIntelAvx512Bf16) return -0.0f;  // the pair chains after C0
   if (order.kind == GemmOrder::Kind::MklAmd) {  // AmdEmitter::general_nn
     if (m < 2 || amd_takes_pst(m, n, K) || (inputs == GemmInputs::f16 && on_threads) || (on_threads && amd_splits_fours(n, m, K)))
       return std::nullopt;
@@ -749,6 +924,8 @@ void emit_gemm_nt(Builder& b, const GemmOrder& order, GemmInputs inputs, int64_t
     throw Error(fmt::format("internal: q @ k^T of {} rows emitted in part ({} rows) outside MKL's general kernel", n_call, n));
   if (threaded && order.threads > 2 && more_threads_as_one(order, inputs, true, n_call, m, K)) threaded = false;
   refuse_unmeasured_threads(b, order, threaded);
+  if (inputs == GemmInputs::bf16 && order.kind == GemmOrder::Kind::MklIntelAvx512Bf16)
+    return emit_intel_bf16_nt(b, order, n, m, K, a, bm, c, n_call, alpha, packed);
   const Emitter E{b};
   // Intel, alpha: the result of gemv, smalln and pst times alpha; the general kernel packs the key
   // rows (MKL's A) times alpha when it copies them, else multiplies each K block's sum.
@@ -876,6 +1053,8 @@ void emit_gemm_nn(Builder& b, const GemmOrder& order, GemmInputs inputs, int64_t
   refuse_unmeasured_threads(b, order, threaded);
   if (n_call != n && !gemm_nn_splits_rows(order, inputs, n_call, m, K))
     throw Error(fmt::format("internal: p @ v of {} rows emitted in part ({} rows) outside MKL's general kernel", n_call, n));
+  if (inputs == GemmInputs::bf16 && order.kind == GemmOrder::Kind::MklIntelAvx512Bf16)
+    return emit_intel_bf16_nn(b, order, n, m, K, p, v, c, accumulate, threaded);
   auto host_kernels = [&] {
     if (order.kind == GemmOrder::Kind::MklAmd)
       emit_amd_nn(b, order, inputs, n, m, K, p, v, c, accumulate, threaded, c_align_at, n_call, alpha);

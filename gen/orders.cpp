@@ -493,7 +493,7 @@ std::vector<NamedOrder> make_table() {
                "vector), no fma; rms_norm: F.rms_norm's composite in f32 (SumKernel's 4x8-lane cascade over the rounded squares; "
                "a single row over 32768 long is summed in per-thread chunks, as torch does, given threads=T); "
                "softmax/log_softmax: torch1.13-cpu-default's; var_mean: sequential Welford in f64; attention (f32, bf16): the CPU "
-               "flash kernel with glibc expf, MKL's block products (threads=T: torch's thread count; mkl=intel or mkl=amd: the host whose MKL kernels ran); "
+               "flash kernel with glibc expf, MKL's block products (threads=T: torch's thread count; mkl=intel, intel-avx512bf16 or amd: the host whose MKL kernels ran); "
                "softmax/log_softmax_backward: vec::map2_reduce_all/reduce_all on 8 lanes folded in order, no fma, glibc expf; "
                "rms_norm_backward: F.rms_norm's autograd chain in f32 (SumKernel's 8-lane cascades for the row sum and dweight's dim-0 sum; "
                "the same under every capability); attention_backward (f32, bf16, f16, lse given; an AMD or Intel AVX-512 host's MKL): the CPU flash backward "
@@ -892,31 +892,40 @@ int host_physical_cores() {
   return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 }
 
-// The MKL model for PyTorch's CPU attention: the one the order names (mkl=intel, mkl=amd), else
-// the running host's. MKL runs other kernels on other CPUs, so a host with no model has none.
-// ordo models an Intel CPU with AVX-512 (in bf16, one without avx512_bf16, whose
-// gemm_bf16bf16f32 kernels are others) and any AMD CPU, where MKL runs its generic kernels
-// (measured on one with AVX-512 and avx512_bf16, f32 and bf16; the same bits on one with AVX2
-// only). In f16 the Intel model is that of a CPU without avx512_fp16: MKL converts to f32 there
-// and runs its sgemm kernels; it has f16 kernels of its own that such a CPU never ran. Empty when
-// none fits; `why` then says what the host lacks.
+// The MKL host an order's mkl= parameter names: intel (AVX-512 without avx512_bf16),
+// intel-avx512bf16, amd; empty for another value.
+std::optional<GemmOrder::Kind> mkl_parameter(std::string_view value) {
+  if (value == "intel") return GemmOrder::Kind::MklIntelAvx512;
+  if (value == "intel-avx512bf16") return GemmOrder::Kind::MklIntelAvx512Bf16;
+  if (value == "amd") return GemmOrder::Kind::MklAmd;
+  return std::nullopt;
+}
+
+// The MKL model for PyTorch's CPU attention: the one the order names (mkl=...), else the running
+// host's. MKL runs other kernels on other CPUs, so a host with no model has none. ordo models an
+// Intel CPU with AVX-512, without avx512_bf16 or with it (whose gemm_bf16bf16f32 runs vdpbf16ps
+// kernels), and any AMD CPU, where MKL runs its generic kernels (measured on one with AVX-512 and
+// avx512_bf16, f32 and bf16; the same bits on one with AVX2 only). In f16 the Intel model is that
+// of a CPU without avx512_fp16: MKL converts to f32 there and runs its sgemm kernels; it has f16
+// kernels of its own that such a CPU never ran. Empty when none fits; `why` then says what the
+// host lacks.
 std::optional<GemmOrder::Kind> mkl_model(const Request& r, std::string* why = nullptr) {
   const size_t param = r.order.find("mkl=");
-  if (param != std::string::npos)  // checked by apply_environment
-    return r.order.compare(param, 7, "mkl=amd") == 0 ? GemmOrder::Kind::MklAmd : GemmOrder::Kind::MklIntelAvx512;
+  if (param != std::string::npos) {  // the value is checked by apply_environment
+    const size_t end = r.order.find_first_of(",)", param);
+    return mkl_parameter(std::string_view(r.order).substr(param + 4, end == std::string::npos ? std::string::npos : end - param - 4))
+        .value_or(GemmOrder::Kind::MklIntelAvx512);
+  }
   __builtin_cpu_init();
   // MKL runs its generic kernels on any AMD CPU: the same bits with and without AVX-512.
   if (__builtin_cpu_is("amd")) return GemmOrder::Kind::MklAmd;
   const bool avx512 = __builtin_cpu_supports("avx512f");
   if (avx512 && __builtin_cpu_is("intel")) {
-    if (r.x_dtype == ScalarType::f16) {
-      if (!cpu_has_avx512_fp16()) return GemmOrder::Kind::MklIntelAvx512;
+    if (r.x_dtype == ScalarType::f16 && cpu_has_avx512_fp16()) {
       if (why) *why = "is an Intel CPU with avx512_fp16, whose f16 MKL kernels are not modelled";
       return std::nullopt;
     }
-    if (r.x_dtype != ScalarType::bf16 || !__builtin_cpu_supports("avx512bf16")) return GemmOrder::Kind::MklIntelAvx512;
-    if (why) *why = "is an Intel CPU with avx512_bf16, whose bf16 MKL kernels are not modelled";
-    return std::nullopt;
+    return __builtin_cpu_supports("avx512bf16") ? GemmOrder::Kind::MklIntelAvx512Bf16 : GemmOrder::Kind::MklIntelAvx512;
   }
   if (why) *why = "is neither an AMD CPU nor an Intel CPU with AVX-512";
   return std::nullopt;
@@ -1012,9 +1021,9 @@ GemmOrder::Kind mkl_host_model(const Request& r) {
   if (std::optional<GemmOrder::Kind> kind = mkl_model(r, &why)) return *kind;
   const std::string base = r.order.substr(0, r.order.find('('));
   throw Error(fmt::format("order '{}': this host {}; PyTorch's attention calls MKL, and ordo models the MKL kernels of an Intel "
-                          "AVX-512 host (without avx512_bf16 for bf16, without avx512_fp16 for f16) and of an AMD host only. '{}(mkl=intel)' or "
-                          "'{}(mkl=amd)' gives that host's bits",
-                          r.order, why, base, base));
+                          "AVX-512 host (with or without avx512_bf16; for f16 one without avx512_fp16) and of an AMD host only. "
+                          "'{}(mkl=intel)', '{}(mkl=intel-avx512bf16)' or '{}(mkl=amd)' gives that host's bits",
+                          r.order, why, base, base, base));
 }
 
 // The parameters of an order that reproduces PyTorch 2.15 (NamedOrder::takes_environment): not
@@ -1058,9 +1067,9 @@ void apply_environment(Order& o, std::string_view params, std::string_view order
     } else if (key == "mkl_threads") {
       o.attention.gemm.mkl_threads = o.attention_backward.gemm.mkl_threads = positive();
     } else if (key == "mkl") {
-      if (value != "intel" && value != "amd") throw Error(fmt::format("order '{}': mkl={} is not intel or amd", order_name, value));
-      o.attention.gemm.kind = o.attention_backward.gemm.kind =
-          value == "amd" ? GemmOrder::Kind::MklAmd : GemmOrder::Kind::MklIntelAvx512;
+      const std::optional<GemmOrder::Kind> kind = mkl_parameter(value);
+      if (!kind) throw Error(fmt::format("order '{}': mkl={} is not intel, intel-avx512bf16 or amd", order_name, value));
+      o.attention.gemm.kind = o.attention_backward.gemm.kind = *kind;
     } else if (key == "onednn") {
       using OneDnn = AttentionBackwardOrder::OneDnn;
       if (value != "on" && value != "off" && value != "emulated")
@@ -1068,7 +1077,7 @@ void apply_environment(Order& o, std::string_view params, std::string_view order
       o.attention_backward.onednn_16bit = value == "on" ? OneDnn::Avx512Bf16 : value == "off" ? OneDnn::Off : OneDnn::Emulated;
     } else {
       throw Error(fmt::format("order '{}' reproduces PyTorch; its parameters are the environment torch ran in: "
-                              "threads (torch.get_num_threads()), mkl (intel or amd), mkl_threads (MKL's own thread count: "
+                              "threads (torch.get_num_threads()), mkl (intel, intel-avx512bf16 or amd), mkl_threads (MKL's own thread count: "
                               "MKL_NUM_THREADS, else the host's physical cores) and onednn (whether its 16-bit attention "
                               "products went to oneDNN: on, with avx512_bf16; emulated, AVX-512 without avx512_bf16; off), "
                               "not '{}'",
@@ -1102,6 +1111,10 @@ std::string shape_error(const Request& r, const Order& o, const NamedOrder& n) {
   if (r.op == OpKind::attention_backward && o.attention_backward.kind == AttentionBackwardOrder::Kind::CpuFlash) {
     if (!r.saved_stats)
       return fmt::format("order '{}' reproduces PyTorch's backward, which reads the forward's saved logsumexp: give lse", r.order);
+    if (r.x_dtype == ScalarType::bf16 && o.attention_backward.gemm.kind == GemmOrder::Kind::MklIntelAvx512Bf16)
+      return fmt::format("order '{}' in bf16 with the MKL of an Intel host with avx512_bf16: the backward's q @ k^T scales by alpha "
+                         "inside gemm_bf16bf16f32's vdpbf16ps kernels, where that is not measured; the forward is modelled",
+                         r.order);
   }
   if (composite_16bit(r, o)) {
     if (std::string why = composite_16bit_error(r); !why.empty()) return why;

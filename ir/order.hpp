@@ -279,6 +279,11 @@ struct GemmOrder {
     // sgemm and sgemv kernels; measured, see docs/research/torch2.15-attention.md, and for the
     // backward's calls (alpha, 'N','T') torch2.15-attention-backward.md section 4.6).
     MklIntelAvx512,
+    // The same on an Intel CPU with AVX-512 and avx512_bf16: MklIntelAvx512's sgemm (f32, and f16
+    // converted to f32), but gemm_bf16bf16f32 runs its vdpbf16ps kernels: every dot product steps
+    // through k in pairs, (acc + p[k+1]) + p[k], with no smalln or pst kernel (measured,
+    // docs/research/torch2.15-attention.md; gen/mkl_gemm.cpp emit_intel_bf16_nt/_nn).
+    MklIntelAvx512Bf16,
     // oneMKL as PyTorch 2.15's x86-64 wheels link it, on an AMD CPU: MKL takes its generic
     // ('def') kernels there, with or without AVX-512 (measured on an EPYC with AVX-512 and
     // avx512_bf16, and checked on an EPYC with AVX2 only). gemv ('T' and 'N') and

@@ -319,6 +319,10 @@ inline int attention_vs_interpreter(Target target, bool reduced) {
       for (const char* threads : {"threads=2,", "threads=3,"}) orders.emplace_back(fmt::format("torch2.15-cpu-avx512({}mkl={})", threads, mkl), t);
     orders.emplace_back(fmt::format("torch2.15-cpu-math-avx512(threads=2,mkl={})", mkl), ScalarType::f32);
   }
+  // An Intel host with avx512_bf16 (its sgemm is the Intel model's): gemm_bf16bf16f32's vdpbf16ps
+  // kernels, whose pair chains flush subnormals, and the 2-thread K split of one query row's p @ v.
+  for (const char* threads : {"", "threads=2,", "threads=3,"})
+    orders.emplace_back(fmt::format("torch2.15-cpu-avx512({}mkl=intel-avx512bf16)", threads), ScalarType::bf16);
   // The 16-bit composite (ATen's own products, its vectorized dot) whatever the host, each lane
   // fold once (on a host without AVX-512 the named rows above run both in both dtypes).
   orders.emplace_back("torch2.15-cpu-math-avx2(onednn=off)", ScalarType::bf16);
@@ -361,6 +365,12 @@ inline int attention_vs_interpreter(Target target, bool reduced) {
             poke("q", 3, NAN);
             poke("v", s.d + 1, INFINITY);
             poke("k", 0, 1e30f);
+          }
+          if (cases % 3 == 1) {  // subnormal and tiny values, which the vdpbf16ps model flushes
+            auto poke = [&](const char* name, int64_t at, float v) { set_value(h.get(name), dtype, at, v); };
+            for (int64_t e = 0; e < s.d; e += 3) poke("v", e, e % 2 ? 1e-39f : -2e-38f);
+            poke("k", 1, 3e-39f);
+            poke("q", 2, -1e-39f);
           }
           k->run(h.refs(kHeads, s.d), kHeads);
           for (size_t a = 0; a < h.args.size(); ++a)

@@ -19,11 +19,13 @@ Cases: f32, bf16 and f16 (f16 on an AMD host and on an Intel one without avx512_
 above 512 (several key blocks) and above 768 (the 256-row query blocks), S_q != S_k both ways;
 causal (top-left aligned, as torch masks) and not; the default scale and others; batch*heads = 1,
 where PyTorch's parallel loop may have a single iteration and MKL then runs on all threads, and
-more. Values: normal, sharp (logits 8 times larger: near one-hot rows) and flat (logits near 0).
+more. Values: normal, sharp (logits 8 times larger: near one-hot rows), flat (logits near 0) and
+tiny_v (v near the smallest normal value, so that p @ v's products and sums are subnormal).
 
 The MKL kernels inside are the running host's (the orders take them as a parameter, mkl=, from
-this host by default). An Intel AVX-512 host (for bf16 one without avx512_bf16) and an AMD host
-(with or without AVX-512: MKL runs its generic kernels on both) are modelled; on another host the test says what it cannot verify and checks the rest. On an
+this host by default). An Intel AVX-512 host, with or without avx512_bf16 (whose gemm_bf16bf16f32
+runs other kernels), and an AMD host (with or without AVX-512: MKL runs its generic kernels on
+both) are modelled; on another host the test says what it cannot verify and checks the rest. On an
 AMD host MKL's small kernels peel rows to 16-byte boundaries, and the output rows live in the
 scratch of whichever PyTorch thread runs the block: shapes with several (batch, head)s on 2 threads
 check that; a 16-bit block of 3 keys against 11 or more queries on one (batch, head), whose 2-thread
@@ -78,7 +80,11 @@ SHAPES = [
 ]
 SHAPES_QUICK = [(1, 17, 64, 1, 2), (5, 40, 64, 1, 1), (17, 9, 24, 1, 1), (66, 66, 32, 2, 1), (200, 200, 128, 1, 1),
                 (40, 513, 32, 1, 1)]
-RANGES = [("normal", 1.0), ("sharp", 8.0), ("flat", 1e-3)]
+# (name, q's scale, v's scale by dtype). tiny_v: p @ v's products and sums near and below the
+# smallest normal float (and half), where avx512_bf16's vdpbf16ps flushes to zero and sgemm does not.
+NOT_SCALED = {"f32": 1.0, "bf16": 1.0, "f16": 1.0}
+RANGES = [("normal", 1.0, NOT_SCALED), ("sharp", 8.0, NOT_SCALED), ("flat", 1e-3, NOT_SCALED),
+          ("tiny_v", 1.0, {"f32": 1e-37, "bf16": 1e-37, "f16": 1e-6})]
 SCALES = [None, None, 0.3, 1.0]
 
 
@@ -90,7 +96,8 @@ def cases(tier):
         for j, dtype in enumerate(("f32", "bf16", "f16")):
             for causal in (False, True) if tier != tiers.CI else ((k + j) % 2 == 1,):
                 out.append({"sq": s_q, "sk": s_k, "d": d, "batch": batch, "heads": heads, "dtype": dtype, "causal": causal,
-                            "range": RANGES[i % 3][0], "scale": SCALES[i % 4], "seed": i})
+                            "range": RANGES[i % len(RANGES)][0],
+                            "scale": SCALES[(i + i // len(RANGES)) % len(SCALES)], "seed": i})  # every range with every scale
                 i += 1
     return out
 
@@ -103,7 +110,7 @@ import torch.nn.functional as F
 import ordo
 
 cap, cases, skip, host = sys.argv[1], json.load(open(sys.argv[2])), json.loads(sys.argv[4]), sys.argv[5]
-RANGES = dict(json.loads(sys.argv[3]))
+RANGES = {name: (q_scale, v_scale) for name, q_scale, v_scale in json.loads(sys.argv[3])}
 
 from tensor_bits import THREAD_COUNTS, flash_blocks, layout_of, refusal_why, relayout, runs_on, same
 
@@ -111,9 +118,10 @@ def inputs(c):
     g = torch.Generator().manual_seed(2000 + c["seed"])
     dt = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}[c["dtype"]]
     shape = (c["batch"], c["heads"])
-    q = (torch.randn(*shape, c["sq"], c["d"], generator=g) * RANGES[c["range"]]).to(dt)
+    q_scale, v_scale = RANGES[c["range"]]
+    q = (torch.randn(*shape, c["sq"], c["d"], generator=g) * q_scale).to(dt)
     k = torch.randn(*shape, c["sk"], c["d"], generator=g).to(dt)
-    v = torch.randn(*shape, c["sk"], c["d"], generator=g).to(dt)
+    v = (torch.randn(*shape, c["sk"], c["d"], generator=g) * v_scale[c["dtype"]]).to(dt)
     return q, k, v
 
 def flash_products(c):
@@ -204,7 +212,7 @@ def mkl_host():
     if not (intel and avx512):
         return False, False, "neither an AMD CPU nor an Intel CPU with AVX-512", ""
     if "avx512_bf16" in flags:
-        return True, False, "an Intel CPU with avx512_bf16, whose bf16 MKL kernels are other ones", "intel"
+        return True, True, "an Intel CPU with AVX-512 and avx512_bf16 (mkl=intel-avx512bf16)", "intel-avx512bf16"
     return True, True, "an Intel CPU with AVX-512, without avx512_bf16 (mkl=intel)", "intel"
 
 
@@ -225,7 +233,7 @@ def main():
     skip = [] if bf16_ok else ["bf16"]
     if not bf16_ok:
         print("NOT VERIFIED: torch2.15-cpu-* attention in bf16 (this host's bf16 MKL kernels are not modelled)")
-    if model == "intel" and "avx512_fp16" in open("/proc/cpuinfo").read():
+    if model.startswith("intel") and "avx512_fp16" in open("/proc/cpuinfo").read():
         skip.append("f16")
         print("NOT VERIFIED: torch2.15-cpu-* attention in f16 (MKL's gemm_f16f16f32 on an Intel CPU with avx512_fp16 runs "
               "kernels not modelled; the orders refuse it)")
