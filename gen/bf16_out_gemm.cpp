@@ -148,7 +148,8 @@ void emit_bf16_out_gemm(Builder& b, bool transb, bool stub_fma, OneDnn onednn, i
   if (v.step != 1 || c.step != 1) throw Error("internal: a bf16-output product reads V and C by rows");
   const int lanes = m % 16 == 0 ? 16 : m % 8 == 0 ? 8 : m % 4 == 0 ? 4 : 1;
   const ScalarType storage = b.kernel().buffers[size_t(c.buffer)].elem;  // bf16 or f16
-  if (storage == ScalarType::f16 && onednn != OneDnn::Off) throw Error("internal: oneDNN's f16 gemm is not modelled");
+  if ((storage == ScalarType::f16) != (onednn == OneDnn::Avx512Fp16) && onednn != OneDnn::Off)
+    throw Error("internal: oneDNN's f16 brgemm takes f16 products, its bf16 kernels bf16 ones");
   const bool stub = onednn == OneDnn::Off || n * m * K <= kStubWork;
   // Rows the emulated oneDNN kernel computes as one-row calls; every other row is one pair chain,
   // or two over 384 terms.
@@ -219,7 +220,7 @@ void emit_bf16_out_gemm(Builder& b, bool transb, bool stub_fma, OneDnn onednn, i
         } else {
           const int acc = b.local("onednn.acc", Type{ScalarType::f32, lanes});
           b.assign(acc, f32c(0.0, lanes));
-          if (n == 1) {  // avx512_bf16, one row: plain k order
+          if (n == 1 || onednn == OneDnn::Avx512Fp16) {  // avx512_bf16 one row, avx512_fp16 every row: plain k order
             b.for_range("k", idx(0), idx(K), 1, [&](ExprRef k) { b.assign(acc, add(b.get(acc), product(k))); });
           } else {
             const int64_t pairs = K / 2 * 2;

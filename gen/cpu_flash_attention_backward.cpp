@@ -171,8 +171,8 @@ struct CpuFlashBackward {
     using OneDnn = AttentionBackwardOrder::OneDnn;
     const std::string stub = fmt::format("16-bit out: gemm_stub ({}){}", o.bf16_stub_fma ? "fma" : "no fma",
                                          o.onednn_16bit == OneDnn::Off          ? ""
-                                         : o.onednn_16bit == OneDnn::Avx512Bf16 ? " when m*n*k <= 4096, else oneDNN"
-                                                                                : " when m*n*k <= 4096, else oneDNN (emulated bf16)");
+                                         : o.onednn_16bit == OneDnn::Emulated   ? " when m*n*k <= 4096, else oneDNN (emulated bf16)"
+                                                                                : " when m*n*k <= 4096, else oneDNN");
     // oneDNN runs on PyTorch's threads outside its loop (one (batch, head)), on one inside it.
     const int onednn_threads = outside_loop ? o.gemm.threads : 1;
     if (reduced())

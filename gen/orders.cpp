@@ -905,10 +905,11 @@ std::optional<GemmOrder::Kind> mkl_parameter(std::string_view value) {
 // host's. MKL runs other kernels on other CPUs, so a host with no model has none. ordo models an
 // Intel CPU with AVX-512, without avx512_bf16 or with it (whose gemm_bf16bf16f32 runs vdpbf16ps
 // kernels), and any AMD CPU, where MKL runs its generic kernels (measured on one with AVX-512 and
-// avx512_bf16, f32 and bf16; the same bits on one with AVX2 only). In f16 the Intel model is that
-// of a CPU without avx512_fp16: MKL converts to f32 there and runs its sgemm kernels; it has f16
-// kernels of its own that such a CPU never ran. Empty when none fits; `why` then says what the
-// host lacks.
+// avx512_bf16, f32 and bf16; the same bits on one with AVX2 only). In f16 MKL converts to f32 on
+// an Intel host and runs its sgemm kernels, with avx512_fp16 too (measured: the flash forward and
+// the backward's MKL products give the same bits on a Xeon with avx512_fp16 as the model of one
+// without, docs/research/torch2.15-attention-f16.md). Empty when none fits; `why` then says what
+// the host lacks.
 std::optional<GemmOrder::Kind> mkl_model(const Request& r, std::string* why = nullptr) {
   const size_t param = r.order.find("mkl=");
   if (param != std::string::npos) {  // the value is checked by apply_environment
@@ -920,13 +921,8 @@ std::optional<GemmOrder::Kind> mkl_model(const Request& r, std::string* why = nu
   // MKL runs its generic kernels on any AMD CPU: the same bits with and without AVX-512.
   if (__builtin_cpu_is("amd")) return GemmOrder::Kind::MklAmd;
   const bool avx512 = __builtin_cpu_supports("avx512f");
-  if (avx512 && __builtin_cpu_is("intel")) {
-    if (r.x_dtype == ScalarType::f16 && cpu_has_avx512_fp16()) {
-      if (why) *why = "is an Intel CPU with avx512_fp16, whose f16 MKL kernels are not modelled";
-      return std::nullopt;
-    }
+  if (avx512 && __builtin_cpu_is("intel"))
     return __builtin_cpu_supports("avx512bf16") ? GemmOrder::Kind::MklIntelAvx512Bf16 : GemmOrder::Kind::MklIntelAvx512;
-  }
   if (why) *why = "is neither an AMD CPU nor an Intel CPU with AVX-512";
   return std::nullopt;
 }
@@ -936,8 +932,9 @@ std::optional<GemmOrder::Kind> mkl_model(const Request& r, std::string* why = nu
 // the running host's. PyTorch hands a bf16 gemm to oneDNN when its check for bf16 support passes,
 // which needs AVX-512 (or AVX-NE-CONVERT); ordo models oneDNN's avx512_bf16 kernel (vdpbf16ps
 // pairs) and its gemm:jit:bf16, which emulates bf16 on AVX-512 without avx512_bf16. An f16 gemm
-// goes to oneDNN on a CPU with avx512_fp16 (or AMX-FP16), whose kernel ordo does not model;
-// elsewhere to gemm_stub (measured on an AVX2 EPYC and on an AVX-512 Xeon without avx512_fp16).
+// goes to oneDNN on a CPU with avx512_fp16, whose brgemm ordo models (measured on a Xeon), or with
+// AVX-NE-CONVERT (or AMX-FP16), whose kernel it does not; elsewhere to gemm_stub (measured on an
+// AVX2 EPYC and on an AVX-512 Xeon without avx512_fp16).
 // Empty where the host's kernel is not modelled, and `why` says so as a clause ("this host has
 // ...", or the parameter that asked for it).
 std::optional<AttentionBackwardOrder::OneDnn> onednn_16bit_model(const Request& r, std::string* why = nullptr) {
@@ -946,11 +943,10 @@ std::optional<AttentionBackwardOrder::OneDnn> onednn_16bit_model(const Request& 
   const bool f16_data = r.x_dtype == ScalarType::f16;
   if (param != std::string::npos) {  // checked by apply_environment
     if (r.order.compare(param, 10, "onednn=off") == 0) return OneDnn::Off;
-    if (!f16_data) return r.order.compare(param, 9, "onednn=on") == 0 ? OneDnn::Avx512Bf16 : OneDnn::Emulated;
-    if (why)
-      *why = r.order.compare(param, 9, "onednn=on") == 0
-                 ? "onednn=on: PyTorch's f16 gradient products on a CPU with avx512_fp16 are oneDNN's, whose kernel is not modelled"
-                 : "onednn=emulated names oneDNN's bf16 kernel; f16 gradient products without avx512_fp16 are gemm_stub's";
+    const bool on = r.order.compare(param, 9, "onednn=on") == 0;
+    if (!f16_data) return on ? OneDnn::Avx512Bf16 : OneDnn::Emulated;
+    if (on) return OneDnn::Avx512Fp16;
+    if (why) *why = "onednn=emulated names oneDNN's bf16 kernel; f16 gradient products without avx512_fp16 are gemm_stub's";
     return std::nullopt;
   }
   __builtin_cpu_init();
@@ -958,10 +954,9 @@ std::optional<AttentionBackwardOrder::OneDnn> onednn_16bit_model(const Request& 
   const bool ne_convert = __get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx) && (edx >> 5 & 1);  // AVX-NE-CONVERT
   if (f16_data) {
     // PyTorch's oneDNN f16 check passes with avx512_fp16 or AVX-NE-CONVERT.
-    if (!cpu_has_avx512_fp16() && !ne_convert) return OneDnn::Off;
-    if (why)
-      *why = fmt::format("this host has {}, where PyTorch's f16 products are oneDNN's, whose kernel is not modelled",
-                         cpu_has_avx512_fp16() ? "avx512_fp16" : "AVX-NE-CONVERT");
+    if (cpu_has_avx512_fp16()) return OneDnn::Avx512Fp16;
+    if (!ne_convert) return OneDnn::Off;
+    if (why) *why = "this host has AVX-NE-CONVERT without avx512_fp16, where PyTorch's f16 products are oneDNN's, whose kernel is not modelled";
     return std::nullopt;
   }
   if (__builtin_cpu_supports("avx512bf16")) return OneDnn::Avx512Bf16;
@@ -1009,6 +1004,13 @@ std::string composite_16bit_error(const Request& r) {
     return fmt::format("order '{}' with {} inputs: {}; '{}(onednn=off)' gives the bits of a CPU where PyTorch's oneDNN check fails, "
                        "and every product is ATen's own",
                        r.order, name(r.x_dtype), why, base);
+  if (onednn == AttentionBackwardOrder::OneDnn::Avx512Fp16)
+    return fmt::format("order '{}' with f16 inputs: {} PyTorch's f16 matmuls with a kernel not modelled for the composite; "
+                       "'{}(onednn=off)' gives the bits of a CPU where its oneDNN check fails",
+                       r.order,
+                       r.order.find("onednn=on") != std::string::npos ? "onednn=on names a CPU with avx512_fp16, whose oneDNN takes"
+                                                                      : "this CPU has avx512_fp16, and its oneDNN takes",
+                       base);
   const char* named = r.order.find("onednn=on") != std::string::npos ? "onednn=on names a CPU with avx512_bf16, whose oneDNN takes"
                                                                        : "this CPU has avx512_bf16, and its oneDNN takes";
   return fmt::format("order '{}' with {} inputs: {} PyTorch's bf16 matmuls with a kernel not modelled for the composite; '{}(onednn=off)' "
@@ -1021,7 +1023,7 @@ GemmOrder::Kind mkl_host_model(const Request& r) {
   if (std::optional<GemmOrder::Kind> kind = mkl_model(r, &why)) return *kind;
   const std::string base = r.order.substr(0, r.order.find('('));
   throw Error(fmt::format("order '{}': this host {}; PyTorch's attention calls MKL, and ordo models the MKL kernels of an Intel "
-                          "AVX-512 host (with or without avx512_bf16; for f16 one without avx512_fp16) and of an AMD host only. "
+                          "AVX-512 host (with or without avx512_bf16) and of an AMD host only. "
                           "'{}(mkl=intel)', '{}(mkl=intel-avx512bf16)' or '{}(mkl=amd)' gives that host's bits",
                           r.order, why, base, base, base));
 }
@@ -1074,6 +1076,7 @@ void apply_environment(Order& o, std::string_view params, std::string_view order
       using OneDnn = AttentionBackwardOrder::OneDnn;
       if (value != "on" && value != "off" && value != "emulated")
         throw Error(fmt::format("order '{}': onednn={} is not on, off or emulated", order_name, value));
+      // "on" is the host's own kernel: avx512_bf16's in bf16, avx512_fp16's in f16 (resolve).
       o.attention_backward.onednn_16bit = value == "on" ? OneDnn::Avx512Bf16 : value == "off" ? OneDnn::Off : OneDnn::Emulated;
     } else {
       throw Error(fmt::format("order '{}' reproduces PyTorch; its parameters are the environment torch ran in: "
@@ -1294,6 +1297,8 @@ Order resolve(const Request& r) {
   if (open != std::string::npos && n->takes_environment) {
     if (r.order.back() != ')') throw Error(fmt::format("order '{}': missing ')'", r.order));
     apply_environment(o, std::string_view(r.order).substr(open + 1, r.order.size() - open - 2), r.order);
+    if (r.x_dtype == ScalarType::f16 && o.attention_backward.onednn_16bit == AttentionBackwardOrder::OneDnn::Avx512Bf16)
+      o.attention_backward.onednn_16bit = AttentionBackwardOrder::OneDnn::Avx512Fp16;  // onednn=on names the host's own kernel
   } else if (open != std::string::npos) {
     if (n->reproduces_reference)
       throw Error(fmt::format("order '{}' reproduces a reference and takes no parameters (got '{}')", n->name,

@@ -485,6 +485,10 @@ struct AttentionBackwardOrder {
     // oneDNN's gemm:jit:bf16 on AVX-512 without avx512_bf16, bf16 emulated (measured on an Intel
     // Xeon, docs/research/torch2.15-attention-backward.md section 5.5).
     Emulated,
+    // f16: oneDNN's brgemm on a CPU with avx512_fp16 (brg_matmul:avx10_1_512): the halves
+    // converted to f32, every output one chain over K in order from +0, then C0 + fl(alpha * sum)
+    // (measured on an Intel Xeon, docs/research/torch2.15-attention-f16.md).
+    Avx512Fp16,
   };
   OneDnn onednn_16bit = OneDnn::Avx512Bf16;
   // CpuFlash, CpuMatmul: the products. Its `threads` is PyTorch's intra-op thread count, which

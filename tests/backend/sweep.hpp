@@ -535,6 +535,8 @@ inline int attention_backward_vs_interpreter(Target target, bool sparse) {
   // oneDNN's emulated bf16 kernel (its one-row calls, two K blocks, 2-thread row cut) with the
   // Intel host's gemm_bf16bf16f32 (alpha, 3-key cut).
   orders.emplace_back("torch2.15-cpu-avx512(threads=2,mkl=intel,onednn=emulated)", ScalarType::bf16);
+  // f16's dq, dk, dv with oneDNN's avx512_fp16 brgemm over 4096 multiply-adds.
+  orders.emplace_back("torch2.15-cpu-avx512(threads=2,mkl=intel-avx512bf16,onednn=on)", ScalarType::f16);
   // The composite's backward on any host (the MKL model named, not the host's), and threaded.
   orders.emplace_back("torch2.15-cpu-math-avx2(mkl=amd)", ScalarType::f32);
   orders.emplace_back("torch2.15-cpu-math-avx512(mkl=amd,threads=2)", ScalarType::f32);

@@ -15,7 +15,7 @@ softmax((q @ k.transpose(-2, -1)) * scale) @ v (causal: masked_fill(-inf) above 
 before the softmax), which makes no lse. (Its bf16 and f16 forward is compared, with the backward,
 in torch2_backward_attention_math.py.)
 
-Cases: f32, bf16 and f16 (f16 on an AMD host and on an Intel one without avx512_fp16, whose gemm_f16f16f32 is modelled); D from 8 to 256, and 392 and 400 on an Intel host (a 16-lane tail where D mod 16 = 8); S_q and S_k from 1 to
+Cases: f32, bf16 and f16 (gemm_f16f16f32 converts to f32 on an Intel host, with avx512_fp16 too); D from 8 to 256, and 392 and 400 on an Intel host (a 16-lane tail where D mod 16 = 8); S_q and S_k from 1 to
 above 512 (several key blocks) and above 768 (the 256-row query blocks), S_q != S_k both ways;
 causal (top-left aligned, as torch masks) and not; the default scale and others; batch*heads = 1,
 where PyTorch's parallel loop may have a single iteration and MKL then runs on all threads, and
@@ -233,10 +233,6 @@ def main():
     skip = [] if bf16_ok else ["bf16"]
     if not bf16_ok:
         print("NOT VERIFIED: torch2.15-cpu-* attention in bf16 (this host's bf16 MKL kernels are not modelled)")
-    if model.startswith("intel") and "avx512_fp16" in open("/proc/cpuinfo").read():
-        skip.append("f16")
-        print("NOT VERIFIED: torch2.15-cpu-* attention in f16 (MKL's gemm_f16f16f32 on an Intel CPU with avx512_fp16 runs "
-              "kernels not modelled; the orders refuse it)")
 
     if model == "amd":
         print("NOT VERIFIED: torch2.15-cpu-* attention in bf16 and f16 on 2 threads with one (batch, head), 11 or more "

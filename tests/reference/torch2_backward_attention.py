@@ -29,17 +29,18 @@ avx512_bf16 gemm_stub and oneDNN's emulated gemm:jit:bf16, on one without AVX-51
 every size (the orders' onednn= default follows the host). On that Intel CPU seven more bf16
 cases of one (batch, head) aim at rules random data almost never shows (BF16_EMULATED_RULES:
 oneDNN's one-row kernel, its 2-thread row cut and its two K blocks, MKL's 2-thread cut of 3 keys'
-13 queries), six of them with crafted values. f16 likewise, on a CPU without
-avx512_fp16 (gemm_stub at every size; MKL's gemm_f16f16f32, which has no gemv kernel, for
-q @ k^T and dout @ v^T).
+13 queries), six of them with crafted values. f16 likewise: on a CPU without avx512_fp16
+gemm_stub at every size, with it gemm_stub and oneDNN's brgemm (one chain over K per element);
+MKL's gemm_f16f16f32, which has no gemv kernel, for q @ k^T and dout @ v^T.
 
 The orders model an AMD host's MKL (its generic kernels, with or without AVX-512) and, in f32,
 an Intel AVX-512 host's (its avx512 sgemm kernels: where each applies alpha, the 'N','T' calls, the
 2-thread choices) and, in bf16, one without avx512_bf16 (gemm_bf16bf16f32, with oneDNN's emulated
 kernel), and in bf16 oneDNN's avx512_bf16 kernel, its emulated one or none; and in f16 an Intel
-AVX-512 host's without avx512_fp16 (gemm_f16f16f32 converts to f32 and runs the sgemm kernels, no
-gemv); on an Intel host with avx512_bf16 f16 and bf16 are left out (f16 is not measured there, and
-the orders refuse bf16); elsewhere the test says what it cannot verify.
+AVX-512 host's, with avx512_fp16 or without (gemm_f16f16f32 converts to f32 and runs the sgemm
+kernels, no gemv); on an Intel host with avx512_bf16 bf16 is left out (the orders refuse it: where
+its vdpbf16ps kernels apply the backward's alpha is not measured); elsewhere the test says what it
+cannot verify.
 """
 import os
 import sys
@@ -213,15 +214,13 @@ def main():
         # and runs the avx512 sgemm kernels, without gemv (measured on a CPU without avx512_fp16).
         print("bf16 gradient products: gemm_stub and oneDNN's emulated gemm:jit:bf16 (AVX-512 without avx512_bf16)")
         all_cases += bf16_emulated_cases(tiers.chosen(args))
-        if has_cpu_flag("avx512_fp16"):
-            print("NOT VERIFIED: torch2.15-cpu-* attention_backward in f16 on this Intel host with avx512_fp16 (its f16 "
-                  "gradient products are oneDNN's and its MKL f16 kernels others; the orders refuse it)")
-            all_cases = [c for c in all_cases if c["dtype"] != "f16"]
     elif intel_avx512_host():
-        # MKL's avx512 sgemm is modelled for f32; its bf16 kernels with avx512_bf16 and gemm_f16f16f32 are not.
-        print("NOT VERIFIED: torch2.15-cpu-* attention_backward in bf16 and f16 on this Intel host with avx512_bf16 (its MKL "
-              "16-bit kernels are not modelled, and the orders refuse them); f32 only")
-        all_cases = [c for c in all_cases if c["dtype"] == "f32"]
+        # avx512_bf16: MKL's gemm_bf16bf16f32 runs vdpbf16ps kernels, measured for the forward's
+        # products; where the backward's scaled q @ k^T applies alpha in them is not, so the orders
+        # refuse bf16 here. f16: gemm_f16f16f32 converts to f32 as without avx512_fp16.
+        print("NOT VERIFIED: torch2.15-cpu-* attention_backward in bf16 on this Intel host with avx512_bf16 (where MKL's "
+              "vdpbf16ps kernels apply the backward's alpha is not measured, and the orders refuse it)")
+        all_cases = [c for c in all_cases if c["dtype"] != "bf16"]
     elif not amd_host():
         print("NOT VERIFIED: torch2.15-cpu-* attention_backward (ordo models PyTorch's CPU attention backward with an AMD host's "
               "MKL kernels and an Intel AVX-512 host's in f32 only, and the orders refuse other hosts)")
@@ -242,9 +241,7 @@ def main():
               "threaded rules; an AMD host's MKL kernels are measured up to D = 256)")
         all_cases = [c for c in all_cases if c["d"] <= 256]
     if has_cpu_flag("avx512_fp16"):
-        print("NOT VERIFIED: torch2.15-cpu-* attention_backward in f16 (this CPU has avx512_fp16, where PyTorch's f16 gradient "
-              "products are oneDNN's, not modelled; the orders refuse)")
-        all_cases = [c for c in all_cases if c["dtype"] != "f16"]
+        print("f16 gradient products: gemm_stub and oneDNN's avx512_fp16 brgemm")
     result = run_workers(args.build, WORKER, all_cases, RANGES,
                          lambda c, r, cap: ("attention_backward", order_row(r, cap), c["dtype"]),
                          lambda c, r: f"attention_backward {r['order']} {c['dtype']} Sq={c['sq']} Sk={c['sk']} D={c['d']} B={c['batch']} "
