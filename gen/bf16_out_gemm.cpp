@@ -220,16 +220,29 @@ void emit_bf16_out_gemm(Builder& b, bool transb, bool stub_fma, OneDnn onednn, i
         } else {
           const int acc = b.local("onednn.acc", Type{ScalarType::f32, lanes});
           b.assign(acc, f32c(0.0, lanes));
-          if (n == 1 || onednn == OneDnn::Avx512Fp16) {  // avx512_bf16 one row, avx512_fp16 every row: plain k order
+          // A plain chain in k order: every row in f16, and in bf16 a row alone whose weights (V,
+          // oneDNN's "wei") are dense; with strided weights (the flash backward's dv of one key
+          // when PyTorch's dout rows are H*D apart) oneDNN takes the pair kernel for it too
+          // (measured on an Intel Xeon with avx512_bf16, docs/research/torch2.15-attention-
+          // backward.md §5.6).
+          if (onednn == OneDnn::Avx512Fp16 || (n == 1 && v.mkl_ld() == m)) {
             b.for_range("k", idx(0), idx(K), 1, [&](ExprRef k) { b.assign(acc, add(b.get(acc), product(k))); });
           } else {
+            // vdpbf16ps: each step adds an exact product to the lane and flushes the sum, reading
+            // subnormal inputs as zeros; an odd K's last product follows its zero partner (+0).
+            auto step = [&](ExprRef sum, ExprRef k) {
+              return flush_subnormal(b, fma(flush_subnormal(b, pk(k)), flush_subnormal(b, v_at(k)), std::move(sum)));
+            };
             const int64_t pairs = K / 2 * 2;
             if (pairs > 0)
-              b.for_range("k", idx(0), idx(pairs), 2,
-                          [&](ExprRef k) { b.assign(acc, add(add(b.get(acc), product(add(k, idx(1)))), product(k))); });
-            if (K % 2) b.assign(acc, add(b.get(acc), product(idx(K - 1))));
+              b.for_range("k", idx(0), idx(pairs), 2, [&](ExprRef k) { b.assign(acc, step(step(b.get(acc), add(k, idx(1))), k)); });
+            if (K % 2) b.assign(acc, step(add(b.get(acc), f32c(0.0, lanes)), idx(K - 1)));
           }
           result = add(c0, mul(alpha_v, b.get(acc)));
+          // avx512_bf16's conversion to bf16 (vcvtneps2bf16) reads a subnormal f32 as a zero of
+          // its sign (measured: with dout near 1e-38 torch's dq and dk are zeros carrying the
+          // signs of these sums).
+          if (onednn == OneDnn::Avx512Bf16) result = flush_subnormal(b, result);
         }
       }
       b.store(c.buffer, c_index(j, e), cast(result, storage));

@@ -44,6 +44,17 @@ namespace ordo::gen {
 
 using namespace ordo::ir;
 
+ExprRef flush_subnormal(Builder& b, ExprRef x) {
+  const int lanes = x->type.lanes;
+  auto wide = [lanes](ExprRef s) { return lanes > 1 ? broadcast(std::move(s), lanes) : s; };
+  const ExprRef bound = x->op == Op::Var ? x : b.let("flushed", x);
+  const Type f32{ScalarType::f32, 1};
+  const double smallest_normal = 0x1p-126;
+  const ExprRef tiny = binary(Op::And, binary(Op::Lt, bound, wide(constant(f32, smallest_normal))),
+                              binary(Op::Lt, wide(constant(f32, -smallest_normal)), bound));
+  return select(tiny, mul(bound, wide(constant(f32, 0.0))), bound);
+}
+
 namespace {
 
 constexpr int kLanes = 16;  // the avx512 kernels' vector of floats
@@ -85,18 +96,7 @@ struct Emitter {
   // where they are loaded (see emit_intel_bf16_nt).
   bool pairs = false;
 
-  // vdpbf16ps's subnormals: a value whose exponent field is zero (a subnormal, or a zero) becomes
-  // the zero of its sign. The instruction does this to its inputs (denormals are zero) and to each
-  // rounded sum (flush to zero).
-  ExprRef flush_subnormal(ExprRef x) const {
-    const int lanes = x->type.lanes;
-    auto wide = [lanes](ExprRef s) { return lanes > 1 ? broadcast(std::move(s), lanes) : s; };
-    const ExprRef bound = x->op == Op::Var ? x : b.let("flushed", x);
-    const double smallest_normal = 0x1p-126;
-    const ExprRef tiny = binary(Op::And, binary(Op::Lt, bound, wide(constant(kF32, smallest_normal))),
-                                binary(Op::Lt, wide(constant(kF32, -smallest_normal)), bound));
-    return select(tiny, mul(bound, wide(constant(kF32, 0.0))), bound);
-  }
+  ExprRef flush_subnormal(ExprRef x) const { return gen::flush_subnormal(b, std::move(x)); }
   // An operand of the general kernel's chains: flushed in the pair order (vdpbf16ps reads
   // subnormal bf16 inputs as zeros), as it is otherwise.
   ExprRef operand(ExprRef x) const { return pairs ? flush_subnormal(std::move(x)) : x; }
@@ -335,9 +335,10 @@ struct Emitter {
     if (pairs > whole) chunk(idx(whole), pairs - whole);
     if (K % 2) {
       const ExprRef lane = broadcast(idx(pairs % kLanes), kLanes);
-      const ExprRef last = broadcast(mul(flush_subnormal(get(a, idx(K - 1))), flush_subnormal(get(x, idx(K - 1)))), kLanes);
+      const ExprRef last_a = broadcast(flush_subnormal(get(a, idx(K - 1))), kLanes);
+      const ExprRef last_x = broadcast(flush_subnormal(get(x, idx(K - 1))), kLanes);
       const ExprRef after_partner = add(b.get(acc), zero(kLanes));  // its zero partner first: -0 + +0 is +0
-      b.assign(acc, select(binary(Op::Eq, iota(kLanes), lane), flush_subnormal(add(after_partner, last)), b.get(acc)));
+      b.assign(acc, select(binary(Op::Eq, iota(kLanes), lane), flush_subnormal(fma(last_a, last_x, after_partner)), b.get(acc)));
     }
     const ExprRef v = b.let("lanes", b.get(acc));
     std::vector<ExprRef> m8;
@@ -763,28 +764,28 @@ void refuse_unmeasured_threads(Builder& b, const GemmOrder& order, bool threaded
 }
 
 // gemm_bf16bf16f32 on an Intel host with avx512_bf16 (GemmOrder::Kind::MklIntelAvx512Bf16),
-// measured with alpha = 1 against torch 2.15 (docs/research/torch2.15-attention.md): vdpbf16ps
+// measured against torch 2.15 and with direct calls (docs/research/torch2.15-attention.md): vdpbf16ps
 // kernels, each adding a pair of products to a lane, (lane + p[k+1]) + p[k]. The products of two
 // bf16 values are exact in f32, so an fma step is the instruction's add; it reads subnormal inputs
 // as zeros and flushes each subnormal sum to zero (measured: with v near 1e-36 or 1e-38 the
 // unflushed chains differ from torch in most outputs, the flushed ones in none), while the sums
 // of the K blocks, C0 and the gemv's final lane tree are plain adds.
-//   'T','N': one query (n == 1) or one key (m == 1): gemv_t_pairs per element; otherwise every
-//            element a pair chain over bf16_k_blocks, the block sums added in order. No smalln or
-//            pst kernel, and MKL's threads (a cut of the keys) leave every element's bits alone.
+//   'T','N': one query (n == 1) or one key (m == 1): gemv_t_pairs per element, times alpha;
+//            otherwise every element a pair chain over bf16_k_blocks, each block's sum times alpha,
+//            added in order (alpha measured with the backward's scale: no operand is scaled
+//            first, at any size). No smalln or pst kernel, and MKL's threads (a cut of the keys)
+//            leave every element's bits alone.
 //   'N','N': one query row: gemv_n_pair_blocks; MKL on 2 threads outside PyTorch's loop cuts K at
 //            ceil(K/2) when D > 32 (measured for D = 33..256; up to 32 not), the first half from
 //            C0, the second from -0, the halves added. Otherwise the pair chains after C0.
 void emit_intel_bf16_nt(Builder& b, const GemmOrder& order, int64_t n, int64_t m, int64_t K, const Matrix& a, const Matrix& bm,
                         const Matrix& c, int64_t n_call, float alpha, const PackedKeys* packed) {
-  if (alpha != 1.0f)
-    throw Error("internal: where gemm_bf16bf16f32's avx512_bf16 kernels apply alpha is not measured (the order refuses such calls)");
   Emitter E{b};
   if (n_call == 1 || m == 1) {  // gemv 'T' over the key rows (one query) or the query rows (one key)
     const Row x = n_call == 1 ? Row{&a, idx(0)} : Row{&bm, idx(0)};
     const Matrix& rows = n_call == 1 ? bm : a;
     b.for_range("r", idx(0), idx(n_call == 1 ? m : n), 1, [&](ExprRef r) {
-      const ExprRef y = E.gemv_t_pairs(Row{&rows, r}, x, K);
+      const ExprRef y = Emitter::times(E.gemv_t_pairs(Row{&rows, r}, x, K), alpha);
       if (n_call == 1) E.store(c, idx(0), r, y);
       else E.store(c, r, idx(0), y);
     });
@@ -792,6 +793,7 @@ void emit_intel_bf16_nt(Builder& b, const GemmOrder& order, int64_t n, int64_t m
   }
   E.register_floats = order.register_floats;
   E.pairs = true;
+  E.block_alpha = alpha;
   E.packed = packed;
   const std::vector<int64_t> parts = Emitter::bf16_k_blocks(K);
   const std::function<ExprRef(ExprRef)> keys = [](ExprRef y) { return y; };

@@ -126,6 +126,12 @@ bool gemm_threads_matter(const ir::GemmOrder& order, GemmInputs inputs, bool nt,
 bool gemm_nt_splits_rows(const ir::GemmOrder& order, GemmInputs inputs, int64_t n_call, int64_t m, int64_t K);
 bool gemm_nn_splits_rows(const ir::GemmOrder& order, GemmInputs inputs, int64_t n_call, int64_t m, int64_t K);
 
+// vdpbf16ps's treatment of subnormals (avx512_bf16; MKL's and oneDNN's bf16 kernels): a value
+// whose exponent field is zero (a subnormal, or a zero) becomes the zero of its sign. The
+// instruction does this to its inputs (denormals are zero) and to each rounded sum (flush to
+// zero), whatever MXCSR says.
+ir::ExprRef flush_subnormal(ir::Builder& b, ir::ExprRef x);
+
 // PyTorch's bmm below K*M*N = 400 (baddbmm_cpu_kernel): every element a sequential sum from +0 of
 // rounded products, no fma. C[j][i] = sum_k A[j][k] * B[i][k] (nt) or sum_k P[j][k] * V[k][i] (nn).
 void emit_naive_nt(ir::Builder& b, int64_t n, int64_t m, int64_t K, const Matrix& a, const Matrix& bm, const Matrix& c);

@@ -1114,10 +1114,6 @@ std::string shape_error(const Request& r, const Order& o, const NamedOrder& n) {
   if (r.op == OpKind::attention_backward && o.attention_backward.kind == AttentionBackwardOrder::Kind::CpuFlash) {
     if (!r.saved_stats)
       return fmt::format("order '{}' reproduces PyTorch's backward, which reads the forward's saved logsumexp: give lse", r.order);
-    if (r.x_dtype == ScalarType::bf16 && o.attention_backward.gemm.kind == GemmOrder::Kind::MklIntelAvx512Bf16)
-      return fmt::format("order '{}' in bf16 with the MKL of an Intel host with avx512_bf16: the backward's q @ k^T scales by alpha "
-                         "inside gemm_bf16bf16f32's vdpbf16ps kernels, where that is not measured; the forward is modelled",
-                         r.order);
   }
   if (composite_16bit(r, o)) {
     if (std::string why = composite_16bit_error(r); !why.empty()) return why;

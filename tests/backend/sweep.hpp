@@ -535,6 +535,9 @@ inline int attention_backward_vs_interpreter(Target target, bool sparse) {
   // oneDNN's emulated bf16 kernel (its one-row calls, two K blocks, 2-thread row cut) with the
   // Intel host's gemm_bf16bf16f32 (alpha, 3-key cut).
   orders.emplace_back("torch2.15-cpu-avx512(threads=2,mkl=intel,onednn=emulated)", ScalarType::bf16);
+  // An Intel host with avx512_bf16: MKL's vdpbf16ps kernels (alpha per K block) and oneDNN's
+  // avx512_bf16 kernel (pairs for strided weights, the flush of its conversion to bf16).
+  orders.emplace_back("torch2.15-cpu-avx512(threads=2,mkl=intel-avx512bf16,onednn=on)", ScalarType::bf16);
   // f16's dq, dk, dv with oneDNN's avx512_fp16 brgemm over 4096 multiply-adds.
   orders.emplace_back("torch2.15-cpu-avx512(threads=2,mkl=intel-avx512bf16,onednn=on)", ScalarType::f16);
   // The composite's backward on any host (the MKL model named, not the host's), and threaded.
@@ -575,6 +578,10 @@ inline int attention_backward_vs_interpreter(Target target, bool sparse) {
             auto poke = [&](const char* name, int64_t at, float v) { set_value(h.get(name), dtype, at, v); };
             poke("dout", 1, NAN);
             poke("v", (s.d + 2) % (kHeads * s.sk * s.d), INFINITY);  // a key row past the first where there is one
+          }
+          if (cases % 5 == 2) {  // subnormal and tiny values in dout, which the vdpbf16ps models flush
+            auto poke = [&](const char* name, int64_t at, float v) { set_value(h.get(name), dtype, at, v); };
+            for (int64_t e = 0; e < std::min<int64_t>(kHeads * s.sq * s.d, 3 * s.d); e += 2) poke("dout", e, e % 4 ? 1e-39f : -2e-38f);
           }
           k->run(h.refs(kHeads, s.d), kHeads);
           for (size_t a = 0; a < h.args.size(); ++a)

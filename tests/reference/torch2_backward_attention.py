@@ -81,7 +81,10 @@ SHAPES = [
 ]
 SHAPES_QUICK = [(1, 300, 64, 1, 2), (7, 40, 32, 1, 1), (10, 9, 32, 1, 1), (3, 13, 16, 1, 3), (65, 65, 8, 1, 2),
                 (100, 513, 32, 1, 1)]
-RANGES = [("normal", 1.0), ("sharp", 8.0)]
+RANGES = [("normal", 1.0), ("sharp", 8.0), ("tiny_dout", 1.0)]
+# tiny_dout: dout near the smallest normal value (q unscaled), so that the gradient products' terms
+# and sums are subnormal, which avx512_bf16's vdpbf16ps flushes to zero.
+TINY_DOUT = {"f32": 1e-38, "bf16": 1e-38, "f16": 1e-7}
 
 # bf16 on an Intel AVX-512 host without avx512_bf16 (oneDNN's emulated gemm:jit:bf16, this host's
 # gemm_bf16bf16f32), one (batch, head), so that 2 threads reach MKL and oneDNN: rules random data
@@ -103,6 +106,27 @@ BF16_EMULATED_RULES = [
 ]
 
 
+# bf16 on a CPU with avx512_bf16 (oneDNN's brg_matmul:avx512_core_bf16, and on an Intel host MKL's
+# vdpbf16ps kernels), with the crafted values above. (S_q, S_k, D, heads, values)
+BF16_AVX512_RULES = [
+    (1, 200, 32, 1, "crafted_dq"),   # one query: dq by oneDNN's one-row kernel (dense weights: a plain chain)
+    (2, 400, 32, 1, "crafted_dq"),   # dq over 400 keys: one pair chain (no K split up to 512)
+    (200, 1, 128, 1, "crafted"),     # one key: dv by the one-row kernel (dense dout: a plain chain)
+    (200, 513, 128, 2, "crafted"),   # the last key block of one key against 64-row query blocks (over 4096
+                                     # multiply-adds), dout's rows H*D apart: dv by the pair kernel
+    (33, 35, 64, 1, "crafted"),      # 2 threads on one (batch, head): no row cut on this kernel
+]
+
+
+def bf16_avx512_cases(tier):
+    out = []
+    for s_q, s_k, d, heads, values in BF16_AVX512_RULES[:2] if tier == tiers.QUICK else BF16_AVX512_RULES:
+        for causal in ((False, True) if tier == tiers.FULL else (False,)):
+            out.append({"sq": s_q, "sk": s_k, "d": d, "batch": 1, "heads": heads, "dtype": "bf16", "causal": causal,
+                        "range": values, "seed": 6000 + len(out), "alias": False})
+    return out
+
+
 def bf16_emulated_cases(tier):
     out = []
     for s_q, s_k, d, values in BF16_EMULATED_RULES[:3] if tier == tiers.QUICK else BF16_EMULATED_RULES:
@@ -122,7 +146,8 @@ def cases(tier):
             flip = dtype == "bf16"  # f16 takes f32's causal flag, bf16 the other
             for causal in ((True,) if largest else (((i + flip) % 2 == 1,) if tier == tiers.CI else (False, True))):
                 out.append({"sq": s_q, "sk": s_k, "d": d, "batch": batch, "heads": heads, "dtype": dtype, "causal": causal,
-                            "range": RANGES[len(out) % 2][0], "seed": len(out), "alias": i % 4 == 0,
+                            "range": RANGES[(len(out) + i) % len(RANGES)][0],  # each dtype takes each range
+                            "seed": len(out), "alias": i % 4 == 0,
                             "layout": layout[0] if layout else None})
     return out
 
@@ -134,6 +159,7 @@ import ordo
 
 cap, cases = sys.argv[1], json.load(open(sys.argv[2]))
 RANGES = dict(json.loads(sys.argv[3]))
+TINY_DOUT = {"f32": 1e-38, "bf16": 1e-38, "f16": 1e-7}  # as in the runner
 
 from tensor_bits import THREAD_COUNTS, flash_blocks, layout_of, refusal_why, relayout, runs_on, same
 
@@ -146,17 +172,21 @@ def sparse(rows, cols, big, g):
             x[r, col] = value
     return x
 
+def sparse_heads(shape, rows, cols, big, g):
+    """sparse() for each (batch, head): shape + (rows, cols)."""
+    return torch.stack([sparse(rows, cols, big, g) for _ in range(shape[0] * shape[1])]).reshape(*shape, rows, cols)
+
 def inputs(c):
     g = torch.Generator().manual_seed(3000 + c["seed"])
     dt = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}[c["dtype"]]
     shape = (c["batch"], c["heads"])
     if c["range"].startswith("crafted"):  # q = 0, lse = 0: every probability 1 (out is not the forward's)
         q = torch.zeros(*shape, c["sq"], c["d"], dtype=dt)
-        k = sparse(c["sk"], c["d"], 2.0 ** 30, g).to(dt).reshape(*shape, c["sk"], c["d"])
+        k = sparse_heads(shape, c["sk"], c["d"], 2.0 ** 30, g).to(dt)
         if c["range"] == "crafted_ga":  # dsum = 0, dout @ v^T each row's sum of dout
             k = torch.ones(*shape, c["sk"], c["d"], dtype=dt)
             v = torch.ones(*shape, c["sk"], c["d"], dtype=dt)
-            dout = sparse(c["d"], c["sq"], 2.0 ** 30, g).T.contiguous().to(dt).reshape(*shape, c["sq"], c["d"])
+            dout = sparse_heads(shape, c["d"], c["sq"], 2.0 ** 30, g).transpose(-2, -1).contiguous().to(dt)
             out = torch.zeros(*shape, c["sq"], c["d"], dtype=dt)
         elif c["range"] == "crafted_dq":  # dsum = -1 and dout @ v^T = 0: every gradient of a probability 1
             v = torch.zeros(*shape, c["sk"], c["d"], dtype=dt)
@@ -165,14 +195,15 @@ def inputs(c):
             dout[..., 0] = 1
             out[..., 0] = -1
         else:
-            v = sparse(c["sk"], c["d"], 2.0 ** 10, g).to(dt).reshape(*shape, c["sk"], c["d"])
-            dout = sparse(c["sq"], c["d"], 2.0 ** 30, g).to(dt).reshape(*shape, c["sq"], c["d"])
+            v = sparse_heads(shape, c["sk"], c["d"], 2.0 ** 10, g).to(dt)
+            dout = sparse_heads(shape, c["sq"], c["d"], 2.0 ** 30, g).to(dt)
             out = torch.randint(-2, 3, (*shape, c["sq"], c["d"]), generator=g).to(dt)
         return q, k, v, dout, (out, torch.zeros(*shape, c["sq"]))
     q = (torch.randn(*shape, c["sq"], c["d"], generator=g) * RANGES[c["range"]]).to(dt)
     k = torch.randn(*shape, c["sk"], c["d"], generator=g).to(dt)
     v = torch.randn(*shape, c["sk"], c["d"], generator=g).to(dt)
-    dout = torch.randn(*shape, c["sq"], c["d"], generator=g).to(dt)
+    dout = torch.randn(*shape, c["sq"], c["d"], generator=g)
+    dout = (dout * TINY_DOUT[c["dtype"]] if c["range"] == "tiny_dout" else dout).to(dt)
     return q, k, v, dout, None
 
 results = []
@@ -215,12 +246,10 @@ def main():
         print("bf16 gradient products: gemm_stub and oneDNN's emulated gemm:jit:bf16 (AVX-512 without avx512_bf16)")
         all_cases += bf16_emulated_cases(tiers.chosen(args))
     elif intel_avx512_host():
-        # avx512_bf16: MKL's gemm_bf16bf16f32 runs vdpbf16ps kernels, measured for the forward's
-        # products; where the backward's scaled q @ k^T applies alpha in them is not, so the orders
-        # refuse bf16 here. f16: gemm_f16f16f32 converts to f32 as without avx512_fp16.
-        print("NOT VERIFIED: torch2.15-cpu-* attention_backward in bf16 on this Intel host with avx512_bf16 (where MKL's "
-              "vdpbf16ps kernels apply the backward's alpha is not measured, and the orders refuse it)")
-        all_cases = [c for c in all_cases if c["dtype"] != "bf16"]
+        # avx512_bf16: MKL's gemm_bf16bf16f32 runs vdpbf16ps kernels and oneDNN its avx512_core_bf16
+        # brgemm (measured on such a host). f16: gemm_f16f16f32 converts to f32 as without avx512_fp16.
+        print("bf16 gradient products: gemm_stub and oneDNN's avx512_bf16 kernel, with MKL's vdpbf16ps kernels")
+        all_cases += bf16_avx512_cases(tiers.chosen(args))
     elif not amd_host():
         print("NOT VERIFIED: torch2.15-cpu-* attention_backward (ordo models PyTorch's CPU attention backward with an AMD host's "
               "MKL kernels and an Intel AVX-512 host's in f32 only, and the orders refuse other hosts)")
