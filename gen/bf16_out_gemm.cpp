@@ -231,7 +231,7 @@ void emit_bf16_out_gemm(Builder& b, bool transb, bool stub_fma, OneDnn onednn, i
             // vdpbf16ps: each step adds an exact product to the lane and flushes the sum, reading
             // subnormal inputs as zeros; an odd K's last product follows its zero partner (+0).
             auto step = [&](ExprRef sum, ExprRef k) {
-              return flush_subnormal(b, fma(flush_subnormal(b, pk(k)), flush_subnormal(b, v_at(k)), std::move(sum)));
+              return vdpbf16ps_step(b, flush_subnormal(b, pk(k)), flush_subnormal(b, v_at(k)), std::move(sum));
             };
             const int64_t pairs = K / 2 * 2;
             if (pairs > 0)

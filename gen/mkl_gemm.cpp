@@ -59,6 +59,31 @@ ExprRef flush_subnormal(Builder& b, ExprRef x) {
   return select(tiny, sign, bound);
 }
 
+ExprRef vdpbf16ps_step(Builder& b, ExprRef x, ExprRef y, ExprRef acc) {
+  const int lanes = acc->type.lanes;
+  auto wide = [lanes](double v) {
+    ExprRef c = constant(Type{ScalarType::f32, 1}, v);
+    return lanes > 1 ? broadcast(std::move(c), lanes) : c;
+  };
+  const ExprRef xs = x->op == Op::Var ? x : b.let("dp.x", x);
+  const ExprRef ys = y->op == Op::Var ? y : b.let("dp.y", y);
+  const ExprRef accs = acc->op == Op::Var ? acc : b.let("dp.acc", acc);
+  const ExprRef r = b.let("dp.sum", fma(xs, ys, accs));
+  const double smallest_normal = 0x1p-126;
+  const ExprRef below = binary(Op::And, binary(Op::Lt, r, wide(smallest_normal)), binary(Op::Lt, wide(-smallest_normal), r));
+  // IEEE rounding gave +-2^-126 where rounding to 24 bits without the subnormal range may give
+  // less: decide from the same step scaled by 2^64, exact in that range (a sum this small has
+  // both factors below 2 in magnitude and acc near 2^-126, so nothing overflows).
+  const ExprRef at_edge = binary(Op::Or, binary(Op::Eq, r, wide(smallest_normal)), binary(Op::Eq, r, wide(-smallest_normal)));
+  const ExprRef scaled = fma(mul(xs, wide(0x1p32)), mul(ys, wide(0x1p32)), mul(accs, wide(0x1p64)));
+  const ExprRef scaled_below = binary(Op::And, binary(Op::Lt, scaled, wide(0x1p-62)), binary(Op::Lt, wide(-0x1p-62), scaled));
+  const ExprRef flushed = binary(Op::Or, below, binary(Op::And, at_edge, scaled_below));
+  const ExprRef sign = bitcast(binary(Op::BitAnd, bitcast(r, ScalarType::i32), lanes > 1 ? broadcast(constant(Type{ScalarType::i32, 1}, -0x80000000LL), lanes)
+                                                                                         : constant(Type{ScalarType::i32, 1}, -0x80000000LL)),
+                               ScalarType::f32);
+  return select(flushed, sign, r);
+}
+
 namespace {
 
 constexpr int kLanes = 16;  // the avx512 kernels' vector of floats
@@ -96,7 +121,7 @@ struct Emitter {
   int register_floats = 8;    // GemmOrder::register_floats
   // The chains of the general kernel step through each K block in pairs, k + 1 then k (an odd
   // block's last k alone), as gemm_bf16bf16f32's vdpbf16ps kernels (GemmOrder::Kind::
-  // MklIntelAvx512Bf16) do: each step flush_subnormal(fma(x, y, acc)), with the operands flushed
+  // MklIntelAvx512Bf16) do: each step vdpbf16ps_step(x, y, acc), with the operands flushed
   // where they are loaded (see emit_intel_bf16_nt).
   bool pairs = false;
 
@@ -330,8 +355,8 @@ struct Emitter {
       const ExprRef k0 = b.let("k_pairs", mul(t0, idx(2)));
       const ExprRef k1 = b.let("k_odd", add(k0, idx(1)));
       auto input = [&](const Row& r, const ExprRef& k) { return flush_subnormal(get_every_other(r, k, count)); };
-      ExprRef sum = flush_subnormal(fma(input(a, k1), input(x, k1), b.get(acc)));
-      sum = flush_subnormal(fma(input(a, k0), input(x, k0), sum));
+      ExprRef sum = gen::vdpbf16ps_step(b, input(a, k1), input(x, k1), b.get(acc));
+      sum = gen::vdpbf16ps_step(b, input(a, k0), input(x, k0), sum);
       b.assign(acc, count < kLanes ? select(lanes_below(count), sum, b.get(acc)) : sum);
     };
     const int64_t pairs = K / 2, whole = pairs / kLanes * kLanes;
@@ -342,7 +367,7 @@ struct Emitter {
       const ExprRef last_a = broadcast(flush_subnormal(get(a, idx(K - 1))), kLanes);
       const ExprRef last_x = broadcast(flush_subnormal(get(x, idx(K - 1))), kLanes);
       const ExprRef after_partner = add(b.get(acc), zero(kLanes));  // its zero partner first: -0 + +0 is +0
-      b.assign(acc, select(binary(Op::Eq, iota(kLanes), lane), flush_subnormal(fma(last_a, last_x, after_partner)), b.get(acc)));
+      b.assign(acc, select(binary(Op::Eq, iota(kLanes), lane), gen::vdpbf16ps_step(b, last_a, last_x, after_partner), b.get(acc)));
     }
     const ExprRef v = b.let("lanes", b.get(acc));
     std::vector<ExprRef> m8;
@@ -357,7 +382,7 @@ struct Emitter {
   ExprRef gemv_n_pair_blocks(const Row& x, const Matrix& v, const ExprRef& e, int lanes, int64_t k0, int64_t k1, ExprRef y0) const {
     auto term = [&](ExprRef k, ExprRef acc) {
       const ExprRef xk = flush_subnormal(get(x, k));
-      return flush_subnormal(fma(flush_subnormal(get(Row{&v, k}, e, lanes)), lanes > 1 ? broadcast(xk, lanes) : xk, std::move(acc)));
+      return gen::vdpbf16ps_step(b, flush_subnormal(get(Row{&v, k}, e, lanes)), lanes > 1 ? broadcast(xk, lanes) : xk, std::move(acc));
     };
     auto block = [&](const ExprRef& kb, int64_t count) {
       ExprRef acc = zero(lanes);
@@ -431,8 +456,7 @@ struct Emitter {
         at_k(k);
         for (size_t t = 0; t < sums.size(); ++t) {
           auto [x, y] = factors(t, k);
-          ExprRef sum = fma(std::move(x), std::move(y), b.get(acc[t]));
-          b.assign(acc[t], pairs ? flush_subnormal(std::move(sum)) : std::move(sum));
+          b.assign(acc[t], pairs ? gen::vdpbf16ps_step(b, std::move(x), std::move(y), b.get(acc[t])) : fma(std::move(x), std::move(y), b.get(acc[t])));
         }
       };
       if (!pairs) {

@@ -131,6 +131,13 @@ bool gemm_nn_splits_rows(const ir::GemmOrder& order, GemmInputs inputs, int64_t 
 // instruction does this to its inputs (denormals are zero) and to each rounded sum (flush to
 // zero), whatever MXCSR says.
 ir::ExprRef flush_subnormal(ir::Builder& b, ir::ExprRef x);
+// One step of vdpbf16ps: fma(x, y, acc) (x, y flushed bf16 values, their product exact), flushed
+// to the zero of its sign when the sum rounded to 24 bits with an unbounded exponent is below
+// 2^-126: x86's flush-to-zero, which decides after rounding but not on the subnormal grid (IEEE's
+// rounding can give +-2^-126 where this gives 2^-126 - 2^-150). Measured with the instruction:
+// -2^-126 + 2^-190 stays -2^-126, -2^-126 + 0.7 * 2^-150 becomes -0
+// (docs/research/torch2.15-attention.md).
+ir::ExprRef vdpbf16ps_step(ir::Builder& b, ir::ExprRef x, ir::ExprRef y, ir::ExprRef acc);
 
 // PyTorch's bmm below K*M*N = 400 (baddbmm_cpu_kernel): every element a sequential sum from +0 of
 // rounded products, no fma. C[j][i] = sum_k A[j][k] * B[i][k] (nt) or sum_k P[j][k] * V[k][i] (nn).
