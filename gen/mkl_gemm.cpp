@@ -44,44 +44,43 @@ namespace ordo::gen {
 
 using namespace ordo::ir;
 
+namespace {
+// x's lanes as a constant vector of value v (a scalar for one lane).
+ExprRef f32_like(const ExprRef& x, double v) {
+  ExprRef c = constant(Type{ScalarType::f32, 1}, v);
+  return x->type.lanes > 1 ? broadcast(std::move(c), x->type.lanes) : c;
+}
+// Whether -bound < x < bound.
+ExprRef magnitude_below(const ExprRef& x, double bound) {
+  return binary(Op::And, binary(Op::Lt, x, f32_like(x, bound)), binary(Op::Lt, f32_like(x, -bound), x));
+}
+// The zero of x's sign, as x's sign bit alone: a one-cycle and, where x * 0 took a multiply on a
+// pair chain's critical path (each step waits for the previous step's flush).
+ExprRef zero_of_sign(const ExprRef& x) {
+  ExprRef mask = constant(Type{ScalarType::i32, 1}, -0x80000000LL);
+  if (x->type.lanes > 1) mask = broadcast(std::move(mask), x->type.lanes);
+  return bitcast(binary(Op::BitAnd, bitcast(x, ScalarType::i32), std::move(mask)), ScalarType::f32);
+}
+constexpr double kSmallestNormal = 0x1p-126;
+}  // namespace
+
 ExprRef flush_subnormal(Builder& b, ExprRef x) {
-  const int lanes = x->type.lanes;
-  auto wide = [lanes](ExprRef s) { return lanes > 1 ? broadcast(std::move(s), lanes) : s; };
   const ExprRef bound = x->op == Op::Var ? x : b.let("flushed", x);
-  const Type f32{ScalarType::f32, 1};
-  const double smallest_normal = 0x1p-126;
-  const ExprRef tiny = binary(Op::And, binary(Op::Lt, bound, wide(constant(f32, smallest_normal))),
-                              binary(Op::Lt, wide(constant(f32, -smallest_normal)), bound));
-  // The zero of x's sign as its sign bit alone: a one-cycle and, where x * 0 took a multiply on
-  // the chain's critical path (each step of a pair chain waits for the previous step's flush).
-  const ExprRef sign = bitcast(binary(Op::BitAnd, bitcast(bound, ScalarType::i32), wide(constant(Type{ScalarType::i32, 1}, -0x80000000LL))),
-                               ScalarType::f32);
-  return select(tiny, sign, bound);
+  return select(magnitude_below(bound, kSmallestNormal), zero_of_sign(bound), bound);
 }
 
 ExprRef vdpbf16ps_step(Builder& b, ExprRef x, ExprRef y, ExprRef acc) {
-  const int lanes = acc->type.lanes;
-  auto wide = [lanes](double v) {
-    ExprRef c = constant(Type{ScalarType::f32, 1}, v);
-    return lanes > 1 ? broadcast(std::move(c), lanes) : c;
-  };
   const ExprRef xs = x->op == Op::Var ? x : b.let("dp.x", x);
   const ExprRef ys = y->op == Op::Var ? y : b.let("dp.y", y);
   const ExprRef accs = acc->op == Op::Var ? acc : b.let("dp.acc", acc);
   const ExprRef r = b.let("dp.sum", fma(xs, ys, accs));
-  const double smallest_normal = 0x1p-126;
-  const ExprRef below = binary(Op::And, binary(Op::Lt, r, wide(smallest_normal)), binary(Op::Lt, wide(-smallest_normal), r));
   // IEEE rounding gave +-2^-126 where rounding to 24 bits without the subnormal range may give
   // less: decide from the same step scaled by 2^64, exact in that range (a sum this small has
   // both factors below 2 in magnitude and acc near 2^-126, so nothing overflows).
-  const ExprRef at_edge = binary(Op::Or, binary(Op::Eq, r, wide(smallest_normal)), binary(Op::Eq, r, wide(-smallest_normal)));
-  const ExprRef scaled = fma(mul(xs, wide(0x1p32)), mul(ys, wide(0x1p32)), mul(accs, wide(0x1p64)));
-  const ExprRef scaled_below = binary(Op::And, binary(Op::Lt, scaled, wide(0x1p-62)), binary(Op::Lt, wide(-0x1p-62), scaled));
-  const ExprRef flushed = binary(Op::Or, below, binary(Op::And, at_edge, scaled_below));
-  const ExprRef sign = bitcast(binary(Op::BitAnd, bitcast(r, ScalarType::i32), lanes > 1 ? broadcast(constant(Type{ScalarType::i32, 1}, -0x80000000LL), lanes)
-                                                                                         : constant(Type{ScalarType::i32, 1}, -0x80000000LL)),
-                               ScalarType::f32);
-  return select(flushed, sign, r);
+  const ExprRef at_edge = binary(Op::Or, binary(Op::Eq, r, f32_like(r, kSmallestNormal)), binary(Op::Eq, r, f32_like(r, -kSmallestNormal)));
+  const ExprRef scaled = fma(mul(xs, f32_like(xs, 0x1p32)), mul(ys, f32_like(ys, 0x1p32)), mul(accs, f32_like(accs, 0x1p64)));
+  const ExprRef flushed = binary(Op::Or, magnitude_below(r, kSmallestNormal), binary(Op::And, at_edge, magnitude_below(scaled, 0x1p-62)));
+  return select(flushed, zero_of_sign(r), r);
 }
 
 namespace {
@@ -120,7 +119,7 @@ struct Emitter {
   bool vector_chains = true;  // GemmOrder::vector_chains
   int register_floats = 8;    // GemmOrder::register_floats
   // The chains of the general kernel step through each K block in pairs, k + 1 then k (an odd
-  // block's last k alone), as gemm_bf16bf16f32's vdpbf16ps kernels (GemmOrder::Kind::
+  // block's last k after its zero partner), as gemm_bf16bf16f32's vdpbf16ps kernels (GemmOrder::Kind::
   // MklIntelAvx512Bf16) do: each step vdpbf16ps_step(x, y, acc), with the operands flushed
   // where they are loaded (see emit_intel_bf16_nt).
   bool pairs = false;
