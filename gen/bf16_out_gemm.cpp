@@ -228,15 +228,15 @@ void emit_bf16_out_gemm(Builder& b, bool transb, bool stub_fma, OneDnn onednn, i
           if (onednn == OneDnn::Avx512Fp16 || (n == 1 && v.mkl_ld() == m)) {
             b.for_range("k", idx(0), idx(K), 1, [&](ExprRef k) { b.assign(acc, add(b.get(acc), product(k))); });
           } else {
-            // vdpbf16ps: each step adds an exact product to the lane and flushes the sum, reading
-            // subnormal inputs as zeros; an odd K's last product follows its zero partner (+0).
-            auto step = [&](ExprRef sum, ExprRef k) {
-              return vdpbf16ps_step(b, flush_subnormal(b, pk(k)), flush_subnormal(b, v_at(k)), std::move(sum));
-            };
+            // vdpbf16ps (bf16_pair_dot): k + 1, then k; an odd K's last product follows its zero
+            // partner (+0).
             const int64_t pairs = K / 2 * 2;
             if (pairs > 0)
-              b.for_range("k", idx(0), idx(pairs), 2, [&](ExprRef k) { b.assign(acc, step(step(b.get(acc), add(k, idx(1))), k)); });
-            if (K % 2) b.assign(acc, step(add(b.get(acc), f32c(0.0, lanes)), idx(K - 1)));
+              b.for_range("k", idx(0), idx(pairs), 2, [&](ExprRef k) {
+                const ExprRef k_odd = b.let("k_odd", add(k, idx(1)));
+                b.assign(acc, bf16_pair_dot(b.get(acc), pk(k_odd), v_at(k_odd), pk(k), v_at(k)));
+              });
+            if (K % 2) b.assign(acc, bf16_pair_dot(b.get(acc), f32c(0.0, lanes), f32c(0.0, lanes), pk(idx(K - 1)), v_at(idx(K - 1))));
           }
           result = add(c0, mul(alpha_v, b.get(acc)));
           // avx512_bf16's conversion to bf16 (vcvtneps2bf16) reads a subnormal f32 as a zero of

@@ -50,37 +50,16 @@ ExprRef f32_like(const ExprRef& x, double v) {
   ExprRef c = constant(Type{ScalarType::f32, 1}, v);
   return x->type.lanes > 1 ? broadcast(std::move(c), x->type.lanes) : c;
 }
-// Whether -bound < x < bound.
-ExprRef magnitude_below(const ExprRef& x, double bound) {
-  return binary(Op::And, binary(Op::Lt, x, f32_like(x, bound)), binary(Op::Lt, f32_like(x, -bound), x));
-}
-// The zero of x's sign, as x's sign bit alone: a one-cycle and, where x * 0 took a multiply on a
-// pair chain's critical path (each step waits for the previous step's flush).
-ExprRef zero_of_sign(const ExprRef& x) {
-  ExprRef mask = constant(Type{ScalarType::i32, 1}, -0x80000000LL);
-  if (x->type.lanes > 1) mask = broadcast(std::move(mask), x->type.lanes);
-  return bitcast(binary(Op::BitAnd, bitcast(x, ScalarType::i32), std::move(mask)), ScalarType::f32);
-}
-constexpr double kSmallestNormal = 0x1p-126;
 }  // namespace
 
 ExprRef flush_subnormal(Builder& b, ExprRef x) {
-  const ExprRef bound = x->op == Op::Var ? x : b.let("flushed", x);
-  return select(magnitude_below(bound, kSmallestNormal), zero_of_sign(bound), bound);
-}
-
-ExprRef vdpbf16ps_step(Builder& b, ExprRef x, ExprRef y, ExprRef acc) {
-  const ExprRef xs = x->op == Op::Var ? x : b.let("dp.x", x);
-  const ExprRef ys = y->op == Op::Var ? y : b.let("dp.y", y);
-  const ExprRef accs = acc->op == Op::Var ? acc : b.let("dp.acc", acc);
-  const ExprRef r = b.let("dp.sum", fma(xs, ys, accs));
-  // IEEE rounding gave +-2^-126 where rounding to 24 bits without the subnormal range may give
-  // less: decide from the same step scaled by 2^64, exact in that range (a sum this small has
-  // both factors below 2 in magnitude and acc near 2^-126, so nothing overflows).
-  const ExprRef at_edge = binary(Op::Or, binary(Op::Eq, r, f32_like(r, kSmallestNormal)), binary(Op::Eq, r, f32_like(r, -kSmallestNormal)));
-  const ExprRef scaled = fma(mul(xs, f32_like(xs, 0x1p32)), mul(ys, f32_like(ys, 0x1p32)), mul(accs, f32_like(accs, 0x1p64)));
-  const ExprRef flushed = binary(Op::Or, magnitude_below(r, kSmallestNormal), binary(Op::And, at_edge, magnitude_below(scaled, 0x1p-62)));
-  return select(flushed, zero_of_sign(r), r);
+  const ExprRef v = x->op == Op::Var ? x : b.let("flushed", x);
+  constexpr double kSmallestNormal = 0x1p-126;
+  const ExprRef subnormal = binary(Op::And, binary(Op::Lt, v, f32_like(v, kSmallestNormal)), binary(Op::Lt, f32_like(v, -kSmallestNormal), v));
+  ExprRef sign_bit = constant(Type{ScalarType::i32, 1}, -0x80000000LL);
+  if (v->type.lanes > 1) sign_bit = broadcast(std::move(sign_bit), v->type.lanes);
+  const ExprRef zero_of_sign = bitcast(binary(Op::BitAnd, bitcast(v, ScalarType::i32), std::move(sign_bit)), ScalarType::f32);
+  return select(subnormal, zero_of_sign, v);
 }
 
 namespace {
@@ -120,14 +99,8 @@ struct Emitter {
   int register_floats = 8;    // GemmOrder::register_floats
   // The chains of the general kernel step through each K block in pairs, k + 1 then k (an odd
   // block's last k after its zero partner), as gemm_bf16bf16f32's vdpbf16ps kernels (GemmOrder::Kind::
-  // MklIntelAvx512Bf16) do: each step vdpbf16ps_step(x, y, acc), with the operands flushed
-  // where they are loaded (see emit_intel_bf16_nt).
+  // MklIntelAvx512Bf16) do: one bf16_pair_dot node per pair (see emit_intel_bf16_nt).
   bool pairs = false;
-
-  ExprRef flush_subnormal(ExprRef x) const { return gen::flush_subnormal(b, std::move(x)); }
-  // An operand of the general kernel's chains: flushed in the pair order (vdpbf16ps reads
-  // subnormal bf16 inputs as zeros), as it is otherwise.
-  ExprRef operand(ExprRef x) const { return pairs ? flush_subnormal(std::move(x)) : x; }
   const PackedKeys* packed = nullptr;  // general_nt_vectors's keys, copied once per (batch, head) (emit_gemm_nt)
   // general_nn_rows's register block: rows of C, and the vector registers its accumulators may
   // take (the rest hold the shared operands). AVX2 (16 registers): 6 rows, 12 registers. AVX-512
@@ -214,6 +187,7 @@ struct Emitter {
   // One sequential fma chain over k in [k0, k1) from +0: sum_k x(k) * y(k), lanes wide.
   ExprRef chain(int64_t k0, int64_t k1, int lanes, const std::function<ExprRef(ExprRef)>& x, const std::function<ExprRef(ExprRef)>& y,
                 ExprRef start = nullptr) const {
+    if (pairs) throw Error("internal: a plain chain in the pair order");
     const int acc = b.local("chain", Type{ScalarType::f32, lanes});
     b.assign(acc, start ? start : zero(lanes));
     b.for_range("k", idx(k0), idx(k1), 1, [&](ExprRef k) { b.assign(acc, fma(x(k), y(k), b.get(acc))); });
@@ -353,9 +327,8 @@ struct Emitter {
     auto chunk = [&](ExprRef t0, int64_t count) {
       const ExprRef k0 = b.let("k_pairs", mul(t0, idx(2)));
       const ExprRef k1 = b.let("k_odd", add(k0, idx(1)));
-      auto input = [&](const Row& r, const ExprRef& k) { return flush_subnormal(get_every_other(r, k, count)); };
-      ExprRef sum = gen::vdpbf16ps_step(b, input(a, k1), input(x, k1), b.get(acc));
-      sum = gen::vdpbf16ps_step(b, input(a, k0), input(x, k0), sum);
+      const ExprRef sum = bf16_pair_dot(b.get(acc), get_every_other(a, k1, count), get_every_other(x, k1, count),
+                                        get_every_other(a, k0, count), get_every_other(x, k0, count));
       b.assign(acc, count < kLanes ? select(lanes_below(count), sum, b.get(acc)) : sum);
     };
     const int64_t pairs = K / 2, whole = pairs / kLanes * kLanes;
@@ -363,10 +336,11 @@ struct Emitter {
     if (pairs > whole) chunk(idx(whole), pairs - whole);
     if (K % 2) {
       const ExprRef lane = broadcast(idx(pairs % kLanes), kLanes);
-      const ExprRef last_a = broadcast(flush_subnormal(get(a, idx(K - 1))), kLanes);
-      const ExprRef last_x = broadcast(flush_subnormal(get(x, idx(K - 1))), kLanes);
-      const ExprRef after_partner = add(b.get(acc), zero(kLanes));  // its zero partner first: -0 + +0 is +0
-      b.assign(acc, select(binary(Op::Eq, iota(kLanes), lane), gen::vdpbf16ps_step(b, last_a, last_x, after_partner), b.get(acc)));
+      const ExprRef last_a = broadcast(get(a, idx(K - 1)), kLanes);
+      const ExprRef last_x = broadcast(get(x, idx(K - 1)), kLanes);
+      // its zero partner first: -0 + +0 is +0
+      const ExprRef last = bf16_pair_dot(b.get(acc), zero(kLanes), zero(kLanes), last_a, last_x);
+      b.assign(acc, select(binary(Op::Eq, iota(kLanes), lane), last, b.get(acc)));
     }
     const ExprRef v = b.let("lanes", b.get(acc));
     std::vector<ExprRef> m8;
@@ -379,14 +353,22 @@ struct Emitter {
   // B_i a pair chain from +0 over the k block [k0 + 8i, k0 + 8i + 8) (the last may be shorter).
   // y0 may be null: y starts at -0, which B0 joins exactly.
   ExprRef gemv_n_pair_blocks(const Row& x, const Matrix& v, const ExprRef& e, int lanes, int64_t k0, int64_t k1, ExprRef y0) const {
-    auto term = [&](ExprRef k, ExprRef acc) {
-      const ExprRef xk = flush_subnormal(get(x, k));
-      return gen::vdpbf16ps_step(b, flush_subnormal(get(Row{&v, k}, e, lanes)), lanes > 1 ? broadcast(xk, lanes) : xk, std::move(acc));
+    // V's row k and x's element k as the factors of one lane.
+    auto factors = [&](ExprRef k) {
+      const ExprRef xk = get(x, k);
+      return std::pair<ExprRef, ExprRef>{get(Row{&v, k}, e, lanes), lanes > 1 ? broadcast(xk, lanes) : xk};
     };
     auto block = [&](const ExprRef& kb, int64_t count) {
       ExprRef acc = zero(lanes);
-      for (int64_t t = 0; t + 1 < count; t += 2) acc = term(t ? add(kb, idx(t)) : kb, term(add(kb, idx(t + 1)), acc));
-      if (count % 2) acc = term(add(kb, idx(count - 1)), add(acc, zero(lanes)));  // after its zero partner (+0)
+      for (int64_t t = 0; t + 1 < count; t += 2) {
+        auto [v_odd, x_odd] = factors(add(kb, idx(t + 1)));
+        auto [v_even, x_even] = factors(t ? add(kb, idx(t)) : kb);
+        acc = bf16_pair_dot(std::move(acc), v_odd, x_odd, v_even, x_even);
+      }
+      if (count % 2) {  // after its zero partner (+0)
+        auto [v_last, x_last] = factors(add(kb, idx(count - 1)));
+        acc = bf16_pair_dot(std::move(acc), zero(lanes), zero(lanes), v_last, x_last);
+      }
       return acc;
     };
     const int y = b.local("gemv.y", Type{ScalarType::f32, lanes});
@@ -451,27 +433,35 @@ struct Emitter {
         acc.push_back(b.local("chain", Type{ScalarType::f32, lanes}));
         b.assign(acc.back(), zero(lanes));
       }
-      auto step = [&](const ExprRef& k) {
-        at_k(k);
-        for (size_t t = 0; t < sums.size(); ++t) {
-          auto [x, y] = factors(t, k);
-          b.assign(acc[t], pairs ? gen::vdpbf16ps_step(b, std::move(x), std::move(y), b.get(acc[t])) : fma(std::move(x), std::move(y), b.get(acc[t])));
-        }
-      };
       if (!pairs) {
-        b.for_range("k", std::move(begin), std::move(end), 1, step);
+        b.for_range("k", std::move(begin), std::move(end), 1, [&](const ExprRef& k) {
+          at_k(k);
+          for (size_t t = 0; t < sums.size(); ++t) {
+            auto [x, y] = factors(t, k);
+            b.assign(acc[t], fma(std::move(x), std::move(y), b.get(acc[t])));
+          }
+        });
         return acc;
       }
       if (length < 0) throw Error("internal: the pair order of a K block of unknown length");
+      // Every chain's factors at k_odd, then at k_even (null: the zero partner), then one pair step each.
+      auto pair_step = [&](const ExprRef& k_odd, const ExprRef& k_even) {
+        std::vector<std::pair<ExprRef, ExprRef>> odd(sums.size()), even(sums.size());
+        if (k_odd) {
+          at_k(k_odd);
+          for (size_t t = 0; t < sums.size(); ++t) odd[t] = factors(t, k_odd);
+        }
+        at_k(k_even);
+        for (size_t t = 0; t < sums.size(); ++t) even[t] = factors(t, k_even);
+        for (size_t t = 0; t < sums.size(); ++t) {
+          auto [x_odd, y_odd] = k_odd ? odd[t] : std::pair<ExprRef, ExprRef>{zero(lanes), zero(lanes)};
+          b.assign(acc[t], bf16_pair_dot(b.get(acc[t]), x_odd, y_odd, even[t].first, even[t].second));
+        }
+      };
       const ExprRef pairs_end = b.let("pairs_end", add(begin, idx(length / 2 * 2)));
-      b.for_range("k", begin, pairs_end, 2, [&](ExprRef k) {
-        step(b.let("k_odd", add(k, idx(1))));
-        step(k);
-      });
-      if (length % 2) {  // the last pair's zero partner first: -0 + +0 is +0 (a flushed sum may be -0)
-        for (size_t t = 0; t < sums.size(); ++t) b.assign(acc[t], add(b.get(acc[t]), zero(lanes)));
-        step(pairs_end);
-      }
+      b.for_range("k", begin, pairs_end, 2, [&](ExprRef k) { pair_step(b.let("k_odd", add(k, idx(1))), k); });
+      // the last pair's zero partner first: -0 + +0 is +0 (a flushed sum may be -0)
+      if (length % 2) pair_step(nullptr, pairs_end);
       return acc;
     };
     // Blocks of one length (the last may be shorter) run as a loop over the blocks: the same
@@ -526,8 +516,8 @@ struct Emitter {
       std::vector<Row> ys;
       for (int64_t t = 0; t < n; ++t) ys.push_back(Row{&bm, t ? b.let("key", add(i0, idx(t))) : i0});
       const std::vector<ExprRef> sums = blocked_chains(
-          parts, 1, std::vector<ExprRef>(static_cast<size_t>(n)), [&](ExprRef k) { return operand(get(x, std::move(k))); },
-          [&](size_t t, ExprRef k) { return operand(scale_b(get(ys[t], std::move(k)))); });
+          parts, 1, std::vector<ExprRef>(static_cast<size_t>(n)), [&](ExprRef k) { return get(x, std::move(k)); },
+          [&](size_t t, ExprRef k) { return scale_b(get(ys[t], std::move(k))); });
       for (size_t t = 0; t < ys.size(); ++t) store(c, j, ys[t].row, sums[t]);
     };
     const int64_t full = m - m % kChainGroup;
@@ -559,7 +549,7 @@ struct Emitter {
       auto copy_keys = [&] {
         b.for_range("t", idx(0), idx(width), 1, [&](ExprRef t) {
           const Row y{&bm, add(i0, t)};
-          b.for_range("k", idx(0), idx(K), 1, [&](ExprRef k) { b.store(kt, at(k, t), operand(scale_b(get(y, k)))); });
+          b.for_range("k", idx(0), idx(K), 1, [&](ExprRef k) { b.store(kt, at(k, t), scale_b(get(y, k))); });
         });
       };
       if (packed) b.if_(packed->fill, copy_keys);
@@ -576,7 +566,7 @@ struct Emitter {
               for (int64_t g = 0; g < G; ++g) keys_k[size_t(g)] = b.let("keys_k", load(b.kernel(), kt, at(k, idx(g * kKeys)), kKeys));
             },
             [&](size_t t, ExprRef k) {
-              return std::pair<ExprRef, ExprRef>{keys_k[t % size_t(G)], broadcast(operand(get(Row{&a, js[t / size_t(G)]}, std::move(k))), kKeys)};
+              return std::pair<ExprRef, ExprRef>{keys_k[t % size_t(G)], broadcast(get(Row{&a, js[t / size_t(G)]}, std::move(k)), kKeys)};
             });
         for (size_t t = 0; t < sums.size(); ++t) {
           const int64_t g = int64_t(t % size_t(G));
@@ -640,10 +630,10 @@ struct Emitter {
         const std::vector<ExprRef> sums = blocked_chains(
             parts, lanes, c0s,
             [&](ExprRef k) {
-              for (size_t g = 0; g < G; ++g) v_k[g] = b.let("v_k", operand(scale_v(get(Row{&v, k}, es[g], lanes))));
+              for (size_t g = 0; g < G; ++g) v_k[g] = b.let("v_k", scale_v(get(Row{&v, k}, es[g], lanes)));
             },
             [&](size_t t, ExprRef k) {
-              ExprRef pk = operand(get(Row{&p, js[t / G]}, std::move(k)));
+              ExprRef pk = get(Row{&p, js[t / G]}, std::move(k));
               return std::pair<ExprRef, ExprRef>{lanes > 1 ? broadcast(pk, lanes) : pk, v_k[t % G]};
             });
         for (size_t t = 0; t < sums.size(); ++t) store(c, js[t / G], es[t % G], sums[t]);

@@ -126,18 +126,11 @@ bool gemm_threads_matter(const ir::GemmOrder& order, GemmInputs inputs, bool nt,
 bool gemm_nt_splits_rows(const ir::GemmOrder& order, GemmInputs inputs, int64_t n_call, int64_t m, int64_t K);
 bool gemm_nn_splits_rows(const ir::GemmOrder& order, GemmInputs inputs, int64_t n_call, int64_t m, int64_t K);
 
-// vdpbf16ps's treatment of subnormals (avx512_bf16; MKL's and oneDNN's bf16 kernels): a value
-// whose exponent field is zero (a subnormal, or a zero) becomes the zero of its sign. The
-// instruction does this to its inputs (denormals are zero) and to each rounded sum (flush to
-// zero), whatever MXCSR says.
+// avx512_bf16's treatment of subnormals outside vdpbf16ps (ir::Op::Bf16PairDot, which flushes
+// its own operands and sums): a value whose exponent field is zero (a subnormal, or a zero)
+// becomes the zero of its sign, as vcvtneps2bf16 reads its f32 input (oneDNN's conversion of a
+// bf16 output), whatever MXCSR says.
 ir::ExprRef flush_subnormal(ir::Builder& b, ir::ExprRef x);
-// One step of vdpbf16ps: fma(x, y, acc) (x, y flushed bf16 values, their product exact), flushed
-// to the zero of its sign when the sum rounded to 24 bits with an unbounded exponent is below
-// 2^-126: x86's flush-to-zero, which decides after rounding but not on the subnormal grid (IEEE's
-// rounding can give +-2^-126 where this gives 2^-126 - 2^-150). Measured with the instruction:
-// -2^-126 + 2^-190 stays -2^-126, -2^-126 + 0.7 * 2^-150 becomes -0
-// (docs/research/torch2.15-attention.md).
-ir::ExprRef vdpbf16ps_step(ir::Builder& b, ir::ExprRef x, ir::ExprRef y, ir::ExprRef acc);
 
 // PyTorch's bmm below K*M*N = 400 (baddbmm_cpu_kernel): every element a sequential sum from +0 of
 // rounded products, no fma. C[j][i] = sum_k A[j][k] * B[i][k] (nt) or sum_k P[j][k] * V[k][i] (nn).

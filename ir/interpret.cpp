@@ -75,6 +75,29 @@ bool compare(Op op, T a, T b) {
   }
 }
 
+// Op::Bf16PairDot on one lane (ir.hpp): vdpbf16ps's meaning.
+float bf16_pair_dot(float acc, float x_odd, float y_odd, float x_even, float y_even) {
+  // A factor's bf16 (its high half), or acc; then a zero exponent field read as the zero of its sign.
+  auto operand = [](float v, bool factor) {
+    uint32_t bits = f32_bits(v);
+    if (factor) bits &= 0xffff0000u;
+    if ((bits & 0x7f800000u) == 0) bits &= 0x80000000u;
+    return f32_from_bits(bits);
+  };
+  // One fma, flushed where the sum rounded to 24 bits with an unbounded exponent is below 2^-126.
+  // IEEE's rounding gives a magnitude below 2^-126 exactly then, except that it may give 2^-126
+  // itself (its subnormal grid is coarser): there the same step scaled by 2^64 decides, exact
+  // because such a sum has both factors below 2^25 and acc below 2^-100 in magnitude.
+  auto step = [](float x, float y, float a) {
+    const float r = std::fmaf(x, y, a);
+    bool tiny = std::fabs(r) < 0x1p-126f;
+    if (std::fabs(r) == 0x1p-126f) tiny = std::fabs(std::fmaf(x * 0x1p32f, y * 0x1p32f, a * 0x1p64f)) < 0x1p-62f;
+    return tiny ? f32_from_bits(f32_bits(r) & 0x80000000u) : r;
+  };
+  const float s = step(operand(x_odd, true), operand(y_odd, true), operand(acc, false));
+  return step(operand(x_even, true), operand(y_even, true), s);
+}
+
 double to_double(ScalarType t, Lane l) {
   switch (t) {
     case ScalarType::f64: return l.f64;
@@ -284,6 +307,12 @@ struct Machine {
           if (t == ScalarType::f64) v.lane[i].f64 = std::fma(a.lane[i].f64, b.lane[i].f64, c.lane[i].f64);
           else v.lane[i].f32 = std::fmaf(a.lane[i].f32, b.lane[i].f32, c.lane[i].f32);
         }
+        return v;
+      }
+      case Op::Bf16PairDot: {
+        Value acc = eval(*e.args[0]), xo = eval(*e.args[1]), yo = eval(*e.args[2]), xe = eval(*e.args[3]), ye = eval(*e.args[4]);
+        for (int i = 0; i < n; ++i)
+          v.lane[i].f32 = bf16_pair_dot(acc.lane[i].f32, xo.lane[i].f32, yo.lane[i].f32, xe.lane[i].f32, ye.lane[i].f32);
         return v;
       }
       case Op::Sqrt: case Op::Neg: {

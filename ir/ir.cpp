@@ -86,6 +86,10 @@ ExprRef fma(ExprRef a, ExprRef b, ExprRef c) {
   Type t = a->type;
   return make(Op::Fma, t, {std::move(a), std::move(b), std::move(c)});
 }
+ExprRef bf16_pair_dot(ExprRef acc, ExprRef x_odd, ExprRef y_odd, ExprRef x_even, ExprRef y_even) {
+  Type t = acc->type;
+  return make(Op::Bf16PairDot, t, {std::move(acc), std::move(x_odd), std::move(y_odd), std::move(x_even), std::move(y_even)});
+}
 ExprRef unary(Op op, ExprRef a) {
   Type t = a->type;
   return make(op, t, {std::move(a)});

@@ -176,6 +176,11 @@ struct Verifier {
         if (!same(0, 1) || !same(0, 2) || arg_t(0) != t) return fail(e, "fma operand types differ");
         if (!arith) return fail(e, fmt::format("fma in {}", to_string(t)));
         return true;
+      case Op::Bf16PairDot:
+        if (t.scalar != ScalarType::f32) return fail(e, fmt::format("bf16_pair_dot in {}", to_string(t)));
+        for (size_t i = 0; i < 5; ++i)
+          if (arg_t(i) != t) return fail(e, "bf16_pair_dot takes five f32 operands of one lane count");
+        return true;
       case Op::Ldexp:
         if (arg_t(0) != t || t.scalar != ScalarType::f32 || arg_t(1) != Type{ScalarType::i32, t.lanes})
           return fail(e, "ldexp takes f32 and i32 operands of one lane count");

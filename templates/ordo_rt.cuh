@@ -133,6 +133,32 @@ ORDO_FN float ldexp_(float a, int n) {
   return mul(mul(a, __int_as_float((h + 127) << 23)), __int_as_float((n - h + 127) << 23));
 }
 
+// The IR's bf16_pair_dot (ir.hpp): avx512_bf16's vdpbf16ps on one lane, written out. Operands
+// are a factor's high half (its bf16) or acc, a zero exponent field read as the zero of its sign;
+// each step is one fma, flushed to the zero of its sign where the sum rounded to 24 bits with an
+// unbounded exponent is below 2^-126, which the step scaled by 2^64 (exact there) decides where
+// IEEE's rounding gives +-2^-126.
+ORDO_FN float bf16_pair_operand(float v, bool factor) {
+  int bits = __float_as_int(v);
+  if (factor) bits &= int(0xffff0000u);
+  if ((bits & 0x7f800000) == 0) bits &= int(0x80000000u);
+  return __int_as_float(bits);
+}
+ORDO_FN float bf16_pair_step(float x, float y, float acc) {
+  const float r = fma(x, y, acc);
+  const float m = __int_as_float(__float_as_int(r) & 0x7fffffff);
+  bool tiny = m < 0x1p-126f;
+  if (m == 0x1p-126f) {
+    const float scaled = fma(mul(x, 0x1p32f), mul(y, 0x1p32f), mul(acc, 0x1p64f));
+    tiny = __int_as_float(__float_as_int(scaled) & 0x7fffffff) < 0x1p-62f;
+  }
+  return tiny ? __int_as_float(__float_as_int(r) & int(0x80000000u)) : r;
+}
+ORDO_FN float bf16_pair_dot(float acc, float x_odd, float y_odd, float x_even, float y_even) {
+  const float s = bf16_pair_step(bf16_pair_operand(x_odd, true), bf16_pair_operand(y_odd, true), bf16_pair_operand(acc, false));
+  return bf16_pair_step(bf16_pair_operand(x_even, true), bf16_pair_operand(y_even, true), s);
+}
+
 // ---- conversions (ir.hpp, Op::Cast) -------------------------------------------------------------
 // f32 <-> f16/bf16 are PTX's conversion instructions, the ones cuda_fp16.h and cuda_bf16.h use for
 // __float2half_rn, __half2float and (sm_80 on) __float2bfloat16_rn: round to nearest even, no
@@ -251,6 +277,16 @@ ORDO_FN vec<T, N> fma(const vec<T, N>& a, const vec<T, N>& b, const vec<T, N>& c
 template <class T, int N>
 ORDO_VEC_FN vec<T, N> fma(const vec<T, N>& a, const vec<T, N>& b, const vec<T, N>& c) {
   return fma(a, b, c, typename make_lanes<N>::type());
+}
+template <int N, int... I>
+ORDO_FN vec<float, N> bf16_pair_dot(const vec<float, N>& acc, const vec<float, N>& xo, const vec<float, N>& yo, const vec<float, N>& xe,
+                                    const vec<float, N>& ye, lanes<I...>) {
+  return {{bf16_pair_dot(acc.v[I], xo.v[I], yo.v[I], xe.v[I], ye.v[I])...}};
+}
+template <int N>
+ORDO_VEC_FN vec<float, N> bf16_pair_dot(const vec<float, N>& acc, const vec<float, N>& xo, const vec<float, N>& yo, const vec<float, N>& xe,
+                                        const vec<float, N>& ye) {
+  return bf16_pair_dot(acc, xo, yo, xe, ye, typename make_lanes<N>::type());
 }
 template <class T, int N, int... I>
 ORDO_FN vec<T, N> select(const vec<bool, N>& c, const vec<T, N>& a, const vec<T, N>& b, lanes<I...>) {

@@ -248,6 +248,7 @@ struct Renderer {
       case Op::Rem: return temp(e, call("rem"));
       case Op::Fma: return temp(e, call("fma"));
       case Op::Ldexp: return temp(e, call("ldexp_"));
+      case Op::Bf16PairDot: return temp(e, call("bf16_pair_dot"));
       case Op::Sqrt: return temp(e, call("sqrt"));
       case Op::Neg: return temp(e, call("neg"));
       case Op::Min: return temp(e, call("minimum"));

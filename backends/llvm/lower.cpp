@@ -28,6 +28,7 @@ namespace {
 // host, or, for ordo build, on a CPU like it: the disk cache and objects are keyed by its features).
 struct HostConversions {
   bool avx512f = false, avx512vl = false, avx = false, sse2 = false;
+  bool avx512bf16 = false;  // vdpbf16ps: Op::Bf16PairDot in one instruction
 };
 const HostConversions& host_conversions() {
   static const HostConversions h = [] {
@@ -38,6 +39,7 @@ const HostConversions& host_conversions() {
     c.avx512vl = has("avx512vl");
     c.avx = has("avx");
     c.sse2 = has("sse2");
+    c.avx512bf16 = has("avx512bf16") && c.avx512vl;
     return c;
   }();
   return h;
@@ -278,6 +280,75 @@ struct Lowerer {
     return B.CreateFMul(B.CreateFMul(x, pow2(h)), pow2(B.CreateSub(n, h)));
   }
 
+  // The IR's bf16_pair_dot (ir.hpp), lane by lane: (acc, x_odd, y_odd, x_even, y_even).
+  // With avx512_bf16 the node is the instruction itself: each lane's two factors packed into one
+  // 32-bit word (the odd one high, each a float's high half), one vdpbf16ps per 16, 8 or 4
+  // lanes (fewer lanes padded with zeros). Elsewhere its meaning written out.
+  llvm::Value* bf16_pair_dot(const std::vector<llvm::Value*>& a, int lanes) {
+    if (host_conversions().avx512bf16) {
+      if (lanes > 16 && lanes % 16 == 0)
+        return by_16_lanes(a[0]->getType(), a, [&](const std::vector<llvm::Value*>& p) { return vdpbf16ps(p, 16); });
+      if (lanes <= 16) return vdpbf16ps(a, lanes);
+    }
+    const Type ft{ScalarType::f32, lanes}, it{ScalarType::i32, lanes};
+    llvm::Type* ivec = type(it);
+    auto f32 = [&](float c) -> llvm::Value* {
+      llvm::Value* v = llvm::ConstantFP::get(B.getFloatTy(), c);
+      return lanes == 1 ? v : B.CreateVectorSplat(static_cast<unsigned>(lanes), v);
+    };
+    auto sign_of = [&](llvm::Value* bits) { return B.CreateAnd(bits, splat_int(it, INT32_MIN, 32)); };
+    // A factor's bf16 (high half), or acc; then a zero exponent field read as the zero of its sign.
+    auto operand = [&](llvm::Value* x, bool factor) {
+      llvm::Value* bits = B.CreateBitCast(x, ivec);
+      if (factor) bits = B.CreateAnd(bits, splat_int(it, int64_t(int32_t(0xffff0000u)), 32));
+      llvm::Value* zero_exponent = B.CreateICmpEQ(B.CreateAnd(bits, splat_int(it, 0x7f800000, 32)), splat_int(it, 0, 32));
+      return B.CreateBitCast(B.CreateSelect(zero_exponent, sign_of(bits), bits), type(ft));
+    };
+    auto magnitude_below = [&](llvm::Value* x, float bound) {
+      return B.CreateFCmpOLT(intrinsic(llvm::Intrinsic::fabs, type(ft), {x}), f32(bound));
+    };
+    // fma, flushed where the sum rounded to 24 bits with an unbounded exponent is below 2^-126:
+    // where IEEE's rounding gives +-2^-126 the step scaled by 2^64 (exact: see ir.hpp) decides.
+    auto step = [&](llvm::Value* x, llvm::Value* y, llvm::Value* acc) {
+      llvm::Value* r = intrinsic(llvm::Intrinsic::fma, type(ft), {x, y, acc});
+      llvm::Value* at_edge = B.CreateFCmpOEQ(intrinsic(llvm::Intrinsic::fabs, type(ft), {r}), f32(0x1p-126f));
+      llvm::Value* scaled = intrinsic(llvm::Intrinsic::fma, type(ft),
+                                      {B.CreateFMul(x, f32(0x1p32f)), B.CreateFMul(y, f32(0x1p32f)), B.CreateFMul(acc, f32(0x1p64f))});
+      llvm::Value* flush = B.CreateOr(magnitude_below(r, 0x1p-126f), B.CreateAnd(at_edge, magnitude_below(scaled, 0x1p-62f)));
+      return B.CreateSelect(flush, B.CreateBitCast(sign_of(B.CreateBitCast(r, ivec)), type(ft)), r);
+    };
+    llvm::Value* s = step(operand(a[1], true), operand(a[2], true), operand(a[0], false));
+    return step(operand(a[3], true), operand(a[4], true), s);
+  }
+  // One vdpbf16ps over `lanes` <= 16 lanes of the operands (a 16-, 8- or 4-lane instruction, the
+  // lanes past `lanes` zeros and dropped).
+  llvm::Value* vdpbf16ps(const std::vector<llvm::Value*>& a, int lanes) {
+    const int w = lanes <= 4 ? 4 : lanes <= 8 ? 8 : 16;
+    llvm::Type* fw = llvm::FixedVectorType::get(B.getFloatTy(), unsigned(w));
+    llvm::Type* iw = llvm::FixedVectorType::get(B.getInt32Ty(), unsigned(w));
+    auto widen = [&](llvm::Value* x) -> llvm::Value* {
+      if (lanes == w) return x;
+      if (lanes == 1) return B.CreateInsertElement(llvm::Constant::getNullValue(fw), x, uint64_t(0));
+      std::vector<int> mask(static_cast<size_t>(w), 0);
+      for (int l = 0; l < w; ++l) mask[size_t(l)] = l < lanes ? l : lanes;  // lane `lanes` of the zeros
+      return B.CreateShuffleVector(x, llvm::Constant::getNullValue(x->getType()), mask);
+    };
+    auto pack = [&](llvm::Value* odd, llvm::Value* even) {
+      llvm::Value* high = B.CreateAnd(B.CreateBitCast(widen(odd), iw), B.CreateVectorSplat(unsigned(w), B.getInt32(0xffff0000u)));
+      llvm::Value* low = B.CreateLShr(B.CreateBitCast(widen(even), iw), B.CreateVectorSplat(unsigned(w), B.getInt32(16)));
+      return B.CreateBitCast(B.CreateOr(high, low), llvm::FixedVectorType::get(B.getBFloatTy(), unsigned(2 * w)));
+    };
+    const llvm::Intrinsic::ID id = w == 16 ? llvm::Intrinsic::x86_avx512bf16_dpbf16ps_512
+                                   : w == 8 ? llvm::Intrinsic::x86_avx512bf16_dpbf16ps_256
+                                            : llvm::Intrinsic::x86_avx512bf16_dpbf16ps_128;
+    llvm::Value* r = B.CreateIntrinsic(id, {}, {widen(a[0]), pack(a[1], a[3]), pack(a[2], a[4])});
+    if (lanes == w) return r;
+    if (lanes == 1) return B.CreateExtractElement(r, uint64_t(0));
+    std::vector<int> mask(static_cast<size_t>(lanes), 0);
+    for (int l = 0; l < lanes; ++l) mask[size_t(l)] = l;
+    return B.CreateShuffleVector(r, mask);
+  }
+
   // Values of one expression, one per instance in flight.
   std::vector<llvm::Value*> expr(const Expr& e) {
     if (auto it = memo.find(&e); it != memo.end()) return it->second;
@@ -356,6 +427,7 @@ struct Lowerer {
         case Op::Rem: v = B.CreateSRem(A(0), A(1)); break;
         case Op::Fma: v = intrinsic(llvm::Intrinsic::fma, type(t), {A(0), A(1), A(2)}); break;
         case Op::Ldexp: v = ldexp(A(0), A(1), t.lanes); break;
+        case Op::Bf16PairDot: v = bf16_pair_dot({A(0), A(1), A(2), A(3), A(4)}, t.lanes); break;
         case Op::Sqrt: v = intrinsic(llvm::Intrinsic::sqrt, type(t), {A(0)}); break;
         case Op::Neg: v = B.CreateFNeg(A(0)); break;
         case Op::Min:

@@ -5,10 +5,12 @@
 #include <fmt/format.h>
 
 #include <bit>
+#include <immintrin.h>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 
+#include "backends/cuda/cuda_backend.hpp"
 #include "backends/llvm/llvm_backend.hpp"
 #include "gen/gen.hpp"
 #include "gen/math.hpp"
@@ -699,6 +701,117 @@ TEST_CASE("LLVM lowering: ldexp in every vector width, at the edges of its domai
     CHECK(same_f32(interpreted[i], want));
     CHECK(same_f32(jit[i], want));
   }
+}
+
+// vdpbf16ps itself on 16 lanes (x86 with avx512_bf16 only: the caller checks the CPU).
+__attribute__((target("avx512f,avx512bf16"))) void vdpbf16ps_16(const float* acc, const uint16_t* x, const uint16_t* y, float* out) {
+  __m512bh xv, yv;
+  std::memcpy(&xv, x, 64);
+  std::memcpy(&yv, y, 64);
+  _mm512_storeu_ps(out, _mm512_dpbf16_ps(_mm512_loadu_ps(acc), xv, yv));
+}
+
+// The IR's bf16_pair_dot (ir.hpp), the interpreter's definition against the instruction it
+// names (on a CPU with avx512_bf16), and every backend against the interpreter: the CPU JIT in
+// each width its lowering treats apart (32 and 16 lanes, 8 and 4, 3 padded to 4, 1; with
+// avx512_bf16 one vdpbf16ps each, elsewhere the meaning written out) and cuda-emu. Operands
+// are drawn to reach its edges: subnormal and zero factors and accumulators, sums that cancel
+// to near 2^-126 (where the flush decides after rounding), Inf and NaN, and factors with low
+// bits set (ignored: a factor is its high half).
+TEST_CASE("bf16_pair_dot: the interpreter is vdpbf16ps, and every backend is the interpreter") {
+  using namespace ordo::ir;
+  uint64_t state = 0x9e3779b97f4a7c15ull;
+  auto next = [&] {
+    state ^= state << 13, state ^= state >> 7, state ^= state << 17;
+    return state;
+  };
+  auto factor = [&]() -> uint32_t {
+    const uint32_t sign = uint32_t(next() & 1) << 31, kind = uint32_t(next() % 16);
+    uint32_t bits;
+    if (kind == 0) bits = uint32_t(next() % 0x80) << 16;                                  // subnormal or zero
+    else if (kind == 1) bits = next() & 1 ? 0x7f800000u : 0x7fc00000u;                    // Inf, NaN
+    else if (kind < 6) bits = (uint32_t(0x7b + next() % 8) << 23) | (uint32_t(next() % 0x80) << 16);  // near 1
+    else if (kind < 9) bits = (uint32_t(1 + next() % 8) << 23) | (uint32_t(next() % 0x80) << 16);     // tiny normal
+    else bits = uint32_t(next() & 0x7fff0000u);
+    if (kind == 15) bits |= uint32_t(next() & 0xffff);  // low bits the node ignores
+    return sign | bits;
+  };
+  auto accumulator = [&]() -> uint32_t {
+    const uint32_t sign = uint32_t(next() & 1) << 31, kind = uint32_t(next() % 8);
+    if (kind == 0) return sign | uint32_t(next() % 0x800000);  // subnormal or zero
+    if (kind == 1) return sign | 0x00800000u;                  // 2^-126
+    if (kind < 4) return sign | (uint32_t(1 + next() % 6) << 23) | uint32_t(next() & 0x7fffff);
+    return uint32_t(next());
+  };
+  constexpr int64_t n = 32 * 512;
+  std::vector<std::vector<float>> in(5, std::vector<float>(size_t(n)));
+  for (int64_t i = 0; i < n; ++i) {
+    in[0][size_t(i)] = std::bit_cast<float>(accumulator());
+    for (size_t a = 1; a < 5; ++a) in[a][size_t(i)] = std::bit_cast<float>(factor());
+    if (i % 4 == 0) {  // an odd product that cancels acc to within a few ulps of 2^-126
+      const float p = in[1][size_t(i)] * in[2][size_t(i)];
+      if (std::isfinite(p) && p != 0) in[0][size_t(i)] = -p + std::copysign(0x1p-126f, p) * float(1 + next() % 3);
+    }
+  }
+  Kernel k;
+  k.name = "bf16_pair_dot";
+  Builder b(k);
+  std::vector<int> args;
+  for (const char* name : {"acc", "x_odd", "y_odd", "x_even", "y_even"}) args.push_back(b.buffer(name, ScalarType::f32, false, Extent::rows_by_cols));
+  const int out = b.buffer("out", ScalarType::f32, true, Extent::rows_by_cols);
+  const std::vector<int> widths = {32, 16, 8, 4, 3, 1};
+  for (size_t w = 0; w < widths.size(); ++w)
+    b.for_range("at", index_const(0), index_const(n - n % widths[w]), widths[w], [&](ExprRef at) {
+      std::vector<ExprRef> v;
+      for (int a : args) v.push_back(load(k, a, at, widths[w]));
+      b.store(out, add(index_const(int64_t(w) * n), at), bf16_pair_dot(v[0], v[1], v[2], v[3], v[4]));
+    });
+  REQUIRE(verify(k).empty());
+  const size_t all = widths.size() * size_t(n);
+  for (auto& a : in) a.resize(all, 0.0f);  // rows_by_cols with N = all: one row
+  std::vector<float> interpreted(all, 0.0f), jit(all, 0.0f), emu(all, 0.0f);
+  interpret(k, {{in[0].data(), int64_t(all)}, {in[1].data(), int64_t(all)}, {in[2].data(), int64_t(all)}, {in[3].data(), int64_t(all)},
+                {in[4].data(), int64_t(all)}, {interpreted.data(), int64_t(all)}}, {1});
+  run_jit_once(k, {in[0].data(), in[1].data(), in[2].data(), in[3].data(), in[4].data(), jit.data()});
+  const cuda_backend::EmuKernel e = cuda_backend::compile_emu(cuda_backend::render(k));
+  void* const emu_buffers[6] = {in[0].data(), in[1].data(), in[2].data(), in[3].data(), in[4].data(), emu.data()};
+  const long long emu_extents[1] = {1};
+  e.run()(emu_buffers, emu_extents, 1, 0, 1);
+
+  int64_t flushed = 0, at_edge = 0;
+  for (size_t i = 0; i < all; ++i) {
+    const int64_t w = widths[i / size_t(n)], j = int64_t(i % size_t(n));
+    if (j + w > n - n % w) continue;  // lanes past a width's last whole vector were not computed
+    INFO(fmt::format("{} lanes, lane {}: acc {:a}, odd {:a} * {:a}, even {:a} * {:a}", w, j, in[0][size_t(j)], in[1][size_t(j)], in[2][size_t(j)],
+                     in[3][size_t(j)], in[4][size_t(j)]));
+    CHECK(same_f32(jit[i], interpreted[i]));
+    CHECK(same_f32(emu[i], interpreted[i]));
+    flushed += interpreted[i] == 0.0f;
+    at_edge += std::fabs(interpreted[i]) == 0x1p-126f;
+  }
+  CHECK(flushed > n / 20);  // the draw reaches the flush and the edge
+  CHECK(at_edge > 10);
+  if (!__builtin_cpu_supports("avx512bf16")) {
+    MESSAGE("this CPU has no avx512_bf16: the interpreter's bf16_pair_dot was compared with the backends only, not with vdpbf16ps");
+    return;
+  }
+  int64_t compared = 0;
+  for (int64_t at = 0; at < n; at += 16) {
+    uint16_t x[32], y[32];
+    for (int l = 0; l < 16; ++l) {  // lane l: the odd factor in the high half of its word, the even one low
+      x[2 * l] = uint16_t(std::bit_cast<uint32_t>(in[3][size_t(at + l)]) >> 16), x[2 * l + 1] = uint16_t(std::bit_cast<uint32_t>(in[1][size_t(at + l)]) >> 16);
+      y[2 * l] = uint16_t(std::bit_cast<uint32_t>(in[4][size_t(at + l)]) >> 16), y[2 * l + 1] = uint16_t(std::bit_cast<uint32_t>(in[2][size_t(at + l)]) >> 16);
+    }
+    float hw[16];
+    vdpbf16ps_16(&in[0][size_t(at)], x, y, hw);
+    for (int l = 0; l < 16; ++l) {
+      const size_t j = size_t(at + l);
+      INFO(fmt::format("lane {}: acc {:a}, odd {:a} * {:a}, even {:a} * {:a}", j, in[0][j], in[1][j], in[2][j], in[3][j], in[4][j]));
+      CHECK(same_f32(interpreted[size_t(1) * size_t(n) + j], hw[l]));  // the 16-lane row
+      ++compared;
+    }
+  }
+  MESSAGE(fmt::format("bf16_pair_dot: {} lanes equal to vdpbf16ps; every width on cpu and cuda-emu equal to the interpreter", compared));
 }
 
 // Sleef's expf_u10 as gen/math.cpp writes it, with its final u * 2^(q>>1) * 2^(q - (q>>1)) as

@@ -301,7 +301,7 @@ class KernelGen {
       default: break;
     }
     if (is_arith_float(s)) {
-      switch (in_.ConsumeIntegralInRange(0, 9)) {
+      switch (in_.ConsumeIntegralInRange(0, 10)) {
         case 0: return binary(Op::Add, expr(t, depth + 1), expr(t, depth + 1));
         case 1: return binary(pick(std::vector<Op>{Op::Sub, Op::Mul, Op::Div}), expr(t, depth + 1), expr(t, depth + 1));
         case 2: return binary(in_.ConsumeBool() ? Op::Min : Op::Max, expr(t, depth + 1), expr(t, depth + 1));
@@ -320,6 +320,10 @@ class KernelGen {
           return leaf(t, depth);
         case 8:
           if (s == ScalarType::f32) return ldexp_in_domain(t, depth);
+          return leaf(t, depth);
+        case 9:  // vdpbf16ps's flushes and its factors' ignored low halves
+          if (s == ScalarType::f32)
+            return bf16_pair_dot(expr(t, depth + 1), expr(t, depth + 1), expr(t, depth + 1), expr(t, depth + 1), expr(t, depth + 1));
           return leaf(t, depth);
         default: return leaf(t, depth);
       }
