@@ -58,6 +58,9 @@ struct CpuFlash {
   int q = -1, k = -1, v = -1, out = -1, lse = -1;
   int scores = -1, rows = -1, row_max = -1, row_sum = -1;  // scratch
   int q_f32 = -1, v_f32 = -1;  // scratch: the query block's rows and the key block's v rows as f32, for 16-bit inputs
+  // scratch: P in bf16 where the products are vdpbf16ps pairs (bf16_pair_dot), so that two
+  // adjacent probabilities are one pair word, a single load; P @ v reads it instead of scores.
+  int p_words = -1;
   // scratch: every key of the (batch, head), k-major (row stride keys_t_stride), as MKL's general
   // q @ k^T kernel copies a group of keys before its fmas; the full query blocks share it
   // (`share_keys`), the first over each key block filling it in. -1: each product copies its own.
@@ -162,8 +165,15 @@ struct CpuFlash {
       // rows would widen them again.
       if (v_f32 >= 0) widen(v_f32, v, k_rows.base, kvB * D);
       const bool nn_threaded = gemm_call_threaded(threaded, outside_loop, qB, D);
-      emit_gemm_nn(b, o.gemm, inputs(), qB, D, kvB, s, v_rows, acc, !first, nn_threaded, rows_align(nn_threaded));
+      const Matrix p = p_words >= 0 ? Matrix{p_words, idx(0), kvB} : s;
+      emit_gemm_nn(b, o.gemm, inputs(), qB, D, kvB, p, v_rows, acc, !first, nn_threaded, rows_align(nn_threaded));
     });
+  }
+
+  // P's element(s) at `at`, as P @ v reads them (p_stored's value, exact in bf16 where p_words is).
+  void store_p(ExprRef at, ExprRef p) {
+    if (p_words >= 0) b.store(p_words, std::move(at), cast(std::move(p), ScalarType::bf16));
+    else b.store(scores, std::move(at), std::move(p));
   }
 
   void row_softmax(ExprRef j, const ExprRef& n, int64_t kvB, bool first) {
@@ -228,7 +238,7 @@ struct CpuFlash {
       for (int acc : {a, bb, c}) b.assign(acc, f32c(0.0f, V));
       auto step = [&](ExprRef i, int acc) {
         const ExprRef p = b.let("p", exp_f32(b, o.softmax.exp, sub(load(b.kernel(), scores, add(at, i), V), broadcast(m_new, V))));
-        b.store(scores, add(at, i), select(broadcast(masked, V), f32c(0.0f, V), p_stored(p)));
+        store_p(add(at, i), select(broadcast(masked, V), f32c(0.0f, V), p_stored(p)));
         b.assign(acc, add(b.get(acc), p));
       };
       ExprRef lanes_sum;
@@ -255,7 +265,7 @@ struct CpuFlash {
     if (kvB > vec_end)
       b.for_range("i", idx(vec_end), idx(kvB), 1, [&](ExprRef i) {
         const ExprRef p = b.let("p", exp_f32(b, o.softmax.tail_exp, sub(load(b.kernel(), scores, add(at, i)), m_new)));
-        b.store(scores, add(at, i), select(masked, f32c(0.0f), p_stored(p)));
+        store_p(add(at, i), select(masked, f32c(0.0f), p_stored(p)));
         b.assign(sum, add(b.get(sum), p));
       });
     const ExprRef e = b.let("rescale", glibc_expf(b, sub(m, m_new)));
@@ -326,7 +336,11 @@ Kernel build_cpu_flash_attention(const Request& r, const Order& order) {
   f.row_sum = b.buffer("row_sum", ScalarType::f32, true, Extent::scratch, f.qS);
   // The widened copies live with the other scratch on the running thread's stack: only while
   // they stay within kWidenedScratchBytes (D up to 168 at S >= 768); past it each use widens.
-  if (r.x_dtype != ScalarType::f32 && (f.qS + f.kS) * f.D * 4 <= kWidenedScratchBytes) {
+  // Not where the products are vdpbf16ps pairs (bf16_pair_dot): their operands are bf16 already,
+  // and two adjacent bf16 elements are one pair word, a single load.
+  const bool pair_products = r.x_dtype == ScalarType::bf16 && o.gemm.kind == GemmOrder::Kind::MklIntelAvx512Bf16;
+  if (pair_products) f.p_words = b.buffer("p_words", ScalarType::bf16, true, Extent::scratch, f.qS * f.kS);
+  if (r.x_dtype != ScalarType::f32 && !pair_products && (f.qS + f.kS) * f.D * 4 <= kWidenedScratchBytes) {
     f.q_f32 = b.buffer("q_rows", ScalarType::f32, true, Extent::scratch, f.qS * f.D);
     f.v_f32 = b.buffer("v_rows", ScalarType::f32, true, Extent::scratch, f.kS * f.D);
   }

@@ -284,11 +284,13 @@ struct Lowerer {
   // With avx512_bf16 the node is the instruction itself: each lane's two factors packed into one
   // 32-bit word (the odd one high, each a float's high half), one vdpbf16ps per 16, 8 or 4
   // lanes (fewer lanes padded with zeros). Elsewhere its meaning written out.
-  llvm::Value* bf16_pair_dot(const std::vector<llvm::Value*>& a, int lanes) {
+  // x_scalars, y_scalars: where present, the scalars whose broadcasts x's (y's) factor pair is.
+  using ScalarPair = std::optional<std::pair<llvm::Value*, llvm::Value*>>;
+  llvm::Value* bf16_pair_dot(const std::vector<llvm::Value*>& a, int lanes, ScalarPair x_scalars, ScalarPair y_scalars) {
     if (host_conversions().avx512bf16) {
       if (lanes > 16 && lanes % 16 == 0)
-        return by_16_lanes(a[0]->getType(), a, [&](const std::vector<llvm::Value*>& p) { return vdpbf16ps(p, 16); });
-      if (lanes <= 16) return vdpbf16ps(a, lanes);
+        return by_16_lanes(a[0]->getType(), a, [&](const std::vector<llvm::Value*>& p) { return vdpbf16ps(p, 16, {}, {}); });
+      if (lanes <= 16) return vdpbf16ps(a, lanes, x_scalars, y_scalars);
     }
     const Type ft{ScalarType::f32, lanes}, it{ScalarType::i32, lanes};
     llvm::Type* ivec = type(it);
@@ -322,7 +324,7 @@ struct Lowerer {
   }
   // One vdpbf16ps over `lanes` <= 16 lanes of the operands (a 16-, 8- or 4-lane instruction, the
   // lanes past `lanes` zeros and dropped).
-  llvm::Value* vdpbf16ps(const std::vector<llvm::Value*>& a, int lanes) {
+  llvm::Value* vdpbf16ps(const std::vector<llvm::Value*>& a, int lanes, ScalarPair x_scalars, ScalarPair y_scalars) {
     const int w = lanes <= 4 ? 4 : lanes <= 8 ? 8 : 16;
     llvm::Type* fw = llvm::FixedVectorType::get(B.getFloatTy(), unsigned(w));
     llvm::Type* iw = llvm::FixedVectorType::get(B.getInt32Ty(), unsigned(w));
@@ -333,15 +335,21 @@ struct Lowerer {
       for (int l = 0; l < w; ++l) mask[size_t(l)] = l < lanes ? l : lanes;  // lane `lanes` of the zeros
       return B.CreateShuffleVector(x, llvm::Constant::getNullValue(x->getType()), mask);
     };
-    auto pack = [&](llvm::Value* odd, llvm::Value* even) {
+    llvm::Type* words = llvm::FixedVectorType::get(B.getBFloatTy(), unsigned(2 * w));
+    auto pack = [&](llvm::Value* odd, llvm::Value* even, const ScalarPair& scalars) {
+      if (scalars) {  // the word of two scalars, splat (the lanes past `lanes` too: they are dropped)
+        llvm::Value* high = B.CreateAnd(B.CreateBitCast(scalars->first, B.getInt32Ty()), B.getInt32(0xffff0000u));
+        llvm::Value* low = B.CreateLShr(B.CreateBitCast(scalars->second, B.getInt32Ty()), B.getInt32(16));
+        return B.CreateBitCast(B.CreateVectorSplat(unsigned(w), B.CreateOr(high, low)), words);
+      }
       llvm::Value* high = B.CreateAnd(B.CreateBitCast(widen(odd), iw), B.CreateVectorSplat(unsigned(w), B.getInt32(0xffff0000u)));
       llvm::Value* low = B.CreateLShr(B.CreateBitCast(widen(even), iw), B.CreateVectorSplat(unsigned(w), B.getInt32(16)));
-      return B.CreateBitCast(B.CreateOr(high, low), llvm::FixedVectorType::get(B.getBFloatTy(), unsigned(2 * w)));
+      return B.CreateBitCast(B.CreateOr(high, low), words);
     };
     const llvm::Intrinsic::ID id = w == 16 ? llvm::Intrinsic::x86_avx512bf16_dpbf16ps_512
                                    : w == 8 ? llvm::Intrinsic::x86_avx512bf16_dpbf16ps_256
                                             : llvm::Intrinsic::x86_avx512bf16_dpbf16ps_128;
-    llvm::Value* r = B.CreateIntrinsic(id, {}, {widen(a[0]), pack(a[1], a[3]), pack(a[2], a[4])});
+    llvm::Value* r = B.CreateIntrinsic(id, {}, {widen(a[0]), pack(a[1], a[3], x_scalars), pack(a[2], a[4], y_scalars)});
     if (lanes == w) return r;
     if (lanes == 1) return B.CreateExtractElement(r, uint64_t(0));
     std::vector<int> mask(static_cast<size_t>(lanes), 0);
@@ -427,7 +435,16 @@ struct Lowerer {
         case Op::Rem: v = B.CreateSRem(A(0), A(1)); break;
         case Op::Fma: v = intrinsic(llvm::Intrinsic::fma, type(t), {A(0), A(1), A(2)}); break;
         case Op::Ldexp: v = ldexp(A(0), A(1), t.lanes); break;
-        case Op::Bf16PairDot: v = bf16_pair_dot({A(0), A(1), A(2), A(3), A(4)}, t.lanes); break;
+        case Op::Bf16PairDot: {
+          // A factor pair of two broadcast scalars packs as one scalar word, then splats: from
+          // two adjacent bf16 elements LLVM makes that word one load.
+          auto scalar_pair = [&](size_t odd, size_t even) -> std::optional<std::pair<llvm::Value*, llvm::Value*>> {
+            if (e.args[odd]->op != Op::Broadcast || e.args[even]->op != Op::Broadcast) return std::nullopt;
+            return std::make_pair(expr(*e.args[odd]->args[0])[size_t(i)], expr(*e.args[even]->args[0])[size_t(i)]);
+          };
+          v = bf16_pair_dot({A(0), A(1), A(2), A(3), A(4)}, t.lanes, scalar_pair(1, 3), scalar_pair(2, 4));
+          break;
+        }
         case Op::Sqrt: v = intrinsic(llvm::Intrinsic::sqrt, type(t), {A(0)}); break;
         case Op::Neg: v = B.CreateFNeg(A(0)); break;
         case Op::Min:
