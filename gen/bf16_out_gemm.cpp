@@ -3,6 +3,8 @@
 // made here; the IR holds only the chosen order.
 #include "gen/bf16_out_gemm.hpp"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <functional>
 #include <utility>
@@ -387,6 +389,178 @@ void emit_onednn_bf16_bmm(Builder& b, const OneDnnBmm& call, const ExprRef& firs
       b.for_per_instance("onednn.rows", idx(0), select(alone, idx(0), idx(1)), 1, [&](ExprRef) { row(j, several); });
     }
   });
+}
+
+namespace {
+
+// brg_matmul:avx512_core_bf16's kernel for one (batch, head) of a composite product.
+enum class Bf16Kernel { PairChain, Pairs16, FmaChain };
+// gemv's K piece (compute_gemv_k_blocking) and the L2 size its K split compares with.
+constexpr int64_t kGemvKBlock = 16384;
+constexpr int64_t kL2Bytes = int64_t(2) << 20;
+
+struct Bf16Plan {
+  Bf16Kernel kernel = Bf16Kernel::PairChain;
+  int k_threads = 1;  // the K split's threads (1: none)
+  bool operator==(const Bf16Plan&) const = default;
+};
+
+bool power_of_two(int64_t x) { return x > 0 && (x & (x - 1)) == 0; }
+
+Bf16Plan bf16_plan(const Avx512Bf16Bmm& call, bool one_matrix) {
+  const int64_t M = call.M, N = call.N, K = call.K;
+  const bool b_row_major = call.b_row_major || (one_matrix && call.b_copied_alone);
+  const int split = one_matrix && call.threads >= 2 ? std::min(call.threads, 4) : 1;
+  Bf16Plan plan;
+  if (N == 1 || M == 1) {
+    const bool chain = N == 1 ? K > 1 && M > 1 && call.a_k_major : K > 1 && b_row_major;
+    plan.kernel = chain ? Bf16Kernel::FmaChain : Bf16Kernel::Pairs16;
+    const int64_t mv = N == 1 ? M : N;  // the gemv's rows
+    if (chain && power_of_two(2 * mv) && mv * K * 2 > kL2Bytes && (mv + std::min<int64_t>(mv, 16) - 1) / std::min<int64_t>(mv, 16) <= 2 * int64_t(call.threads))
+      plan.k_threads = split;
+  } else if (call.a_k_major && K >= 2048 && power_of_two(K) && N <= 64) {  // 'bwd_w' parallel K
+    plan.k_threads = split;
+  }
+  return plan;
+}
+
+// The sums of one output element (or `lanes` adjacent ones) over products x(k) * y(k).
+struct Bf16Sums {
+  Builder& b;
+  int lanes;
+  std::function<ExprRef(int64_t)> x_at, y_at;  // constant k
+  std::function<ExprRef(ExprRef)> x, y;        // k of a loop
+  ExprRef zero() const { return f32c(0.0, lanes); }
+
+  // vdpbf16ps over [k0, k0 + count) onto local `acc`: (acc + p[k+1]) + p[k], an odd count's last
+  // product after a zero pair.
+  void pairs(int acc, int64_t k0, int64_t count) const {
+    const int64_t even = count / 2 * 2;
+    if (even > 0)
+      b.for_range("k", idx(k0), idx(k0 + even), 2, [&](ExprRef k) {
+        const ExprRef k_odd = b.let("k_odd", add(k, idx(1)));
+        b.assign(acc, bf16_pair_dot(b.get(acc), x(k_odd), y(k_odd), x(k), y(k)));
+      });
+    if (count % 2) b.assign(acc, bf16_pair_dot(b.get(acc), zero(), zero(), x_at(k0 + count - 1), y_at(k0 + count - 1)));
+  }
+  ExprRef pair_chain(int64_t k0, int64_t count) const {
+    const int acc = b.local("onednn.acc", Type{ScalarType::f32, lanes});
+    b.assign(acc, zero());
+    pairs(acc, k0, count);
+    return b.let("onednn.block", b.get(acc));
+  }
+  // The general kernel's K blocks, dealt to `k_threads` (balance211), each thread's in order.
+  ExprRef blocked(int64_t K, bool a_k_major, int k_threads) const {
+    std::vector<std::pair<int64_t, int64_t>> blocks;
+    const int64_t first = K <= 512 ? K : !a_k_major && K <= 1024 ? 512 : 0;
+    if (first) blocks.push_back({0, first});
+    const int64_t size = a_k_major ? 512 : 1024;
+    for (int64_t k = first; k < K; k += size) blocks.push_back({k, std::min(size, K - k)});
+    auto sum_of = [&](size_t begin, size_t end) {
+      ExprRef sum;
+      for (size_t i = begin; i < end; ++i) {
+        ExprRef block = pair_chain(blocks[i].first, blocks[i].second);
+        sum = sum ? b.let("onednn.blocks", add(sum, block)) : block;
+      }
+      return sum;
+    };
+    if (k_threads == 1) return sum_of(0, blocks.size());
+    ExprRef total = zero();  // the threads' sums, added in order into a zeroed buffer
+    const size_t nb = blocks.size(), base = nb / size_t(k_threads), more = nb % size_t(k_threads);
+    for (size_t t = 0, begin = 0; t < size_t(k_threads); ++t) {
+      const size_t end = begin + base + (t < more ? 1 : 0);
+      if (end > begin) total = b.let("onednn.k_threads", add(total, sum_of(begin, end)));
+      begin = end;
+    }
+    return total;
+  }
+  // One gemv call over [k0, k0 + count).
+  ExprRef gemv_call(Bf16Kernel kernel, int64_t k0, int64_t count) const {
+    if (kernel == Bf16Kernel::FmaChain) {
+      const int acc = b.local("onednn.chain", Type{ScalarType::f32, lanes});
+      b.assign(acc, zero());
+      b.for_range("k", idx(k0), idx(k0 + count), 1, [&](ExprRef k) { b.assign(acc, fma(x(k), y(k), b.get(acc))); });
+      return b.let("onednn.chain_sum", b.get(acc));
+    }
+    constexpr int kLanes = 16, kChunk = 32;
+    std::vector<int> lane;
+    for (int l = 0; l < kLanes; ++l) {
+      lane.push_back(b.local("onednn.lane", Type{ScalarType::f32, lanes}));
+      b.assign(lane.back(), zero());
+    }
+    const int64_t full = count / kChunk * kChunk;
+    if (full > 0)
+      b.for_range("kc", idx(k0), idx(k0 + full), kChunk, [&](ExprRef c) {
+        for (int l = 0; l < kLanes; ++l) {
+          const ExprRef k_even = l ? add(c, idx(2 * l)) : c, k_odd = add(c, idx(2 * l + 1));
+          b.assign(lane[size_t(l)], bf16_pair_dot(b.get(lane[size_t(l)]), x(k_odd), y(k_odd), x(k_even), y(k_even)));
+        }
+      });
+    if (count > full) {  // the masked chunk: every lane steps, missing k as zero products
+      const int64_t c = k0 + full, left = count - full;
+      for (int l = 0; l < kLanes; ++l) {
+        auto at = [&](int64_t t, bool x_side) { return t < left ? (x_side ? x_at(c + t) : y_at(c + t)) : zero(); };
+        b.assign(lane[size_t(l)], bf16_pair_dot(b.get(lane[size_t(l)]), at(2 * l + 1, true), at(2 * l + 1, false), at(2 * l, true), at(2 * l, false)));
+      }
+    }
+    auto get = [&](int l) { return b.get(lane[size_t(l)]); };
+    std::vector<ExprRef> t, u;
+    for (int l = 0; l < 8; ++l) t.push_back(b.let("onednn.t", add(get(l), get(l + 8))));
+    for (int l = 0; l < 4; ++l) u.push_back(add(t[size_t(l)], t[size_t(l + 4)]));
+    return b.let("onednn.gemv", add(add(u[0], u[1]), add(u[2], u[3])));
+  }
+  // Whole k_blk blocks as one call, the rest as another, added.
+  ExprRef gemv_pieces(Bf16Kernel kernel, int64_t k0, int64_t count, int64_t k_blk) const {
+    const int64_t whole = count / k_blk * k_blk;
+    if (whole == count || whole == 0) return gemv_call(kernel, k0, count);
+    return b.let("onednn.pieces", add(gemv_call(kernel, k0, whole), gemv_call(kernel, k0 + whole, count - whole)));
+  }
+  ExprRef gemv(Bf16Kernel kernel, int64_t K, int k_threads) const {
+    if (k_threads == 1) return gemv_pieces(kernel, 0, K, std::min(K, kGemvKBlock));
+    const int64_t kk = (K + k_threads - 1) / k_threads, k_blk = std::min(kk, kGemvKBlock), chunk = k_blk * ((kk + k_blk - 1) / k_blk);
+    ExprRef total = zero();  // the chunks' sums, added in order into a zeroed buffer
+    for (int64_t k = 0; k < K; k += chunk) total = b.let("onednn.k_threads", add(total, gemv_pieces(kernel, k, std::min(chunk, K - k), k_blk)));
+    return total;
+  }
+};
+
+void emit_bf16_plan(Builder& b, const Avx512Bf16Bmm& call, const Bf16Plan& plan, int64_t rows, const Matrix& a, const Matrix& bm,
+                    const Matrix& c) {
+  const int64_t N = call.N, K = call.K;
+  const int lanes = bm.step != 1 || c.step != 1 ? 1 : N % 16 == 0 ? 16 : N % 8 == 0 ? 8 : N % 4 == 0 ? 4 : 1;
+  const ScalarType storage = b.kernel().buffers[size_t(c.buffer)].elem;
+  b.for_range("j", idx(0), idx(rows), 1, [&](ExprRef j) {
+    const ExprRef a_row = b.let("a_row", add(a.base, mul(j, idx(a.stride))));
+    const ExprRef c_row = b.let("c_row", add(c.base, mul(j, idx(c.stride))));
+    b.for_range("e", idx(0), idx(N), lanes, [&](ExprRef e) {
+      const ExprRef b_col = b.let("b_col", add(bm.base, bm.step == 1 ? e : mul(e, idx(bm.step))));
+      auto x = [&](ExprRef k) {
+        ExprRef v = as_f32(load(b.kernel(), a.buffer, add(a_row, a.step == 1 ? k : mul(k, idx(a.step)))));
+        return lanes > 1 ? broadcast(v, lanes) : v;
+      };
+      auto y = [&](ExprRef k) { return as_f32(load(b.kernel(), bm.buffer, add(b_col, mul(k, idx(bm.stride))), lanes)); };
+      const Bf16Sums sums{b, lanes, [&](int64_t k) { return x(idx(k)); }, [&](int64_t k) { return y(idx(k)); }, x, y};
+      const ExprRef sum = plan.kernel == Bf16Kernel::PairChain ? sums.blocked(K, call.a_k_major, plan.k_threads) : sums.gemv(plan.kernel, K, plan.k_threads);
+      b.store(c.buffer, add(c_row, c.step == 1 ? e : mul(e, idx(c.step))), cast(flush_subnormal(b, sum), storage));
+    });
+  });
+}
+
+}  // namespace
+
+void emit_avx512bf16_bmm(Builder& b, const Avx512Bf16Bmm& call, int64_t rows, const Matrix& a, const Matrix& bm, const Matrix& c) {
+  const Bf16Plan many = bf16_plan(call, false);
+  // A launch of one (batch, head) reaches oneDNN only over 4096 multiply-adds.
+  const Bf16Plan alone = call.M * call.N * call.K > kStubWork ? bf16_plan(call, true) : many;
+  if (alone.k_threads > 2)
+    b.refuse_launch(1, fmt::format("one (batch, head) with torch on {} threads: oneDNN splits the bf16 product of {} x {} x {} (M x K x N) "
+                                   "over K on its threads, and oneDNN's K splits are measured on 2 threads only "
+                                   "(docs/research/torch2.15-attention-16bit-composite.md); give the order threads=2 or threads=1 if "
+                                   "torch ran on that many",
+                                   call.threads, call.M, call.K, call.N));
+  if (alone == many) return emit_bf16_plan(b, call, many, rows, a, bm, c);
+  b.if_else(binary(Op::Eq, grid_extent(0), idx(1)), [&] { emit_bf16_plan(b, call, alone, rows, a, bm, c); },
+            [&] { emit_bf16_plan(b, call, many, rows, a, bm, c); });
 }
 
 }  // namespace ordo::gen

@@ -47,13 +47,14 @@ struct CompositeOneDnn;
 void emit_composite_probs(ir::Builder& b, const Request& r, const ir::AttentionOrder& o, const CompositeRows& at, bool threaded,
                           const CompositeOneDnn& onednn);
 
-// Where the 16-bit composite's products go to oneDNN's emulated bf16 kernel (bf16 with the order's
-// AttentionBackwardOrder::onednn_16bit Emulated, which the forward shares): `taken`, a bool of the
-// launch (B*H*S_q*S_k*D > 4096; constant when the shape decides alone), null where they never do;
-// `threads`, PyTorch's thread count, the primitive's.
+// Where the 16-bit composite's products go to oneDNN (bf16 with the order's
+// AttentionBackwardOrder::onednn_16bit Emulated or Avx512Bf16, which the forward shares): `taken`,
+// a bool of the launch (B*H*S_q*S_k*D > 4096; constant when the shape decides alone), null where
+// they never do; `threads`, PyTorch's thread count, the primitive's; `kind`, which oneDNN kernels.
 struct CompositeOneDnn {
   ir::ExprRef taken;
   int threads = 1;
+  ir::AttentionBackwardOrder::OneDnn kind = ir::AttentionBackwardOrder::OneDnn::Off;
 };
 CompositeOneDnn composite_onednn(const Request& r, const ir::Order& order, int threads);
 // Emits onednn() where `d` takes the products and otherwise() where it does not (an If on the

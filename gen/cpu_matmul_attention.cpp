@@ -11,9 +11,9 @@
 // gen/mkl_gemm.cpp, times the scale (f32), causal: key > query set to -inf (masked_fill), the
 // softmax op's row order (gen/row.hpp), then the chunk's output rows = p @ v.
 // bf16 and f16: the scores and P are 16-bit scratch, PyTorch's intermediate tensors, and the
-// products ATen's own where PyTorch's oneDNN check fails, or (bf16 on AVX-512 without
-// avx512_bf16, in a launch of B*H*S_q*S_k*D > 4096) oneDNN's emulated kernel
-// (gen/bf16_out_gemm.hpp). Either way every element is its own sum, so the rows always go in
+// products ATen's own where PyTorch's oneDNN check fails, or (bf16 on AVX-512, in a launch of
+// B*H*S_q*S_k*D > 4096) oneDNN's: its emulated kernel without avx512_bf16, its brgemm and gemv
+// kernels with it (gen/bf16_out_gemm.hpp). Either way every element is its own sum, so the rows always go in
 // chunks of 32 (docs/research/torch2.15-attention-16bit-composite.md).
 #include <fmt/format.h>
 
@@ -42,8 +42,10 @@ std::string composite_products(const Request& r, const GemmOrder& mkl) {
 }
 
 CompositeOneDnn composite_onednn(const Request& r, const Order& order, int threads) {
-  if (r.x_dtype != ScalarType::bf16 || order.attention_backward.onednn_16bit != AttentionBackwardOrder::OneDnn::Emulated) return {};
-  return {onednn_bmm_taken(r.seq_q * r.seq_k * r.cols), threads};
+  using OneDnn = AttentionBackwardOrder::OneDnn;
+  const OneDnn kind = order.attention_backward.onednn_16bit;
+  if (r.x_dtype != ScalarType::bf16 || (kind != OneDnn::Emulated && kind != OneDnn::Avx512Bf16)) return {};
+  return {onednn_bmm_taken(r.seq_q * r.seq_k * r.cols), threads, kind};
 }
 
 void emit_by_dispatch(Builder& b, const CompositeOneDnn& d, const std::function<void()>& onednn, const std::function<void()>& otherwise) {
@@ -54,8 +56,9 @@ void emit_by_dispatch(Builder& b, const CompositeOneDnn& d, const std::function<
 
 std::string dispatch_label(const CompositeOneDnn& d, const std::string& products) {
   if (!d.taken || (d.taken->op == Op::Const && !d.taken->imm_i)) return products;
-  if (d.taken->op == Op::Const) return "oneDNN's gemm:jit:bf16";
-  return "oneDNN's gemm:jit:bf16 where B*H*S_q*S_k*D > 4096, else " + products;
+  const std::string kernel = d.kind == AttentionBackwardOrder::OneDnn::Avx512Bf16 ? "oneDNN's brg_matmul:avx512_core_bf16" : "oneDNN's gemm:jit:bf16";
+  if (d.taken->op == Op::Const) return kernel;
+  return kernel + " where B*H*S_q*S_k*D > 4096, else " + products;
 }
 
 void emit_composite_probs(Builder& b, const Request& r, const AttentionOrder& o, const CompositeRows& at, bool threaded,
@@ -69,7 +72,12 @@ void emit_composite_probs(Builder& b, const Request& r, const AttentionOrder& o,
     // oneDNN: k^T's view is copied row-major (untransposed) when B*H is 1.
     const OneDnnBmm call{Sq, Sk, D, false, binary(Op::Ne, grid_extent(0), idx(1)), onednn.threads};
     const Matrix k_t{at.k, at.kv_base, 1, 0, D};
-    emit_by_dispatch(b, onednn, [&] { emit_onednn_bf16_bmm(b, call, at.first_query, at.n, q_rows, k_t, s); }, [&] {
+    auto by_onednn = [&] {
+      if (onednn.kind == AttentionBackwardOrder::OneDnn::Avx512Bf16)
+        emit_avx512bf16_bmm(b, Avx512Bf16Bmm{Sq, Sk, D, false, false, true, onednn.threads}, at.n, q_rows, k_t, s);
+      else emit_onednn_bf16_bmm(b, call, at.first_query, at.n, q_rows, k_t, s);
+    };
+    emit_by_dispatch(b, onednn, by_onednn, [&] {
       if (!f32_inputs)
         emit_stub_dot_rows(b, composite_is_naive(r) ? StubSum::Sequential : StubSum::VectorDot, o.dot_fold, at.n, Sk, D, q_rows, k_rows, s);
       else if (composite_is_naive(r)) emit_naive_nt(b, at.n, Sk, D, q_rows, k_rows, s);
@@ -123,7 +131,12 @@ Kernel build_cpu_matmul_attention(const Request& r, const Order& order) {
       const std::string how = dispatch_label(onednn, composite_products(r, o.gemm));
       b.region("p@v", fmt::format("{} of {} rows x {} keys, D = {}: {}", n, Sq, Sk, D, how), [&] {
         const OneDnnBmm call{Sq, D, Sk, false, constant(Type{ScalarType::boolean, 1}, 0), onednn.threads};
-        emit_by_dispatch(b, onednn, [&] { emit_onednn_bf16_bmm(b, call, c0, n, s, v_rows, out_rows); }, [&] {
+        auto by_onednn = [&] {
+          if (onednn.kind == AttentionBackwardOrder::OneDnn::Avx512Bf16)
+            emit_avx512bf16_bmm(b, Avx512Bf16Bmm{Sq, D, Sk, false, true, false, onednn.threads}, n, s, v_rows, out_rows);
+          else emit_onednn_bf16_bmm(b, call, c0, n, s, v_rows, out_rows);
+        };
+        emit_by_dispatch(b, onednn, by_onednn, [&] {
           // 16-bit: the loop's sequential sum, or the 'N','N' stub's ilp4 (transb false).
           if (!f32_inputs) emit_bf16_out_gemm(b, naive, false, AttentionBackwardOrder::OneDnn::Off, n, D, Sk, s, v_rows, out_rows, 1.0f, true);
           else if (naive) emit_naive_nn(b, n, D, Sk, s, v_rows, out_rows);

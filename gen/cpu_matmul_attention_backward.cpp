@@ -14,7 +14,8 @@
 // _softmax_backward_data's output, then by `* scale`), and every product ATen's own
 // (gen/bf16_out_gemm.hpp): dv, dk sequential, grad_p by the vectorized dot, dq ilp4; dk is summed
 // in its own layout. bf16 on AVX-512 without avx512_bf16, in a launch of B*H*S_q*S_k*D > 4096:
-// every product oneDNN's emulated kernel, dk^T by rows of D in scratch, then transposed
+// every product oneDNN's emulated kernel, dk^T by rows of D in scratch, then transposed; with
+// avx512_bf16 oneDNN's brgemm and gemv kernels, dk^T's elements stored transposed
 // (docs/research/torch2.15-attention-16bit-composite.md).
 #include <fmt/format.h>
 
@@ -84,6 +85,12 @@ Kernel build_cpu_matmul_attention_backward(const Request& r, const Order& order)
                               const Matrix& bm, const Matrix& c) {
       emit_onednn_bf16_bmm(b, OneDnnBmm{M, N, K, src_transposed, std::move(wei_transposed), onednn.threads}, idx(0), M, a, bm, c);
     };
+    // bf16 on avx512_bf16: oneDNN's brgemm and gemv kernels, by which operand is a transposed view.
+    const bool brgemm = onednn.kind == AttentionBackwardOrder::OneDnn::Avx512Bf16;
+    auto brgemm_product = [&](int64_t M, int64_t N, int64_t K, bool a_k_major, bool b_row_major, const Matrix& a, const Matrix& bm,
+                              const Matrix& c) {
+      emit_avx512bf16_bmm(b, Avx512Bf16Bmm{M, N, K, a_k_major, b_row_major, false, onednn.threads}, M, a, bm, c);
+    };
     auto transpose_dk = [&] {
       b.for_range("key", idx(0), idx(Sk), 1, [&](ExprRef key) {
         const ExprRef at = b.let("dk_at", add(kv_base, mul(key, idx(D))));
@@ -93,14 +100,21 @@ Kernel build_cpu_matmul_attention_backward(const Request& r, const Order& order)
     auto body = [&](bool threaded) {
       emit_composite_probs(b, r, order.attention, CompositeRows{q, k, probs, q_base, kv_base, idx(0), idx(0), Sq}, threaded, onednn);
       b.region("dv", fmt::format("dv = p^T @ dout, {} keys x {} x {} queries: {}", Sk, D, Sq, how), [&] {
-        emit_by_dispatch(b, onednn, [&] { onednn_product(Sk, D, Sq, true, untransposed, p_t, dout_rows, dv_rows); }, [&] {
+        emit_by_dispatch(b, onednn, [&] {
+          if (brgemm) brgemm_product(Sk, D, Sq, true, true, p_t, dout_rows, dv_rows);
+          else onednn_product(Sk, D, Sq, true, untransposed, p_t, dout_rows, dv_rows);
+        }, [&] {
           if (!f32_inputs) stub_product(true, Sk, D, Sq, p_t, dout_rows, dv_rows);
           else if (naive) emit_naive_nn(b, Sk, D, Sq, p_t, dout_rows, dv_rows);
           else emit_gemm_nn(b, mkl, GemmInputs::f32, Sk, D, Sq, p_t, dout_rows, dv_rows, false, threaded, aligned);
         });
       });
       b.region("grad_p", fmt::format("dout @ v^T, {} queries x {} keys x {}: {}", Sq, Sk, D, how), [&] {
-        emit_by_dispatch(b, onednn, [&] { onednn_product(Sq, Sk, D, false, transposed, dout_rows, Matrix{v, kv_base, 1, 0, D}, g_rows); }, [&] {
+        const Matrix v_t{v, kv_base, 1, 0, D};
+        emit_by_dispatch(b, onednn, [&] {
+          if (brgemm) brgemm_product(Sq, Sk, D, false, false, dout_rows, v_t, g_rows);
+          else onednn_product(Sq, Sk, D, false, transposed, dout_rows, v_t, g_rows);
+        }, [&] {
           if (!f32_inputs)
             emit_stub_dot_rows(b, naive ? StubSum::Sequential : StubSum::VectorDot, order.attention.dot_fold, Sq, Sk, D, dout_rows, v_rows, g_rows);
           else if (naive) emit_naive_nt(b, Sq, Sk, D, dout_rows, v_rows, g_rows);
@@ -129,7 +143,10 @@ Kernel build_cpu_matmul_attention_backward(const Request& r, const Order& order)
                  });
                });
       b.region("dq", fmt::format("dq = grad @ k, {} queries x {} x {} keys: {}", Sq, D, Sk, how), [&] {
-        emit_by_dispatch(b, onednn, [&] { onednn_product(Sq, D, Sk, false, untransposed, g_rows, k_rows, dq_rows); }, [&] {
+        emit_by_dispatch(b, onednn, [&] {
+          if (brgemm) brgemm_product(Sq, D, Sk, false, true, g_rows, k_rows, dq_rows);
+          else onednn_product(Sq, D, Sk, false, untransposed, g_rows, k_rows, dq_rows);
+        }, [&] {
           if (!f32_inputs) stub_product(naive, Sq, D, Sk, g_rows, k_rows, dq_rows);
           else if (naive) emit_naive_nn(b, Sq, D, Sk, g_rows, k_rows, dq_rows);
           else emit_gemm_nn(b, mkl, GemmInputs::f32, Sq, D, Sk, g_rows, k_rows, dq_rows, false, threaded, aligned);
@@ -144,6 +161,8 @@ Kernel build_cpu_matmul_attention_backward(const Request& r, const Order& order)
           emit_by_dispatch(
               b, onednn,
               [&] {
+                // brgemm: dk^T's element (d, key) stored at dk's (key, d).
+                if (brgemm) return brgemm_product(D, Sk, Sq, true, true, q_t, g_rows, Matrix{dk, kv_base, 1, 0, D});
                 onednn_product(D, Sk, Sq, true, untransposed, q_t, g_rows, dkt_rows);
                 transpose_dk();
               },

@@ -994,11 +994,14 @@ bool calls_mkl(const Request& r, const Order& o) {
 // gemm_stub (the avx2 build's under avx512 too) where PyTorch's oneDNN check fails (bf16: a CPU
 // without AVX-512 or AVX-NE-CONVERT; f16: without avx512_fp16 or AVX-NE-CONVERT; or onednn=off,
 // the parameter of onednn_16bit_model), and in bf16 as oneDNN's emulated kernel where the check
-// passes on AVX-512 without avx512_bf16 (onednn=emulated).
+// passes on AVX-512 without avx512_bf16 (onednn=emulated), and as its brgemm and gemv kernels on
+// a CPU with avx512_bf16 (onednn=on).
 std::string composite_16bit_error(const Request& r) {
   std::string why;
   const std::optional<AttentionBackwardOrder::OneDnn> onednn = onednn_16bit_model(r, &why);
-  if (onednn == AttentionBackwardOrder::OneDnn::Off || onednn == AttentionBackwardOrder::OneDnn::Emulated) return {};
+  if (onednn == AttentionBackwardOrder::OneDnn::Off || onednn == AttentionBackwardOrder::OneDnn::Emulated ||
+      (onednn == AttentionBackwardOrder::OneDnn::Avx512Bf16 && r.x_dtype == ScalarType::bf16))
+    return {};
   const std::string base = r.order.substr(0, r.order.find('('));
   if (!onednn)
     return fmt::format("order '{}' with {} inputs: {}; '{}(onednn=off)' gives the bits of a CPU where PyTorch's oneDNN check fails, "
@@ -1011,11 +1014,7 @@ std::string composite_16bit_error(const Request& r) {
                        r.order.find("onednn=on") != std::string::npos ? "onednn=on names a CPU with avx512_fp16, whose oneDNN takes"
                                                                       : "this CPU has avx512_fp16, and its oneDNN takes",
                        base);
-  const char* named = r.order.find("onednn=on") != std::string::npos ? "onednn=on names a CPU with avx512_bf16, whose oneDNN takes"
-                                                                       : "this CPU has avx512_bf16, and its oneDNN takes";
-  return fmt::format("order '{}' with {} inputs: {} PyTorch's bf16 matmuls with a kernel not modelled for the composite; '{}(onednn=off)' "
-                     "gives the bits of a CPU where its oneDNN check fails, '{}(onednn=emulated)' those of an AVX-512 CPU without avx512_bf16",
-                     r.order, name(r.x_dtype), named, base, base);
+  throw Error(fmt::format("internal: order '{}' with {} inputs takes no oneDNN bf16 kernel", r.order, name(r.x_dtype)));
 }
 
 GemmOrder::Kind mkl_host_model(const Request& r) {

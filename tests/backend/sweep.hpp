@@ -329,6 +329,9 @@ inline int attention_vs_interpreter(Target target, bool reduced) {
   orders.emplace_back("torch2.15-cpu-math-default(onednn=off)", ScalarType::f16);
   // bf16 by oneDNN's emulated kernel on 2 threads: one-row calls chosen by program_id and grid_extent.
   orders.emplace_back("torch2.15-cpu-math-avx512(threads=2,onednn=emulated)", ScalarType::bf16);
+  // bf16 by oneDNN's kernels on avx512_bf16 (brgemm's pair chains, the gemv kernels, the flush of
+  // the conversion) whatever the host.
+  orders.emplace_back("torch2.15-cpu-math-avx512(threads=2,onednn=on)", ScalarType::bf16);
   int cases = 0;
   size_t order_index = 0;
   for (const auto& [order, dtype] : orders) {
@@ -549,6 +552,9 @@ inline int attention_backward_vs_interpreter(Target target, bool sparse) {
   // The bf16 composite's backward by oneDNN's emulated kernel, on 2 threads (one-row calls chosen by
   // program_id and grid_extent; dk^T through scratch).
   orders.emplace_back("torch2.15-cpu-math-avx512(threads=2,onednn=emulated)", ScalarType::bf16);
+  // ... and by oneDNN's kernels on avx512_bf16, one (batch, head) on 2 threads (k^T copied: one
+  // query's q @ k^T by the fma chain) whatever the host.
+  orders.emplace_back("torch2.15-cpu-math-avx512(threads=2,onednn=on)", ScalarType::bf16);
   int cases = 0, rotation = 0;
   for (const auto& [order, dtype] : orders)
     for (const Shape& s : shapes) {

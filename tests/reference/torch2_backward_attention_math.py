@@ -67,9 +67,21 @@ SHAPES = [
 SHAPES_16BIT = [((3, 16, 8, 1, 11), "crafted_dots", True), ((10, 12, 32, 2, 1), "crafted", False),
                 ((2, 1600, 32, 1, 1), "crafted", False), ((33, 35, 24, 1, 1), "crafted_dots", True),
                 ((9, 1537, 16, 1, 3), "crafted", False)]
+# bf16 on a CPU with avx512_bf16 (oneDNN's brgemm and gemv kernels), each with the values and mask named: one query
+# with one (batch, head) (k^T copied: q @ k^T, p @ v and dq by the fma chain) and with three (q @ k^T and dout @ v^T by
+# pairs16, K = 48 a masked 32-chunk), one key (q @ k^T by pairs16, dk^T and dv by the fma chain), P^T's 512-blocks (dv, dk^T with K = 1100), the 'bwd_w' K split of dv and
+# dk^T (K = 2048, one (batch, head), 2 threads), the gemv's cut at K = 16384 and its K split on 2 threads (p @ v and dq of
+# one query over 16400 keys), and "tiny" values (v and dout near 1e-38) through oneDNN's flushes and, below
+# B*H*S_q*S_k*D = 4096, ATen's fused steps (gemm_stub) and its loop.
+SHAPES_AVX512_BF16 = [((1, 700, 32, 1, 1), "crafted", False), ((1, 300, 48, 1, 3), "crafted_dots", True),
+                      ((600, 1, 40, 1, 1), "crafted", False),
+                      ((1100, 24, 16, 1, 2), "crafted", True), ((2048, 8, 16, 1, 1), "crafted", False),
+                      ((1, 16400, 64, 1, 1), "crafted", False), ((64, 40, 16, 1, 1), "tiny", False),
+                      ((1, 200, 32, 1, 2), "tiny", False), ((5, 40, 16, 1, 1), "tiny", True), ((3, 9, 8, 1, 1), "tiny", False)]
 SHAPES_QUICK = [(3, 5, 8, 2, 1), (1, 300, 64, 1, 2), (1, 64, 32, 1, 1), (10, 12, 32, 1, 1), (65, 64, 8, 1, 2), (200, 256, 64, 1, 1)]
 RANGES = [("normal", 1.0), ("sharp", 8.0), ("saturated", 50.0)]
 RANGES_16BIT = RANGES + [("wide", 1.0), ("crafted", 0.0), ("crafted_dots", 1.0)]
+RANGES_NAMED = RANGES_16BIT + [("tiny", 1.0)]  # named by a case only
 
 
 def cases(tier, dtypes):
@@ -88,6 +100,10 @@ def cases(tier, dtypes):
                 out.append({"sq": s_q, "sk": s_k, "d": d, "batch": batch, "heads": heads, "causal": causal, "dtype": dtype,
                             "range": value_range, "scale": 0.3 if len(out) % 3 == 2 else None, "seed": len(out),
                             "alias": i % 4 == 0})
+    if "bf16" in dtypes and has_cpu_flag("avx512_bf16") and tier != tiers.QUICK:
+        for (s_q, s_k, d, batch, heads), value_range, causal in SHAPES_AVX512_BF16:
+            out.append({"sq": s_q, "sk": s_k, "d": d, "batch": batch, "heads": heads, "causal": causal, "dtype": "bf16",
+                        "range": value_range, "scale": None, "seed": len(out), "alias": False})
     return out
 
 
@@ -139,6 +155,11 @@ for threads in THREAD_COUNTS:
             with torch.no_grad():
                 v.copy_(cancelling(v.float()))
             dout = cancelling(dout)
+        if c["range"] == "tiny":
+            # v and dout near the smallest normal float: outputs on both sides of it, some inputs subnormal
+            with torch.no_grad():
+                v.copy_(v.float() * 1e-38)
+            dout = dout * 1e-38
         if c["range"] == "crafted_dots":
             # 2^15 * 2^15 and 2^15 * -2^15 at two dims of every row of q and k (dout and v) cancel
             # exactly in q @ k^T (dout @ v^T), and the small terms' order shows in the sum.
@@ -189,10 +210,10 @@ def main():
         print("NOT VERIFIED: torch2.15-cpu-math-* attention_backward in f32 (ordo models the MKL kernels of an AMD host and of an "
               "Intel AVX-512 host only, and the orders refuse other hosts)")
     ne_convert = has_cpu_flag("avx_ne_convert")
-    if not onednn_16bit_host() or (has_cpu_flag("avx512f") and not has_cpu_flag("avx512_bf16") and not ne_convert):
+    if not onednn_16bit_host() or (has_cpu_flag("avx512f") and not ne_convert):
         dtypes.append("bf16")
     else:
-        print("NOT VERIFIED: torch2.15-cpu-math-* in bf16 (this CPU has avx512_bf16 or AVX-NE-CONVERT, whose oneDNN bf16 kernels "
+        print("NOT VERIFIED: torch2.15-cpu-math-* in bf16 (this CPU has AVX-NE-CONVERT, whose oneDNN bf16 kernels "
               "for PyTorch's bmm ordo does not model, and the orders refuse it)")
     if not has_cpu_flag("avx512_fp16") and not ne_convert:
         dtypes.append("f16")
@@ -202,7 +223,7 @@ def main():
     if not dtypes:
         return 0
     all_cases = cases(tiers.chosen(args), dtypes)
-    result = run_workers(args.build, WORKER, all_cases, RANGES_16BIT,
+    result = run_workers(args.build, WORKER, all_cases, RANGES_NAMED,
                          lambda c, r, cap: ("attention_backward", order_row(r, cap), c["dtype"]),
                          lambda c, r: f"attention_backward {r['order']} {c['dtype']} Sq={c['sq']} Sk={c['sk']} D={c['d']} "
                                       f"B={c['batch']} H={c['heads']} causal={c['causal']} scale={c['scale']} {c['range']} "
