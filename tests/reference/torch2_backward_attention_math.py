@@ -71,13 +71,16 @@ SHAPES_16BIT = [((3, 16, 8, 1, 11), "crafted_dots", True), ((10, 12, 32, 2, 1), 
 # with one (batch, head) (k^T copied: q @ k^T, p @ v and dq by the fma chain) and with three (q @ k^T and dout @ v^T by
 # pairs16, K = 48 a masked 32-chunk), one key (q @ k^T by pairs16, dk^T and dv by the fma chain), P^T's 512-blocks (dv, dk^T with K = 1100), the 'bwd_w' K split of dv and
 # dk^T (K = 2048, one (batch, head), 2 threads), the gemv's cut at K = 16384 and its K split on 2 threads (p @ v and dq of
-# one query over 16400 keys), and "tiny" values (v and dout near 1e-38) through oneDNN's flushes and, below
-# B*H*S_q*S_k*D = 4096, ATen's fused steps (gemm_stub) and its loop.
+# one query over 16400 keys; wide values show the cut), crafted dots through pairs16's lane reduction and one query's
+# q @ k^T with one (batch, head), and "tiny" values (v and dout near 1e-38) through oneDNN's flushes and, below
+# B*H*S_q*S_k*D = 4096, ATen's gemm_stub and its loop.
 SHAPES_AVX512_BF16 = [((1, 700, 32, 1, 1), "crafted", False), ((1, 300, 48, 1, 3), "crafted_dots", True),
                       ((600, 1, 40, 1, 1), "crafted", False),
                       ((1100, 24, 16, 1, 2), "crafted", True), ((2048, 8, 16, 1, 1), "crafted", False),
                       ((1, 16400, 64, 1, 1), "crafted", False), ((64, 40, 16, 1, 1), "tiny", False),
-                      ((1, 200, 32, 1, 2), "tiny", False), ((5, 40, 16, 1, 1), "tiny", True), ((3, 9, 8, 1, 1), "tiny", False)]
+                      ((1, 200, 32, 1, 2), "tiny", False), ((5, 40, 16, 1, 1), "tiny", True), ((3, 9, 8, 1, 1), "tiny", False),
+                      ((1, 500, 64, 1, 1), "crafted_dots", False), ((1, 256, 128, 2, 1), "crafted_dots", False),
+                      ((256, 1, 128, 1, 2), "crafted_dots", False), ((1, 16400, 64, 1, 2), "wide", False)]
 SHAPES_QUICK = [(3, 5, 8, 2, 1), (1, 300, 64, 1, 2), (1, 64, 32, 1, 1), (10, 12, 32, 1, 1), (65, 64, 8, 1, 2), (200, 256, 64, 1, 1)]
 RANGES = [("normal", 1.0), ("sharp", 8.0), ("saturated", 50.0)]
 RANGES_16BIT = RANGES + [("wide", 1.0), ("crafted", 0.0), ("crafted_dots", 1.0)]
