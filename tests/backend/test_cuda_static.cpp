@@ -45,8 +45,12 @@ int64_t ir_lanes(const std::vector<ir::Stmt>& body, const std::function<bool(con
   }
   return n;
 }
+// The fmas each lane of a node lowers to: one for Fma; four for Bf16PairDot (ordo_rt.cuh's
+// bf16_pair_dot: per step the fma and, behind the edge test, the same fma scaled by 2^64).
 int64_t ir_fma_lanes(const std::vector<ir::Stmt>& body, ScalarType t) {
-  return ir_lanes(body, [t](const ir::Expr& e) { return e.op == ir::Op::Fma && e.type.scalar == t; });
+  const int64_t fmas = ir_lanes(body, [t](const ir::Expr& e) { return e.op == ir::Op::Fma && e.type.scalar == t; });
+  if (t != ScalarType::f32) return fmas;
+  return fmas + 4 * ir_lanes(body, [](const ir::Expr& e) { return e.op == ir::Op::Bf16PairDot; });
 }
 
 int64_t count(const std::string& text, const std::string& pattern) {
