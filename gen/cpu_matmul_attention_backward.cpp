@@ -79,17 +79,15 @@ Kernel build_cpu_matmul_attention_backward(const Request& r, const Order& order)
     };
     const CompositeOneDnn onednn = composite_onednn(r, order, mkl.threads);
     const std::string how = dispatch_label(onednn, products);
-    const ExprRef untransposed = constant(Type{ScalarType::boolean, 1}, 0), transposed = constant(Type{ScalarType::boolean, 1}, 1);
-    // bf16 with oneDNN: its batched matmul (gen/bf16_out_gemm.hpp); k^T's and v^T's views as it takes them.
-    auto onednn_product = [&](int64_t M, int64_t N, int64_t K, bool src_transposed, ExprRef wei_transposed, const Matrix& a,
-                              const Matrix& bm, const Matrix& c) {
-      emit_onednn_bf16_bmm(b, OneDnnBmm{M, N, K, src_transposed, std::move(wei_transposed), onednn.threads}, idx(0), M, a, bm, c);
-    };
-    // bf16 on avx512_bf16: oneDNN's brgemm and gemv kernels, by which operand is a transposed view.
+    // bf16 with oneDNN: its batched matmul (gen/bf16_out_gemm.hpp), the emulated kernel or, on
+    // avx512_bf16, its brgemm and gemv kernels; k^T's and v^T's views as it takes them (the weights
+    // transposed or row-major).
     const bool brgemm = onednn.kind == AttentionBackwardOrder::OneDnn::Avx512Bf16;
-    auto brgemm_product = [&](int64_t M, int64_t N, int64_t K, bool a_k_major, bool b_row_major, const Matrix& a, const Matrix& bm,
-                              const Matrix& c) {
-      emit_avx512bf16_bmm(b, Avx512Bf16Bmm{M, N, K, a_k_major, b_row_major, false, onednn.threads}, M, a, bm, c);
+    auto onednn_product = [&](int64_t M, int64_t N, int64_t K, bool src_transposed, bool wei_transposed, const Matrix& a,
+                              const Matrix& bm, const Matrix& c) {
+      if (brgemm) return emit_avx512bf16_bmm(b, Avx512Bf16Bmm{M, N, K, src_transposed, !wei_transposed, false, onednn.threads}, M, a, bm, c);
+      const OneDnnBmm call{M, N, K, src_transposed, constant(Type{ScalarType::boolean, 1}, wei_transposed ? 1 : 0), onednn.threads};
+      emit_onednn_bf16_bmm(b, call, idx(0), M, a, bm, c);
     };
     auto transpose_dk = [&] {
       b.for_range("key", idx(0), idx(Sk), 1, [&](ExprRef key) {
@@ -100,10 +98,7 @@ Kernel build_cpu_matmul_attention_backward(const Request& r, const Order& order)
     auto body = [&](bool threaded) {
       emit_composite_probs(b, r, order.attention, CompositeRows{q, k, probs, q_base, kv_base, idx(0), idx(0), Sq}, threaded, onednn);
       b.region("dv", fmt::format("dv = p^T @ dout, {} keys x {} x {} queries: {}", Sk, D, Sq, how), [&] {
-        emit_by_dispatch(b, onednn, [&] {
-          if (brgemm) brgemm_product(Sk, D, Sq, true, true, p_t, dout_rows, dv_rows);
-          else onednn_product(Sk, D, Sq, true, untransposed, p_t, dout_rows, dv_rows);
-        }, [&] {
+        emit_by_dispatch(b, onednn, [&] { onednn_product(Sk, D, Sq, true, false, p_t, dout_rows, dv_rows); }, [&] {
           if (!f32_inputs) stub_product(true, Sk, D, Sq, p_t, dout_rows, dv_rows);
           else if (naive) emit_naive_nn(b, Sk, D, Sq, p_t, dout_rows, dv_rows);
           else emit_gemm_nn(b, mkl, GemmInputs::f32, Sk, D, Sq, p_t, dout_rows, dv_rows, false, threaded, aligned);
@@ -111,10 +106,7 @@ Kernel build_cpu_matmul_attention_backward(const Request& r, const Order& order)
       });
       b.region("grad_p", fmt::format("dout @ v^T, {} queries x {} keys x {}: {}", Sq, Sk, D, how), [&] {
         const Matrix v_t{v, kv_base, 1, 0, D};
-        emit_by_dispatch(b, onednn, [&] {
-          if (brgemm) brgemm_product(Sq, Sk, D, false, false, dout_rows, v_t, g_rows);
-          else onednn_product(Sq, Sk, D, false, transposed, dout_rows, v_t, g_rows);
-        }, [&] {
+        emit_by_dispatch(b, onednn, [&] { onednn_product(Sq, Sk, D, false, true, dout_rows, v_t, g_rows); }, [&] {
           if (!f32_inputs)
             emit_stub_dot_rows(b, naive ? StubSum::Sequential : StubSum::VectorDot, order.attention.dot_fold, Sq, Sk, D, dout_rows, v_rows, g_rows);
           else if (naive) emit_naive_nt(b, Sq, Sk, D, dout_rows, v_rows, g_rows);
@@ -143,10 +135,7 @@ Kernel build_cpu_matmul_attention_backward(const Request& r, const Order& order)
                  });
                });
       b.region("dq", fmt::format("dq = grad @ k, {} queries x {} x {} keys: {}", Sq, D, Sk, how), [&] {
-        emit_by_dispatch(b, onednn, [&] {
-          if (brgemm) brgemm_product(Sq, D, Sk, false, true, g_rows, k_rows, dq_rows);
-          else onednn_product(Sq, D, Sk, false, untransposed, g_rows, k_rows, dq_rows);
-        }, [&] {
+        emit_by_dispatch(b, onednn, [&] { onednn_product(Sq, D, Sk, false, false, g_rows, k_rows, dq_rows); }, [&] {
           if (!f32_inputs) stub_product(naive, Sq, D, Sk, g_rows, k_rows, dq_rows);
           else if (naive) emit_naive_nn(b, Sq, D, Sk, g_rows, k_rows, dq_rows);
           else emit_gemm_nn(b, mkl, GemmInputs::f32, Sq, D, Sk, g_rows, k_rows, dq_rows, false, threaded, aligned);
@@ -162,8 +151,8 @@ Kernel build_cpu_matmul_attention_backward(const Request& r, const Order& order)
               b, onednn,
               [&] {
                 // brgemm: dk^T's element (d, key) stored at dk's (key, d).
-                if (brgemm) return brgemm_product(D, Sk, Sq, true, true, q_t, g_rows, Matrix{dk, kv_base, 1, 0, D});
-                onednn_product(D, Sk, Sq, true, untransposed, q_t, g_rows, dkt_rows);
+                if (brgemm) return onednn_product(D, Sk, Sq, true, false, q_t, g_rows, Matrix{dk, kv_base, 1, 0, D});
+                onednn_product(D, Sk, Sq, true, false, q_t, g_rows, dkt_rows);
                 transpose_dk();
               },
               [&] { stub_product(true, Sk, D, Sq, g_t, q_rows, dk_rows); });
