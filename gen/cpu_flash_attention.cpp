@@ -170,10 +170,15 @@ struct CpuFlash {
     });
   }
 
-  // P's element(s) at `at`, as P @ v reads them (p_stored's value, exact in bf16 where p_words is).
-  void store_p(ExprRef at, ExprRef p) {
-    if (p_words >= 0) b.store(p_words, std::move(at), cast(std::move(p), ScalarType::bf16));
-    else b.store(scores, std::move(at), std::move(p));
+  // P's element(s) at `at` as P @ v reads them: exp(s - m) `p` rounded by p_stored, or +0 where
+  // `masked`. In bf16 words (p_words) that is one rounding at the store: rounding p_stored's
+  // value again would change no bit, but the JIT would spend a dozen instructions per vector on it.
+  void store_p(ExprRef at, const ExprRef& masked, ExprRef p) {
+    const int lanes = p->type.lanes;
+    const ExprRef zero = f32c(0.0f, lanes);
+    const ExprRef when = lanes > 1 ? broadcast(masked, lanes) : masked;
+    if (p_words >= 0) b.store(p_words, std::move(at), cast(select(when, zero, std::move(p)), ScalarType::bf16));
+    else b.store(scores, std::move(at), select(when, zero, p_stored(std::move(p))));
   }
 
   void row_softmax(ExprRef j, const ExprRef& n, int64_t kvB, bool first) {
@@ -238,7 +243,7 @@ struct CpuFlash {
       for (int acc : {a, bb, c}) b.assign(acc, f32c(0.0f, V));
       auto step = [&](ExprRef i, int acc) {
         const ExprRef p = b.let("p", exp_f32(b, o.softmax.exp, sub(load(b.kernel(), scores, add(at, i), V), broadcast(m_new, V))));
-        store_p(add(at, i), select(broadcast(masked, V), f32c(0.0f, V), p_stored(p)));
+        store_p(add(at, i), masked, p);
         b.assign(acc, add(b.get(acc), p));
       };
       ExprRef lanes_sum;
@@ -265,7 +270,7 @@ struct CpuFlash {
     if (kvB > vec_end)
       b.for_range("i", idx(vec_end), idx(kvB), 1, [&](ExprRef i) {
         const ExprRef p = b.let("p", exp_f32(b, o.softmax.tail_exp, sub(load(b.kernel(), scores, add(at, i)), m_new)));
-        store_p(add(at, i), select(masked, f32c(0.0f), p_stored(p)));
+        store_p(add(at, i), masked, p);
         b.assign(sum, add(b.get(sum), p));
       });
     const ExprRef e = b.let("rescale", glibc_expf(b, sub(m, m_new)));
