@@ -88,6 +88,33 @@ struct Row {
 
 ExprRef as_f32(ExprRef x) { return x->type.scalar == ScalarType::f32 ? x : cast(std::move(x), ScalarType::f32); }
 
+// A bf16 pair as one 32-bit word held in an f32: `odd`'s bf16 in the high half, `even`'s in the
+// low (both bf16 values held in f32, low halves zero). bf16_pair_dot reads the word itself as its
+// odd factor (it ignores the low half) and even_factor(word) as the even one, so a kernel that
+// stores its shared operand as words loads each pair once: vdpbf16ps's operand as it is, where
+// two bf16 rows took two loads and an interleaving permute per vector.
+ExprRef pair_word(const ExprRef& odd, const ExprRef& even) {
+  const int lanes = odd->type.lanes;
+  auto i32c = [&](int32_t v) {
+    ExprRef c = constant(Type{ScalarType::i32, 1}, static_cast<double>(v));
+    return lanes > 1 ? broadcast(c, lanes) : c;
+  };
+  const ExprRef low = binary(Op::BitAnd, binary(Op::Shr, bitcast(even, ScalarType::i32), i32c(16)), i32c(0xffff));
+  return bitcast(add(bitcast(odd, ScalarType::i32), low), ScalarType::f32);
+}
+// Whether K blocks of these lengths pair k + 1 with k for every even k (each block's pairs start
+// at its first k, so every block but the last must have an even length), as a copy of words does.
+bool global_pairs(const std::vector<int64_t>& parts) {
+  for (size_t i = 0; i + 1 < parts.size(); ++i)
+    if (parts[i] % 2) return false;
+  return true;
+}
+ExprRef even_factor(const ExprRef& word) {
+  ExprRef sixteen = constant(Type{ScalarType::i32, 1}, 16.0);
+  if (word->type.lanes > 1) sixteen = broadcast(sixteen, word->type.lanes);
+  return bitcast(binary(Op::Shl, bitcast(word, ScalarType::i32), sixteen), ScalarType::f32);
+}
+
 struct Emitter {
   Builder& b;
   // The Intel model's alpha (sgemm, measured in f32): `block_alpha` multiplies each K block's sum
@@ -101,6 +128,11 @@ struct Emitter {
   // block's last k after its zero partner), as gemm_bf16bf16f32's vdpbf16ps kernels (GemmOrder::Kind::
   // MklIntelAvx512Bf16) do: one bf16_pair_dot node per pair (see emit_intel_bf16_nt).
   bool pairs = false;
+  // In the pair order, which factor of its pair blocked_chains is asking its callbacks for (they
+  // see k alone): a kernel that holds a pair as one word (pair_word) loads the word for the odd
+  // factor and takes the even one from it.
+  enum class PairHalf { none, odd, even };
+  mutable PairHalf pair_half = PairHalf::none;
   const PackedKeys* packed = nullptr;  // general_nt_vectors's keys, copied once per (batch, head) (emit_gemm_nt)
   // general_nn_rows's register block: rows of C, and the vector registers its accumulators may
   // take (the rest hold the shared operands). AVX2 (16 registers): 6 rows, 12 registers. AVX-512
@@ -448,11 +480,14 @@ struct Emitter {
       auto pair_step = [&](const ExprRef& k_odd, const ExprRef& k_even) {
         std::vector<std::pair<ExprRef, ExprRef>> odd(sums.size()), even(sums.size());
         if (k_odd) {
+          pair_half = PairHalf::odd;
           at_k(k_odd);
           for (size_t t = 0; t < sums.size(); ++t) odd[t] = factors(t, k_odd);
         }
+        pair_half = PairHalf::even;
         at_k(k_even);
         for (size_t t = 0; t < sums.size(); ++t) even[t] = factors(t, k_even);
+        pair_half = PairHalf::none;
         for (size_t t = 0; t < sums.size(); ++t) {
           auto [x_odd, y_odd] = k_odd ? odd[t] : std::pair<ExprRef, ExprRef>{zero(lanes), zero(lanes)};
           b.assign(acc[t], bf16_pair_dot(b.get(acc[t]), x_odd, y_odd, even[t].first, even[t].second));
@@ -538,10 +573,14 @@ struct Emitter {
     constexpr int kKeys = 16;
     const int64_t kRows = wide_registers() ? 6 : 4, kGroups = wide_registers() ? 2 : 1;
     const int64_t groups = m / kKeys;
+    // In the pair order, where the K blocks pair k + 1 with every even k (global_pairs), the copy
+    // holds pair words (pair_word): row p is the pair (2p + 1, 2p) of every key, an odd K's last
+    // pair with a zero odd factor.
+    const bool words = pairs && global_pairs(parts);
     // The keys [i0, i0 + G * 16) against rows [j0, j1).
     auto key_block = [&](int kt, ExprRef i0, int64_t G) {
       const int64_t width = G * kKeys;
-      // Element k of the block's key t: in the block's own copy, or in the (batch, head)'s.
+      // Row k of the copy at the block's key t: in the block's own copy, or in the (batch, head)'s.
       const ExprRef origin = packed ? b.let("packed_key", add(packed->first_key, i0)) : nullptr;
       auto at = [&](const ExprRef& k, ExprRef t) {
         return packed ? add(mul(k, idx(packed->stride)), add(origin, std::move(t))) : add(mul(k, idx(width)), std::move(t));
@@ -549,7 +588,12 @@ struct Emitter {
       auto copy_keys = [&] {
         b.for_range("t", idx(0), idx(width), 1, [&](ExprRef t) {
           const Row y{&bm, add(i0, t)};
-          b.for_range("k", idx(0), idx(K), 1, [&](ExprRef k) { b.store(kt, at(k, t), scale_b(get(y, k))); });
+          if (!words) return b.for_range("k", idx(0), idx(K), 1, [&](ExprRef k) { b.store(kt, at(k, t), scale_b(get(y, k))); });
+          b.for_range("p", idx(0), idx(K / 2), 1, [&](ExprRef p) {
+            const ExprRef k = b.let("k_even", mul(p, idx(2)));
+            b.store(kt, at(p, t), pair_word(scale_b(get(y, add(k, idx(1)))), scale_b(get(y, k))));
+          });
+          if (K % 2) b.store(kt, at(idx(K / 2), t), pair_word(zero(1), scale_b(get(y, idx(K - 1)))));
         });
       };
       if (packed) b.if_(packed->fill, copy_keys);
@@ -559,11 +603,23 @@ struct Emitter {
         for (int64_t u = 0; u < n; ++u) js.push_back(u ? b.let("j", add(r0, idx(u))) : r0);
         // Chain t is row js[t / G] at keys i0 + 16 (t % G) ...: the key vectors are shared by
         // the rows, a row's element (broadcast) by the key vectors.
-        std::vector<ExprRef> keys_k(static_cast<size_t>(G));
+        std::vector<ExprRef> keys_k(static_cast<size_t>(G)), words_k(static_cast<size_t>(G));
         const std::vector<ExprRef> sums = blocked_chains(
             parts, kKeys, std::vector<ExprRef>(static_cast<size_t>(n * G)),
             [&](ExprRef k) {
-              for (int64_t g = 0; g < G; ++g) keys_k[size_t(g)] = b.let("keys_k", load(b.kernel(), kt, at(k, idx(g * kKeys)), kKeys));
+              if (!words) {
+                for (int64_t g = 0; g < G; ++g) keys_k[size_t(g)] = b.let("keys_k", load(b.kernel(), kt, at(k, idx(g * kKeys)), kKeys));
+                return;
+              }
+              // The odd factor loads the pair's word; the even one follows it, or (an odd block's
+              // last k, which has no odd partner) loads its own.
+              const bool odd = pair_half == PairHalf::odd;
+              for (int64_t g = 0; g < G; ++g) {
+                ExprRef& word = words_k[size_t(g)];
+                if (odd || !word) word = b.let("key_words", load(b.kernel(), kt, at(binary(Op::Shr, k, idx(1)), idx(g * kKeys)), kKeys));
+                keys_k[size_t(g)] = odd ? word : b.let("keys_k", even_factor(word));
+                if (!odd) word = nullptr;
+              }
             },
             [&](size_t t, ExprRef k) {
               return std::pair<ExprRef, ExprRef>{keys_k[t % size_t(G)], broadcast(get(Row{&a, js[t / size_t(G)]}, std::move(k)), kKeys)};
@@ -614,6 +670,24 @@ struct Emitter {
         if (g <= max_group && vectors % g == 0) return g;
       return int64_t(1);
     };
+    // In the pair order, where the K blocks pair k + 1 with every even k (global_pairs), V is first
+    // copied as pair words (pair_word): row p of the copy holds V's rows 2p + 1 and 2p, an odd
+    // K's last row with a zero odd factor. The copy costs a pass over
+    // V per call; reading two bf16 rows per pair instead took two shifts and two ors per 16
+    // products, on the port vdpbf16ps runs on (P @ v took a fifth longer than q @ k^T).
+    int64_t K = 0;
+    for (int64_t part : parts) K += part;
+    const bool words = pairs && global_pairs(parts);
+    const Matrix v_words{words ? b.buffer("v_words", ScalarType::f32, true, Extent::scratch, (K + 1) / 2 * m) : -1, idx(0), m};
+    auto copy_pair = [&](const ExprRef& p, bool has_odd) {
+      const ExprRef k = b.let("k_even", mul(p, idx(2)));
+      b.for_range("e", idx(0), idx(m), lanes, [&](ExprRef e) {
+        const ExprRef odd = has_odd ? scale_v(get(Row{&v, add(k, idx(1))}, e, lanes)) : zero(lanes);
+        b.store(v_words.buffer, add(mul(p, idx(m)), e), pair_word(odd, scale_v(get(Row{&v, k}, e, lanes))));
+      });
+    };
+    if (words && K / 2 > 0) b.for_range("p", idx(0), idx(K / 2), 1, [&](ExprRef p) { copy_pair(p, true); });
+    if (words && K % 2) copy_pair(idx(K / 2), false);
     auto row_block = [&](ExprRef r0, int64_t n) {
       const int64_t group = group_for(n);
       std::vector<ExprRef> js;
@@ -625,12 +699,23 @@ struct Emitter {
           for (const ExprRef& e : es) c0s.push_back(c0(j, e, lanes));
         // Chain t is row js[t / group] at columns es[t % group]: V's k row is shared by the rows,
         // P[j][k] (broadcast) by the column vectors.
-        std::vector<ExprRef> v_k(es.size());
+        std::vector<ExprRef> v_k(es.size()), words_k(es.size());
         const size_t G = es.size();
         const std::vector<ExprRef> sums = blocked_chains(
             parts, lanes, c0s,
             [&](ExprRef k) {
-              for (size_t g = 0; g < G; ++g) v_k[g] = b.let("v_k", scale_v(get(Row{&v, k}, es[g], lanes)));
+              if (!words) {
+                for (size_t g = 0; g < G; ++g) v_k[g] = b.let("v_k", scale_v(get(Row{&v, k}, es[g], lanes)));
+                return;
+              }
+              // The odd factor loads the pair's word; the even one follows it, or (an odd block's
+              // last k, which has no odd partner) loads its own.
+              const bool odd = pair_half == PairHalf::odd;
+              for (size_t g = 0; g < G; ++g) {
+                if (odd || !words_k[g]) words_k[g] = b.let("v_words_k", get(Row{&v_words, binary(Op::Shr, k, idx(1))}, es[g], lanes));
+                v_k[g] = odd ? words_k[g] : b.let("v_k", even_factor(words_k[g]));
+                if (!odd) words_k[g] = nullptr;
+              }
             },
             [&](size_t t, ExprRef k) {
               ExprRef pk = get(Row{&p, js[t / G]}, std::move(k));
