@@ -266,13 +266,9 @@ ExprRef torch_exp_u20(Builder& b, ExprRef x) {
   // first is NaN, so a NaN argument is clamped to ln_max (no NaN propagates).
   ExprRef src = select(lt(x, ln_max), x, ln_max);
   src = b.let("exp_u20.src", select(lt(ln_min, src), src, ln_min));
-  // fx = floor(src log2(e) + 1/2) (an fma, then a conversion rounding down). |t| < 2^22 here, so
-  // adding and taking off 1.5 * 2^23 rounds t to the nearest integer exactly, which is corrected
-  // downwards where it went up. (In float arithmetic, not a conversion: NVVM rematerializes the
-  // fma into a conversion's range check, which the PTX fma census would count twice.)
+  // fx = floor(src log2(e) + 1/2): an fma, then a rounding down.
   const ExprRef t = b.let("exp_u20.t", fma(src, k.bits(0x3fb8aa3b), k.c(0.5f)));
-  const ExprRef nearest = b.let("exp_u20.nearest", sub(add(t, k.c(0x1.8p23f)), k.c(0x1.8p23f)));
-  const ExprRef fx = b.let("exp_u20.fx", select(lt(t, nearest), sub(nearest, k.c(1.0f)), nearest));
+  const ExprRef fx = b.let("exp_u20.fx", unary(Op::Floor, t));
   const ExprRef r = b.let("exp_u20.r", fnma(fx, k.bits(0x3f317218), src));
   // Degree-5 Horner polynomial in r, every step an fma.
   ExprRef p = fma(r, k.c(0.00828929059f), k.c(0.0418978221f));
@@ -286,25 +282,22 @@ ExprRef torch_exp_u20(Builder& b, ExprRef x) {
 ExprRef torch_fexp_u20(Builder& b, ExprRef x) {
   const Consts k{x->type.lanes};
   x = bound(b, std::move(x), "fexp.x");
-  auto to_i32_floor = [&](const ExprRef& v, const char* name) {  // floor, valid for |v| < 2^31
-    const ExprRef n = b.let(name, cast(v, ScalarType::i32));
-    return select(lt(v, cast(n, ScalarType::f32)), sub(n, k.i(1)), n);
-  };
   // 2^(x log2 e): src = x log2(e); the fraction f = src - floor(src) corrects src by a cubic
   // (Horner, fmas): src - c(f); then t = 2^23 src + 127 * 2^23 (one fma) truncated to an integer
   // is the result's bit pattern. Below ln FLT_MIN: +0; above ln FLT_MAX: +inf (NaN: neither,
   // the truncation's 0x80000000, -0).
+  // The library floors src by a conversion to int32, which differs from a floor only where |src|
+  // >= 2^31, and truncates t, which differs from a floor only where t < 0: x is out of range
+  // (below -88 or above 2^31 / log2 e; NaN is NaN either way) in both, and the range selects
+  // below replace those results.
   const ExprRef src = b.let("fexp.src", mul(x, k.bits(0x3fb8aa3b)));
-  const ExprRef frac = b.let("fexp.frac", sub(src, cast(to_i32_floor(src, "fexp.fl"), ScalarType::f32)));
+  const ExprRef frac = b.let("fexp.frac", sub(src, unary(Op::Floor, src)));
   ExprRef c = fma(frac, k.c(-0.079204240219773236f), k.c(-0.22433836478672356f));
   c = fma(frac, c, k.c(0.30354260500649682f));
   c = fma(frac, c, k.c(0.00010703434948458272f));
   const ExprRef t = b.let("fexp.t", fma(k.c(8388608.0f), sub(src, c), k.c(8388608.0f * 127.0f)));
-  // Truncation toward zero from the rounding to nearest Cast; NaN and out-of-range give INT32_MIN.
-  const ExprRef n = b.let("fexp.n", cast(t, ScalarType::i32));
-  const ExprRef nf = cast(n, ScalarType::f32);
-  const ExprRef pos = lt(k.c(0.0f), t);
-  ExprRef bits = select(binary(Op::And, pos, lt(t, nf)), sub(n, k.i(1)), select(binary(Op::And, lt(t, k.c(0.0f)), lt(nf, t)), add(n, k.i(1)), n));
+  // t's integer part (exact: t < 2^31 in range); NaN converts to INT32_MIN.
+  ExprRef bits = cast(unary(Op::Floor, t), ScalarType::i32);
   bits = select(lt(x, k.bits(0xc2aeac50)), k.i(0), bits);
   bits = select(lt(k.bits(0x42b17218), x), k.i(0x7F800000), bits);
   return bitcast(bits, ScalarType::f32);

@@ -323,6 +323,14 @@ struct Machine {
         }
         return v;
       }
+      case Op::Floor: {
+        Value a = eval(*e.args[0]);
+        for (int i = 0; i < n; ++i) {
+          if (t == ScalarType::f64) v.lane[i].f64 = std::floor(a.lane[i].f64);
+          else v.lane[i].f32 = std::floor(a.lane[i].f32);
+        }
+        return v;
+      }
       case Op::Lt: case Op::Le: case Op::Eq: case Op::Ne: {
         Value a = eval(*e.args[0]), b = eval(*e.args[1]);
         const ScalarType at = a.type.scalar;

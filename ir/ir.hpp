@@ -122,6 +122,9 @@ std::string to_string(Type t);
   X(Ldexp, 2, "ldexp")                                                                       \
   /* Correctly rounded square root. */                                                       \
   X(Sqrt, 1, "sqrt")                                                                         \
+  /* The largest integer not above the operand; exact (+-0, +-inf and NaN are themselves, a   \
+     negative fraction gives -1 or below, -0.5 gives -1). One vrndscaleps, CUDA's floorf. */   \
+  X(Floor, 1, "floor")                                                                       \
   /* Sign flip; exact. */                                                                    \
   X(Neg, 1, "neg")                                                                           \
   /* IEEE 754-2019 minimum/maximum: NaN if either operand is NaN; -0 < +0. */                 \

@@ -185,7 +185,7 @@ struct Verifier {
         if (arg_t(0) != t || t.scalar != ScalarType::f32 || arg_t(1) != Type{ScalarType::i32, t.lanes})
           return fail(e, "ldexp takes f32 and i32 operands of one lane count");
         return true;
-      case Op::Sqrt: case Op::Neg:
+      case Op::Sqrt: case Op::Neg: case Op::Floor:
         if (arg_t(0) != t || !arith) return fail(e, fmt::format("{} needs f32 or f64", spelling(e.op)));
         return true;
       case Op::Min: case Op::Max:

@@ -5,8 +5,9 @@
 // top of templates/simt_emu.hpp (target cuda-emu), which defines the CUDA intrinsics used here
 // with the same IEEE meaning. So this file uses only: __fadd_rn-style intrinsics (one rounding,
 // never contracted), __float_as_int-style bit casts, __float2int_rn, __ll2float_rn-style
-// conversions, plain integer and comparison operators, and three f32 <-> f16/bf16 conversion
-// instructions (cvt_*: inline PTX on the GPU, written out by simt_emu.hpp on the host).
+// conversions, floorf and floor (exact), plain integer and comparison operators, and three
+// f32 <-> f16/bf16 conversion instructions (cvt_*: inline PTX on the GPU, written out by
+// simt_emu.hpp on the host).
 //
 // Vectors: vec<T, N> is N lanes in a plain array. Every operation is lane by lane, written out
 // as a pack expansion over the lane indices (not a loop), so the lanes of a register-resident
@@ -59,6 +60,7 @@ ORDO_FN float div(float a, float b) { return __fdiv_rn(a, b); }
 ORDO_FN float fma(float a, float b, float c) { return __fmaf_rn(a, b, c); }
 ORDO_FN float sqrt(float a) { return __fsqrt_rn(a); }
 ORDO_FN float neg(float a) { return -a; }
+ORDO_FN float floor_(float a) { return floorf(a); }
 ORDO_FN double add(double a, double b) { return __dadd_rn(a, b); }
 ORDO_FN double sub(double a, double b) { return __dsub_rn(a, b); }
 ORDO_FN double mul(double a, double b) { return __dmul_rn(a, b); }
@@ -66,6 +68,7 @@ ORDO_FN double div(double a, double b) { return __ddiv_rn(a, b); }
 ORDO_FN double fma(double a, double b, double c) { return __fma_rn(a, b, c); }
 ORDO_FN double sqrt(double a) { return __dsqrt_rn(a); }
 ORDO_FN double neg(double a) { return -a; }
+ORDO_FN double floor_(double a) { return ::floor(a); }
 
 // i32 (math-library bit manipulation): two's complement, wrapping; computed unsigned because
 // signed overflow is undefined in C++.
@@ -263,7 +266,7 @@ ORDO_LANES2(add) ORDO_LANES2(sub) ORDO_LANES2(mul) ORDO_LANES2(div) ORDO_LANES2(
 ORDO_LANES2(minimum) ORDO_LANES2(maximum)
 ORDO_LANES2(lt) ORDO_LANES2(le) ORDO_LANES2(eq) ORDO_LANES2(ne) ORDO_LANES2(and_) ORDO_LANES2(or_)
 ORDO_LANES2(shl) ORDO_LANES2(shr) ORDO_LANES2(bitand_) ORDO_LANES2(ldexp_)
-ORDO_LANES1(sqrt) ORDO_LANES1(neg) ORDO_LANES1(bitcast_i32) ORDO_LANES1(bitcast_f32)
+ORDO_LANES1(sqrt) ORDO_LANES1(floor_) ORDO_LANES1(neg) ORDO_LANES1(bitcast_i32) ORDO_LANES1(bitcast_f32)
 ORDO_LANES1(bitcast_i64) ORDO_LANES1(bitcast_f64)
 ORDO_LANES1(round_bf16) ORDO_LANES1(to_bf16) ORDO_LANES1(to_f16) ORDO_LANES1(to_f32) ORDO_LANES1(to_f64) ORDO_LANES1(to_i32)
 ORDO_LANES1(to_i64)

@@ -69,6 +69,9 @@ inline double __dmul_rn(double a, double b) { return a * b; }
 inline double __ddiv_rn(double a, double b) { return a / b; }
 inline double __dsqrt_rn(double a) { return __builtin_sqrt(a); }
 inline double __fma_rn(double a, double b, double c) { return __builtin_fma(a, b, c); }
+// CUDA's floorf and floor (exact, as on the host).
+inline float floorf(float a) { return __builtin_floorf(a); }
+inline double floor(double a) { return __builtin_floor(a); }
 
 inline int __float_as_int(float a) { return (int)ordo::f32_bits(a); }
 inline float __int_as_float(int a) { return ordo::f32_from_bits((uint32_t)a); }

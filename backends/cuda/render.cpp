@@ -250,6 +250,7 @@ struct Renderer {
       case Op::Ldexp: return temp(e, call("ldexp_"));
       case Op::Bf16PairDot: return temp(e, call("bf16_pair_dot"));
       case Op::Sqrt: return temp(e, call("sqrt"));
+      case Op::Floor: return temp(e, call("floor_"));
       case Op::Neg: return temp(e, call("neg"));
       case Op::Min: return temp(e, call("minimum"));
       case Op::Max: return temp(e, call("maximum"));

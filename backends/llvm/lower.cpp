@@ -446,6 +446,7 @@ struct Lowerer {
           break;
         }
         case Op::Sqrt: v = intrinsic(llvm::Intrinsic::sqrt, type(t), {A(0)}); break;
+        case Op::Floor: v = intrinsic(llvm::Intrinsic::floor, type(t), {A(0)}); break;
         case Op::Neg: v = B.CreateFNeg(A(0)); break;
         case Op::Min:
           v = fp ? intrinsic(llvm::Intrinsic::minimum, type(t), {A(0), A(1)}) : B.CreateSelect(B.CreateICmpSLT(A(0), A(1)), A(0), A(1));

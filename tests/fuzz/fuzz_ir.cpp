@@ -306,7 +306,7 @@ class KernelGen {
         case 1: return binary(pick(std::vector<Op>{Op::Sub, Op::Mul, Op::Div}), expr(t, depth + 1), expr(t, depth + 1));
         case 2: return binary(in_.ConsumeBool() ? Op::Min : Op::Max, expr(t, depth + 1), expr(t, depth + 1));
         case 3: return fma(expr(t, depth + 1), expr(t, depth + 1), expr(t, depth + 1));
-        case 4: return unary(in_.ConsumeBool() ? Op::Sqrt : Op::Neg, expr(t, depth + 1));
+        case 4: return unary(pick(std::vector<Op>{Op::Sqrt, Op::Neg, Op::Floor}), expr(t, depth + 1));
         case 5: {  // casts into a float type
           static constexpr ScalarType kFrom[] = {ScalarType::f32, ScalarType::f64, ScalarType::f16, ScalarType::bf16,
                                                  ScalarType::i64, ScalarType::i32};
