@@ -393,48 +393,97 @@ void emit_onednn_bf16_bmm(Builder& b, const OneDnnBmm& call, const ExprRef& firs
 
 namespace {
 
-// brg_matmul:avx512_core_bf16's kernel for one (batch, head) of a composite product.
-enum class Bf16Kernel { PairChain, Pairs16, FmaChain };
+// oneDNN's brgemm kernel for one (batch, head) of a composite product: blocked chains (the
+// general brgemm), the lane gemv (pairs16 in bf16, lanes16 in f16) or the gemv's fma chain.
+enum class BrgemmKernel { Blocked, GemvLanes, GemvChain };
 // gemv's K piece (compute_gemv_k_blocking) and the L2 size its K split compares with.
 constexpr int64_t kGemvKBlock = 16384;
 constexpr int64_t kL2Bytes = int64_t(2) << 20;
 
-struct Bf16Plan {
-  Bf16Kernel kernel = Bf16Kernel::PairChain;
-  int k_threads = 1;  // the K split's threads (1: none)
-  bool operator==(const Bf16Plan&) const = default;
+struct BrgemmPlan {
+  BrgemmKernel kernel = BrgemmKernel::Blocked;
+  int k_threads = 1;      // the K split's threads (1: none)
+  bool may_split = false;  // a K split's conditions, but for the thread count's, hold
+  bool operator==(const BrgemmPlan&) const = default;
 };
 
 bool power_of_two(int64_t x) { return x > 0 && (x & (x - 1)) == 0; }
 
-Bf16Plan bf16_plan(const Avx512Bf16Bmm& call, bool one_matrix) {
+// oneDNN's disbalance of w work items over b workers (get_imbalance).
+float imbalance(int64_t w, int64_t b) {
+  const int64_t r = w % b;
+  return static_cast<float>(w < b ? b - r : std::min(b - r, r)) / static_cast<float>(b);
+}
+
+}  // namespace
+
+int f16_bwd_w_k_threads(int64_t M, int64_t N, int64_t K, int threads) {
+  if (K < 2048 || threads < 2 || threads <= (N + 63) / 64) return 1;
+  const int64_t n_blk = std::min<int64_t>(64, N), nnb = (N + n_blk - 1) / n_blk;  // PyTorch's B layout: n_blk not reduced
+  float best = 0;
+  int winner = 0;
+  for (int nthr_k = std::min(threads, 4); nthr_k >= 1; --nthr_k) {
+    const int64_t nthr_mn = threads / nthr_k;
+    const float ta = static_cast<float>(threads - nthr_mn * nthr_k) / static_cast<float>(threads);
+    const float kd = imbalance(K, nthr_k * 512);
+    for (int64_t ncs = std::min<int64_t>(16, (N + 63) / 64); ncs >= 1; --ncs) {
+      const float nc = static_cast<float>((nnb + ncs - 1) / ncs * ncs - nnb) / static_cast<float>(nnb);
+      for (int64_t m_blk = std::min<int64_t>(M, 256); m_blk >= std::min<int64_t>(M, 16); --m_blk) {
+        const int64_t m_blocks = (M + m_blk - 1) / m_blk;
+        const float pw = imbalance(m_blocks * ((N + n_blk * ncs - 1) / (n_blk * ncs)), nthr_mn);
+        const float mb = static_cast<float>(m_blk * m_blocks % M) / static_cast<float>(M);
+        const float score = ((((pw + mb) + nc) + ta) + kd) / 5.0f;
+        if (winner == 0 || score < best) {
+          best = score;
+          winner = nthr_k;
+        }
+      }
+    }
+  }
+  return winner;
+}
+
+namespace {
+
+BrgemmPlan brgemm_plan(const BrgemmBmm& call, bool one_matrix) {
   const int64_t M = call.M, N = call.N, K = call.K;
   const bool b_row_major = call.b_row_major || (one_matrix && call.b_copied_alone);
+  const bool f16 = call.isa == OneDnn::Avx512Fp16;
   const int split = one_matrix && call.threads >= 2 ? std::min(call.threads, 4) : 1;
-  Bf16Plan plan;
+  BrgemmPlan plan;
   if (N == 1 || M == 1) {
     const bool chain = N == 1 ? K > 1 && M > 1 && call.a_k_major : K > 1 && b_row_major;
-    plan.kernel = chain ? Bf16Kernel::FmaChain : Bf16Kernel::Pairs16;
+    plan.kernel = chain ? BrgemmKernel::GemvChain : BrgemmKernel::GemvLanes;
     const int64_t mv = N == 1 ? M : N;  // the gemv's rows
-    if (chain && power_of_two(2 * mv) && mv * K * 2 > kL2Bytes && (mv + std::min<int64_t>(mv, 16) - 1) / std::min<int64_t>(mv, 16) <= 2 * int64_t(call.threads))
+    plan.may_split = one_matrix && chain && power_of_two(2 * mv) && mv * K * 2 > kL2Bytes;
+    if (plan.may_split && (mv + std::min<int64_t>(mv, 16) - 1) / std::min<int64_t>(mv, 16) <= 2 * int64_t(call.threads))
       plan.k_threads = split;
-  } else if (call.a_k_major && K >= 2048 && power_of_two(K) && N <= 64) {  // 'bwd_w' parallel K
-    plan.k_threads = split;
+  } else if (f16) {  // 'bwd_w' parallel K, by oneDNN's imbalance score
+    plan.may_split = one_matrix && call.a_k_major && K >= 2048;
+    if (plan.may_split) plan.k_threads = f16_bwd_w_k_threads(M, N, K, call.threads);
+  } else {  // 'bwd_w' parallel K, for bf16 only at a power-of-two K
+    plan.may_split = one_matrix && call.a_k_major && K >= 2048 && power_of_two(K) && N <= 64;
+    if (plan.may_split) plan.k_threads = split;
   }
   return plan;
 }
 
 // The sums of one output element (or `lanes` adjacent ones) over products x(k) * y(k).
-struct Bf16Sums {
+struct BrgemmSums {
   Builder& b;
   int lanes;
+  bool pairs;  // bf16: vdpbf16ps pairs; f16: one k per fma
   std::function<ExprRef(int64_t)> x_at, y_at;  // constant k
   std::function<ExprRef(ExprRef)> x, y;        // k of a loop
   ExprRef zero() const { return f32c(0.0, lanes); }
 
-  // vdpbf16ps over [k0, k0 + count) onto local `acc`: (acc + p[k+1]) + p[k], an odd count's last
-  // product after a zero pair.
-  void pairs(int acc, int64_t k0, int64_t count) const {
+  // One block's chain over [k0, k0 + count) onto local `acc`. bf16 (vdpbf16ps): (acc + p[k+1]) +
+  // p[k], an odd count's last product after a zero pair; f16: fma(x_k, y_k, acc).
+  void chain(int acc, int64_t k0, int64_t count) const {
+    if (!pairs) {
+      b.for_range("k", idx(k0), idx(k0 + count), 1, [&](ExprRef k) { b.assign(acc, fma(x(k), y(k), b.get(acc))); });
+      return;
+    }
     const int64_t even = count / 2 * 2;
     if (even > 0)
       b.for_range("k", idx(k0), idx(k0 + even), 2, [&](ExprRef k) {
@@ -443,10 +492,10 @@ struct Bf16Sums {
       });
     if (count % 2) b.assign(acc, bf16_pair_dot(b.get(acc), zero(), zero(), x_at(k0 + count - 1), y_at(k0 + count - 1)));
   }
-  ExprRef pair_chain(int64_t k0, int64_t count) const {
+  ExprRef block(int64_t k0, int64_t count) const {
     const int acc = b.local("onednn.acc", Type{ScalarType::f32, lanes});
     b.assign(acc, zero());
-    pairs(acc, k0, count);
+    chain(acc, k0, count);
     return b.let("onednn.block", b.get(acc));
   }
   // The general kernel's K blocks, dealt to `k_threads` (balance211), each thread's in order.
@@ -459,8 +508,8 @@ struct Bf16Sums {
     auto sum_of = [&](size_t begin, size_t end) {
       ExprRef sum;
       for (size_t i = begin; i < end; ++i) {
-        ExprRef block = pair_chain(blocks[i].first, blocks[i].second);
-        sum = sum ? b.let("onednn.blocks", add(sum, block)) : block;
+        ExprRef one = block(blocks[i].first, blocks[i].second);
+        sum = sum ? b.let("onednn.blocks", add(sum, one)) : one;
       }
       return sum;
     };
@@ -474,35 +523,51 @@ struct Bf16Sums {
     }
     return total;
   }
+  // The lane gemv's 16 lanes over [k0, k0 + count): bf16 pairs16 (lane l: the pair 2l + 1, 2l of
+  // each 32-k chunk), f16 lanes16 (lane l: k = l of each 16-k chunk, by fma).
+  void lane_steps(const std::vector<int>& lane, int64_t k0, int64_t count) const {
+    const int kLanes = int(lane.size()), chunk = pairs ? 2 * kLanes : kLanes;
+    const int64_t full = count / chunk * chunk;
+    auto step = [&](int l, ExprRef k_even, ExprRef k_odd) {
+      const int acc = lane[size_t(l)];
+      if (pairs) b.assign(acc, bf16_pair_dot(b.get(acc), x(k_odd), y(k_odd), x(k_even), y(k_even)));
+      else b.assign(acc, fma(x(k_even), y(k_even), b.get(acc)));
+    };
+    if (full > 0)
+      b.for_range("kc", idx(k0), idx(k0 + full), chunk, [&](ExprRef c) {
+        for (int l = 0; l < kLanes; ++l) {
+          const int64_t k_even = pairs ? 2 * l : l;
+          step(l, k_even ? add(c, idx(k_even)) : c, pairs ? add(c, idx(k_even + 1)) : nullptr);
+        }
+      });
+    if (count == full) return;
+    // The masked chunk. bf16: every lane steps, missing k as zero products; f16: a lane past the
+    // end adds fma(+0, +0, L) = L (no lane sum is -0), so it is left as it is.
+    const int64_t c = k0 + full, left = count - full;
+    for (int l = 0; l < kLanes; ++l) {
+      const int acc = lane[size_t(l)];
+      if (!pairs) {
+        if (l < left) b.assign(acc, fma(x_at(c + l), y_at(c + l), b.get(acc)));
+        continue;
+      }
+      auto at = [&](int64_t t, bool x_side) { return t < left ? (x_side ? x_at(c + t) : y_at(c + t)) : zero(); };
+      b.assign(acc, bf16_pair_dot(b.get(acc), at(2 * l + 1, true), at(2 * l + 1, false), at(2 * l, true), at(2 * l, false)));
+    }
+  }
   // One gemv call over [k0, k0 + count).
-  ExprRef gemv_call(Bf16Kernel kernel, int64_t k0, int64_t count) const {
-    if (kernel == Bf16Kernel::FmaChain) {
+  ExprRef gemv_call(BrgemmKernel kernel, int64_t k0, int64_t count) const {
+    if (kernel == BrgemmKernel::GemvChain) {
       const int acc = b.local("onednn.chain", Type{ScalarType::f32, lanes});
       b.assign(acc, zero());
       b.for_range("k", idx(k0), idx(k0 + count), 1, [&](ExprRef k) { b.assign(acc, fma(x(k), y(k), b.get(acc))); });
       return b.let("onednn.chain_sum", b.get(acc));
     }
-    constexpr int kLanes = 16, kChunk = 32;
     std::vector<int> lane;
-    for (int l = 0; l < kLanes; ++l) {
+    for (int l = 0; l < 16; ++l) {
       lane.push_back(b.local("onednn.lane", Type{ScalarType::f32, lanes}));
       b.assign(lane.back(), zero());
     }
-    const int64_t full = count / kChunk * kChunk;
-    if (full > 0)
-      b.for_range("kc", idx(k0), idx(k0 + full), kChunk, [&](ExprRef c) {
-        for (int l = 0; l < kLanes; ++l) {
-          const ExprRef k_even = l ? add(c, idx(2 * l)) : c, k_odd = add(c, idx(2 * l + 1));
-          b.assign(lane[size_t(l)], bf16_pair_dot(b.get(lane[size_t(l)]), x(k_odd), y(k_odd), x(k_even), y(k_even)));
-        }
-      });
-    if (count > full) {  // the masked chunk: every lane steps, missing k as zero products
-      const int64_t c = k0 + full, left = count - full;
-      for (int l = 0; l < kLanes; ++l) {
-        auto at = [&](int64_t t, bool x_side) { return t < left ? (x_side ? x_at(c + t) : y_at(c + t)) : zero(); };
-        b.assign(lane[size_t(l)], bf16_pair_dot(b.get(lane[size_t(l)]), at(2 * l + 1, true), at(2 * l + 1, false), at(2 * l, true), at(2 * l, false)));
-      }
-    }
+    lane_steps(lane, k0, count);
     auto get = [&](int l) { return b.get(lane[size_t(l)]); };
     std::vector<ExprRef> t, u;
     for (int l = 0; l < 8; ++l) t.push_back(b.let("onednn.t", add(get(l), get(l + 8))));
@@ -510,12 +575,12 @@ struct Bf16Sums {
     return b.let("onednn.gemv", add(add(u[0], u[1]), add(u[2], u[3])));
   }
   // Whole k_blk blocks as one call, the rest as another, added.
-  ExprRef gemv_pieces(Bf16Kernel kernel, int64_t k0, int64_t count, int64_t k_blk) const {
+  ExprRef gemv_pieces(BrgemmKernel kernel, int64_t k0, int64_t count, int64_t k_blk) const {
     const int64_t whole = count / k_blk * k_blk;
     if (whole == count || whole == 0) return gemv_call(kernel, k0, count);
     return b.let("onednn.pieces", add(gemv_call(kernel, k0, whole), gemv_call(kernel, k0 + whole, count - whole)));
   }
-  ExprRef gemv(Bf16Kernel kernel, int64_t K, int k_threads) const {
+  ExprRef gemv(BrgemmKernel kernel, int64_t K, int k_threads) const {
     if (k_threads == 1) return gemv_pieces(kernel, 0, K, std::min(K, kGemvKBlock));
     const int64_t kk = (K + k_threads - 1) / k_threads, k_blk = std::min(kk, kGemvKBlock), chunk = k_blk * ((kk + k_blk - 1) / k_blk);
     ExprRef total = zero();  // the chunks' sums, added in order into a zeroed buffer
@@ -524,11 +589,12 @@ struct Bf16Sums {
   }
 };
 
-void emit_bf16_plan(Builder& b, const Avx512Bf16Bmm& call, const Bf16Plan& plan, int64_t rows, const Matrix& a, const Matrix& bm,
-                    const Matrix& c) {
+void emit_brgemm_plan(Builder& b, const BrgemmBmm& call, const BrgemmPlan& plan, int64_t rows, const Matrix& a, const Matrix& bm,
+                      const Matrix& c) {
   const int64_t N = call.N, K = call.K;
   const int lanes = bm.step != 1 || c.step != 1 ? 1 : N % 16 == 0 ? 16 : N % 8 == 0 ? 8 : N % 4 == 0 ? 4 : 1;
   const ScalarType storage = b.kernel().buffers[size_t(c.buffer)].elem;
+  const bool bf16 = call.isa == OneDnn::Avx512Bf16;
   b.for_range("j", idx(0), idx(rows), 1, [&](ExprRef j) {
     const ExprRef a_row = b.let("a_row", add(a.base, mul(j, idx(a.stride))));
     const ExprRef c_row = b.let("c_row", add(c.base, mul(j, idx(c.stride))));
@@ -539,28 +605,41 @@ void emit_bf16_plan(Builder& b, const Avx512Bf16Bmm& call, const Bf16Plan& plan,
         return lanes > 1 ? broadcast(v, lanes) : v;
       };
       auto y = [&](ExprRef k) { return as_f32(load(b.kernel(), bm.buffer, add(b_col, mul(k, idx(bm.stride))), lanes)); };
-      const Bf16Sums sums{b, lanes, [&](int64_t k) { return x(idx(k)); }, [&](int64_t k) { return y(idx(k)); }, x, y};
-      const ExprRef sum = plan.kernel == Bf16Kernel::PairChain ? sums.blocked(K, call.a_k_major, plan.k_threads) : sums.gemv(plan.kernel, K, plan.k_threads);
-      b.store(c.buffer, add(c_row, c.step == 1 ? e : mul(e, idx(c.step))), cast(flush_subnormal(b, sum), storage));
+      const BrgemmSums sums{b, lanes, bf16, [&](int64_t k) { return x(idx(k)); }, [&](int64_t k) { return y(idx(k)); }, x, y};
+      const ExprRef sum = plan.kernel == BrgemmKernel::Blocked ? sums.blocked(K, call.a_k_major, plan.k_threads) : sums.gemv(plan.kernel, K, plan.k_threads);
+      // bf16: vcvtneps2bf16 reads a subnormal as a zero; f16: vcvtps2ph keeps f16 subnormals.
+      b.store(c.buffer, add(c_row, c.step == 1 ? e : mul(e, idx(c.step))), cast(bf16 ? flush_subnormal(b, sum) : sum, storage));
     });
   });
 }
 
 }  // namespace
 
-void emit_avx512bf16_bmm(Builder& b, const Avx512Bf16Bmm& call, int64_t rows, const Matrix& a, const Matrix& bm, const Matrix& c) {
-  const Bf16Plan many = bf16_plan(call, false);
+void emit_brgemm_bmm(Builder& b, const BrgemmBmm& call, int64_t rows, const Matrix& a, const Matrix& bm, const Matrix& c) {
+  const bool f16 = call.isa == OneDnn::Avx512Fp16;
+  if (!f16 && call.isa != OneDnn::Avx512Bf16) throw Error("internal: oneDNN's brgemm kernels are avx512_bf16's or avx512_fp16's");
+  if ((b.kernel().buffers[size_t(c.buffer)].elem == ScalarType::f16) != f16)
+    throw Error("internal: oneDNN's avx512_fp16 brgemm takes f16 products, its avx512_bf16 one bf16 ones");
+  const BrgemmPlan many = brgemm_plan(call, false);
   // A launch of one (batch, head) reaches oneDNN only over 4096 multiply-adds.
-  const Bf16Plan alone = call.M * call.N * call.K > kStubWork ? bf16_plan(call, true) : many;
-  if (alone.k_threads > 2)
+  const BrgemmPlan alone = call.M * call.N * call.K > kStubWork ? brgemm_plan(call, true) : many;
+  // bf16: a split on more than 2 threads is refused; f16: a product that may split at all on more
+  // than 4 (oneDNN's candidates and conditions for more threads are read, not measured).
+  if (!f16 && alone.k_threads > 2)
     b.refuse_launch(1, fmt::format("one (batch, head) with torch on {} threads: oneDNN splits the bf16 product of {} x {} x {} (M x K x N) "
                                    "over K on its threads, and oneDNN's K splits are measured on 2 threads only "
                                    "(docs/research/torch2.15-attention-16bit-composite.md); give the order threads=2 or threads=1 if "
                                    "torch ran on that many",
                                    call.threads, call.M, call.K, call.N));
-  if (alone == many) return emit_bf16_plan(b, call, many, rows, a, bm, c);
-  b.if_else(binary(Op::Eq, grid_extent(0), idx(1)), [&] { emit_bf16_plan(b, call, alone, rows, a, bm, c); },
-            [&] { emit_bf16_plan(b, call, many, rows, a, bm, c); });
+  if (f16 && alone.may_split && call.threads > 4)
+    b.refuse_launch(1, fmt::format("one (batch, head) with torch on {} threads: oneDNN may split the f16 product of {} x {} x {} (M x K x N) "
+                                   "over K on its threads, and its f16 K splits are measured on 2 to 4 threads only "
+                                   "(docs/research/torch2.15-attention-16bit-composite-f16-avx512fp16.md); give the order threads=1 to "
+                                   "threads=4 if torch ran on that many",
+                                   call.threads, call.M, call.K, call.N));
+  if (alone == many) return emit_brgemm_plan(b, call, many, rows, a, bm, c);
+  b.if_else(binary(Op::Eq, grid_extent(0), idx(1)), [&] { emit_brgemm_plan(b, call, alone, rows, a, bm, c); },
+            [&] { emit_brgemm_plan(b, call, many, rows, a, bm, c); });
 }
 
 }  // namespace ordo::gen

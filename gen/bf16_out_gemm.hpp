@@ -94,38 +94,56 @@ struct OneDnnBmm {
 // `bm` may be read with any step (a transposed view); `a` is read along k with its step.
 void emit_onednn_bf16_bmm(ir::Builder& b, const OneDnnBmm& call, const ir::ExprRef& first_row, int64_t rows, const Matrix& a,
                           const Matrix& bm, const Matrix& c);
-// torch.bmm over bf16 tensors on a CPU with avx512_bf16 (AttentionBackwardOrder::OneDnn::Avx512Bf16),
-// for the composite's products where B*H*M*K*N > 4096: one batched oneDNN matmul,
-// brg_matmul:avx512_core_bf16, no scale or post-op. Every output element is one f32 sum, flushed
-// (a subnormal reads as the zero of its sign) and rounded to bf16 by vcvtneps2bf16. Its kernel,
-// by the shapes and layouts oneDNN sees:
-//   N == 1: an fma chain if K > 1, M > 1 and A is K-major (n1_A_trans), else pairs16;
-//   else M == 1: an fma chain if K > 1 and B is row-major (m1_B_plain), else pairs16;
-//   else the pair chain acc = (acc + p[k+1]) + p[k] (vdpbf16ps; an odd count's last product after
-//        a zero pair) per K block from +0, the blocks added in order: one up to K = 512; A
-//        row-major: [512, K - 512] up to 1024, then 1024-blocks; A K-major: 512-blocks.
-//   pairs16: 16 lanes, lane l taking the pair (32c + 2l + 1, 32c + 2l) of every 32-k chunk (the
-//        last chunk's missing k as zero products, a step still taken), then t_l = L_l + L_{l+8},
-//        u_l = t_l + t_{l+4}, (u0 + u1) + (u2 + u3);
+// torch.bmm over 16-bit tensors by oneDNN's brgemm and gemv kernels, for the composite's products
+// where B*H*M*K*N > 4096: one batched oneDNN matmul, no scale or post-op. `isa` names the kernels:
+//   Avx512Bf16 (bf16 on a CPU with avx512_bf16, brg_matmul:avx512_core_bf16): vdpbf16ps pairs;
+//     every output flushed (a subnormal reads as the zero of its sign) and rounded to bf16 by
+//     vcvtneps2bf16;
+//   Avx512Fp16 (f16 on a CPU with avx512_fp16, brg_matmul:avx10_1_512): the halves converted to
+//     f32 (exactly) and oneDNN's f32 kernels, one k per step; every output rounded to f16 (RNE,
+//     subnormals kept, overflow to inf).
+// The kernel, by the shapes and layouts oneDNN sees:
+//   N == 1: an fma chain if K > 1, M > 1 and A is K-major (n1_A_trans), else the lane gemv;
+//   else M == 1: an fma chain if K > 1 and B is row-major (m1_B_plain), else the lane gemv;
+//   else blocked: per K block a chain from +0, the blocks added in order: one block up to K = 512;
+//        A row-major: [512, K - 512] up to 1024, then 1024-blocks; A K-major: 512-blocks. The
+//        chain is acc = (acc + p[k+1]) + p[k] in bf16 (an odd count's last product after a zero
+//        pair), acc = fma(a_k, b_k, acc) in f16.
+//   lane gemv: 16 lanes, then t_l = L_l + L_{l+8}, u_l = t_l + t_{l+4}, (u0 + u1) + (u2 + u3). bf16
+//        (pairs16): lane l takes the pair (32c + 2l + 1, 32c + 2l) of every 32-k chunk (the last
+//        chunk's missing k as zero products, a step still taken); f16 (lanes16): lane l takes
+//        every k = l mod 16 by fma.
 //   fma chain: acc = fma(a_k, b_k, acc) from +0, k ascending, IEEE (no flush).
 // Both gemv kernels sum k < 16384 * floor(K / 16384) and the rest as two calls, added. Thread
 // effects, both needing B*H == 1 (the launch's grid_extent(0)) and 2 or more threads: the fma chain
 // with 2*Mv bytes a power of two (Mv = N, or M for N == 1), Mv*K*2 > 2 MiB and ceil(Mv/16) <= 2T
-// splits K over min(T, 4) threads; the pair chain with A K-major, K = 2^n >= 2048 and N <= 64
-// deals its 512-blocks to min(T, 4) threads (balance211). Each thread's part is summed alone and
-// the parts are added in order to +0. Measured against torch 2.15.0 on an Intel Xeon
-// (docs/research/torch2.15-attention-16bit-composite.md, "A host with avx512_bf16"); the splits
-// on 2 threads only: on more, a launch of one (batch, head) that splits is refused.
-struct Avx512Bf16Bmm {
+// splits K over min(T, 4) threads; blocked with A K-major ('bwd_w'), K >= 2048 and, in bf16,
+// K = 2^n and N <= 64 deals its 512-blocks to min(T, 4) threads (balance211); in f16, with
+// T > ceil(N/64), to the thread count oneDNN's imbalance score picks (f16_bwd_w_k_threads). Each
+// thread's part is summed alone and the parts are added in order to +0. Measured against torch
+// 2.15.0 on an Intel Xeon (bf16: docs/research/torch2.15-attention-16bit-composite.md, "A host
+// with avx512_bf16", the splits on 2 threads only; f16:
+// docs/research/torch2.15-attention-16bit-composite-f16-avx512fp16.md, the splits on 2, 3 and 4
+// threads). A launch of one (batch, head) whose product could split on more threads than measured
+// is refused.
+struct BrgemmBmm {
   int64_t M = 0, N = 0, K = 0;    // one (batch, head)'s C[M][N] = sum_k A[M][K] B[K][N]
   bool a_k_major = false;         // A is a transposed view (P^T, q^T)
   bool b_row_major = true;        // B is K x N row-major (else a transposed view: k^T, v^T)
   bool b_copied_alone = false;    // PyTorch copies B row-major when B*H == 1 (k^T: its batch stride is D)
   int threads = 1;                // PyTorch's thread count, the primitive's
+  ir::AttentionBackwardOrder::OneDnn isa = ir::AttentionBackwardOrder::OneDnn::Avx512Bf16;  // Avx512Bf16 or Avx512Fp16
 };
 // Rows [0, rows) of `a` and `c` (rows of the product: row j of C is element j of `a`'s rows).
 // `bm` and `c` may have any column step; `a` is read along k with its step.
-void emit_avx512bf16_bmm(ir::Builder& b, const Avx512Bf16Bmm& call, int64_t rows, const Matrix& a, const Matrix& bm, const Matrix& c);
+void emit_brgemm_bmm(ir::Builder& b, const BrgemmBmm& call, int64_t rows, const Matrix& a, const Matrix& bm, const Matrix& c);
+
+// The threads oneDNN's f16 brgemm on `threads` threads gives the K of a 'bwd_w' product (A K-major,
+// one (batch, head), K >= 2048, threads > ceil(N/64); else 1): the candidate nthr_k = min(T, 4),
+// ..., 1 with the least imbalance score (a later one only when strictly less), each scored by its
+// best n-chunk size and M block (docs/research/torch2.15-attention-16bit-composite-f16-avx512fp16.md
+// §4).
+int f16_bwd_w_k_threads(int64_t M, int64_t N, int64_t K, int threads);
 
 // Whether B*H*M*K*N > 4096 for a launch of grid_extent(0) (batch, head) matrices, as a bool
 // expression (constant when M*K*N alone decides).

@@ -42,19 +42,24 @@ struct CompositeRows {
 // (o.softmax). The call's kernel takes every dot product whole, so any split into rows gives
 // the same bits where gemm_nt_splits_rows allows one. 16-bit inputs: `probs` has their type, the
 // product is ATen's vectorized dot (or its loop), and s*scale is rounded to it; where
-// `onednn` takes the bf16 products, they are oneDNN's (gen/bf16_out_gemm.hpp).
+// `onednn` takes the 16-bit products, they are oneDNN's (gen/bf16_out_gemm.hpp).
 struct CompositeOneDnn;
 void emit_composite_probs(ir::Builder& b, const Request& r, const ir::AttentionOrder& o, const CompositeRows& at, bool threaded,
                           const CompositeOneDnn& onednn);
 
 // Where the 16-bit composite's products go to oneDNN (bf16 with the order's
-// AttentionBackwardOrder::onednn_16bit Emulated or Avx512Bf16, which the forward shares): `taken`,
+// AttentionBackwardOrder::onednn_16bit Emulated or Avx512Bf16, f16 with Avx512Fp16; the forward
+// shares it): `taken`,
 // a bool of the launch (B*H*S_q*S_k*D > 4096; constant when the shape decides alone), null where
 // they never do; `threads`, PyTorch's thread count, the primitive's; `kind`, which oneDNN kernels.
 struct CompositeOneDnn {
   ir::ExprRef taken;
   int threads = 1;
   ir::AttentionBackwardOrder::OneDnn kind = ir::AttentionBackwardOrder::OneDnn::Off;
+  // oneDNN's brgemm and gemv kernels (emit_brgemm_bmm), not its emulated bf16 gemm.
+  bool brgemm() const {
+    return kind == ir::AttentionBackwardOrder::OneDnn::Avx512Bf16 || kind == ir::AttentionBackwardOrder::OneDnn::Avx512Fp16;
+  }
 };
 CompositeOneDnn composite_onednn(const Request& r, const ir::Order& order, int threads);
 // Emits onednn() where `d` takes the products and otherwise() where it does not (an If on the

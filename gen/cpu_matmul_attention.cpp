@@ -13,8 +13,10 @@
 // bf16 and f16: the scores and P are 16-bit scratch, PyTorch's intermediate tensors, and the
 // products ATen's own where PyTorch's oneDNN check fails, or (bf16 on AVX-512, in a launch of
 // B*H*S_q*S_k*D > 4096) oneDNN's: its emulated kernel without avx512_bf16, its brgemm and gemv
-// kernels with it (gen/bf16_out_gemm.hpp). Either way every element is its own sum, so the rows always go in
-// chunks of 32 (docs/research/torch2.15-attention-16bit-composite.md).
+// kernels with it; f16 on a CPU with avx512_fp16, oneDNN's brgemm and gemv kernels over the
+// halves converted to f32 (gen/bf16_out_gemm.hpp). Either way every element is its own sum, so the
+// rows always go in chunks of 32 (docs/research/torch2.15-attention-16bit-composite.md,
+// docs/research/torch2.15-attention-16bit-composite-f16-avx512fp16.md).
 #include <fmt/format.h>
 
 #include <cmath>
@@ -44,7 +46,9 @@ std::string composite_products(const Request& r, const GemmOrder& mkl) {
 CompositeOneDnn composite_onednn(const Request& r, const Order& order, int threads) {
   using OneDnn = AttentionBackwardOrder::OneDnn;
   const OneDnn kind = order.attention_backward.onednn_16bit;
-  if (r.x_dtype != ScalarType::bf16 || (kind != OneDnn::Emulated && kind != OneDnn::Avx512Bf16)) return {};
+  const bool modelled = r.x_dtype == ScalarType::bf16 ? kind == OneDnn::Emulated || kind == OneDnn::Avx512Bf16
+                                                     : r.x_dtype == ScalarType::f16 && kind == OneDnn::Avx512Fp16;
+  if (!modelled) return {};
   return {onednn_bmm_taken(r.seq_q * r.seq_k * r.cols), threads, kind};
 }
 
@@ -56,7 +60,10 @@ void emit_by_dispatch(Builder& b, const CompositeOneDnn& d, const std::function<
 
 std::string dispatch_label(const CompositeOneDnn& d, const std::string& products) {
   if (!d.taken || (d.taken->op == Op::Const && !d.taken->imm_i)) return products;
-  const std::string kernel = d.kind == AttentionBackwardOrder::OneDnn::Avx512Bf16 ? "oneDNN's brg_matmul:avx512_core_bf16" : "oneDNN's gemm:jit:bf16";
+  using OneDnn = AttentionBackwardOrder::OneDnn;
+  const std::string kernel = d.kind == OneDnn::Avx512Bf16   ? "oneDNN's brg_matmul:avx512_core_bf16"
+                             : d.kind == OneDnn::Avx512Fp16 ? "oneDNN's brg_matmul:avx10_1_512 (f16 as f32)"
+                                                            : "oneDNN's gemm:jit:bf16";
   if (d.taken->op == Op::Const) return kernel;
   return kernel + " where B*H*S_q*S_k*D > 4096, else " + products;
 }
@@ -73,8 +80,7 @@ void emit_composite_probs(Builder& b, const Request& r, const AttentionOrder& o,
     const OneDnnBmm call{Sq, Sk, D, false, binary(Op::Ne, grid_extent(0), idx(1)), onednn.threads};
     const Matrix k_t{at.k, at.kv_base, 1, 0, D};
     auto by_onednn = [&] {
-      if (onednn.kind == AttentionBackwardOrder::OneDnn::Avx512Bf16)
-        emit_avx512bf16_bmm(b, Avx512Bf16Bmm{Sq, Sk, D, false, false, true, onednn.threads}, at.n, q_rows, k_t, s);
+      if (onednn.brgemm()) emit_brgemm_bmm(b, BrgemmBmm{Sq, Sk, D, false, false, true, onednn.threads, onednn.kind}, at.n, q_rows, k_t, s);
       else emit_onednn_bf16_bmm(b, call, at.first_query, at.n, q_rows, k_t, s);
     };
     emit_by_dispatch(b, onednn, by_onednn, [&] {
@@ -132,8 +138,7 @@ Kernel build_cpu_matmul_attention(const Request& r, const Order& order) {
       b.region("p@v", fmt::format("{} of {} rows x {} keys, D = {}: {}", n, Sq, Sk, D, how), [&] {
         const OneDnnBmm call{Sq, D, Sk, false, constant(Type{ScalarType::boolean, 1}, 0), onednn.threads};
         auto by_onednn = [&] {
-          if (onednn.kind == AttentionBackwardOrder::OneDnn::Avx512Bf16)
-            emit_avx512bf16_bmm(b, Avx512Bf16Bmm{Sq, D, Sk, false, true, false, onednn.threads}, n, s, v_rows, out_rows);
+          if (onednn.brgemm()) emit_brgemm_bmm(b, BrgemmBmm{Sq, D, Sk, false, true, false, onednn.threads, onednn.kind}, n, s, v_rows, out_rows);
           else emit_onednn_bf16_bmm(b, call, c0, n, s, v_rows, out_rows);
         };
         emit_by_dispatch(b, onednn, by_onednn, [&] {

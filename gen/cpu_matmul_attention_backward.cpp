@@ -15,8 +15,9 @@
 // (gen/bf16_out_gemm.hpp): dv, dk sequential, grad_p by the vectorized dot, dq ilp4; dk is summed
 // in its own layout. bf16 on AVX-512 without avx512_bf16, in a launch of B*H*S_q*S_k*D > 4096:
 // every product oneDNN's emulated kernel, dk^T by rows of D in scratch, then transposed; with
-// avx512_bf16 oneDNN's brgemm and gemv kernels, dk^T's elements stored transposed
-// (docs/research/torch2.15-attention-16bit-composite.md).
+// avx512_bf16 oneDNN's brgemm and gemv kernels, dk^T's elements stored transposed; f16 on a CPU
+// with avx512_fp16 the same kernels over the halves converted to f32
+// (docs/research/torch2.15-attention-16bit-composite.md, and -f16-avx512fp16.md there).
 #include <fmt/format.h>
 
 #include "gen/bf16_out_gemm.hpp"
@@ -79,13 +80,13 @@ Kernel build_cpu_matmul_attention_backward(const Request& r, const Order& order)
     };
     const CompositeOneDnn onednn = composite_onednn(r, order, mkl.threads);
     const std::string how = dispatch_label(onednn, products);
-    // bf16 with oneDNN: its batched matmul (gen/bf16_out_gemm.hpp), the emulated kernel or, on
-    // avx512_bf16, its brgemm and gemv kernels; k^T's and v^T's views as it takes them (the weights
-    // transposed or row-major).
-    const bool brgemm = onednn.kind == AttentionBackwardOrder::OneDnn::Avx512Bf16;
+    // 16-bit with oneDNN: its batched matmul (gen/bf16_out_gemm.hpp), bf16's emulated kernel or, on
+    // avx512_bf16 (bf16) or avx512_fp16 (f16), its brgemm and gemv kernels; k^T's and v^T's views
+    // as it takes them (the weights transposed or row-major).
+    const bool brgemm = onednn.brgemm();
     auto onednn_product = [&](int64_t M, int64_t N, int64_t K, bool src_transposed, bool wei_transposed, const Matrix& a,
                               const Matrix& bm, const Matrix& c) {
-      if (brgemm) return emit_avx512bf16_bmm(b, Avx512Bf16Bmm{M, N, K, src_transposed, !wei_transposed, false, onednn.threads}, M, a, bm, c);
+      if (brgemm) return emit_brgemm_bmm(b, BrgemmBmm{M, N, K, src_transposed, !wei_transposed, false, onednn.threads, onednn.kind}, M, a, bm, c);
       const OneDnnBmm call{M, N, K, src_transposed, constant(Type{ScalarType::boolean, 1}, wei_transposed ? 1 : 0), onednn.threads};
       emit_onednn_bf16_bmm(b, call, idx(0), M, a, bm, c);
     };

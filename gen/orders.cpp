@@ -993,28 +993,23 @@ bool calls_mkl(const Request& r, const Order& o) {
 // Why the 16-bit composite cannot be reproduced here, or empty: its products are modelled as ATen's
 // gemm_stub (the avx2 build's under avx512 too) where PyTorch's oneDNN check fails (bf16: a CPU
 // without AVX-512 or AVX-NE-CONVERT; f16: without avx512_fp16 or AVX-NE-CONVERT; or onednn=off,
-// the parameter of onednn_16bit_model), and in bf16 as oneDNN's emulated kernel where the check
+// the parameter of onednn_16bit_model), in bf16 as oneDNN's emulated kernel where the check
 // passes on AVX-512 without avx512_bf16 (onednn=emulated), and as its brgemm and gemv kernels on
-// a CPU with avx512_bf16 (onednn=on).
+// a CPU with avx512_bf16 (onednn=on), in f16 as those kernels on a CPU with avx512_fp16 (onednn=on).
+// Refused: AVX-NE-CONVERT without the AVX-512 extension (f16: avx512_fp16; bf16: AVX-512).
 std::string composite_16bit_error(const Request& r) {
   std::string why;
   const std::optional<AttentionBackwardOrder::OneDnn> onednn = onednn_16bit_model(r, &why);
   if (onednn == AttentionBackwardOrder::OneDnn::Off || onednn == AttentionBackwardOrder::OneDnn::Emulated ||
-      (onednn == AttentionBackwardOrder::OneDnn::Avx512Bf16 && r.x_dtype == ScalarType::bf16))
+      (onednn == AttentionBackwardOrder::OneDnn::Avx512Bf16 && r.x_dtype == ScalarType::bf16) ||
+      (onednn == AttentionBackwardOrder::OneDnn::Avx512Fp16 && r.x_dtype == ScalarType::f16))
     return {};
   const std::string base = r.order.substr(0, r.order.find('('));
   if (!onednn)
     return fmt::format("order '{}' with {} inputs: {}; '{}(onednn=off)' gives the bits of a CPU where PyTorch's oneDNN check fails, "
                        "and every product is ATen's own",
                        r.order, name(r.x_dtype), why, base);
-  if (onednn == AttentionBackwardOrder::OneDnn::Avx512Fp16)
-    return fmt::format("order '{}' with f16 inputs: {} PyTorch's f16 matmuls with a kernel not modelled for the composite; "
-                       "'{}(onednn=off)' gives the bits of a CPU where its oneDNN check fails",
-                       r.order,
-                       r.order.find("onednn=on") != std::string::npos ? "onednn=on names a CPU with avx512_fp16, whose oneDNN takes"
-                                                                      : "this CPU has avx512_fp16, and its oneDNN takes",
-                       base);
-  throw Error(fmt::format("internal: order '{}' with {} inputs takes no oneDNN bf16 kernel", r.order, name(r.x_dtype)));
+  throw Error(fmt::format("internal: order '{}' with {} inputs takes no oneDNN kernel of its type", r.order, name(r.x_dtype)));
 }
 
 GemmOrder::Kind mkl_host_model(const Request& r) {

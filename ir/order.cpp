@@ -171,9 +171,9 @@ std::string describe(const AttentionBackwardOrder& a) {
     return fmt::format("cpu_flash_backward(key_block={}, gemm={}, dsum lanes={} fold={} no fma, exp={}, bf16 gemm_stub {}{})", a.key_block,
                        describe(a.gemm), a.dsum_lanes, fold_name(a.dsum_fold), math_name(a.exp), a.bf16_stub_fma ? "fma" : "no fma",
                        a.onednn_16bit == AttentionBackwardOrder::OneDnn::Off ? " at every size"
-                       : a.onednn_16bit == AttentionBackwardOrder::OneDnn::Avx512Bf16
-                           ? " or oneDNN over 4096 multiply-adds"
-                           : " or oneDNN (bf16 emulated) over 4096 multiply-adds");
+                       : a.onednn_16bit == AttentionBackwardOrder::OneDnn::Avx512Bf16 ? " or oneDNN over 4096 multiply-adds"
+                       : a.onednn_16bit == AttentionBackwardOrder::OneDnn::Avx512Fp16 ? " or oneDNN (f16 as f32) over 4096 multiply-adds"
+                                                                                       : " or oneDNN (bf16 emulated) over 4096 multiply-adds");
   if (a.kind == AttentionBackwardOrder::Kind::CpuMatmul)
     return fmt::format("composite_backward(autograd of softmax(q@k^T*scale)@v, gemm={})", describe(a.gemm));
   return fmt::format("tiled_backward(lanes={}, dots=sequential{}, dk/dv: queries ascending, dq: keys ascending, exp=sleef_u10)", a.lanes,

@@ -487,7 +487,9 @@ struct AttentionBackwardOrder {
     Emulated,
     // f16: oneDNN's brgemm on a CPU with avx512_fp16 (brg_matmul:avx10_1_512): the halves
     // converted to f32, every output one chain over K in order from +0, then C0 + fl(alpha * sum)
-    // (measured on an Intel Xeon, docs/research/torch2.15-attention-f16.md).
+    // (measured on an Intel Xeon, docs/research/torch2.15-attention-f16.md); the composite's bmm
+    // (CpuMatmul) by oneDNN's f32 brgemm blocks, gemv kernels and K splits (gen/bf16_out_gemm.hpp,
+    // docs/research/torch2.15-attention-16bit-composite-f16-avx512fp16.md).
     Avx512Fp16,
   };
   OneDnn onednn_16bit = OneDnn::Avx512Bf16;

@@ -332,6 +332,10 @@ inline int attention_vs_interpreter(Target target, bool reduced) {
   // bf16 by oneDNN's kernels on avx512_bf16 (brgemm's pair chains, the gemv kernels, the flush of
   // the conversion) whatever the host.
   orders.emplace_back("torch2.15-cpu-math-avx512(threads=2,onednn=on)", ScalarType::bf16);
+  // f16 by oneDNN's kernels on avx512_fp16 (f32 fma chains in K blocks, lanes16 and the gemv's
+  // chain, f16 subnormals kept) whatever the host, on 2 and 3 threads.
+  orders.emplace_back("torch2.15-cpu-math-avx512(threads=2,onednn=on)", ScalarType::f16);
+  orders.emplace_back("torch2.15-cpu-math-avx2(threads=3,onednn=on)", ScalarType::f16);
   int cases = 0;
   size_t order_index = 0;
   for (const auto& [order, dtype] : orders) {
@@ -555,6 +559,9 @@ inline int attention_backward_vs_interpreter(Target target, bool sparse) {
   // ... and by oneDNN's kernels on avx512_bf16, one (batch, head) on 2 threads (k^T copied: one
   // query's q @ k^T by the fma chain) whatever the host.
   orders.emplace_back("torch2.15-cpu-math-avx512(threads=2,onednn=on)", ScalarType::bf16);
+  // ... and in f16 by oneDNN's kernels on avx512_fp16, one (batch, head) on 2 and 3 threads.
+  orders.emplace_back("torch2.15-cpu-math-avx512(threads=2,onednn=on)", ScalarType::f16);
+  orders.emplace_back("torch2.15-cpu-math-avx2(threads=3,onednn=on)", ScalarType::f16);
   int cases = 0, rotation = 0;
   for (const auto& [order, dtype] : orders)
     for (const Shape& s : shapes) {

@@ -223,15 +223,15 @@ TEST_CASE("attention_backward: requests outside what its orders define are rejec
       CHECK(error_of([&](Request& r) { composite(r, "torch2.15-cpu-math-default(onednn=off)"); }) == "(accepted)");
       // Under avx512 PyTorch runs the avx2 build's gemm_stub.
       CHECK(error_of([&](Request& r) { composite(r, "torch2.15-cpu-math-avx512(onednn=off)"); }) == "(accepted)");
-      // oneDNN's kernels with avx512_bf16 and the emulated one are modelled for the composite in bf16; f16's are not.
+      // oneDNN's kernels are modelled for the composite: with avx512_bf16 and the emulated one in bf16,
+      // with avx512_fp16 in f16 (onednn=on names the dtype's own); f16 has no emulated kernel.
       const std::string on = error_of([&](Request& r) { composite(r, "torch2.15-cpu-math-avx2(onednn=on)"); });
       const std::string emulated = error_of([&](Request& r) { composite(r, "torch2.15-cpu-math-avx2(onednn=emulated,threads=2)"); });
+      CHECK(on == "(accepted)");
+      CHECK(error_of([&](Request& r) { composite(r, "torch2.15-cpu-math-avx512(onednn=on,threads=4)"); }) == "(accepted)");
       if (t == ScalarType::bf16) {
-        CHECK(on == "(accepted)");
         CHECK(emulated == "(accepted)");
       } else {
-        CHECK(on.find("order 'torch2.15-cpu-math-avx2(onednn=on)' with f16 inputs: onednn=on names a CPU with avx512_fp16, whose "
-                      "oneDNN takes PyTorch's f16 matmuls with a kernel not modelled for the composite") == 0);
         CHECK(emulated.find("order 'torch2.15-cpu-math-avx2(onednn=emulated,threads=2)' with f16 inputs: onednn=emulated names "
                             "oneDNN's bf16 kernel") == 0);
       }
@@ -307,5 +307,29 @@ TEST_CASE("torch2.15 attention: a launch whose MKL order is not measured is refu
     CHECK(launch_error(compile(r), 1) == "(ran)");
     r.x_dtype = ScalarType::f32;
     r.seq_k = 40;
+  }
+}
+
+TEST_CASE("the f16 composite on avx512_fp16: a launch oneDNN may split over K on more than 4 threads is refused") {
+  // dv = p^T @ dout over 2048 queries in one (batch, head): oneDNN's 'bwd_w' K split, whose choice
+  // and grouping are measured on 2 to 4 threads (gen/bf16_out_gemm.hpp).
+  Request r;
+  r.op = OpKind::attention_backward;
+  r.cols = 8;
+  r.seq_q = 2048;
+  r.seq_k = 8;
+  r.x_dtype = ScalarType::f16;
+  r.saved_stats = true;
+  r.has_weight = r.has_bias = false;
+  for (Target target : {Target::cpu, Target::interpreter}) {
+    CAPTURE(ordo::name(target));
+    r.target = target;
+    r.order = "torch2.15-cpu-math-avx512(onednn=on,threads=5)";
+    KernelHandle five = compile(r);
+    CHECK(launch_error(five, 1).find("rows=1: one (batch, head) with torch on 5 threads: oneDNN may split the f16 product of 8 x 2048 x 8 "
+                                     "(M x K x N) over K on its threads") == 0);
+    CHECK(launch_error(five, 2) == "(ran)");  // two (batch, head)s: no K split
+    r.order = "torch2.15-cpu-math-avx512(onednn=on,threads=4)";
+    CHECK(launch_error(compile(r), 1) == "(ran)");
   }
 }

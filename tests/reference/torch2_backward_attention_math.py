@@ -34,6 +34,15 @@ shapes below include B*H of 2, 3 and 11 around that bound, K past 384 and 1536, 
 head) on 2 threads, whose split makes one-row calls). The forward's out is compared as well
 (ordo.attention with the same order), since the 16-bit forward has no other test.
 
+f16 on a CPU with avx512_fp16 (oneDNN's brgemm over the halves converted to f32, its gemv kernels, its K splits):
+every case above in f16, plus SHAPES_AVX512_FP16 (one query or one key through lanes16 and the fma chains, K blocks,
+the 'bwd_w' split where oneDNN's imbalance score takes it and where not, the gemv's 16384 cut and its K split, f16
+subnormal results), some on 3 threads too ("three"), with "sparse" values (q = 0; a cancelling pair straddling a K
+boundary among small markers), "crafted_dots16" (a cancelling pair of dims among six markers) and "tiny16" (results in
+f16's subnormal range). Leaving out one rule fails cases (CI tier, f16 cases only): lanes16 and the chain swapped 42,
+one K block 66, src-transposed 1024-blocks 60, no bwd_w split 15, the split whenever allowed 4, f16 subnormal results
+flushed 234, no 16384 cut 9; in bf16 no 16384 cut fails its 9 runs of the case aimed at it.
+
 The f32 orders model an AMD host's MKL (its generic kernels, with or without AVX-512; measured on
 an AVX2-only EPYC) and an Intel AVX-512 host's (its avx512 kernels; measured on a Xeon). On other
 hosts the test says what it cannot verify.
@@ -81,10 +90,34 @@ SHAPES_AVX512_BF16 = [((1, 700, 32, 1, 1), "crafted", False), ((1, 300, 48, 1, 3
                       ((1, 200, 32, 1, 2), "tiny", False), ((5, 40, 16, 1, 1), "tiny", True), ((3, 9, 8, 1, 1), "tiny", False),
                       ((1, 500, 64, 1, 1), "crafted_dots", False), ((1, 256, 128, 2, 1), "crafted_dots", False),
                       ((256, 1, 128, 1, 2), "crafted_dots", False), ((1, 16400, 64, 1, 2), "wide", False)]
+# The same oneDNN kernels in bf16: the gemv's cut at K = 16384 alone (one query over 16500 keys, two heads, so no K split):
+# p @ v is an m1 fma chain over S_k, and "sparse" values straddle 16384 with a cancelling pair (see the worker).
+SHAPES_AVX512_BF16 += [((1, 16500, 64, 1, 2), "sparse", False, {"cuts": [16384]})]
+# f16 on a CPU with avx512_fp16 (oneDNN's f32 brgemm over the halves converted, and its gemv kernels; each with the values
+# and mask named, and optionally the K boundaries "sparse" values straddle and "three": the case runs on 3 threads too).
+# One query with one (batch, head) (k^T copied: q @ k^T, p @ v and dq fma chains) and with three (q @ k^T and dout @ v^T by
+# lanes16, K = 40: two 16-chunks and a masked one); one key (q @ k^T by lanes16 over D, dk^T (n1_A_trans) and dv (m1_B_plain)
+# fma chains over S_q); K blocks of 512 then the rest up to 1024 (p @ v over 700 keys), 1024-blocks (1100 keys) and P^T's
+# 512-blocks (dv over 1100 queries); the 'bwd_w' split of dv and dk^T (one (batch, head), S_k = D = 32, so M = 32 allows an
+# even row split and oneDNN's imbalance score lets K decide: split at 2048 and 3000, not at 2560; on 3 threads too); the
+# gemv's cut at 16384 and its K split over 2 and 3 threads (one query over 16500 keys); "tiny16" values whose results are
+# f16 subnormals (kept, not flushed) through oneDNN's kernels and, below 4096 and 400 multiply-adds, ATen's.
+SHAPES_AVX512_FP16 = [((1, 700, 32, 1, 1), "sparse", False, {}), ((1, 300, 40, 1, 3), "crafted_dots16", False, {"three": True}),
+                      ((1, 700, 32, 1, 1), "crafted_dots16", False, {}),
+                      ((1, 520, 24, 1, 2), "crafted_dots16", False, {}), ((520, 1, 16, 1, 1), "sparse", False, {"three": True}),
+                      ((40, 700, 16, 1, 2), "sparse", False, {}), ((33, 1100, 16, 1, 2), "sparse", True, {}),
+                      ((1100, 24, 16, 1, 2), "sparse", False, {}),
+                      ((2048, 32, 32, 1, 1), "sparse", False, {"three": True}), ((2560, 32, 32, 1, 1), "sparse", False, {"three": True}),
+                      ((3000, 32, 32, 1, 1), "sparse", False, {"three": True}), ((2560, 32, 32, 1, 1), "normal", False, {"three": True}),
+                      ((2048, 32, 32, 1, 1), "normal", True, {}), ((3000, 32, 32, 1, 1), "normal", False, {}),
+                      ((1, 16500, 64, 1, 2), "sparse", False, {"cuts": [16384]}),
+                      ((1, 16500, 64, 1, 1), "sparse", False, {"cuts": [5500, 8250, 11000, 16384], "three": True}),
+                      ((64, 40, 16, 1, 1), "tiny16", False, {}), ((1, 200, 32, 1, 2), "tiny16", False, {}),
+                      ((5, 40, 16, 1, 1), "tiny16", True, {}), ((3, 9, 8, 1, 1), "tiny16", False, {})]
 SHAPES_QUICK = [(3, 5, 8, 2, 1), (1, 300, 64, 1, 2), (1, 64, 32, 1, 1), (10, 12, 32, 1, 1), (65, 64, 8, 1, 2), (200, 256, 64, 1, 1)]
 RANGES = [("normal", 1.0), ("sharp", 8.0), ("saturated", 50.0)]
 RANGES_16BIT = RANGES + [("wide", 1.0), ("crafted", 0.0), ("crafted_dots", 1.0)]
-RANGES_NAMED = RANGES_16BIT + [("tiny", 1.0)]  # named by a case only
+RANGES_NAMED = RANGES_16BIT + [("tiny", 1.0), ("tiny16", 1.0), ("sparse", 0.0), ("crafted_dots16", 1.0)]  # named by a case only
 
 
 def cases(tier, dtypes):
@@ -103,10 +136,13 @@ def cases(tier, dtypes):
                 out.append({"sq": s_q, "sk": s_k, "d": d, "batch": batch, "heads": heads, "causal": causal, "dtype": dtype,
                             "range": value_range, "scale": 0.3 if len(out) % 3 == 2 else None, "seed": len(out),
                             "alias": i % 4 == 0})
-    if "bf16" in dtypes and has_cpu_flag("avx512_bf16") and tier != tiers.QUICK:
-        for (s_q, s_k, d, batch, heads), value_range, causal in SHAPES_AVX512_BF16:
-            out.append({"sq": s_q, "sk": s_k, "d": d, "batch": batch, "heads": heads, "causal": causal, "dtype": "bf16",
-                        "range": value_range, "scale": None, "seed": len(out), "alias": False})
+    host_cases = [("bf16", has_cpu_flag("avx512_bf16"), SHAPES_AVX512_BF16), ("f16", has_cpu_flag("avx512_fp16"), SHAPES_AVX512_FP16)]
+    for dtype, host, shapes in host_cases:
+        if dtype not in dtypes or not host or tier == tiers.QUICK:
+            continue
+        for (s_q, s_k, d, batch, heads), value_range, causal, *extra in shapes:
+            out.append({"sq": s_q, "sk": s_k, "d": d, "batch": batch, "heads": heads, "causal": causal, "dtype": dtype,
+                        "range": value_range, "scale": None, "seed": len(out), "alias": False, **(extra[0] if extra else {})})
     return out
 
 
@@ -131,7 +167,7 @@ results = []
 for threads in THREAD_COUNTS:
     torch.set_num_threads(threads)
     for i, c in enumerate(cases):
-        if not runs_on(threads, i):
+        if not runs_on(threads, i) and not (threads == 3 and c.get("three")):
             continue
         g = torch.Generator().manual_seed(5000 + c["seed"])
         shape = (c["batch"], c["heads"])
@@ -158,15 +194,56 @@ for threads in THREAD_COUNTS:
             with torch.no_grad():
                 v.copy_(cancelling(v.float()))
             dout = cancelling(dout)
+        if c["range"] == "sparse":
+            # q = 0 makes P uniform. Per column of v (even columns) and of dout (odd ones, so that dout @ v^T
+            # stays finite) a cancelling pair +-2^30 (f16: +-2^15) straddles a K boundary (the case's "cuts",
+            # else a multiple of 512), the rest are markers (f16: times 2^-12) that a sum holding the big
+            # term loses: which markers survive shows where the sum was cut, and how its parts were grouped.
+            big, small = (2.0 ** 15, 2.0 ** -12) if c["dtype"] == "f16" else (2.0 ** 30, 1.0)
+            with torch.no_grad():
+                q.zero_()
+            def straddling(t, parity):
+                t = t * small
+                n = t.shape[-2]
+                cuts = [x for x in c.get("cuts", range(512, n, 512)) if 8 < x < n - 8]
+                if not cuts:
+                    return t
+                for col in range(parity, t.shape[-1], 2):
+                    for bh in range(t.shape[0] * t.shape[1]):
+                        cut = cuts[int(torch.randint(0, len(cuts), (1,), generator=g))]
+                        a, b = cut - 1 - int(torch.randint(0, 8, (1,), generator=g)), cut + int(torch.randint(0, 8, (1,), generator=g))
+                        t.view(-1, n, t.shape[-1])[bh, a, col] = big
+                        t.view(-1, n, t.shape[-1])[bh, b, col] = -big
+                return t
+            with torch.no_grad():
+                v.copy_(straddling(v.float(), 0))
+            dout = straddling(dout, 1)
+        if c["range"] == "tiny16":
+            # v and dout near f16's smallest normal (2^-14): many inputs subnormal, outputs f16 subnormals
+            with torch.no_grad():
+                v.copy_(v.float() * 2.0 ** -15)
+            dout = dout * 2.0 ** -15
         if c["range"] == "tiny":
             # v and dout near the smallest normal float: outputs on both sides of it, some inputs subnormal
             with torch.no_grad():
                 v.copy_(v.float() * 1e-38)
             dout = dout * 1e-38
-        if c["range"] == "crafted_dots":
+        if c["range"] in ("crafted_dots", "crafted_dots16"):
             # 2^15 * 2^15 and 2^15 * -2^15 at two dims of every row of q and k (dout and v) cancel
             # exactly in q @ k^T (dout @ v^T), and the small terms' order shows in the sum.
+            # crafted_dots16 (f16): 2^8 * +-2^9 at two dims, markers (+-2^-4) * (+-2^-4 * (1 + j/8)) at six
+            # others and zeros elsewhere: a marker is lost (below half an ulp of 2^17) if it joins a sum
+            # holding the pair's term, and the markers that stay move the softmax visibly.
             def cancelling_dims(a, b):
+                if c["range"] == "crafted_dots16":
+                    dims = torch.randperm(c["d"], generator=g)[:8].tolist()
+                    a, b = torch.zeros_like(a), torch.zeros_like(b)
+                    a[..., dims[0]] = a[..., dims[1]] = 2.0 ** 8
+                    b[..., dims[0]], b[..., dims[1]] = 2.0 ** 9, -2.0 ** 9
+                    for d in dims[2:]:
+                        a[..., d] = 2.0 ** -4 * (torch.randint(0, 2, a.shape[:-1], generator=g) * 2 - 1)
+                        b[..., d] = 2.0 ** -4 * (1 + torch.randint(0, 8, b.shape[:-1], generator=g) / 8) * (torch.randint(0, 2, b.shape[:-1], generator=g) * 2 - 1)
+                    return a, b
                 d0, d1 = torch.randperm(c["d"], generator=g)[:2].tolist()
                 a[..., d0] = a[..., d1] = 2.0 ** 15
                 b[..., d0], b[..., d1] = 2.0 ** 15, -2.0 ** 15
@@ -218,11 +295,11 @@ def main():
     else:
         print("NOT VERIFIED: torch2.15-cpu-math-* in bf16 (this CPU has AVX-NE-CONVERT, whose oneDNN bf16 kernels "
               "for PyTorch's bmm ordo does not model, and the orders refuse it)")
-    if not has_cpu_flag("avx512_fp16") and not ne_convert:
+    if has_cpu_flag("avx512_fp16") or not ne_convert:
         dtypes.append("f16")
     else:
-        print("NOT VERIFIED: torch2.15-cpu-math-* in f16 (this CPU has avx512_fp16 or AVX-NE-CONVERT, so PyTorch's f16 bmm is "
-              "oneDNN's, which ordo does not model, and the orders refuse it)")
+        print("NOT VERIFIED: torch2.15-cpu-math-* in f16 (this CPU has AVX-NE-CONVERT without avx512_fp16, so PyTorch's f16 bmm "
+              "is oneDNN's kernel for it, which ordo does not model, and the orders refuse it)")
     if not dtypes:
         return 0
     all_cases = cases(tiers.chosen(args), dtypes)
