@@ -6,7 +6,9 @@
 // AVX2 only, and on an Intel Xeon with AVX-512 but no avx512_bf16, where oneDNN emulates bf16
 // (docs/research/torch2.15-attention-backward.md §5.2, §5.4, §5.5). f16 operands and C take
 // the same stub orders with half roundings (a host without avx512_fp16, where PyTorch's f16 gemm
-// is always gemm_stub's: docs/research/torch2.15-attention-f16.md); C's buffer type decides.
+// is always gemm_stub's: docs/research/torch2.15-attention-f16.md); C's buffer type decides. The
+// eager composite's bmm on a CPU with avx512_bf16 (bf16) or avx512_fp16 (f16) is oneDNN's brgemm
+// and gemv kernels: emit_brgemm_bmm below.
 #pragma once
 
 #include <cstdint>
