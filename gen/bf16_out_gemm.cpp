@@ -404,7 +404,8 @@ struct BrgemmPlan {
   BrgemmKernel kernel = BrgemmKernel::Blocked;
   int k_threads = 1;      // the K split's threads (1: none)
   bool may_split = false;  // a K split's conditions, but for the thread count's, hold
-  bool operator==(const BrgemmPlan&) const = default;
+  // The same sums (may_split only decides a refusal).
+  bool same_sums(const BrgemmPlan& o) const { return kernel == o.kernel && k_threads == o.k_threads; }
 };
 
 bool power_of_two(int64_t x) { return x > 0 && (x & (x - 1)) == 0; }
@@ -637,7 +638,7 @@ void emit_brgemm_bmm(Builder& b, const BrgemmBmm& call, int64_t rows, const Matr
                                    "(docs/research/torch2.15-attention-16bit-composite-f16-avx512fp16.md); give the order threads=1 to "
                                    "threads=4 if torch ran on that many",
                                    call.threads, call.M, call.K, call.N));
-  if (alone == many) return emit_brgemm_plan(b, call, many, rows, a, bm, c);
+  if (alone.same_sums(many)) return emit_brgemm_plan(b, call, many, rows, a, bm, c);
   b.if_else(binary(Op::Eq, grid_extent(0), idx(1)), [&] { emit_brgemm_plan(b, call, alone, rows, a, bm, c); },
             [&] { emit_brgemm_plan(b, call, many, rows, a, bm, c); });
 }
