@@ -83,7 +83,7 @@ SHAPES_16BIT = [((3, 16, 8, 1, 11), "crafted_dots", True), ((10, 12, 32, 2, 1), 
 # one query over 16400 keys; wide values show the cut), crafted dots through pairs16's lane reduction and one query's
 # q @ k^T with one (batch, head), and "tiny" values (v and dout near 1e-38) through oneDNN's flushes and, below
 # B*H*S_q*S_k*D = 4096, ATen's gemm_stub and its loop.
-SHAPES_AVX512_BF16 = [((1, 700, 32, 1, 1), "crafted", False), ((1, 300, 48, 1, 3), "crafted_dots", True),
+SHAPES_AVX512_BF16 = [((1, 700, 32, 1, 1), "crafted", False), ((1, 300, 48, 1, 3), "crafted_dots", False),
                       ((600, 1, 40, 1, 1), "crafted", False),
                       ((1100, 24, 16, 1, 2), "crafted", True), ((2048, 8, 16, 1, 1), "crafted", False),
                       ((1, 16400, 64, 1, 1), "crafted", False), ((64, 40, 16, 1, 1), "tiny", False),
