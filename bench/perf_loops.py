@@ -8,6 +8,7 @@ builds the request with `ordo build` (the JIT's machine code, in a .so with symb
 under `perf record`, then sums `perf annotate`'s samples over each loop: the instructions from a
 backward jump's target to the jump. Loops nest, so an outer loop's share includes its inner ones.
 Every argument after the op goes to `ordo build` as it is. Needs perf and a C compiler (cc).
+`--time ROUNDS` skips perf and prints the driver's fastest time per launch instead.
 """
 import argparse
 import json
@@ -18,7 +19,8 @@ import sys
 import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ORDO = os.path.join(HERE, "..", "build", "bin", "ordo")
+# ORDO_BIN: another ordo binary (an older build's, for a before and after); this checkout's by default.
+ORDO = os.environ.get("ORDO_BIN") or os.path.join(HERE, "..", "build", "bin", "ordo")
 
 # One value per element, in [-0.5, 0.5): f32 as itself, bf16 and f16 as their 16-bit patterns.
 DRIVER = r"""
@@ -26,6 +28,7 @@ DRIVER = r"""
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include "%(header)s"
 static uint16_t to_f16(float f) {  /* values in [-0.5, 0.5): normal or zero, no rounding care needed */
   _Float16 h = (_Float16)f; uint16_t u; memcpy(&u, &h, 2); return u;
@@ -45,8 +48,12 @@ int main(int argc, char** argv) {
       else ((uint16_t*)buffers[i])[j] = to_f16(v);
     }
   }
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
   for (int it = 0; it < iterations; ++it)
     if (%(run)s((void* const*)buffers, rows) != 0) { fprintf(stderr, "the kernel's _run failed\n"); return 1; }
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  printf("%%.6f\n", ((double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec)) / iterations);
   return 0;
 }
 """
@@ -66,6 +73,9 @@ def main():
     ap.add_argument("--rows", type=int, default=8, help="rows (attention: batch*heads) per launch (8)")
     ap.add_argument("--iterations", type=int, default=20, help="launches under perf (20)")
     ap.add_argument("--top", type=int, default=12, help="loops to list, by share (12)")
+    ap.add_argument("--time", type=int, default=0, metavar="ROUNDS",
+                    help="no perf: time --iterations launches ROUNDS times (one thread, the same driver) and print the "
+                         "fastest round's seconds per launch")
     args, build_args = ap.parse_known_args()
     if args.rows < 1 or args.iterations < 1:
         raise SystemExit(f"--rows {args.rows} and --iterations {args.iterations}: each must be 1 or more")
@@ -94,6 +104,12 @@ def main():
         with open(source, "w") as f:
             f.write(driver)
         subprocess.run(["cc", "-O2", source, "-o", exe, f"-L{tmp}", "-lkernel", f"-Wl,-rpath,{tmp}", "-lm"], check=True)
+        if args.time > 0:
+            rounds = [float(subprocess.run([exe, str(args.iterations)], check=True, capture_output=True, text=True).stdout)
+                      for _ in range(args.time)]
+            print(f"{min(rounds) * 1e3:.3f} ms per launch (fastest of {args.time} rounds of {args.iterations}; "
+                  f"all: {', '.join(f'{r * 1e3:.3f}' for r in rounds)})")
+            return 0
         data = os.path.join(tmp, "perf.data")
         subprocess.run(["perf", "record", "-q", "-o", data, exe, str(args.iterations)], check=True, stdout=subprocess.DEVNULL)
         report = subprocess.run(["perf", "report", "-i", data, "--sort", "sym", "--stdio", "-q"], capture_output=True, text=True).stdout
