@@ -428,7 +428,8 @@ struct Attention {
     // D = 64: each pass's dot products took 21% of the time); past kPanelBytes, and on the CUDA
     // targets (where scratch is each thread's local memory), computed again.
     constexpr int64_t kPanelBytes = int64_t(256) << 10;
-    if (!cuda_target(r) && Sk * L * int64_t(sizeof(float)) <= kPanelBytes) {
+    const int64_t panel_bytes = Sk * L * int64_t(sizeof(float));
+    if (!cuda_target(r) && (panel_bytes <= kPanelBytes || (o.keep_scores && panel_bytes <= AttentionOrder::kKeptScoresBytes))) {
       panel = b.buffer("panel", ScalarType::f32, true, Extent::scratch, Sk * L);
       panel_mode = PanelMode::fill;
     }

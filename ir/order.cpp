@@ -121,6 +121,7 @@ std::string describe(const AttentionOrder& a) {
                                                                   : "flash";
   std::string s = fmt::format("{}(query_lanes={}", kind, a.query_lanes);
   if (a.kind == AttentionOrder::Kind::Materialized && a.pv_lanes != 8) s += fmt::format(", pv_lanes={}", a.pv_lanes);
+  if (a.keep_scores) s += ", keep_scores";
   if (a.kind == AttentionOrder::Kind::Flash) s += fmt::format(", key_block={}{}", a.key_block, a.exp2 ? ", exp2" : "");
   if (a.team > 0) s += fmt::format(", team={} (a query per thread, K/V tiles in team memory)", a.team);
   s += fmt::format(", dots=sequential{}, scale={}", a.dot_fma ? "+fma" : "", a.scale_divides ? "divide" : "multiply");

@@ -360,6 +360,11 @@ struct AttentionOrder {
   Kind kind = Kind::Materialized;
   int query_lanes = 8;       // query rows per instance; no numerical effect
   int pv_lanes = 8;          // Materialized: dims per vector of p @ v (8 or 16); no numerical effect
+  // ExactTiled on a CPU: pass 1's dot products are kept for passes 2 and 3 (a panel of S_k
+  // vectors) up to kKeptScoresBytes per instance, where without it they are kept up to 256 KiB and
+  // computed again beyond. No numerical effect.
+  bool keep_scores = false;
+  static constexpr int64_t kKeptScoresBytes = int64_t(2) << 20;
   // Flash on CUDA: > 0 maps an instance to a block (team) of this many threads, one query row
   // each, with every key block's K and V rows staged in team memory by the whole team; the
   // per-query operations and their order are flash's, so the bits equal query_lanes' mapping.
