@@ -197,7 +197,9 @@ void emit_bf16_out_gemm(Builder& b, bool transb, bool stub_fma, OneDnn onednn, i
               b.assign(sums[size_t(s)], step(b.get(sums[size_t(s)]), pk(ks), v_at(ks)));
             }
           });
-        for (int64_t k = fours; k < K; ++k) b.assign(sums[0], step(b.get(sums[0]), pk(idx(k)), v_at(idx(k))));
+        // The K mod 4 tail adds rounded products, fused build or not (measured with products far
+        // below 2^-126, docs/research/torch2.15-attention-16bit-composite.md).
+        for (int64_t k = fours; k < K; ++k) b.assign(sums[0], add(b.get(sums[0]), mul(pk(idx(k)), v_at(idx(k)))));
         const ExprRef dot = add(add(add(b.get(sums[0]), b.get(sums[1])), b.get(sums[2])), b.get(sums[3]));
         // beta*c + alpha*dot with beta = 1: contracted or not, fl(alpha*dot) is added to C0 (an avx512
         // host's dq differs from fma(alpha, dot, C0): S_q = 100, S_k = 513, D = 32).
@@ -259,8 +261,8 @@ void emit_bf16_out_gemm(Builder& b, bool transb, bool stub_fma, OneDnn onednn, i
   }
 }
 
-void emit_stub_dot_rows(Builder& b, StubSum sum, LaneFold fold, int64_t n, int64_t m, int64_t K, const Matrix& a, const Matrix& bm,
-                        const Matrix& c) {
+void emit_stub_dot_rows(Builder& b, StubSum sum, LaneFold fold, bool fused, int64_t n, int64_t m, int64_t K, const Matrix& a,
+                        const Matrix& bm, const Matrix& c) {
   if (sum == StubSum::Ilp4) throw Error("internal: the stub's ilp4 sum runs along V's rows (emit_bf16_out_gemm)");
   if (a.step != 1 || bm.step != 1 || c.step != 1) throw Error("internal: a stub dot product reads its operands along rows");
   const ScalarType storage = b.kernel().buffers[size_t(c.buffer)].elem;
@@ -269,8 +271,17 @@ void emit_stub_dot_rows(Builder& b, StubSum sum, LaneFold fold, int64_t n, int64
     const ExprRef a_row = b.let("a_row", add(a.base, mul(j, idx(a.stride))));
     b.for_range("i", idx(0), idx(m), 1, [&](ExprRef i) {
       const ExprRef b_row = b.let("b_row", add(bm.base, mul(i, idx(bm.stride))));
-      auto product = [&](ExprRef k, int lanes) {
-        return mul(as_f32(load(b.kernel(), a.buffer, add(a_row, k), lanes)), as_f32(load(b.kernel(), bm.buffer, add(b_row, k), lanes)));
+      auto factors = [&](const ExprRef& k, int lanes) {
+        return std::pair{as_f32(load(b.kernel(), a.buffer, add(a_row, k), lanes)), as_f32(load(b.kernel(), bm.buffer, add(b_row, k), lanes))};
+      };
+      auto product = [&](const ExprRef& k, int lanes) {
+        auto [x, y] = factors(k, lanes);
+        return mul(x, y);
+      };
+      // acc + a_k*b_k as the vector steps take it: one fma where `fused`.
+      auto vector_step = [&](ExprRef acc, const ExprRef& k, int lanes) {
+        auto [x, y] = factors(k, lanes);
+        return fused ? fma(x, y, std::move(acc)) : add(std::move(acc), mul(x, y));
       };
       const int red = b.local("dot", Type{ScalarType::f32, 1});
       b.assign(red, f32c(0.0, 1));
@@ -287,7 +298,7 @@ void emit_stub_dot_rows(Builder& b, StubSum sum, LaneFold fold, int64_t n, int64
           b.assign(acc.back(), f32c(0.0, kLanes));
         }
         b.for_range("k", idx(0), idx(vector_end), 64, [&](ExprRef k) {
-          for (int r = 0; r < kRegisters; ++r) b.assign(acc[size_t(r)], add(b.get(acc[size_t(r)]), product(r ? add(k, idx(8 * r)) : k, kLanes)));
+          for (int r = 0; r < kRegisters; ++r) b.assign(acc[size_t(r)], vector_step(b.get(acc[size_t(r)]), r ? add(k, idx(8 * r)) : k, kLanes));
         });
         auto reg = [&](int r) { return b.get(acc[size_t(r)]); };
         const ExprRef x = b.let("dot.registers", add(add(add(reg(0), reg(4)), add(reg(2), reg(6))), add(add(reg(1), reg(5)), add(reg(3), reg(7)))));
@@ -298,8 +309,8 @@ void emit_stub_dot_rows(Builder& b, StubSum sum, LaneFold fold, int64_t n, int64
         b.assign(tail, f32c(0.0, kLanes));
         if (block_end > vector_end)
           b.for_range("k", idx(vector_end), idx(block_end), 16, [&](ExprRef k) {
-            b.assign(tail, add(b.get(tail), product(k, kLanes)));
-            b.assign(tail, add(b.get(tail), product(add(k, idx(8)), kLanes)));
+            b.assign(tail, vector_step(b.get(tail), k, kLanes));
+            b.assign(tail, vector_step(b.get(tail), add(k, idx(8)), kLanes));
           });
         b.assign(red, add(b.get(red), lane_fold(b.let("dot.blocks.v", b.get(tail)))));
       }

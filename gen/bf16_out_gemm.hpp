@@ -22,10 +22,12 @@ namespace ordo::gen {
 // C[j][e] = bf16(C[j][e] + alpha * sum_k P[j][k] V[k][e]) for j < n, e < m, k < K, C a bf16 matrix
 // read as its f32 value. `transb`: PyTorch's 'N','T' call (dV, dK: P given transposed) rather
 // than 'N','N' (dQ); the stub runs them differently. `stub_fma`: the stub's build fuses its
-// multiply-adds (avx2, avx512; not the default build). `onednn`: products over 4096 multiply-adds
-// go to oneDNN, to the kernel it names (Off: to the stub too). The orders, per element:
-//   stub 'N','N':  dot = ilp4 (s[k mod 4] += P*V for k < 4*(K/4), the rest into s[0];
-//                  ((s0+s1)+s2)+s3), then C0 + fl(alpha*dot) under every build;
+// multiply-adds (avx2, avx512; not the default build, nor PyTorch's own bmm loop). `onednn`:
+// products over 4096 multiply-adds go to oneDNN, to the kernel it names (Off: to the stub too).
+// The orders, per element:
+//   stub 'N','N':  dot = ilp4 (s[k mod 4] += P*V for k < 4*(K/4), fused or not; the rest into
+//                  s[0], each product rounded first under every build; ((s0+s1)+s2)+s3), then
+//                  C0 + fl(alpha*dot) under every build;
 //   stub 'N','T':  acc = C0; per k ascending acc += fl(alpha*P[j][k]) * V[k][e] (fused or not);
 //   oneDNN:        acc = +0; per k ascending in pairs acc = (acc + P_{k+1}V) + P_kV (vdpbf16ps;
 //                  an odd K's last product alone); n == 1: acc + P_kV in plain k order;
@@ -50,21 +52,25 @@ bool bf16_out_gemm_threads_matter(ir::AttentionBackwardOrder::OneDnn onednn, int
 // without AVX-512): below S_q*S_k*D = 400 multiply-adds its own loop, else cpublas::gemm per
 // matrix, i.e. gemm_stub, with a float accumulator and one rounding to the storage type at the
 // store (measured against torch 2.15.0 on an AVX2 EPYC, docs/research/torch2.15-attention-16bit-composite.md).
-// Products of two 16-bit values are exact in f32, so fma or not changes no bit.
-//   Sequential: acc = +0, acc += a_k*b_k for k ascending (the loop; gemm_stub 'N','T');
+// Products of two 16-bit values are exact in f32 unless they fall below 2^-126, where the fused
+// steps (`fused`: the avx2 build's gemm_stub, which avx512 runs too) keep what a rounded product
+// loses, the sign of a product that rounds to zero included.
+//   Sequential: acc = +0, acc += a_k*b_k for k ascending (the loop: never fused; gemm_stub 'N','T':
+//               fused where `fused`);
 //   Ilp4:       as the 'N','N' stub above (emit_bf16_out_gemm with transb false);
 //   VectorDot:  ATen's vectorized bf16/f16 dot ('T','N': q @ k^T, dout @ v^T), 8 float lanes:
 //               64 accumulators a[t] (+0) take k = t, t + 64, ... below K - K mod 64, folded
 //               register-wise ((r0+r4)+(r2+r6))+((r1+r5)+(r3+r7)) lane by lane (a register is 8
 //               lanes t = 8r + l), then across lanes by `fold`; one 8-lane sum (+0) takes the
 //               16-element blocks up to K - K mod 16 (low 8, then high 8) and its lane fold is
-//               added; the last K mod 16 products are added in order.
+//               added; the last K mod 16 products are added in order. Where `fused`, the 64-
+//               and 16-element steps are fmas; the last K mod 16 never are.
 enum class StubSum { Sequential, Ilp4, VectorDot };
 
 // C[j][i] = sum_k A[j][k] * B[i][k] for j < n, i < m (both operands read along k), by `sum`
-// (Sequential or VectorDot; `fold` the VectorDot's lane fold).
-void emit_stub_dot_rows(ir::Builder& b, StubSum sum, ir::LaneFold fold, int64_t n, int64_t m, int64_t K, const Matrix& a, const Matrix& bm,
-                        const Matrix& c);
+// (Sequential or VectorDot; `fold` the VectorDot's lane fold; `fused` its fused steps).
+void emit_stub_dot_rows(ir::Builder& b, StubSum sum, ir::LaneFold fold, bool fused, int64_t n, int64_t m, int64_t K, const Matrix& a,
+                        const Matrix& bm, const Matrix& c);
 
 // torch.bmm over bf16 tensors where PyTorch's oneDNN check passes on a CPU with AVX-512 but no
 // avx512_bf16 (AttentionBackwardOrder::OneDnn::Emulated), for the products of the eager composite:

@@ -85,7 +85,8 @@ void emit_composite_probs(Builder& b, const Request& r, const AttentionOrder& o,
     };
     emit_by_dispatch(b, onednn, by_onednn, [&] {
       if (!f32_inputs)
-        emit_stub_dot_rows(b, composite_is_naive(r) ? StubSum::Sequential : StubSum::VectorDot, o.dot_fold, at.n, Sk, D, q_rows, k_rows, s);
+        emit_stub_dot_rows(b, composite_is_naive(r) ? StubSum::Sequential : StubSum::VectorDot, o.dot_fold, o.stub_fma, at.n, Sk, D, q_rows,
+                           k_rows, s);
       else if (composite_is_naive(r)) emit_naive_nt(b, at.n, Sk, D, q_rows, k_rows, s);
       else emit_gemm_nt(b, o.gemm, GemmInputs::f32, at.n, Sk, D, q_rows, k_rows, s, threaded, Sq);
     });
@@ -143,7 +144,8 @@ Kernel build_cpu_matmul_attention(const Request& r, const Order& order) {
         };
         emit_by_dispatch(b, onednn, by_onednn, [&] {
           // 16-bit: the loop's sequential sum, or the 'N','N' stub's ilp4 (transb false).
-          if (!f32_inputs) emit_bf16_out_gemm(b, naive, false, AttentionBackwardOrder::OneDnn::Off, n, D, Sk, s, v_rows, out_rows, 1.0f, true);
+          if (!f32_inputs)
+            emit_bf16_out_gemm(b, naive, o.stub_fma && !naive, AttentionBackwardOrder::OneDnn::Off, n, D, Sk, s, v_rows, out_rows, 1.0f, true);
           else if (naive) emit_naive_nn(b, n, D, Sk, s, v_rows, out_rows);
           else emit_gemm_nn(b, o.gemm, GemmInputs::f32, n, D, Sk, s, v_rows, out_rows, false, threaded, idx(0), Sq);
         });

@@ -76,7 +76,9 @@ Kernel build_cpu_matmul_attention_backward(const Request& r, const Order& order)
     // 16-bit: ATen's sums (gen/bf16_out_gemm.hpp): dv and dk sequential ('N','T', and the loop),
     // dq ilp4 ('N','N'; the loop: sequential), grad_p by the vectorized dot ('T','N').
     auto stub_product = [&](bool sequential, int64_t n, int64_t m, int64_t K, const Matrix& p, const Matrix& v, const Matrix& c) {
-      emit_bf16_out_gemm(b, sequential, false, AttentionBackwardOrder::OneDnn::Off, n, m, K, p, v, c, 1.0f, true);
+      // PyTorch's own loop (naive) never fuses; the stub's 'N','T' chain and ilp4's main loop do
+      // where the order's build does.
+      emit_bf16_out_gemm(b, sequential, order.attention.stub_fma && !naive, AttentionBackwardOrder::OneDnn::Off, n, m, K, p, v, c, 1.0f, true);
     };
     const CompositeOneDnn onednn = composite_onednn(r, order, mkl.threads);
     const std::string how = dispatch_label(onednn, products);
@@ -109,7 +111,8 @@ Kernel build_cpu_matmul_attention_backward(const Request& r, const Order& order)
         const Matrix v_t{v, kv_base, 1, 0, D};
         emit_by_dispatch(b, onednn, [&] { onednn_product(Sq, Sk, D, false, true, dout_rows, v_t, g_rows); }, [&] {
           if (!f32_inputs)
-            emit_stub_dot_rows(b, naive ? StubSum::Sequential : StubSum::VectorDot, order.attention.dot_fold, Sq, Sk, D, dout_rows, v_rows, g_rows);
+            emit_stub_dot_rows(b, naive ? StubSum::Sequential : StubSum::VectorDot, order.attention.dot_fold, order.attention.stub_fma, Sq, Sk,
+                               D, dout_rows, v_rows, g_rows);
           else if (naive) emit_naive_nt(b, Sq, Sk, D, dout_rows, v_rows, g_rows);
           else emit_gemm_nt(b, mkl, GemmInputs::f32, Sq, Sk, D, dout_rows, v_rows, g_rows, threaded);
         });

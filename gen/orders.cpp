@@ -170,6 +170,7 @@ Order torch215_math(ScalarType storage, Capability cap) {
   o.attention.softmax = torch113_softmax(storage, cap);
   // PyTorch registers no AVX-512 gemm_stub: under avx512 the dispatcher runs the avx2 build's.
   o.attention.dot_fold = cap == Capability::base ? LaneFold::Sequential : LaneFold::Halving;
+  o.attention.stub_fma = cap != Capability::base;
   o.attention.gemm.kind = GemmOrder::Kind::MklIntelAvx512;
   o.attention_backward.kind = AttentionBackwardOrder::Kind::CpuMatmul;
   o.attention_backward.gemm.kind = GemmOrder::Kind::MklIntelAvx512;

@@ -401,6 +401,11 @@ struct AttentionOrder {
   // dout @ v^T), per CPU capability: Sequential under the default build, Halving under avx2 and
   // avx512 (which runs the avx2 build's: PyTorch registers no AVX-512 gemm_stub).
   LaneFold dot_fold = LaneFold::Halving;
+  // CpuMatmul, 16-bit inputs: whether ATen's gemm_stub fuses its multiply-adds (the avx2 build,
+  // which avx512 runs too; not the default build): ilp4's main loop, the 'N','T' chain and the
+  // vectorized dot's vector steps, never their tails nor PyTorch's own loop below 400. Products of
+  // two 16-bit values are exact, so this shows only for products below 2^-126.
+  bool stub_fma = true;
 };
 
 // How the backward of attention over one (batch, head) forms dq, dk and dv from q, k, v, the

@@ -114,10 +114,17 @@ SHAPES_AVX512_FP16 = [((1, 700, 32, 1, 1), "sparse", False, {}), ((1, 300, 40, 1
                       ((1, 16500, 64, 1, 1), "sparse", False, {"cuts": [5500, 8250, 11000, 16384], "three": True}),
                       ((64, 40, 16, 1, 1), "tiny16", False, {}), ((1, 200, 32, 1, 2), "tiny16", False, {}),
                       ((5, 40, 16, 1, 1), "tiny16", True, {}), ((3, 9, 8, 1, 1), "tiny16", False, {})]
+# bf16 on every host, ATen's gemm_stub (B*H*S_q*S_k*D from 400 to 4096, below oneDNN's threshold): products that
+# round to zero in f32 show which of the stub's steps are fused (under avx2 and avx512: the 'N','T' chain, ilp4's main
+# loop, not its K mod 4 tail; under default none): dv over S_q = 4 and 5 queries (of which most keys are nobody's
+# likeliest), dq over S_k = 16 and 9 keys.
+SHAPES_STUB_TINY = [((4, 64, 16, 1, 1), "tiny_dv", False), ((5, 48, 16, 1, 1), "tiny_dv", False),
+                    ((16, 16, 16, 1, 1), "tiny_dq", False), ((7, 9, 64, 1, 1), "tiny_dq", False)]
 SHAPES_QUICK = [(3, 5, 8, 2, 1), (1, 300, 64, 1, 2), (1, 64, 32, 1, 1), (10, 12, 32, 1, 1), (65, 64, 8, 1, 2), (200, 256, 64, 1, 1)]
 RANGES = [("normal", 1.0), ("sharp", 8.0), ("saturated", 50.0)]
 RANGES_16BIT = RANGES + [("wide", 1.0), ("crafted", 0.0), ("crafted_dots", 1.0)]
-RANGES_NAMED = RANGES_16BIT + [("tiny", 1.0), ("tiny16", 1.0), ("sparse", 0.0), ("crafted_dots16", 1.0)]  # named by a case only
+RANGES_NAMED = RANGES_16BIT + [("tiny", 1.0), ("tiny16", 1.0), ("sparse", 0.0), ("crafted_dots16", 1.0),
+                               ("tiny_dv", 30.0), ("tiny_dq", 1.0)]  # named by a case only
 
 
 def cases(tier, dtypes):
@@ -136,7 +143,8 @@ def cases(tier, dtypes):
                 out.append({"sq": s_q, "sk": s_k, "d": d, "batch": batch, "heads": heads, "causal": causal, "dtype": dtype,
                             "range": value_range, "scale": 0.3 if len(out) % 3 == 2 else None, "seed": len(out),
                             "alias": i % 4 == 0})
-    host_cases = [("bf16", has_cpu_flag("avx512_bf16"), SHAPES_AVX512_BF16), ("f16", has_cpu_flag("avx512_fp16"), SHAPES_AVX512_FP16)]
+    host_cases = [("bf16", True, SHAPES_STUB_TINY), ("bf16", has_cpu_flag("avx512_bf16"), SHAPES_AVX512_BF16),
+                  ("f16", has_cpu_flag("avx512_fp16"), SHAPES_AVX512_FP16)]
     for dtype, host, shapes in host_cases:
         if dtype not in dtypes or not host or tier == tiers.QUICK:
             continue
@@ -223,6 +231,16 @@ for threads in THREAD_COUNTS:
             with torch.no_grad():
                 v.copy_(v.float() * 2.0 ** -15)
             dout = dout * 2.0 ** -15
+        if c["range"] in ("tiny_dv", "tiny_dq"):
+            # bf16, products that round to zero in f32: unfused, a sum of them is +0, while ATen's fused stub
+            # steps keep the sign of the last (-0 where it is negative). dout near bf16's smallest values
+            # (2^-128 times N(0, 1)); tiny_dv: sharp logits (q times 30) leave keys whose probabilities
+            # are all below 2^-24, so their dv sums ('N','T') take only such products; tiny_dq: k times 2^-20,
+            # so the gradient of the scores (about 2^-132) times k is (dq, 'N','N', ilp4 and its tail).
+            dout = dout * 2.0 ** -128
+            if c["range"] == "tiny_dq":
+                with torch.no_grad():
+                    k.copy_(k.float() * 2.0 ** -20)
         if c["range"] == "tiny":
             # v and dout near the smallest normal float: outputs on both sides of it, some inputs subnormal
             with torch.no_grad():
