@@ -429,7 +429,7 @@ float imbalance(int64_t w, int64_t b) {
 
 }  // namespace
 
-int f16_bwd_w_k_threads(int64_t M, int64_t N, int64_t K, int threads) {
+int bwd_w_k_threads(int64_t M, int64_t N, int64_t K, int threads) {
   if (K < 2048 || threads < 2 || threads <= (N + 63) / 64) return 1;
   const int64_t n_blk = std::min<int64_t>(64, N), nnb = (N + n_blk - 1) / n_blk;  // PyTorch's B layout: n_blk not reduced
   float best = 0;
@@ -470,12 +470,9 @@ BrgemmPlan brgemm_plan(const BrgemmBmm& call, bool one_matrix) {
     plan.may_split = one_matrix && chain && power_of_two(2 * mv) && mv * K * 2 > kL2Bytes;
     if (plan.may_split && (mv + std::min<int64_t>(mv, 16) - 1) / std::min<int64_t>(mv, 16) <= 2 * int64_t(call.threads))
       plan.k_threads = split;
-  } else if (f16) {  // 'bwd_w' parallel K, by oneDNN's imbalance score
-    plan.may_split = one_matrix && call.a_k_major && K >= 2048;
-    if (plan.may_split) plan.k_threads = f16_bwd_w_k_threads(M, N, K, call.threads);
-  } else {  // 'bwd_w' parallel K, for bf16 only at a power-of-two K
-    plan.may_split = one_matrix && call.a_k_major && K >= 2048 && power_of_two(K) && N <= 64;
-    if (plan.may_split) plan.k_threads = split;
+  } else {  // 'bwd_w' parallel K by oneDNN's imbalance score, in bf16 only at a power-of-two K
+    plan.may_split = one_matrix && call.a_k_major && K >= 2048 && (f16 || power_of_two(K));
+    if (plan.may_split) plan.k_threads = bwd_w_k_threads(M, N, K, call.threads);
   }
   return plan;
 }
@@ -635,20 +632,15 @@ void emit_brgemm_bmm(Builder& b, const BrgemmBmm& call, int64_t rows, const Matr
   const BrgemmPlan many = brgemm_plan(call, false);
   // A launch of one (batch, head) reaches oneDNN only over 4096 multiply-adds.
   const BrgemmPlan alone = call.M * call.N * call.K > kStubWork ? brgemm_plan(call, true) : many;
-  // bf16: a split on more than 2 threads is refused; f16: a product that may split at all on more
-  // than 4 (oneDNN's candidates and conditions for more threads are read, not measured).
-  if (!f16 && alone.k_threads > 2)
-    b.refuse_launch(1, fmt::format("one (batch, head) with torch on {} threads: oneDNN splits the bf16 product of {} x {} x {} (M x K x N) "
-                                   "over K on its threads, and oneDNN's K splits are measured on 2 threads only "
-                                   "(docs/research/torch2.15-attention-16bit-composite.md); give the order threads=2 or threads=1 if "
-                                   "torch ran on that many",
-                                   call.threads, call.M, call.K, call.N));
-  if (f16 && alone.may_split && call.threads > 4)
-    b.refuse_launch(1, fmt::format("one (batch, head) with torch on {} threads: oneDNN may split the f16 product of {} x {} x {} (M x K x N) "
-                                   "over K on its threads, and its f16 K splits are measured on 2 to 4 threads only "
-                                   "(docs/research/torch2.15-attention-16bit-composite-f16-avx512fp16.md); give the order threads=1 to "
-                                   "threads=4 if torch ran on that many",
-                                   call.threads, call.M, call.K, call.N));
+  // A product that may split at all, with torch on more than the 4 threads measured (oneDNN's
+  // candidates and conditions for more threads are read, not measured).
+  if (alone.may_split && call.threads > 4)
+    b.refuse_launch(1, fmt::format("one (batch, head) with torch on {} threads: oneDNN may split the {} product of {} x {} x {} (M x K x N) "
+                                   "over K on its threads, and its {} K splits are measured on 2 to 4 threads only ({}); give the "
+                                   "order threads=1 to threads=4 if torch ran on that many",
+                                   call.threads, f16 ? "f16" : "bf16", call.M, call.K, call.N, f16 ? "f16" : "bf16",
+                                   f16 ? "docs/research/torch2.15-attention-16bit-composite-f16-avx512fp16.md"
+                                       : "docs/research/torch2.15-attention-16bit-composite.md"));
   if (alone.same_sums(many)) return emit_brgemm_plan(b, call, many, rows, a, bm, c);
   b.if_else(binary(Op::Eq, grid_extent(0), idx(1)), [&] { emit_brgemm_plan(b, call, alone, rows, a, bm, c); },
             [&] { emit_brgemm_plan(b, call, many, rows, a, bm, c); });

@@ -125,15 +125,14 @@ void emit_onednn_bf16_bmm(ir::Builder& b, const OneDnnBmm& call, const ir::ExprR
 // Both gemv kernels sum k < 16384 * floor(K / 16384) and the rest as two calls, added. Thread
 // effects, both needing B*H == 1 (the launch's grid_extent(0)) and 2 or more threads: the fma chain
 // with 2*Mv bytes a power of two (Mv = N, or M for N == 1), Mv*K*2 > 2 MiB and ceil(Mv/16) <= 2T
-// splits K over min(T, 4) threads; blocked with A K-major ('bwd_w'), K >= 2048 and, in bf16,
-// K = 2^n and N <= 64 deals its 512-blocks to min(T, 4) threads (balance211); in f16, with
-// T > ceil(N/64), to the thread count oneDNN's imbalance score picks (f16_bwd_w_k_threads). Each
+// splits K over min(T, 4) threads; blocked with A K-major ('bwd_w'), K >= 2048 (in bf16 only K =
+// 2^n) and T > ceil(N/64) deals its 512-blocks (balance211) to the thread count oneDNN's imbalance
+// score picks (bwd_w_k_threads; in bf16 with K = 2^n that is 2 whenever N <= 64 on 2 threads). Each
 // thread's part is summed alone and the parts are added in order to +0. Measured against torch
-// 2.15.0 on an Intel Xeon (bf16: docs/research/torch2.15-attention-16bit-composite.md, "A host
-// with avx512_bf16", the splits on 2 threads only; f16:
-// docs/research/torch2.15-attention-16bit-composite-f16-avx512fp16.md, the splits on 2, 3 and 4
-// threads). A launch of one (batch, head) whose product could split on more threads than measured
-// is refused.
+// 2.15.0 on an Intel Xeon on 2, 3 and 4 threads (bf16: docs/research/torch2.15-attention-16bit-
+// composite.md, "A host with avx512_bf16"; f16: docs/research/torch2.15-attention-16bit-composite-
+// f16-avx512fp16.md). A launch of one (batch, head) whose product may split is refused with torch on
+// more than 4 threads.
 struct BrgemmBmm {
   int64_t M = 0, N = 0, K = 0;    // one (batch, head)'s C[M][N] = sum_k A[M][K] B[K][N]
   bool a_k_major = false;         // A is a transposed view (P^T, q^T)
@@ -146,12 +145,13 @@ struct BrgemmBmm {
 // `bm` and `c` may have any column step; `a` is read along k with its step.
 void emit_brgemm_bmm(ir::Builder& b, const BrgemmBmm& call, int64_t rows, const Matrix& a, const Matrix& bm, const Matrix& c);
 
-// The threads oneDNN's f16 brgemm on `threads` threads gives the K of a 'bwd_w' product (A K-major,
-// one (batch, head), K >= 2048, threads > ceil(N/64); else 1): the candidate nthr_k = min(T, 4),
-// ..., 1 with the least imbalance score (a later one only when strictly less), each scored by its
-// best n-chunk size and M block (docs/research/torch2.15-attention-16bit-composite-f16-avx512fp16.md
-// §4).
-int f16_bwd_w_k_threads(int64_t M, int64_t N, int64_t K, int threads);
+// The threads oneDNN's brgemm on `threads` threads gives the K of a 'bwd_w' product (A K-major,
+// one (batch, head), K >= 2048 (in bf16 a power of two: the caller's condition), threads >
+// ceil(N/64); else 1): the candidate nthr_k = min(T, 4), ..., 1 with the least imbalance score (a
+// later one only when strictly less), each scored by its best n-chunk size and M block
+// (docs/research/torch2.15-attention-16bit-composite-f16-avx512fp16.md §4; bf16 the same, measured
+// on 2 to 4 threads in docs/research/torch2.15-attention-16bit-composite.md).
+int bwd_w_k_threads(int64_t M, int64_t N, int64_t K, int threads);
 
 // Whether B*H*M*K*N > 4096 for a launch of grid_extent(0) (batch, head) matrices, as a bool
 // expression (constant when M*K*N alone decides).

@@ -310,26 +310,38 @@ TEST_CASE("torch2.15 attention: a launch whose MKL order is not measured is refu
   }
 }
 
-TEST_CASE("the f16 composite on avx512_fp16: a launch oneDNN may split over K on more than 4 threads is refused") {
+TEST_CASE("the 16-bit composite on oneDNN's brgemm: a launch oneDNN may split over K on more than 4 threads is refused") {
   // dv = p^T @ dout over 2048 queries in one (batch, head): oneDNN's 'bwd_w' K split, whose choice
-  // and grouping are measured on 2 to 4 threads (gen/bf16_out_gemm.hpp).
+  // and grouping are measured on 2 to 4 threads (gen/bf16_out_gemm.hpp), in bf16 (avx512_bf16) and
+  // f16 (avx512_fp16) alike; bf16 splits only a power-of-two K.
   Request r;
   r.op = OpKind::attention_backward;
   r.cols = 8;
   r.seq_q = 2048;
   r.seq_k = 8;
-  r.x_dtype = ScalarType::f16;
   r.saved_stats = true;
   r.has_weight = r.has_bias = false;
-  for (Target target : {Target::cpu, Target::interpreter}) {
-    CAPTURE(ordo::name(target));
-    r.target = target;
-    r.order = "torch2.15-cpu-math-avx512(onednn=on,threads=5)";
-    KernelHandle five = compile(r);
-    CHECK(launch_error(five, 1).find("rows=1: one (batch, head) with torch on 5 threads: oneDNN may split the f16 product of 8 x 2048 x 8 "
-                                     "(M x K x N) over K on its threads") == 0);
-    CHECK(launch_error(five, 2) == "(ran)");  // two (batch, head)s: no K split
-    r.order = "torch2.15-cpu-math-avx512(onednn=on,threads=4)";
-    CHECK(launch_error(compile(r), 1) == "(ran)");
-  }
+  for (ScalarType t : {ScalarType::bf16, ScalarType::f16})
+    for (Target target : {Target::cpu, Target::interpreter}) {
+      CAPTURE(name(t));
+      CAPTURE(ordo::name(target));
+      r.x_dtype = t;
+      r.target = target;
+      r.seq_q = 2048;
+      r.order = "torch2.15-cpu-math-avx512(onednn=on,threads=5)";
+      KernelHandle five = compile(r);
+      CHECK(launch_error(five, 1).find(fmt::format("rows=1: one (batch, head) with torch on 5 threads: oneDNN may split the {} product of "
+                                                   "8 x 2048 x 8 (M x K x N) over K on its threads",
+                                                   name(t))) == 0);
+      CHECK(launch_error(five, 2) == "(ran)");  // two (batch, head)s: no K split
+      r.order = "torch2.15-cpu-math-avx512(onednn=on,threads=4)";
+      CHECK(launch_error(compile(r), 1) == "(ran)");
+      r.order = "torch2.15-cpu-math-avx512(onednn=on,threads=3)";
+      CHECK(launch_error(compile(r), 1) == "(ran)");
+      r.seq_q = 3000;  // f16 may split any K >= 2048, bf16 a power of two only
+      r.order = "torch2.15-cpu-math-avx512(onednn=on,threads=5)";
+      const std::string k3000 = launch_error(compile(r), 1);
+      if (t == ScalarType::bf16) CHECK(k3000 == "(ran)");
+      else CHECK(k3000.find("rows=1: one (batch, head) with torch on 5 threads: oneDNN may split the f16 product of 8 x 3000 x 8") == 0);
+    }
 }

@@ -93,6 +93,15 @@ SHAPES_AVX512_BF16 = [((1, 700, 32, 1, 1), "crafted", False), ((1, 300, 48, 1, 3
 # The same oneDNN kernels in bf16: the gemv's cut at K = 16384 alone (one query over 16500 keys, two heads, so no K split):
 # p @ v is an m1 fma chain over S_k, and "sparse" values straddle 16384 with a cancelling pair (see the worker).
 SHAPES_AVX512_BF16 += [((1, 16500, 64, 1, 2), "sparse", False, {"cuts": [16384]})]
+# oneDNN's K splits of one (batch, head) on 3 threads too ("three"; sparse values: cancelling pairs straddling multiples of
+# 512, or the cuts named): dv's 'bwd_w' split over 4096 queries where oneDNN's imbalance score takes 3 k-threads (S_k = D =
+# 32; D = 96, which 2 threads leave whole), where it takes none on 3 (S_k = 48: three 16-row blocks balance better), and
+# none at K = 3000 (bf16 splits a power-of-two K only); the gemv's K split over 3 threads (chunks of 5500): p @ v and dq of
+# one query over 16500 keys, dv of one key under 16500 queries.
+SHAPES_AVX512_BF16 += [((4096, 32, 32, 1, 1), "sparse", False, {"three": True}), ((4096, 48, 32, 1, 1), "sparse", False, {"three": True}),
+                       ((4096, 32, 96, 1, 1), "sparse", False, {"three": True}), ((3000, 32, 32, 1, 1), "sparse", False, {"three": True}),
+                       ((1, 16500, 64, 1, 1), "sparse", False, {"cuts": [5500, 8250, 11000, 16384], "three": True}),
+                       ((16500, 1, 64, 1, 1), "sparse", False, {"cuts": [5500, 8250, 11000, 16384], "three": True})]
 # f16 on a CPU with avx512_fp16 (oneDNN's f32 brgemm over the halves converted, and its gemv kernels; each with the values
 # and mask named, and optionally the K boundaries "sparse" values straddle and "three": the case runs on 3 threads too).
 # One query with one (batch, head) (k^T copied: q @ k^T, p @ v and dq fma chains) and with three (q @ k^T and dout @ v^T by
