@@ -87,9 +87,8 @@ def refusal_why(error, case, threads, products):
     the launch's `products`) and refuses the others; elsewhere it refuses every launch of one (batch,
     head) and runs the others (MKL gives one thread's bits inside the loop there). On an Intel host
     with other than 2 cores the loop's other threads run MKL on all of them (mkl_threads), which is
-    not measured: ordo refuses those f32 launches too. bf16 on a CPU with avx512_bf16: oneDNN's K
-    splits of one (batch, head), measured on 2 threads, are refused on 3. Any other error, or that
-    refusal of any other launch, fails."""
+    not measured: ordo refuses those f32 launches too. Any other error, or that refusal of any other
+    launch, fails."""
     loop = "PyTorch's parallel loop then runs MKL" in str(error)
     if INTEL_HOST and case["dtype"] == "f32" and loop and PHYSICAL_CORES != 2 and (threads == 2 or PHYSICAL_CORES > 3):
         return ""  # a host with more cores than the 2 measured: the loop's other threads run MKL on all of them
@@ -100,8 +99,6 @@ def refusal_why(error, case, threads, products):
             owed = case["batch"] * case["heads"] == 1
         if owed:
             return ""
-    if threads > 2 and "oneDNN's K splits are measured on 2 threads only" in str(error) and case["batch"] * case["heads"] == 1:
-        return ""  # bf16 on avx512_bf16: a product oneDNN splits over K on its threads (one (batch, head))
     return f"ordo: {error}"
 
 
