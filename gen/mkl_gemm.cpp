@@ -133,6 +133,17 @@ struct Emitter {
   // factor and takes the even one from it.
   enum class PairHalf { none, odd, even };
   mutable PairHalf pair_half = PairHalf::none;
+  // The factor a word-holding kernel's at_k gives for the pair half asked for: the odd factor loads
+  // the pair's word into `word` (load_word()) and is the word; the even one takes its half from
+  // that word, or (an odd block's last k, which has no odd partner) loads its own.
+  ExprRef pair_factor(ExprRef& word, const std::function<ExprRef()>& load_word) const {
+    const bool odd = pair_half == PairHalf::odd;
+    if (odd || !word) word = load_word();
+    if (odd) return word;
+    ExprRef even = b.let("even_factor", even_factor(word));
+    word = nullptr;
+    return even;
+  }
   const PackedKeys* packed = nullptr;  // general_nt_vectors's keys, copied once per (batch, head) (emit_gemm_nt)
   // general_nn_rows's register block: rows of C, and the vector registers its accumulators may
   // take (the rest hold the shared operands). AVX2 (16 registers): 6 rows, 12 registers. AVX-512
@@ -611,15 +622,10 @@ struct Emitter {
                 for (int64_t g = 0; g < G; ++g) keys_k[size_t(g)] = b.let("keys_k", load(b.kernel(), kt, at(k, idx(g * kKeys)), kKeys));
                 return;
               }
-              // The odd factor loads the pair's word; the even one follows it, or (an odd block's
-              // last k, which has no odd partner) loads its own.
-              const bool odd = pair_half == PairHalf::odd;
-              for (int64_t g = 0; g < G; ++g) {
-                ExprRef& word = words_k[size_t(g)];
-                if (odd || !word) word = b.let("key_words", load(b.kernel(), kt, at(binary(Op::Shr, k, idx(1)), idx(g * kKeys)), kKeys));
-                keys_k[size_t(g)] = odd ? word : b.let("keys_k", even_factor(word));
-                if (!odd) word = nullptr;
-              }
+              for (int64_t g = 0; g < G; ++g)
+                keys_k[size_t(g)] = pair_factor(words_k[size_t(g)], [&] {
+                  return b.let("key_words", load(b.kernel(), kt, at(binary(Op::Shr, k, idx(1)), idx(g * kKeys)), kKeys));
+                });
             },
             [&](size_t t, ExprRef k) {
               return std::pair<ExprRef, ExprRef>{keys_k[t % size_t(G)], broadcast(get(Row{&a, js[t / size_t(G)]}, std::move(k)), kKeys)};
@@ -708,14 +714,8 @@ struct Emitter {
                 for (size_t g = 0; g < G; ++g) v_k[g] = b.let("v_k", scale_v(get(Row{&v, k}, es[g], lanes)));
                 return;
               }
-              // The odd factor loads the pair's word; the even one follows it, or (an odd block's
-              // last k, which has no odd partner) loads its own.
-              const bool odd = pair_half == PairHalf::odd;
-              for (size_t g = 0; g < G; ++g) {
-                if (odd || !words_k[g]) words_k[g] = b.let("v_words_k", get(Row{&v_words, binary(Op::Shr, k, idx(1))}, es[g], lanes));
-                v_k[g] = odd ? words_k[g] : b.let("v_k", even_factor(words_k[g]));
-                if (!odd) words_k[g] = nullptr;
-              }
+              for (size_t g = 0; g < G; ++g)
+                v_k[g] = pair_factor(words_k[g], [&] { return b.let("v_words_k", get(Row{&v_words, binary(Op::Shr, k, idx(1))}, es[g], lanes)); });
             },
             [&](size_t t, ExprRef k) {
               ExprRef pk = get(Row{&p, js[t / G]}, std::move(k));

@@ -366,20 +366,23 @@ AttentionOrder torch113_attention(ScalarType storage, Capability cap, const Requ
   // exact-tiled recomputes q.k in each of its passes, one query per lane: 16 queries per
   // instance fill an AVX-512 vector (f32, B*H = 8, S = 1024, D = 64: 44 -> 29 ms; bf16 151 -> 98).
   if (kind == AttentionOrder::Kind::ExactTiled) a.query_lanes = avx512_cpu_lanes(r, 16, 8);
-  // The materialized order's time is in its p @ v, a row at a time with dims in lanes: 16 dims per
-  // vector on AVX-512 halve its instructions. Its query lanes stay 8 (16 ran no faster).
-  if (kind == AttentionOrder::Kind::Materialized) a.pv_lanes = avx512_cpu_lanes(r, 16, 8);
-  // On a CPU, where its scores fit the instance's 2 MiB as f32 vectors of 16 (or 8) queries, the
-  // materialized order runs as exact-tiled, whose bits are its own, keeping every dot product:
-  // the scores stored a vector of queries per key rather than a row per query (which took 16
-  // scattered stores per key), the max, sum and P passes on query vectors. f32, B*H = 8, S = 1024,
-  // D = 64, one thread, 4 heads: 25.0 -> 15.6 ms per launch (bench/perf_loops.py --time).
-  if (kind == AttentionOrder::Kind::Materialized && !cuda_target(r)) {
+  if (kind == AttentionOrder::Kind::Materialized) {
     const int lanes = avx512_cpu_lanes(r, 16, 8);
-    if (int64_t(lanes) * r.seq_k * 4 <= AttentionOrder::kKeptScoresBytes) {
+    if (!cuda_target(r) && int64_t(lanes) * r.seq_k * 4 <= AttentionOrder::kKeptScoresBytes) {
+      // On a CPU, where its scores fit the instance's 2 MiB as f32 vectors of 16 (or 8) queries,
+      // the materialized order runs as exact-tiled, whose bits are its own, keeping every dot
+      // product: the scores stored a vector of queries per key rather than a row per query (which
+      // took 16 scattered stores per key), the max, sum and P passes on query vectors. f32,
+      // B*H = 8, S = 1024, D = 64, one thread, 4 heads: 25.0 -> 15.6 ms per launch
+      // (bench/perf_loops.py --time).
       a.kind = AttentionOrder::Kind::ExactTiled;
       a.query_lanes = lanes;
       a.keep_scores = true;
+    } else {
+      // Kept as materialized (CUDA, or S_k past the panel): its time is in its p @ v, a row at a
+      // time with dims in lanes, where 16 dims per vector on AVX-512 halve its instructions. Its
+      // query lanes stay 8 (16 ran no faster).
+      a.pv_lanes = lanes;
     }
   }
   if (storage == bf16) {
@@ -1335,7 +1338,7 @@ Order resolve(const Request& r) {
   if (r.op == OpKind::attention && o.attention.kind == AttentionOrder::Kind::Materialized) {
     // The scores of an instance's query rows live on the stack of the thread running it.
     const int64_t bytes = int64_t(o.attention.query_lanes) * r.seq_k * size_bytes(r.x_dtype);
-    if (bytes > (int64_t(2) << 20))
+    if (bytes > AttentionOrder::kKeptScoresBytes)
       throw Error(fmt::format("order '{}' keeps {} x S_k = {} scores per instance ({} bytes, over 2 MiB); use exact-tiled for the same bits "
                               "in O(D) memory", r.order, o.attention.query_lanes, r.seq_k, bytes));
   }
