@@ -457,10 +457,9 @@ int bwd_w_k_threads(int64_t M, int64_t N, int64_t K, int threads) {
 
 namespace {
 
-BrgemmPlan brgemm_plan(const BrgemmBmm& call, bool one_matrix) {
+BrgemmPlan brgemm_plan(const BrgemmBmm& call, bool f16, bool one_matrix) {
   const int64_t M = call.M, N = call.N, K = call.K;
   const bool b_row_major = call.b_row_major || (one_matrix && call.b_copied_alone);
-  const bool f16 = call.isa == OneDnn::Avx512Fp16;
   const int split = one_matrix && call.threads >= 2 ? std::min(call.threads, 4) : 1;
   BrgemmPlan plan;
   if (N == 1 || M == 1) {
@@ -603,7 +602,7 @@ void emit_brgemm_plan(Builder& b, const BrgemmBmm& call, const BrgemmPlan& plan,
   const int64_t N = call.N, K = call.K;
   const int lanes = bm.step != 1 || c.step != 1 ? 1 : N % 16 == 0 ? 16 : N % 8 == 0 ? 8 : N % 4 == 0 ? 4 : 1;
   const ScalarType storage = b.kernel().buffers[size_t(c.buffer)].elem;
-  const bool bf16 = call.isa == OneDnn::Avx512Bf16;
+  const bool bf16 = storage == ScalarType::bf16;
   b.for_range("j", idx(0), idx(rows), 1, [&](ExprRef j) {
     const ExprRef a_row = b.let("a_row", add(a.base, mul(j, idx(a.stride))));
     const ExprRef c_row = b.let("c_row", add(c.base, mul(j, idx(c.stride))));
@@ -625,13 +624,12 @@ void emit_brgemm_plan(Builder& b, const BrgemmBmm& call, const BrgemmPlan& plan,
 }  // namespace
 
 void emit_brgemm_bmm(Builder& b, const BrgemmBmm& call, int64_t rows, const Matrix& a, const Matrix& bm, const Matrix& c) {
-  const bool f16 = call.isa == OneDnn::Avx512Fp16;
-  if (!f16 && call.isa != OneDnn::Avx512Bf16) throw Error("internal: oneDNN's brgemm kernels are avx512_bf16's or avx512_fp16's");
-  if ((b.kernel().buffers[size_t(c.buffer)].elem == ScalarType::f16) != f16)
-    throw Error("internal: oneDNN's avx512_fp16 brgemm takes f16 products, its avx512_bf16 one bf16 ones");
-  const BrgemmPlan many = brgemm_plan(call, false);
+  const ScalarType storage = b.kernel().buffers[size_t(c.buffer)].elem;
+  if (storage != ScalarType::bf16 && storage != ScalarType::f16) throw Error("internal: oneDNN's brgemm kernels write bf16 or f16");
+  const bool f16 = storage == ScalarType::f16;
+  const BrgemmPlan many = brgemm_plan(call, f16, false);
   // A launch of one (batch, head) reaches oneDNN only over 4096 multiply-adds.
-  const BrgemmPlan alone = call.M * call.N * call.K > kStubWork ? brgemm_plan(call, true) : many;
+  const BrgemmPlan alone = call.M * call.N * call.K > kStubWork ? brgemm_plan(call, f16, true) : many;
   // A product that may split at all, with torch on more than the 4 threads measured (oneDNN's
   // candidates and conditions for more threads are read, not measured).
   if (alone.may_split && call.threads > 4)

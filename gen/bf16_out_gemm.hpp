@@ -103,11 +103,11 @@ struct OneDnnBmm {
 void emit_onednn_bf16_bmm(ir::Builder& b, const OneDnnBmm& call, const ir::ExprRef& first_row, int64_t rows, const Matrix& a,
                           const Matrix& bm, const Matrix& c);
 // torch.bmm over 16-bit tensors by oneDNN's brgemm and gemv kernels, for the composite's products
-// where B*H*M*K*N > 4096: one batched oneDNN matmul, no scale or post-op. `isa` names the kernels:
-//   Avx512Bf16 (bf16 on a CPU with avx512_bf16, brg_matmul:avx512_core_bf16): vdpbf16ps pairs;
+// where B*H*M*K*N > 4096: one batched oneDNN matmul, no scale or post-op. C's type names the kernels:
+//   bf16 (on a CPU with avx512_bf16, brg_matmul:avx512_core_bf16): vdpbf16ps pairs;
 //     every output flushed (a subnormal reads as the zero of its sign) and rounded to bf16 by
 //     vcvtneps2bf16;
-//   Avx512Fp16 (f16 on a CPU with avx512_fp16, brg_matmul:avx10_1_512): the halves converted to
+//   f16 (on a CPU with avx512_fp16, brg_matmul:avx10_1_512): the halves converted to
 //     f32 (exactly) and oneDNN's f32 kernels, one k per step; every output rounded to f16 (RNE,
 //     subnormals kept, overflow to inf).
 // The kernel, by the shapes and layouts oneDNN sees:
@@ -139,7 +139,6 @@ struct BrgemmBmm {
   bool b_row_major = true;        // B is K x N row-major (else a transposed view: k^T, v^T)
   bool b_copied_alone = false;    // PyTorch copies B row-major when B*H == 1 (k^T: its batch stride is D)
   int threads = 1;                // PyTorch's thread count, the primitive's
-  ir::AttentionBackwardOrder::OneDnn isa = ir::AttentionBackwardOrder::OneDnn::Avx512Bf16;  // Avx512Bf16 or Avx512Fp16
 };
 // Rows [0, rows) of `a` and `c` (rows of the product: row j of C is element j of `a`'s rows).
 // `bm` and `c` may have any column step; `a` is read along k with its step.

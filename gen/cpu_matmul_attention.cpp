@@ -80,7 +80,7 @@ void emit_composite_probs(Builder& b, const Request& r, const AttentionOrder& o,
     const OneDnnBmm call{Sq, Sk, D, false, binary(Op::Ne, grid_extent(0), idx(1)), onednn.threads};
     const Matrix k_t{at.k, at.kv_base, 1, 0, D};
     auto by_onednn = [&] {
-      if (onednn.brgemm()) emit_brgemm_bmm(b, BrgemmBmm{Sq, Sk, D, false, false, true, onednn.threads, onednn.kind}, at.n, q_rows, k_t, s);
+      if (onednn.brgemm()) emit_brgemm_bmm(b, BrgemmBmm{Sq, Sk, D, false, false, true, onednn.threads}, at.n, q_rows, k_t, s);
       else emit_onednn_bf16_bmm(b, call, at.first_query, at.n, q_rows, k_t, s);
     };
     emit_by_dispatch(b, onednn, by_onednn, [&] {
@@ -139,7 +139,7 @@ Kernel build_cpu_matmul_attention(const Request& r, const Order& order) {
       b.region("p@v", fmt::format("{} of {} rows x {} keys, D = {}: {}", n, Sq, Sk, D, how), [&] {
         const OneDnnBmm call{Sq, D, Sk, false, constant(Type{ScalarType::boolean, 1}, 0), onednn.threads};
         auto by_onednn = [&] {
-          if (onednn.brgemm()) emit_brgemm_bmm(b, BrgemmBmm{Sq, D, Sk, false, true, false, onednn.threads, onednn.kind}, n, s, v_rows, out_rows);
+          if (onednn.brgemm()) emit_brgemm_bmm(b, BrgemmBmm{Sq, D, Sk, false, true, false, onednn.threads}, n, s, v_rows, out_rows);
           else emit_onednn_bf16_bmm(b, call, c0, n, s, v_rows, out_rows);
         };
         emit_by_dispatch(b, onednn, by_onednn, [&] {

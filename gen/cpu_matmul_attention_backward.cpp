@@ -88,7 +88,7 @@ Kernel build_cpu_matmul_attention_backward(const Request& r, const Order& order)
     const bool brgemm = onednn.brgemm();
     auto onednn_product = [&](int64_t M, int64_t N, int64_t K, bool src_transposed, bool wei_transposed, const Matrix& a,
                               const Matrix& bm, const Matrix& c) {
-      if (brgemm) return emit_brgemm_bmm(b, BrgemmBmm{M, N, K, src_transposed, !wei_transposed, false, onednn.threads, onednn.kind}, M, a, bm, c);
+      if (brgemm) return emit_brgemm_bmm(b, BrgemmBmm{M, N, K, src_transposed, !wei_transposed, false, onednn.threads}, M, a, bm, c);
       const OneDnnBmm call{M, N, K, src_transposed, constant(Type{ScalarType::boolean, 1}, wei_transposed ? 1 : 0), onednn.threads};
       emit_onednn_bf16_bmm(b, call, idx(0), M, a, bm, c);
     };
