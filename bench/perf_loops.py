@@ -79,8 +79,11 @@ def main():
     args, build_args = ap.parse_known_args()
     if args.rows < 1 or args.iterations < 1:
         raise SystemExit(f"--rows {args.rows} and --iterations {args.iterations}: each must be 1 or more")
+    if args.time < 0:
+        raise SystemExit(f"--time {args.time}: give a number of rounds, 1 or more (0, the default, profiles with perf)")
     if not os.path.exists(ORDO):
-        raise SystemExit(f"{ORDO} is missing: build ordo first (scripts/setup.sh)")
+        raise SystemExit(f"ORDO_BIN={ORDO} does not exist" if os.environ.get("ORDO_BIN")
+                         else f"{ORDO} is missing: build ordo first (scripts/setup.sh)")
     with tempfile.TemporaryDirectory() as tmp:
         lib = os.path.join(tmp, "libkernel.so")
         out = subprocess.run([ORDO, "build", args.op, *build_args, "-o", lib], capture_output=True, text=True)

@@ -19,6 +19,10 @@ static double seconds(void) {
 }
 
 int main(void) {
+  if (!__builtin_cpu_supports("avx512bf16")) {
+    fprintf(stderr, "vdpbf16ps_rate: this CPU has no avx512_bf16, so it has no vdpbf16ps to measure\n");
+    return 1;
+  }
   __m512 acc[kAccumulators];
   // Factors of 1 and 2^-7: the sums grow slowly and stay normal (no assists).
   __m512bh a = (__m512bh)_mm512_set1_epi32(0x3f803f80), b = (__m512bh)_mm512_set1_epi32(0x3c003c00);
