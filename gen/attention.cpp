@@ -240,6 +240,94 @@ struct Attention {
     });
   }
 
+  // PyTorch 1.13's bf16 p @ v (pv_round_each_step) on the CPU: acc = bf16(acc + bf16(p * v)) per
+  // key, as accumulate_pv computes it, with a cheaper form of each rounding where the data
+  // allows it. Rounding f32 x to bf16 and back is 7 vector operations (integer round-to-nearest-
+  // even and the NaN case). Veltkamp's split with sigma = 2^16 + 1,
+  //   c = x * sigma,  d = c - x,  h = c - d,
+  // gives the same h for every f32 x that is zero or has 2^-126 <= |x| < 0x1.fffep+111 (checked
+  // against the integer rounding on every such f32 bit pattern; below, subnormals round to the
+  // wrong grid, above, c overflows). The product's rounding takes two of them here: v * sigma is
+  // exact for a bf16 v (8 significant bits times 17 make 24), so c = p * (v * sigma) is c of the
+  // exact product p*v, and d = fma(-p, v, c) is c - p*v. 7 operations per key instead of 16.
+  //
+  // The split is taken for a key group when its data, and every earlier group's, proves every
+  // rounded value lies in that range: each p is zero or in [2^-78, 2^58), each v zero or in [2^-40, 2^40) in magnitude (so
+  // v * sigma is finite). Then each product is zero or normal with 16 significant bits, so exact
+  // in f32, and in [2^-118, 2^98); so every product is a multiple of 2^-126, and so is every
+  // partial sum by induction: zero or at least 2^-126, never subnormal. A partial sum never
+  // exceeds 2^11 times the largest product (past 2^9 times, an addend is below half an ulp of the
+  // sum and moves it by at most one tie), so it stays below 2^110. A NaN or infinity fails the
+  // test, and the group takes the integer rounding, as does every group on CUDA. Once a group
+  // has failed, the sums it left may be anything (infinite, subnormal), so every later group of
+  // the row takes the integer rounding too: `split_ok` (true when the sums start at zero)
+  // records that. The bounds are fixed, not the data's extremes, so the test is lane-wise
+  // compares and one fold of the lanes.
+  int split_ok = -1;
+  void accumulate_pv_bf16(int acc, int p, ExprRef j0, int n) {
+    const int W = D % 16 == 0 ? 16 : 8;  // v's vectors: D is a multiple of 8
+    const int v_f32 = b.buffer("v_f32", ScalarType::f32, true, Extent::scratch, int64_t(key_group) * D);
+    const int v_split = b.buffer("v_split", ScalarType::f32, true, Extent::scratch, int64_t(key_group) * D);
+    // Whether x (f32, any lanes) is zero or in [2^lo, 2^hi) in magnitude, lane by lane; false for NaN.
+    auto in_range = [&](ExprRef x, int lo, int hi) {
+      const int lanes = x->type.lanes;
+      ExprRef m = b.let("magnitude", bitcast(binary(Op::BitAnd, bitcast(x, ScalarType::i32), broadcast(constant(Type{ScalarType::i32, 1}, 0x7fffffff), lanes)), ScalarType::f32));
+      ExprRef inside = binary(Op::And, binary(Op::Le, f32c(std::ldexp(1.0f, lo), lanes), m), binary(Op::Lt, m, f32c(std::ldexp(1.0f, hi), lanes)));
+      return binary(Op::Or, inside, binary(Op::Eq, m, f32c(0.0f, lanes)));
+    };
+    auto all_lanes = [&](ExprRef ok) {
+      ExprRef r = extract(ok, 0);
+      for (int l = 1; l < ok->type.lanes; ++l) r = binary(Op::And, r, extract(ok, l));
+      return r;
+    };
+    // The group's v as f32 and times sigma, and whether every v is in range.
+    const int v_ok = b.local("v_ok", Type{ScalarType::boolean, W});
+    b.assign(v_ok, broadcast(constant(Type{ScalarType::boolean, 1}, 1), W));
+    b.for_range("t", idx(0), idx(n), 1, [&](ExprRef t) {
+      ExprRef v_row = b.let("v_row", add(kv_base, mul(add(j0, t), idx(D))));
+      b.for_range("d", idx(0), idx(D), W, [&](ExprRef d) {
+        ExprRef x = b.let("v", load_f32(v, add(v_row, d), W));
+        ExprRef at = b.let("at", add(mul(t, idx(D)), d));
+        b.store(v_f32, at, x);
+        b.store(v_split, at, mul(x, f32c(65537.0f, W)));
+        b.assign(v_ok, binary(Op::And, b.get(v_ok), in_range(x, -40, 40)));
+      });
+    });
+    ExprRef p_ok = in_range(load(b.kernel(), p, idx(0), L), -78, 58);
+    for (int t = 1; t < n; ++t) p_ok = binary(Op::And, p_ok, in_range(load(b.kernel(), p, idx(int64_t(t) * L), L), -78, 58));
+    ExprRef data_ok = W == L ? all_lanes(binary(Op::And, p_ok, b.get(v_ok))) : binary(Op::And, all_lanes(p_ok), all_lanes(b.get(v_ok)));
+    b.assign(split_ok, binary(Op::And, b.get(split_ok), data_ok));
+    ExprRef splittable = b.let("splittable", b.get(split_ok));
+    constexpr int kUnroll = 8;
+    b.if_else_per_instance(
+        splittable,
+        [&] {
+          const ExprRef sigma = f32c(65537.0f, L);
+          b.for_range("d", idx(0), idx(D), kUnroll, [&](ExprRef d) {
+            std::vector<int> a(kUnroll);
+            for (int u = 0; u < kUnroll; ++u) {
+              a[size_t(u)] = b.local("o", vec());
+              b.assign(a[size_t(u)], load(b.kernel(), acc, mul(add(d, idx(u)), idx(L)), L));
+            }
+            b.for_range("t", idx(0), idx(n), 1, [&](ExprRef t) {
+              ExprRef pt = b.let("p", load(b.kernel(), p, mul(t, idx(L)), L));
+              ExprRef neg_p = b.let("neg_p", unary(Op::Neg, pt));
+              ExprRef row = b.let("v_at", add(mul(t, idx(D)), d));
+              for (int u = 0; u < kUnroll; ++u) {
+                ExprRef at = add(row, idx(u));
+                ExprRef c = b.let("c", mul(pt, splat(load(b.kernel(), v_split, at))));
+                ExprRef dd = b.let("d", fma(neg_p, splat(load(b.kernel(), v_f32, at)), c));
+                ExprRef sum = b.let("s", add(b.get(a[size_t(u)]), sub(c, dd)));
+                ExprRef c2 = b.let("c", mul(sum, sigma));
+                b.assign(a[size_t(u)], sub(c2, sub(c2, sum)));
+              }
+            });
+            for (int u = 0; u < kUnroll; ++u) b.store(acc, mul(add(d, idx(u)), idx(L)), b.get(a[size_t(u)]));
+          });
+        },
+        [&] { accumulate_pv(acc, p, j0, n, true); });
+  }
+
   void zero(int buffer, int64_t vectors) {
     b.for_range("i", idx(0), idx(vectors), 1, [&](ExprRef i) { b.store(buffer, mul(i, idx(L)), f32c(0.0f, L)); });
   }
@@ -449,6 +537,11 @@ struct Attention {
     const int64_t vector_end = staged ? Sk - Sk % so.lanes : Sk;
     b.region("p@v", "pass 3: p = exp(s - max) * (1/sum); out[d] = sum_j p_j v_j[d], j in order", [&] {
       zero(acc, D);
+      const bool each = o.round_to_storage && o.pv_round_each_step;
+      if (each && storage == ScalarType::bf16 && !cuda_target(r)) {  // accumulate_pv_bf16's split
+        split_ok = b.local("split_ok", Type{ScalarType::boolean, 1});
+        b.assign(split_ok, constant(Type{ScalarType::boolean, 1}, 1));
+      }
       auto pass = [&](ExprRef begin, int64_t count, MathImpl exp_impl) {
         key_groups(begin, count, [&](ExprRef j0, int n) {
           // The group's dot products into p, then one loop makes each its probability in place.
@@ -457,7 +550,8 @@ struct Attention {
             ExprRef pt = inv ? mul(e, inv) : div(e, sum);
             b.store(p, mul(t, idx(L)), o.round_to_storage ? to_storage(pt) : pt);
           });
-          accumulate_pv(acc, p, j0, n, o.round_to_storage && o.pv_round_each_step);
+          if (split_ok >= 0) accumulate_pv_bf16(acc, p, j0, n);
+          else accumulate_pv(acc, p, j0, n, each);
         });
       };
       pass(idx(0), vector_end, so.exp);

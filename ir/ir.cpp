@@ -320,15 +320,16 @@ std::vector<char> per_thread_locals(const Kernel& k) {
 }
 
 namespace {
-bool any_per_instance_loop(const std::vector<Stmt>& body) {
+bool any_per_instance_control(const std::vector<Stmt>& body) {
   for (const Stmt& s : body)
-    if ((s.kind == StmtKind::For && s.per_instance) || (has_bodies(s) && (any_per_instance_loop(s.body) || any_per_instance_loop(s.else_body))))
+    if (((s.kind == StmtKind::For || s.kind == StmtKind::If) && s.per_instance) ||
+        (has_bodies(s) && (any_per_instance_control(s.body) || any_per_instance_control(s.else_body))))
       return true;
   return false;
 }
 }  // namespace
 
-bool has_per_instance_loops(const Kernel& k) { return any_per_instance_loop(k.body); }
+bool has_per_instance_control(const Kernel& k) { return any_per_instance_control(k.body); }
 
 namespace {
 std::string local_name(const Kernel& k, int64_t id) {
@@ -412,7 +413,7 @@ void print_stmts(const std::vector<Stmt>& body, const Kernel& k, int depth, std:
         out += pad + "}\n";
         break;
       case StmtKind::If:
-        out += fmt::format("{}if {} {{\n", pad, print_ref(s.value, k));
+        out += fmt::format("{}{} {} {{\n", pad, s.per_instance ? "if.instance" : "if", print_ref(s.value, k));
         print_stmts(s.body, k, depth + 1, out);
         if (!s.else_body.empty()) {
           out += pad + "} else {\n";

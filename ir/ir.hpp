@@ -21,12 +21,17 @@
 // Control flow (For bounds, If conditions) is uniform: it may depend only on constants and
 // loop variables, never on program_id, loaded data or floating-point values. The verifier
 // enforces this; backends rely on it to run several instances in lock step.
-// One exception, marked in the IR: a per-instance loop (Stmt::per_instance, printed `for.instance`)
-// may have bounds that read program_id directly (never data, nor a local computed from program_id),
-// so that instances run it different numbers of times: causal attention visits only the key
-// blocks its query block can see. It is never inside a Team statement, so the threads of one
-// instance (one CUDA block) always agree on it, and a kernel that has one runs its instances one
-// at a time on the CPU (ir::has_per_instance_loops), never in lock step.
+// Two exceptions, marked in the IR (Stmt::per_instance), let instances take different paths:
+//  * a per-instance loop (printed `for.instance`) may have bounds that read program_id directly
+//    (never data, nor a local computed from program_id), so that instances run it different
+//    numbers of times: causal attention visits only the key blocks its query block can see;
+//  * a per-instance if (printed `if.instance`) may have any scalar bool condition, data
+//    included. gen/ uses it for a guarded fast path: the condition proves that a cheaper
+//    sequence of nodes gives the bits of the general one, so both branches compute the same
+//    results and the branch is a matter of speed only (exact-tiled's bf16 p @ v).
+// Neither is ever inside a Team statement, so the threads of one instance (one CUDA block)
+// always agree on them, and a kernel that has one runs its instances one at a time on the CPU
+// (ir::has_per_instance_control), never in lock step.
 //
 // Teams (the CUDA-native orders). A kernel with Kernel::team = T > 1 runs each program instance
 // with T threads. Its body is uniform code, executed alike by every thread, around Team
@@ -216,7 +221,7 @@ struct Stmt {
   ExprRef index;    // Store: element index.
   ExprRef begin, end;
   int64_t step = 1;
-  bool per_instance = false;  // For: bounds may read program_id (the exception at the top of this file)
+  bool per_instance = false;  // For: bounds may read program_id; If: the condition may read data (the top of this file)
   std::vector<Stmt> body, else_body;
   std::string label;  // Region: "moments", "sum(x)", ...
   std::string note;   // Region: the Order, printed
@@ -407,8 +412,18 @@ class Builder {
   }
   template <class F, class G>
   void if_else(ExprRef cond, F&& then, G&& otherwise) {
+    branch(std::move(cond), false, std::forward<F>(then), std::forward<G>(otherwise));
+  }
+  // The same with a condition that may read data: a per-instance if (the top of this file).
+  template <class F, class G>
+  void if_else_per_instance(ExprRef cond, F&& then, G&& otherwise) {
+    branch(std::move(cond), true, std::forward<F>(then), std::forward<G>(otherwise));
+  }
+  template <class F, class G>
+  void branch(ExprRef cond, bool per_instance, F&& then, G&& otherwise) {
     Stmt s{StmtKind::If};
     s.value = std::move(cond);
+    s.per_instance = per_instance;
     stack_.back()->push_back(std::move(s));
     Stmt& placed = stack_.back()->back();
     stack_.push_back(&placed.body);
@@ -464,9 +479,9 @@ std::vector<int64_t> shuffled_locals(const Stmt& team);
 // it per-thread in a team kernel.
 std::vector<char> per_thread_locals(const Kernel& k);
 
-// Whether the kernel has a per-instance loop (Stmt::per_instance): its instances may then take
-// different paths, and no backend runs them in lock step.
-bool has_per_instance_loops(const Kernel& k);
+// Whether the kernel has a per-instance loop or if (Stmt::per_instance): its instances may then
+// take different paths, and no backend runs them in lock step.
+bool has_per_instance_control(const Kernel& k);
 
 // The verifier: returns an empty string, or a message naming the first malformed node.
 std::string verify(const Kernel& k);

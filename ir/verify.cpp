@@ -314,7 +314,12 @@ struct Verifier {
         if (!s.value) return stmt_fail(s, "if has no condition");
         if (!expr(*s.value)) return false;
         if (s.value->type != Type{ScalarType::boolean, 1}) return stmt_fail(s, "condition must be a scalar bool");
-        if (!uniform(*s.value, in_team)) return stmt_fail(s, "condition depends on program_id or data");
+        if (s.per_instance) {
+          // The threads of an instance must agree on it, as on a per-instance loop.
+          if (in_team) return stmt_fail(s, "a per-instance if inside a team statement");
+        } else if (!uniform(*s.value, in_team)) {
+          return stmt_fail(s, "condition depends on program_id or data");
+        }
         return stmts(s.body) && stmts(s.else_body);
       case StmtKind::Region:
         return stmts(s.body);
@@ -338,6 +343,19 @@ struct Verifier {
   }
 };
 
+// Flags every local that statements inside s (at any depth) assign or loop over.
+void mark_assigned_within(const Stmt& s, std::vector<char>& flag, bool& changed) {
+  for (const std::vector<Stmt>* body : {&s.body, &s.else_body})
+    for (const Stmt& inner : *body) {
+      const bool assigns = inner.kind == StmtKind::Assign || inner.kind == StmtKind::For;
+      if (assigns && inner.target >= 0 && inner.target < static_cast<int>(flag.size()) && !flag[static_cast<size_t>(inner.target)]) {
+        flag[static_cast<size_t>(inner.target)] = 1;
+        changed = true;
+      }
+      mark_assigned_within(inner, flag, changed);
+    }
+}
+
 // A local is non-uniform when any assignment to it is. Iterate to a fixed point: first the
 // locals that depend on data or program_id, then those that depend on thread_id only (loop
 // variables of loops with thread-dependent bounds included).
@@ -353,6 +371,8 @@ void mark_nonuniform(Verifier& v, bool thread) {
         varies = !v.uniform(*s.begin) || !v.uniform(*s.end);
       // A per-instance loop's variable ends at a value that differs between instances.
       if (!thread && s.kind == StmtKind::For && s.per_instance && valid(s.target)) varies = true;
+      // Whether a per-instance if's branches run differs between instances, so whatever they assign does.
+      if (!thread && s.kind == StmtKind::If && s.per_instance) mark_assigned_within(s, flag, changed);
       if (varies && !flag[static_cast<size_t>(s.target)]) {
         flag[static_cast<size_t>(s.target)] = 1;
         changed = true;

@@ -171,8 +171,8 @@ Jit& jit() {
 int choose_rows_in_flight(const ir::Kernel& k, const Options& opt) {
   // A team kernel runs its threads as loops over per-thread arrays: one instance at a time.
   if (k.team > 1) return 1;
-  // Instances that may take different paths (per-instance loop bounds) cannot share one.
-  if (ir::has_per_instance_loops(k)) return 1;
+  // Instances that may take different paths (per-instance loops and ifs) cannot share one.
+  if (ir::has_per_instance_control(k)) return 1;
   if (opt.rows_in_flight > 0) return opt.rows_in_flight;
   // Kernels with scratch (attention) carry their own blocking; more instances would only
   // multiply the scratch and the register pressure.

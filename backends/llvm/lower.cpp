@@ -584,6 +584,10 @@ struct Lowerer {
         break;
       }
       case StmtKind::If: {
+        // A uniform condition (verifier): instance 0's value is every instance's. A per-instance
+        // if's is not, and its kernel runs one instance at a time (jit.cpp).
+        if (s.per_instance && R > 1)
+          throw Error(fmt::format("internal: kernel {} has a per-instance if and cannot run {} instances in lock step", k.name, R));
         llvm::Value* cond = expr(*s.value)[0];
         memo.clear();
         llvm::BasicBlock* then_bb = llvm::BasicBlock::Create(ctx, "if.then", fn);

@@ -110,7 +110,7 @@ TEST_CASE("per-instance loops: bounds read program_id, never data; each instance
   });
   REQUIRE(verify(counted).empty());
   CHECK(print(counted).find("for.instance %i in [0, add(mul(program_id(0), 2), 1))") != std::string::npos);
-  CHECK(has_per_instance_loops(counted));
+  CHECK(has_per_instance_control(counted));
   std::vector<float> x(4 * 3, 0.0f), trips(4, -1.0f);
   interpret(counted, {{x.data(), 12}, {trips.data(), 4}}, {4});
   CHECK(trips == std::vector<float>{1, 3, 5, 7});
@@ -139,7 +139,40 @@ TEST_CASE("per-instance loops: bounds read program_id, never data; each instance
   CHECK(verify(after).find("loop bounds depend on program_id or data") != std::string::npos);
   // An ordinary kernel has none.
   Kernel plain = row_kernel([](Builder& b, int, int out) { b.store(out, program_id(0), constant(f32, 1)); });
-  CHECK_FALSE(has_per_instance_loops(plain));
+  CHECK_FALSE(has_per_instance_control(plain));
+}
+
+// Per-instance ifs (ir.hpp): a condition on data, for guarded fast paths. What a branch assigns
+// varies between instances afterwards, and only a per-instance if may test data.
+TEST_CASE("per-instance ifs: the condition may read data; what a branch assigns varies afterwards") {
+  // out[row] = 2 when x[row][0] > 0, else 3.
+  Kernel guarded = row_kernel([](Builder& b, int x, int out) {
+    int n = b.local("n", Type{ScalarType::i64, 1});
+    ExprRef positive = binary(Op::Lt, constant(f32, 0), load(b.kernel(), x, mul(program_id(0), index_const(3))));
+    b.if_else_per_instance(positive, [&] { b.assign(n, index_const(2)); }, [&] { b.assign(n, index_const(3)); });
+    b.store(out, program_id(0), cast(b.get(n), ScalarType::f32));
+  });
+  REQUIRE(verify(guarded).empty());
+  CHECK(print(guarded).find("if.instance lt(") != std::string::npos);
+  CHECK(has_per_instance_control(guarded));
+  std::vector<float> x = {1, 0, 0, -1, 0, 0, 0, 0, 0, 5, 0, 0}, result(4, -1.0f);
+  interpret(guarded, {{x.data(), 12}, {result.data(), 4}}, {4});
+  CHECK(result == std::vector<float>{2, 3, 3, 2});
+
+  // The same condition on an ordinary if is refused.
+  Kernel plain_if = row_kernel([](Builder& b, int x, int out) {
+    b.if_else(binary(Op::Lt, constant(f32, 0), load(b.kernel(), x, index_const(0))), [&] { b.store(out, program_id(0), constant(f32, 1)); },
+              [&] {});
+  });
+  CHECK(verify(plain_if).find("condition depends on program_id or data") != std::string::npos);
+  // n, assigned a constant in each branch, varies between instances after the if: no loop may be bounded by it.
+  Kernel bounded = row_kernel([](Builder& b, int x, int out) {
+    int n = b.local("n", Type{ScalarType::i64, 1});
+    b.assign(n, index_const(1));
+    b.if_else_per_instance(binary(Op::Lt, constant(f32, 0), load(b.kernel(), x, index_const(0))), [&] { b.assign(n, index_const(2)); }, [&] {});
+    b.for_range("j", index_const(0), b.get(n), 1, [&](ExprRef) { b.store(out, program_id(0), constant(f32, 1)); });
+  });
+  CHECK(verify(bounded).find("loop bounds depend on program_id or data") != std::string::npos);
 }
 
 TEST_CASE("printer output is stable") {

@@ -86,10 +86,17 @@ def make_qkv(rng, kind, shape_q, shape_kv):
             flat[rng.integers(0, flat.size)] = -np.inf
             return x
         raise ValueError(kind)
+    # v alone at the edges of the float32 range, q and k ordinary: products p*v near and below
+    # 2^-126 (bf16 subnormal v included), or near overflow with v*(2^16+1) past it, where
+    # exact-tiled's bf16 p @ v must leave its Veltkamp split for the integer rounding.
+    if kind in ("tiny_v", "huge_v"):
+        lo, hi = (-136, -110) if kind == "tiny_v" else (90, 126)
+        v = np.sign(rng.standard_normal(shape_kv)) * 2.0 ** rng.uniform(lo, hi, shape_kv)
+        return rng.standard_normal(shape_q), rng.standard_normal(shape_kv), v
     return draw(shape_q), draw(shape_kv), draw(shape_kv)
 
 
-KINDS = ["normal", "spread3", "peaky", "spikes", "tiny", "overflow", "nan_inf"]
+KINDS = ["normal", "spread3", "peaky", "spikes", "tiny", "overflow", "nan_inf", "tiny_v", "huge_v"]
 
 
 def ordo_run(ordo, order, c, out):
