@@ -51,6 +51,29 @@ ExprRef f32c(float v, int lanes) {
 }
 ExprRef idx(int64_t v) { return index_const(v); }
 
+// Whether x (f32, any lanes) is zero or has a magnitude in [2^range.lo, 2^range.hi), lane by
+// lane; false for NaN and infinities.
+struct Range {
+  int lo, hi;
+};
+ExprRef magnitude_in(Builder& b, ExprRef x, Range range) {
+  const int lanes = x->type.lanes;
+  ExprRef mask = broadcast(constant(Type{ScalarType::i32, 1}, 0x7fffffff), lanes);
+  ExprRef m = b.let("magnitude", bitcast(binary(Op::BitAnd, bitcast(std::move(x), ScalarType::i32), mask), ScalarType::f32));
+  ExprRef inside = binary(Op::And, binary(Op::Le, f32c(std::ldexp(1.0f, range.lo), lanes), m),
+                          binary(Op::Lt, m, f32c(std::ldexp(1.0f, range.hi), lanes)));
+  return binary(Op::Or, inside, binary(Op::Eq, m, f32c(0.0f, lanes)));
+}
+// Whether every lane of a bool vector is true, as a scalar.
+ExprRef all_lanes(const ExprRef& ok) {
+  ExprRef r = extract(ok, 0);
+  for (int l = 1; l < ok->type.lanes; ++l) r = binary(Op::And, r, extract(ok, l));
+  return r;
+}
+// exact-tiled bf16's p @ v split (Attention::accumulate_pv_bf16): the ranges of v and of p that
+// make its cheaper operations give the general ones' bits.
+constexpr Range kVRange{-40, 40}, kPRange{-78, 58};
+
 struct Attention {
   const Request& r;
   const AttentionOrder& o;
@@ -240,6 +263,12 @@ struct Attention {
     });
   }
 
+  int kv_flags = -1;  // workspace: per (batch, head), 1 where every v is in kVRange (the widening stage)
+  // Whether every v of this (batch, head) is in kVRange, as a scalar bool.
+  ExprRef values_in_range() const {
+    return binary(Op::Eq, load(b.kernel(), kv_flags, program_id(0)), constant(Type{ScalarType::f32, 1}, 1.0));
+  }
+
   // PyTorch 1.13's bf16 p @ v (pv_round_each_step) on the CPU: acc = bf16(acc + bf16(p * v)) per
   // key, as accumulate_pv computes it, with a cheaper form of each rounding where the data
   // allows it. Rounding f32 x to bf16 and back is 7 vector operations (integer round-to-nearest-
@@ -248,59 +277,30 @@ struct Attention {
   // gives the same h for every f32 x that is zero or has 2^-126 <= |x| < 0x1.fffep+111 (checked
   // against the integer rounding on every such f32 bit pattern; below, subnormals round to the
   // wrong grid, above, c overflows). The product's rounding takes two of them here: v * sigma is
-  // exact for a bf16 v (8 significant bits times 17 make 24), so c = p * (v * sigma) is c of the
-  // exact product p*v, and d = fma(-p, v, c) is c - p*v. 7 operations per key instead of 16.
+  // exact for a bf16 v (8 significant bits times 17 make 24; the workspace v_split holds it), so
+  // c = p * (v * sigma) is c of the exact product p*v, and d = fma(-p, v, c) is c - p*v. 7
+  // operations per key instead of 16.
   //
-  // The split is taken for a key group when its data, and every earlier group's, proves every
-  // rounded value lies in that range: each p is zero or in [2^-78, 2^58), each v zero or in [2^-40, 2^40) in magnitude (so
-  // v * sigma is finite). Then each product is zero or normal with 16 significant bits, so exact
-  // in f32, and in [2^-118, 2^98); so every product is a multiple of 2^-126, and so is every
-  // partial sum by induction: zero or at least 2^-126, never subnormal. A partial sum never
-  // exceeds 2^11 times the largest product (past 2^9 times, an addend is below half an ulp of the
-  // sum and moves it by at most one tie), so it stays below 2^110. A NaN or infinity fails the
-  // test, and the group takes the integer rounding, as does every group on CUDA. Once a group
-  // has failed, the sums it left may be anything (infinite, subnormal), so every later group of
-  // the row takes the integer rounding too: `split_ok` (true when the sums start at zero)
-  // records that. The bounds are fixed, not the data's extremes, so the test is lane-wise
-  // compares and one fold of the lanes.
-  int split_ok = -1;
+  // The split is taken for a key group when the data proves every rounded value lies in that
+  // range: every v of the (batch, head) is zero or in [kVRange] in magnitude (so v * sigma is
+  // finite; kv_flags), and every p of this group and of the row's earlier groups zero or in
+  // [kPRange]. Then each product is zero or normal with 16 significant bits, so exact in f32, and
+  // in [2^-118, 2^98); so every product is a multiple of 2^-126, and so is every partial sum by
+  // induction: zero or at least 2^-126, never subnormal. A partial sum never exceeds 2^11 times
+  // the largest product (past 2^9 times, an addend is below half an ulp of the sum and moves it
+  // by at most one tie), so it stays below 2^110. A NaN or infinity fails the test, and the group
+  // takes the integer rounding. Once a group has, the sums it left may be anything (infinite,
+  // subnormal), so every later group of the row does too: `split_ok` records that. The bounds
+  // are fixed, not the data's extremes, so the test is lane-wise compares and one fold of lanes.
+  int v_split = -1;   // workspace: v * sigma (the widening stage, build_attention)
+  int split_ok = -1;  // scalar bool local: the row's groups so far all passed
   void accumulate_pv_bf16(int acc, int p, ExprRef j0, int n) {
-    const int W = D % 16 == 0 ? 16 : 8;  // v's vectors: D is a multiple of 8
-    const int v_f32 = b.buffer("v_f32", ScalarType::f32, true, Extent::scratch, int64_t(key_group) * D);
-    const int v_split = b.buffer("v_split", ScalarType::f32, true, Extent::scratch, int64_t(key_group) * D);
-    // Whether x (f32, any lanes) is zero or in [2^lo, 2^hi) in magnitude, lane by lane; false for NaN.
-    auto in_range = [&](ExprRef x, int lo, int hi) {
-      const int lanes = x->type.lanes;
-      ExprRef m = b.let("magnitude", bitcast(binary(Op::BitAnd, bitcast(x, ScalarType::i32), broadcast(constant(Type{ScalarType::i32, 1}, 0x7fffffff), lanes)), ScalarType::f32));
-      ExprRef inside = binary(Op::And, binary(Op::Le, f32c(std::ldexp(1.0f, lo), lanes), m), binary(Op::Lt, m, f32c(std::ldexp(1.0f, hi), lanes)));
-      return binary(Op::Or, inside, binary(Op::Eq, m, f32c(0.0f, lanes)));
-    };
-    auto all_lanes = [&](ExprRef ok) {
-      ExprRef r = extract(ok, 0);
-      for (int l = 1; l < ok->type.lanes; ++l) r = binary(Op::And, r, extract(ok, l));
-      return r;
-    };
-    // The group's v as f32 and times sigma, and whether every v is in range.
-    const int v_ok = b.local("v_ok", Type{ScalarType::boolean, W});
-    b.assign(v_ok, broadcast(constant(Type{ScalarType::boolean, 1}, 1), W));
-    b.for_range("t", idx(0), idx(n), 1, [&](ExprRef t) {
-      ExprRef v_row = b.let("v_row", add(kv_base, mul(add(j0, t), idx(D))));
-      b.for_range("d", idx(0), idx(D), W, [&](ExprRef d) {
-        ExprRef x = b.let("v", load_f32(v, add(v_row, d), W));
-        ExprRef at = b.let("at", add(mul(t, idx(D)), d));
-        b.store(v_f32, at, x);
-        b.store(v_split, at, mul(x, f32c(65537.0f, W)));
-        b.assign(v_ok, binary(Op::And, b.get(v_ok), in_range(x, -40, 40)));
-      });
-    });
-    ExprRef p_ok = in_range(load(b.kernel(), p, idx(0), L), -78, 58);
-    for (int t = 1; t < n; ++t) p_ok = binary(Op::And, p_ok, in_range(load(b.kernel(), p, idx(int64_t(t) * L), L), -78, 58));
-    ExprRef data_ok = W == L ? all_lanes(binary(Op::And, p_ok, b.get(v_ok))) : binary(Op::And, all_lanes(p_ok), all_lanes(b.get(v_ok)));
-    b.assign(split_ok, binary(Op::And, b.get(split_ok), data_ok));
-    ExprRef splittable = b.let("splittable", b.get(split_ok));
+    ExprRef p_ok = magnitude_in(b, load(b.kernel(), p, idx(0), L), kPRange);
+    for (int t = 1; t < n; ++t) p_ok = binary(Op::And, p_ok, magnitude_in(b, load(b.kernel(), p, idx(int64_t(t) * L), L), kPRange));
+    b.assign(split_ok, binary(Op::And, b.get(split_ok), all_lanes(b.let("p_ok", p_ok))));
     constexpr int kUnroll = 8;
     b.if_else_per_instance(
-        splittable,
+        b.get(split_ok),
         [&] {
           const ExprRef sigma = f32c(65537.0f, L);
           b.for_range("d", idx(0), idx(D), kUnroll, [&](ExprRef d) {
@@ -312,11 +312,11 @@ struct Attention {
             b.for_range("t", idx(0), idx(n), 1, [&](ExprRef t) {
               ExprRef pt = b.let("p", load(b.kernel(), p, mul(t, idx(L)), L));
               ExprRef neg_p = b.let("neg_p", unary(Op::Neg, pt));
-              ExprRef row = b.let("v_at", add(mul(t, idx(D)), d));
+              ExprRef v_at = b.let("v_at", add(add(kv_base, mul(add(j0, t), idx(D))), d));
               for (int u = 0; u < kUnroll; ++u) {
-                ExprRef at = add(row, idx(u));
+                ExprRef at = add(v_at, idx(u));
                 ExprRef c = b.let("c", mul(pt, splat(load(b.kernel(), v_split, at))));
-                ExprRef dd = b.let("d", fma(neg_p, splat(load(b.kernel(), v_f32, at)), c));
+                ExprRef dd = b.let("d", fma(neg_p, splat(load(b.kernel(), v, at)), c));
                 ExprRef sum = b.let("s", add(b.get(a[size_t(u)]), sub(c, dd)));
                 ExprRef c2 = b.let("c", mul(sum, sigma));
                 b.assign(a[size_t(u)], sub(c2, sub(c2, sum)));
@@ -538,9 +538,9 @@ struct Attention {
     b.region("p@v", "pass 3: p = exp(s - max) * (1/sum); out[d] = sum_j p_j v_j[d], j in order", [&] {
       zero(acc, D);
       const bool each = o.round_to_storage && o.pv_round_each_step;
-      if (each && storage == ScalarType::bf16 && !cuda_target(r)) {  // accumulate_pv_bf16's split
+      if (each && v_split >= 0) {  // accumulate_pv_bf16's split: the sums start at zero
         split_ok = b.local("split_ok", Type{ScalarType::boolean, 1});
-        b.assign(split_ok, constant(Type{ScalarType::boolean, 1}, 1));
+        b.assign(split_ok, values_in_range());
       }
       auto pass = [&](ExprRef begin, int64_t count, MathImpl exp_impl) {
         key_groups(begin, count, [&](ExprRef j0, int n) {
@@ -805,10 +805,15 @@ ExprRef emit_attention_lse(Builder& b, const Request& r, const AttentionOrder& o
 // queries) re-widened all of its head's K and V: about one operation per element per 64 fmas, the
 // difference between bf16's 0.56 of the FMA peak and f32's 0.67 (B*H = 8, S = 1024, D = 64). The
 // workspaces take 8 bytes per element of K: beyond 2 MiB per (batch, head), the tiles stay.
+//
+// exact-tiled bf16 widens them too: its dot products then broadcast f32 keys and values from
+// memory (bf16, B*H = 8, S = 1024, D = 64: 0.63x -> 0.77x of torch's SDPA time with p @ v's
+// split below), and where the order rounds p @ v at every step the stage also writes v * (2^16 +
+// 1) and whether every v of the (batch, head) is in the split's range (v_split, kv_flags).
 bool widens_kv_once(const Request& r, const AttentionOrder& o) {
   constexpr int64_t kMaxWorkspaceBytesPerRow = int64_t(2) << 20;
-  return o.kind == AttentionOrder::Kind::Flash && o.team == 0 && r.x_dtype != ScalarType::f32 && !cuda_target(r) &&
-         2 * r.seq_k * r.cols * int64_t(sizeof(float)) <= kMaxWorkspaceBytesPerRow;
+  if (r.x_dtype == ScalarType::f32 || cuda_target(r) || 2 * r.seq_k * r.cols * int64_t(sizeof(float)) > kMaxWorkspaceBytesPerRow) return false;
+  return (o.kind == AttentionOrder::Kind::Flash && o.team == 0) || (o.kind == AttentionOrder::Kind::ExactTiled && r.x_dtype == ScalarType::bf16);
 }
 
 std::vector<Kernel> build_attention(const Request& r, const Order& order) {
@@ -816,10 +821,12 @@ std::vector<Kernel> build_attention(const Request& r, const Order& order) {
   if (o.kind == AttentionOrder::Kind::CpuFlash) return {build_cpu_flash_attention(r, order)};
   if (o.kind == AttentionOrder::Kind::CpuMatmul) return {build_cpu_matmul_attention(r, order)};
   const bool widen_once = widens_kv_once(r, o);
+  // exact-tiled's p @ v split (Attention::accumulate_pv_bf16), where the order rounds p @ v at every step.
+  const bool pv_split = widen_once && o.kind == AttentionOrder::Kind::ExactTiled && o.round_to_storage && o.pv_round_each_step;
   std::vector<Kernel> stages(widen_once ? 2 : 1);
   // Every stage's arguments, in one order (gen/gen.hpp): the op's, then the workspaces.
   struct Arguments {
-    int q = -1, k = -1, v = -1, out = -1, lse = -1, k_f32 = -1, v_f32 = -1;
+    int q = -1, k = -1, v = -1, out = -1, lse = -1, k_f32 = -1, v_f32 = -1, v_split = -1, kv_flags = -1;
   };
   auto arguments = [&](Builder& b) {
     Arguments a;
@@ -832,6 +839,10 @@ std::vector<Kernel> build_attention(const Request& r, const Order& order) {
       a.k_f32 = b.workspace("k_f32", ScalarType::f32, 1, r.seq_k * r.cols);
       a.v_f32 = b.workspace("v_f32", ScalarType::f32, 1, r.seq_k * r.cols);
     }
+    if (pv_split) {
+      a.v_split = b.workspace("v_split", ScalarType::f32, 1, r.seq_k * r.cols);
+      a.kv_flags = b.workspace("kv_flags", ScalarType::f32, 1, 1);
+    }
     return a;
   };
   if (widen_once) {
@@ -842,13 +853,26 @@ std::vector<Kernel> build_attention(const Request& r, const Order& order) {
     const Arguments a = arguments(b);
     const int64_t n = r.seq_k * r.cols;  // a multiple of 8 (D is)
     const int W = n % 32 == 0 ? 32 : n % 16 == 0 ? 16 : 8;
-    b.region("widen", "K and V to f32, once per launch", [&] {
+    b.region("widen", pv_split ? "K and V to f32, once per launch; v * (2^16 + 1) and whether every v is in range" : "K and V to f32, once per launch",
+             [&] {
+      int v_ok = -1;  // pv_split: whether every v so far is in kVRange, lane by lane
+      if (pv_split) {
+        v_ok = b.local("v_ok", Type{ScalarType::boolean, W});
+        b.assign(v_ok, broadcast(constant(Type{ScalarType::boolean, 1}, 1), W));
+      }
       ExprRef base = b.let("kv_base", mul(program_id(0), idx(n)));
       b.for_range("e", idx(0), idx(n), W, [&](ExprRef e) {
         ExprRef at = b.let("at", add(base, e));
+        ExprRef vx = b.let("v", cast(load(b.kernel(), a.v, at, W), ScalarType::f32));
         b.store(a.k_f32, at, cast(load(b.kernel(), a.k, at, W), ScalarType::f32));
-        b.store(a.v_f32, at, cast(load(b.kernel(), a.v, at, W), ScalarType::f32));
+        b.store(a.v_f32, at, vx);
+        if (pv_split) {
+          b.store(a.v_split, at, mul(vx, f32c(65537.0f, W)));
+          b.assign(v_ok, binary(Op::And, b.get(v_ok), magnitude_in(b, vx, kVRange)));
+        }
       });
+      if (pv_split)
+        b.store(a.kv_flags, program_id(0), select(all_lanes(b.get(v_ok)), constant(Type{ScalarType::f32, 1}, 1.0), constant(Type{ScalarType::f32, 1}, 0.0)));
     });
   }
   Kernel& k = stages.back();
@@ -861,6 +885,8 @@ std::vector<Kernel> build_attention(const Request& r, const Order& order) {
   a.k = widen_once ? args.k_f32 : args.k;
   a.v = widen_once ? args.v_f32 : args.v;
   a.kv_widened = widen_once;
+  a.kv_flags = args.kv_flags;
+  a.v_split = args.v_split;
   a.out = args.out;
   a.lse = args.lse;
   k.grid_rank = 2;

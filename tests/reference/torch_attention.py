@@ -93,10 +93,16 @@ def make_qkv(rng, kind, shape_q, shape_kv):
         lo, hi = (-136, -110) if kind == "tiny_v" else (90, 126)
         v = np.sign(rng.standard_normal(shape_kv)) * 2.0 ** rng.uniform(lo, hi, shape_kv)
         return rng.standard_normal(shape_q), rng.standard_normal(shape_kv), v
+    # q and k near 2^64: products q_d*k_d past the float32 range, where an fma and PyTorch 1.13's
+    # separate multiply and add differ (exact-tiled-default's bf16 q @ k^T must not fuse them).
+    if kind == "huge_qk":
+        def huge(shape):
+            return np.sign(rng.standard_normal(shape)) * 2.0 ** rng.uniform(61, 65, shape)
+        return huge(shape_q), huge(shape_kv), rng.standard_normal(shape_kv)
     return draw(shape_q), draw(shape_kv), draw(shape_kv)
 
 
-KINDS = ["normal", "spread3", "peaky", "spikes", "tiny", "overflow", "nan_inf", "tiny_v", "huge_v"]
+KINDS = ["normal", "spread3", "peaky", "spikes", "tiny", "overflow", "nan_inf", "tiny_v", "huge_v", "huge_qk"]
 
 
 def ordo_run(ordo, order, c, out):
