@@ -63,7 +63,7 @@ HEADS = [(1, 1), (1, 2), (2, 3), (2, 1)]
 THRESHOLD = [(5, 5, 16), (7, 7, 8), (3, 4, 32), (2, 6, 32), (5, 5, 32)]
 
 
-def make_qkv(rng, kind, shape_q, shape_kv):
+def make_qkv(rng, kind, shape_q, shape_kv, scale):
     def draw(shape):
         if kind == "normal":
             return rng.standard_normal(shape)
@@ -95,6 +95,19 @@ def make_qkv(rng, kind, shape_q, shape_kv):
         return rng.standard_normal(shape_q), rng.standard_normal(shape_kv), v
     # q and k near 2^64: products q_d*k_d past the float32 range, where an fma and PyTorch 1.13's
     # separate multiply and add differ (exact-tiled-default's bf16 q @ k^T must not fuse them).
+    # Scores 0 for key 0 and -88 to -92 for the others, so every p but key 0's is subnormal
+    # (bf16), and v of key 0 zero: the output is the sum of subnormal products, which
+    # exact-tiled's bf16 p @ v must round with the integer rounding, not its Veltkamp split.
+    if kind == "subnormal_p":
+        d = shape_q[-1]
+        q = np.zeros(shape_q)
+        q[..., 0] = 1.0
+        k = np.zeros(shape_kv)
+        k[..., 0] = -rng.uniform(88, 92, shape_kv[:-1]) / (scale if scale is not None else 1.0 / np.sqrt(d))
+        k[..., 0, 0] = 0.0
+        v = rng.standard_normal(shape_kv)
+        v[..., 0, :] = 0.0
+        return q, k, v
     if kind == "huge_qk":
         def huge(shape):
             return np.sign(rng.standard_normal(shape)) * 2.0 ** rng.uniform(61, 65, shape)
@@ -102,7 +115,7 @@ def make_qkv(rng, kind, shape_q, shape_kv):
     return draw(shape_q), draw(shape_kv), draw(shape_kv)
 
 
-KINDS = ["normal", "spread3", "peaky", "spikes", "tiny", "overflow", "nan_inf", "tiny_v", "huge_v", "huge_qk"]
+KINDS = ["normal", "spread3", "peaky", "spikes", "tiny", "overflow", "nan_inf", "tiny_v", "huge_v", "huge_qk", "subnormal_p"]
 
 
 def ordo_run(ordo, order, c, out):
@@ -140,7 +153,7 @@ def main():
             b, h = HEADS[i % len(HEADS)]
             scale = 0.3 if i % 11 == 5 else None
             i += 1
-            q, k, v = make_qkv(rng, kind, (b, h, sq, d), (b, h, sk, d))
+            q, k, v = make_qkv(rng, kind, (b, h, sq, d), (b, h, sk, d), scale)
             c = {"dtype": dtype, "sq": sq, "sk": sk, "d": d, "causal": causal, "kind": kind, "scale": scale, "heads": [b, h]}
             for name, a in (("q", q), ("k", k), ("v", v)):
                 a = a.astype(np.float32)
