@@ -244,6 +244,12 @@ struct Attention {
   // acc[d*L + l] (scratch) += p_t * v[j0 + t][d] for t = 0..n-1 in order, p_t = load(p, t*L):
   // each output element sums its keys in key order.
   void accumulate_pv(int acc, int p, ExprRef j0, int n, bool round_each_step) {
+    accumulate_pv_steps(acc, p, j0, n, [&](ExprRef sum, ExprRef pt, ExprRef v_at) {
+      return dot_step(std::move(sum), std::move(pt), splat(load_f32(v, std::move(v_at))), round_each_step);
+    });
+  }
+  // The loops of accumulate_pv with its step as a parameter: sum = step(sum, p_t, index of v[j0 + t][d]).
+  void accumulate_pv_steps(int acc, int p, ExprRef j0, int n, const std::function<ExprRef(ExprRef, ExprRef, ExprRef)>& step) {
     // Dims per loop step, each its own chain: 8 keep two fma pipes busy through a 4-cycle latency
     // (4 left half of them idle: fast's forward went from 0.48 to 0.56 of the peak). D is a multiple of 8.
     constexpr int kUnroll = 8;
@@ -256,8 +262,7 @@ struct Attention {
       b.for_range("t", idx(0), idx(n), 1, [&](ExprRef t) {
         ExprRef pt = b.let("p", load(b.kernel(), p, mul(t, idx(L)), L));
         ExprRef v_row = b.let("v_row", add(kv_base, mul(add(j0, t), idx(D))));
-        for (int u = 0; u < kUnroll; ++u)
-          b.assign(a[size_t(u)], dot_step(b.get(a[size_t(u)]), pt, splat(load_f32(v, add(v_row, add(d, idx(u))))), round_each_step));
+        for (int u = 0; u < kUnroll; ++u) b.assign(a[size_t(u)], step(b.get(a[size_t(u)]), pt, add(v_row, add(d, idx(u)))));
       });
       for (int u = 0; u < kUnroll; ++u) b.store(acc, mul(add(d, idx(u)), idx(L)), b.get(a[size_t(u)]));
     });
@@ -298,31 +303,16 @@ struct Attention {
     ExprRef p_ok = magnitude_in(b, load(b.kernel(), p, idx(0), L), kPRange);
     for (int t = 1; t < n; ++t) p_ok = binary(Op::And, p_ok, magnitude_in(b, load(b.kernel(), p, idx(int64_t(t) * L), L), kPRange));
     b.assign(split_ok, binary(Op::And, b.get(split_ok), all_lanes(b.let("p_ok", p_ok))));
-    constexpr int kUnroll = 8;
     b.if_else_per_instance(
         b.get(split_ok),
         [&] {
           const ExprRef sigma = f32c(65537.0f, L);
-          b.for_range("d", idx(0), idx(D), kUnroll, [&](ExprRef d) {
-            std::vector<int> a(kUnroll);
-            for (int u = 0; u < kUnroll; ++u) {
-              a[size_t(u)] = b.local("o", vec());
-              b.assign(a[size_t(u)], load(b.kernel(), acc, mul(add(d, idx(u)), idx(L)), L));
-            }
-            b.for_range("t", idx(0), idx(n), 1, [&](ExprRef t) {
-              ExprRef pt = b.let("p", load(b.kernel(), p, mul(t, idx(L)), L));
-              ExprRef neg_p = b.let("neg_p", unary(Op::Neg, pt));
-              ExprRef v_at = b.let("v_at", add(add(kv_base, mul(add(j0, t), idx(D))), d));
-              for (int u = 0; u < kUnroll; ++u) {
-                ExprRef at = add(v_at, idx(u));
-                ExprRef c = b.let("c", mul(pt, splat(load(b.kernel(), v_split, at))));
-                ExprRef dd = b.let("d", fma(neg_p, splat(load(b.kernel(), v, at)), c));
-                ExprRef sum = b.let("s", add(b.get(a[size_t(u)]), sub(c, dd)));
-                ExprRef c2 = b.let("c", mul(sum, sigma));
-                b.assign(a[size_t(u)], sub(c2, sub(c2, sum)));
-              }
-            });
-            for (int u = 0; u < kUnroll; ++u) b.store(acc, mul(add(d, idx(u)), idx(L)), b.get(a[size_t(u)]));
+          accumulate_pv_steps(acc, p, j0, n, [&](ExprRef sum, ExprRef pt, ExprRef v_at) {
+            ExprRef c = b.let("c", mul(pt, splat(load(b.kernel(), v_split, v_at))));
+            ExprRef d = b.let("d", fma(unary(Op::Neg, pt), splat(load(b.kernel(), v, v_at)), c));  // c - p*v, rounded once
+            ExprRef s = b.let("s", add(std::move(sum), sub(c, d)));
+            ExprRef c2 = b.let("c", mul(s, sigma));
+            return sub(c2, sub(c2, s));
           });
         },
         [&] { accumulate_pv(acc, p, j0, n, true); });
