@@ -463,11 +463,15 @@ class KernelGen {
         });
         return;
       }
-      case 5: {  // if: a uniform condition on loop variables and constants, or any bool
+      case 5: {  // if: a uniform condition on loop variables and constants, or any bool; or a
+                 // per-instance if on any bool (data included)
         ExprRef cond = one_in(4) ? expr(Type{ScalarType::boolean, 1}, 0)
                                  : binary(pick(std::vector<Op>{Op::Lt, Op::Le, Op::Eq, Op::Ne}), bound(false), bound(false));
         std::vector<Stmt>* parent = bodies_.back();
-        if (in_.ConsumeBool()) b_.if_(cond, [&] { nested(&parent->back().body, loop_depth); });
+        if (one_in(8))
+          b_.if_else_per_instance(expr(Type{ScalarType::boolean, 1}, 0), [&] { nested(&parent->back().body, loop_depth); },
+                                  [&] { nested(&parent->back().else_body, loop_depth); });
+        else if (in_.ConsumeBool()) b_.if_(cond, [&] { nested(&parent->back().body, loop_depth); });
         else
           b_.if_else(cond, [&] { nested(&parent->back().body, loop_depth); }, [&] { nested(&parent->back().else_body, loop_depth); });
         return;
@@ -582,7 +586,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   llvm::LLVMContext ctx;
   llvm::Module mod("fuzz", ctx);
   try {
-    llvm_backend::lower(mod, k, "fuzz_kernel", k.team > 1 ? 1 : rows_in_flight);  // a team runs one instance at a time
+    // A team, and a kernel whose instances may take different paths, runs one instance at a time.
+    llvm_backend::lower(mod, k, "fuzz_kernel", k.team > 1 || ir::has_per_instance_control(k) ? 1 : rows_in_flight);
   } catch (const std::exception& e) {
     fuzz::broken(fmt::format("a kernel that verifies does not lower: {}\n{}", e.what(), print(k)));
   }
