@@ -4,7 +4,8 @@
 // Mapping: one CUDA thread per program instance. The grid is flat: thread
 // blockIdx.x*blockDim.x + threadIdx.x runs instance `flat` (row-major over the IR's grid) when
 // flat < the instance count. Control flow is uniform (the IR verifier), so every thread runs the
-// whole body. A team kernel (ir::Kernel::team > 1) instead runs instance blockIdx.x with a block
+// whole body, but for per-instance loops and ifs (ir/ir.hpp), plain C++ control flow that each
+// thread takes its own way (outside Team statements, so a block's threads agree). A team kernel (ir::Kernel::team > 1) instead runs instance blockIdx.x with a block
 // of `team` threads: scratch buffers become __shared__ arrays, a Team statement is followed by
 // __syncthreads() when it touches them, and IR shuffles are __shfl_down_sync/__shfl_xor_sync.
 //
