@@ -70,6 +70,9 @@ ExprRef all_lanes(const ExprRef& ok) {
   for (int l = 1; l < ok->type.lanes; ++l) r = binary(Op::And, r, extract(ok, l));
   return r;
 }
+// Whether p @ v rounds each product and partial sum to the storage type (PyTorch 1.13's bf16).
+bool pv_rounds_each_step(const AttentionOrder& o) { return o.round_to_storage && o.pv_round_each_step; }
+
 // exact-tiled bf16's p @ v split (Attention::accumulate_pv_bf16): the ranges of v and of p that
 // make its cheaper operations give the general ones' bits.
 constexpr Range kVRange{-40, 40}, kPRange{-78, 58};
@@ -369,8 +372,7 @@ struct Attention {
     });
   }
 
-  // Whether p @ v rounds each product and partial sum to the storage type (PyTorch 1.13's bf16).
-  bool pv_rounds_each_step() const { return o.round_to_storage && o.pv_round_each_step; }
+  bool pv_rounds_each_step() const { return gen::pv_rounds_each_step(o); }
   // p @ v's dims per vector: 16 when the order's pv_lanes is 16 and D a multiple of 16, else 8.
   int pv_vector() const { return o.pv_lanes == 16 && D % 16 == 0 ? 16 : 8; }
   // Query rows per p @ v step: 8 chains of 8 dims fill AVX2's adds. With vectors of 16 dims
@@ -527,8 +529,7 @@ struct Attention {
     const int64_t vector_end = staged ? Sk - Sk % so.lanes : Sk;
     b.region("p@v", "pass 3: p = exp(s - max) * (1/sum); out[d] = sum_j p_j v_j[d], j in order", [&] {
       zero(acc, D);
-      const bool each = o.round_to_storage && o.pv_round_each_step;
-      if (each && v_split >= 0) {  // accumulate_pv_bf16's split: the sums start at zero
+      if (v_split >= 0) {  // accumulate_pv_bf16's split (only where p @ v rounds each step): the sums start at zero
         split_ok = b.local("split_ok", Type{ScalarType::boolean, 1});
         b.assign(split_ok, values_in_range());
       }
@@ -541,7 +542,7 @@ struct Attention {
             b.store(p, mul(t, idx(L)), o.round_to_storage ? to_storage(pt) : pt);
           });
           if (split_ok >= 0) accumulate_pv_bf16(acc, p, j0, n);
-          else accumulate_pv(acc, p, j0, n, each);
+          else accumulate_pv(acc, p, j0, n, pv_rounds_each_step());
         });
       };
       pass(idx(0), vector_end, so.exp);
@@ -794,7 +795,8 @@ ExprRef emit_attention_lse(Builder& b, const Request& r, const AttentionOrder& o
 // instance widening each key block again (Attention::on_tiles). Each instance of `fast` (32
 // queries) re-widened all of its head's K and V: about one operation per element per 64 fmas, the
 // difference between bf16's 0.56 of the FMA peak and f32's 0.67 (B*H = 8, S = 1024, D = 64). The
-// workspaces take 8 bytes per element of K: beyond 2 MiB per (batch, head), the tiles stay.
+// workspaces take 8 bytes per element of K (12 with exact-tiled's v_split): beyond 2 MiB of K
+// and V per (batch, head), the tiles stay (exact-tiled: its integer rounding throughout).
 //
 // exact-tiled bf16 widens them too: its dot products then broadcast f32 keys and values from
 // memory (bf16, B*H = 8, S = 1024, D = 64: 0.63x -> 0.77x of torch's SDPA time with p @ v's
@@ -812,7 +814,7 @@ std::vector<Kernel> build_attention(const Request& r, const Order& order) {
   if (o.kind == AttentionOrder::Kind::CpuMatmul) return {build_cpu_matmul_attention(r, order)};
   const bool widen_once = widens_kv_once(r, o);
   // exact-tiled's p @ v split (Attention::accumulate_pv_bf16), where the order rounds p @ v at every step.
-  const bool pv_split = widen_once && o.kind == AttentionOrder::Kind::ExactTiled && o.round_to_storage && o.pv_round_each_step;
+  const bool pv_split = widen_once && o.kind == AttentionOrder::Kind::ExactTiled && pv_rounds_each_step(o);
   std::vector<Kernel> stages(widen_once ? 2 : 1);
   // Every stage's arguments, in one order (gen/gen.hpp): the op's, then the workspaces.
   struct Arguments {
