@@ -574,6 +574,13 @@ TEST_CASE("verifier: team rules") {
     b.team([&](ExprRef) { b.for_per_instance("i", index_const(0), program_id(0), 1, [&](ExprRef) { b.assign(v, add(b.get(v), b.get(v))); }); });
   });
   CHECK(verify(per_thread_trips).find("a per-instance loop inside a team statement") != std::string::npos);
+  // So does a per-instance if: inside a team statement its threads could disagree on the data it tests.
+  Kernel per_thread_branch = team_kernel(32, [](Builder& b, int v) {
+    b.team([&](ExprRef) {
+      b.if_else_per_instance(binary(Op::Lt, b.get(v), constant(f32, 3)), [&] { b.assign(v, add(b.get(v), b.get(v))); }, [&] {});
+    });
+  });
+  CHECK(verify(per_thread_branch).find("a per-instance if inside a team statement") != std::string::npos);
 }
 
 TEST_CASE("interpreter: team memory carries values between team statements; a same-statement conflict is a race") {
