@@ -477,6 +477,27 @@ def _torch_threads() -> int:
     return torch.get_num_threads()
 
 
+def _promises_eager_bits(order: str) -> bool:
+    """The torch2.15-cpu orders promise eager PyTorch 2.15's bits, so a compile inside their
+    block must keep eager's kernels for the ops ordo does not run."""
+    return order.startswith("torch2.15-cpu") and _exact(order)
+
+
+def _eager_kernels_config():
+    """Inductor's settings under which every op of a compiled graph runs as an ATen call, the
+    kernel eager runs, with no fusion, decomposition or graph rewrite: torch 2.15's lite mode
+    (torch._inductor.lite_mode_options, what torch.compile(mode="lite") applies). Measured: a
+    Hugging Face model compiled so gives eager's logits and gradients bit for bit, where
+    Inductor's generated code (even under TORCHINDUCTOR_NUMERICS=strict) does not."""
+    import torch._inductor
+    options = getattr(torch._inductor, "lite_mode_options", None)
+    if options is None:
+        raise RuntimeError(f"ordo.torch.pinned: torch {torch.__version__} has no Inductor lite mode "
+                           f"(torch._inductor.lite_mode_options), which keeps eager's kernels in compiled code; pass "
+                           f"eager_kernels=False to compile with Inductor's own kernels")
+    return torch._inductor.config.patch(options)
+
+
 class pinned(TorchFunctionMode):
     """with ordo.torch.pinned(order): torch's layer_norm, rms_norm, softmax, log_softmax and
     scaled_dot_product_attention run ordo's kernels with `order`, in eager mode and in functions
@@ -484,7 +505,8 @@ class pinned(TorchFunctionMode):
     OrdoFallbackWarning per block and reason, or raises ValueError when strict=True. Gradients of
     the routed calls run ordo's backward kernels with `backward_order` (default: `order`)."""
 
-    def __init__(self, order: str, *, strict: bool = False, backward_order: Optional[str] = None):
+    def __init__(self, order: str, *, strict: bool = False, backward_order: Optional[str] = None,
+                 eager_kernels: Optional[bool] = None):
         super().__init__()
         if not isinstance(order, str) or not order:
             raise ValueError(f"order must be a non-empty string, got {order!r}")
@@ -499,21 +521,28 @@ class pinned(TorchFunctionMode):
         if backward_order is not None and backward_order.split("(", 1)[0] not in _orders():
             raise ValueError(f"unknown backward_order '{backward_order}'; ordo.orders() lists them")
         self.backward_order = backward_order
+        if eager_kernels is None:
+            eager_kernels = _promises_eager_bits(order)
+        self.eager_kernels = bool(eager_kernels)
 
     def __enter__(self):
         _warned_stack().append(set())
         # ordo compiles a kernel per row length and attention shape, so the sizes it is asked
         # for are constants of a traced graph: a new shape recompiles instead of making the
         # graph dynamic (torch.compile(dynamic=True) is not supported inside the block).
-        self._static_shapes = torch._dynamo.config.patch(automatic_dynamic_shapes=False)
-        self._static_shapes.__enter__()
+        self._patches = [torch._dynamo.config.patch(automatic_dynamic_shapes=False)]
+        if self.eager_kernels:
+            self._patches.append(_eager_kernels_config())
+        for patch in self._patches:
+            patch.__enter__()
         return super().__enter__()
 
     def __exit__(self, *exc):
         try:
             return super().__exit__(*exc)
         finally:
-            self._static_shapes.__exit__(None, None, None)
+            for patch in reversed(self._patches):
+                patch.__exit__(None, None, None)
             _warned_stack().pop()
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
