@@ -82,6 +82,9 @@ def differing(a, b):
 
 
 def median_ms(fn, repeats):
+    """The median time of `repeats` calls (0.0 for none: a run that checks bits only)."""
+    if not repeats:
+        return 0.0
     times = []
     for _ in range(repeats):
         t = time.perf_counter()
@@ -106,7 +109,7 @@ def run_variant(model, runner, batch, args):
 
     step()
     grads = [p.grad.clone() for p in model.parameters()]
-    step_ms = median_ms(step, max(1, args.repeats // 4)) if args.repeats else 0.0
+    step_ms = median_ms(step, (args.repeats + 3) // 4)
     return logits, grads, forward_ms, step_ms
 
 
@@ -116,7 +119,7 @@ def compare(family, dtype_name, args):
     batch = make_batch(args)
     eager = run_variant(model, model, batch, args)
     torch._dynamo.reset()
-    plain = run_variant(model, torch.compile(model), batch, args)
+    plain = run_variant(model, torch.compile(model), batch, args) if args.compiled else None
     torch._dynamo.reset()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", ordo.torch.OrdoFallbackWarning)
@@ -127,6 +130,9 @@ def compare(family, dtype_name, args):
     row = {"family": family, "dtype": dtype_name, "logits": eager[0].numel(),
            "grads": sum(g.numel() for g in eager[1]), "fallbacks": fallbacks}
     for name, variant in (("eager", eager), ("plain", plain), ("pinned", pinned)):
+        if variant is None:  # not run: counts and times print as '-'
+            row[f"{name}_logits"] = row[f"{name}_grads"] = row[f"{name}_fwd_ms"] = row[f"{name}_step_ms"] = None
+            continue
         row[f"{name}_logits"] = differing(eager[0], variant[0])
         row[f"{name}_grads"] = sum(differing(a, b) for a, b in zip(eager[1], variant[1]))
         row[f"{name}_fwd_ms"], row[f"{name}_step_ms"] = variant[2], variant[3]
@@ -153,6 +159,8 @@ def main():
     ap.add_argument("--pad", type=int, default=0, help="left padding: row i starts with pad*i masked tokens")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--repeats", type=int, default=10, help="timed forward passes per variant (0: no timing)")
+    ap.add_argument("--no-compiled", dest="compiled", action="store_false",
+                    help="skip plain torch.compile (Inductor's code generation takes most of a run)")
     args = ap.parse_args()
     for name, value, low in (("threads", args.threads, 1), ("vocab", args.vocab, 4), ("hidden", args.hidden, 1),
                              ("layers", args.layers, 1), ("heads", args.heads, 1), ("kv-heads", args.kv_heads, 1),
@@ -179,11 +187,15 @@ def main():
     print("\ndiffering from eager: logits (forward) and gradient elements (training step); median times in ms")
     print(f"  {'family':<10}{'dtype':<6}{'logits':>8}{'compiled':>10}{'pinned':>8}{'grads':>9}{'compiled':>10}"
           f"{'pinned':>8}   {'fwd eager':>9}{'compiled':>9}{'pinned':>8}   {'step eager':>10}{'compiled':>9}{'pinned':>8}")
+    def cell(value, width, ms=False):
+        text = "-" if value is None else (f"{value:.2f}" if ms else str(value))
+        return f"{text:>{width}}"
+
     for r in rows:
-        print(f"  {r['family']:<10}{r['dtype']:<6}{r['logits']:>8}{r['plain_logits']:>10}{r['pinned_logits']:>8}"
-              f"{r['grads']:>9}{r['plain_grads']:>10}{r['pinned_grads']:>8}   {r['eager_fwd_ms']:>9.2f}"
-              f"{r['plain_fwd_ms']:>9.2f}{r['pinned_fwd_ms']:>8.2f}   {r['eager_step_ms']:>10.2f}"
-              f"{r['plain_step_ms']:>9.2f}{r['pinned_step_ms']:>8.2f}")
+        print(f"  {r['family']:<10}{r['dtype']:<6}{r['logits']:>8}{cell(r['plain_logits'], 10)}{cell(r['pinned_logits'], 8)}"
+              f"{r['grads']:>9}{cell(r['plain_grads'], 10)}{cell(r['pinned_grads'], 8)}   "
+              f"{cell(r['eager_fwd_ms'], 9, True)}{cell(r['plain_fwd_ms'], 9, True)}{cell(r['pinned_fwd_ms'], 8, True)}   "
+              f"{cell(r['eager_step_ms'], 10, True)}{cell(r['plain_step_ms'], 9, True)}{cell(r['pinned_step_ms'], 8, True)}")
     for r in rows:
         for message in r["fallbacks"]:
             print(f"  {r['family']} {r['dtype']}: {message}")

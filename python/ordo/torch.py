@@ -583,6 +583,9 @@ class pinned(TorchFunctionMode):
         # (automatic dynamic shapes are off inside the block), and conditions on sizes and
         # strides become constants through `True if ... else False` (a guard).
         kwargs = kwargs or {}
+        if func not in _ROUTED:
+            # Every op of a graph compiled inside the block passes here as it runs: the shortest path.
+            return func(*args, **kwargs)
         if (func in _NORMS or func in _SOFTMAXES or func is F.scaled_dot_product_attention) and \
                 not torch._dynamo.config.assume_static_by_default:
             raise ValueError("ordo.torch.pinned: torch.compile(dynamic=True) is not supported inside the block: ordo "
@@ -660,3 +663,5 @@ def _dt_name(dtype) -> str:
 _NORMS = {F.layer_norm: "layer_norm", torch.layer_norm: "layer_norm", F.rms_norm: "rms_norm", torch.rms_norm: "rms_norm"}
 _SOFTMAXES = {F.softmax: "softmax", torch.softmax: "softmax", Tensor.softmax: "softmax", F.log_softmax: "log_softmax",
               torch.log_softmax: "log_softmax", Tensor.log_softmax: "log_softmax"}
+# What __torch_function__ may send elsewhere; every other function goes straight to torch.
+_ROUTED = frozenset(_NORMS) | frozenset(_SOFTMAXES) | {F.scaled_dot_product_attention, F.dropout}
