@@ -27,6 +27,15 @@ TorchFunctionMode is off while it handles a call. The torch2.15 orders get torch
 `order(threads=T)`, read when the call is traced. Automatic dynamic shapes are off inside the
 block, and torch.compile(dynamic=True) is refused: ordo's kernels are compiled per size.
 
+Compiled code: with a torch2.15-cpu order (whose promise is eager PyTorch 2.15's bits), a
+torch.compile inside the block runs Inductor in its lite mode (torch._inductor.lite_mode_options:
+every op an ATen call, no fusion, decomposition or graph rewrite), so the ops ordo does not run
+keep the kernels eager runs, and in training F.dropout runs eager's CPU composite as one op
+(ordo::eager_dropout) instead of the native_dropout a compile would trace. A Hugging Face causal
+LM compiled so gives eager's logits and gradients bit for bit (tests/reference/torch2_hf_models.py).
+`pinned(order, eager_kernels=False)` keeps Inductor's own kernels for the other ops; other orders
+default to that.
+
 Backward: every op's gradients run ordo's backward kernels, in the forward's order unless
 `backward_order=` (of the function, or of pinned) names another; with a torch2.15 order the
 layer_norm, rms_norm, softmax and log_softmax gradients are eager autograd's bits.
@@ -536,7 +545,9 @@ class pinned(TorchFunctionMode):
     scaled_dot_product_attention run ordo's kernels with `order`, in eager mode and in functions
     torch.compile traces inside the block. A call ordo cannot run goes to torch with one
     OrdoFallbackWarning per block and reason, or raises ValueError when strict=True. Gradients of
-    the routed calls run ordo's backward kernels with `backward_order` (default: `order`)."""
+    the routed calls run ordo's backward kernels with `backward_order` (default: `order`).
+    eager_kernels (default: True for the torch2.15-cpu orders): compiles inside the block keep
+    eager's ATen kernels for every op ordo does not run (see the module's docstring)."""
 
     def __init__(self, order: str, *, strict: bool = False, backward_order: Optional[str] = None,
                  eager_kernels: Optional[bool] = None):

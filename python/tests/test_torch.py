@@ -19,6 +19,9 @@ Run with the torch 2.15 venv's python (a different or missing torch fails, never
     naming it; strict=True raises ValueError, in eager and compiled code.
   - One compiled function in blocks of different orders and outside runs the graph of each.
   - Backward raises RuntimeError naming the op, in eager and compiled code; forward works.
+  - Compiled inside pinned(torch2.15-cpu), the ops ordo does not run keep eager's kernels
+    (Inductor's lite mode) and a training dropout keeps eager's composite: eager's bits, where
+    plain compile differs; pinned("fast") and eager_kernels=False keep Inductor's kernels.
 """
 import atexit
 import os
@@ -484,13 +487,56 @@ def test_backward():
     torch._dynamo.reset()
 
 
+def test_eager_kernels():
+    """Compiled inside pinned(torch2.15-cpu), ops ordo does not run keep eager's kernels: a chain of
+    bf16 pointwise ops and a training dropout equal eager (forward and gradient), where plain
+    Inductor fuses the chain in f32 and traces dropout as native_dropout. pinned("fast") and
+    eager_kernels=False leave Inductor's own kernels."""
+    import torch._inductor.config as inductor_config
+    import ordo.torch as ot
+
+    def block(x, w):
+        h = F.silu(x @ w) * torch.tanh(x) + torch.exp(-x * 0.5)
+        return F.dropout(h, 0.1, training=True)
+
+    torch.manual_seed(0)
+    x = torch.randn(37, 96).bfloat16().requires_grad_()
+    w = torch.randn(96, 96).bfloat16().requires_grad_()
+
+    def run(fn):
+        x.grad = w.grad = None
+        torch.manual_seed(7)
+        y = fn(x, w)
+        y.float().square().sum().backward()
+        return y.detach(), x.grad.clone(), w.grad.clone()
+
+    want = run(block)
+    torch._dynamo.reset()
+    plain = run(torch.compile(block))
+    check(not all(same(a, b) for a, b in zip(want, plain)), "negative control: plain compile of the bf16 chain differs from eager")
+    for kwargs in ({}, {"strict": True}):
+        torch._dynamo.reset()
+        with ot.pinned(EXACT, **kwargs):
+            check(inductor_config.fallback_by_default, f"pinned({EXACT}, {kwargs}) compiles with Inductor's lite mode")
+            got = run(torch.compile(block))
+        check(all(same(a, b) for a, b in zip(want, got)),
+              f"compiled inside pinned({EXACT}, {kwargs}): bf16 pointwise chain and dropout, output and gradients equal eager")
+    with ot.pinned(EXACT):
+        check(all(same(a, b) for a, b in zip(want, run(block))), f"eager inside pinned({EXACT}): dropout equals eager")
+    check(not inductor_config.fallback_by_default, "lite mode ends with the block")
+    for order, kwargs in (("fast", {}), (EXACT, {"eager_kernels": False})):
+        with ot.pinned(order, **kwargs):
+            check(not inductor_config.fallback_by_default, f"pinned({order!r}, {kwargs}) keeps Inductor's own kernels")
+    torch._dynamo.reset()
+
+
 def main():
     if torch.__version__.split("+")[0] != WANT_TORCH:
         print(f"FAIL: this is torch {torch.__version__} ({sys.executable}); ordo.torch is checked against {WANT_TORCH} "
               f"(scripts/torch2-venv --python)")
         return 1
     for test in (test_import_is_lazy, test_ops_exact, test_ops_compiled, test_pinned, test_layouts_and_dtypes, test_fallbacks,
-                 test_new_shapes, test_blocks_recompile, test_backward):
+                 test_new_shapes, test_blocks_recompile, test_backward, test_eager_kernels):
         print(f"--- {test.__name__}", flush=True)
         test()
     print(f"\n{len(failures)} failed" if failures else "\nall passed")

@@ -102,9 +102,13 @@ torch.set_num_threads(threads)
 TORCH_DTYPE = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}
 
 from torch._inductor import cpu_vec_isa
-isa = str(cpu_vec_isa.pick_vec_isa())
-if not isa:
+picked = cpu_vec_isa.pick_vec_isa()
+if not picked:  # InvalidVecISA is falsy (its str, "INVALID_VEC_ISA", is not empty)
     print(json.dumps({"error": "Inductor found no vector ISA (it would emit scalar C++); is TORCH_USE_RTLD_GLOBAL=1 set?"}))
+    sys.exit(0)
+isa = str(picked)
+if isa != cap:
+    print(json.dumps({"error": f"Inductor picked vector ISA {isa} under ATEN_CPU_CAPABILITY={cap}; the cases test {cap}"}))
     sys.exit(0)
 
 from tensor_bits import same
