@@ -25,6 +25,7 @@ tokens. Dropout stays as each config sets it (GPT-2's is 0.1): every variant's t
 starts from the same RNG state.
 """
 import argparse
+import collections
 import os
 import statistics
 import sys
@@ -40,6 +41,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", tempfile.mkdtemp(prefix="ordo_hf_parity_"))
 
 import torch  # noqa: E402
+from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
 import ordo.torch  # noqa: E402
 
@@ -93,13 +95,30 @@ def median_ms(fn, repeats):
     return statistics.median(times)
 
 
+class OrdoOps(TorchDispatchMode):
+    """Counts the ordo operators that run (the kernels pinned routed), by name."""
+
+    def __init__(self):
+        super().__init__()
+        self.counts = collections.Counter()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = str(func)
+        if name.startswith("ordo."):
+            self.counts[name.split(".")[1]] += 1
+        return func(*args, **(kwargs or {}))
+
+
 def run_variant(model, runner, batch, args):
-    """(logits, gradients, forward ms, training-step ms) of one way of running the model."""
+    """(logits, gradients, forward ms, training-step ms, the ordo ops of one forward pass and of
+    one training step) of one way of running the model."""
     ids, mask, labels = batch
     model.eval()
     with torch.no_grad():
         logits = runner(ids, attention_mask=mask).logits
         forward_ms = median_ms(lambda: runner(ids, attention_mask=mask), args.repeats)
+        with OrdoOps() as forward_ops:
+            runner(ids, attention_mask=mask)
     model.train()
 
     def step():
@@ -110,7 +129,9 @@ def run_variant(model, runner, batch, args):
     step()
     grads = [p.grad.clone() for p in model.parameters()]
     step_ms = median_ms(step, (args.repeats + 3) // 4)
-    return logits, grads, forward_ms, step_ms
+    with OrdoOps() as step_ops:
+        step()
+    return logits, grads, forward_ms, step_ms, forward_ops.counts, step_ops.counts
 
 
 def compare(family, dtype_name, args):
@@ -128,7 +149,8 @@ def compare(family, dtype_name, args):
     torch._dynamo.reset()
     fallbacks = sorted({str(w.message) for w in caught if issubclass(w.category, ordo.torch.OrdoFallbackWarning)})
     row = {"family": family, "dtype": dtype_name, "logits": eager[0].numel(),
-           "grads": sum(g.numel() for g in eager[1]), "fallbacks": fallbacks}
+           "grads": sum(g.numel() for g in eager[1]), "fallbacks": fallbacks,
+           "ordo_forward": pinned[4], "ordo_step": pinned[5]}
     for name, variant in (("eager", eager), ("plain", plain), ("pinned", pinned)):
         if variant is None:  # not run: counts and times print as '-'
             row[f"{name}_logits"] = row[f"{name}_grads"] = row[f"{name}_fwd_ms"] = row[f"{name}_step_ms"] = None
@@ -196,6 +218,11 @@ def main():
               f"{r['grads']:>9}{cell(r['plain_grads'], 10)}{cell(r['pinned_grads'], 8)}   "
               f"{cell(r['eager_fwd_ms'], 9, True)}{cell(r['plain_fwd_ms'], 9, True)}{cell(r['pinned_fwd_ms'], 8, True)}   "
               f"{cell(r['eager_step_ms'], 10, True)}{cell(r['plain_step_ms'], 9, True)}{cell(r['pinned_step_ms'], 8, True)}")
+    print("\nordo's kernels in one pinned forward pass | one training step (the rest ran eager's ATen kernels)")
+    for r in rows:
+        def ops(counts):
+            return ", ".join(f"{name} x{n}" for name, n in sorted(counts.items())) or "none"
+        print(f"  {r['family']} {r['dtype']}: {ops(r['ordo_forward'])} | {ops(r['ordo_step'])}")
     for r in rows:
         for message in r["fallbacks"]:
             print(f"  {r['family']} {r['dtype']}: {message}")

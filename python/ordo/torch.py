@@ -374,12 +374,38 @@ def log_softmax(input: Tensor, dim: int = -1, dtype: Optional[torch.dtype] = Non
 
 
 def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, is_causal: bool = False,
-                                 scale: Optional[float] = None, *, order: str, backward_order: Optional[str] = None) -> Tensor:
+                                 scale: Optional[float] = None, *, enable_gqa: bool = False, order: str,
+                                 backward_order: Optional[str] = None) -> Tensor:
     """F.scaled_dot_product_attention without a mask or dropout: [..., S_q, D] x [..., S_k, D],
     causal top-left aligned, scale 1/sqrt(D) by default. Gradients run ordo's attention_backward
-    with backward_order, by default the forward's order, from the forward's log-sum-exp."""
-    return torch.ops.ordo.scaled_dot_product_attention(query, key, value, bool(is_causal),
-                                                       None if scale is None else float(scale), order, backward_order or "")
+    with backward_order, by default the forward's order, from the forward's log-sum-exp.
+
+    enable_gqa=True: key and value may have fewer heads (dim -3) than query, a divisor of its
+    count; query head h reads key/value head h // (H_q / H_kv), as in torch. Each group's keys
+    are read once per query head with the row strides they have (what torch's flash kernel hands
+    its BLAS), so the forward is torch's bits under torch2.15-cpu. Its gradients are not: torch's
+    flash backward sums dk and dv over a group's heads inside its kernel, which ordo does not
+    model, so an order that reproduces torch refuses them."""
+    scale = None if scale is None else float(scale)
+    if enable_gqa and query.dim() >= 3 and key.dim() == query.dim() and key.shape[-3] != query.shape[-3]:
+        heads, kv_heads = int(query.shape[-3]), int(key.shape[-3])
+        if kv_heads < 1 or heads % kv_heads:
+            raise ValueError(f"scaled_dot_product_attention: enable_gqa with {heads} query heads and {kv_heads} key/value "
+                             f"heads; the key/value heads must divide the query heads")
+        if _exact(order) and torch.is_grad_enabled() and (query.requires_grad or key.requires_grad or value.requires_grad):
+            raise ValueError(f"scaled_dot_product_attention: grouped-query attention's gradients under '{order}': torch's "
+                             f"flash backward sums dk and dv over a group's heads inside its kernel, which ordo does not "
+                             f"model; run the forward under torch.no_grad(), or pick a tiled order (fast, flash)")
+        group = heads // kv_heads
+
+        def grouped(t):  # [..., H_kv, S, D] -> [..., H_kv, group, S, D], the group a stride-0 dim
+            return t.unsqueeze(-3).expand(*t.shape[:-2], group, *t.shape[-2:])
+
+        out = torch.ops.ordo.scaled_dot_product_attention(query.unflatten(-3, (kv_heads, group)), grouped(key),
+                                                          grouped(value), bool(is_causal), scale, order,
+                                                          backward_order or "")
+        return out.flatten(-4, -3)
+    return torch.ops.ordo.scaled_dot_product_attention(query, key, value, bool(is_causal), scale, order, backward_order or "")
 
 
 # --- pinned ----------------------------------------------------------------------------------
@@ -467,7 +493,8 @@ def _why_not(op: str, order: str, call: tuple) -> str:
             return str(e)
         return ""
     # scaled_dot_product_attention
-    q_dtype, k_dtype, v_dtype, ndim, shapes_ok, d, s_q, s_k, last_contiguous, has_mask, dropout_p, is_causal, scale = call
+    (q_dtype, k_dtype, v_dtype, ndim, shapes_ok, d, s_q, s_k, last_contiguous, has_mask, dropout_p, is_causal, scale,
+     group, grad) = call
     if has_mask:
         return "attn_mask is given; ordo's attention takes no mask (is_causal=True is supported)"
     if dropout_p != 0.0:
@@ -483,8 +510,12 @@ def _why_not(op: str, order: str, call: tuple) -> str:
                 f"{last_contiguous[2]}): torch then runs its math path, not the flash kernel '{order}' reproduces; pass "
                 f"tensors whose last dim is contiguous")
     if not shapes_ok:
-        return ("query, key, value shapes: ordo needs equal leading dims, one head dim and key and value of one shape "
-                "(no broadcasting, no grouped-query heads)")
+        return ("query, key, value shapes: ordo needs one batch, one head dim, key and value of one shape, and as many "
+                "key/value heads as query heads or, with enable_gqa=True, a divisor of them (no broadcasting)")
+    if group > 1 and grad and _exact(order):
+        return (f"grouped-query attention ({group} query heads per key/value head) with gradients: torch's flash backward "
+                f"sums dk and dv over a group's heads inside its kernel, which '{order}' does not model (under "
+                f"torch.no_grad() ordo runs it)")
     try:
         _ordo.compile_attention(d, s_q, s_k, _DTYPE_NAMES[getattr(torch, q_dtype)], order,
                                 bool(is_causal), scale, False)
@@ -651,19 +682,23 @@ class pinned(TorchFunctionMode):
             dropout_p = float(_arg(args, kwargs, 4, "dropout_p", 0.0))
             is_causal = bool(_arg(args, kwargs, 5, "is_causal", False))
             scale = _arg(args, kwargs, 6, "scale", None)
-            # enable_gqa needs no handling: ordo takes equal head counts only, where it changes nothing
+            enable_gqa = bool(_arg(args, kwargs, 7, "enable_gqa", False))
             four_d = q.dim() == 4 and k.dim() == 4 and v.dim() == 4
-            shapes_ok = True if four_d and q.shape[:2] == k.shape[:2] and k.shape == v.shape and q.shape[3] == k.shape[3] else False
+            heads_ok = four_d and (q.shape[1] == k.shape[1] or enable_gqa and k.shape[1] > 0 and q.shape[1] % k.shape[1] == 0)
+            shapes_ok = True if heads_ok and q.shape[0] == k.shape[0] and k.shape == v.shape and q.shape[3] == k.shape[3] else False
+            group = int(q.shape[1]) // int(k.shape[1]) if shapes_ok else 1
+            grad = True if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad) else False
             last_contiguous = tuple(True if t.shape[-1] == 1 or t.stride(-1) == 1 else False for t in (q, k, v))
             call = (_dt(q), _dt(k), _dt(v), q.dim(), shapes_ok, int(q.shape[-1]) if shapes_ok else 0,
                     int(q.shape[-2]) if shapes_ok else 0, int(k.shape[-2]) if shapes_ok else 0, last_contiguous,
-                    mask is not None, dropout_p, is_causal, None if scale is None else float(scale))
+                    mask is not None, dropout_p, is_causal, None if scale is None else float(scale), group, grad)
             order, error = _route("scaled_dot_product_attention", self.order, self.strict, _torch_threads(), call)
             if error:
                 raise ValueError(error)
             if order:
                 backward = _with_threads(self.backward_order, _torch_threads()) if self.backward_order else None
-                return scaled_dot_product_attention(q, k, v, is_causal, scale, order=order, backward_order=backward)
+                return scaled_dot_product_attention(q, k, v, is_causal, scale, enable_gqa=group > 1, order=order,
+                                                    backward_order=backward)
         return func(*args, **kwargs)
 
 

@@ -19,6 +19,8 @@ Run with the torch 2.15 venv's python (a different or missing torch fails, never
     naming it; strict=True raises ValueError, in eager and compiled code.
   - One compiled function in blocks of different orders and outside runs the graph of each.
   - Backward raises RuntimeError naming the op, in eager and compiled code; forward works.
+  - Grouped-query SDPA (enable_gqa=True) runs ordo's kernel without gradients, with eager's bits;
+    with them under torch2.15-cpu, torch's kernel and a warning (strict=True raises).
   - Compiled inside pinned(torch2.15-cpu), the ops ordo does not run keep eager's kernels
     (Inductor's lite mode) and a training dropout keeps eager's composite: eager's bits, where
     plain compile differs; pinned("fast") and eager_kernels=False keep Inductor's kernels.
@@ -530,13 +532,58 @@ def test_eager_kernels():
     torch._dynamo.reset()
 
 
+def test_grouped_query_attention():
+    """SDPA with fewer key/value heads than query heads (enable_gqa=True), on transformers' layout
+    (projections [B, S, H, D] viewed as [B, H, S, D]): without gradients pinned runs ordo's kernel,
+    in eager and compiled code, with eager's bits; with gradients under torch2.15-cpu it runs
+    torch's (one warning naming why), or raises under strict=True."""
+    import ordo.torch as ot
+    for dtype in (torch.float32, torch.bfloat16):
+        for b, heads, kv_heads, s, d, causal in ((2, 4, 2, 48, 32, True), (1, 8, 2, 100, 64, False), (2, 4, 1, 37, 64, True),
+                                                 (1, 6, 3, 1, 64, False)):
+            torch.manual_seed(0)
+            q = torch.randn(b, s, heads, d, dtype=dtype).transpose(1, 2)
+            k = torch.randn(b, s, kv_heads, d, dtype=dtype).transpose(1, 2)
+            v = torch.randn(b, s, kv_heads, d, dtype=dtype).transpose(1, 2)
+            name = f"GQA {dtype} B={b} H={heads}/{kv_heads} S={s} D={d} causal={causal}"
+
+            def sdpa(q_, k_, v_):
+                return F.scaled_dot_product_attention(q_, k_, v_, is_causal=causal, enable_gqa=True)
+
+            with torch.no_grad():
+                want = sdpa(q, k, v)
+                torch._dynamo.reset()
+                with ot.pinned(EXACT, strict=True), OpLog() as log:
+                    got = sdpa(q, k, v)
+                    compiled = torch.compile(sdpa)(q, k, v)
+            ran = [n for n in log.names if "ordo" in n or "attention" in n]
+            check(all("ordo" in n for n in ran) and ran, f"{name}: pinned runs ordo's attention, not torch's: {ran[:3]}")
+            check(same(want, got) and same(want, compiled), f"{name}: pinned eager and compiled equal torch")
+    q.requires_grad_()
+    want = F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
+    with warnings.catch_warnings(record=True) as record, ot.pinned(EXACT):
+        warnings.simplefilter("always")
+        got = F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
+    messages = fallback_warnings(record)
+    check(same(want, got) and len(messages) == 1 and "grouped-query" in messages[0],
+          f"GQA with gradients under {EXACT}: torch's kernel, one warning naming why: {messages}")
+    try:
+        with ot.pinned(EXACT, strict=True):
+            F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
+        check(False, "GQA with gradients under strict=True raises")
+    except ValueError as e:
+        check("grouped-query" in str(e), f"GQA with gradients under strict=True raises ValueError: {str(e)[:120]}")
+    torch._dynamo.reset()
+
+
 def main():
     if torch.__version__.split("+")[0] != WANT_TORCH:
         print(f"FAIL: this is torch {torch.__version__} ({sys.executable}); ordo.torch is checked against {WANT_TORCH} "
               f"(scripts/torch2-venv --python)")
         return 1
     for test in (test_import_is_lazy, test_ops_exact, test_ops_compiled, test_pinned, test_layouts_and_dtypes, test_fallbacks,
-                 test_new_shapes, test_blocks_recompile, test_backward, test_eager_kernels):
+                 test_new_shapes, test_blocks_recompile, test_backward, test_eager_kernels,
+                 test_grouped_query_attention):
         print(f"--- {test.__name__}", flush=True)
         test()
     print(f"\n{len(failures)} failed" if failures else "\nall passed")
