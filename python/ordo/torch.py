@@ -42,6 +42,7 @@ layer_norm, rms_norm, softmax and log_softmax gradients are eager autograd's bit
 scaled_dot_product_attention's backward takes the forward's log-sum-exp (its forward kernel runs
 again for it); under torch2.15-cpu it is eager autograd's (f32, on the hosts the order models).
 """
+import functools
 import math
 import threading
 import warnings
@@ -545,6 +546,44 @@ def _route(op: str, order: str, strict: bool, threads: int, call: tuple) -> Tupl
     return "", ""
 
 
+def _interpolate_when_compiled(args, kwargs) -> str:
+    """F.interpolate(input, size, scale_factor, mode, align_corners, recompute_scale_factor,
+    antialias): '' for the modes a compile keeps exact, else why it cannot."""
+    mode, antialias = _arg(args, kwargs, 3, "mode", "nearest"), bool(_arg(args, kwargs, 6, "antialias", False))
+    if mode in ("nearest", "nearest-exact") and not antialias:
+        return ""
+    return (f"mode={mode!r}{' with antialias' if antialias else ''}: a compile traces it through torch's Python "
+            f"decomposition of upsample, which rounds otherwise than eager's kernel (measured in lite mode: linear, "
+            f"bilinear and bicubic differ from eager in 35% to 81% of their outputs)")
+
+
+# Functions that a compile traces into other arithmetic than eager's kernels even in Inductor's
+# lite mode (a Python decomposition registered for a composite op), with the test of a call's
+# arguments that says why ('' where the call stays exact). Inside the block such a call breaks
+# the graph and runs eagerly. Measured in torch 2.15 on the CPU; nearest interpolation,
+# batch_norm, matmul, LSTM, GRU and stft kept eager's bits there.
+_INEXACT_WHEN_COMPILED = {F.interpolate: ("interpolate", _interpolate_when_compiled)}
+
+
+@functools.partial(torch.compiler.disable, reason="ordo.torch.pinned runs this call eagerly so that it keeps eager's "
+                                                  "bits (its OrdoFallbackWarning names the op)")
+def _run_eagerly(func, args, kwargs):
+    return func(*args, **kwargs)
+
+
+@torch.compiler.assume_constant_result
+def _warn_graph_break(op: str, order: str, why: str) -> bool:
+    """At trace time: one warning per block and reason that the call runs eagerly between two
+    compiled graphs."""
+    stack = _warned_stack()
+    seen = stack[-1] if stack else set()
+    if (op, why) not in seen:
+        seen.add((op, why))
+        warnings.warn(f"ordo.torch.pinned({order!r}): {op} runs eagerly, between compiled graphs (a graph break), so "
+                      f"that it keeps eager's bits: {why}", OrdoFallbackWarning, stacklevel=3)
+    return True
+
+
 @torch.compiler.assume_constant_result
 def _torch_threads() -> int:
     return torch.get_num_threads()
@@ -676,6 +715,13 @@ class pinned(TorchFunctionMode):
             training, inplace = _arg(args, kwargs, 2, "training", True), _arg(args, kwargs, 3, "inplace", False)
             if training and 0.0 < p <= 1.0 and not inplace and x.dtype.is_floating_point:
                 return _eager_dropout_op(x, p)[0]
+        elif func in _INEXACT_WHEN_COMPILED:
+            op, test = _INEXACT_WHEN_COMPILED[func]
+            why = test(args, kwargs) if self.eager_kernels and torch.compiler.is_compiling() else ""
+            if why and _warn_graph_break(op, self.order, why):
+                # Dynamo does not trace into _run_eagerly: the call runs between two compiled
+                # graphs, on torch's kernel; under fullgraph=True Dynamo reports the break.
+                return _run_eagerly(func, args, kwargs)
         elif func is F.scaled_dot_product_attention:
             q, k, v = args[0], _arg(args, kwargs, 1, "key", None), _arg(args, kwargs, 2, "value", None)
             mask = _arg(args, kwargs, 3, "attn_mask", None)
@@ -710,4 +756,5 @@ _NORMS = {F.layer_norm: "layer_norm", torch.layer_norm: "layer_norm", F.rms_norm
 _SOFTMAXES = {F.softmax: "softmax", torch.softmax: "softmax", Tensor.softmax: "softmax", F.log_softmax: "log_softmax",
               torch.log_softmax: "log_softmax", Tensor.log_softmax: "log_softmax"}
 # What __torch_function__ may send elsewhere; every other function goes straight to torch.
-_ROUTED = frozenset(_NORMS) | frozenset(_SOFTMAXES) | {F.scaled_dot_product_attention, F.dropout}
+_ROUTED = (frozenset(_NORMS) | frozenset(_SOFTMAXES) | frozenset(_INEXACT_WHEN_COMPILED) |
+           {F.scaled_dot_product_attention, F.dropout})

@@ -525,6 +525,31 @@ def test_eager_kernels():
               f"compiled inside pinned({EXACT}, {kwargs}): bf16 pointwise chain and dropout, output and gradients equal eager")
     with ot.pinned(EXACT):
         check(all(same(a, b) for a, b in zip(want, run(block))), f"eager inside pinned({EXACT}): dropout equals eager")
+
+    # Bilinear interpolation: torch's Python decomposition, traced even in lite mode, rounds
+    # otherwise; inside the block the call runs eagerly between two graphs, with one warning.
+    def upsample(t):
+        return F.interpolate(t * 2, scale_factor=1.5, mode="bilinear") + 1
+
+    t = torch.randn(2, 3, 10, 10)
+    want = upsample(t)
+    torch._dynamo.reset()
+    with ot.pinned(EXACT, eager_kernels=False):
+        check(not same(want, torch.compile(upsample)(t)), "negative control: bilinear interpolate compiled by Inductor differs")
+    torch._dynamo.reset()
+    with warnings.catch_warnings(record=True) as record, ot.pinned(EXACT):
+        warnings.simplefilter("always")
+        got = torch.compile(upsample)(t)
+    messages = fallback_warnings(record)
+    check(same(want, got) and len(messages) == 1 and "interpolate runs eagerly" in messages[0],
+          f"bilinear interpolate compiled inside pinned({EXACT}): eager's bits, one warning naming it: {messages}")
+    torch._dynamo.reset()
+    try:
+        with ot.pinned(EXACT):
+            torch.compile(upsample, fullgraph=True)(t)
+        check(False, "bilinear interpolate under fullgraph=True inside pinned raises")
+    except Exception as e:  # noqa: BLE001 - Dynamo's own error type for a graph break
+        check("eagerly" in str(e), f"bilinear interpolate under fullgraph=True inside pinned reports the break: {str(e)[:100]}")
     check(not inductor_config.fallback_by_default, "lite mode ends with the block")
     for order, kwargs in (("fast", {}), (EXACT, {"eager_kernels": False})):
         with ot.pinned(order, **kwargs):
