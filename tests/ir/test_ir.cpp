@@ -771,8 +771,8 @@ TEST_CASE("gen: the norm ops on one warp, or with their passes as a loop, give t
 }
 
 namespace {
-// A scalar model of PyTorch's CUDA layer_norm kernels, written from their description in
-// ../shared/reference-orders.md section 3 and independent of gen/team.cpp: the IR of
+// A scalar model of PyTorch's CUDA layer_norm kernels, written from their source
+// (aten/src/ATen/native/cuda/layer_norm_kernel.cu) and independent of gen/team.cpp: the IR of
 // torch-cuda-tree must compute exactly this. All arithmetic is f32; fma is std::fma.
 struct Stream {
   float n = 0, mean = 0, m2 = 0;
