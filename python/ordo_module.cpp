@@ -140,6 +140,36 @@ PYBIND11_MODULE(_ordo, m) {
           k.run(refs, rows, threads);
           return 0;
         });
+      }, py::arg("tensors"), py::arg("rows"), py::arg("threads") = 0)
+      // The same for torch tensors, read by pointer: DLPack's capsules cost about 5 µs a tensor,
+      // most of a small call. This module does not link torch, so it asks each tensor through
+      // Python, and checks what DLPack's consumer checks: the CPU, a compact row-major layout
+      // and the dtype; the kernel checks the sizes.
+      .def("run_torch", [](const ordo::CompiledKernel& k, py::list tensors, int64_t rows, int threads) {
+        translate([&] {
+          const auto& args = k.args();
+          if (tensors.size() != args.size())
+            throw ordo::Error("kernel takes " + std::to_string(args.size()) + " tensors, got " + std::to_string(tensors.size()));
+          std::vector<ordo::BufferRef> refs;
+          for (size_t i = 0; i < args.size(); ++i) {
+            const py::handle t = tensors[i];
+            const std::string& what = args[i].name;
+            if (py::str(t.attr("device").attr("type")).cast<std::string>() != "cpu")
+              throw ordo::Error(what + ": not a CPU tensor (ordo's Python API runs on the CPU)");
+            if (!t.attr("is_contiguous")().cast<bool>()) throw ordo::Error(what + ": not contiguous; call .contiguous() first");
+            const std::string dtype = py::str(t.attr("dtype")).cast<std::string>();
+            ordo::ScalarType type;
+            if (dtype == "torch.float32") type = ordo::ScalarType::f32;
+            else if (dtype == "torch.bfloat16") type = ordo::ScalarType::bf16;
+            else if (dtype == "torch.float16") type = ordo::ScalarType::f16;
+            else if (dtype == "torch.float64") type = ordo::ScalarType::f64;
+            else throw ordo::Error(what + ": dtype " + dtype + " is not float32, float16 or bfloat16");
+            refs.push_back({reinterpret_cast<void*>(t.attr("data_ptr")().cast<uintptr_t>()), t.attr("numel")().cast<int64_t>(), type});
+          }
+          py::gil_scoped_release unlocked;  // the caller's list keeps the tensors alive
+          k.run(refs, rows, threads);
+          return 0;
+        });
       }, py::arg("tensors"), py::arg("rows"), py::arg("threads") = 0);
 
   m.def("compile", [](const std::string& op, int64_t cols, const std::string& dtype, const std::string& weight_dtype,

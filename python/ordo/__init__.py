@@ -27,8 +27,17 @@ def __getattr__(name):
     raise AttributeError(f"module 'ordo' has no attribute '{name}'")
 
 
+_TORCH_TYPES = set()  # the torch tensor types seen, so that the test below runs once per type
+
+
 def _is_torch(a):
-    return type(a).__module__.split(".")[0] == "torch"
+    kind = type(a)
+    if kind in _TORCH_TYPES:
+        return True
+    if kind.__module__.split(".")[0] != "torch":
+        return False
+    _TORCH_TYPES.add(kind)
+    return True
 
 
 def _dtype_of(a, hint):
@@ -50,11 +59,14 @@ def _dtype_of(a, hint):
     raise ValueError(f"array dtype {name} is not float32 or float16 (bf16: uint16 bit patterns with dtype='bf16')")
 
 
+_TORCH_DTYPE_NAMES = {"f32": "float32", "bf16": "bfloat16", "f16": "float16"}
+
+
 def _empty_like_kind(x, shape, dtype):
     """An uninitialized output of the same kind as x (torch or numpy)."""
     if _is_torch(x):
         import torch
-        return torch.empty(shape, dtype={"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}[dtype])
+        return torch.empty(shape, dtype=getattr(torch, _TORCH_DTYPE_NAMES[dtype]))
     import numpy as np
     return np.empty(shape, dtype={"f32": np.float32, "bf16": np.uint16, "f16": np.float16}[dtype])
 
@@ -65,6 +77,16 @@ def _capsule(a):
     if _is_torch(a):
         a = a.detach()  # a view, not a copy: ordo's kernels are forward only
     return a.__dlpack__()
+
+
+def _launch(kernel, arrays, rows, threads):
+    """Runs `kernel` on `arrays` (in kernel.args order). Torch tensors go by pointer
+    (Kernel.run_torch checks each one's device, layout, dtype and size); anything else, or a mix,
+    through DLPack."""
+    if all(_is_torch(a) for a in arrays):
+        kernel.run_torch(arrays, rows, threads)
+    else:
+        kernel.run([_capsule(a) for a in arrays], rows, threads)
 
 
 def _run(op, x, inputs, outputs_spec, order, eps=1e-5, dtype=None, weight_dtype=None, allow_mixed_dtypes=False, acc=None,
@@ -85,12 +107,12 @@ def _run(op, x, inputs, outputs_spec, order, eps=1e-5, dtype=None, weight_dtype=
     outs, tensors = {}, []
     for name, dt, is_out, extent in kernel.args:
         if not is_out:
-            tensors.append(_capsule(x if name == "x" else given[name]))
+            tensors.append(x if name == "x" else given[name])
             continue
         shape = tuple(x.shape) if extent == "rows*N" else tuple(x.shape[:-1])
         outs[name] = _empty_like_kind(x, shape, dt)
-        tensors.append(_capsule(outs[name]))
-    kernel.run(tensors, rows, threads)
+        tensors.append(outs[name])
+    _launch(kernel, tensors, rows, threads)
     return outs
 
 
@@ -148,11 +170,11 @@ def attention(q, k, v, order="fast", causal=False, scale=None, return_lse=False,
     outs, tensors = {}, []
     for name, dt, is_out, extent in kernel.args:
         if not is_out:
-            tensors.append(_capsule({"q": q, "k": k, "v": v}[name]))
+            tensors.append({"q": q, "k": k, "v": v}[name])
             continue
         outs[name] = _empty_like_kind(q, tuple(q.shape) if name == "out" else tuple(q.shape[:-1]), dt)
-        tensors.append(_capsule(outs[name]))
-    kernel.run(tensors, rows, threads)
+        tensors.append(outs[name])
+    _launch(kernel, tensors, rows, threads)
     return (outs["out"], outs["lse"]) if return_lse else outs["out"]
 
 
@@ -214,11 +236,11 @@ def attention_backward(q, k, v, out, dout, lse=None, order="fast", causal=False,
     outs, tensors = {}, []
     for name, dt, is_out, extent in kernel.args:
         if not is_out:
-            tensors.append(_capsule(given[name]))
+            tensors.append(given[name])
             continue
         outs[name] = _empty_like_kind(q, tuple(q.shape) if name == "dq" else tuple(k.shape), dt)
-        tensors.append(_capsule(outs[name]))
-    kernel.run(tensors, rows, threads)
+        tensors.append(outs[name])
+    _launch(kernel, tensors, rows, threads)
     return outs["dq"], outs["dk"], outs["dv"]
 
 
@@ -244,12 +266,12 @@ def _run_backward(op, data, inputs, order, bias=False, saved_stats=True, dtype=N
     outs, tensors = {}, []
     for name, dt, is_out, extent in kernel.args:
         if not is_out:
-            tensors.append(_capsule(data if name in ("x", "y") else given[name]))
+            tensors.append(data if name in ("x", "y") else given[name])
             continue
         shape = tuple(data.shape) if extent == "rows*N" else (cols,) if extent == "N" else tuple(data.shape[:-1])
         outs[name] = _empty_like_kind(data, shape, dt)
-        tensors.append(_capsule(outs[name]))
-    kernel.run(tensors, rows, threads)
+        tensors.append(outs[name])
+    _launch(kernel, tensors, rows, threads)
     return outs
 
 

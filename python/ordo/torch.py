@@ -668,7 +668,7 @@ class pinned(TorchFunctionMode):
             # Every op of a graph compiled inside the block passes here as it runs: the shortest path.
             return func(*args, **kwargs)
         if (func in _NORMS or func in _SOFTMAXES or func is F.scaled_dot_product_attention) and \
-                not torch._dynamo.config.assume_static_by_default:
+                torch.compiler.is_compiling() and not torch._dynamo.config.assume_static_by_default:
             raise ValueError("ordo.torch.pinned: torch.compile(dynamic=True) is not supported inside the block: ordo "
                              "compiles its kernels for fixed sizes; use the default (dynamic=None) or dynamic=False")
         if func in _NORMS:
