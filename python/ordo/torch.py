@@ -375,6 +375,13 @@ def log_softmax(input: Tensor, dim: int = -1, dtype: Optional[torch.dtype] = Non
     return torch.ops.ordo.log_softmax(input if dtype is None else input.to(dtype), order, backward_order or "")
 
 
+def _gqa_gradients_refused(group: int, order: str) -> str:
+    """Why an order that reproduces torch runs no grouped-query attention that needs gradients."""
+    return (f"grouped-query attention ({group} query heads per key/value head) with gradients: torch's flash backward "
+            f"sums dk and dv over a group's heads inside its kernel, which '{order}' does not model (under "
+            f"torch.no_grad() ordo runs it)")
+
+
 def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, is_causal: bool = False,
                                  scale: Optional[float] = None, *, enable_gqa: bool = False, order: str,
                                  backward_order: Optional[str] = None) -> Tensor:
@@ -394,11 +401,10 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, is_c
         if kv_heads < 1 or heads % kv_heads:
             raise ValueError(f"scaled_dot_product_attention: enable_gqa with {heads} query heads and {kv_heads} key/value "
                              f"heads; the key/value heads must divide the query heads")
-        if _exact(order) and torch.is_grad_enabled() and (query.requires_grad or key.requires_grad or value.requires_grad):
-            raise ValueError(f"scaled_dot_product_attention: grouped-query attention's gradients under '{order}': torch's "
-                             f"flash backward sums dk and dv over a group's heads inside its kernel, which ordo does not "
-                             f"model; run the forward under torch.no_grad(), or pick a tiled order (fast, flash)")
         group = heads // kv_heads
+        if _exact(order) and torch.is_grad_enabled() and (query.requires_grad or key.requires_grad or value.requires_grad):
+            raise ValueError(f"scaled_dot_product_attention: {_gqa_gradients_refused(group, order)}; or pick a tiled "
+                             f"order (fast, flash)")
 
         def grouped(t):  # [..., H_kv, S, D] -> [..., H_kv, group, S, D], the group a stride-0 dim
             return t.unsqueeze(-3).expand(*t.shape[:-2], group, *t.shape[-2:])
@@ -515,9 +521,7 @@ def _why_not(op: str, order: str, call: tuple) -> str:
         return ("query, key, value shapes: ordo needs one batch, one head dim, key and value of one shape, and as many "
                 "key/value heads as query heads or, with enable_gqa=True, a divisor of them (no broadcasting)")
     if group > 1 and grad and _exact(order):
-        return (f"grouped-query attention ({group} query heads per key/value head) with gradients: torch's flash backward "
-                f"sums dk and dv over a group's heads inside its kernel, which '{order}' does not model (under "
-                f"torch.no_grad() ordo runs it)")
+        return _gqa_gradients_refused(group, order)
     try:
         _ordo.compile_attention(d, s_q, s_k, _DTYPE_NAMES[getattr(torch, q_dtype)], order,
                                 bool(is_causal), scale, False)
