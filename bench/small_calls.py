@@ -3,14 +3,15 @@
 
     PYTHONPATH=build/python "$(scripts/torch2-venv --python)" bench/small_calls.py [--rows 96 --cols 128]
 
-One layer_norm of rows x cols (f32, no weight), timed as the mean of --calls calls after a
-warm-up, the fastest of --rounds rounds, in one process on torch's thread count:
-  torch            F.layer_norm
-  ordo             ordo.layer_norm (the Python API: compile lookup, outputs, kernel)
-  ordo.torch       ordo.torch.layer_norm (the custom op and its autograd wrapper)
-  pinned           F.layer_norm inside ordo.torch.pinned (the TorchFunctionMode's routing too)
-Each allocates its outputs as it normally does. Microseconds per call; the ratio is torch's time
-over the row's (above 1: faster than torch).
+Each call is timed as the mean of --calls calls after a warm-up, the fastest of --rounds rounds,
+in one process on torch's thread count, each allocating its outputs as it normally does:
+  - one layer_norm of rows x cols (f32, no weight): torch's F.layer_norm; ordo.layer_norm (the
+    Python API: compile lookup, outputs, kernel); ordo.torch.layer_norm (the custom op and its
+    autograd wrapper); F.layer_norm inside ordo.torch.pinned (the TorchFunctionMode's routing too);
+  - a small model's grouped-query SDPA, the same ways;
+  - an op pinned does not route (aten.add), outside and inside the block: what each op of a
+    graph compiled inside pinned pays for the mode.
+Microseconds per call; the ratio is the first row's time over the row's (above 1: faster).
 
 OpenMP's wait policy is left as the user has it and printed: torch's own call depends on it. With
 OMP_WAIT_POLICY=PASSIVE (what ordo's examples set on a 2-core machine) each of torch's parallel
@@ -40,6 +41,21 @@ def per_call_us(fn, calls, rounds):
     return best
 
 
+def table(title, ways, order, calls, rounds):
+    """Times each (name, fn, in_pinned) and prints it against the first row's time."""
+    times = []
+    for name, fn, in_pinned in ways:
+        if in_pinned:  # timed inside one block, as a program enters it once
+            with ot.pinned(order):
+                times.append(per_call_us(fn, calls, rounds))
+        else:
+            times.append(per_call_us(fn, calls, rounds))
+    print(f"\n{title}")
+    print(f"  {'call':<34}{'us per call':>12}{'first/this':>12}")
+    for (name, _, _), t in zip(ways, times):
+        print(f"  {name:<34}{t:>12.1f}{times[0] / t:>12.2f}")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rows", type=int, default=96)
@@ -51,25 +67,32 @@ def main():
     for name in ("rows", "cols", "calls", "rounds"):
         if getattr(args, name) < 1:
             ap.error(f"--{name} {getattr(args, name)}: must be at least 1")
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, OMP_WAIT_POLICY="
+          f"{os.environ.get('OMP_WAIT_POLICY', '(unset)')}; order {args.order}; fastest of {args.rounds} rounds of "
+          f"{args.calls} calls")
     x = torch.randn(args.rows, args.cols)
     shape = (args.cols,)
-    ways = [("torch", lambda: F.layer_norm(x, shape)),
-            ("ordo", lambda: ordo.layer_norm(x, None, None, order=args.order)),
-            ("ordo.torch", lambda: ot.layer_norm(x, shape, order=args.order)),
-            ("pinned", lambda: F.layer_norm(x, shape))]  # timed inside one block, as a program enters it once
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, OMP_WAIT_POLICY="
-          f"{os.environ.get('OMP_WAIT_POLICY', '(unset)')}; layer_norm f32 {args.rows}x{args.cols}, "
-          f"order {args.order}; fastest of {args.rounds} rounds of {args.calls} calls")
-    times = {}
-    for name, fn in ways:
-        if name == "pinned":
-            with ot.pinned(args.order):
-                times[name] = per_call_us(fn, args.calls, args.rounds)
-        else:
-            times[name] = per_call_us(fn, args.calls, args.rounds)
-    print(f"  {'call':<12}{'us per call':>12}{'torch/this':>12}")
-    for name, _ in ways:
-        print(f"  {name:<12}{times[name]:>12.1f}{times['torch'] / times[name]:>12.2f}")
+    table(f"layer_norm f32 {args.rows}x{args.cols}", [
+        ("torch F.layer_norm", lambda: F.layer_norm(x, shape), False),
+        ("ordo.layer_norm", lambda: ordo.layer_norm(x, None, None, order=args.order), False),
+        ("ordo.torch.layer_norm", lambda: ot.layer_norm(x, shape, order=args.order), False),
+        ("F.layer_norm inside pinned", lambda: F.layer_norm(x, shape), True)], args.order, args.calls, args.rounds)
+    # Grouped-query SDPA as a small Hugging Face model calls it: [B, S, H, D] projections viewed [B, H, S, D].
+    q = torch.randn(2, 48, 4, 32).transpose(1, 2)
+    k, v = (torch.randn(2, 48, 2, 32).transpose(1, 2) for _ in range(2))
+    with torch.no_grad():
+        table("scaled_dot_product_attention f32 B=2 H=4/2 S=48 D=32, causal, no grad", [
+            ("torch F.sdpa", lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True), False),
+            ("ordo.torch.sdpa", lambda: ot.scaled_dot_product_attention(q, k, v, True, enable_gqa=True, order=args.order),
+             False),
+            ("F.sdpa inside pinned", lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True),
+             True)], args.order, args.calls, args.rounds)
+    # What an op pinned does not route pays for the mode, as each op of a graph compiled inside it does.
+    a = torch.ones(4)
+    add = torch.ops.aten.add.Tensor
+    table("an op pinned does not route (aten.add of 4 floats)", [
+        ("outside pinned", lambda: add(a, a), False),
+        ("inside pinned", lambda: add(a, a), True)], args.order, args.calls * 10, args.rounds)
 
 
 if __name__ == "__main__":
