@@ -1,7 +1,10 @@
 // compile(), the in-memory kernel cache, and launching rows over a thread pool.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cctype>
+#include <cerrno>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -13,7 +16,9 @@
 #include <new>
 #include <optional>
 #include <thread>
+#include <list>
 #include <unordered_map>
+#include <variant>
 
 #include "backends/cuda/cuda_backend.hpp"
 #include "backends/llvm/llvm_backend.hpp"
@@ -107,10 +112,40 @@ struct Outcome {
   std::string error;
 };
 
+// The request cache: the kernels compile() returned, by request key, at most `capacity` of them.
+// Past it, the least recently requested finished kernel is dropped; a caller still holding its
+// handle keeps it (and its machine code) alive, and a later request for it compiles again (or
+// loads it from the disk cache). Requests being compiled are never dropped.
 struct Cache {
+  struct Entry {
+    std::shared_future<Outcome> outcome;
+    std::list<std::string>::iterator recency;  // its place in `recency`
+  };
   std::mutex mu;
-  std::unordered_map<std::string, std::shared_future<Outcome>> map;
-  uint64_t hits = 0, misses = 0;
+  std::unordered_map<std::string, Entry> map;
+  std::list<std::string> recency;  // request keys, most recently requested first
+  size_t capacity = 0;             // 0 until compile() reads ORDO_KERNEL_CACHE_ENTRIES
+  uint64_t hits = 0, misses = 0, evictions = 0;
+
+  void erase(std::unordered_map<std::string, Entry>::iterator it) {
+    recency.erase(it->second.recency);
+    map.erase(it);
+  }
+  // Drops least recently requested finished entries until the cache is within capacity. Their
+  // kernels are moved to `dropped`, for the caller to release after unlocking: unloading machine
+  // code takes the JIT's own locks, and need not hold this one.
+  void evict_over_capacity(std::vector<std::shared_future<Outcome>>& dropped) {
+    auto it = recency.end();
+    while (map.size() > capacity && it != recency.begin()) {
+      --it;
+      auto entry = map.find(*it);
+      if (entry->second.outcome.wait_for(std::chrono::seconds(0)) != std::future_status::ready) continue;
+      dropped.push_back(std::move(entry->second.outcome));
+      it = recency.erase(it);
+      map.erase(entry);
+      ++evictions;
+    }
+  }
 };
 Cache& cache() {
   static Cache c;
@@ -129,35 +164,41 @@ std::string program_text(const ir::Kernel& k) { return ir::print(without_descrip
 
 // Compiled programs of this process by program key (the SHA-256 of everything the machine code
 // depends on, as the disk cache names them), below the request cache: a request that misses
-// there but generates a program already compiled loads nothing and compiles nothing.
-// Entries live as long as the process, like the JIT's code.
+// there but generates a program still loaded loads nothing and compiles nothing. Entries are
+// weak: a program stays loaded while a kernel that runs it lives (in the request cache or in a
+// caller's handle), and is unloaded with the last one.
 class ProgramCache {
  public:
   struct Cpu {
-    llvm_backend::EntryFn entry;
+    llvm_backend::Code code;
     int rows_in_flight;
   };
   std::optional<Cpu> find_cpu(const std::string& program) {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = cpu_.find(program);
     if (it == cpu_.end()) return std::nullopt;
+    llvm_backend::Code code = it->second.code.lock();
+    if (!code) return std::nullopt;
     ++shared_;
-    return it->second;
+    return Cpu{std::move(code), it->second.rows_in_flight};
   }
-  void add_cpu(const std::string& program, Cpu c) {
+  void add_cpu(const std::string& program, const Cpu& c) {
     std::lock_guard<std::mutex> lock(mu_);
-    cpu_.emplace(program, c);
+    cpu_[program] = WeakCpu{c.code, c.rows_in_flight};
+    prune(cpu_, cpu_swept_);
   }
   std::shared_ptr<const cuda_backend::EmuKernel> find_emu(const std::string& program) {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = emu_.find(program);
     if (it == emu_.end()) return nullptr;
-    ++shared_;
-    return it->second;
+    std::shared_ptr<const cuda_backend::EmuKernel> k = it->second.lock();
+    if (k) ++shared_;
+    return k;
   }
-  void add_emu(const std::string& program, std::shared_ptr<const cuda_backend::EmuKernel> k) {
+  void add_emu(const std::string& program, const std::shared_ptr<const cuda_backend::EmuKernel>& k) {
     std::lock_guard<std::mutex> lock(mu_);
-    emu_.emplace(program, std::move(k));
+    emu_[program] = k;
+    prune(emu_, emu_swept_);
   }
   uint64_t shared() {
     std::lock_guard<std::mutex> lock(mu_);
@@ -165,9 +206,24 @@ class ProgramCache {
   }
 
  private:
+  struct WeakCpu {
+    std::weak_ptr<const llvm_backend::LoadedCode> code;
+    int rows_in_flight;
+  };
+  static bool expired(const WeakCpu& w) { return w.code.expired(); }
+  static bool expired(const std::weak_ptr<const cuda_backend::EmuKernel>& w) { return w.expired(); }
+  // Drops the keys of unloaded programs once the map has doubled since the last sweep, so the
+  // map stays within twice the live programs at a constant cost per addition.
+  template <class Map>
+  static void prune(Map& m, size_t& swept) {
+    if (m.size() < 2 * std::max<size_t>(swept, 64)) return;
+    std::erase_if(m, [](const auto& kv) { return expired(kv.second); });
+    swept = m.size();
+  }
   std::mutex mu_;
-  std::unordered_map<std::string, Cpu> cpu_;
-  std::unordered_map<std::string, std::shared_ptr<const cuda_backend::EmuKernel>> emu_;
+  std::unordered_map<std::string, WeakCpu> cpu_;
+  std::unordered_map<std::string, std::weak_ptr<const cuda_backend::EmuKernel>> emu_;
+  size_t cpu_swept_ = 0, emu_swept_ = 0;
   uint64_t shared_ = 0;
 };
 ProgramCache& program_cache() {
@@ -215,7 +271,8 @@ void CompiledKernel::compile_stage(Stage& st, bool share_programs) {
                                                             llvm_backend::fingerprint(), options.rows_in_flight,
                                                             program_text(st.kernel)));
     if (std::optional<ProgramCache::Cpu> shared = share_programs ? program_cache().find_cpu(program_key) : std::nullopt) {
-      st.entry = shared->entry;
+      st.cpu_code = shared->code;
+      st.entry = st.cpu_code->entry();
       st.rows_in_flight = shared->rows_in_flight;
       return;
     }
@@ -227,7 +284,8 @@ void CompiledKernel::compile_stage(Stage& st, bool share_programs) {
     if (use_disk) {
       if (std::optional<disk_cache::Entry> e = disk_cache::load(program_key)) {
         try {
-          st.entry = llvm_backend::load_object(e->object, e->symbol);
+          st.cpu_code = llvm_backend::load_object(e->object, e->symbol);
+          st.entry = st.cpu_code->entry();
           st.rows_in_flight = e->rows_in_flight;
           st.from_disk_cache = true;
         } catch (const Error&) {
@@ -238,14 +296,15 @@ void CompiledKernel::compile_stage(Stage& st, bool share_programs) {
     if (!st.entry) {
       llvm_backend::Object o = llvm_backend::compile_object(st.kernel, options);
       auto t = std::chrono::steady_clock::now();
-      st.entry = llvm_backend::load_object(o.bytes, o.symbol);
+      st.cpu_code = llvm_backend::load_object(o.bytes, o.symbol);
+      st.entry = st.cpu_code->entry();
       st.rows_in_flight = o.rows_in_flight;
       st.lower_ms += o.lower_ms;
       st.optimize_ms += o.optimize_ms;
       st.codegen_ms += o.codegen_ms + std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
       if (use_disk) disk_cache::store(program_key, disk_cache::Entry{std::move(o.bytes), o.symbol, o.rows_in_flight});
     }
-    if (share_programs) program_cache().add_cpu(program_key, ProgramCache::Cpu{st.entry, st.rows_in_flight});
+    if (share_programs) program_cache().add_cpu(program_key, ProgramCache::Cpu{st.cpu_code, st.rows_in_flight});
   }
   if (r.target == Target::cuda || r.target == Target::cuda_emu) {
     cuda_backend::Source src = cuda_backend::render(st.kernel);  // refuses Op::Call with a clear error
@@ -353,22 +412,60 @@ KernelHandle compile_new(const Request& r, bool share_programs) {
 
 KernelHandle compile_uncached(const Request& r) { return detail::compile_new(r, false); }
 
+namespace {
+constexpr size_t kDefaultKernelCacheEntries = 512;
+
+// ORDO_KERNEL_CACHE_ENTRIES: the request cache's capacity, a positive integer. Read once; an
+// invalid value is refused by every compile() with the same message.
+size_t configured_capacity() {
+  static const std::variant<size_t, std::string> configured = []() -> std::variant<size_t, std::string> {
+    const char* v = std::getenv("ORDO_KERNEL_CACHE_ENTRIES");
+    if (!v || !*v) return kDefaultKernelCacheEntries;
+    char* end = nullptr;
+    errno = 0;
+    const unsigned long long n = std::strtoull(v, &end, 10);
+    if (*end != 0 || errno == ERANGE || n == 0 || !std::isdigit(static_cast<unsigned char>(v[0])))
+      return fmt::format("ORDO_KERNEL_CACHE_ENTRIES=\"{}\" is not a positive whole number of kernels (default {})", v,
+                         kDefaultKernelCacheEntries);
+    return static_cast<size_t>(n);
+  }();
+  if (const std::string* error = std::get_if<std::string>(&configured)) throw Error(*error);
+  return std::get<size_t>(configured);
+}
+}  // namespace
+
+void set_kernel_cache_capacity(size_t entries) {
+  if (entries == 0) throw Error("the kernel cache's capacity must be at least 1 kernel, got 0");
+  Cache& c = cache();
+  std::vector<std::shared_future<Outcome>> dropped;  // destroyed after the lock is released
+  std::lock_guard<std::mutex> lock(c.mu);
+  c.capacity = entries;
+  c.evict_over_capacity(dropped);
+}
+
 KernelHandle compile(const Request& r) {
   const std::string key = r.key();
   Cache& c = cache();
   std::promise<Outcome> promise;
   std::shared_future<Outcome> existing;
+  std::vector<std::shared_future<Outcome>> dropped;  // released after the lock, below
   {
+    const size_t configured = configured_capacity();  // throws on a bad setting
     std::lock_guard<std::mutex> lock(c.mu);
+    if (!c.capacity) c.capacity = configured;
     auto it = c.map.find(key);
     if (it != c.map.end()) {
       ++c.hits;
-      existing = it->second;
+      existing = it->second.outcome;
+      c.recency.splice(c.recency.begin(), c.recency, it->second.recency);
     } else {
       ++c.misses;
-      c.map.emplace(key, promise.get_future().share());
+      c.recency.push_front(key);
+      c.map.emplace(key, Cache::Entry{promise.get_future().share(), c.recency.begin()});
+      c.evict_over_capacity(dropped);
     }
   }
+  dropped.clear();
   if (existing.valid()) {
     const Outcome& o = existing.get();  // waits, outside the lock, if another thread is compiling it
     if (!o.kernel) throw Error(o.error);
@@ -378,7 +475,7 @@ KernelHandle compile(const Request& r) {
   auto forget = [&](std::string message) {
     {
       std::lock_guard<std::mutex> lock(c.mu);
-      c.map.erase(key);
+      if (auto it = c.map.find(key); it != c.map.end()) c.erase(it);
     }
     promise.set_value(Outcome{nullptr, std::move(message)});
   };
@@ -402,7 +499,8 @@ void parallel_for(int64_t n, int threads, const std::function<void(int64_t, int6
 CacheStats cache_stats() {
   Cache& c = cache();
   std::lock_guard<std::mutex> lock(c.mu);
-  return CacheStats{c.hits, c.misses, static_cast<uint64_t>(c.map.size()), program_cache().shared()};
+  const uint64_t capacity = c.capacity ? c.capacity : configured_capacity();
+  return CacheStats{c.hits, c.misses, static_cast<uint64_t>(c.map.size()), program_cache().shared(), c.evictions, capacity};
 }
 
 namespace {
@@ -522,8 +620,9 @@ void CompiledKernel::run_stage(const Stage& s, const std::vector<void*>& ptrs, c
     const int64_t per_block = s.cuda_emu->source().instances_per_block;
     const int64_t blocks = (instances + per_block - 1) / per_block;
     if (rows * request_.cols < (int64_t(1) << 15)) threads = 1;
-    auto fn = s.cuda_emu->run();
-    Pool::instance().parallel_for(blocks, threads, [&](int64_t b, int64_t e) { fn(ptrs.data(), emu_extents.data(), instances, b, e); });
+    const cuda_backend::EmuKernel& emu = *s.cuda_emu;
+    Pool::instance().parallel_for(blocks, threads,
+                                  [&](int64_t b, int64_t e) { emu.run_blocks(ptrs.data(), emu_extents.data(), instances, b, e); });
     return;
   }
   if (!s.entry) {

@@ -15,12 +15,14 @@
 // one copy per host thread, shared by the fibers of the block that host thread is running.
 #pragma once
 
-// C headers only: each kernel is a separate compile, and C++ library headers would cost more
-// to parse than the kernel itself.
+// C headers only, and <new> for placement new: each kernel is a separate compile, and C++
+// library headers would cost more to parse than the kernel itself.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <ucontext.h>
+
+#include <new>
 
 #include "ir/float_bits.hpp"  // C headers only, too
 
@@ -115,8 +117,8 @@ struct Fiber {
 struct Block {
   ucontext_t scheduler;
   Fiber* fibers = nullptr;  // `threads` of them
-  unsigned threads = 0, capacity = 0;
-  char* stacks = nullptr;  // malloc'ed, not cleared: only the part a fiber touches is paged in
+  unsigned threads = 0;
+  char* stacks = nullptr;  // threads * kFiberStack bytes
   unsigned current = 0;
   void (*body)(void*) = nullptr;
   void* arg = nullptr;
@@ -125,6 +127,15 @@ struct Block {
 
 inline thread_local Block* current_block = nullptr;
 constexpr size_t kFiberStack = 256 * 1024;
+
+// The memory a block of `threads` fibers runs in: the Block, its Fibers, then their stacks, each
+// part at a 64-byte boundary. The launcher's caller provides it (ordo's runtime keeps one piece
+// per host thread, shared by every kernel), so a loaded kernel owns no memory and unloading it
+// leaves nothing behind. Only the part of a stack a fiber touches is ever paged in.
+constexpr size_t round_up_64(size_t n) { return (n + 63) / 64 * 64; }
+constexpr size_t block_memory_bytes(unsigned threads) {
+  return round_up_64(sizeof(Block)) + round_up_64(threads * sizeof(Fiber)) + threads * kFiberStack;
+}
 
 inline void fiber_main() {
   Block* b = current_block;
@@ -180,9 +191,10 @@ void fiber_trampoline(void* p) {
   (*static_cast<F*>(p))();
 }
 
-// Runs one block of `threads` threads: body() once per thread, with threadIdx set.
+// Runs one block of `threads` threads: body() once per thread, with threadIdx set. With fibers,
+// `memory` is block_memory_bytes(threads) bytes at a 64-byte boundary.
 template <class F>
-void run_block(unsigned threads, bool fibers, F&& body) {
+void run_block(unsigned threads, bool fibers, void* memory, F&& body) {
   if (!fibers) {
     for (unsigned t = 0; t < threads; ++t) {
       threadIdx.x = t;
@@ -194,20 +206,12 @@ void run_block(unsigned threads, bool fibers, F&& body) {
     fprintf(stderr, "simt_emu: %u threads per block (CUDA allows 1024)\n", threads);
     abort();
   }
-  static thread_local Block b;
-  if (b.capacity < threads) {
-    delete[] b.fibers;
-    free(b.stacks);
-    b.fibers = new Fiber[threads];
-    b.stacks = static_cast<char*>(malloc(threads * kFiberStack));
-    if (!b.stacks) {
-      fprintf(stderr, "simt_emu: cannot allocate fiber stacks for %u threads\n", threads);
-      abort();
-    }
-    b.capacity = threads;
-  }
+  char* bytes = static_cast<char*>(memory);
+  Block& b = *new (bytes) Block;
+  b.fibers = reinterpret_cast<Fiber*>(bytes + round_up_64(sizeof(Block)));
+  b.stacks = bytes + round_up_64(sizeof(Block)) + round_up_64(threads * sizeof(Fiber));
   b.threads = threads;
-  for (unsigned t = 0; t < threads; ++t) b.fibers[t] = Fiber{};
+  for (unsigned t = 0; t < threads; ++t) new (&b.fibers[t]) Fiber{};
   b.body = &fiber_trampoline<F>;
   b.arg = &body;
   Block* saved = current_block;

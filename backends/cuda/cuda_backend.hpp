@@ -120,22 +120,29 @@ std::string driver_status();
 // ---- cuda-emu: the same source, compiled by the host C++ compiler ------------------------------------
 class EmuKernel {
  public:
-  // Runs blocks [block_begin, block_end) of a launch with Source::block_threads threads per block.
+  // The generated launcher: blocks [block_begin, block_end) of a launch with
+  // Source::block_threads threads per block, in `block_memory` (templates/simt_emu.hpp).
   using RunFn = void (*)(void* const* buffers, const long long* extents, long long instances, long long block_begin,
-                         long long block_end);
-  EmuKernel(Source s, RunFn run, double compile_ms) : source_(std::move(s)), run_(run), compile_ms_(compile_ms) {}
+                         long long block_end, void* block_memory);
+  EmuKernel(Source s, std::shared_ptr<void> library, RunFn run, size_t block_memory_bytes, double compile_ms)
+      : source_(std::move(s)), library_(std::move(library)), run_(run), block_memory_bytes_(block_memory_bytes),
+        compile_ms_(compile_ms) {}
   const Source& source() const { return source_; }
-  RunFn run() const { return run_; }
+  // Runs blocks [block_begin, block_end) on the calling thread. Thread-safe.
+  void run_blocks(void* const* buffers, const long long* extents, long long instances, long long block_begin,
+                  long long block_end) const;
   double compile_ms() const { return compile_ms_; }
 
  private:
   Source source_;
+  std::shared_ptr<void> library_;  // the dlopen handle; closed with the last copy
   RunFn run_;
+  size_t block_memory_bytes_;  // 0 when the kernel runs its threads as a plain loop
   double compile_ms_;
 };
 // Compiles with $ORDO_EMU_CXX (default c++) -std=c++17 -O0 -ffp-contract=off (linked by gold when
-// installed) into a shared object and loads it (it stays loaded for the life of the process).
-// Thread-safe.
+// installed) into a shared object and loads it (it stays loaded while the EmuKernel, or a copy,
+// lives). Thread-safe.
 EmuKernel compile_emu(const Source& s);
 // The two halves, for the disk cache: the shared object's bytes, and loading them.
 std::string compile_emu_object(const Source& s);

@@ -69,13 +69,16 @@ std::string launcher(const Source& s) {
       "// cuda-emu launcher (generated): the kernel below is the exact source NVRTC compiles.\n"
       "#include \"simt_emu.hpp\"\n"
       "#include \"kernel.cu\"\n\n"
+      "extern \"C\" __attribute__((visibility(\"default\"))) unsigned long long ordo_emu_block_memory_bytes() {{\n"
+      "  return {1} ? ordo_emu::block_memory_bytes({0}) : 0;\n"
+      "}}\n\n"
       "extern \"C\" __attribute__((visibility(\"default\"))) void ordo_emu_run(void* const* buffers, const long long* extents,\n"
-      "    long long instances, long long block_begin, long long block_end) {{\n"
+      "    long long instances, long long block_begin, long long block_end, void* block_memory) {{\n"
       "  blockDim.x = {0};\n"
       "  gridDim.x = static_cast<unsigned>((instances + {4} - 1) / {4});\n"
       "  for (long long b = block_begin; b < block_end; ++b) {{\n"
       "    blockIdx.x = static_cast<unsigned>(b);\n"
-      "    ordo_emu::run_block({0}, {1}, [&] {{ {2}({3}); }});\n"
+      "    ordo_emu::run_block({0}, {1}, block_memory, [&] {{ {2}({3}); }});\n"
       "  }}\n"
       "}}\n",
       s.block_threads, s.uses_barriers ? "true" : "false", s.entry, args, s.instances_per_block);
@@ -155,16 +158,39 @@ std::string compile_emu_object(const Source& s) {
 }
 
 EmuKernel load_emu(const Source& s, const std::string& object, double compile_ms) {
-  // dlopen needs a file; the mapping outlives it. The handle stays open for the life of the
-  // process, like JIT code.
+  // dlopen needs a file; the mapping outlives it. The library is closed with the last copy of
+  // the EmuKernel; it holds no memory of its own (the runtime lends each launch its block memory).
   TempDir t;
   const std::filesystem::path so = t.dir / "kernel.so";
   write_file(so, object);
   void* h = dlopen(so.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (!h) throw Error(fmt::format("cuda-emu: dlopen of the compiled kernel failed: {}", dlerror()));
-  auto fn = reinterpret_cast<EmuKernel::RunFn>(dlsym(h, "ordo_emu_run"));
-  if (!fn) throw Error("cuda-emu: the compiled kernel has no ordo_emu_run");
-  return EmuKernel(s, fn, compile_ms);
+  std::shared_ptr<void> library(h, [](void* handle) { dlclose(handle); });
+  auto run = reinterpret_cast<EmuKernel::RunFn>(dlsym(h, "ordo_emu_run"));
+  auto memory_bytes = reinterpret_cast<unsigned long long (*)()>(dlsym(h, "ordo_emu_block_memory_bytes"));
+  if (!run || !memory_bytes) throw Error("cuda-emu: the compiled kernel lacks ordo_emu_run or ordo_emu_block_memory_bytes");
+  return EmuKernel(s, std::move(library), run, static_cast<size_t>(memory_bytes()), compile_ms);
+}
+
+void EmuKernel::run_blocks(void* const* buffers, const long long* extents, long long instances, long long block_begin,
+                           long long block_end) const {
+  // The calling thread's block memory, kept for its later launches of any kernel: a block of
+  // 1024 fibers needs 256 MiB of stack address space, of which a launch touches a few pages per
+  // fiber. malloc'ed, never cleared, so untouched stack is never paged in.
+  struct Held {
+    void* memory = nullptr;
+    size_t bytes = 0;
+    ~Held() { std::free(memory); }
+  };
+  thread_local Held held;
+  if (held.bytes < block_memory_bytes_) {
+    std::free(held.memory);
+    held.bytes = 0;
+    held.memory = std::aligned_alloc(64, (block_memory_bytes_ + 63) / 64 * 64);
+    if (!held.memory) throw Error(fmt::format("cuda-emu: cannot allocate {} bytes of fiber memory for {}", block_memory_bytes_, source_.entry));
+    held.bytes = block_memory_bytes_;
+  }
+  run_(buffers, extents, instances, block_begin, block_end, held.memory);
 }
 
 EmuKernel compile_emu(const Source& s) {

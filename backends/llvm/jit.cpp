@@ -163,10 +163,11 @@ struct Jit {
   }
 };
 
-Jit& jit() {
-  static Jit j;
+std::shared_ptr<Jit> shared_jit() {
+  static std::shared_ptr<Jit> j = std::make_shared<Jit>();
   return j;
 }
+Jit& jit() { return *shared_jit(); }
 
 int choose_rows_in_flight(const ir::Kernel& k, const Options& opt) {
   // A team kernel runs its threads as loops over per-thread arrays: one instance at a time.
@@ -266,11 +267,15 @@ Object compile_object(const ir::Kernel& k, const Options& opt) {
   return out;
 }
 
-EntryFn load_object(const std::string& bytes, const std::string& symbol) {
+Code load_object(const std::string& bytes, const std::string& symbol) {
   Jit& j = jit();
-  // A JITDylib per kernel: the same symbol may then be defined by many loaded objects.
+  // A JITDylib per kernel: the same symbol may then be defined by many loaded objects, and
+  // removing it unloads exactly this object.
   auto jd = j.lljit->createJITDylib(fmt::format("kernel{}", j.next_id++));
   if (!jd) throw Error("LLVM JIT cannot create a symbol namespace: " + take_error(jd.takeError()));
+  // Until the object is linked, an error removes the JITDylib again.
+  auto unload = [](llvm::orc::JITDylib* d) { llvm::consumeError(jit().lljit->getExecutionSession().removeJITDylib(*d)); };
+  std::unique_ptr<llvm::orc::JITDylib, decltype(unload)> pending(&*jd, unload);
   auto gen = llvm::orc::DynamicLibrarySearchGenerator::GetForCurrentProcess(j.lljit->getDataLayout().getGlobalPrefix());
   if (!gen) throw Error("LLVM cannot search the process for symbols: " + take_error(gen.takeError()));
   jd->addGenerator(std::move(*gen));  // C library routines LLVM's code generator may call (memset, ...)
@@ -278,7 +283,15 @@ EntryFn load_object(const std::string& bytes, const std::string& symbol) {
   if (auto e = j.lljit->addObjectFile(*jd, std::move(buffer))) throw Error("LLVM JIT rejected the object: " + take_error(std::move(e)));
   auto sym = j.lljit->lookup(*jd, symbol);
   if (!sym) throw Error("LLVM JIT could not link " + symbol + ": " + take_error(sym.takeError()));
-  return sym->toPtr<EntryFn>();
+  return std::make_shared<LoadedCode>(sym->toPtr<EntryFn>(), pending.release(), shared_jit());
+}
+
+LoadedCode::~LoadedCode() {
+  if (!dylib_) return;
+  // Removing the JITDylib frees its object's code and data segments and its symbol table. A
+  // destructor cannot throw: a failure here only leaves that memory held, so it is reported.
+  if (auto e = static_cast<Jit*>(jit_.get())->lljit->getExecutionSession().removeJITDylib(*static_cast<llvm::orc::JITDylib*>(dylib_)))
+    fmt::print(stderr, "ordo: unloading a kernel's machine code failed: {}\n", take_error(std::move(e)));
 }
 
 Compiled compile(const ir::Kernel& k, const Options& opt) {
@@ -288,7 +301,8 @@ Compiled compile(const ir::Kernel& k, const Options& opt) {
   out.lower_ms = o.lower_ms;
   out.optimize_ms = o.optimize_ms;
   auto t = std::chrono::steady_clock::now();
-  out.entry = load_object(o.bytes, o.symbol);
+  out.code = load_object(o.bytes, o.symbol);
+  out.entry = out.code->entry();
   out.codegen_ms = o.codegen_ms + ms_since(t);
   return out;
 }

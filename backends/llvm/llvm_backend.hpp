@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "ir/ir.hpp"
@@ -32,15 +33,34 @@ struct Options {
   bool position_independent = false;
 };
 
+// Machine code loaded into the JIT: its entry point, valid while this object lives. The last
+// reference's release unloads it (removes its symbol namespace and returns its code and data
+// memory), so a process that compiles kernels without end keeps only the ones it holds.
+class LoadedCode {
+ public:
+  LoadedCode(EntryFn entry, void* dylib, std::shared_ptr<void> jit) : entry_(entry), dylib_(dylib), jit_(std::move(jit)) {}
+  LoadedCode(const LoadedCode&) = delete;
+  LoadedCode& operator=(const LoadedCode&) = delete;
+  ~LoadedCode();
+  EntryFn entry() const { return entry_; }
+
+ private:
+  EntryFn entry_;
+  void* dylib_;  // the llvm::orc::JITDylib holding only this object
+  // The JIT, kept alive until its last code is unloaded: kernels held by static objects (the
+  // kernel cache) are destroyed at exit, in no fixed order relative to the JIT.
+  std::shared_ptr<void> jit_;
+};
+using Code = std::shared_ptr<const LoadedCode>;
+
 struct Compiled {
-  EntryFn entry = nullptr;
+  Code code;               // owns the machine code
+  EntryFn entry = nullptr;  // code->entry(): valid while `code` (or a copy of it) lives
   int rows_in_flight = 1;
   double lower_ms = 0, optimize_ms = 0, codegen_ms = 0;  // where compile time went
 };
-
-// Thread-safe. The code stays loaded for the life of the process.
+// Thread-safe.
 Compiled compile(const ir::Kernel& k, const Options& opt = {});
-
 // The two halves of compile(), for callers that keep machine code (the disk cache):
 // an object file for the host whose entry point is `symbol`, and loading one into the JIT.
 struct Object {
@@ -53,7 +73,7 @@ Object compile_object(const ir::Kernel& k, const Options& opt = {});
 // Loads an object produced by compile_object (in this process or, from the disk cache, in an
 // earlier one with the same fingerprint()). Each load gets its own symbol namespace, so one
 // object may be loaded more than once. Throws ordo::Error if LLVM rejects it.
-EntryFn load_object(const std::string& bytes, const std::string& symbol);
+Code load_object(const std::string& bytes, const std::string& symbol);
 
 // What machine code depends on besides the IR: LLVM's version, the target triple, CPU and
 // its features, and the code generation options. Part of every disk-cache key.

@@ -24,6 +24,9 @@ class DeviceKernel;
 class EmuKernel;
 struct Compiled;
 }  // namespace cuda_backend
+namespace llvm_backend {
+class LoadedCode;
+}  // namespace llvm_backend
 
 // The most elements (rows*N) one launch may cover: 2^59, so that every buffer's length in
 // bytes (at most 8 per element), and the sum of a few of them, fit in int64_t. run() rejects a
@@ -96,6 +99,7 @@ class CompiledKernel {
   struct Stage {
     ir::Kernel kernel;
     Entry entry = nullptr;  // null for the interpreter and CUDA targets
+    std::shared_ptr<const llvm_backend::LoadedCode> cpu_code;  // owns `entry`'s machine code
     std::string cuda_source;
     std::shared_ptr<const cuda_backend::Compiled> cuda_compiled;
     std::shared_ptr<const cuda_backend::DeviceKernel> cuda_device;  // target cuda
@@ -123,19 +127,27 @@ class CompiledKernel {
 using KernelHandle = std::shared_ptr<const CompiledKernel>;
 
 // Resolves, generates, verifies and compiles. Throws ordo::Error with a message naming the
-// bad field. compile() keeps every kernel in a thread-safe in-memory cache keyed by the whole
+// bad field. compile() keeps kernels in a thread-safe in-memory cache keyed by the whole
 // request; concurrent callers of one new request wait for a single compile (if it fails, each
 // waiter throws an ordo::Error of its own with the same message, and nothing is cached).
+// The cache holds at most ORDO_KERNEL_CACHE_ENTRIES kernels (default 512; set_kernel_cache_capacity
+// changes it) and drops the least recently requested past that. A dropped kernel's machine code
+// is unloaded once no handle to it is left, so a process that requests kernels without end stays
+// bounded; requesting a dropped kernel again compiles it again (or loads it from the disk cache).
 // Below it, requests that generate the same program (an alias and the order it names, or a
-// parameter the order ignores) share one compiled program. compile_uncached bypasses both
-// in-memory caches (not the disk cache, which ORDO_CACHE=0 turns off): a fresh compile, e.g.
-// to time one.
+// parameter the order ignores) share one loaded program while any kernel uses it.
+// compile_uncached bypasses both in-memory caches (not the disk cache, which ORDO_CACHE=0 turns
+// off): a fresh compile, e.g. to time one.
 KernelHandle compile(const Request& r);
 KernelHandle compile_uncached(const Request& r);
+// At least 1; lowering it drops the least recently requested kernels at once.
+void set_kernel_cache_capacity(size_t entries);
 
 struct CacheStats {
   uint64_t hits = 0, misses = 0, entries = 0;  // the request cache
   uint64_t shared_programs = 0;  // stages of missed requests served by a program already compiled
+  uint64_t evictions = 0;        // kernels dropped from the request cache past its capacity
+  uint64_t capacity = 0;         // the request cache's capacity, in kernels
 };
 CacheStats cache_stats();
 

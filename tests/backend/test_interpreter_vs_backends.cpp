@@ -776,7 +776,7 @@ TEST_CASE("bf16_pair_dot: the interpreter is vdpbf16ps, and every backend is the
   const cuda_backend::EmuKernel e = cuda_backend::compile_emu(cuda_backend::render(k));
   void* const emu_buffers[6] = {in[0].data(), in[1].data(), in[2].data(), in[3].data(), in[4].data(), emu.data()};
   const long long emu_extents[1] = {1};
-  e.run()(emu_buffers, emu_extents, 1, 0, 1);
+  e.run_blocks(emu_buffers, emu_extents, 1, 0, 1);
 
   int64_t flushed = 0, at_edge = 0;
   for (size_t i = 0; i < all; ++i) {

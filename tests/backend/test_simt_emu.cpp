@@ -3,6 +3,7 @@
 // kernels without barriers.
 #include <doctest/doctest.h>
 
+#include <cstdint>
 #include <vector>
 
 #include "templates/simt_emu.hpp"
@@ -34,6 +35,13 @@ __global__ void block_sum(const float* in, float* out, float* butterfly, int* or
   }
 }
 
+// What ordo's runtime lends a launch: block_memory_bytes at a 64-byte boundary.
+struct BlockMemory {
+  explicit BlockMemory(unsigned threads) : bytes(ordo_emu::block_memory_bytes(threads) + 64) {}
+  void* get() { return reinterpret_cast<void*>((reinterpret_cast<uintptr_t>(bytes.data()) + 63) / 64 * 64); }
+  std::vector<char> bytes;
+};
+
 }  // namespace
 
 TEST_CASE("simt_emu: fibers run __syncthreads, shared memory and warp shuffles as CUDA does") {
@@ -42,9 +50,10 @@ TEST_CASE("simt_emu: fibers run __syncthreads, shared memory and warp shuffles a
   std::vector<int> order(threads, -1);
   for (unsigned i = 0; i < in.size(); ++i) in[i] = static_cast<float>(i % 1000);  // sums are exact in f32
   blockDim.x = threads;
+  BlockMemory memory(threads);
   for (unsigned b = 0; b < blocks; ++b) {
     blockIdx.x = b;
-    ordo_emu::run_block(threads, true, [&] { block_sum(in.data(), out.data(), butterfly.data(), order.data()); });
+    ordo_emu::run_block(threads, true, memory.get(), [&] { block_sum(in.data(), out.data(), butterfly.data(), order.data()); });
     float want = 0;
     for (unsigned t = 0; t < threads; ++t) want += in[b * threads + t];
     CHECK(out[b] == want);
@@ -62,7 +71,8 @@ TEST_CASE("simt_emu: fibers run __syncthreads, shared memory and warp shuffles a
 TEST_CASE("simt_emu: shuffles follow CUDA's source-lane rules at the segment edges") {
   std::vector<int> down(32), xr(32), idx(32);
   blockDim.x = 32;
-  ordo_emu::run_block(32, true, [&] {
+  BlockMemory memory(32);
+  ordo_emu::run_block(32, true, memory.get(), [&] {
     const int lane = static_cast<int>(threadIdx.x);
     down[lane] = __shfl_down_sync(0xffffffffu, lane, 3, 8);  // within segments of 8 lanes
     xr[lane] = __shfl_xor_sync(0xffffffffu, lane, 5);
@@ -77,7 +87,7 @@ TEST_CASE("simt_emu: shuffles follow CUDA's source-lane rules at the segment edg
 
 TEST_CASE("simt_emu: without barriers a block is a loop over threadIdx") {
   std::vector<unsigned> seen;
-  ordo_emu::run_block(5, false, [&] { seen.push_back(threadIdx.x); });
+  ordo_emu::run_block(5, false, nullptr, [&] { seen.push_back(threadIdx.x); });
   CHECK(seen == std::vector<unsigned>{0, 1, 2, 3, 4});
 }
 

@@ -33,6 +33,7 @@ class Case:
     check: Optional[Callable[[str], Optional[str]]] = None  # success check on the out dir; returns a reason or None
     dirs: List[str] = field(default_factory=list)  # made in the out dir beforehand
     note: str = ""  # printed on failure: what the case is probing
+    env: dict = field(default_factory=dict)  # added to ordo's environment
 
 
 def ln(*extra, order="fast", op="layer_norm", x="x.npy", out=("y",)):
@@ -396,6 +397,10 @@ def cases(ind):
         Case("compare --plot is a directory",
              ["compare", "softmax", "--cols", "16", "--rows", "2", "--plot", "{out}/p_dir"], ["--plot", "is a directory"],
              dirs=["p_dir"]),
+        *[Case(f"ORDO_KERNEL_CACHE_ENTRIES={v!r}", ln(), ["ORDO_KERNEL_CACHE_ENTRIES", f'"{v}"', "positive whole number"],
+               env={"ORDO_KERNEL_CACHE_ENTRIES": v}) for v in ("0", "-3", "abc", "12k", "99999999999999999999999")],
+        Case("ORDO_KERNEL_CACHE_ENTRIES=1 runs", ln(), None, check=expect_outputs([("y", (ROWS, N), "<f4")], ind),
+             env={"ORDO_KERNEL_CACHE_ENTRIES": "1"}),
         Case("compare --plot valid", ["compare", "log_softmax", "--cols", "16", "--rows", "2", "--plot", "{out}/p.png"],
              None, check=expect_png("p.png")),
     ]
@@ -406,7 +411,7 @@ def run_case(ordo, case, ind, outd):
     for d in case.dirs:
         os.mkdir(os.path.join(outd, d))
     try:
-        p = subprocess.run([ordo] + argv, capture_output=True, text=True, timeout=120)
+        p = subprocess.run([ordo] + argv, capture_output=True, text=True, timeout=120, env={**os.environ, **case.env})
     except subprocess.TimeoutExpired:
         return "timed out"
     if p.returncode < 0:

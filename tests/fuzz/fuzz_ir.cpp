@@ -570,13 +570,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     for (std::vector<uint64_t>& s : jit_storage) ptrs.push_back(s.data());
     llvm_backend::Options options;
     options.rows_in_flight = 1;
-    llvm_backend::EntryFn entry = nullptr;
+    llvm_backend::Compiled compiled;  // holds the machine code while it runs below
     try {
-      entry = llvm_backend::compile(k, options).entry;
+      compiled = llvm_backend::compile(k, options);
     } catch (const std::exception& e) {
       fuzz::broken(fmt::format("a kernel that verifies does not JIT-compile: {}\n{}", e.what(), print(k)));
     }
-    entry(ptrs.data(), g.extents.data(), 0, rows, 0);
+    compiled.entry(ptrs.data(), g.extents.data(), 0, rows, 0);
     for (size_t b = 0; b < args.size(); ++b)
       for (int64_t i = 0; i < args[b].elements; ++i)
         if (canonical_bits(k.buffers[b].elem, storage[b].data(), i) != canonical_bits(k.buffers[b].elem, jit_storage[b].data(), i))

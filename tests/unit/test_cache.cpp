@@ -5,6 +5,7 @@
 #include <set>
 #include <thread>
 
+#include "ir/error.hpp"
 #include "ordo/compare.hpp"
 #include "ordo/ordo.hpp"
 
@@ -85,4 +86,83 @@ TEST_CASE("concurrent requests for overlapping kernels compile each distinct req
   for (const auto& s : seen) CHECK(s.size() == 1);
   CHECK(after.misses - before.misses == kDistinct);
   CHECK(after.hits - before.hits == kThreads * kRepeats - kDistinct);
+}
+
+namespace {
+// Sets the request cache's capacity for one test case and restores the previous one after it.
+struct CapacityForTest {
+  explicit CapacityForTest(size_t entries) : previous(cache_stats().capacity) { set_kernel_cache_capacity(entries); }
+  ~CapacityForTest() { set_kernel_cache_capacity(previous); }
+  size_t previous;
+};
+
+Request rms_fast(int64_t cols) {
+  Request r;
+  r.op = OpKind::rms_norm;
+  r.cols = cols;
+  r.order = "fast";
+  return r;
+}
+}  // namespace
+
+TEST_CASE("past its capacity the cache drops the least recently requested kernel; a held handle still runs") {
+  CapacityForTest capacity(3);
+  const CacheStats before = cache_stats();
+  CHECK(before.capacity == 3);
+  CHECK(before.entries <= 3);  // lowering the capacity dropped the rest at once
+  KernelHandle a = compile(rms_fast(2101));
+  const CompiledKernel* b_first = compile(rms_fast(2102)).get();
+  KernelHandle c = compile(rms_fast(2103));
+  KernelHandle b_held = compile(rms_fast(2102));  // a hit: b is now the most recent, a the least
+  CHECK(b_held.get() == b_first);
+  compile(rms_fast(2101));  // a hit too: c is now the least recent
+  compile(rms_fast(2104));  // a fourth kernel: c goes
+  CacheStats now = cache_stats();
+  CHECK(now.entries == 3);
+  CHECK(now.evictions - before.evictions >= 1);
+  CHECK(compile(rms_fast(2101)).get() == a.get());  // kept
+  CHECK(compile(rms_fast(2102)).get() == b_first);  // kept
+  const uint64_t misses = cache_stats().misses;
+  KernelHandle c_again = compile(rms_fast(2103));  // dropped: compiled again
+  CHECK(cache_stats().misses == misses + 1);
+  CHECK(c_again.get() != c.get());
+  // The dropped kernel still runs for the caller that holds it, and computes what its new
+  // compile computes.
+  HostBuffers old_out = make_buffers(*c, 4, 11, 0.0, 2.0), new_out = make_buffers(*c_again, 4, 11, 0.0, 2.0);
+  c->run(old_out.refs(4, 2103), 4);
+  c_again->run(new_out.refs(4, 2103), 4);
+  CHECK(old_out.get("y") == new_out.get("y"));
+  CHECK(cache_stats().entries == 3);
+}
+
+TEST_CASE("a program is unloaded with the last kernel that runs it; until then requests share it") {
+  CapacityForTest capacity(1);
+  // torch2.15-cpu-avx2 ignores threads=T for layer_norm's forward: both requests generate one program.
+  Request r;
+  r.op = OpKind::layer_norm;
+  r.cols = 2131;  // distinct from every other test's requests
+  r.order = "torch2.15-cpu-avx2";
+  Request same_program = r;
+  same_program.order = "torch2.15-cpu-avx2(threads=2)";
+  KernelHandle held = compile(r);
+  compile(rms_fast(2132));  // drops r from the cache; `held` keeps its program loaded
+  uint64_t shared = cache_stats().shared_programs;
+  compile(same_program);
+  CHECK(cache_stats().shared_programs == shared + 1);
+  HostBuffers before_unload = make_buffers(*held, 3, 5, 1.0, 2.0);
+  held->run(before_unload.refs(3, r.cols), 3);
+  // Now drop every handle: the program is unloaded, and the next request compiles it again.
+  held.reset();
+  compile(rms_fast(2133));  // drops same_program's kernel, the program's last user
+  shared = cache_stats().shared_programs;
+  KernelHandle fresh = compile(r);
+  CHECK(cache_stats().shared_programs == shared);
+  HostBuffers after_reload = make_buffers(*fresh, 3, 5, 1.0, 2.0);
+  fresh->run(after_reload.refs(3, r.cols), 3);
+  CHECK(after_reload.get("y") == before_unload.get("y"));
+  CHECK(after_reload.get("mean") == before_unload.get("mean"));
+}
+
+TEST_CASE("the kernel cache's capacity must be at least 1") {
+  CHECK_THROWS_WITH_AS(set_kernel_cache_capacity(0), "the kernel cache's capacity must be at least 1 kernel, got 0", Error);
 }
