@@ -23,7 +23,7 @@ Rows:
     (its bits; target 1.5x) and fast (target 3x);
   * attention backward, batch*heads 8, S = 1024, D = 64, f32 and bf16: `fast` against torch
     autograd's backward of F.scaled_dot_product_attention (target 1.0x).
-It prints the table and writes the bar chart (--png, default bench/vs_torch.png, the README's chart,
+It prints the table and writes the bar chart (--png, default bench/vs_torch.png, the chart in docs/speed.md,
 which a run of one group (--only) writes only when --png is given; needs ordo's Python package from
 build/python); --json also writes the rows.
 """

@@ -1,5 +1,5 @@
 """The closing lines every reference test prints: one line per (op, order, dtype), the source of
-the README's table, then the count line CI reads."""
+the table in docs/verification.md, then the count line CI reads."""
 
 
 def print_summary(table, passed, failed):

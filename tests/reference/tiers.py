@@ -7,7 +7,7 @@
   --full    every shape and value range the test knows (scripts/test --full): for a change to an
             order, a new torch, or a release.
 
-The CI tier is what fits the fresh-clone budget (README, "Testing time"); the full tier is the
+The CI tier is what fits the fresh-clone budget (docs/testing-time.md); the full tier is the
 record behind the counts the issue notes quote.
 """
 
