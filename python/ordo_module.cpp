@@ -112,6 +112,21 @@ ordo::ScalarType dtype_named(const std::string& s) {
   return *t;
 }
 
+// torch's dtype objects, looked up once (run_torch is only called with torch tensors, so torch is
+// imported by then) and compared by identity: a str() of each tensor's dtype cost more than the
+// rest of a small call's checks. Never released: the interpreter owns them until it exits.
+struct TorchDtypes {
+  py::handle f32, bf16, f16, f64;
+};
+const TorchDtypes& torch_dtypes() {
+  static const TorchDtypes d = [] {
+    py::module_ torch = py::module_::import("torch");
+    return TorchDtypes{torch.attr("float32").release(), torch.attr("bfloat16").release(), torch.attr("float16").release(),
+                       torch.attr("float64").release()};
+  }();
+  return d;
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_ordo, m) {
@@ -150,20 +165,21 @@ PYBIND11_MODULE(_ordo, m) {
           const auto& args = k.args();
           if (tensors.size() != args.size())
             throw ordo::Error("kernel takes " + std::to_string(args.size()) + " tensors, got " + std::to_string(tensors.size()));
+          const TorchDtypes& dtypes = torch_dtypes();
           std::vector<ordo::BufferRef> refs;
+          refs.reserve(args.size());
           for (size_t i = 0; i < args.size(); ++i) {
             const py::handle t = tensors[i];
             const std::string& what = args[i].name;
-            if (py::str(t.attr("device").attr("type")).cast<std::string>() != "cpu")
-              throw ordo::Error(what + ": not a CPU tensor (ordo's Python API runs on the CPU)");
+            if (!t.attr("is_cpu").cast<bool>()) throw ordo::Error(what + ": not a CPU tensor (ordo's Python API runs on the CPU)");
             if (!t.attr("is_contiguous")().cast<bool>()) throw ordo::Error(what + ": not contiguous; call .contiguous() first");
-            const std::string dtype = py::str(t.attr("dtype")).cast<std::string>();
+            const py::object dtype = t.attr("dtype");
             ordo::ScalarType type;
-            if (dtype == "torch.float32") type = ordo::ScalarType::f32;
-            else if (dtype == "torch.bfloat16") type = ordo::ScalarType::bf16;
-            else if (dtype == "torch.float16") type = ordo::ScalarType::f16;
-            else if (dtype == "torch.float64") type = ordo::ScalarType::f64;
-            else throw ordo::Error(what + ": dtype " + dtype + " is not float32, float16 or bfloat16");
+            if (dtype.is(dtypes.f32)) type = ordo::ScalarType::f32;
+            else if (dtype.is(dtypes.bf16)) type = ordo::ScalarType::bf16;
+            else if (dtype.is(dtypes.f16)) type = ordo::ScalarType::f16;
+            else if (dtype.is(dtypes.f64)) type = ordo::ScalarType::f64;
+            else throw ordo::Error(what + ": dtype " + py::str(dtype).cast<std::string>() + " is not float32, float16 or bfloat16");
             refs.push_back({reinterpret_cast<void*>(t.attr("data_ptr")().cast<uintptr_t>()), t.attr("numel")().cast<int64_t>(), type});
           }
           py::gil_scoped_release unlocked;  // the caller's list keeps the tensors alive

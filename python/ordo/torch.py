@@ -83,6 +83,67 @@ def _norm_kernel(op: str, cols: int, x_dtype: torch.dtype, weight: Optional[Tens
     return _ordo.compile(op, cols, xd, wd, order, float(eps), weight is not None, bias is not None, bool(wd) and wd != xd, "")
 
 
+# How many row-op plans (a compiled kernel and its argument roles) are kept for repeated calls.
+# Each holds its kernel alive, so this stays well below the kernel cache's own capacity.
+_ROW_PLANS = 64
+
+
+@functools.lru_cache(maxsize=_ROW_PLANS)
+def _row_plan(op: str, cols: int, x_dtype: torch.dtype, w_dtype: Optional[torch.dtype], b_dtype: Optional[torch.dtype],
+              eps: float, order: str):
+    """A forward row op (norm or softmax) on torch tensors: the kernel, and for each of its
+    arguments in order (name, is_output, shaped like x (else like x's rows), torch dtype)."""
+    for what, dt in (("input", x_dtype), ("weight", w_dtype), ("bias", b_dtype)):
+        if dt is not None and dt not in _DTYPE_NAMES:
+            raise ValueError(f"{op}: {what} dtype {dt} is not float32, bfloat16 or float16")
+    if op in ("layer_norm", "rms_norm"):
+        wd = _DTYPE_NAMES[w_dtype] if w_dtype is not None else (_DTYPE_NAMES[b_dtype] if b_dtype is not None else "")
+        if w_dtype is not None and b_dtype is not None and b_dtype != w_dtype:
+            raise ValueError(f"{op}: weight is {w_dtype} but bias is {b_dtype}; ordo takes one dtype for both")
+        kernel = _ordo.compile(op, cols, _DTYPE_NAMES[x_dtype], wd, order, eps, w_dtype is not None, b_dtype is not None,
+                               bool(wd) and wd != _DTYPE_NAMES[x_dtype], "")
+    else:
+        kernel = _ordo.compile(op, cols, _DTYPE_NAMES[x_dtype], "", order)
+    roles = tuple((name, is_out, extent == "rows*N", _TORCH_DTYPES[dt]) for name, dt, is_out, extent in kernel.args)
+    return kernel, roles
+
+
+def _run_rows(op: str, x: Tensor, weight: Optional[Tensor], bias: Optional[Tensor], eps: float, order: str) -> dict:
+    """Runs a forward row op over x's last dim; returns its outputs by name, each allocated here
+    by torch (no copy, no fill) and written once by the kernel."""
+    x = x.contiguous()
+    if weight is not None:
+        weight = weight.contiguous()
+    if bias is not None:
+        bias = bias.contiguous()
+    kernel, roles = _row_plan(op, x.shape[-1], x.dtype, None if weight is None else weight.dtype,
+                              None if bias is None else bias.dtype, eps, order)
+    given = {"x": x, "weight": weight, "bias": bias}
+    outs, tensors = {}, []
+    for name, is_out, full, dtype in roles:
+        if is_out:
+            t = outs[name] = torch.empty(x.shape if full else x.shape[:-1], dtype=dtype)
+        else:
+            t = given[name]
+        tensors.append(t)
+    kernel.run_torch(tensors, math.prod(x.shape[:-1]), 0)
+    return outs
+
+
+def _direct(*tensors) -> bool:
+    """Whether a call may run its kernel directly instead of through its custom op: in eager code
+    (not while Dynamo traces), on plain tensors, with no gradient to record and no dispatch mode
+    (FakeTensorMode, a profiler's or a logger's) that expects to see the op. The result is the
+    same; the custom op's dispatch and autograd wrapper cost more than a small call's kernel."""
+    if torch.compiler.is_compiling() or torch._C._len_torch_dispatch_stack():
+        return False
+    grad = torch.is_grad_enabled()
+    for t in tensors:
+        if t is not None and (type(t) is not Tensor or grad and t.requires_grad):
+            return False
+    return True
+
+
 def _size(v, placeholder: int = 1) -> int:
     """A size as ordo's requests take it: an int, or a placeholder for a symbolic size (dynamic
     shapes), where only checks that do not depend on it can run before the kernel does."""
@@ -103,10 +164,8 @@ def _out_dtype(kernel, name: str) -> torch.dtype:
 @torch.library.custom_op("ordo::layer_norm", mutates_args=())
 def _layer_norm_op(x: Tensor, weight: Optional[Tensor], bias: Optional[Tensor], eps: float,
                    order: str, backward_order: str) -> Tuple[Tensor, Tensor, Tensor]:
-    w = weight.contiguous() if weight is not None else None
-    b = bias.contiguous() if bias is not None else None
-    mixed = w is not None and w.dtype != x.dtype or b is not None and b.dtype != x.dtype
-    return ordo.layer_norm(x.contiguous(), w, b, eps=eps, order=order, allow_mixed_dtypes=mixed)
+    o = _run_rows("layer_norm", x, weight, bias, eps, order)
+    return o["y"], o["mean"], o["rstd"]
 
 
 @_layer_norm_op.register_fake
@@ -119,8 +178,8 @@ def _(x, weight, bias, eps, order, backward_order):
 
 @torch.library.custom_op("ordo::rms_norm", mutates_args=())
 def _rms_norm_op(x: Tensor, weight: Optional[Tensor], eps: float, order: str, backward_order: str) -> Tuple[Tensor, Tensor]:
-    w = weight.contiguous() if weight is not None else None
-    return ordo.rms_norm(x.contiguous(), w, eps=eps, order=order, allow_mixed_dtypes=w is not None and w.dtype != x.dtype)
+    o = _run_rows("rms_norm", x, weight, None, eps, order)
+    return o["y"], o["rstd"]
 
 
 @_rms_norm_op.register_fake
@@ -131,7 +190,7 @@ def _(x, weight, eps, order, backward_order):
 
 @torch.library.custom_op("ordo::softmax", mutates_args=())
 def _softmax_op(x: Tensor, order: str, backward_order: str) -> Tensor:
-    return ordo.softmax(x.contiguous(), order=order)
+    return _run_rows("softmax", x, None, None, 0.0, order)["y"]
 
 
 @_softmax_op.register_fake
@@ -142,7 +201,7 @@ def _(x, order, backward_order):
 
 @torch.library.custom_op("ordo::log_softmax", mutates_args=())
 def _log_softmax_op(x: Tensor, order: str, backward_order: str) -> Tensor:
-    return ordo.log_softmax(x.contiguous(), order=order)
+    return _run_rows("log_softmax", x, None, None, 0.0, order)["y"]
 
 
 @_log_softmax_op.register_fake
@@ -337,8 +396,12 @@ def layer_norm(input: Tensor, normalized_shape, weight: Optional[Tensor] = None,
     n = _normalized_cols(input, normalized_shape, "layer_norm")
     dims = 1 if isinstance(normalized_shape, int) else len(tuple(normalized_shape))
     x = input.reshape(input.shape[:input.dim() - dims] + (n,))
-    y, _, _ = torch.ops.ordo.layer_norm(x, None if weight is None else weight.reshape(n),
-                                        None if bias is None else bias.reshape(n), float(eps), order, backward_order or "")
+    w = None if weight is None else weight.reshape(n)
+    b = None if bias is None else bias.reshape(n)
+    if _direct(x, w, b):
+        y = _run_rows("layer_norm", x, w, b, float(eps), order)["y"]
+    else:
+        y, _, _ = torch.ops.ordo.layer_norm(x, w, b, float(eps), order, backward_order or "")
     return y.reshape(input.shape)
 
 
@@ -349,8 +412,12 @@ def rms_norm(input: Tensor, normalized_shape, weight: Optional[Tensor] = None, e
     n = _normalized_cols(input, normalized_shape, "rms_norm")
     dims = 1 if isinstance(normalized_shape, int) else len(tuple(normalized_shape))
     x = input.reshape(input.shape[:input.dim() - dims] + (n,))
-    y, _ = torch.ops.ordo.rms_norm(x, None if weight is None else weight.reshape(n),
-                                   _RMS_NORM_DEFAULT_EPS if eps is None else float(eps), order, backward_order or "")
+    w = None if weight is None else weight.reshape(n)
+    e = _RMS_NORM_DEFAULT_EPS if eps is None else float(eps)
+    if _direct(x, w):
+        y = _run_rows("rms_norm", x, w, None, e, order)["y"]
+    else:
+        y, _ = torch.ops.ordo.rms_norm(x, w, e, order, backward_order or "")
     return y.reshape(input.shape)
 
 
@@ -364,7 +431,10 @@ def softmax(input: Tensor, dim: int = -1, dtype: Optional[torch.dtype] = None, *
     """softmax over the last dim with ordo's order; dtype= casts the input first, as torch does.
     Gradients run ordo's softmax_backward with backward_order, by default the forward's order."""
     _last_dim(input, dim, "softmax")
-    return torch.ops.ordo.softmax(input if dtype is None else input.to(dtype), order, backward_order or "")
+    x = input if dtype is None else input.to(dtype)
+    if _direct(x):
+        return _run_rows("softmax", x, None, None, 0.0, order)["y"]
+    return torch.ops.ordo.softmax(x, order, backward_order or "")
 
 
 def log_softmax(input: Tensor, dim: int = -1, dtype: Optional[torch.dtype] = None, *, order: str,
@@ -372,7 +442,10 @@ def log_softmax(input: Tensor, dim: int = -1, dtype: Optional[torch.dtype] = Non
     """log_softmax over the last dim with ordo's order; dtype= casts the input first, as torch does.
     Gradients run ordo's log_softmax_backward with backward_order, by default the forward's order."""
     _last_dim(input, dim, "log_softmax")
-    return torch.ops.ordo.log_softmax(input if dtype is None else input.to(dtype), order, backward_order or "")
+    x = input if dtype is None else input.to(dtype)
+    if _direct(x):
+        return _run_rows("log_softmax", x, None, None, 0.0, order)["y"]
+    return torch.ops.ordo.log_softmax(x, order, backward_order or "")
 
 
 def _gqa_gradients_refused(group: int, order: str) -> str:
@@ -409,11 +482,17 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, is_c
         def grouped(t):  # [..., H_kv, S, D] -> [..., H_kv, group, S, D], the group a stride-0 dim
             return t.unsqueeze(-3).expand(*t.shape[:-2], group, *t.shape[-2:])
 
-        out = torch.ops.ordo.scaled_dot_product_attention(query.unflatten(-3, (kv_heads, group)), grouped(key),
-                                                          grouped(value), bool(is_causal), scale, order,
-                                                          backward_order or "")
+        out = _attend(query.unflatten(-3, (kv_heads, group)), grouped(key), grouped(value), bool(is_causal), scale, order,
+                      backward_order)
         return out.flatten(-4, -3)
-    return torch.ops.ordo.scaled_dot_product_attention(query, key, value, bool(is_causal), scale, order, backward_order or "")
+    return _attend(query, key, value, bool(is_causal), scale, order, backward_order)
+
+
+def _attend(query: Tensor, key: Tensor, value: Tensor, is_causal: bool, scale: Optional[float], order: str,
+            backward_order: Optional[str]) -> Tensor:
+    if _direct(query, key, value):  # the custom op's own body, without its dispatch
+        return ordo.attention(query, key, value, order=order, causal=is_causal, scale=scale)
+    return torch.ops.ordo.scaled_dot_product_attention(query, key, value, is_causal, scale, order, backward_order or "")
 
 
 # --- pinned ----------------------------------------------------------------------------------

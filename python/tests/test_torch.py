@@ -557,6 +557,41 @@ def test_eager_kernels():
     torch._dynamo.reset()
 
 
+def test_direct_calls():
+    """Eager calls with no gradient to record run the kernel without the custom op's dispatch: the
+    same bits as the custom op, which still runs when a gradient is needed or a dispatch mode
+    watches."""
+    import ordo.torch as ot
+    g = torch.Generator().manual_seed(7)
+    for dt in (torch.float32, torch.bfloat16):
+        x = torch.randn(3, 5, 200, generator=g).to(dt)
+        w, b = torch.randn(200, generator=g).to(dt), torch.randn(200, generator=g).to(dt)
+        q, k, v = (torch.randn(2, 4, 17, 32, generator=g).to(dt) for _ in range(3))
+        for order in ("fast", EXACT):
+            pairs = [
+                ("layer_norm", ot.layer_norm(x, (200,), w, b, order=order), torch.ops.ordo.layer_norm(x, w, b, 1e-5, order, "")[0]),
+                ("rms_norm", ot.rms_norm(x, (200,), w, order=order),
+                 torch.ops.ordo.rms_norm(x, w, float(torch.finfo(torch.float32).eps), order, "")[0]),
+                ("softmax", ot.softmax(x, order=order), torch.ops.ordo.softmax(x, order, "")),
+                ("log_softmax", ot.log_softmax(x, order=order), torch.ops.ordo.log_softmax(x, order, "")),
+                ("sdpa", ot.scaled_dot_product_attention(q, k, v, True, order=order),
+                 torch.ops.ordo.scaled_dot_product_attention(q, k, v, True, None, order, "")),
+            ]
+            for name, direct, op in pairs:
+                check(same(direct, op), f"direct {name} equals its custom op ({dt}, {order})")
+        with torch.autograd.profiler.profile() as prof:
+            ot.layer_norm(x, (200,), w, b, order="fast")
+        names = [e.name for e in prof.function_events]
+        check("aten::empty" in names and not any(n.startswith("ordo::") for n in names),
+              f"an eager call with no gradient skips the custom op ({dt}): {sorted(set(names))}")
+        with OpLog() as log:
+            ot.layer_norm(x, (200,), w, b, order="fast")
+        check(any(n.startswith("ordo.layer_norm") for n in log.names), f"under a dispatch mode the custom op runs ({dt})")
+        xg = x.detach().requires_grad_()
+        y = ot.layer_norm(xg, (200,), w, b, order="fast")
+        check(y.grad_fn is not None, f"a call that needs a gradient records one ({dt})")
+
+
 def test_grouped_query_attention():
     """SDPA with fewer key/value heads than query heads (enable_gqa=True), on transformers' layout
     (projections [B, S, H, D] viewed as [B, H, S, D]): without gradients pinned runs ordo's kernel,
@@ -606,7 +641,7 @@ def main():
         print(f"FAIL: this is torch {torch.__version__} ({sys.executable}); ordo.torch is checked against {WANT_TORCH} "
               f"(scripts/torch2-venv --python)")
         return 1
-    for test in (test_import_is_lazy, test_ops_exact, test_ops_compiled, test_pinned, test_layouts_and_dtypes, test_fallbacks,
+    for test in (test_import_is_lazy, test_ops_exact, test_ops_compiled, test_direct_calls, test_pinned, test_layouts_and_dtypes, test_fallbacks,
                  test_new_shapes, test_blocks_recompile, test_backward, test_eager_kernels,
                  test_grouped_query_attention):
         print(f"--- {test.__name__}", flush=True)
