@@ -130,6 +130,49 @@ def _run_rows(op: str, x: Tensor, weight: Optional[Tensor], bias: Optional[Tenso
     return outs
 
 
+@functools.lru_cache(maxsize=_ROW_PLANS)
+def _attention_plan(d: int, sq: int, sk: int, dtype: torch.dtype, order: str, causal: bool, scale: Optional[float],
+                    heads: int, row_strides: Tuple[int, int, int]):
+    """SDPA's forward kernel on torch tensors, and the names of its arguments in order."""
+    kernel = _ordo.compile_attention(d, sq, sk, _DTYPE_NAMES[dtype], order, causal, scale, False, heads=heads,
+                                     row_strides=row_strides)
+    return kernel, tuple(name for name, _, _, _ in kernel.args)
+
+
+def _packed_rows(name: str, t: Tensor) -> Tuple[Tensor, int]:
+    """(t with its rows packed, the row stride it had, 0 if already packed): ordo's kernels read
+    packed rows, and the orders that reproduce torch's flash kernel take the stride torch hands
+    its BLAS (a [B, S, H, D] projection viewed as [B, H, S, D] has rows H*D apart)."""
+    if t.is_contiguous():
+        return t, 0
+    if t.stride(-1) != 1:
+        raise ValueError(f"{name}'s last dim has stride {t.stride(-1)}; PyTorch's flash kernel reads contiguous rows: "
+                         f"give {name}.contiguous()")
+    return t.contiguous(), int(t.stride(-2))
+
+
+def _run_attention(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: Optional[float], order: str) -> Tensor:
+    """softmax(q kᵀ·scale [causal]) v over the last two dims, q [..., S_q, D], k and v [..., S_k, D]."""
+    if q.dim() < 2 or k.dim() < 2 or v.dim() < 2:
+        raise ValueError(f"scaled_dot_product_attention: q, k and v must be [..., S, D]; got {tuple(q.shape)}, "
+                         f"{tuple(k.shape)}, {tuple(v.shape)}")
+    if k.shape != v.shape:
+        raise ValueError(f"scaled_dot_product_attention: k has shape {tuple(k.shape)} but v has {tuple(v.shape)}")
+    if q.shape[:-2] != k.shape[:-2] or q.shape[-1] != k.shape[-1]:
+        raise ValueError(f"scaled_dot_product_attention: q {tuple(q.shape)} and k {tuple(k.shape)} differ in leading dims or D")
+    if q.dtype not in _DTYPE_NAMES or k.dtype != q.dtype or v.dtype != q.dtype:
+        raise ValueError(f"scaled_dot_product_attention: q, k, v are {q.dtype}, {k.dtype}, {v.dtype}; ordo takes one of "
+                         f"float32, bfloat16, float16 for all three")
+    (q, qs), (k, ks), (v, vs) = _packed_rows("q", q), _packed_rows("k", k), _packed_rows("v", v)
+    heads = int(q.shape[-3]) if q.dim() >= 3 else 1
+    kernel, names = _attention_plan(int(q.shape[-1]), int(q.shape[-2]), int(k.shape[-2]), q.dtype, order, causal, scale, heads,
+                                    (qs, ks, vs))
+    out = torch.empty(q.shape, dtype=q.dtype)
+    given = {"q": q, "k": k, "v": v, "out": out}
+    kernel.run_torch([given[n] for n in names], math.prod(q.shape[:-2]), 0)
+    return out
+
+
 def _direct(*tensors) -> bool:
     """Whether a call may run its kernel directly instead of through its custom op: in eager code
     (not while Dynamo traces), on plain tensors, with no gradient to record and no dispatch mode
@@ -214,7 +257,7 @@ def _(x, order, backward_order):
 def _sdpa_op(query: Tensor, key: Tensor, value: Tensor, is_causal: bool, scale: Optional[float], order: str,
              backward_order: str) -> Tensor:
     # The views as given: the torch2.15 orders read their row strides (PyTorch hands them to MKL).
-    return ordo.attention(query, key, value, order=order, causal=is_causal, scale=scale)
+    return _run_attention(query, key, value, is_causal, scale, order)
 
 
 @_sdpa_op.register_fake
@@ -491,7 +534,7 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, is_c
 def _attend(query: Tensor, key: Tensor, value: Tensor, is_causal: bool, scale: Optional[float], order: str,
             backward_order: Optional[str]) -> Tensor:
     if _direct(query, key, value):  # the custom op's own body, without its dispatch
-        return ordo.attention(query, key, value, order=order, causal=is_causal, scale=scale)
+        return _run_attention(query, key, value, is_causal, scale, order)
     return torch.ops.ordo.scaled_dot_product_attention(query, key, value, is_causal, scale, order, backward_order or "")
 
 
