@@ -140,12 +140,13 @@ def compare(family, dtype_name, args):
     batch = make_batch(args)
     eager = run_variant(model, model, batch, args)
     torch._dynamo.reset()
-    plain = run_variant(model, torch.compile(model), batch, args) if args.compiled else None
+    dynamic = getattr(args, "dynamic", False) or None  # None: torch.compile's default (automatic dynamic shapes)
+    plain = run_variant(model, torch.compile(model, dynamic=dynamic), batch, args) if args.compiled else None
     torch._dynamo.reset()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", ordo.torch.OrdoFallbackWarning)
         with ordo.torch.pinned(args.order, strict=args.strict):
-            pinned = run_variant(model, torch.compile(model), batch, args)
+            pinned = run_variant(model, torch.compile(model, dynamic=dynamic), batch, args)
     torch._dynamo.reset()
     fallbacks = sorted({str(w.message) for w in caught if issubclass(w.category, ordo.torch.OrdoFallbackWarning)})
     row = {"family": family, "dtype": dtype_name, "logits": eager[0].numel(),
@@ -181,6 +182,7 @@ def main():
     ap.add_argument("--pad", type=int, default=0, help="left padding: row i starts with pad*i masked tokens")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--repeats", type=int, default=10, help="timed forward passes per variant (0: no timing)")
+    ap.add_argument("--dynamic", action="store_true", help="torch.compile(dynamic=True): sizes symbolic where ordo allows")
     ap.add_argument("--no-compiled", dest="compiled", action="store_false",
                     help="skip plain torch.compile (Inductor's code generation takes most of a run)")
     args = ap.parse_args()

@@ -24,8 +24,9 @@ per block and reason (OrdoFallbackWarning, the reason in its text); `pinned(orde
 raises ValueError instead. Calls made from inside another overridable torch function
 (F.multi_head_attention_forward, which nn.MultiheadAttention uses) are not seen: a
 TorchFunctionMode is off while it handles a call. The torch2.15 orders get torch's thread count,
-`order(threads=T)`, read when the call is traced. Automatic dynamic shapes are off inside the
-block, and torch.compile(dynamic=True) is refused: ordo's kernels are compiled per size.
+`order(threads=T)`, read when the call is traced. Under dynamic shapes (torch.compile(dynamic=True),
+or automatic dynamic shapes) the sizes ordo compiles a kernel for (the reduced length, the attention
+shape) are specialized in the graph, with a guard; the other sizes stay symbolic.
 
 Compiled code: with a torch2.15-cpu order (whose promise is eager PyTorch 2.15's bits), a
 torch.compile inside the block runs Inductor in its lite mode (torch._inductor.lite_mode_options:
@@ -44,6 +45,7 @@ again for it); under torch2.15-cpu it is eager autograd's (f32, on the hosts the
 """
 import functools
 import math
+import operator
 import threading
 import warnings
 from typing import List, Optional, Tuple
@@ -768,10 +770,9 @@ class pinned(TorchFunctionMode):
 
     def __enter__(self):
         _warned_stack().append(set())
-        # ordo compiles a kernel per row length and attention shape, so the sizes it is asked
-        # for are constants of a traced graph: a new shape recompiles instead of making the
-        # graph dynamic (torch.compile(dynamic=True) is not supported inside the block).
-        self._patches = [torch._dynamo.config.patch(automatic_dynamic_shapes=False)]
+        # Floats a routed call passes (eps, scale, dropout_p) are part of the order ordo runs,
+        # so they stay constants of a traced graph under dynamic=True too.
+        self._patches = [torch._dynamo.config.patch(specialize_float=True)]
         if self.eager_kernels:
             self._patches.append(_eager_kernels_config())
         for patch in self._patches:
@@ -787,17 +788,16 @@ class pinned(TorchFunctionMode):
             _warned_stack().pop()
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
-        # Dynamo traces this method. What _route decides from must be constants: sizes are
-        # (automatic dynamic shapes are off inside the block), and conditions on sizes and
-        # strides become constants through `True if ... else False` (a guard).
+        # Dynamo traces this method. What _route decides from must be constants: conditions on
+        # sizes and strides become constants through `True if ... else False` (a guard), and the
+        # sizes ordo compiles its kernel for through operator.index, which specializes a
+        # symbolic size (dynamic=True, or automatic dynamic shapes) to its value with a guard.
+        # Every other size stays symbolic: a graph compiled with dynamic shapes serves every
+        # row count, and a new reduced length or attention shape recompiles it.
         kwargs = kwargs or {}
         if func not in _ROUTED:
             # Every op of a graph compiled inside the block passes here as it runs: the shortest path.
             return func(*args, **kwargs)
-        if (func in _NORMS or func in _SOFTMAXES or func is F.scaled_dot_product_attention) and \
-                torch.compiler.is_compiling() and not torch._dynamo.config.assume_static_by_default:
-            raise ValueError("ordo.torch.pinned: torch.compile(dynamic=True) is not supported inside the block: ordo "
-                             "compiles its kernels for fixed sizes; use the default (dynamic=None) or dynamic=False")
         if func in _NORMS:
             op = _NORMS[func]
             x, norm_shape, w = args[0], _arg(args, kwargs, 1, "normalized_shape", None), _arg(args, kwargs, 2, "weight", None)
@@ -812,7 +812,7 @@ class pinned(TorchFunctionMode):
                 return func(*args, **kwargs)  # torch's own error for a normalized_shape that does not fit
             n = 1
             for size in shape:
-                n = n * int(size)
+                n = n * operator.index(size)
             last_contiguous = True if x.shape[-1] == 1 or x.stride(-1) == 1 else False
             call = (_dt(x), _dt(w), _dt(b), n, float(eps), last_contiguous)
             order, error = _route(op, self.order, self.strict, _torch_threads(), call)
@@ -829,7 +829,7 @@ class pinned(TorchFunctionMode):
             # F.softmax(input, dim, _stacklevel, dtype); torch.softmax and Tensor.softmax (input, dim, dtype)
             x, dim = args[0], _arg(args, kwargs, 1, "dim", None)
             dtype = _arg(args, kwargs, 3 if func in (F.softmax, F.log_softmax) else 2, "dtype", None)
-            call = (_dt(x), x.dim(), int(x.shape[-1]) if x.dim() else 1, dim, _dt_name(dtype))
+            call = (_dt(x), x.dim(), operator.index(x.shape[-1]) if x.dim() else 1, dim, _dt_name(dtype))
             order, error = _route(op, self.order, self.strict, _torch_threads(), call)
             if error:
                 raise ValueError(error)
@@ -859,11 +859,11 @@ class pinned(TorchFunctionMode):
             four_d = q.dim() == 4 and k.dim() == 4 and v.dim() == 4
             heads_ok = four_d and (q.shape[1] == k.shape[1] or enable_gqa and k.shape[1] > 0 and q.shape[1] % k.shape[1] == 0)
             shapes_ok = True if heads_ok and q.shape[0] == k.shape[0] and k.shape == v.shape and q.shape[3] == k.shape[3] else False
-            group = int(q.shape[1]) // int(k.shape[1]) if shapes_ok else 1
+            group = operator.index(q.shape[1]) // operator.index(k.shape[1]) if shapes_ok else 1
             grad = True if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad) else False
             last_contiguous = tuple(True if t.shape[-1] == 1 or t.stride(-1) == 1 else False for t in (q, k, v))
-            call = (_dt(q), _dt(k), _dt(v), q.dim(), shapes_ok, int(q.shape[-1]) if shapes_ok else 0,
-                    int(q.shape[-2]) if shapes_ok else 0, int(k.shape[-2]) if shapes_ok else 0, last_contiguous,
+            call = (_dt(q), _dt(k), _dt(v), q.dim(), shapes_ok, operator.index(q.shape[-1]) if shapes_ok else 0,
+                    operator.index(q.shape[-2]) if shapes_ok else 0, operator.index(k.shape[-2]) if shapes_ok else 0, last_contiguous,
                     mask is not None, dropout_p, is_causal, None if scale is None else float(scale), group, grad)
             order, error = _route("scaled_dot_product_attention", self.order, self.strict, _torch_threads(), call)
             if error:

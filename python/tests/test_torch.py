@@ -14,7 +14,8 @@ Run with the torch 2.15 venv's python (a different or missing torch fails, never
     ops and none of torch's.
   - Non-contiguous inputs and mixed dtypes give eager's bits; so does a single long rms_norm
     row on 2 threads (the order names torch's thread count).
-  - New shapes recompile inside the block; dynamic=True is refused with a message.
+  - Under dynamic shapes (automatic, or dynamic=True) the sizes ordo compiles for are specialized;
+    other sizes stay symbolic.
   - Calls ordo cannot run: torch's result and one OrdoFallbackWarning per block and reason,
     naming it; strict=True raises ValueError, in eager and compiled code.
   - One compiled function in blocks of different orders and outside runs the graph of each.
@@ -326,14 +327,24 @@ def test_fallbacks():
 
 
 def test_new_shapes():
-    """Compiled inside pinned, new shapes recompile (ordo's kernels have fixed sizes), never
-    make the graph dynamic; dynamic=True is refused with a message."""
+    """Compiled inside pinned, with automatic dynamic shapes (the default) and with dynamic=True:
+    the sizes ordo compiles a kernel for (the reduced length, the attention shape) are
+    specialized with a guard, every other size stays symbolic, and every result is eager's."""
     import ordo.torch as ot
+    from torch._inductor.compile_fx import compile_fx
     w = torch.randn(64)
+    graphs = [0]
+
+    def inductor_counting(gm, example_inputs):  # Inductor, counting the graphs it compiles
+        graphs[0] += 1
+        return compile_fx(gm, example_inputs)
 
     def f(x, q):
         return (F.layer_norm(x, (64,), w), F.rms_norm(x, x.shape[-1:]), torch.softmax(x, -1),
                 F.scaled_dot_product_attention(q, q, q, is_causal=True))
+
+    def frames():
+        return graphs[0]
 
     torch._dynamo.reset()
     with torch.no_grad():
@@ -344,14 +355,23 @@ def test_new_shapes():
             got = [compiled(*c) for c in cases]
         for c, outs in zip(cases, got):
             ok &= all(same(a, b) for a, b in zip(f(*c), outs))
-        check(ok, "compiled inside pinned, three sequence lengths (automatic dynamic shapes off) equal eager")
+        check(ok, "compiled inside pinned, three sequence lengths (automatic dynamic shapes) equal eager")
         torch._dynamo.reset()
-        try:
-            with ot.pinned(EXACT):
-                torch.compile(f, fullgraph=True, dynamic=True)(*cases[0])
-            check(False, "dynamic=True inside pinned raises")
-        except Exception as e:
-            check("dynamic=True) is not supported" in str(e), f"dynamic=True inside pinned raises, saying so ({type(e).__name__}): {str(e)[:300]}")
+        with ot.pinned(EXACT, strict=True):
+            compiled = torch.compile(f, fullgraph=True, dynamic=True, backend=inductor_counting)
+            start = frames()
+            # Batch sizes other than the 2 heads: Dynamo gives equal sizes one symbol, so a batch
+            # of 2 would be specialized with the heads.
+            batches = [(torch.randn(b, 17, 64), torch.randn(b, 2, 17, 64)) for b in (3, 4, 5)]
+            got = [compiled(*c) for c in batches]
+            one_length = frames() - start
+            longer = (torch.randn(3, 30, 64), torch.randn(3, 2, 30, 64))
+            got.append(compiled(*longer))
+            two_lengths = frames() - start
+        ok = all(all(same(a, b) for a, b in zip(f(*c), outs)) for c, outs in zip(batches + [longer], got))
+        check(ok, "dynamic=True inside pinned: three batch sizes and a second length equal eager")
+        check(one_length == 1, f"dynamic=True inside pinned: batch sizes 3, 4 and 5 share one graph ({one_length} compiled)")
+        check(two_lengths == 2, f"dynamic=True inside pinned: a new sequence length compiles once more ({two_lengths} in all)")
     torch._dynamo.reset()
 
 

@@ -8,7 +8,9 @@ and every parameter's gradient of a training step must be eager's bits.
 Each case is one run of examples/hf_parity.py's comparison (random weights from a small config):
 a family, a dtype, torch's thread count, the sizes (hidden sizes and head dims that are not
 multiples of the vector width, sequence lengths that are not either), the grouped-query ratio
-(query heads per key/value head: 1, 2, 4), and left padding with an attention mask. The negative
+(query heads per key/value head: 1, 2, 4), left padding with an attention mask, and (two CI
+cases) torch.compile(dynamic=True), whose symbolic sizes pinned specializes where ordo compiles a
+kernel for them. The negative
 controls run plain torch.compile too and fail unless it differs from eager: a case that cannot
 tell a reordering apart proves nothing. Missing torch 2.15 or transformers 5.23 fails the test.
 """
@@ -33,6 +35,7 @@ from summary import print_summary  # noqa: E402
 WANT = {"torch": "2.15.0", "transformers": "5.23.0"}
 
 # family, dtype, threads, heads, kv heads, hidden, head_dim (0: hidden/heads), seq, left pad, control
+# [, dynamic: torch.compile(dynamic=True)]
 BASE = dict(vocab=512, intermediate=256, layers=2, batch=2, seed=0, repeats=0, order="torch2.15-cpu", strict=False)
 CASES_CI = [
     ("llama", "f32", 2, 4, 2, 128, 0, 48, 0, True),
@@ -47,6 +50,9 @@ CASES_CI = [
     ("gpt2", "bf16", 2, 4, 4, 128, 0, 48, 0, True),
     ("mistral", "f32", 2, 4, 2, 120, 0, 31, 0, False),
     ("qwen3", "bf16", 1, 4, 2, 128, 0, 48, 6, False),
+    # torch.compile(dynamic=True): the sizes ordo compiles for specialized, the rest symbolic
+    ("llama", "f32", 2, 4, 2, 128, 0, 41, 3, False, True),
+    ("gpt2", "bf16", 1, 4, 4, 128, 0, 29, 0, False, True),
 ]
 CASES_QUICK = [CASES_CI[0], CASES_CI[9][:-1] + (False,)]  # one negative control
 FAMILIES_FULL = ["llama", "qwen2", "gemma", "phi3", "gpt2", "mistral", "qwen3", "olmo2", "granite", "stablelm",
@@ -78,11 +84,14 @@ def main():
     tier = tiers.chosen(args)
     cases = CASES_QUICK if tier == tiers.QUICK else (cases_full() if tier == tiers.FULL else CASES_CI)
     table, passed, failed = {}, 0, 0
-    for family, dtype, threads, heads, kv, hidden, head_dim, seq, pad, control in cases:
+    for case in cases:
+        family, dtype, threads, heads, kv, hidden, head_dim, seq, pad, control = case[:10]
+        dynamic = len(case) > 10 and case[10]
         torch.set_num_threads(threads)
         run = argparse.Namespace(**BASE, heads=heads, kv_heads=kv, hidden=hidden, head_dim=head_dim, seq=seq, pad=pad,
-                                 compiled=control)
-        name = f"{family} {dtype} threads={threads} heads={heads}/{kv} hidden={hidden} seq={seq} pad={pad}"
+                                 compiled=control, dynamic=dynamic)
+        name = (f"{family} {dtype} threads={threads} heads={heads}/{kv} hidden={hidden} seq={seq} pad={pad}"
+                f"{' dynamic=True' if dynamic else ''}")
         try:
             r = hf_parity.compare(family, dtype, run)
         except Exception as e:  # noqa: BLE001 - a case that cannot run is a failure, with its reason
