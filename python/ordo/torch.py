@@ -655,24 +655,52 @@ def _why_not(op: str, order: str, call: tuple) -> str:
 
 
 @torch.compiler.assume_constant_result
-def _route(op: str, order: str, strict: bool, threads: int, call: tuple) -> Tuple[str, str]:
+def _route(op: str, order: str, strict: bool, threads: int, call: tuple) -> Tuple[str, str, str]:
     """(the order to run this call with, or '' for torch's own op; the error to raise when
-    strict, else ''). Runs once per call in eager and once at trace time under torch.compile,
-    where its result is a constant of the graph; a fallback warns there, once per pinned block
-    and reason. The caller raises, so that Dynamo sees an ordinary exception of user code."""
+    strict, else ''; the warning for a fallback, else ''). Runs once per call in eager and once at
+    trace time under torch.compile, where its result is a constant of the graph. The caller
+    raises, so that Dynamo sees an ordinary exception of user code, and warns through
+    _fallback_warning, so that a graph warns each time it runs in a new block."""
     run = _with_threads(order, threads)
     why = _why_not(op, run, call)
     if not why:
-        return run, ""
+        return run, "", ""
     if strict:
-        return "", f"ordo.torch.pinned({order!r}): {op} cannot run in ordo: {why}"
+        return "", f"ordo.torch.pinned({order!r}): {op} cannot run in ordo: {why}", ""
+    return "", "", f"ordo.torch.pinned({order!r}): {op} runs torch's own kernel, not ordo's: {why}"
+
+
+def _warn_once_per_block(text: str, stacklevel: int) -> None:
     stack = _warned_stack()
     seen = stack[-1] if stack else set()
-    if (op, why) not in seen:
-        seen.add((op, why))
-        warnings.warn(f"ordo.torch.pinned({order!r}): {op} runs torch's own kernel, not ordo's: {why}", OrdoFallbackWarning,
-                      stacklevel=3)
-    return "", ""
+    if text not in seen:
+        seen.add(text)
+        warnings.warn(text, OrdoFallbackWarning, stacklevel=stacklevel + 1)
+
+
+# A fallback's warning as an operator of the graph, so that a compiled graph run again in a later
+# pinned block warns there too (a warning at trace time alone would be silent on reuse). It has
+# a side effect, so no pass removes it.
+@torch.library.custom_op("ordo::fallback_warning", mutates_args=())
+def _fallback_warning_op(text: str) -> None:
+    _warn_once_per_block(text, stacklevel=4)
+
+
+@_fallback_warning_op.register_fake
+def _(text):
+    return None
+
+
+torch.fx.node.has_side_effect(torch.ops.ordo.fallback_warning.default)
+
+
+def _fallback_warning(text: str) -> None:
+    """Warns once per pinned block and text: now in eager code, each time the graph runs in
+    compiled code."""
+    if torch.compiler.is_compiling():
+        torch.ops.ordo.fallback_warning(text)
+    else:
+        _warn_once_per_block(text, stacklevel=3)
 
 
 def _interpolate_when_compiled(args, kwargs) -> str:
@@ -696,21 +724,11 @@ _INEXACT_WHEN_COMPILED = {F.interpolate: ("interpolate", _interpolate_when_compi
 
 @functools.partial(torch.compiler.disable, reason="ordo.torch.pinned runs this call eagerly so that it keeps eager's "
                                                   "bits (its OrdoFallbackWarning names the op)")
-def _run_eagerly(func, args, kwargs):
+def _run_eagerly(func, args, kwargs, note: str):
+    """The call, eagerly, with one warning per pinned block (this runs each time the compiled
+    code reaches it, so a reused graph warns in a new block too)."""
+    _warn_once_per_block(note, stacklevel=2)
     return func(*args, **kwargs)
-
-
-@torch.compiler.assume_constant_result
-def _warn_graph_break(op: str, order: str, why: str) -> bool:
-    """At trace time: one warning per block and reason that the call runs eagerly between two
-    compiled graphs."""
-    stack = _warned_stack()
-    seen = stack[-1] if stack else set()
-    if (op, why) not in seen:
-        seen.add((op, why))
-        warnings.warn(f"ordo.torch.pinned({order!r}): {op} runs eagerly, between compiled graphs (a graph break), so "
-                      f"that it keeps eager's bits: {why}", OrdoFallbackWarning, stacklevel=3)
-    return True
 
 
 @torch.compiler.assume_constant_result
@@ -815,9 +833,11 @@ class pinned(TorchFunctionMode):
                 n = n * operator.index(size)
             last_contiguous = True if x.shape[-1] == 1 or x.stride(-1) == 1 else False
             call = (_dt(x), _dt(w), _dt(b), n, float(eps), last_contiguous)
-            order, error = _route(op, self.order, self.strict, _torch_threads(), call)
+            order, error, note = _route(op, self.order, self.strict, _torch_threads(), call)
             if error:
                 raise ValueError(error)
+            if note:
+                _fallback_warning(note)
             if order:
                 if op == "layer_norm":
                     backward = _with_threads(self.backward_order, _torch_threads()) if self.backward_order else None
@@ -830,9 +850,11 @@ class pinned(TorchFunctionMode):
             x, dim = args[0], _arg(args, kwargs, 1, "dim", None)
             dtype = _arg(args, kwargs, 3 if func in (F.softmax, F.log_softmax) else 2, "dtype", None)
             call = (_dt(x), x.dim(), operator.index(x.shape[-1]) if x.dim() else 1, dim, _dt_name(dtype))
-            order, error = _route(op, self.order, self.strict, _torch_threads(), call)
+            order, error, note = _route(op, self.order, self.strict, _torch_threads(), call)
             if error:
                 raise ValueError(error)
+            if note:
+                _fallback_warning(note)
             if order:
                 backward = _with_threads(self.backward_order, _torch_threads()) if self.backward_order else None
                 return (softmax if op == "softmax" else log_softmax)(x, dim, dtype, order=order, backward_order=backward)
@@ -845,10 +867,11 @@ class pinned(TorchFunctionMode):
         elif func in _INEXACT_WHEN_COMPILED:
             op, test = _INEXACT_WHEN_COMPILED[func]
             why = test(args, kwargs) if self.eager_kernels and torch.compiler.is_compiling() else ""
-            if why and _warn_graph_break(op, self.order, why):
+            if why:
                 # Dynamo does not trace into _run_eagerly: the call runs between two compiled
                 # graphs, on torch's kernel; under fullgraph=True Dynamo reports the break.
-                return _run_eagerly(func, args, kwargs)
+                return _run_eagerly(func, args, kwargs, f"ordo.torch.pinned({self.order!r}): {op} runs eagerly, between "
+                                    f"compiled graphs (a graph break), so that it keeps eager's bits: {why}")
         elif func is F.scaled_dot_product_attention:
             q, k, v = args[0], _arg(args, kwargs, 1, "key", None), _arg(args, kwargs, 2, "value", None)
             mask = _arg(args, kwargs, 3, "attn_mask", None)
@@ -865,9 +888,11 @@ class pinned(TorchFunctionMode):
             call = (_dt(q), _dt(k), _dt(v), q.dim(), shapes_ok, operator.index(q.shape[-1]) if shapes_ok else 0,
                     operator.index(q.shape[-2]) if shapes_ok else 0, operator.index(k.shape[-2]) if shapes_ok else 0, last_contiguous,
                     mask is not None, dropout_p, is_causal, None if scale is None else float(scale), group, grad)
-            order, error = _route("scaled_dot_product_attention", self.order, self.strict, _torch_threads(), call)
+            order, error, note = _route("scaled_dot_product_attention", self.order, self.strict, _torch_threads(), call)
             if error:
                 raise ValueError(error)
+            if note:
+                _fallback_warning(note)
             if order:
                 backward = _with_threads(self.backward_order, _torch_threads()) if self.backward_order else None
                 return scaled_dot_product_attention(q, k, v, is_causal, scale, enable_gqa=group > 1, order=order,

@@ -294,7 +294,7 @@ def test_fallbacks():
                 check(False, f"strict {reason} raises")
             except ValueError as e:
                 check(reason in str(e) and "cannot run in ordo" in str(e), f"strict {reason} raises ValueError naming it")
-        # Compiled: the warning comes once, at trace time; strict raises when tracing.
+        # Compiled: the warning comes once per block, from the graph as it runs; strict raises when tracing.
         torch._dynamo.reset()
         with warnings.catch_warnings(record=True) as record:
             warnings.simplefilter("always")
@@ -303,7 +303,24 @@ def test_fallbacks():
                 got = [f(x) for _ in range(3)]
         texts = fallback_warnings(record)
         check(len(texts) == 1 and "dim=0" in texts[0] and all(same(got[0], y) for y in got),
-              f"compiled fallback warns once, at trace time: {texts}")
+              f"compiled fallback warns once per block: {texts}")
+        # The same compiled graph, run again in a new block, warns there too (once).
+        with warnings.catch_warnings(record=True) as record:
+            warnings.simplefilter("always")
+            with ot.pinned(EXACT):
+                again = [f(x) for _ in range(2)]
+        texts = fallback_warnings(record)
+        check(len(texts) == 1 and "dim=0" in texts[0] and all(same(got[0], y) for y in again),
+              f"a reused compiled graph warns once in a new block: {texts}")
+        # strict=True after a non-strict compile of the same function raises: the block's
+        # strictness is part of what the graph was traced for.
+        try:
+            with ot.pinned(EXACT, strict=True):
+                f(x)
+            check(False, "strict raises after a non-strict compile of the same function")
+        except Exception as e:
+            check("dim=0 is not the last dim" in str(e),
+                  f"strict raises after a non-strict compile of the same function, naming the reason ({type(e).__name__})")
         torch._dynamo.reset()
         try:
             with ot.pinned(EXACT, strict=True):
