@@ -433,21 +433,29 @@ def _normalized_cols(x: Tensor, normalized_shape, op: str) -> int:
     return math.prod(shape)
 
 
+def _rows_view(input: Tensor, normalized_shape, n: int) -> Tensor:
+    """input with its normalized dims as one last dim of n: input itself when that is one dim."""
+    if isinstance(normalized_shape, int) or len(normalized_shape) == 1:
+        return input
+    return input.reshape(input.shape[:input.dim() - len(normalized_shape)] + (n,))
+
+
+def _flat(t: Optional[Tensor], n: int) -> Optional[Tensor]:
+    return t if t is None or t.dim() == 1 else t.reshape(n)
+
+
 def layer_norm(input: Tensor, normalized_shape, weight: Optional[Tensor] = None, bias: Optional[Tensor] = None,
                eps: float = 1e-5, *, order: str, backward_order: Optional[str] = None) -> Tensor:
     """F.layer_norm with ordo's kernel and order. normalized_shape may span several trailing dims
     (they are normalized as one row, as torch does). Gradients run ordo's layer_norm_backward with
     backward_order, by default the forward's order."""
     n = _normalized_cols(input, normalized_shape, "layer_norm")
-    dims = 1 if isinstance(normalized_shape, int) else len(tuple(normalized_shape))
-    x = input.reshape(input.shape[:input.dim() - dims] + (n,))
-    w = None if weight is None else weight.reshape(n)
-    b = None if bias is None else bias.reshape(n)
+    x, w, b = _rows_view(input, normalized_shape, n), _flat(weight, n), _flat(bias, n)
     if _direct(x, w, b):
         y = _run_rows("layer_norm", x, w, b, float(eps), order)["y"]
     else:
         y, _, _ = torch.ops.ordo.layer_norm(x, w, b, float(eps), order, backward_order or "")
-    return y.reshape(input.shape)
+    return y if x is input else y.reshape(input.shape)
 
 
 def rms_norm(input: Tensor, normalized_shape, weight: Optional[Tensor] = None, eps: Optional[float] = None, *,
@@ -455,15 +463,13 @@ def rms_norm(input: Tensor, normalized_shape, weight: Optional[Tensor] = None, e
     """F.rms_norm with ordo's kernel and order; eps=None is float32's epsilon, as in torch. Gradients
     run ordo's rms_norm_backward with backward_order, by default the forward's order."""
     n = _normalized_cols(input, normalized_shape, "rms_norm")
-    dims = 1 if isinstance(normalized_shape, int) else len(tuple(normalized_shape))
-    x = input.reshape(input.shape[:input.dim() - dims] + (n,))
-    w = None if weight is None else weight.reshape(n)
+    x, w = _rows_view(input, normalized_shape, n), _flat(weight, n)
     e = _RMS_NORM_DEFAULT_EPS if eps is None else float(eps)
     if _direct(x, w):
         y = _run_rows("rms_norm", x, w, None, e, order)["y"]
     else:
         y, _ = torch.ops.ordo.rms_norm(x, w, e, order, backward_order or "")
-    return y.reshape(input.shape)
+    return y if x is input else y.reshape(input.shape)
 
 
 def _last_dim(input: Tensor, dim: int, op: str):
