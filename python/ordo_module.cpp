@@ -121,8 +121,8 @@ struct TorchDtypes {
 const TorchDtypes& torch_dtypes() {
   static const TorchDtypes d = [] {
     py::module_ torch = py::module_::import("torch");
-    return TorchDtypes{torch.attr("float32").release(), torch.attr("bfloat16").release(), torch.attr("float16").release(),
-                       torch.attr("float64").release()};
+    auto dtype = [&](const char* name) { return py::object(torch.attr(name)).release(); };
+    return TorchDtypes{dtype("float32"), dtype("bfloat16"), dtype("float16"), dtype("float64")};
   }();
   return d;
 }

@@ -12,8 +12,9 @@
 #include <sys/file.h>
 #include <unistd.h>
 
-#include <cerrno>
 #include <algorithm>
+#include <cctype>
+#include <cerrno>
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
@@ -24,6 +25,7 @@
 #include <thread>
 #include <vector>
 
+#include "ir/error.hpp"
 #include "src/sha256.hpp"
 
 namespace ordo::disk_cache {
@@ -136,17 +138,26 @@ void evict_past_bound(uint64_t stored) {
 
 Settings settings() {
   Settings s;
-  const char* off = std::getenv("ORDO_CACHE");
-  s.enabled = !(off && std::string(off) == "0");
+  // ORDO_CACHE: unset, empty or 1 keeps the cache; 0 turns it off; anything else is refused
+  // rather than guessed at.
+  const char* on = std::getenv("ORDO_CACHE");
+  const std::string on_text = on ? on : "";
+  if (on_text != "" && on_text != "0" && on_text != "1")
+    throw Error(fmt::format("ORDO_CACHE=\"{}\": expected 0 (no disk cache) or 1 (the default)", on_text));
+  s.enabled = on_text != "0";
   if (const char* d = std::getenv("ORDO_CACHE_DIR"); d && *d) s.dir = d;
   else if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) s.dir = (fs::path(x) / "ordo").string();
   else if (const char* h = std::getenv("HOME"); h && *h) s.dir = (fs::path(h) / ".cache" / "ordo").string();
   else s.enabled = false;  // nowhere to put it
   uint64_t mb = 256;
-  if (const char* m = std::getenv("ORDO_CACHE_MAX_MB")) {
+  if (const char* m = std::getenv("ORDO_CACHE_MAX_MB"); m && *m) {
     char* end = nullptr;
+    errno = 0;
     const unsigned long long v = std::strtoull(m, &end, 10);
-    if (end && *end == 0 && end != m) mb = v;
+    // At most 2^40 MiB, so that the bound in bytes fits in 64 bits.
+    if (!std::isdigit(static_cast<unsigned char>(m[0])) || *end != 0 || errno == ERANGE || v > (1ull << 40))
+      throw Error(fmt::format("ORDO_CACHE_MAX_MB=\"{}\" is not a whole number of MiB (default 256)", m));
+    mb = v;
   }
   s.max_bytes = mb << 20;
   return s;
