@@ -106,7 +106,7 @@ void print_markdown(const std::vector<OrderRow>& rows, std::optional<ordo::OpKin
              "this file equal to that output. An order marked **exact** reproduces a library bit for bit (the tests compare "
              "it with that library as installed); **unverified** claims a reference that could not be measured here; "
              "**device-only** orders run on a GPU only.\n\n",
-             op ? std::string(" ") + std::string(ordo::name(*op)) : "");
+             op ? fmt::format(" {}", ordo::name(*op)) : std::string());
   fmt::print("| order | status | ops | dtypes |\n|---|---|---|---|\n");
   for (const OrderRow& row : rows)
     fmt::print("| [`{}`](#{}) | {} | {} | {} |\n", row.order->name, anchor(row.order->name), row.status, fmt::join(row.ops, ", "),
