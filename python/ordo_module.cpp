@@ -249,6 +249,24 @@ PYBIND11_MODULE(_ordo, m) {
     });
   });
 
+  m.def("cache_stats", [] {
+    const ordo::CacheStats c = ordo::cache_stats();
+    py::dict d;
+    d["hits"] = c.hits;
+    d["misses"] = c.misses;
+    d["entries"] = c.entries;
+    d["evictions"] = c.evictions;
+    d["capacity"] = c.capacity;
+    d["shared_programs"] = c.shared_programs;
+    return d;
+  });
+  m.def("set_kernel_cache_capacity", [](int64_t entries) {
+    translate([&] {
+      if (entries < 1) throw ordo::Error("the kernel cache's capacity must be at least 1 kernel, got " + std::to_string(entries));
+      ordo::set_kernel_cache_capacity(static_cast<size_t>(entries));
+      return 0;
+    });
+  }, py::arg("entries"));
   m.def("orders", [] {
     py::list out;
     for (const ordo::gen::NamedOrder& n : ordo::gen::named_orders()) {

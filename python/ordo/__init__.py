@@ -16,7 +16,8 @@ import math
 from . import _ordo
 
 __all__ = ["layer_norm", "rms_norm", "var_mean", "softmax", "log_softmax", "attention", "layer_norm_backward", "rms_norm_backward",
-           "softmax_backward", "log_softmax_backward", "attention_backward", "orders", "compare"]
+           "softmax_backward", "log_softmax_backward", "attention_backward", "orders", "compare", "cache_stats",
+           "set_kernel_cache_capacity"]
 
 
 def __getattr__(name):
@@ -301,6 +302,18 @@ def log_softmax_backward(dy, y, order="fast", **kw):
     """dx of log_softmax over the last dim from dy and the forward's output y (torch's
     _log_softmax_backward_data): dx = dy - exp(y)*sum(dy), in the order's summation and exp."""
     return _run_backward("log_softmax_backward", y, {"dy": dy}, order, **kw)["dx"]
+
+
+def cache_stats():
+    """The in-memory kernel cache: hits, misses, entries, evictions, capacity, shared_programs."""
+    return _ordo.cache_stats()
+
+
+def set_kernel_cache_capacity(entries):
+    """At most `entries` kernels stay in the in-memory cache (ORDO_KERNEL_CACHE_ENTRIES sets it at
+    start, default 512); past it the least recently requested is dropped and its machine code
+    unloaded once nothing holds it."""
+    _ordo.set_kernel_cache_capacity(int(entries))
 
 
 def orders():

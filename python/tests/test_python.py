@@ -166,5 +166,21 @@ table = ordo.compare("softmax", cols=300, rows=8, orders=["fast", "online", "tor
 check([r["order"] for r in table] == ["fast", "online", "torch1.13-cpu-avx2"] and table[0]["identical"]["fast"] == 1.0
       and table[1]["max_ulp"]["y"] >= 0 and "agreement" in str(table), "compare() returns the table")
 
+# The in-memory kernel cache: bounded, least recently requested dropped first.
+capacity = ordo.cache_stats()["capacity"]
+ordo.set_kernel_cache_capacity(2)
+before = ordo.cache_stats()
+for n in (301, 302, 303):
+    ordo.softmax(np.ones((2, n), np.float32), order="fast")
+after = ordo.cache_stats()
+check(after["entries"] == 2 and after["capacity"] == 2 and after["evictions"] - before["evictions"] >= 1,
+      f"the kernel cache keeps 2 kernels when told to: {after}")
+try:
+    ordo.set_kernel_cache_capacity(0)
+    check(False, "a kernel cache capacity of 0 is refused")
+except ValueError as e:
+    check("at least 1" in str(e), f"a kernel cache capacity of 0 is refused: {e}")
+ordo.set_kernel_cache_capacity(capacity)
+
 print(f"python package: {'ok' if not failures else f'{len(failures)} failed'}")
 sys.exit(1 if failures else 0)
