@@ -480,7 +480,11 @@ def help_cases(ordo):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ordo", default="build/bin/ordo")
-    ordo = os.path.abspath(ap.parse_args().ordo)
+    ap.add_argument("--nvrtc", choices=("yes", "no"), default="yes",
+                    help="whether this ordo was built with NVRTC (CMake passes it); without it, builds for target cuda "
+                         "must fail naming what is missing")
+    args = ap.parse_args()
+    ordo = os.path.abspath(args.ordo)
     if not os.access(ordo, os.X_OK):
         sys.exit(f"cli_errors.py: {ordo} is not an executable")
     passed = failed = 0
@@ -489,6 +493,9 @@ def main():
         os.mkdir(ind)
         make_inputs(ind)
         for i, case in enumerate(cases(ind)):
+            if args.nvrtc == "no" and case.expect is None and "--target" in case.argv and \
+                    case.argv[case.argv.index("--target") + 1] == "cuda" and case.argv[0] == "build":
+                case = Case(case.name + " (no NVRTC: refused)", case.argv, ["built without NVRTC", "cuda-emu"])
             # A fresh, empty directory per case makes "nothing was written" a plain listdir.
             outd = os.path.join(tmp, f"out{i:02d}")
             os.mkdir(outd)
