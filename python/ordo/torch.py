@@ -75,14 +75,22 @@ class OrdoFallbackWarning(UserWarning):
     """Inside `pinned`, a call ordo cannot run went to torch's own op; the text names the reason."""
 
 
-def _norm_kernel(op: str, cols: int, x_dtype: torch.dtype, weight: Optional[Tensor], bias: Optional[Tensor], eps: float,
-                 order: str):
-    """The compiled kernel (ordo caches it by request) for one norm call; its args give the output dtypes."""
+def _norm_kernel(op: str, cols: int, x_dtype: torch.dtype, w_dtype: Optional[torch.dtype], b_dtype: Optional[torch.dtype],
+                 eps: float, order: str):
+    """The compiled kernel (ordo caches it by request) for one norm call, by the dtypes of its
+    input, weight and bias (None: absent); its args give the output dtypes."""
+    for what, dt in (("input", x_dtype), ("weight", w_dtype), ("bias", b_dtype)):
+        if dt is not None and dt not in _DTYPE_NAMES:
+            raise ValueError(f"{op}: {what} dtype {dt} is not float32, bfloat16 or float16")
+    if w_dtype is not None and b_dtype is not None and b_dtype != w_dtype:
+        raise ValueError(f"{op}: weight is {w_dtype} but bias is {b_dtype}; ordo takes one dtype for both")
     xd = _DTYPE_NAMES[x_dtype]
-    wd = _DTYPE_NAMES[weight.dtype] if weight is not None else (_DTYPE_NAMES[bias.dtype] if bias is not None else "")
-    if weight is not None and bias is not None and bias.dtype != weight.dtype:
-        raise ValueError(f"{op}: weight is {weight.dtype} but bias is {bias.dtype}; ordo takes one dtype for both")
-    return _ordo.compile(op, cols, xd, wd, order, float(eps), weight is not None, bias is not None, bool(wd) and wd != xd, "")
+    wd = _DTYPE_NAMES[w_dtype] if w_dtype is not None else (_DTYPE_NAMES[b_dtype] if b_dtype is not None else "")
+    return _ordo.compile(op, cols, xd, wd, order, float(eps), w_dtype is not None, b_dtype is not None, bool(wd) and wd != xd, "")
+
+
+def _dtype_or_none(t: Optional[Tensor]) -> Optional[torch.dtype]:
+    return None if t is None else t.dtype
 
 
 # How many row-op plans (a compiled kernel and its argument roles) are kept for repeated calls.
@@ -95,15 +103,10 @@ def _row_plan(op: str, cols: int, x_dtype: torch.dtype, w_dtype: Optional[torch.
               eps: float, order: str):
     """A forward row op (norm or softmax) on torch tensors: the kernel, and for each of its
     arguments in order (name, is_output, shaped like x (else like x's rows), torch dtype)."""
-    for what, dt in (("input", x_dtype), ("weight", w_dtype), ("bias", b_dtype)):
-        if dt is not None and dt not in _DTYPE_NAMES:
-            raise ValueError(f"{op}: {what} dtype {dt} is not float32, bfloat16 or float16")
     if op in ("layer_norm", "rms_norm"):
-        wd = _DTYPE_NAMES[w_dtype] if w_dtype is not None else (_DTYPE_NAMES[b_dtype] if b_dtype is not None else "")
-        if w_dtype is not None and b_dtype is not None and b_dtype != w_dtype:
-            raise ValueError(f"{op}: weight is {w_dtype} but bias is {b_dtype}; ordo takes one dtype for both")
-        kernel = _ordo.compile(op, cols, _DTYPE_NAMES[x_dtype], wd, order, eps, w_dtype is not None, b_dtype is not None,
-                               bool(wd) and wd != _DTYPE_NAMES[x_dtype], "")
+        kernel = _norm_kernel(op, cols, x_dtype, w_dtype, b_dtype, eps, order)
+    elif x_dtype not in _DTYPE_NAMES:
+        raise ValueError(f"{op}: input dtype {x_dtype} is not float32, bfloat16 or float16")
     else:
         kernel = _ordo.compile(op, cols, _DTYPE_NAMES[x_dtype], "", order)
     roles = tuple((name, is_out, extent == "rows*N", _TORCH_DTYPES[dt]) for name, dt, is_out, extent in kernel.args)
@@ -118,8 +121,7 @@ def _run_rows(op: str, x: Tensor, weight: Optional[Tensor], bias: Optional[Tenso
         weight = weight.contiguous()
     if bias is not None:
         bias = bias.contiguous()
-    kernel, roles = _row_plan(op, x.shape[-1], x.dtype, None if weight is None else weight.dtype,
-                              None if bias is None else bias.dtype, eps, order)
+    kernel, roles = _row_plan(op, x.shape[-1], x.dtype, _dtype_or_none(weight), _dtype_or_none(bias), eps, order)
     given = {"x": x, "weight": weight, "bias": bias}
     outs, tensors = {}, []
     for name, is_out, full, dtype in roles:
@@ -141,18 +143,6 @@ def _attention_plan(d: int, sq: int, sk: int, dtype: torch.dtype, order: str, ca
     return kernel, tuple(name for name, _, _, _ in kernel.args)
 
 
-def _packed_rows(name: str, t: Tensor) -> Tuple[Tensor, int]:
-    """(t with its rows packed, the row stride it had, 0 if already packed): ordo's kernels read
-    packed rows, and the orders that reproduce torch's flash kernel take the stride torch hands
-    its BLAS (a [B, S, H, D] projection viewed as [B, H, S, D] has rows H*D apart)."""
-    if t.is_contiguous():
-        return t, 0
-    if t.stride(-1) != 1:
-        raise ValueError(f"{name}'s last dim has stride {t.stride(-1)}; PyTorch's flash kernel reads contiguous rows: "
-                         f"give {name}.contiguous()")
-    return t.contiguous(), int(t.stride(-2))
-
-
 def _run_attention(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: Optional[float], order: str) -> Tensor:
     """softmax(q kᵀ·scale [causal]) v over the last two dims, q [..., S_q, D], k and v [..., S_k, D]."""
     if q.dim() < 2 or k.dim() < 2 or v.dim() < 2:
@@ -165,10 +155,9 @@ def _run_attention(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: Optiona
     if q.dtype not in _DTYPE_NAMES or k.dtype != q.dtype or v.dtype != q.dtype:
         raise ValueError(f"scaled_dot_product_attention: q, k, v are {q.dtype}, {k.dtype}, {v.dtype}; ordo takes one of "
                          f"float32, bfloat16, float16 for all three")
-    (q, qs), (k, ks), (v, vs) = _packed_rows("q", q), _packed_rows("k", k), _packed_rows("v", v)
-    heads = int(q.shape[-3]) if q.dim() >= 3 else 1
-    kernel, names = _attention_plan(int(q.shape[-1]), int(q.shape[-2]), int(k.shape[-2]), q.dtype, order, causal, scale, heads,
-                                    (qs, ks, vs))
+    (q, qs), (k, ks), (v, vs) = ordo._rows_of("q", q), ordo._rows_of("k", k), ordo._rows_of("v", v)
+    kernel, names = _attention_plan(int(q.shape[-1]), int(q.shape[-2]), int(k.shape[-2]), q.dtype, order, causal, scale,
+                                    ordo._heads(q), (qs, ks, vs))
     out = torch.empty(q.shape, dtype=q.dtype)
     given = {"q": q, "k": k, "v": v, "out": out}
     kernel.run_torch([given[n] for n in names], math.prod(q.shape[:-2]), 0)
@@ -215,7 +204,7 @@ def _layer_norm_op(x: Tensor, weight: Optional[Tensor], bias: Optional[Tensor], 
 
 @_layer_norm_op.register_fake
 def _(x, weight, bias, eps, order, backward_order):
-    k = _norm_kernel("layer_norm", _size(x.shape[-1]), x.dtype, weight, bias, eps, order)
+    k = _norm_kernel("layer_norm", _size(x.shape[-1]), x.dtype, _dtype_or_none(weight), _dtype_or_none(bias), eps, order)
     stat = x.shape[:-1]
     return (x.new_empty(x.shape, dtype=_out_dtype(k, "y")), x.new_empty(stat, dtype=_out_dtype(k, "mean")),
             x.new_empty(stat, dtype=_out_dtype(k, "rstd")))
@@ -229,7 +218,7 @@ def _rms_norm_op(x: Tensor, weight: Optional[Tensor], eps: float, order: str, ba
 
 @_rms_norm_op.register_fake
 def _(x, weight, eps, order, backward_order):
-    k = _norm_kernel("rms_norm", _size(x.shape[-1]), x.dtype, weight, None, eps, order)
+    k = _norm_kernel("rms_norm", _size(x.shape[-1]), x.dtype, _dtype_or_none(weight), None, eps, order)
     return x.new_empty(x.shape, dtype=_out_dtype(k, "y")), x.new_empty(x.shape[:-1], dtype=_out_dtype(k, "rstd"))
 
 
