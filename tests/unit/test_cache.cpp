@@ -11,11 +11,18 @@
 
 using namespace ordo;
 
-TEST_CASE("a repeated request returns the compiled kernel; any changed field compiles anew") {
+namespace {
+Request rms_fast(int64_t cols) {
   Request r;
   r.op = OpKind::rms_norm;
-  r.cols = 333;
+  r.cols = cols;
   r.order = "fast";
+  return r;
+}
+}  // namespace
+
+TEST_CASE("a repeated request returns the compiled kernel; any changed field compiles anew") {
+  Request r = rms_fast(333);
   KernelHandle a = compile(r), b = compile(r);
   CHECK(a.get() == b.get());
   for (auto change : std::vector<void (*)(Request&)>{
@@ -96,13 +103,6 @@ struct CapacityForTest {
   size_t previous;
 };
 
-Request rms_fast(int64_t cols) {
-  Request r;
-  r.op = OpKind::rms_norm;
-  r.cols = cols;
-  r.order = "fast";
-  return r;
-}
 }  // namespace
 
 TEST_CASE("past its capacity the cache drops the least recently requested kernel; a held handle still runs") {
