@@ -35,7 +35,9 @@ keep the kernels eager runs, and in training F.dropout runs eager's CPU composit
 (ordo::eager_dropout) instead of the native_dropout a compile would trace. A Hugging Face causal
 LM compiled so gives eager's logits and gradients bit for bit (tests/reference/torch2_hf_models.py).
 `pinned(order, eager_kernels=False)` keeps Inductor's own kernels for the other ops; other orders
-default to that.
+default to that. Either way the graphs Inductor compiles inside the block run with torch-function
+handling off (the mode routed their calls when it traced them), so their ATen calls cost what they
+cost outside the block; AOTAutograd's backward graphs still run inside the mode.
 
 Backward: every op's gradients run ordo's backward kernels, in the forward's order unless
 `backward_order=` (of the function, or of pinned) names another; with a torch2.15 order the
@@ -749,7 +751,42 @@ def _eager_kernels_config():
         raise RuntimeError(f"ordo.torch.pinned: torch {torch.__version__} has no Inductor lite mode "
                            f"(torch._inductor.lite_mode_options), which keeps eager's kernels in compiled code; pass "
                            f"eager_kernels=False to compile with Inductor's own kernels")
-    return torch._inductor.config.patch(options)
+    # Inductor checks each ATen call's output against its traced size, stride and dtype as the
+    # graph runs (a Python call per op, 0.6 ms of a small Llama's 4 ms forward); in lite mode every
+    # op is such a call. The graph is eager's ATen calls, whose metadata the trace took from them.
+    return torch._inductor.config.patch({**options, "size_asserts": False})
+
+
+class _GraphsRunOutsideTheMode:
+    """While active, the graphs Inductor compiles run with torch-function handling off, so their
+    ATen calls do not pass through pinned's TorchFunctionMode one by one (a Python call each: a
+    small Llama's forward makes about 180). The mode has done its work when the graph was traced:
+    a routed call is an ordo operator in the graph. Patches torch._inductor.compile_fx.compile_fx,
+    the function Inductor's backend calls, for the block (process-wide, like Inductor's config
+    patches). The backward graphs AOTAutograd compiles run from autograd, still inside the mode."""
+
+    def __enter__(self):
+        import torch._inductor.compile_fx as compile_fx_module
+        self._module, self._compile_fx = compile_fx_module, compile_fx_module.compile_fx
+        inner = self._compile_fx
+
+        @functools.wraps(inner)
+        def compile_fx(*args, **kwargs):
+            compiled = inner(*args, **kwargs)
+
+            def run_outside_the_mode(*call_args, **call_kwargs):
+                with torch._C.DisableTorchFunction():
+                    return compiled(*call_args, **call_kwargs)
+
+            if hasattr(compiled, "_boxed_call"):  # Dynamo calls a boxed function with one list
+                run_outside_the_mode._boxed_call = compiled._boxed_call
+            return run_outside_the_mode
+
+        compile_fx_module.compile_fx = compile_fx
+        return self
+
+    def __exit__(self, *exc):
+        self._module.compile_fx = self._compile_fx
 
 
 class pinned(TorchFunctionMode):
@@ -788,6 +825,7 @@ class pinned(TorchFunctionMode):
         self._patches = [torch._dynamo.config.patch(specialize_float=True)]
         if self.eager_kernels:
             self._patches.append(_eager_kernels_config())
+        self._patches.append(_GraphsRunOutsideTheMode())
         for patch in self._patches:
             patch.__enter__()
         return super().__enter__()

@@ -594,6 +594,47 @@ def test_eager_kernels():
     torch._dynamo.reset()
 
 
+def test_graphs_run_outside_the_mode():
+    """A graph compiled inside pinned runs with torch-function handling off: its ATen calls do not
+    pass through the mode one by one (each would be a Python call), and the ordo operators the
+    trace routed still run, with eager's bits, in forward and backward."""
+    import ordo.torch as ot
+
+    def block(x, w):
+        return F.layer_norm(x @ w + 1, (w.shape[-1],)).relu() * 2
+
+    torch.manual_seed(3)
+    x, w = torch.randn(9, 40), torch.randn(40, 40)
+    with torch.no_grad():
+        want = block(x, w)
+    seen = []
+    original = ot.pinned.__torch_function__
+
+    def counting(self, func, types, args=(), kwargs=None):
+        seen.append(func)
+        return original(self, func, types, args, kwargs)
+
+    for order in (EXACT, "fast"):
+        torch._dynamo.reset()
+        with torch.no_grad(), ot.pinned(order):
+            compiled = torch.compile(block)
+            compiled(x, w)  # traced and compiled: the mode routes layer_norm
+            ot.pinned.__torch_function__ = counting
+            try:
+                got = compiled(x, w)
+            finally:
+                ot.pinned.__torch_function__ = original
+            routed = (ot.layer_norm(x @ w + 1, (40,), order=order).relu() * 2)
+        check(not seen, f"pinned({order!r}): a compiled graph's calls bypass the mode ({len(seen)} passed through it)")
+        check(same(routed, got), f"pinned({order!r}): the compiled graph runs ordo's layer_norm in that order")
+        if order == EXACT:
+            check(same(want, got), f"pinned({order!r}): the compiled graph gives eager's bits")
+        else:
+            check(not same(want, got), f"negative control: pinned({order!r})'s layer_norm is not torch's")
+        seen.clear()
+    torch._dynamo.reset()
+
+
 def test_direct_calls():
     """Eager calls with no gradient to record run the kernel without the custom op's dispatch: the
     same bits as the custom op, which still runs when a gradient is needed or a dispatch mode
@@ -680,6 +721,7 @@ def main():
         return 1
     for test in (test_import_is_lazy, test_ops_exact, test_ops_compiled, test_direct_calls, test_pinned, test_layouts_and_dtypes, test_fallbacks,
                  test_new_shapes, test_blocks_recompile, test_backward, test_eager_kernels,
+                 test_graphs_run_outside_the_mode,
                  test_grouped_query_attention):
         print(f"--- {test.__name__}", flush=True)
         test()
