@@ -19,7 +19,7 @@ if(ORDO_SANITIZE)
     message(FATAL_ERROR "ORDO_SANITIZE=${ORDO_SANITIZE}: ThreadSanitizer cannot be combined with AddressSanitizer")
   endif()
   # -O0 instead of Release's -O3: under the sanitizers (and libFuzzer's coverage counters) -O1
-  # took four times as long to compile (gen/reductions.cpp: 25 s against 6 s), and -O0 gives the
+  # took four times as long to compile (gen/blocks/reductions.cpp: 25 s against 6 s), and -O0 gives the
   # most exact stack traces. But the sanitized tests ran 2.8 times as long with all of it at -O0
   # (784 s against 277 s): their hot code is the interpreter (perf: over two thirds of test_ir's
   # time, with ASan's stack and shadow upkeep). So ir/ keeps -O1, as do the other hot files

@@ -63,9 +63,9 @@ ir::Kernel build_rms_norm(const Request& r, const ir::Order& order);
 ir::Kernel build_var_mean(const Request& r, const ir::Order& order);
 ir::Kernel build_softmax(const Request& r, const ir::Order& order);  // softmax and log_softmax
 // One kernel, or for 16-bit K and V under a flash order on the CPU two: K and V widened to f32
-// once per launch into workspaces, then the attention over them (gen/attention.cpp).
+// once per launch into workspaces, then the attention over them (gen/ops/attention.cpp).
 std::vector<ir::Kernel> build_attention(const Request& r, const ir::Order& order);
-// attention_backward's two stages (gen/attention_backward.cpp).
+// attention_backward's two stages (gen/ops/attention_backward.cpp).
 std::vector<ir::Kernel> build_attention_backward(const Request& r, const ir::Order& order);
 // The log-sum-exp the forward order `o` (kind Flash) writes, for the queries in the lanes of
 // `query` (an i64 vector) of the (batch, head) program_id(0), from the q and k buffers.
@@ -73,19 +73,19 @@ ir::ExprRef emit_attention_lse(ir::Builder& b, const Request& r, const ir::Atten
 std::vector<ir::Kernel> build_layer_norm_backward(const Request& r, const ir::Order& order);
 ir::Kernel build_softmax_backward(const Request& r, const ir::Order& order);  // and log_softmax_backward
 std::vector<ir::Kernel> build_rms_norm_backward(const Request& r, const ir::Order& order);
-// AttentionOrder::Kind::CpuFlash (gen/cpu_flash_attention.cpp), and its query block for S_q rows.
+// AttentionOrder::Kind::CpuFlash (gen/torch_cpu/cpu_flash_attention.cpp), and its query block for S_q rows.
 ir::Kernel build_cpu_flash_attention(const Request& r, const ir::Order& order);
 int64_t cpu_flash_query_block(int64_t seq_q);
 // Every (query rows, key rows) block shape PyTorch's CPU flash kernels run for S_q queries in
 // blocks of qS and S_k keys in blocks of kS: the full blocks and the shorter last ones.
 std::vector<std::pair<int64_t, int64_t>> cpu_flash_block_shapes(int64_t seq_q, int64_t qS, int64_t seq_k, int64_t kS);
-// AttentionBackwardOrder::Kind::CpuFlash (gen/cpu_flash_attention_backward.cpp): one stage.
+// AttentionBackwardOrder::Kind::CpuFlash (gen/torch_cpu/cpu_flash_attention_backward.cpp): one stage.
 ir::Kernel build_cpu_flash_attention_backward(const Request& r, const ir::Order& order);
-// AttentionOrder::Kind::CpuMatmul (gen/cpu_matmul_attention.cpp).
+// AttentionOrder::Kind::CpuMatmul (gen/torch_cpu/cpu_matmul_attention.cpp).
 ir::Kernel build_cpu_matmul_attention(const Request& r, const ir::Order& order);
-// AttentionBackwardOrder::Kind::CpuMatmul (gen/cpu_matmul_attention_backward.cpp): one stage.
+// AttentionBackwardOrder::Kind::CpuMatmul (gen/torch_cpu/cpu_matmul_attention_backward.cpp): one stage.
 ir::Kernel build_cpu_matmul_attention_backward(const Request& r, const ir::Order& order);
-// The CUDA-native orders (gen/team.cpp): a team of threads per row.
+// The CUDA-native orders (gen/ops/team.cpp): a team of threads per row.
 ir::Kernel build_layer_norm_team(const Request& r, const ir::Order& order);  // MomentsOrder::BlockWelford, BlockReduceWelford
 ir::Kernel build_softmax_warp(const Request& r, const ir::Order& order);     // SoftmaxOrder::WarpButterfly
 

@@ -13,7 +13,7 @@
 #include <thread>
 
 #include "gen/gen.hpp"
-#include "gen/warp.hpp"
+#include "gen/blocks/warp.hpp"
 #include "ir/error.hpp"
 
 namespace ordo::gen {
@@ -86,7 +86,7 @@ SumOrder torch215_mean_sum(Capability) {
   return s;
 }
 
-// scaled_dot_product_attention: the CPU flash kernel (gen/cpu_flash_attention.cpp), compiled per
+// scaled_dot_product_attention: the CPU flash kernel (gen/torch_cpu/cpu_flash_attention.cpp), compiled per
 // capability: avx512 and avx2 take exp_u20 on 16 and 8 lanes, their sums folded by halving, and
 // a fused rescale of the sum; default takes glibc's expf per lane, a sequential fold, no fma. The
 // scores past the last whole vector take glibc's double exp in every build. The block products
@@ -108,7 +108,7 @@ AttentionOrder torch215_attention(ScalarType storage, Capability cap) {
   return a;
 }
 
-// scaled_dot_product_attention's autograd: the CPU flash backward (gen/cpu_flash_attention_backward.cpp),
+// scaled_dot_product_attention's autograd: the CPU flash backward (gen/torch_cpu/cpu_flash_attention_backward.cpp),
 // compiled per capability (docs/research/torch2.15-attention-backward.md): dsum by
 // vec::map2_reduce_all on 16 lanes folded by halving (avx512), 8 (avx2), 8 folded in order
 // (default), never fused; P's exp is Vectorized<float>::exp (Sleef expf_u10) or, under default,
@@ -160,9 +160,9 @@ SoftmaxBackwardOrder torch215_softmax_backward(Capability cap) {
   return s;
 }
 
-// The eager composite softmax(q @ k^T * scale) @ v (gen/cpu_matmul_attention.cpp): MKL's products
+// The eager composite softmax(q @ k^T * scale) @ v (gen/torch_cpu/cpu_matmul_attention.cpp): MKL's products
 // (the PyPI wheel's, whatever the capability) and the softmax op's order for the capability. Its
-// autograd (gen/cpu_matmul_attention_backward.cpp) recomputes P by that forward and runs
+// autograd (gen/torch_cpu/cpu_matmul_attention_backward.cpp) recomputes P by that forward and runs
 // _softmax_backward_data's order for the capability.
 Order torch215_math(ScalarType storage, Capability cap) {
   Order o;
@@ -1068,7 +1068,7 @@ void apply_environment(Order& o, std::string_view params, std::string_view order
     if (key == "threads") {
       const int v = positive();
       // MKL's splits were measured with 2 threads: on more, a launch whose products MKL would
-      // split is refused (gen/mkl_gemm.cpp, mkl_threading).
+      // split is refused (gen/libraries/mkl_gemm.cpp, mkl_threading).
       o.threads = o.attention.gemm.threads = o.attention_backward.gemm.threads = v;
       // Inductor's kernels split a row between threads by their own rule (SumOrder::parts,
       // MomentsOrder::parts), not by PyTorch eager's `threads`.
@@ -1311,7 +1311,7 @@ Order resolve(const Request& r) {
       throw Error(fmt::format("order '{}' reproduces a reference and takes no parameters (got '{}')", n->name,
                               r.order.substr(open + 1, r.order.size() - open - 2)));
     if (r.order.back() != ')') throw Error(fmt::format("order '{}': missing ')'", r.order));
-    // The block kernels of PyTorch's CUDA layer_norm are fixed trees (gen/team.cpp): no parameter
+    // The block kernels of PyTorch's CUDA layer_norm are fixed trees (gen/ops/team.cpp): no parameter
     // of the CPU orders (lanes, fma, affine, ...) has a meaning there.
     if (r.op == OpKind::layer_norm && (o.moments.kind == K::BlockWelford || o.moments.kind == K::BlockReduceWelford))
       throw Error(fmt::format("order '{}' is PyTorch's CUDA layer_norm tree and takes no parameters (got '{}')", n->name,

@@ -151,7 +151,7 @@ std::string to_string(Type t);
   X(Bitcast, 1, "bitcast")                                                                   \
   /* A CUDA device function, Expr::index a MathFn, of f32 args[0] (see MathFn: device-only). \
      Library functions with a known algorithm (Sleef's, glibc's expf and logf) are not calls:  \
-     gen/math.cpp writes them out in these nodes. */                                          \
+     gen/blocks/math.cpp writes them out in these nodes. */                                          \
   X(Call, 1, "call")                                                                         \
   X(Select, 3, "select") /* args[0] ? args[1] : args[2], lane by lane */                       \
   /* Conversion to the node's scalar type with RNE. Allowed: f32<->f64, f32->f16/bf16,      \
@@ -174,7 +174,7 @@ std::string to_string(Type t);
 // CUDA's libdevice versions). They have no definition off the GPU, so only target cuda lowers
 // them, and the interpreter, cpu and cuda-emu refuse kernels that call them ("device-only").
 // glibc's expf/logf, which eager CPU code calls, are not here: their algorithms are IR
-// (gen/math.hpp), so every backend computes them, the GPU included.
+// (gen/blocks/math.hpp), so every backend computes them, the GPU included.
 enum class MathFn : uint8_t { device_rsqrtf, device_expf, device_logf };
 constexpr MathFn kLastMathFn = MathFn::device_logf;
 std::string_view name(MathFn f);

@@ -211,8 +211,8 @@ struct AffineOrder {
 // Which implementation of exp and log an order uses. Each is a fixed algorithm, so the choice is
 // part of the order just like a summation tree.
 enum class MathImpl : uint8_t {
-  SleefU10,  // Sleef 3.5's expf_u10 / logf_u10 (FMA build), expanded into IR (gen/math.cpp)
-  Glibc,     // glibc 2.28+'s expf / logf (the FMA build x86-64 selects), expanded into IR (gen/math.cpp):
+  SleefU10,  // Sleef 3.5's expf_u10 / logf_u10 (FMA build), expanded into IR (gen/blocks/math.cpp)
+  Glibc,     // glibc 2.28+'s expf / logf (the FMA build x86-64 selects), expanded into IR (gen/blocks/math.cpp):
              // what eager code calling libm computes on such a machine
   Device,    // CUDA's expf / logf (libdevice): device-only, no definition off the GPU
   GlibcDouble,  // exp only: glibc's double exp of the argument widened to f64, rounded to f32
@@ -234,7 +234,7 @@ struct SoftmaxOrder {
     Staged,     // PyTorch 1.13's bf16 kernels. softmax: max over pairs of vectors from -inf lanes,
                 // folded, then the N mod 2*lanes tail by std::max; sum from zero lanes over full
                 // vectors, folded, then the N mod lanes tail added in order with `tail_exp`.
-                // log_softmax: max and sum over pairs of vectors (gen/softmax.cpp,
+                // log_softmax: max and sum over pairs of vectors (gen/ops/softmax.cpp,
                 // reduce_all_pairs), each rounded to bf16, as is log(sum).
     Online,     // one pass: each lane keeps a running max m and sum s (s = s*exp(m - m') +
                 // exp(x - m')), lanes merge into lane 0 in order, the tail updates it; then y.
@@ -271,7 +271,7 @@ struct SoftmaxOrder {
 
 // Which kernels a BLAS library runs for the small matrix products inside an attention block.
 // The library picks a kernel by the shape (and, on some hosts, by alignment and thread count);
-// each kernel has its own dot-product order. gen/mkl_gemm.cpp writes out each kernel's order and
+// each kernel has its own dot-product order. gen/libraries/mkl_gemm.cpp writes out each kernel's order and
 // the choice between them.
 struct GemmOrder {
   enum class Kind : uint8_t {
@@ -282,14 +282,14 @@ struct GemmOrder {
     // The same on an Intel CPU with AVX-512 and avx512_bf16: MklIntelAvx512's sgemm (f32, and f16
     // converted to f32), but gemm_bf16bf16f32 runs its vdpbf16ps kernels: every dot product steps
     // through k in pairs, (acc + p[k+1]) + p[k], with no smalln or pst kernel (measured,
-    // docs/research/torch2.15-attention.md; gen/mkl_gemm.cpp emit_intel_bf16_nt/_nn).
+    // docs/research/torch2.15-attention.md; gen/libraries/mkl_gemm.cpp emit_intel_bf16_nt/_nn).
     MklIntelAvx512Bf16,
     // oneMKL as PyTorch 2.15's x86-64 wheels link it, on an AMD CPU: MKL takes its generic
     // ('def') kernels there, with or without AVX-512 (measured on an EPYC with AVX-512 and
     // avx512_bf16, and checked on an EPYC with AVX2 only). gemv ('T' and 'N') and
     // the small-matrix kernel (m < 12, n < 4 or K <= 1) are SSE code without fma: every product
     // rounded, 4-lane sums, and a scalar peel up to each row's 16-byte boundary, so the bits
-    // depend on where a row starts (gen/mkl_gemm.cpp); the general kernel is one fma chain per K
+    // depend on where a row starts (gen/libraries/mkl_gemm.cpp); the general kernel is one fma chain per K
     // block (one block up to 192, two of floor(K/2) (and one of 1 for odd K) up to 384, else
     // 192-blocks and the rest), the block sums added in order after C. On 2 threads a product of
     // 5..11 rows (not a multiple of 4) runs its first rows in fours by the general kernel and the
@@ -338,7 +338,7 @@ struct AttentionOrder {
                    // by `softmax.fold`, the rest by `softmax.tail_exp` added in order; then
                    // l = fma(e, l, block sum) with e = expf(m - m') (glibc), and the output rows
                    // so far times e before P @ v adds the block (beta = 1). out = acc * (1/l);
-                   // lse = m + logf(l). gen/cpu_flash_attention.cpp.
+                   // lse = m + logf(l). gen/torch_cpu/cpu_flash_attention.cpp.
     CpuMatmul,     // PyTorch's eager composite softmax(q @ k^T * scale) @ v on the CPU: per (batch,
                    // head), s = q @ k^T by the BLAS kernels `gemm` picks for the whole S_q x S_k
                    // product (PyTorch's own loop of rounded products and sums, no fma, where
@@ -347,8 +347,8 @@ struct AttentionOrder {
                    // 16-bit inputs (a CPU without oneDNN's bf16/f16 kernels): every product is
                    // ATen's (gemm_stub, or its loop below 400), each element summed in f32 and
                    // rounded once to storage, q @ k^T by its vectorized dot with `dot_fold`; s,
-                   // s*scale and p are rounded to storage (gen/bf16_out_gemm.hpp, StubSum).
-                   // gen/cpu_matmul_attention.cpp.
+                   // s*scale and p are rounded to storage (gen/libraries/bf16_out_gemm.hpp, StubSum).
+                   // gen/torch_cpu/cpu_matmul_attention.cpp.
     Flash,         // FlashAttention-2 style online softmax over blocks of `key_block` keys: per
                    // query a running max m and sum l; per block m' = max(m, block max),
                    // l = l*exp(m - m') + sum_j exp(s_j - m'), acc = acc*exp(m - m') + sum_j p_j v_j
@@ -377,7 +377,7 @@ struct AttentionOrder {
   // when the scale is the default), or s * (float)scale. They round differently.
   bool scale_divides = true;
   // Flash: exponentials as 2^x with log2(e) folded into the scale (one multiply per score
-  // instead of one inside exp); ordo's own exp2 polynomial (gen/math.cpp).
+  // instead of one inside exp); ordo's own exp2 polynomial (gen/blocks/math.cpp).
   bool exp2 = false;
   // 16-bit storage, eager PyTorch 1.13 (docs/research/attention-torch1.13.md section 4): the
   // scores and scaled scores are rounded to storage; q.k accumulates in storage precision with
@@ -414,7 +414,7 @@ struct AttentionOrder {
 struct AttentionBackwardOrder {
   enum class Kind : uint8_t {
     // FlashAttention-2's backward, deterministic (no atomics). The sums below are the order; how
-    // they are scheduled is the target's (gen/attention_backward.cpp): CUDA runs the two stages
+    // they are scheduled is the target's (gen/ops/attention_backward.cpp): CUDA runs the two stages
     // as stated, the CPU one kernel per (batch, head) that adds each key block's dS terms to dq
     // as it goes, with the same bits. c = (float)scale; a dot product is a sequential sum over d from +0, each step
     // fma(a, b, acc) with `fma`, else acc + a*b rounded; masked means causal and key j > query i.
@@ -439,7 +439,7 @@ struct AttentionBackwardOrder {
     //     lane-wise, the D mod dsum_lanes tail into lanes 0.., then folded by dsum_fold;
     //   key blocks of kvB keys (key_block, the last shorter; causal: those starting below
     //     min(m0 + qB, S_k)) ascending; per block five products by the BLAS order `gemm`
-    //     (gen/mkl_gemm.cpp, each its own kernel choice, K blocks and place of alpha):
+    //     (gen/libraries/mkl_gemm.cpp, each its own kernel choice, K blocks and place of alpha):
     //     A = c * Q_m K_n^T;  P = exp(A - lse_r) (`exp`), causal: P = 0 where key > query;
     //     dV_n += P^T dout_m;  GA = dout_m V_n^T;  G = P * (GA - D_r) (sub, then mul);
     //     dQ_m += c * G K_n;  dK_n += c * G^T Q_m.
@@ -448,7 +448,7 @@ struct AttentionBackwardOrder {
     // bf16: A and GA are gemm_bf16bf16f32's (f32 results); P is rounded to bf16 for dV and G for
     // dQ and dK (G itself uses the f32 P). dQ, dK, dV are bf16 tensors: each of their products
     // computes C0 + alpha * sum in f32 (C0 the stored bf16 value) and rounds it to bf16, by
-    // ATen's gemm_stub when m*n*k <= 4096, else by oneDNN (gen/bf16_out_gemm.cpp)
+    // ATen's gemm_stub when m*n*k <= 4096, else by oneDNN (gen/libraries/bf16_out_gemm.cpp)
     // (`onednn_16bit` false: by gemm_stub whatever the size):
     //   stub dQ:     ilp4 dot (sum[k mod 4], the K mod 4 tail into sum 0, ((s0+s1)+s2)+s3),
     //                then C0 + fl(alpha*dot);
@@ -498,7 +498,7 @@ struct AttentionBackwardOrder {
     // f16: oneDNN's brgemm on a CPU with avx512_fp16 (brg_matmul:avx10_1_512): the halves
     // converted to f32, every output one chain over K in order from +0, then C0 + fl(alpha * sum)
     // (measured on an Intel Xeon, docs/research/torch2.15-attention-f16.md); the composite's bmm
-    // (CpuMatmul) by oneDNN's f32 brgemm blocks, gemv kernels and K splits (gen/bf16_out_gemm.hpp,
+    // (CpuMatmul) by oneDNN's f32 brgemm blocks, gemv kernels and K splits (gen/libraries/bf16_out_gemm.hpp,
     // docs/research/torch2.15-attention-16bit-composite-f16-avx512fp16.md).
     Avx512Fp16,
   };
@@ -601,7 +601,7 @@ struct SoftmaxBackwardOrder {
     // PyTorch 2.x's CPU _vec_host_softmax_backward_lastdim (ATen/native/cpu/SoftMaxKernel.cpp;
     // measured against torch 2.15, docs/research/torch2.15-softmax-backward.md): s by
     // vec::map2_reduce_all (softmax) or vec::reduce_all (log_softmax) on vectors of `lanes` f32, a
-    // 16-bit vector of 2*lanes elements feeding two accumulators (gen/norm_backward.hpp,
+    // 16-bit vector of 2*lanes elements feeding two accumulators (gen/blocks/norm_backward.hpp,
     // VecReduceAll): the first vector's products rounded,
     // the steady loop's products rounded then added, the masked tail's as `fma_tail` says, the
     // lanes folded by `fold`. dx by `exp`; log_softmax's dx = fma(-exp(y), s, dy) when `fma`.
@@ -643,7 +643,7 @@ struct Order {
   int elementwise_lanes = 8;  // vector width of elementwise passes; has no numerical effect
   // The reference library's intra-op thread count, for the reductions whose order depends on it:
   // PyTorch 2.x sums a single row of more than 32768 elements in per-thread chunks (rms_norm's
-  // mean of squares, gen/rms_norm.cpp); its CPU attention calls MKL threaded (AttentionOrder::gemm);
+  // mean of squares, gen/ops/rms_norm.cpp); its CPU attention calls MKL threaded (AttentionOrder::gemm);
   // its softmax backward contracts differently on one thread (SoftmaxBackwardOrder::TailFma::Inline).
   int threads = 1;
 };

@@ -233,7 +233,7 @@ inline void launch_dependent_vs_interpreter(Target target, const std::vector<int
   }
 }
 
-// rms_norm as PyTorch sums a single long row on T threads (Order::threads, gen/rms_norm.cpp): a
+// rms_norm as PyTorch sums a single long row on T threads (Order::threads, gen/ops/rms_norm.cpp): a
 // launch of one row takes the per-thread chunks, a launch of two does not. `target` against the
 // interpreter, bitwise, on both sides of the 32768 split grain and for slot rows on the scalar
 // (T = 3) and vector (T = 9) paths.
@@ -257,7 +257,7 @@ inline void thread_split_vs_interpreter(Target target) {
         }
 }
 
-// The inductor2.15 orders on T threads (gen/reductions.cpp split_launch): a launch of one row of
+// The inductor2.15 orders on T threads (gen/blocks/reductions.cpp split_launch): a launch of one row of
 // N >= 512 T, or of R rows whose row loop has over 300 R vector steps, splits each row's sums and
 // Welford between the threads, with per-thread stacks (70001: two Welford chunks per part at
 // T = 2 on AVX2's 8 lanes). `target` against the interpreter, bitwise, on launches that split and
@@ -309,7 +309,7 @@ inline int attention_vs_interpreter(Target target, bool reduced) {
   for (const char* p : {"flash(16)", "flash(bc=8,exp2=on,scale=multiply,fma=all)", "flash(bc=32,queries=4)", "flash(bc=16,queries=1)"})
     orders.emplace_back(p, ScalarType::f32);
   // PyTorch's CPU attention on several threads, launched as one (batch, head): the MKL calls its
-  // threads split (gen/mkl_gemm.cpp).
+  // threads split (gen/libraries/mkl_gemm.cpp).
   for (ScalarType t : {ScalarType::f32, ScalarType::bf16}) orders.emplace_back("torch2.15-cpu-avx512(threads=2)", t);
   // Each host's MKL model whatever the host: on 2 threads as one (batch, head) (MKL threaded), and on
   // 3 threads with 3 instances, where each instance's output rows sit in another thread's scratch

@@ -142,7 +142,7 @@ TEST_CASE("cuda-emu: a misaligned buffer is refused, naming it") {
 }
 
 // layer_norm_backward's and rms_norm_backward's centered orders with a block tree (fast,
-// batch-invariant) have two schedules of one order (gen/layer_norm_backward.cpp): the CPU's one
+// batch-invariant) have two schedules of one order (gen/ops/layer_norm_backward.cpp): the CPU's one
 // pass, whose instances each take a block of rows and leave its sums in a workspace, and CUDA's
 // two stages, whose column stage sums the rows itself. Row counts on both sides of the block
 // sizes (32 and 64) and of a second tree level; N across the vector width and its tail; every
@@ -211,7 +211,7 @@ TEST_CASE("attention_backward: cuda-emu matches the interpreter bit for bit (bot
   const int cases = attention_backward_vs_interpreter(Target::cuda_emu, /*sparse=*/true);
   MESSAGE(fmt::format("attention_backward on cuda-emu: {} cases compared bitwise", cases));
 }
-// The tiled backward (fast, flash) has two schedules of one order (gen/attention_backward.cpp):
+// The tiled backward (fast, flash) has two schedules of one order (gen/ops/attention_backward.cpp):
 // the CPU's one kernel per (batch, head), which sums dq along with dk and dv, and CUDA's two
 // stages. Their bits must be the order's, whichever ran: the CPU backend against cuda-emu, causal
 // and not, lse given and recomputed in alternation, S across the vector width and its tails, D

@@ -323,7 +323,7 @@ TEST_CASE("NVRTC: a bf16 round trip in f32 is one cvt.rn.bf16x2.f32 with a zero 
   }
 }
 
-// glibc's expf and logf are IR (gen/math.cpp), so the CPU reference orders that use them lower to
+// glibc's expf and logf are IR (gen/blocks/math.cpp), so the CPU reference orders that use them lower to
 // CUDA like any other: the source holds their table and no call of CUDA's expf/logf.
 TEST_CASE("cuda: the orders using glibc's expf/logf lower with the algorithm written out, not a call") {
   for (OpKind op : {OpKind::softmax, OpKind::log_softmax}) {

@@ -13,7 +13,7 @@
 #include "backends/cuda/cuda_backend.hpp"
 #include "backends/llvm/llvm_backend.hpp"
 #include "gen/gen.hpp"
-#include "gen/math.hpp"
+#include "gen/blocks/math.hpp"
 #include "ir/interpret.hpp"
 #include "ir/float_bits.hpp"
 #include "ordo/compare.hpp"
@@ -291,7 +291,7 @@ TEST_CASE("attention: results do not depend on the thread count") {
   }
 }
 
-// Two schedules change at a size (gen/attention.cpp): exact-tiled keeps its dot products in a
+// Two schedules change at a size (gen/ops/attention.cpp): exact-tiled keeps its dot products in a
 // panel up to 256 KiB of scratch (S_k vectors of the instance's queries), and fast widens 16-bit K
 // and V into workspaces once per launch up to 2 MiB per batch*head. The sweeps' shapes are below
 // both; these are on either side, each against the interpreter bitwise. (With 16 query lanes,
@@ -340,7 +340,7 @@ TEST_CASE("attention: the schedules on either side of exact-tiled's panel and fa
   MESSAGE(fmt::format("{} attention cases on either side of the schedules' limits compared bitwise, cpu and cuda-emu", compared));
 }
 
-// Causal flash visits only the key blocks an instance's queries can see (gen/attention.cpp,
+// Causal flash visits only the key blocks an instance's queries can see (gen/ops/attention.cpp,
 // key_blocks). An Inf in v at key 100 shows it: a visited block where the key is masked still
 // adds 0 * Inf = NaN, so queries whose instance reaches that block come out NaN, and queries whose
 // instance stops before it stay finite. Both orders: blocks of 64 keys, 16 queries per instance
@@ -373,7 +373,7 @@ TEST_CASE("causal flash skips the key blocks past an instance's last query") {
     }
 }
 
-// flash's block max is `bm > s ? bm : s` (gen/attention.cpp, block_of), which may drop a NaN score
+// flash's block max is `bm > s ? bm : s` (gen/ops/attention.cpp, block_of), which may drop a NaN score
 // and take either zero, where IEEE maximum would not: the results must not show it. Causal, so
 // that query 0 sees key 0 only: a NaN in q's row 0 makes its one visible score NaN, every other
 // key of the block masked (-inf), and its out row and lse must be NaN while the other queries'
@@ -814,7 +814,7 @@ TEST_CASE("bf16_pair_dot: the interpreter is vdpbf16ps, and every backend is the
   MESSAGE(fmt::format("bf16_pair_dot: {} lanes equal to vdpbf16ps; every width on cpu and cuda-emu equal to the interpreter", compared));
 }
 
-// Sleef's expf_u10 as gen/math.cpp writes it, with its final u * 2^(q>>1) * 2^(q - (q>>1)) as
+// Sleef's expf_u10 as gen/blocks/math.cpp writes it, with its final u * 2^(q>>1) * 2^(q - (q>>1)) as
 // the IR's ldexp, against Sleef's own two products written here in scalar C++: every input
 // whose result is subnormal or near it (|d| in [64, 128)), a stride through the rest of
 // [-128, 128], and the specials.

@@ -44,7 +44,7 @@ TEST_CASE("CUDA-native orders: device-only, shapes and shared memory are checked
     r.order = "torch-cuda-tree";
     r.cols = 130;
   }) == "(accepted)");  // PyTorch's two-kernel path
-  for (int64_t n : {130, 128})  // both kernels are fixed trees (a fuzzer found affine=scale-bias reaching gen/team.cpp)
+  for (int64_t n : {130, 128})  // both kernels are fixed trees (a fuzzer found affine=scale-bias reaching gen/ops/team.cpp)
     CHECK(error_of([&](Request& r) {
       r.order = "torch-cuda-tree(lanes=1,affine=scale-bias)";
       r.cols = n;
@@ -316,7 +316,7 @@ TEST_CASE("torch2.15 attention: a launch whose MKL order is not measured is refu
 
 TEST_CASE("the 16-bit composite on oneDNN's brgemm: a launch oneDNN may split over K on more than 4 threads is refused") {
   // dv = p^T @ dout over 2048 queries in one (batch, head): oneDNN's 'bwd_w' K split, whose choice
-  // and grouping are measured on 2 to 4 threads (gen/bf16_out_gemm.hpp), in bf16 (avx512_bf16) and
+  // and grouping are measured on 2 to 4 threads (gen/libraries/bf16_out_gemm.hpp), in bf16 (avx512_bf16) and
   // f16 (avx512_fp16) alike; bf16 splits only a power-of-two K.
   Request r;
   r.op = OpKind::attention_backward;

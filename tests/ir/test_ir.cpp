@@ -7,7 +7,7 @@
 #include <cstring>
 
 #include "gen/gen.hpp"
-#include "gen/reductions.hpp"
+#include "gen/blocks/reductions.hpp"
 #include "ir/error.hpp"
 #include "ir/float_bits.hpp"
 #include "ir/interpret.hpp"
@@ -662,13 +662,13 @@ TEST_CASE("interpreter: CUDA's device functions are refused, not approximated") 
   CHECK_THROWS_WITH_AS(interpret(k, {BufferArg{&x, 1}, BufferArg{&out, 1}}, {1}), doctest::Contains("device-only"), Error);
 }
 
-// On the CUDA targets the norm ops run a row on one warp (gen/warp.hpp): a lane-tree sum's
+// On the CUDA targets the norm ops run a row on one warp (gen/blocks/warp.hpp): a lane-tree sum's
 // partial sums, or the lane Welford cascade's lanes, one per thread, the folds by shuffles. The
 // interpreter runs both layouts; they must give the same bits, on every shape class (fewer
 // terms than lanes, fewer vectors than accumulators, tails, one chunk and many stack levels,
 // rows of NaN and inf) and storage type.
 // The CUDA targets build the norm ops differently from the CPU: on one warp (a team of 32), or
-// on one thread with a two-pass order's passes as one loop (gen/reductions.cpp). Either way the
+// on one thread with a two-pass order's passes as one loop (gen/blocks/reductions.cpp). Either way the
 // kernel must compute the CPU kernel's bits.
 TEST_CASE("gen: the norm ops on one warp, or with their passes as a loop, give the one-thread kernel's bits") {
   struct Case {
@@ -772,7 +772,7 @@ TEST_CASE("gen: the norm ops on one warp, or with their passes as a loop, give t
 
 namespace {
 // A scalar model of PyTorch's CUDA layer_norm kernels, written from their source
-// (aten/src/ATen/native/cuda/layer_norm_kernel.cu) and independent of gen/team.cpp: the IR of
+// (aten/src/ATen/native/cuda/layer_norm_kernel.cu) and independent of gen/ops/team.cpp: the IR of
 // torch-cuda-tree must compute exactly this. All arithmetic is f32; fma is std::fma.
 struct Stream {
   float n = 0, mean = 0, m2 = 0;

@@ -1,4 +1,4 @@
-// glibc's expf, logf and double exp written as IR (gen/math.cpp) against the installed libm, on
+// glibc's expf, logf and double exp written as IR (gen/blocks/math.cpp) against the installed libm, on
 // every f32. The double exp is checked as PyTorch 2.x's CPU flash attention uses it: a float
 // argument widened to double, the result rounded back to float.
 //
@@ -22,7 +22,7 @@
 
 #include "backends/cuda/cuda_backend.hpp"
 #include "backends/llvm/llvm_backend.hpp"
-#include "gen/math.hpp"
+#include "gen/blocks/math.hpp"
 #include "ir/interpret.hpp"
 #include "ir/ir.hpp"
 

@@ -7,8 +7,8 @@
 #include <limits>
 
 #include "gen/gen.hpp"
-#include "gen/math.hpp"
-#include "gen/row.hpp"
+#include "gen/blocks/math.hpp"
+#include "gen/blocks/row.hpp"
 #include "ir/error.hpp"
 
 namespace ordo::gen {

@@ -2,8 +2,8 @@
 #include <fmt/format.h>
 
 #include "gen/gen.hpp"
-#include "gen/row.hpp"
-#include "gen/warp.hpp"
+#include "gen/blocks/row.hpp"
+#include "gen/blocks/warp.hpp"
 
 namespace ordo::gen {
 
@@ -14,7 +14,7 @@ Kernel build_layer_norm(const Request& r, const Order& o) {
     return build_layer_norm_team(r, o);
   Kernel k;
   k.name = "layer_norm";
-  const bool warp = warp_layout(r, o);  // the CUDA targets: one warp per row (gen/warp.hpp)
+  const bool warp = warp_layout(r, o);  // the CUDA targets: one warp per row (gen/blocks/warp.hpp)
   if (warp) k.team = kWarpThreads;
   Builder b(k);
   const auto [x, w, bias, y, mean_out, rstd_out] = layer_norm_buffers(b, r);

@@ -13,7 +13,7 @@
 
 #include <cstdint>
 
-#include "gen/mkl_gemm.hpp"
+#include "gen/libraries/mkl_gemm.hpp"
 #include "ir/ir.hpp"
 #include "ir/order.hpp"
 

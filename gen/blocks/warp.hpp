@@ -13,7 +13,7 @@
 #include <functional>
 #include <string>
 
-#include "gen/reductions.hpp"
+#include "gen/blocks/reductions.hpp"
 #include "ir/order.hpp"
 #include "ordo/request.hpp"
 
@@ -37,7 +37,7 @@ bool warp_sum_fits(const ir::SumOrder& o, int64_t n);
 
 // Whether the request is built as a one-warp team kernel: a CUDA target, a norm op
 // (layer_norm, rms_norm, var_mean) whose moments are sums (two-pass or one-pass) that all fit,
-// or the lane Welford cascade (a lane per thread: gen/reductions.cpp, emit_lane_welford_warp).
+// or the lane Welford cascade (a lane per thread: gen/blocks/reductions.cpp, emit_lane_welford_warp).
 bool warp_layout(const Request& r, const ir::Order& o);
 
 // The sum of terms 0..n-1 in order `o` (warp_sum_fits), as team statements of a team kernel of

@@ -6,9 +6,9 @@
 // log_softmax's dx is one fma. Arithmetic is f32; 16-bit storage is widened on load and dx is
 // rounded once at the store. s stays f32.
 #include "gen/gen.hpp"
-#include "gen/math.hpp"
-#include "gen/norm_backward.hpp"
-#include "gen/row.hpp"
+#include "gen/blocks/math.hpp"
+#include "gen/blocks/norm_backward.hpp"
+#include "gen/blocks/row.hpp"
 
 namespace ordo::gen {
 

@@ -12,10 +12,11 @@
 
 #include <limits>
 
+#include "gen/blocks/constants.hpp"
 #include "gen/gen.hpp"
-#include "gen/math.hpp"
-#include "gen/row.hpp"
-#include "gen/warp.hpp"
+#include "gen/blocks/math.hpp"
+#include "gen/blocks/row.hpp"
+#include "gen/blocks/warp.hpp"
 #include "ir/error.hpp"
 
 namespace ordo::gen {
@@ -26,10 +27,6 @@ namespace {
 
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
-ExprRef f32c(float v, int lanes = 1) {
-  ExprRef c = constant(Type{ScalarType::f32, 1}, static_cast<double>(v));
-  return lanes > 1 ? broadcast(c, lanes) : c;
-}
 ExprRef lt(ExprRef a, ExprRef b) { return binary(Op::Lt, std::move(a), std::move(b)); }
 ExprRef eq(ExprRef a, ExprRef b) { return binary(Op::Eq, std::move(a), std::move(b)); }
 
@@ -320,7 +317,7 @@ struct Softmax {
       case SoftmaxOrder::Kind::TwoPass: return two_pass();
       case SoftmaxOrder::Kind::Staged: return staged();
       case SoftmaxOrder::Kind::Online: return online();
-      case SoftmaxOrder::Kind::WarpButterfly: break;  // a team kernel of its own (gen/team.cpp)
+      case SoftmaxOrder::Kind::WarpButterfly: break;  // a team kernel of its own (gen/ops/team.cpp)
     }
     throw Error("internal: unknown softmax kind");
   }

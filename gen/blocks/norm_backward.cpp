@@ -1,6 +1,7 @@
 // PyTorch's vectorized row reductions and the column stage of the normalization backward ops
-// (gen/norm_backward.hpp).
-#include "gen/norm_backward.hpp"
+// (gen/blocks/norm_backward.hpp).
+#include "gen/blocks/constants.hpp"
+#include "gen/blocks/norm_backward.hpp"
 
 #include <fmt/format.h>
 
@@ -8,7 +9,7 @@
 #include <bit>
 #include <thread>
 
-#include "gen/warp.hpp"
+#include "gen/blocks/warp.hpp"
 #include "ir/error.hpp"
 
 namespace ordo::gen {
@@ -19,10 +20,6 @@ namespace {
 
 constexpr ScalarType f32 = ScalarType::f32, i64 = ScalarType::i64;
 
-ExprRef f32c(double v, int lanes = 1) {
-  ExprRef c = constant(Type{f32, 1}, v);
-  return lanes > 1 ? broadcast(c, lanes) : c;
-}
 
 // The lanes of a vector as scalar locals.
 std::vector<ExprRef> lanes_of(Builder& b, const ExprRef& v, const std::string& name) {

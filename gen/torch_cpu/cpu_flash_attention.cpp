@@ -9,7 +9,7 @@
 // PyTorch's per-thread buffers become scratch: the block's scores (qB x kvB), its output rows
 // (qB x D), and each row's running max and sum. For each block of kvB keys (512, the last one
 // shorter; under causal masking only blocks starting below min(m0 + qB, S_k)):
-//   scores = q_rows @ k_rows^T by the BLAS order (gen/mkl_gemm.cpp); causal: key > query is -inf;
+//   scores = q_rows @ k_rows^T by the BLAS order (gen/libraries/mkl_gemm.cpp); causal: key > query is -inf;
 //   per row: s = score * scale; m' = max(m, max_j s_j) as `m > t ? m : t`;
 //     m' = -inf (every key masked so far): the row's probabilities are 0 and nothing else changes;
 //     else p_j = exp(s_j - m'), the first floor(kvB/lanes)*lanes by the vector exp with their sum
@@ -26,11 +26,12 @@
 #include <cmath>
 #include <limits>
 
+#include "gen/blocks/constants.hpp"
 #include "gen/gen.hpp"
-#include "gen/math.hpp"
-#include "gen/mkl_gemm.hpp"
-#include "gen/reductions.hpp"
-#include "gen/row.hpp"
+#include "gen/blocks/math.hpp"
+#include "gen/libraries/mkl_gemm.hpp"
+#include "gen/blocks/reductions.hpp"
+#include "gen/blocks/row.hpp"
 #include "ir/error.hpp"
 
 namespace ordo::gen {
@@ -44,11 +45,6 @@ constexpr float kInf = std::numeric_limits<float>::infinity();
 constexpr int64_t kWidenedScratchBytes = int64_t(512) << 10;
 // Bytes of the (batch, head)'s keys transposed for the general q @ k^T kernel (PackedKeys).
 constexpr int64_t kPackedKeysBytes = int64_t(512) << 10;
-ExprRef idx(int64_t v) { return index_const(v); }
-ExprRef f32c(float v, int lanes = 1) {
-  ExprRef c = constant(Type{ScalarType::f32, 1}, static_cast<double>(v));
-  return lanes > 1 ? broadcast(c, lanes) : c;
-}
 
 struct CpuFlash {
   const Request& r;

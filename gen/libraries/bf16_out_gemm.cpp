@@ -1,7 +1,8 @@
-// See gen/bf16_out_gemm.hpp for the orders. The shapes are fixed when the kernel is generated, so
+// See gen/libraries/bf16_out_gemm.hpp for the orders. The shapes are fixed when the kernel is generated, so
 // the choice between gemm_stub and oneDNN (by m*n*k, which PyTorch's mkldnn_bf16_gemm makes) is
 // made here; the IR holds only the chosen order.
-#include "gen/bf16_out_gemm.hpp"
+#include "gen/blocks/constants.hpp"
+#include "gen/libraries/bf16_out_gemm.hpp"
 
 #include <fmt/format.h>
 
@@ -10,7 +11,7 @@
 #include <utility>
 #include <vector>
 
-#include "gen/reductions.hpp"
+#include "gen/blocks/reductions.hpp"
 #include "ir/error.hpp"
 
 namespace ordo::gen {
@@ -19,11 +20,6 @@ using namespace ordo::ir;
 
 namespace {
 
-ExprRef idx(int64_t v) { return index_const(v); }
-ExprRef f32c(double v, int lanes) {
-  ExprRef c = constant(Type{ScalarType::f32, 1}, v);
-  return lanes > 1 ? broadcast(c, lanes) : c;
-}
 ExprRef as_f32(ExprRef x) { return x->type.scalar == ScalarType::f32 ? x : cast(std::move(x), ScalarType::f32); }
 ExprRef ceil_div(const ExprRef& x, int64_t d) { return div(add(x, idx(d - 1)), idx(d)); }
 

@@ -1,6 +1,6 @@
 // PyTorch's eager composite attention, softmax(q @ k.transpose(-2, -1) * scale) @ v, as its
-// forward (gen/cpu_matmul_attention.cpp) and its autograd backward
-// (gen/cpu_matmul_attention_backward.cpp) both compute the probabilities P.
+// forward (gen/torch_cpu/cpu_matmul_attention.cpp) and its autograd backward
+// (gen/torch_cpu/cpu_matmul_attention_backward.cpp) both compute the probabilities P.
 #pragma once
 
 #include <cmath>
@@ -8,7 +8,7 @@
 #include <functional>
 #include <string>
 
-#include "gen/mkl_gemm.hpp"
+#include "gen/libraries/mkl_gemm.hpp"
 #include "ir/ir.hpp"
 #include "ir/order.hpp"
 #include "ordo/request.hpp"
@@ -42,7 +42,7 @@ struct CompositeRows {
 // (o.softmax). The call's kernel takes every dot product whole, so any split into rows gives
 // the same bits where gemm_nt_splits_rows allows one. 16-bit inputs: `probs` has their type, the
 // product is ATen's vectorized dot (or its loop), and s*scale is rounded to it; where
-// `onednn` takes the 16-bit products, they are oneDNN's (gen/bf16_out_gemm.hpp).
+// `onednn` takes the 16-bit products, they are oneDNN's (gen/libraries/bf16_out_gemm.hpp).
 struct CompositeOneDnn;
 void emit_composite_probs(ir::Builder& b, const Request& r, const ir::AttentionOrder& o, const CompositeRows& at, bool threaded,
                           const CompositeOneDnn& onednn);

@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "gen/reductions.hpp"
-#include "gen/row.hpp"
+#include "gen/blocks/reductions.hpp"
+#include "gen/blocks/row.hpp"
 
 namespace ordo::gen {
 
@@ -39,7 +39,7 @@ ir::ExprRef emit_vec_reduce_all(ir::Builder& b, const VecReduceAll& o, int64_t n
 // read once): the same bits as one emit_vec_reduce_all per sum. Returns the sums in order.
 std::vector<ir::ExprRef> emit_vec_reduce_all(ir::Builder& b, const VecReduceAll& o, int64_t n, const std::vector<LabelledTerm>& sums);
 
-// softmax_backward's row sum s by its order (ir::SoftmaxBackwardOrder, gen/softmax_backward.cpp):
+// softmax_backward's row sum s by its order (ir::SoftmaxBackwardOrder, gen/ops/softmax_backward.cpp):
 // sum(dy*y) when `products` (term: dy and y), else sum(dy), over n terms, 16-bit rows read as
 // `split16`. `threads`: torch's thread count. `one_row_launch`: a bool expression, true when
 // PyTorch's row loop has a single row (it then runs inline, TailFma::Inline), or null when the
@@ -102,7 +102,7 @@ void emit_column_sums(ir::Builder& b, const ir::ColumnSumOrder& order, int64_t n
 void emit_column_sums(ir::Builder& b, const ir::ColumnSumOrder& order, int64_t n, ScalarType storage, const std::vector<ColumnSum>& sums,
                       bool one_column, int block_sums = -1);
 
-// The one-pass schedule of a BlockTree order on the CPU (gen/layer_norm_backward.cpp states it):
+// The one-pass schedule of a BlockTree order on the CPU (gen/ops/layer_norm_backward.cpp states it):
 // whether a request takes it, and its first stage. That stage is an instance per block of
 // order.block_rows rows (Kernel::rows_per_instance): it zeroes the block's sums in `block_sums`
 // (a workspace laid out [block][sum][column], as emit_column_sums reads it), then for each row

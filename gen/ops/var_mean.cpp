@@ -1,7 +1,7 @@
 // var_mean over the last dim, population variance (correction 0): var = M2/N.
 #include "gen/gen.hpp"
-#include "gen/row.hpp"
-#include "gen/warp.hpp"
+#include "gen/blocks/row.hpp"
+#include "gen/blocks/warp.hpp"
 
 namespace ordo::gen {
 
@@ -10,7 +10,7 @@ using namespace ordo::ir;
 Kernel build_var_mean(const Request& r, const Order& o) {
   Kernel k;
   k.name = "var_mean";
-  const bool warp = warp_layout(r, o);  // the CUDA targets: one warp per row (gen/warp.hpp)
+  const bool warp = warp_layout(r, o);  // the CUDA targets: one warp per row (gen/blocks/warp.hpp)
   if (warp) k.team = kWarpThreads;
   Builder b(k);
   const int x = b.buffer("x", r.x_dtype, false, Extent::rows_by_cols);

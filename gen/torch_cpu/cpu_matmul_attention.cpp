@@ -8,13 +8,13 @@
 // S_q x D) product; where that is its general kernel, whose every element is its own dot
 // product, the rows are computed in chunks of 32 so that the scores take 32 x S_k floats of
 // scratch; otherwise (one query, small products) all rows at once. Per chunk: scores by
-// gen/mkl_gemm.cpp, times the scale (f32), causal: key > query set to -inf (masked_fill), the
-// softmax op's row order (gen/row.hpp), then the chunk's output rows = p @ v.
+// gen/libraries/mkl_gemm.cpp, times the scale (f32), causal: key > query set to -inf (masked_fill), the
+// softmax op's row order (gen/blocks/row.hpp), then the chunk's output rows = p @ v.
 // bf16 and f16: the scores and P are 16-bit scratch, PyTorch's intermediate tensors, and the
 // products ATen's own where PyTorch's oneDNN check fails, or (bf16 on AVX-512, in a launch of
 // B*H*S_q*S_k*D > 4096) oneDNN's: its emulated kernel without avx512_bf16, its brgemm and gemv
 // kernels with it; f16 on a CPU with avx512_fp16, oneDNN's brgemm and gemv kernels over the
-// halves converted to f32 (gen/bf16_out_gemm.hpp). Either way every element is its own sum, so the
+// halves converted to f32 (gen/libraries/bf16_out_gemm.hpp). Either way every element is its own sum, so the
 // rows always go in chunks of 32 (docs/research/torch2.15-attention-16bit-composite.md,
 // docs/research/torch2.15-attention-16bit-composite-f16-avx512fp16.md).
 #include <fmt/format.h>
@@ -22,10 +22,11 @@
 #include <cmath>
 #include <limits>
 
-#include "gen/bf16_out_gemm.hpp"
-#include "gen/composite_attention.hpp"
+#include "gen/blocks/constants.hpp"
+#include "gen/libraries/bf16_out_gemm.hpp"
+#include "gen/torch_cpu/composite_attention.hpp"
 #include "gen/gen.hpp"
-#include "gen/row.hpp"
+#include "gen/blocks/row.hpp"
 #include "ir/error.hpp"
 
 namespace ordo::gen {
@@ -33,7 +34,6 @@ namespace ordo::gen {
 using namespace ordo::ir;
 
 namespace {
-ExprRef idx(int64_t v) { return index_const(v); }
 }  // namespace
 
 bool composite_is_naive(const Request& r) { return r.seq_q * r.seq_k * r.cols < 400; }

@@ -3,7 +3,7 @@
 // log_softmax domains (docs/research/softmax-torch1.13.md, sections 4, 5 and 9); glibc's against
 // the installed libm over every f32 (docs/research/glibc-expf-logf.md). Constants are given by
 // their bit patterns or as hexadecimal floats, so no decimal conversion can move them.
-#include "gen/math.hpp"
+#include "gen/blocks/math.hpp"
 
 
 #include <bit>

@@ -14,10 +14,11 @@
 #include <cmath>
 #include <limits>
 
+#include "gen/blocks/constants.hpp"
 #include "gen/gen.hpp"
-#include "gen/math.hpp"
-#include "gen/row.hpp"
-#include "gen/warp.hpp"
+#include "gen/blocks/math.hpp"
+#include "gen/blocks/row.hpp"
+#include "gen/blocks/warp.hpp"
 #include "ir/error.hpp"
 
 namespace ordo::gen {
@@ -45,11 +46,6 @@ constexpr float kInf = std::numeric_limits<float>::infinity();
 // 25% slower, measured on an AVX2 EPYC).
 int key_group_for(const Request& r, int lanes) { return std::max(1, std::min(8, 12 / registers_per_vector(r, lanes))); }
 
-ExprRef f32c(float v, int lanes) {
-  ExprRef c = constant(Type{ScalarType::f32, 1}, static_cast<double>(v));
-  return lanes > 1 ? broadcast(c, lanes) : c;
-}
-ExprRef idx(int64_t v) { return index_const(v); }
 
 // Whether x (f32, any lanes) is zero or has a magnitude in [2^range.lo, 2^range.hi), lane by
 // lane; false for NaN and infinities.

@@ -12,7 +12,7 @@
 // threads; the instance then takes MKL's threaded kernels.
 // bf16 and f16: P and G are 16-bit scratch (PyTorch's tensors), G rounded twice (by
 // _softmax_backward_data's output, then by `* scale`), and every product ATen's own
-// (gen/bf16_out_gemm.hpp): dv, dk sequential, grad_p by the vectorized dot, dq ilp4; dk is summed
+// (gen/libraries/bf16_out_gemm.hpp): dv, dk sequential, grad_p by the vectorized dot, dq ilp4; dk is summed
 // in its own layout. bf16 on AVX-512 without avx512_bf16, in a launch of B*H*S_q*S_k*D > 4096:
 // every product oneDNN's emulated kernel, dk^T by rows of D in scratch, then transposed; with
 // avx512_bf16 oneDNN's brgemm and gemv kernels, dk^T's elements stored transposed; f16 on a CPU
@@ -20,11 +20,12 @@
 // (docs/research/torch2.15-attention-16bit-composite.md, and -f16-avx512fp16.md there).
 #include <fmt/format.h>
 
-#include "gen/bf16_out_gemm.hpp"
-#include "gen/composite_attention.hpp"
+#include "gen/blocks/constants.hpp"
+#include "gen/libraries/bf16_out_gemm.hpp"
+#include "gen/torch_cpu/composite_attention.hpp"
 #include "gen/gen.hpp"
-#include "gen/norm_backward.hpp"
-#include "gen/row.hpp"
+#include "gen/blocks/norm_backward.hpp"
+#include "gen/blocks/row.hpp"
 #include "ir/error.hpp"
 
 namespace ordo::gen {
@@ -32,7 +33,6 @@ namespace ordo::gen {
 using namespace ordo::ir;
 
 namespace {
-ExprRef idx(int64_t v) { return index_const(v); }
 }  // namespace
 
 Kernel build_cpu_matmul_attention_backward(const Request& r, const Order& order) {
@@ -73,7 +73,7 @@ Kernel build_cpu_matmul_attention_backward(const Request& r, const Order& order)
     const Matrix dout_rows{dout, q_base, D}, dq_rows{dq, q_base, D}, dv_rows{dv, kv_base, D};
     const Matrix p_t{probs, idx(0), 1, 0, Sk}, g_rows{grad, idx(0), Sk}, dkt_rows{dkt, idx(0), Sk};
     const std::string products = composite_products(r, mkl);
-    // 16-bit: ATen's sums (gen/bf16_out_gemm.hpp): dv and dk sequential ('N','T', and the loop),
+    // 16-bit: ATen's sums (gen/libraries/bf16_out_gemm.hpp): dv and dk sequential ('N','T', and the loop),
     // dq ilp4 ('N','N'; the loop: sequential), grad_p by the vectorized dot ('T','N').
     auto stub_product = [&](bool sequential, int64_t n, int64_t m, int64_t K, const Matrix& p, const Matrix& v, const Matrix& c) {
       // PyTorch's own loop (naive) never fuses; the stub's 'N','T' chain and ilp4's main loop do
@@ -82,7 +82,7 @@ Kernel build_cpu_matmul_attention_backward(const Request& r, const Order& order)
     };
     const CompositeOneDnn onednn = composite_onednn(r, order, mkl.threads);
     const std::string how = dispatch_label(onednn, products);
-    // 16-bit with oneDNN: its batched matmul (gen/bf16_out_gemm.hpp), bf16's emulated kernel or, on
+    // 16-bit with oneDNN: its batched matmul (gen/libraries/bf16_out_gemm.hpp), bf16's emulated kernel or, on
     // avx512_bf16 (bf16) or avx512_fp16 (f16), its brgemm and gemv kernels; k^T's and v^T's views
     // as it takes them (the weights transposed or row-major).
     const bool brgemm = onednn.brgemm();

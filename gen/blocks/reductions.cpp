@@ -1,4 +1,4 @@
-#include "gen/reductions.hpp"
+#include "gen/blocks/reductions.hpp"
 
 #include <fmt/format.h>
 
@@ -963,7 +963,7 @@ Moments emit_moments(Builder& b, const MomentsOrder& o, const Arith& ar, int64_t
         out = {mean, b.let("var", binary(Op::Max, ar.sub(ex2, ar.mul(mean, mean)), ar.constant(0.0)))};
         break;
       }
-      case MomentsOrder::Kind::BlockWelford:  // team kernels of their own (gen/team.cpp)
+      case MomentsOrder::Kind::BlockWelford:  // team kernels of their own (gen/ops/team.cpp)
       case MomentsOrder::Kind::BlockReduceWelford:
         throw Error(fmt::format("internal: {} moments reached the single-thread expansion", describe(o)));
     }

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "gen/reductions.hpp"
+#include "gen/blocks/reductions.hpp"
 #include "ordo/request.hpp"
 
 namespace ordo::gen {
@@ -75,7 +75,7 @@ ir::ExprRef fold_lanes(ir::Builder& b, std::vector<ir::ExprRef> v, ir::LaneFold 
 using Combine = std::function<ir::ExprRef(ir::ExprRef, ir::ExprRef)>;
 using ValueFn = std::function<ir::ExprRef(ir::ExprRef col, int lanes)>;
 // PyTorch's reduce_all / map_reduce_all / map2_reduce_all over n 16-bit values (two float vectors
-// of V per 2V elements, accumulators A and B; gen/softmax.cpp states the order). The softmax op's
+// of V per 2V elements, accumulators A and B; gen/ops/softmax.cpp states the order). The softmax op's
 // bf16 max and sum, and the bf16 attention backward's dsum, whose value is a product.
 ir::ExprRef reduce_all_pairs(ir::Builder& b, int64_t n, int V, ir::LaneFold f, const ValueFn& value, const Combine& op,
                              const std::string& name);

@@ -4,9 +4,9 @@
 #include <algorithm>
 
 #include "gen/gen.hpp"
-#include "gen/rms_norm.hpp"
-#include "gen/row.hpp"
-#include "gen/warp.hpp"
+#include "gen/ops/rms_norm.hpp"
+#include "gen/blocks/row.hpp"
+#include "gen/blocks/warp.hpp"
 
 namespace ordo::gen {
 
@@ -75,7 +75,7 @@ ExprRef rms_norm_rstd(Builder& b, const Request& r, const Order& o, ExprRef squa
 Kernel build_rms_norm(const Request& r, const Order& o) {
   Kernel k;
   k.name = "rms_norm";
-  const bool warp = warp_layout(r, o);  // the CUDA targets: one warp per row (gen/warp.hpp)
+  const bool warp = warp_layout(r, o);  // the CUDA targets: one warp per row (gen/blocks/warp.hpp)
   if (warp) k.team = kWarpThreads;
   Builder b(k);
   const int x = b.buffer("x", r.x_dtype, false, Extent::rows_by_cols);

@@ -1,23 +1,24 @@
 // rms_norm_backward: dx and dweight from dy, x, the weight and the forward's rstd (f32, the
 // forward's opmath value), or with Request::saved_stats false from rstd recomputed as the order's
-// forward computes it (gen/rms_norm.hpp).
+// forward computes it (gen/ops/rms_norm.hpp).
 //
 // Stages over the same arguments (gen/gen.hpp, build_stages):
 //  1. the rows: dx of each row from its own sum; without a saved rstd it also writes the
 //     recomputed rstd, an output then, which the column stages read. On the CPU the block-tree
-//     orders (fast, batch-invariant) take the one-pass schedule instead (gen/norm_backward.hpp,
+//     orders (fast, batch-invariant) take the one-pass schedule instead (gen/blocks/norm_backward.hpp,
 //     emit_block_rows): an instance per block of rows, which also leaves each block's dweight
 //     sums in a workspace that the column stage combines;
 //  2. with a weight, the columns (column stages, Kernel::grid_over_rows false): dweight, a sum over
 //     every row of the launch in the NormBackwardOrder's ColumnSumOrder, one stage per span of
-//     columns that walk the rows alike (gen/norm_backward.hpp, column_spans).
+//     columns that walk the rows alike (gen/blocks/norm_backward.hpp, column_spans).
 #include <fmt/format.h>
 
+#include "gen/blocks/constants.hpp"
 #include "gen/gen.hpp"
-#include "gen/norm_backward.hpp"
-#include "gen/rms_norm.hpp"
-#include "gen/row.hpp"
-#include "gen/warp.hpp"
+#include "gen/blocks/norm_backward.hpp"
+#include "gen/ops/rms_norm.hpp"
+#include "gen/blocks/row.hpp"
+#include "gen/blocks/warp.hpp"
 
 namespace ordo::gen {
 
@@ -32,7 +33,7 @@ struct Buffers {
   int block_sums = -1;  // the one-pass schedule's workspace: [block][column], f32
 };
 
-// Whether the request runs the one-pass schedule (gen/norm_backward.hpp, emit_block_rows).
+// Whether the request runs the one-pass schedule (gen/blocks/norm_backward.hpp, emit_block_rows).
 bool one_pass(const Request& r, const NormBackwardOrder& o) { return one_pass_weight_gradients(r, o, r.has_weight); }
 
 // The arguments, in the order every stage takes them: dy, x, weight?, rstd (an input when saved,
@@ -49,10 +50,6 @@ Buffers declare(Builder& b, const Request& r, const NormBackwardOrder& o) {
   return out;
 }
 
-ExprRef f32c(double v, int lanes = 1) {
-  ExprRef c = constant(Type{f32, 1}, v);
-  return lanes > 1 ? broadcast(c, lanes) : c;
-}
 ExprRef bc(ExprRef s, int lanes) { return lanes > 1 ? broadcast(std::move(s), lanes) : s; }
 
 // Stage 1: rstd of row `row_index`, loaded or recomputed (and then stored).

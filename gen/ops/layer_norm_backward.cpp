@@ -15,10 +15,11 @@
 //    test_cuda_emu.cpp runs one against the other); dy and x are read once instead of twice.
 #include <fmt/format.h>
 
+#include "gen/blocks/constants.hpp"
 #include "gen/gen.hpp"
-#include "gen/norm_backward.hpp"
-#include "gen/row.hpp"
-#include "gen/warp.hpp"
+#include "gen/blocks/norm_backward.hpp"
+#include "gen/blocks/row.hpp"
+#include "gen/blocks/warp.hpp"
 #include "ir/error.hpp"
 
 namespace ordo::gen {
@@ -57,10 +58,6 @@ Buffers declare(Builder& b, const Request& r, const NormBackwardOrder& o) {
   return out;
 }
 
-ExprRef f32c(double v, int lanes = 1) {
-  ExprRef c = constant(Type{f32, 1}, v);
-  return lanes > 1 ? broadcast(c, lanes) : c;
-}
 ExprRef bc(ExprRef s, int lanes) { return lanes > 1 ? broadcast(std::move(s), lanes) : s; }
 
 // a*b + c: one fma, or a rounded product then a rounded sum.

@@ -15,10 +15,10 @@
 //     grad  = attn * (grad - dsum_r)                  (sub, then mul)
 //     dq_rows += scale * grad @ k_rows                (MKL 'N','N', alpha = scale, beta = 1)
 //     dk_rows += scale * grad^T @ q_rows              (MKL 'N','T', alpha = scale, beta = 1)
-// each product by the kernel MKL picks for its shape (gen/mkl_gemm.cpp). In bf16 q @ k^T and
+// each product by the kernel MKL picks for its shape (gen/libraries/mkl_gemm.cpp). In bf16 q @ k^T and
 // dout @ v^T are gemm_bf16bf16f32's (f32 results), p is rounded to bf16 for dv and grad for dq and
 // dk, and dq, dk, dv are bf16 tensors, each product's sum C0 + alpha * dot rounded to bf16 by
-// ATen's gemm_stub or oneDNN (gen/bf16_out_gemm.cpp; on an Intel AVX-512 host without
+// ATen's gemm_stub or oneDNN (gen/libraries/bf16_out_gemm.cpp; on an Intel AVX-512 host without
 // avx512_bf16 its emulated kernel, threaded with MKL, §5.5 of the doc); dsum sums bf16 vectors as two halves of
 // floats. f16 is the same with half roundings, gemm_f16f16f32 for the f32-result products.
 // PyTorch's per-thread buffers attn and grad (qB x kvB floats each) and dsum become scratch. Control flow may not
@@ -33,12 +33,13 @@
 #include <algorithm>
 #include <cmath>
 
-#include "gen/bf16_out_gemm.hpp"
+#include "gen/blocks/constants.hpp"
+#include "gen/libraries/bf16_out_gemm.hpp"
 #include "gen/gen.hpp"
-#include "gen/math.hpp"
-#include "gen/mkl_gemm.hpp"
-#include "gen/reductions.hpp"
-#include "gen/row.hpp"
+#include "gen/blocks/math.hpp"
+#include "gen/libraries/mkl_gemm.hpp"
+#include "gen/blocks/reductions.hpp"
+#include "gen/blocks/row.hpp"
 #include "ir/error.hpp"
 
 namespace ordo::gen {
@@ -47,11 +48,6 @@ using namespace ordo::ir;
 
 namespace {
 
-ExprRef idx(int64_t v) { return index_const(v); }
-ExprRef f32c(float v, int lanes = 1) {
-  ExprRef c = constant(Type{ScalarType::f32, 1}, static_cast<double>(v));
-  return lanes > 1 ? broadcast(c, lanes) : c;
-}
 
 struct CpuFlashBackward {
   const Request& r;
@@ -86,7 +82,7 @@ struct CpuFlashBackward {
     const int V = o.dsum_lanes;
     auto product = [&](ExprRef i, int lanes) { return mul(load_f32(dout, add(at, i), lanes), load_f32(out, add(at, i), lanes)); };
     // 16-bit: map2_reduce_all<BFloat16 or Half>, a vector of 2V elements being two float vectors:
-    // the softmax op's 16-bit reduce_all (gen/row.hpp) with the rounded product as its value.
+    // the softmax op's 16-bit reduce_all (gen/blocks/row.hpp) with the rounded product as its value.
     if (reduced()) {
       auto plus = [](ExprRef x, ExprRef y) { return add(std::move(x), std::move(y)); };
       return reduce_all_pairs(b, D, V, o.dsum_fold, product, plus, "dsum");

@@ -45,7 +45,7 @@ ir::ExprRef torch_exp_u20(ir::Builder& b, ir::ExprRef x);
 // correction of the fraction, the result's bits formed by a truncating conversion.
 ir::ExprRef torch_fexp_u20(ir::Builder& b, ir::ExprRef x);
 
-// ordo's own 2^x: round-to-integer split, a degree-7 polynomial, exponent bits (gen/math.cpp).
+// ordo's own 2^x: round-to-integer split, a degree-7 polynomial, exponent bits (gen/blocks/math.cpp).
 ir::ExprRef exp2_f32(ir::Builder& b, ir::ExprRef x);
 
 ir::ExprRef exp_f32(ir::Builder& b, ir::MathImpl impl, ir::ExprRef d);

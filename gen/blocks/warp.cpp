@@ -1,4 +1,4 @@
-#include "gen/warp.hpp"
+#include "gen/blocks/warp.hpp"
 
 #include <algorithm>
 
@@ -37,7 +37,7 @@ bool warp_layout(const Request& r, const Order& o) {
   if (!cuda_target(r)) return false;
   const MomentsOrder& m = o.moments;
   switch (r.op) {
-    // A row PyTorch would split over threads (Order::threads, gen/rms_norm.cpp) is summed in chunks
+    // A row PyTorch would split over threads (Order::threads, gen/ops/rms_norm.cpp) is summed in chunks
     // on one thread.
     case OpKind::rms_norm: return warp_sum_fits(o.square_sum, r.cols) && (o.threads == 1 || r.cols <= 32768);
     case OpKind::layer_norm:
@@ -49,7 +49,7 @@ bool warp_layout(const Request& r, const Order& o) {
   }
 }
 
-// The statements, in emit_lane_tree's order of operations (gen/reductions.cpp):
+// The statements, in emit_lane_tree's order of operations (gen/blocks/reductions.cpp):
 //  1. thread t < A*V: part = term t, then += terms t + A*V, t + 2*A*V, ... below nvec*V;
 //  2. lane l (threads 0..V-1): ((part_l + part_{V+l}) + part_{2V+l}) + ..., read by shuffles
 //     as the statement began; then the tail term nvec*V + l into lane l (unless tail_after_fold);

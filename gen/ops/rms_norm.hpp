@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "gen/row.hpp"
+#include "gen/blocks/row.hpp"
 #include "ir/order.hpp"
 
 namespace ordo::gen {
@@ -13,7 +13,7 @@ namespace ordo::gen {
 // the launch is a single row of more than 32768 terms, else `order` over the whole row.
 ir::ExprRef torch_threaded_sum(ir::Builder& b, const ir::SumOrder& order, int threads, const Arith& ar, int64_t n,
                                const TermFn& term, const std::string& label);
-// sum(x*x) over the row as the order's forward sums it (one thread; the warp layout is gen/warp.hpp's).
+// sum(x*x) over the row as the order's forward sums it (one thread; the warp layout is gen/blocks/warp.hpp's).
 ir::ExprRef rms_norm_square_sum(ir::Builder& b, const Request& r, const ir::Order& o, const Row& row, int x);
 // rstd = 1 / sqrt(squares / N + eps) as the forward rounds it: an f32 local.
 ir::ExprRef rms_norm_rstd(ir::Builder& b, const Request& r, const ir::Order& o, ir::ExprRef squares);

@@ -16,7 +16,7 @@
 //    kFusedScratchBytes of scratch that grows with S_q (fused_scratch_bytes) the CPU runs the two
 //    stages too.
 // Lanes past the last key (query) repeat the last one, computing and storing the same bits
-// (gen/attention.cpp does the same); the fused kernel adds only the real keys' terms to dq.
+// (gen/ops/attention.cpp does the same); the fused kernel adds only the real keys' terms to dq.
 // Causal masking is a select: every instance runs the same loops.
 #include <fmt/format.h>
 
@@ -24,9 +24,10 @@
 #include <functional>
 #include <vector>
 
+#include "gen/blocks/constants.hpp"
 #include "gen/gen.hpp"
-#include "gen/math.hpp"
-#include "gen/warp.hpp"
+#include "gen/blocks/math.hpp"
+#include "gen/blocks/warp.hpp"
 #include "ir/error.hpp"
 
 namespace ordo::gen {
@@ -35,11 +36,6 @@ using namespace ordo::ir;
 
 namespace {
 
-ExprRef idx(int64_t v) { return index_const(v); }
-ExprRef f32c(float v, int lanes) {
-  ExprRef c = constant(Type{ScalarType::f32, 1}, static_cast<double>(v));
-  return lanes > 1 ? broadcast(c, lanes) : c;
-}
 
 // The fused CPU kernel's scratch that grows with S_q lives on the stack of the thread running the
 // instance, as all scratch does: past this size the two stages run instead.

@@ -28,7 +28,8 @@
 // gemm_f16f16f32 on the Intel host (no avx512_fp16) converts to f32 and runs these kernels without
 // either gemv: 'T','N' as above with smalln for n >= 2 and pst for one key of up to 15 rows, on 2
 // threads its keys cut in two for every m >= 2; 'N','N' the general kernel for every shape.
-#include "gen/mkl_gemm.hpp"
+#include "gen/blocks/constants.hpp"
+#include "gen/libraries/mkl_gemm.hpp"
 
 #include <fmt/format.h>
 
@@ -37,7 +38,7 @@
 #include <numeric>
 #include <vector>
 
-#include "gen/reductions.hpp"
+#include "gen/blocks/reductions.hpp"
 #include "ir/error.hpp"
 
 namespace ordo::gen {
@@ -68,7 +69,6 @@ constexpr int kLanes = 16;  // the avx512 kernels' vector of floats
 const Type kVec{ScalarType::f32, kLanes};
 const Type kF32{ScalarType::f32, 1};
 
-ExprRef idx(int64_t v) { return index_const(v); }
 // Columns of C per vector step of p @ v: the widest of 16, 8, 4 that divides m (each column's
 // order is its own, so any width gives the same bits).
 int column_lanes(int64_t m) { return m % 16 == 0 ? 16 : m % 8 == 0 ? 8 : m % 4 == 0 ? 4 : 1; }
