@@ -6,6 +6,7 @@
 #include <utility>
 #include <vector>
 
+#include "gen/host.hpp"
 #include "ir/ir.hpp"
 #include "ir/order.hpp"
 #include "ordo/request.hpp"
@@ -20,9 +21,10 @@ struct NamedOrder {
   std::vector<ScalarType> dtypes;       // storage types of x the order is defined for
   bool reproduces_reference = false;    // claims bit-exactness against a library
   bool pins_acc = false;                // the accumulation type is part of the order
-  // The Order for a request: storage type, accumulation type, and the request itself for orders
-  // whose reference switches algorithm with the shape (onnxruntime below N = 8).
-  std::function<ir::Order(ScalarType storage, ScalarType acc, const Request& r)> make;
+  // The Order for a request: storage type, accumulation type, the request itself for orders
+  // whose reference switches algorithm with the shape (onnxruntime below N = 8), and the host the
+  // reference ran on for the aliases that pick a row by its capability (torch2.15-cpu).
+  std::function<ir::Order(ScalarType storage, ScalarType acc, const Request& r, const HostModel& host)> make;
   // Claims a reference, but the claim could not be measured on the machines ordo is tested on
   // (the reference needs hardware they lack). `ordo orders` prints it as "unverified".
   bool unverified = false;
@@ -40,14 +42,17 @@ struct NamedOrder {
 const std::vector<NamedOrder>& named_orders();
 const NamedOrder* find_order(std::string_view name);
 
-// Checks the request against the order table and returns the Order it resolves to.
+// Checks the request against the order table and returns the Order it resolves to on `host`
+// (the libraries an order reproduces pick their kernels by the host: PyTorch's capability, MKL's
+// and oneDNN's kernels, MKL's thread count). A pure function of its arguments.
 // Throws ordo::Error naming the bad field.
-ir::Order resolve(const Request& r);
+ir::Order resolve(const Request& r, const HostModel& host = HostModel::running());
 
-// Whether the request's shape is one its order is defined for (an order reproducing one kernel
-// of a library takes only that kernel's shapes: torch-cuda's persistent warp softmax needs N <= 1024).
-// resolve() throws, naming the limit, for the others. Tests use it to skip those shapes.
-bool takes_shape(const Request& r);
+// Whether resolve(r, host) succeeds: the request's shape is one its order is defined for (an order
+// reproducing one kernel of a library takes only that kernel's shapes: torch-cuda's persistent
+// warp softmax needs N <= 1024) and the host has the kernels it models. Sweeps use it to skip
+// the others; resolve() throws for them, naming the limit.
+bool takes_shape(const Request& r, const HostModel& host = HostModel::running());
 
 // Builds the op's kernels (its stages): one for a forward op; a backward op whose weight
 // gradients sum over the rows adds a column stage (Kernel::grid_over_rows false). Every stage

@@ -1,19 +1,14 @@
 // The named-order table: a stable name, one line of description, and the Order it means.
 // Adding an order is one row here; gen/ and the backends do not change.
-#include <cpuid.h>
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
-#include <fstream>
-#include <map>
 #include <optional>
-#include <set>
-#include <thread>
 
-#include "gen/gen.hpp"
 #include "gen/blocks/warp.hpp"
+#include "gen/gen.hpp"
+#include "gen/host.hpp"
 #include "ir/error.hpp"
 
 namespace ordo::gen {
@@ -304,31 +299,20 @@ Order hf_rms_norm(bool gemma, Capability cap) {
 }
 
 // The capability PyTorch picks at import: ATEN_CPU_CAPABILITY when it names one of the x86
-// capabilities, else the best this CPU has (avx512 needs AVX-512 F, BW, VL and DQ; avx2 needs
+// capabilities, else the best the CPU has (avx512 needs AVX-512 F, BW, VL and DQ; avx2 needs
 // AVX2 and FMA), as torch's cpu_capability detection does.
-Capability torch_capability() {
-  static const Capability cap = [] {
-    if (const char* env = std::getenv("ATEN_CPU_CAPABILITY")) {
-      std::string_view v(env);
-      if (v == "default") return Capability::base;
-      if (v == "avx2") return Capability::avx2;
-      if (v == "avx512") return Capability::avx512;
-    }
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
-        __builtin_cpu_supports("avx512dq"))
-      return Capability::avx512;
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return Capability::avx2;
-    return Capability::base;
-  }();
-  return cap;
+Capability torch_capability(const HostModel& host) {
+  if (host.aten_cpu_capability == "default") return Capability::base;
+  if (host.aten_cpu_capability == "avx2") return Capability::avx2;
+  if (host.aten_cpu_capability == "avx512") return Capability::avx512;
+  return host.avx512 ? Capability::avx512 : host.avx2_fma ? Capability::avx2 : Capability::base;
 }
 
 // The vector ISA Inductor's C++ backend picks (torch/_inductor/cpu_vec_isa.py): the one
 // ATEN_CPU_CAPABILITY names, else the best the CPU has. It has no kernel for `default` (it emits
 // scalar C++ there, which ordo does not model), so that resolves to an error.
-Capability inductor_capability() {
-  const Capability cap = torch_capability();
+Capability inductor_capability(const HostModel& host) {
+  const Capability cap = torch_capability(host);
   if (cap == Capability::base)
     throw Error("order 'inductor2.15-cpu': Inductor would emit scalar C++ here (ATEN_CPU_CAPABILITY=default or a CPU without "
                 "AVX2), which ordo does not model; name inductor2.15-cpu-avx2 or -avx512");
@@ -474,7 +458,7 @@ std::vector<NamedOrder> make_table() {
   t.push_back({"fast", "the fastest order ordo has: two-pass, 4x8-lane fma sums, fused affine; attention: flash(bc=64,queries=32 on an AVX-512 CPU else 16,exp2=on,fma=all); "
                "softmax/log_softmax_backward: s by 4x8-lane fma sums, Sleef exp, log_softmax's dx as one fma; "
                "attention_backward: flash's tiled backward with fma, 16 lanes, lse recomputed by fast's forward (no reference)",
-               kAllOps, kAllStorage, false, false, [](ScalarType, ScalarType acc, const Request& r) {
+               kAllOps, kAllStorage, false, false, [](ScalarType, ScalarType acc, const Request& r, const HostModel&) {
                  Order o = two_pass(lane_tree(8, 4, true), acc);
                  o.affine = {F::ScaleBias, true};
                  o.softmax.lanes = 16;  // two AVX2 vectors per step: more independent exps in flight
@@ -494,7 +478,7 @@ std::vector<NamedOrder> make_table() {
                "softmax/log_softmax_backward: s = sum(dy*y) or sum(dy) as one 16-lane fma sum, halving fold, Sleef exp, "
                "log_softmax's dx = fma(-exp(y), s, dy) (no reference)",
                {OpKind::layer_norm_backward, OpKind::rms_norm_backward, OpKind::softmax_backward, OpKind::log_softmax_backward},
-               kAllStorage, false, false, [](ScalarType, ScalarType, const Request&) {
+               kAllStorage, false, false, [](ScalarType, ScalarType, const Request&, const HostModel&) {
                  Order o;
                  o.norm_backward = centered_backward(lane_tree(16, 1, true), 32);
                  o.square_sum = lane_tree(16, 1, true);  // rms_norm_backward's rstd when not given: rstd = 1/sqrt(sum(x*x)/N + eps)
@@ -516,7 +500,7 @@ std::vector<NamedOrder> make_table() {
                "the same under every capability); attention_backward (f32, bf16, f16, lse given; an AMD or Intel AVX-512 host's MKL): the CPU flash backward "
                "with dsum on 8 lanes folded in order and glibc expf, bf16's dq, dk, dv by gemm_stub without fma or oneDNN",
                torch215_ops, kAllStorage, true, true,
-               [](ScalarType s, ScalarType, const Request& r) { return torch215(s, Capability::base, r); }});
+               [](ScalarType s, ScalarType, const Request& r, const HostModel&) { return torch215(s, Capability::base, r); }});
   t.back().takes_environment = true;
   t.push_back({"torch2.15-cpu-avx2",
                "PyTorch 2.15 CPU, ATEN_CPU_CAPABILITY=avx2. layer_norm: the cascade with fma updates and AddMomentsVec merges, "
@@ -526,7 +510,7 @@ std::vector<NamedOrder> make_table() {
                "with Sleef expf_u10; attention_backward (f32, bf16, f16, lse given; an AMD or Intel AVX-512 host's MKL): the CPU flash backward with dsum "
                "on 8 lanes, halving fold, Sleef expf_u10, bf16's dq, dk, dv by gemm_stub with fma or oneDNN",
                torch215_ops, kAllStorage, true, true,
-               [](ScalarType s, ScalarType, const Request& r) { return torch215(s, Capability::avx2, r); }});
+               [](ScalarType s, ScalarType, const Request& r, const HostModel&) { return torch215(s, Capability::avx2, r); }});
   t.back().takes_environment = true;
   t.push_back({"torch2.15-cpu-avx512",
                "PyTorch 2.15 CPU, ATEN_CPU_CAPABILITY=avx512: softmax/log_softmax by its AVX-512 kernels (16 lanes); layer_norm "
@@ -535,13 +519,13 @@ std::vector<NamedOrder> make_table() {
                "torch2.15-cpu-avx2's on 16 lanes; attention_backward (f32, bf16, f16, lse given; an AMD or Intel AVX-512 host's MKL): the CPU flash "
                "backward with dsum on 16 lanes, halving fold, Sleef expf_u10, bf16's dq, dk, dv by gemm_stub with fma or oneDNN",
                torch215_ops, kAllStorage, true, true,
-               [](ScalarType s, ScalarType, const Request& r) { return torch215(s, Capability::avx512, r); }});
+               [](ScalarType s, ScalarType, const Request& r, const HostModel&) { return torch215(s, Capability::avx512, r); }});
   t.back().takes_environment = true;
   t.push_back({"torch2.15-cpu",
                "torch2.15-cpu-{default,avx2,avx512} for the capability PyTorch picks here: ATEN_CPU_CAPABILITY if set, else the "
                "best this CPU has",
                torch215_ops, kAllStorage, true, true,
-               [](ScalarType s, ScalarType, const Request& r) { return torch215(s, torch_capability(), r); }});
+               [](ScalarType s, ScalarType, const Request& r, const HostModel& host) { return torch215(s, torch_capability(host), r); }});
   t.back().alias = true;
   t.back().takes_environment = true;
   // The eager composite attention, per capability (its softmax), and its alias.
@@ -557,8 +541,8 @@ std::vector<NamedOrder> make_table() {
                        "and dout @ v^T by its 8-lane vectorized dot, p @ v and dq by 4 interleaved sums, dv and dk sequential; "
                        "every intermediate rounded to storage"
                      : "torch2.15-cpu-math-{default,avx2,avx512} for the capability PyTorch picks here",
-                 {OpKind::attention, OpKind::attention_backward}, kAllStorage, true, true, [cap = cap](ScalarType s, ScalarType, const Request&) {
-                   return torch215_math(s, cap.value_or(torch_capability()));
+                 {OpKind::attention, OpKind::attention_backward}, kAllStorage, true, true, [cap = cap](ScalarType s, ScalarType, const Request&, const HostModel& host) {
+                   return torch215_math(s, cap.value_or(torch_capability(host)));
                  }});
     t.back().alias = !cap;
     t.back().takes_environment = true;
@@ -570,26 +554,26 @@ std::vector<NamedOrder> make_table() {
                "(16 lanes over 16-bit inputs), halving fold, no fma; layer_norm: two-pass var_mean for N <= 1024 in a launch of "
                "several rows, else Inductor's vector Welford; softmax/log_softmax: Sleef exp/log; threads=T: torch's thread count",
                inductor_ops, kAllStorage, true, true,
-               [](ScalarType s, ScalarType, const Request& r) { return inductor215(s, Capability::avx2, r); }});
+               [](ScalarType s, ScalarType, const Request& r, const HostModel&) { return inductor215(s, Capability::avx2, r); }});
   t.back().takes_environment = true;
   t.push_back({"inductor2.15-cpu-avx512",
                "torch.compile (PyTorch 2.15, dynamic=False) on the CPU, Inductor's AVX-512 C++: as inductor2.15-cpu-avx2 with "
                "16-lane vectors (32 over 16-bit inputs)",
                inductor_ops, kAllStorage, true, true,
-               [](ScalarType s, ScalarType, const Request& r) { return inductor215(s, Capability::avx512, r); }});
+               [](ScalarType s, ScalarType, const Request& r, const HostModel&) { return inductor215(s, Capability::avx512, r); }});
   t.back().takes_environment = true;
   t.push_back({"inductor2.15-cpu",
                "inductor2.15-cpu-{avx2,avx512} for the vector ISA Inductor picks here: ATEN_CPU_CAPABILITY if set, else the "
                "best this CPU has",
-               inductor_ops, kAllStorage, true, true, [](ScalarType s, ScalarType, const Request& r) {
-                 return inductor215(s, inductor_capability(), r);
+               inductor_ops, kAllStorage, true, true, [](ScalarType s, ScalarType, const Request& r, const HostModel& host) {
+                 return inductor215(s, inductor_capability(host), r);
                }});
   t.back().alias = true;
   t.back().takes_environment = true;
   // The Hugging Face RMSNorm classes: one row per class and capability, and an alias per class.
   auto hf_rms_norm_row = [&t](std::string_view name, std::string_view description, bool gemma, std::optional<Capability> cap) {
-    t.push_back({name, description, {OpKind::rms_norm}, kAllStorage, true, true, [gemma, cap](ScalarType, ScalarType, const Request&) {
-                   return hf_rms_norm(gemma, cap.value_or(torch_capability()));
+    t.push_back({name, description, {OpKind::rms_norm}, kAllStorage, true, true, [gemma, cap](ScalarType, ScalarType, const Request&, const HostModel& host) {
+                   return hf_rms_norm(gemma, cap.value_or(torch_capability(host)));
                  }});
     t.back().alias = !cap;
     t.back().takes_environment = true;
@@ -619,26 +603,26 @@ std::vector<NamedOrder> make_table() {
                "PyTorch 1.13 CPU softmax(q @ k^T / math.sqrt(D)) @ v as eager runs it by default (avx2): "
                "reference-BLAS dot products, the avx2 softmax; scores kept per query row. bf16: PyTorch's own bf16 matmul, "
                "which it skips for oneDNN's on AVX-512 CPUs unless torch.backends.mkldnn is disabled",
-               {OpKind::attention}, {f32, bf16}, true, true, [](ScalarType s, ScalarType, const Request& r) {
+               {OpKind::attention}, {f32, bf16}, true, true, [](ScalarType s, ScalarType, const Request& r, const HostModel&) {
                  Order o;
                  o.attention = torch113_attention(s, Capability::avx2, r, AK::Materialized);
                  return o;
                }});
   t.push_back({"torch1.13-cpu-math-default", "the same with ATEN_CPU_CAPABILITY=default (glibc exp, sequential lane fold)",
-               {OpKind::attention}, {f32, bf16}, true, true, [](ScalarType s, ScalarType, const Request& r) {
+               {OpKind::attention}, {f32, bf16}, true, true, [](ScalarType s, ScalarType, const Request& r, const HostModel&) {
                  Order o;
                  o.attention = torch113_attention(s, Capability::base, r, AK::Materialized);
                  return o;
                }});
   t.push_back({"exact-tiled",
                "the bits of torch1.13-cpu-math without keeping scores: max, sum and P@v passes recompute q.k (O(D) memory)",
-               {OpKind::attention}, {f32, bf16}, true, true, [](ScalarType s, ScalarType, const Request& r) {
+               {OpKind::attention}, {f32, bf16}, true, true, [](ScalarType s, ScalarType, const Request& r, const HostModel&) {
                  Order o;
                  o.attention = torch113_attention(s, Capability::avx2, r, AK::ExactTiled);
                  return o;
                }});
   t.push_back({"exact-tiled-default", "exact-tiled with the ATEN_CPU_CAPABILITY=default softmax",
-               {OpKind::attention}, {f32, bf16}, true, true, [](ScalarType s, ScalarType, const Request& r) {
+               {OpKind::attention}, {f32, bf16}, true, true, [](ScalarType s, ScalarType, const Request& r, const HostModel&) {
                  Order o;
                  o.attention = torch113_attention(s, Capability::base, r, AK::ExactTiled);
                  return o;
@@ -649,7 +633,7 @@ std::vector<NamedOrder> make_table() {
                "from lse, D_i = rowsum(dout*out); stage 1 per block of keys (lanes) sums dk, dv over the queries in ascending "
                "order, stage 2 per block of queries sums dq over the keys in ascending order, sequential dots "
                "(AttentionBackwardOrder::Tiled; the CPU runs both stages' sums in one kernel per (batch, head), same bits); lse, when not given, recomputed by flash(Bc)'s forward; parameters as flash",
-               {OpKind::attention, OpKind::attention_backward}, kAllStorage, false, false, [](ScalarType, ScalarType, const Request&) {
+               {OpKind::attention, OpKind::attention_backward}, kAllStorage, false, false, [](ScalarType, ScalarType, const Request&, const HostModel&) {
                  Order o;
                  o.attention = flash(64, false, false);
                  return o;
@@ -657,7 +641,7 @@ std::vector<NamedOrder> make_table() {
   t.push_back({"flash-cuda",
                "flash(Bc) tiled for a CUDA block: 64 threads, a query each, K/V tiles in shared memory; Bc = min(64, 4096/D) "
                "(48 KiB of shared memory); the bits of flash(Bc). Parameters as flash, and threads",
-               {OpKind::attention}, kAllStorage, false, false, [](ScalarType, ScalarType, const Request& r) {
+               {OpKind::attention}, kAllStorage, false, false, [](ScalarType, ScalarType, const Request& r, const HostModel&) {
                  Order o;
                  o.attention = flash(static_cast<int>(std::clamp<int64_t>(4096 / std::max<int64_t>(r.cols, 1), 1, 64)), false, false);
                  o.attention.team = 64;
@@ -667,7 +651,7 @@ std::vector<NamedOrder> make_table() {
                "PyTorch 1.13 CPU, ATEN_CPU_CAPABILITY=default. layer_norm: lane Welford cascade, no fma anywhere; "
                "softmax/log_softmax: sequential lane fold, glibc expf/logf",
                {OpKind::layer_norm, OpKind::softmax, OpKind::log_softmax}, {f32, bf16}, true, true,
-               [](ScalarType s, ScalarType, const Request&) {
+               [](ScalarType s, ScalarType, const Request&, const HostModel&) {
                  Order o = torch113_layer_norm(s, Capability::base);
                  o.softmax = torch113_softmax(s, Capability::base);
                  return o;
@@ -676,7 +660,7 @@ std::vector<NamedOrder> make_table() {
                "PyTorch 1.13 CPU, ATEN_CPU_CAPABILITY=avx2. layer_norm: lane Welford cascade, affine as two fmas; "
                "softmax/log_softmax: halving lane tree, Sleef u10 expf/logf",
                {OpKind::layer_norm, OpKind::softmax, OpKind::log_softmax}, {f32, bf16}, true, true,
-               [](ScalarType s, ScalarType, const Request&) {
+               [](ScalarType s, ScalarType, const Request&, const HostModel&) {
                  Order o = torch113_layer_norm(s, Capability::avx2);
                  o.softmax = torch113_softmax(s, Capability::avx2);
                  return o;
@@ -685,20 +669,20 @@ std::vector<NamedOrder> make_table() {
                "PyTorch 1.13 CPU, ATEN_CPU_CAPABILITY=avx512 on an AVX-512 CPU: softmax/log_softmax by its AVX-512 kernels "
                "(the avx2 order with 16 float lanes); layer_norm has no AVX-512 kernel in 1.13, so it is torch1.13-cpu-avx2's",
                {OpKind::layer_norm, OpKind::softmax, OpKind::log_softmax}, {f32, bf16}, true, true,
-               [](ScalarType s, ScalarType, const Request&) {
+               [](ScalarType s, ScalarType, const Request&, const HostModel&) {
                  Order o = torch113_layer_norm(s, Capability::avx512);
                  o.softmax = torch113_softmax(s, Capability::avx512);
                  return o;
                }});
   t.push_back({"torch1.13-cpu", "PyTorch 1.13 CPU torch.var_mean(unbiased=False): sequential Welford in f64",
-               {OpKind::var_mean}, {f32}, true, true, [](ScalarType, ScalarType, const Request&) {
+               {OpKind::var_mean}, {f32}, true, true, [](ScalarType, ScalarType, const Request&, const HostModel&) {
                  Order o;
                  o.moments = {K::SequentialWelford, f64, 1, 1, false, false, {}};
                  return o;
                }});
   t.push_back({"numpy-two-pass",
                "numpy 1.24 float32 composite: x.mean, x.var (pairwise sums in 8192-element chunks), (x-m)/np.sqrt(v+eps)*w+b",
-               {OpKind::layer_norm, OpKind::var_mean}, {f32}, true, true, [](ScalarType, ScalarType, const Request&) {
+               {OpKind::layer_norm, OpKind::var_mean}, {f32}, true, true, [](ScalarType, ScalarType, const Request&, const HostModel&) {
                  SumOrder s;
                  s.kind = S::Pairwise;
                  s.fold = LaneFold::Adjacent;
@@ -709,16 +693,16 @@ std::vector<NamedOrder> make_table() {
                }});
   t.push_back({"torch-decomp-cpu",
                "torch.compile's layer_norm decomposition run op by op in eager (float32; the same on every capability)",
-               {OpKind::layer_norm}, {f32}, true, true, [](ScalarType, ScalarType, const Request&) { return torch_decomposition(0); }});
+               {OpKind::layer_norm}, {f32}, true, true, [](ScalarType, ScalarType, const Request&, const HostModel&) { return torch_decomposition(0); }});
   t.push_back({"torch-decomp-cpu-default",
                "the decomposition in eager with ATEN_CPU_CAPABILITY=default: bf16 rsqrt rounds sqrt, then 1/x",
-               {OpKind::layer_norm}, {f32, bf16}, true, true, [](ScalarType, ScalarType, const Request&) { return torch_decomposition(0); }});
+               {OpKind::layer_norm}, {f32, bf16}, true, true, [](ScalarType, ScalarType, const Request&, const HostModel&) { return torch_decomposition(0); }});
   t.push_back({"torch-decomp-cpu-avx2",
                "the decomposition in eager with ATEN_CPU_CAPABILITY=avx2: bf16 rsqrt rounds once in 16-row vectors",
-               {OpKind::layer_norm}, {f32, bf16}, true, true, [](ScalarType, ScalarType, const Request&) { return torch_decomposition(16); }});
+               {OpKind::layer_norm}, {f32, bf16}, true, true, [](ScalarType, ScalarType, const Request&, const HostModel&) { return torch_decomposition(16); }});
   t.push_back({"torch-composite-cpu",
                "PyTorch 1.13 CPU x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight (one thread)",
-               {OpKind::rms_norm}, {f32}, true, true, [](ScalarType, ScalarType, const Request&) {
+               {OpKind::rms_norm}, {f32}, true, true, [](ScalarType, ScalarType, const Request&, const HostModel&) {
                  Order o;
                  o.square_sum.kind = S::LevelCascade;
                  o.square_sum.lanes = 8;
@@ -728,7 +712,7 @@ std::vector<NamedOrder> make_table() {
   t.push_back({"onnxruntime-cpu",
                "onnxruntime 1.32 CPU LayerNormalization (float32, AVX2 host): N >= 8 the MLAS kernel, f64 4-lane mean "
                "and f32 8-lane fma deviations; N <= 7 a scalar Welford",
-               {OpKind::layer_norm}, {f32}, true, true, [](ScalarType, ScalarType, const Request& r) {
+               {OpKind::layer_norm}, {f32}, true, true, [](ScalarType, ScalarType, const Request& r, const HostModel&) {
                  Order o;
                  if (r.cols <= 7) {  // the scalar fallback: f32 Welford, then (x - mean) / std
                    o.moments = {K::SequentialWelford, f32, 1, 1, false, false, {}};
@@ -749,30 +733,30 @@ std::vector<NamedOrder> make_table() {
                "threads per row, 4-wide Welford, shuffle-down warp tree, cross-warp tree, rsqrtf) or else its two-kernel path (512 threads per "
                "row, Welford with division, warp-0 block reduce), the persistent warp softmax (N <= 1024, CUDA expf/logf). Device-only",
                {OpKind::layer_norm, OpKind::softmax, OpKind::log_softmax}, kAllStorage, false, true,
-               [](ScalarType, ScalarType, const Request& r) { return torch_cuda(true, r); }});
+               [](ScalarType, ScalarType, const Request& r, const HostModel&) { return torch_cuda(true, r); }});
   t.back().device_only = true;
   t.push_back({"torch-cuda-tree",
                "torch-cuda's layer_norm with rstd = 1/sqrt(var + eps) instead of rsqrtf: the same two kernels and block trees, on every target",
-               {OpKind::layer_norm}, kAllStorage, false, true, [](ScalarType, ScalarType, const Request& r) { return torch_cuda(false, r); }});
+               {OpKind::layer_norm}, kAllStorage, false, true, [](ScalarType, ScalarType, const Request& r, const HostModel&) { return torch_cuda(false, r); }});
   t.push_back({"warp-butterfly",
                "softmax by one warp per row: torch-cuda's thread max and xor-butterfly trees with Sleef exp/log, y = e/s; "
                "on every target, N <= 8192",
-               kSoftmaxOps, kAllStorage, false, true, [](ScalarType, ScalarType, const Request& r) { return torch_cuda(false, r); }});
+               kSoftmaxOps, kAllStorage, false, true, [](ScalarType, ScalarType, const Request& r, const HostModel&) { return torch_cuda(false, r); }});
   t.push_back({"online", "softmax in one pass: per-lane running max and rescaled sum (flash style), Sleef exp; parameter lanes",
-               kSoftmaxOps, kAllStorage, false, false, [](ScalarType, ScalarType, const Request&) {
+               kSoftmaxOps, kAllStorage, false, false, [](ScalarType, ScalarType, const Request&, const HostModel&) {
                  Order o;
                  o.softmax.kind = SoftmaxOrder::Kind::Online;
                  return o;
                }});
   t.push_back({"lane-welford", "lane-parallel Welford cascade; parameters lanes, chunk, fma=none|update|merge|all, acc, round=each|final, affine",
-               {OpKind::layer_norm, OpKind::var_mean}, kAllStorage, false, false, [](ScalarType, ScalarType acc, const Request&) {
+               {OpKind::layer_norm, OpKind::var_mean}, kAllStorage, false, false, [](ScalarType, ScalarType acc, const Request&, const HostModel&) {
                  Order o;
                  o.moments = {K::LaneWelford, acc, 8, 16, false, false, {}};
                  o.affine = {F::CenterScale, false};
                  return o;
                }});
   t.push_back({"sequential-welford", "one Welford stream in element order with true division; parameter acc",
-               {OpKind::layer_norm, OpKind::var_mean}, kAllStorage, false, false, [](ScalarType, ScalarType acc, const Request&) {
+               {OpKind::layer_norm, OpKind::var_mean}, kAllStorage, false, false, [](ScalarType, ScalarType acc, const Request&, const HostModel&) {
                  Order o;
                  o.moments = {K::SequentialWelford, acc, 1, 1, false, false, {}};
                  o.affine = {F::CenterScale, false};
@@ -780,9 +764,9 @@ std::vector<NamedOrder> make_table() {
                }});
   t.push_back({"two-pass-sequential", "sum for the mean, then sum of squared deviations, each left to right",
                kNormOps, kAllStorage, false, false,
-               [](ScalarType, ScalarType acc, const Request&) { return two_pass(SumOrder{}, acc); }});
+               [](ScalarType, ScalarType acc, const Request&, const HostModel&) { return two_pass(SumOrder{}, acc); }});
   t.push_back({"two-pass-pairwise", "two-pass with numpy-style pairwise sums; parameters block, lanes",
-               kNormOps, kAllStorage, false, false, [](ScalarType, ScalarType acc, const Request&) {
+               kNormOps, kAllStorage, false, false, [](ScalarType, ScalarType acc, const Request&, const HostModel&) {
                  SumOrder s;
                  s.kind = S::Pairwise;
                  s.fold = LaneFold::Adjacent;
@@ -790,9 +774,9 @@ std::vector<NamedOrder> make_table() {
                }});
   t.push_back({"two-pass-lanes", "two-pass with lane-tree sums; parameters lanes, accumulators, fma",
                kNormOps, kAllStorage, false, false,
-               [](ScalarType, ScalarType acc, const Request&) { return two_pass(lane_tree(8, 1, false), acc); }});
+               [](ScalarType, ScalarType acc, const Request&, const HostModel&) { return two_pass(lane_tree(8, 1, false), acc); }});
   t.push_back({"one-pass", "sum and sum of squares in one pass, var = E[x^2]-E[x]^2 clamped at 0; unstable, for study",
-               {OpKind::layer_norm, OpKind::var_mean}, kAllStorage, false, false, [](ScalarType, ScalarType acc, const Request&) {
+               {OpKind::layer_norm, OpKind::var_mean}, kAllStorage, false, false, [](ScalarType, ScalarType acc, const Request&, const HostModel&) {
                  Order o = two_pass(lane_tree(8, 1, false), acc);
                  o.moments.kind = K::OnePass;
                  return o;
@@ -887,28 +871,6 @@ void apply_parameters(Order& o, std::string_view params, std::string_view order_
                             o.moments.sum.lanes));
 }
 
-// Whether the running CPU has AVX512-FP16 (CPUID leaf 7, EDX bit 23), which GCC's
-// __builtin_cpu_supports does not name.
-bool cpu_has_avx512_fp16() {
-  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-  return __get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) && (edx >> 23 & 1);
-}
-
-// The running host's physical cores, as MKL counts them for its default thread count: distinct
-// (package, core) pairs in sysfs, else the logical CPUs.
-int host_physical_cores() {
-  std::set<std::pair<std::string, std::string>> cores;
-  for (unsigned cpu = 0;; ++cpu) {
-    const std::string dir = fmt::format("/sys/devices/system/cpu/cpu{}/topology/", cpu);
-    std::ifstream package(dir + "physical_package_id"), core(dir + "core_id");
-    std::string p, c;
-    if (!(package >> p) || !(core >> c)) break;
-    cores.insert({p, c});
-  }
-  if (!cores.empty()) return static_cast<int>(cores.size());
-  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-}
-
 // The MKL host an order's mkl= parameter names: intel (AVX-512 without avx512_bf16),
 // intel-avx512bf16, amd; empty for another value.
 std::optional<GemmOrder::Kind> mkl_parameter(std::string_view value) {
@@ -927,19 +889,17 @@ std::optional<GemmOrder::Kind> mkl_parameter(std::string_view value) {
 // the backward's MKL products give the same bits on a Xeon with avx512_fp16 as the model of one
 // without, docs/research/torch2.15-attention-f16.md). Empty when none fits; `why` then says what
 // the host lacks.
-std::optional<GemmOrder::Kind> mkl_model(const Request& r, std::string* why = nullptr) {
+std::optional<GemmOrder::Kind> mkl_model(const Request& r, const HostModel& host, std::string* why = nullptr) {
   const size_t param = r.order.find("mkl=");
   if (param != std::string::npos) {  // the value is checked by apply_environment
     const size_t end = r.order.find_first_of(",)", param);
     return mkl_parameter(std::string_view(r.order).substr(param + 4, end == std::string::npos ? std::string::npos : end - param - 4))
         .value_or(GemmOrder::Kind::MklIntelAvx512);
   }
-  __builtin_cpu_init();
   // MKL runs its generic kernels on any AMD CPU: the same bits with and without AVX-512.
-  if (__builtin_cpu_is("amd")) return GemmOrder::Kind::MklAmd;
-  const bool avx512 = __builtin_cpu_supports("avx512f");
-  if (avx512 && __builtin_cpu_is("intel"))
-    return __builtin_cpu_supports("avx512bf16") ? GemmOrder::Kind::MklIntelAvx512Bf16 : GemmOrder::Kind::MklIntelAvx512;
+  if (host.vendor == HostModel::Vendor::amd) return GemmOrder::Kind::MklAmd;
+  if (host.avx512f && host.vendor == HostModel::Vendor::intel)
+    return host.avx512_bf16 ? GemmOrder::Kind::MklIntelAvx512Bf16 : GemmOrder::Kind::MklIntelAvx512;
   if (why) *why = "is neither an AMD CPU nor an Intel CPU with AVX-512";
   return std::nullopt;
 }
@@ -954,7 +914,8 @@ std::optional<GemmOrder::Kind> mkl_model(const Request& r, std::string* why = nu
 // AVX2 EPYC and on an AVX-512 Xeon without avx512_fp16).
 // Empty where the host's kernel is not modelled, and `why` says so as a clause ("this host has
 // ...", or the parameter that asked for it).
-std::optional<AttentionBackwardOrder::OneDnn> onednn_16bit_model(const Request& r, std::string* why = nullptr) {
+std::optional<AttentionBackwardOrder::OneDnn> onednn_16bit_model(const Request& r, const HostModel& host,
+                                                                  std::string* why = nullptr) {
   using OneDnn = AttentionBackwardOrder::OneDnn;
   const size_t param = r.order.find("onednn=");
   const bool f16_data = r.x_dtype == ScalarType::f16;
@@ -966,18 +927,16 @@ std::optional<AttentionBackwardOrder::OneDnn> onednn_16bit_model(const Request& 
     if (why) *why = "onednn=emulated names oneDNN's bf16 kernel; f16 gradient products without avx512_fp16 are gemm_stub's";
     return std::nullopt;
   }
-  __builtin_cpu_init();
-  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-  const bool ne_convert = __get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx) && (edx >> 5 & 1);  // AVX-NE-CONVERT
+  const bool ne_convert = host.avx_ne_convert;
   if (f16_data) {
     // PyTorch's oneDNN f16 check passes with avx512_fp16 or AVX-NE-CONVERT.
-    if (cpu_has_avx512_fp16()) return OneDnn::Avx512Fp16;
+    if (host.avx512_fp16) return OneDnn::Avx512Fp16;
     if (!ne_convert) return OneDnn::Off;
     if (why) *why = "this host has AVX-NE-CONVERT without avx512_fp16, where PyTorch's f16 products are oneDNN's, whose kernel is not modelled";
     return std::nullopt;
   }
-  if (__builtin_cpu_supports("avx512bf16")) return OneDnn::Avx512Bf16;
-  if (__builtin_cpu_supports("avx512f")) return OneDnn::Emulated;
+  if (host.avx512_bf16) return OneDnn::Avx512Bf16;
+  if (host.avx512f) return OneDnn::Emulated;
   if (!ne_convert) return OneDnn::Off;
   if (why) *why = "this host has AVX-NE-CONVERT without AVX-512, where oneDNN's bf16 kernel for the attention gradients is not modelled";
   return std::nullopt;
@@ -1014,9 +973,9 @@ bool calls_mkl(const Request& r, const Order& o) {
 // passes on AVX-512 without avx512_bf16 (onednn=emulated), and as its brgemm and gemv kernels on
 // a CPU with avx512_bf16 (onednn=on), in f16 as those kernels on a CPU with avx512_fp16 (onednn=on).
 // Refused: AVX-NE-CONVERT without the AVX-512 extension (f16: avx512_fp16; bf16: AVX-512).
-std::string composite_16bit_error(const Request& r) {
+std::string composite_16bit_error(const Request& r, const HostModel& host) {
   std::string why;
-  const std::optional<AttentionBackwardOrder::OneDnn> onednn = onednn_16bit_model(r, &why);
+  const std::optional<AttentionBackwardOrder::OneDnn> onednn = onednn_16bit_model(r, host, &why);
   if (onednn == AttentionBackwardOrder::OneDnn::Off || onednn == AttentionBackwardOrder::OneDnn::Emulated ||
       (onednn == AttentionBackwardOrder::OneDnn::Avx512Bf16 && r.x_dtype == ScalarType::bf16) ||
       (onednn == AttentionBackwardOrder::OneDnn::Avx512Fp16 && r.x_dtype == ScalarType::f16))
@@ -1029,9 +988,9 @@ std::string composite_16bit_error(const Request& r) {
   throw Error(fmt::format("internal: order '{}' with {} inputs takes no oneDNN kernel of its type", r.order, name(r.x_dtype)));
 }
 
-GemmOrder::Kind mkl_host_model(const Request& r) {
+GemmOrder::Kind mkl_host_model(const Request& r, const HostModel& host) {
   std::string why;
-  if (std::optional<GemmOrder::Kind> kind = mkl_model(r, &why)) return *kind;
+  if (std::optional<GemmOrder::Kind> kind = mkl_model(r, host, &why)) return *kind;
   const std::string base = r.order.substr(0, r.order.find('('));
   throw Error(fmt::format("order '{}': this host {}; PyTorch's attention calls MKL, and ordo models the MKL kernels of an Intel "
                           "AVX-512 host (with or without avx512_bf16) and of an AMD host only. "
@@ -1110,7 +1069,7 @@ std::string known_orders(OpKind op) {
 
 // The shapes an order is defined for, beyond the op's own limits: an order that reproduces one
 // kernel of a library takes the shapes that kernel runs. Empty when `r` is one of them.
-std::string shape_error(const Request& r, const Order& o, const NamedOrder& n) {
+std::string shape_error(const Request& r, const Order& o, const NamedOrder& n, const HostModel& host) {
   // Row strides other than D reach a library's kernels only through PyTorch's flash kernels
   // (Request::q_row_stride); its composites copy strided operands first, k^T among them, which
   // changes the product MKL sees. Orders that reproduce no library are the same on any layout.
@@ -1127,10 +1086,10 @@ std::string shape_error(const Request& r, const Order& o, const NamedOrder& n) {
       return fmt::format("order '{}' reproduces PyTorch's backward, which reads the forward's saved logsumexp: give lse", r.order);
   }
   if (composite_16bit(r, o)) {
-    if (std::string why = composite_16bit_error(r); !why.empty()) return why;
+    if (std::string why = composite_16bit_error(r, host); !why.empty()) return why;
     // P and its gradient (backward) or 32 rows of scores (forward), 16-bit, per instance.
     // The backward with oneDNN's products also keeps dk^T (D x S_k), whose rows oneDNN sums.
-    const bool dk_t = r.op == OpKind::attention_backward && onednn_16bit_model(r) == AttentionBackwardOrder::OneDnn::Emulated;
+    const bool dk_t = r.op == OpKind::attention_backward && onednn_16bit_model(r, host) == AttentionBackwardOrder::OneDnn::Emulated;
     const int64_t scratch_bytes =
         ((r.op == OpKind::attention ? std::min<int64_t>(r.seq_q, 32) : 2 * r.seq_q) * r.seq_k + (dk_t ? r.cols * r.seq_k : 0)) * 2;
     if (r.op == OpKind::attention && r.lse_output)
@@ -1183,21 +1142,13 @@ std::string shape_error(const Request& r, const Order& o, const NamedOrder& n) {
 
 }  // namespace
 
-bool takes_shape(const Request& r) {
-  const NamedOrder* n = find_order(r.order);
-  if (!n || r.cols <= 0) return false;
-  Order o = n->make(r.x_dtype, r.acc_dtype.value_or(f32), r);
-  if (calls_mkl(r, o)) {
-    std::optional<GemmOrder::Kind> kind = mkl_model(r);
-    if (!kind) return false;  // no model of this host's MKL, and none named
-    o.attention.gemm.kind = o.attention_backward.gemm.kind = *kind;
+bool takes_shape(const Request& r, const HostModel& host) {
+  try {
+    (void)resolve(r, host);
+    return true;
+  } catch (const Error&) {
+    return false;
   }
-  if (reproduces_16bit_cpu_attention_backward(r, o)) {
-    std::optional<AttentionBackwardOrder::OneDnn> onednn = onednn_16bit_model(r);
-    if (!onednn) return false;  // no model of this host's oneDNN kernel, and no onednn= given
-    o.attention_backward.onednn_16bit = *onednn;
-  }
-  return shape_error(r, o, *n).empty();
 }
 
 const std::vector<NamedOrder>& named_orders() {
@@ -1239,7 +1190,7 @@ void check_attention_request(const Request& r) {
                             r.seq_q, int64_t(1) << 18));
 }
 
-Order resolve(const Request& r) {
+Order resolve(const Request& r, const HostModel& host) {
   check_attention_request(r);
   if (r.cols <= 0) throw Error(fmt::format("N (the last dim) must be at least 1, got {}", r.cols));
   if (r.cols > (int64_t(1) << 31)) throw Error(fmt::format("N = {} exceeds the supported 2^31 columns", r.cols));
@@ -1275,20 +1226,20 @@ Order resolve(const Request& r) {
     for (ScalarType t : n->dtypes) list += (list.empty() ? "" : ", ") + std::string(name(t));
     throw Error(fmt::format("order '{}' is defined for x dtype {} only, not {}", n->name, list, name(r.x_dtype)));
   }
-  Order probe = n->make(r.x_dtype, f32, r);
+  Order probe = n->make(r.x_dtype, f32, r, host);
   if (n->pins_acc && r.acc_dtype && *r.acc_dtype != probe.moments.acc)
     throw Error(fmt::format("order '{}' accumulates in {}; --acc {} would be a different order", n->name,
                             name(probe.moments.acc), name(*r.acc_dtype)));
-  Order o = n->pins_acc ? probe : n->make(r.x_dtype, r.acc_dtype.value_or(f32), r);
+  Order o = n->pins_acc ? probe : n->make(r.x_dtype, r.acc_dtype.value_or(f32), r, host);
   size_t open = r.order.find('(');
   // The backward's forward recomputes P with the same MKL (CpuMatmul).
-  if (calls_mkl(r, o)) o.attention.gemm.kind = o.attention_backward.gemm.kind = mkl_host_model(r);
-  o.attention.gemm.mkl_threads = o.attention_backward.gemm.mkl_threads = host_physical_cores();  // mkl_threads=N overrides
+  if (calls_mkl(r, o)) o.attention.gemm.kind = o.attention_backward.gemm.kind = mkl_host_model(r, host);
+  o.attention.gemm.mkl_threads = o.attention_backward.gemm.mkl_threads = host.physical_cores;  // mkl_threads=N overrides
   o.attention.gemm.vector_chains = o.attention_backward.gemm.vector_chains = !cuda_target(r);
   o.attention.gemm.register_floats = o.attention_backward.gemm.register_floats = 16 / registers_per_vector(r, 16);
   if (reproduces_16bit_cpu_attention_backward(r, o)) {
     std::string why;
-    std::optional<AttentionBackwardOrder::OneDnn> onednn = onednn_16bit_model(r, &why);
+    std::optional<AttentionBackwardOrder::OneDnn> onednn = onednn_16bit_model(r, host, &why);
     if (!onednn)
       throw Error(fmt::format("order '{}': {}; '{}(onednn=off)' gives the bits of a host without it (every gradient "
                               "product by ATen's gemm_stub){}",
@@ -1300,7 +1251,7 @@ Order resolve(const Request& r) {
   }
   // The composite's kernel choice (checked by shape_error, which refuses a host without a model).
   if (composite_16bit(r, o))
-    o.attention_backward.onednn_16bit = onednn_16bit_model(r).value_or(AttentionBackwardOrder::OneDnn::Off);
+    o.attention_backward.onednn_16bit = onednn_16bit_model(r, host).value_or(AttentionBackwardOrder::OneDnn::Off);
   if (open != std::string::npos && n->takes_environment) {
     if (r.order.back() != ')') throw Error(fmt::format("order '{}': missing ')'", r.order));
     apply_environment(o, std::string_view(r.order).substr(open + 1, r.order.size() - open - 2), r.order);
@@ -1323,7 +1274,7 @@ Order resolve(const Request& r) {
                             "it runs on target cuda only, not {}{}",
                             n->name, name(r.target), r.op == OpKind::layer_norm ? "; torch-cuda-tree is the same tree on every target"
                                                                                 : "; warp-butterfly is the same tree on every target"));
-  if (std::string why = shape_error(r, o, *n); !why.empty()) throw Error(why);
+  if (std::string why = shape_error(r, o, *n, host); !why.empty()) throw Error(why);
   if (r.op == OpKind::attention && o.attention.team > 0) {
     // K and V tiles of Bc rows and the block's scores (Bc per thread), as f32 in shared memory.
     const AttentionOrder& a = o.attention;
