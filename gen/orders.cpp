@@ -1166,7 +1166,8 @@ const NamedOrder* find_order(std::string_view name) {
 // Attention's own fields: shapes and scale. Checked before any order is built.
 void check_attention_request(const Request& r) {
   if (forward_of(r.op) != OpKind::attention) {
-    if (r.seq_q || r.seq_k || r.causal || r.scale || r.lse_output || r.heads != 1 || r.q_row_stride || r.k_row_stride || r.v_row_stride)
+    if (r.seq_q || r.seq_k || r.seq_k_at_launch || r.causal || r.scale || r.lse_output || r.heads != 1 || r.q_row_stride || r.k_row_stride ||
+        r.v_row_stride)
       throw Error(fmt::format("seq lengths, heads, row strides, causal, scale and lse are attention's; {} takes none of them", name(r.op)));
     return;
   }
@@ -1177,7 +1178,13 @@ void check_attention_request(const Request& r) {
   if (r.cols < 8 || r.cols > 512 || r.cols % 8)
     throw Error(fmt::format("attention head dim D = {} must be a multiple of 8 in [8, 512] (32, 64, 128, 256 are the tested ones)", r.cols));
   if (r.seq_q < 1 || r.seq_q > (int64_t(1) << 24)) throw Error(fmt::format("attention query length S_q = {} outside [1, 2^24]", r.seq_q));
-  if (r.seq_k < 1 || r.seq_k > (int64_t(1) << 24)) throw Error(fmt::format("attention key length S_k = {} outside [1, 2^24]", r.seq_k));
+  if (r.seq_k_at_launch) {
+    if (r.seq_k != 0) throw Error(fmt::format("attention: S_k is given at launch, so seq_k must be 0, got {}", r.seq_k));
+    if (r.op == OpKind::attention_backward)
+      throw Error("attention_backward builds its kernels for one S_k; S_k at launch is the forward attention's");
+  } else if (r.seq_k < 1 || r.seq_k > (int64_t(1) << 24)) {
+    throw Error(fmt::format("attention key length S_k = {} outside [1, 2^24]", r.seq_k));
+  }
   if (r.scale && !(std::isfinite(*r.scale) && *r.scale > 0))
     throw Error(fmt::format("attention scale must be finite and > 0, got {}", *r.scale));
   if (r.acc_dtype && *r.acc_dtype != f32) throw Error(fmt::format("attention accumulates in f32; --acc {} is not supported", name(*r.acc_dtype)));
@@ -1269,6 +1276,11 @@ Order resolve(const Request& r, const HostModel& host) {
                               r.order.substr(open + 1, r.order.size() - open - 2)));
     apply_parameters(o, std::string_view(r.order).substr(open + 1, r.order.size() - open - 2), r.order);
   }
+  if (r.seq_k_at_launch && (o.attention.kind != AttentionOrder::Kind::Flash || o.attention.team > 0))
+    throw Error(fmt::format("order '{}' builds its attention for one S_k ({}); S_k at launch needs a flash order whose program instance is "
+                            "one thread (fast, flash): give seq_k",
+                            r.order, o.attention.kind != AttentionOrder::Kind::Flash ? "the key blocks and tails of its reference are fixed then"
+                                                                                   : "a team stages whole key blocks in shared memory"));
   if (n->device_only && r.target != Target::cuda)
     throw Error(fmt::format("order '{}' is device-only: it calls CUDA's rsqrtf/expf/logf, which have no definition off the GPU, so "
                             "it runs on target cuda only, not {}{}",
@@ -1314,7 +1326,7 @@ std::vector<Kernel> build_stages(const Request& r, const Order& o) {
   for (size_t i = 0; i < ks.size(); ++i) {
     Kernel& k = ks[i];
     k.description = forward_of(r.op) == OpKind::attention
-                        ? fmt::format("{} D={} Sq={} Sk={}{} x={} order={}", name(r.op), r.cols, r.seq_q, r.seq_k, r.causal ? " causal" : "",
+                        ? fmt::format("{} D={} Sq={} Sk={}{} x={} order={}", name(r.op), r.cols, r.seq_q, r.seq_k_at_launch ? std::string("launch") : fmt::format("{}", r.seq_k), r.causal ? " causal" : "",
                                       name(r.x_dtype), r.order)
                         : fmt::format("{} N={} x={} weight={} order={}", name(r.op), r.cols, name(r.x_dtype), name(r.weight_type()), r.order);
     if (ks.size() > 1) k.description += fmt::format(" (stage {} of {})", i + 1, ks.size());

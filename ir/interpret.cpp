@@ -146,6 +146,7 @@ struct Machine {
   std::vector<int64_t> snapshot_local{};
   std::vector<std::vector<Value>> snapshot{};
   std::vector<std::vector<char>> snapshot_assigned{};
+  std::vector<int64_t> launch_sizes{};  // Op::LaunchSize's values (Kernel::sizes)
 
   Value& slot(int64_t id) {
     const size_t i = static_cast<size_t>(id);
@@ -223,6 +224,9 @@ struct Machine {
         return v;
       case Op::LaunchRows:
         v.lane[0].i = launch_rows;
+        return v;
+      case Op::LaunchSize:
+        v.lane[0].i = launch_sizes[static_cast<size_t>(e.index)];
         return v;
       case Op::Load: {
         const BufferArg& b = buffers[static_cast<size_t>(e.index)];
@@ -532,7 +536,13 @@ void interpret(const Kernel& k, const std::vector<BufferArg>& buffers, const std
       all.push_back(BufferArg{scratch.back().data(), b.per_row});
     }
   const size_t rank = static_cast<size_t>(k.grid_rank);
-  if (extents.size() != rank + 1 && (extents.size() != rank || !k.grid_over_rows || k.rows_per_instance > 1))
+  if (!k.sizes.empty() && extents.size() != rank + 1 + k.sizes.size())
+    throw Error(fmt::format("interpreter: kernel {} has grid rank {} and {} size arguments, so it takes {} extents (the grid's, the rows, "
+                            "the sizes), got {}",
+                            k.name, k.grid_rank, k.sizes.size(), rank + 1 + k.sizes.size(), extents.size()));
+  for (size_t i = 0; i < k.sizes.size(); ++i)
+    if (extents[rank + 1 + i] < 0) throw Error(fmt::format("interpreter: size {} = {} is negative", k.sizes[i], extents[rank + 1 + i]));
+  if (k.sizes.empty() && extents.size() != rank + 1 && (extents.size() != rank || !k.grid_over_rows || k.rows_per_instance > 1))
     throw Error(fmt::format("interpreter: kernel {} has grid rank {}, got {} extents{}", k.name, k.grid_rank, extents.size(),
                             k.grid_over_rows && k.rows_per_instance == 1 ? "" : " (this kernel also takes the launch's rows)"));
   if (k.rows_per_instance > 1 && extents[0] != launch_extents(k, extents[rank])[0])
@@ -541,6 +551,7 @@ void interpret(const Kernel& k, const std::vector<BufferArg>& buffers, const std
   const std::vector<int64_t> grid(extents.begin(), extents.begin() + static_cast<std::ptrdiff_t>(rank));
   Machine m{k, all, std::vector<int64_t>(rank, 0), grid, extents.size() > rank ? extents[rank] : extents[0],
             std::vector<Value>(k.locals.size()), {}};
+  m.launch_sizes.assign(extents.begin() + static_cast<std::ptrdiff_t>(std::min(extents.size(), rank + 1)), extents.end());
   // Instances are independent; run them in row-major grid order.
   if (k.team > 1) {
     m.thread_locals.resize(k.locals.size() * static_cast<size_t>(k.team));

@@ -69,6 +69,7 @@ ExprRef var(const Kernel& k, int local) {
 ExprRef program_id(int dim) { return make(Op::ProgramId, Type{ScalarType::i64, 1}, {}, dim); }
 ExprRef grid_extent(int dim) { return make(Op::GridExtent, Type{ScalarType::i64, 1}, {}, dim); }
 ExprRef launch_rows() { return make(Op::LaunchRows, Type{ScalarType::i64, 1}, {}, 0); }
+ExprRef launch_size(int index) { return make(Op::LaunchSize, Type{ScalarType::i64, 1}, {}, index); }
 ExprRef load(const Kernel& k, int buffer, ExprRef index, int lanes) {
   return make(Op::Load, Type{k.buffers.at(static_cast<size_t>(buffer)).elem, lanes}, {std::move(index)}, buffer);
 }
@@ -171,6 +172,14 @@ std::optional<int64_t> launch_elements(Extent e, int64_t per_row, int64_t block_
   return n;
 }
 
+std::optional<int64_t> launch_elements(const Buffer& b, int64_t rows, int64_t cols, const std::vector<int64_t>& sizes) {
+  if (b.per_row_size < 0) return launch_elements(b, rows, cols);
+  if (static_cast<size_t>(b.per_row_size) >= sizes.size() || sizes[static_cast<size_t>(b.per_row_size)] < 0) return std::nullopt;
+  int64_t per_row = 0;
+  if (__builtin_mul_overflow(b.per_row, sizes[static_cast<size_t>(b.per_row_size)], &per_row)) return std::nullopt;
+  return launch_elements(b.extent, per_row, b.block_rows, rows, cols);
+}
+
 int Builder::buffer(std::string name, ScalarType elem, bool output, Extent extent, int64_t per_row) {
   k_.buffers.push_back(Buffer{std::move(name), elem, output, extent, per_row});
   return static_cast<int>(k_.buffers.size()) - 1;
@@ -225,7 +234,7 @@ const Kernel::RefusedLaunch* refusal(const Kernel& k, int64_t rows) {
   return nullptr;
 }
 
-std::vector<int64_t> launch_extents(const Kernel& k, int64_t rows) {
+std::vector<int64_t> launch_extents(const Kernel& k, int64_t rows, const std::vector<int64_t>& sizes) {
   std::vector<int64_t> extents;
   if (k.grid_over_rows) {
     const int64_t per = std::max<int64_t>(1, k.rows_per_instance);
@@ -233,6 +242,7 @@ std::vector<int64_t> launch_extents(const Kernel& k, int64_t rows) {
   }
   extents.insert(extents.end(), k.grid_fixed.begin(), k.grid_fixed.end());
   extents.push_back(rows);
+  extents.insert(extents.end(), sizes.begin(), sizes.end());
   return extents;
 }
 
@@ -363,6 +373,9 @@ std::string print(const Expr& e, const Kernel& k) {
       return fmt::format("grid_extent({})", e.index);
     case Op::LaunchRows:
       return "launch_rows";
+    case Op::LaunchSize:
+      return e.index >= 0 && static_cast<size_t>(e.index) < k.sizes.size() ? fmt::format("launch_size({})", k.sizes[static_cast<size_t>(e.index)])
+                                                                            : fmt::format("launch_size(#{})", e.index);
     case Op::ThreadId:
       return "thread_id";
     case Op::ShuffleDown:
@@ -438,9 +451,12 @@ void print_stmts(const std::vector<Stmt>& body, const Kernel& k, int depth, std:
 
 std::string print(const Kernel& k) {
   std::string out = fmt::format("kernel {}  // {}\n", k.name, k.description);
+  for (size_t i = 0; i < k.sizes.size(); ++i) out += fmt::format("  size {}: i64, given at launch\n", k.sizes[i]);
   for (const Buffer& b : k.buffers) {
     std::string extent(name(b.extent));
     if (b.extent == Extent::rows_by_fixed) extent = fmt::format("rows*{}", b.per_row);
+    if (b.extent == Extent::rows_by_fixed && b.per_row_size >= 0 && static_cast<size_t>(b.per_row_size) < k.sizes.size())
+      extent = fmt::format("rows*{}*{}", b.per_row, k.sizes[static_cast<size_t>(b.per_row_size)]);
     if (b.extent == Extent::scratch) extent = fmt::format("scratch {}", b.per_row);
     if (b.extent == Extent::row_blocks) extent = fmt::format("ceil(rows/{})*{}", b.block_rows, b.per_row);
     out += fmt::format("  {} {}: {}[{}]\n", b.output ? "out" : "in ", b.name, name(b.elem), extent);

@@ -80,6 +80,9 @@ std::string to_string(Type t);
   /* The launch's row count (i64, uniform): grid_extent(0) in a kernel whose grid is over rows; \
      a column stage (Kernel::grid_over_rows false) reads it to loop over the rows. */          \
   X(LaunchRows, 0, "launch_rows")                                                            \
+  /* The launch's size argument Expr::index (i64, uniform): a length the kernel serves every \
+     value of, given at each launch (Kernel::sizes names them: attention's "S_k"). */         \
+  X(LaunchSize, 0, "launch_size")                                                            \
   /* Team kernels, inside a Team statement: this thread's index in [0, Kernel::team) (i64). */ \
   X(ThreadId, 0, "thread_id")                                                                \
   /* Team kernels, a top-level statement of a Team body: per-thread local Expr::index (a      \
@@ -254,6 +257,9 @@ struct Buffer {
   Extent extent = Extent::rows_by_cols;
   int64_t per_row = 0;  // rows_by_fixed, scratch and row_blocks: the K above
   int64_t block_rows = 0;  // row_blocks: rows per block
+  // rows_by_fixed: -1, or a size argument (Kernel::sizes) that multiplies per_row: K = per_row *
+  // size, given at launch (attention's k and v with S_k at launch: per_row D times S_k).
+  int per_row_size = -1;
 };
 // The kernel's arguments are its non-scratch buffers, which come first (the verifier checks).
 inline bool is_argument(const Buffer& b) { return b.extent != Extent::scratch; }
@@ -265,6 +271,9 @@ std::optional<int64_t> launch_elements(Extent e, int64_t per_row, int64_t block_
 inline std::optional<int64_t> launch_elements(const Buffer& b, int64_t rows, int64_t cols) {
   return launch_elements(b.extent, b.per_row, b.block_rows, rows, cols);
 }
+// The same with the launch's size arguments (Kernel::sizes), which a buffer's per_row_size
+// reads; nullopt on overflow, or when the size it names is missing or negative.
+std::optional<int64_t> launch_elements(const Buffer& b, int64_t rows, int64_t cols, const std::vector<int64_t>& sizes);
 
 struct Local {
   std::string name;
@@ -314,14 +323,18 @@ struct Kernel {
     std::string condition() const;  // "rows == 1", "rows >= 2", "rows % 3 != 0"
   };
   std::vector<RefusedLaunch> refused_launches;
+  // The size arguments every launch gives, by name (Op::LaunchSize i reads the i-th): lengths the
+  // kernel serves every value of, where an order's arithmetic does not change with them.
+  std::vector<std::string> sizes;
 };
 
 // The refusal for a launch of `rows` rows, if the kernel refuses it (the first that applies).
 const Kernel::RefusedLaunch* refusal(const Kernel& k, int64_t rows);
 
 // What every backend's entry takes for a launch of `rows` rows: the grid's extents (the row dim
-// ceil(rows / rows_per_instance) for a kernel over rows, then the fixed dims), then the rows.
-std::vector<int64_t> launch_extents(const Kernel& k, int64_t rows);
+// ceil(rows / rows_per_instance) for a kernel over rows, then the fixed dims), then the rows, then
+// the size arguments (Kernel::sizes), one per name.
+std::vector<int64_t> launch_extents(const Kernel& k, int64_t rows, const std::vector<int64_t>& sizes = {});
 
 // Expression constructors. They infer the result type from the operands; the verifier checks
 // that the operands agree.
@@ -331,6 +344,7 @@ ExprRef var(const Kernel& k, int local);
 ExprRef program_id(int dim);
 ExprRef grid_extent(int dim);
 ExprRef launch_rows();
+ExprRef launch_size(int index);
 ExprRef load(const Kernel& k, int buffer, ExprRef index, int lanes = 1);
 ExprRef gather(const Kernel& k, int buffer, ExprRef indices);
 ExprRef iota(int lanes);

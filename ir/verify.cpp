@@ -122,6 +122,11 @@ struct Verifier {
       case Op::LaunchRows:
         if (t != Type{ScalarType::i64, 1}) return fail(e, "launch_rows is a scalar i64");
         return true;
+      case Op::LaunchSize:
+        if (e.index < 0 || e.index >= static_cast<int64_t>(k.sizes.size()))
+          return fail(e, fmt::format("the kernel has {} size arguments", k.sizes.size()));
+        if (t != Type{ScalarType::i64, 1}) return fail(e, "launch_size is a scalar i64");
+        return true;
       case Op::Load:
         if (e.index < 0 || e.index >= static_cast<int64_t>(k.buffers.size())) return fail(e, "unknown buffer");
         if (k.buffers[static_cast<size_t>(e.index)].elem != t.scalar) return fail(e, "type differs from the buffer's");
@@ -442,6 +447,9 @@ std::string verify(const Kernel& k) {
   for (const Buffer& b : k.buffers) {
     const bool sized = b.extent == Extent::rows_by_fixed || b.extent == Extent::scratch || is_workspace(b);
     if (sized && b.per_row < 1) return fmt::format("kernel {}: buffer {} needs a positive size per row, got {}", k.name, b.name, b.per_row);
+    if (b.per_row_size >= 0 && (b.extent != Extent::rows_by_fixed || static_cast<size_t>(b.per_row_size) >= k.sizes.size()))
+      return fmt::format("kernel {}: buffer {}'s size per row reads size argument {}, but it is {} and the kernel has {} size arguments",
+                         k.name, b.name, b.per_row_size, name(b.extent), k.sizes.size());
     if (b.extent == Extent::scratch && !b.output) return fmt::format("kernel {}: scratch buffer {} must be writable", k.name, b.name);
     if (is_workspace(b) && (!b.output || b.block_rows < 1))
       return fmt::format("kernel {}: workspace {} must be writable, with a positive block of rows (got {})", k.name, b.name, b.block_rows);

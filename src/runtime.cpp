@@ -387,7 +387,7 @@ KernelHandle compile_new(const Request& r, bool share_programs) {
   // The caller's arguments; the workspaces follow them, and run() allocates those.
   for (const ir::Buffer& b : k->stages_[0].kernel.buffers) {
     if (ir::is_workspace(b)) k->workspaces_.push_back(b);
-    else if (ir::is_argument(b)) k->args_.push_back(ArgSpec{b.name, b.elem, b.output, b.extent, b.per_row});
+    else if (ir::is_argument(b)) k->args_.push_back(ArgSpec{b.name, b.elem, b.output, b.extent, b.per_row, b.per_row_size});
   }
   // Every stage takes the op's arguments, in one order (gen/gen.hpp, build_stages).
   for (const CompiledKernel::Stage& s : k->stages_) {
@@ -566,8 +566,21 @@ std::byte* reused_workspace(size_t index, size_t bytes) {
 }
 }  // namespace
 
-void CompiledKernel::run(const std::vector<BufferRef>& buffers, int64_t rows, int threads, Stores stores) const {
+void CompiledKernel::run_with_sizes(const std::vector<BufferRef>& buffers, int64_t rows, const std::vector<int64_t>& sizes, int threads,
+                                    Stores stores) const {
   if (rows < 0) throw Error(fmt::format("rows must be >= 0, got {}", rows));
+  const std::vector<std::string>& names = this->sizes();
+  if (sizes.size() != names.size()) {
+    std::string list;
+    for (const std::string& n : names) list += (list.empty() ? "" : ", ") + n;
+    throw Error(names.empty() ? fmt::format("{} with order '{}' fixes every length at compile time; got {} size arguments", name(request_.op),
+                                            request_.order, sizes.size())
+                              : fmt::format("{} takes {} size argument(s) at launch ({}), got {}", name(request_.op), names.size(), list,
+                                            sizes.size()));
+  }
+  for (size_t i = 0; i < sizes.size(); ++i)
+    if (sizes[i] < 1 || sizes[i] > (int64_t(1) << 24))
+      throw Error(fmt::format("{} = {} outside [1, 2^24]", names[i], sizes[i]));
   // Lengths and offsets are 64-bit everywhere (the IR's index type is i64, and so are the
   // LLVM backend's addresses), so rows*N beyond 2^31 runs. Past kMaxElements, rows*N, or the
   // bytes of a buffer of it, would overflow int64_t: such a launch is rejected here, before any
@@ -583,14 +596,16 @@ void CompiledKernel::run(const std::vector<BufferRef>& buffers, int64_t rows, in
   std::vector<ir::BufferArg> views;
   for (size_t i = 0; i < args_.size(); ++i) {
     const ArgSpec& a = args_[i];
-    const std::optional<int64_t> checked = a.checked_elements(rows, request_.cols);
-    if (!checked) throw Error(fmt::format("{}: rows={} makes more than 2^63 elements", a.name, rows));
+    const std::optional<int64_t> checked = a.checked_elements(rows, request_.cols, sizes);
+    if (!checked || *checked > kMaxElements)
+      throw Error(fmt::format("{}: rows={} makes more than the {} elements a launch may have", a.name, rows, kMaxElements));
     const int64_t need = *checked;
     if (buffers[i].dtype != a.dtype)
       throw Error(fmt::format("{}: dtype {} given, kernel expects {}", a.name, name(buffers[i].dtype), name(a.dtype)));
     if (buffers[i].elements != need)
-      throw Error(fmt::format("{}: {} elements given, expected {} ({} with rows={}, N={})", a.name, buffers[i].elements, need,
-                              ir::name(a.extent), rows, request_.cols));
+      throw Error(fmt::format("{}: {} elements given, expected {} ({} with rows={}, N={}{})", a.name, buffers[i].elements, need,
+                              ir::name(a.extent), rows, request_.cols,
+                              a.per_row_size >= 0 ? fmt::format(", {}={}", names[size_t(a.per_row_size)], sizes[size_t(a.per_row_size)]) : ""));
     if (need > 0 && !buffers[i].data) throw Error(fmt::format("{}: null data pointer", a.name));
     ptrs.push_back(buffers[i].data);
     views.push_back(ir::BufferArg{buffers[i].data, buffers[i].elements});
@@ -617,17 +632,18 @@ void CompiledKernel::run(const std::vector<BufferRef>& buffers, int64_t rows, in
     views.push_back(ir::BufferArg{memory, *elements});
     all_buffers.push_back(BufferRef{memory, *elements, w.elem});
   }
-  for (const Stage& s : stages_) run_stage(s, ptrs, views, all_buffers, rows, threads, stores);
+  for (const Stage& s : stages_) run_stage(s, ptrs, views, all_buffers, rows, sizes, threads, stores);
 }
 
 // One stage over the launch. Its grid: the rows (then any fixed dims), or for a column stage its
 // fixed dims alone; every entry point also gets the launch's rows after the grid's extents.
 void CompiledKernel::run_stage(const Stage& s, const std::vector<void*>& ptrs, const std::vector<ir::BufferArg>& views,
-                               const std::vector<BufferRef>& buffers, int64_t rows, int threads, Stores stores) const {
+                               const std::vector<BufferRef>& buffers, int64_t rows, const std::vector<int64_t>& sizes, int threads,
+                               Stores stores) const {
   const ir::Kernel& k = s.kernel;
-  const std::vector<int64_t> extents = ir::launch_extents(k, rows);
+  const std::vector<int64_t> extents = ir::launch_extents(k, rows, sizes);
   int64_t instances = 1;
-  for (size_t d = 0; d + 1 < extents.size(); ++d)
+  for (size_t d = 0; d + 1 + sizes.size() < extents.size(); ++d)
     if (__builtin_mul_overflow(instances, extents[d], &instances)) throw Error(fmt::format("rows={} makes more than 2^63 program instances", rows));
   if (s.cuda_device || s.cuda_emu) {
     std::vector<cuda_backend::BufferView> views_cuda;
@@ -660,12 +676,12 @@ void CompiledKernel::run_stage(const Stage& s, const std::vector<void*>& ptrs, c
   constexpr int64_t kStreamAbove = int64_t(32) << 20;
   for (const ArgSpec& a : args_)  // each term is at most 2^62 bytes (kMaxElements); stop before a sum could overflow
     if (a.output && a.extent == ir::Extent::rows_by_cols && output_bytes <= kStreamAbove)
-      output_bytes += a.elements(rows, request_.cols) * size_bytes(a.dtype);
+      output_bytes += a.elements(rows, request_.cols, sizes) * size_bytes(a.dtype);
   const bool stream = stores == Stores::streaming || (stores == Stores::automatic && output_bytes > kStreamAbove);
   const int64_t flags = stream ? llvm_backend::kStreamOutputs : 0;
   // Enough rows per thread to amortize the hand-off; results do not depend on the split.
   int64_t work = 0;
-  for (const ArgSpec& a : args_) work = std::max(work, a.elements(rows, request_.cols));
+  for (const ArgSpec& a : args_) work = std::max(work, a.elements(rows, request_.cols, sizes));
   if (work < (int64_t(1) << 15)) threads = 1;
   Pool::instance().parallel_for(instances, threads, [&](int64_t b, int64_t e) { entry(ptrs.data(), extents.data(), b, e, flags); });
 }

@@ -146,7 +146,7 @@ request options (every command that builds a kernel):
   --arch sm_XX          target cuda: sm_80, sm_86, sm_89, sm_90    --arch sm_80
   --rows-in-flight R    CPU rows run in lock step (0: backend's choice; never changes bits)  --rows-in-flight 4
   --cols N              the reduced dim N (attention: D)           --cols 4096
-  --sq N, --sk N        attention's query and key lengths          --sq 512 --sk 700
+  --sq N, --sk N        attention's query and key lengths; --sk launch: one kernel for every S_k, given at each launch  --sq 1 --sk launch
   --heads H             attention: H of PyTorch's (B, H, S, D); launches are B*H rows (1)  --heads 8
   --row-strides Q,K,V   attention: the row strides of the q, k, v tensors PyTorch was given (D: contiguous)  --row-strides 512,512,512
   --causal              attention: key j hidden from query i > j   --causal
@@ -181,7 +181,11 @@ ordo::Request request_from(const Args& a, ordo::OpKind op) {
   r.allow_mixed_dtypes = a.flag("allow-mixed-dtypes");
   // attention's shape (rows are batch*heads); other ops reject these in resolve().
   if (auto v = a.get("sq")) r.seq_q = parse_int("--sq", *v, 1, int64_t(1) << 24);
-  if (auto v = a.get("sk")) r.seq_k = parse_int("--sk", *v, 1, int64_t(1) << 24);
+  if (auto v = a.get("sk")) {
+    // `--sk launch`: one kernel for every S_k, given at each launch (Request::seq_k_at_launch).
+    if (*v == "launch") r.seq_k_at_launch = true;
+    else r.seq_k = parse_int("--sk", *v, 1, int64_t(1) << 24);
+  }
   if (auto v = a.get("heads")) r.heads = parse_int("--heads", *v, 1, int64_t(1) << 24);
   if (auto v = a.get("row-strides")) {
     const std::vector<std::string> parts = split(*v, ',');
@@ -196,7 +200,7 @@ ordo::Request request_from(const Args& a, ordo::OpKind op) {
   const ordo::OpKind forward = ordo::forward_of(op);
   if (forward == ordo::OpKind::attention) {
     if (!r.seq_q) r.seq_q = r.seq_k ? r.seq_k : 1024;
-    if (!r.seq_k) r.seq_k = r.seq_q;
+    if (!r.seq_k && !r.seq_k_at_launch) r.seq_k = r.seq_q;
   }
   r.has_weight = (forward == ordo::OpKind::layer_norm || forward == ordo::OpKind::rms_norm) && !a.flag("no-weight");
   r.has_bias = forward == ordo::OpKind::layer_norm && !a.flag("no-bias");
@@ -262,7 +266,7 @@ std::map<std::string, std::string> output_files(const Args& a, const ordo::Compi
 // all of them or none.
 void run_and_write(const ordo::CompiledKernel& k, const std::map<std::string, ordo::NpyArray>& inputs,
                    const std::map<std::string, std::string>& out_files, int64_t rows, int threads,
-                   const std::function<std::vector<int64_t>(const ordo::ArgSpec&)>& out_shape) {
+                   const std::function<std::vector<int64_t>(const ordo::ArgSpec&)>& out_shape, const std::vector<int64_t>& sizes) {
   std::vector<ordo::NpyArray> buffers;
   for (const ordo::ArgSpec& s : k.args()) {
     ordo::NpyArray b;
@@ -270,13 +274,13 @@ void run_and_write(const ordo::CompiledKernel& k, const std::map<std::string, or
     else {
       b.dtype = s.dtype;
       b.shape = out_shape(s);
-      b.data.assign(static_cast<size_t>(s.elements(rows, k.request().cols) * ordo::size_bytes(s.dtype)), 0);
+      b.data.assign(static_cast<size_t>(s.elements(rows, k.request().cols, sizes) * ordo::size_bytes(s.dtype)), 0);
     }
     buffers.push_back(std::move(b));
   }
   std::vector<ordo::BufferRef> refs;
   for (ordo::NpyArray& b : buffers) refs.push_back(ordo::BufferRef{b.data.data(), b.elements(), b.dtype});
-  k.run(refs, rows, threads);
+  k.run_with_sizes(refs, rows, sizes, threads);
   std::vector<std::pair<std::string, const ordo::NpyArray*>> files;
   for (size_t i = 0; i < buffers.size(); ++i)
     if (auto it = out_files.find(k.args()[i].name); it != out_files.end()) files.emplace_back(it->second, &buffers[i]);

@@ -65,12 +65,12 @@ std::pair<std::string, std::string> name_file(const std::string& opt, const std:
 std::map<std::string, NpyArray> read_inputs(const Args& a, OpKind op, const std::vector<std::string>& names);
 // Checks --out names against the kernel's outputs.
 std::map<std::string, std::string> output_files(const Args& a, const CompiledKernel& k);
-// Runs `k` on `rows` rows with the inputs named by its arguments and outputs shaped by
-// out_shape, then writes the outputs named in out_files: only after everything has succeeded,
-// all of them or none.
+// Runs `k` on `rows` rows (and the size arguments `sizes`, CompiledKernel::sizes) with the inputs
+// named by its arguments and outputs shaped by out_shape, then writes the outputs named in
+// out_files: only after everything has succeeded, all of them or none.
 void run_and_write(const CompiledKernel& k, const std::map<std::string, NpyArray>& inputs,
                    const std::map<std::string, std::string>& out_files, int64_t rows, int threads,
-                   const std::function<std::vector<int64_t>(const ArgSpec&)>& out_shape);
+                   const std::function<std::vector<int64_t>(const ArgSpec&)>& out_shape, const std::vector<int64_t>& sizes = {});
 // The orders compare and demo run when --orders is not given: every order of the op that runs
 // on the CPU, each kernel once (no device-only orders, no aliases).
 std::vector<std::string> default_orders(OpKind op);

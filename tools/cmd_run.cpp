@@ -50,7 +50,9 @@ int run_attention(const Args& a, ordo::Request r, int threads) {
     throw Error(fmt::format("q, k and v must share one dtype; got {}, {}, {}", ordo::name(q.dtype), ordo::name(k.dtype), ordo::name(v.dtype)));
   r.cols = q.shape.back();
   r.seq_q = q.shape[q.shape.size() - 2];
-  r.seq_k = k.shape[k.shape.size() - 2];
+  // With --sk launch the kernel takes k's S_k as a launch argument instead of being built for it.
+  const int64_t seq_k = k.shape[k.shape.size() - 2];
+  r.seq_k = r.seq_k_at_launch ? 0 : seq_k;
   r.x_dtype = q.dtype;
   r.heads = attention_heads(q);
   int64_t rows = 1;
@@ -61,9 +63,10 @@ int run_attention(const Args& a, ordo::Request r, int threads) {
   for (const std::string& o : a.all("out")) want_lse |= name_file("out", o).first == "lse";
   r.lse_output = want_lse;
   ordo::KernelHandle kernel = ordo::compile(r);
-  run_and_write(*kernel, in, output_files(a, *kernel), rows, threads, [&](const ordo::ArgSpec& s) {
-    return s.name == "out" ? q.shape : std::vector<int64_t>(q.shape.begin(), q.shape.end() - 1);
-  });
+  run_and_write(
+      *kernel, in, output_files(a, *kernel), rows, threads,
+      [&](const ordo::ArgSpec& s) { return s.name == "out" ? q.shape : std::vector<int64_t>(q.shape.begin(), q.shape.end() - 1); },
+      r.seq_k_at_launch ? std::vector<int64_t>{seq_k} : std::vector<int64_t>{});
   return 0;
 }
 

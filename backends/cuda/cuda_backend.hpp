@@ -38,13 +38,15 @@ struct Source {
   // stores of 8 or 16 bytes); checked at launch.
   std::vector<int> buffer_align;
   int grid_rank = 1;
+  int sizes = 0;  // size arguments (ir::Kernel::sizes), after the launch's rows
   bool uses_barriers = false;  // __syncthreads or warp shuffles: team kernels
   int block_threads = kBlockSize;      // threads per block
   int instances_per_block = kBlockSize;  // kBlockSize, or 1 for a team kernel
   // CUDA's own functions the kernel calls (ir::device_only): it runs on a GPU only.
   std::vector<std::string> device_calls;
   // Parameters, in order: one pointer per buffer, then the grid extents (long long each), the
-  // launch's rows and the instance count (long long): their C spelling, for manifests and the launch.
+  // launch's rows, its size arguments and the instance count (long long): their C spelling, for
+  // manifests and the launch.
   std::vector<std::string> params;
   std::vector<std::string> param_types;  // the same parameters' types alone
 };

@@ -60,10 +60,10 @@ int run(const std::vector<std::string>& args, const std::filesystem::path& log) 
 // The launcher: blocks [begin, end) of Source::block_threads threads, each thread the kernel itself.
 std::string launcher(const Source& s) {
   std::string args;
-  const size_t buffers = s.param_types.size() - static_cast<size_t>(s.grid_rank) - 2;
+  const size_t buffers = s.param_types.size() - static_cast<size_t>(s.grid_rank + s.sizes) - 2;
   for (size_t i = 0; i < buffers; ++i) args += fmt::format("{}static_cast<{}>(buffers[{}])", i ? ", " : "", s.param_types[i], i);
-  // extents: the grid's, then the launch's rows.
-  for (int d = 0; d <= s.grid_rank; ++d) args += fmt::format(", extents[{}]", d);
+  // extents: the grid's, then the launch's rows, then its size arguments.
+  for (int d = 0; d <= s.grid_rank + s.sizes; ++d) args += fmt::format(", extents[{}]", d);
   args += ", instances";
   return fmt::format(
       "// cuda-emu launcher (generated): the kernel below is the exact source NVRTC compiles.\n"

@@ -206,6 +206,7 @@ struct Renderer {
       case Op::ProgramId: return fmt::format("pid{}", e.index);
       case Op::GridExtent: return fmt::format("ext{}", e.index);
       case Op::LaunchRows: return "launch_rows";
+      case Op::LaunchSize: return fmt::format("size{}", e.index);
       case Op::Iota: return n == 1 ? std::string("0LL") : temp(e, fmt::format("ordo_rt::iota<{}>()", n));
       case Op::ThreadId: return "(long long)threadIdx.x";
       // Every thread of the warp runs the statement (the verifier keeps shuffles out of
@@ -393,6 +394,7 @@ Source render(const Kernel& k) {
   Source s;
   s.entry = "ordo_" + identifier(k.name);
   s.grid_rank = k.grid_rank;
+  s.sizes = static_cast<int>(k.sizes.size());
   const bool team = k.team > 1;
   s.block_threads = team ? k.team : kBlockSize;
   s.instances_per_block = team ? 1 : kBlockSize;
@@ -469,6 +471,10 @@ Source render(const Kernel& k) {
   }
   s.params.push_back("long long launch_rows");
   s.param_types.push_back("long long");
+  for (size_t i = 0; i < k.sizes.size(); ++i) {  // Kernel::sizes: size{i} is launch_size(i)
+    s.params.push_back(fmt::format("long long size{}", i));
+    s.param_types.push_back("long long");
+  }
   s.params.push_back("long long instances");
   s.param_types.push_back("long long");
   for (size_t i = 0; i < s.params.size(); ++i) {

@@ -16,9 +16,9 @@
 namespace ordo::llvm_backend {
 
 // Runs program instances [begin, end) of a kernel. buffers[i] is the i-th Kernel::buffers
-// entry; extents[d] the grid extent of dimension d (instances are numbered row-major), and
-// extents[grid_rank] the launch's rows (launch_rows); flags are launch choices that never
-// change results.
+// entry; extents[d] the grid extent of dimension d (instances are numbered row-major),
+// extents[grid_rank] the launch's rows (launch_rows), and extents[grid_rank + 1 + i] its size
+// argument i (launch_size, Kernel::sizes); flags are launch choices that never change results.
 using EntryFn = void (*)(void* const* buffers, const int64_t* extents, int64_t begin, int64_t end, int64_t flags);
 
 // Vector stores of per-row outputs bypass the cache (non-temporal): faster when the output

@@ -400,6 +400,10 @@ struct Lowerer {
         case Op::LaunchRows:  // after the grid's extents (llvm_backend.hpp, EntryFn)
           v = B.CreateLoad(B.getInt64Ty(), B.CreateGEP(B.getInt64Ty(), extents_arg, B.getInt64(static_cast<uint64_t>(k.grid_rank))));
           break;
+        case Op::LaunchSize:  // after the rows (llvm_backend.hpp, EntryFn)
+          v = B.CreateLoad(B.getInt64Ty(),
+                           B.CreateGEP(B.getInt64Ty(), extents_arg, B.getInt64(static_cast<uint64_t>(k.grid_rank + 1 + e.index))));
+          break;
         case Op::Load: {
           llvm::Type* elem = scalar(t.scalar);
           llvm::Value* p = B.CreateGEP(elem, buffers[static_cast<size_t>(e.index)][static_cast<size_t>(i)], A(0));

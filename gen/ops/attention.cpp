@@ -13,12 +13,13 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 
 #include "gen/blocks/constants.hpp"
-#include "gen/gen.hpp"
 #include "gen/blocks/math.hpp"
 #include "gen/blocks/row.hpp"
 #include "gen/blocks/warp.hpp"
+#include "gen/gen.hpp"
 #include "ir/error.hpp"
 
 namespace ordo::gen {
@@ -73,11 +74,17 @@ bool pv_rounds_each_step(const AttentionOrder& o) { return o.round_to_storage &&
 // make its cheaper operations give the general ones' bits.
 constexpr Range kVRange{-40, 40}, kPRange{-78, 58};
 
+// The value of an i64 constant (a key count known when the kernel is built), else nullopt.
+std::optional<int64_t> constant_count(const ExprRef& e) {
+  if (e->op == Op::Const) return e->imm_i;
+  return std::nullopt;
+}
+
 struct Attention {
   const Request& r;
   const AttentionOrder& o;
   Builder& b;
-  int64_t D, Sq, Sk;
+  int64_t D, Sq, Sk;  // Sk: 0 when S_k is given at launch (sk_launch)
   int L;
   ScalarType storage;
   int q = -1, k = -1, v = -1, out = -1, lse = -1;  // arguments
@@ -98,7 +105,12 @@ struct Attention {
   PanelMode panel_mode = PanelMode::none;
   int panel = -1;
 
+  // Request::seq_k_at_launch: S_k as the kernel's size argument 0 (flash only); null otherwise.
+  ExprRef sk_launch{};
+
   Type vec() const { return Type{ScalarType::f32, L}; }
+  // Elements of one (batch, head)'s K or V: S_k * D.
+  ExprRef kv_elements() const { return sk_launch ? mul(sk_launch, idx(D)) : idx(Sk * D); }
   ExprRef splat(ExprRef s) const { return broadcast(std::move(s), L); }
   // Rounds f32 to the storage type and back when the order keeps intermediates in storage.
   ExprRef to_storage(ExprRef x) const {
@@ -119,7 +131,7 @@ struct Attention {
     ExprRef lanes = add(splat(first), iota(L));
     query = b.let("query", binary(Op::Min, lanes, splat(idx(Sq - 1))));
     q_base = b.let("q_base", mul(program_id(0), idx(Sq * D)));
-    kv_base = b.let("kv_base", mul(program_id(0), idx(Sk * D)));
+    kv_base = b.let("kv_base", mul(program_id(0), kv_elements()));
     lse_base = b.let("lse_base", mul(program_id(0), idx(Sq)));
   }
 
@@ -239,16 +251,28 @@ struct Attention {
       b.for_range("j", idx(0), idx(full), key_group, [&](ExprRef j) { body(b.let("j0", add(begin, j)), key_group); });
     if (count % key_group) body(b.let("j0", add(begin, idx(full))), int(count % key_group));
   }
+  // The same for a count known at launch: whole groups, then the remaining keys one at a time
+  // (a key's score and its place in the order do not depend on its group).
+  void key_groups(ExprRef begin, const ExprRef& count, const std::function<void(ExprRef, int)>& body) {
+    if (std::optional<int64_t> known = constant_count(count)) return key_groups(std::move(begin), *known, body);
+    ExprRef full = b.let("j.full", sub(count, binary(Op::Rem, count, idx(key_group))));
+    b.for_range("j", idx(0), full, key_group, [&](ExprRef j) { body(b.let("j0", add(begin, j)), key_group); });
+    b.for_range("j", full, count, 1, [&](ExprRef j) { body(b.let("j0", add(begin, j)), 1); });
+  }
 
   // acc[d*L + l] (scratch) += p_t * v[j0 + t][d] for t = 0..n-1 in order, p_t = load(p, t*L):
   // each output element sums its keys in key order.
-  void accumulate_pv(int acc, int p, ExprRef j0, int n, bool round_each_step) {
+  void accumulate_pv(int acc, int p, ExprRef j0, int n, bool round_each_step) { accumulate_pv(acc, p, std::move(j0), idx(n), round_each_step); }
+  void accumulate_pv(int acc, int p, ExprRef j0, const ExprRef& n, bool round_each_step) {
     accumulate_pv_steps(acc, p, j0, n, [&](ExprRef sum, ExprRef pt, ExprRef v_at) {
       return dot_step(std::move(sum), std::move(pt), splat(load_f32(v, std::move(v_at))), round_each_step);
     });
   }
   // The loops of accumulate_pv with its step as a parameter: sum = step(sum, p_t, index of v[j0 + t][d]).
   void accumulate_pv_steps(int acc, int p, ExprRef j0, int n, const std::function<ExprRef(ExprRef, ExprRef, ExprRef)>& step) {
+    accumulate_pv_steps(acc, p, std::move(j0), idx(n), step);
+  }
+  void accumulate_pv_steps(int acc, int p, ExprRef j0, const ExprRef& n, const std::function<ExprRef(ExprRef, ExprRef, ExprRef)>& step) {
     // Dims per loop step, each its own chain: 8 keep two fma pipes busy through a 4-cycle latency
     // (4 left half of them idle: fast's forward went from 0.48 to 0.56 of the peak). D is a multiple of 8.
     constexpr int kUnroll = 8;
@@ -258,7 +282,7 @@ struct Attention {
         a[size_t(u)] = b.local("o", vec());
         b.assign(a[size_t(u)], load(b.kernel(), acc, mul(add(d, idx(u)), idx(L)), L));
       }
-      b.for_range("t", idx(0), idx(n), 1, [&](ExprRef t) {
+      b.for_range("t", idx(0), n, 1, [&](ExprRef t) {
         ExprRef pt = b.let("p", load(b.kernel(), p, mul(t, idx(L)), L));
         ExprRef v_row = b.let("v_row", add(kv_base, mul(add(j0, t), idx(D))));
         for (int u = 0; u < kUnroll; ++u) b.assign(a[size_t(u)], step(b.get(a[size_t(u)]), pt, add(v_row, add(d, idx(u)))));
@@ -559,20 +583,41 @@ struct Attention {
   // backward's recomputation of lse (lse_only) visits every block: its instances are not query
   // blocks numbered by program_id(1), and a masked block leaves m and l as they were, bit for bit
   // (alpha is exactly 1 and each p exactly 0), so lse is the same.
-  void key_blocks(int64_t Bc, int64_t queries, const std::function<void(ExprRef, int64_t)>& block) {
+  // block(first key, key count): the count a constant, or with S_k given at launch (sk_launch)
+  // the partial block's count, a uniform local.
+  void key_blocks(int64_t Bc, int64_t queries, const std::function<void(ExprRef, ExprRef)>& block) {
+    if (sk_launch) return key_blocks_at_launch(Bc, queries, block);
     const int64_t full = Sk - Sk % Bc;
     if (!r.causal || lse_only) {
-      b.for_range("kb", idx(0), idx(full), Bc, [&](ExprRef kb) { block(kb, Bc); });
-      if (Sk % Bc) block(idx(full), Sk % Bc);
+      b.for_range("kb", idx(0), idx(full), Bc, [&](ExprRef kb) { block(kb, idx(Bc)); });
+      if (Sk % Bc) block(idx(full), idx(Sk % Bc));
       return;
     }
     ExprRef last = binary(Op::Min, add(mul(program_id(1), idx(queries)), idx(queries - 1)), idx(Sq - 1));
     ExprRef seen = binary(Op::Min, add(last, idx(1)), idx(Sk));
     ExprRef blocks_end = mul(div(add(seen, idx(Bc - 1)), idx(Bc)), idx(Bc));
-    b.for_per_instance("kb", idx(0), binary(Op::Min, blocks_end, idx(full)), Bc, [&](ExprRef kb) { block(kb, Bc); });
+    b.for_per_instance("kb", idx(0), binary(Op::Min, blocks_end, idx(full)), Bc, [&](ExprRef kb) { block(kb, idx(Bc)); });
     // The partial block, once when a seen key is in it: [full, min(seen, full + 1)).
     if (Sk % Bc)
-      b.for_per_instance("kb.tail", idx(full), binary(Op::Min, seen, idx(full + 1)), 1, [&](ExprRef kb) { block(kb, Sk % Bc); });
+      b.for_per_instance("kb.tail", idx(full), binary(Op::Min, seen, idx(full + 1)), 1, [&](ExprRef kb) { block(kb, idx(Sk % Bc)); });
+  }
+  // The same blocks, in the same order, for S_k given at launch: full = S_k - S_k mod Bc and the
+  // partial block's count are computed from the size argument, and the partial block runs when
+  // its count is not 0.
+  void key_blocks_at_launch(int64_t Bc, int64_t queries, const std::function<void(ExprRef, ExprRef)>& block) {
+    ExprRef tail = b.let("keys.tail", binary(Op::Rem, sk_launch, idx(Bc)));
+    ExprRef full = b.let("keys.full", sub(sk_launch, tail));
+    if (!r.causal || lse_only) {
+      b.for_range("kb", idx(0), full, Bc, [&](ExprRef kb) { block(kb, idx(Bc)); });
+      b.if_(binary(Op::Lt, idx(0), tail), [&] { block(full, tail); });
+      return;
+    }
+    ExprRef last = binary(Op::Min, add(mul(program_id(1), idx(queries)), idx(queries - 1)), idx(Sq - 1));
+    ExprRef seen = binary(Op::Min, add(last, idx(1)), sk_launch);
+    ExprRef blocks_end = mul(div(add(seen, idx(Bc - 1)), idx(Bc)), idx(Bc));
+    b.for_per_instance("kb", idx(0), binary(Op::Min, blocks_end, full), Bc, [&](ExprRef kb) { block(kb, idx(Bc)); });
+    // The partial block, once when a seen key is in it (an empty range when the count is 0).
+    b.for_per_instance("kb.tail", full, binary(Op::Min, seen, add(full, idx(1))), 1, [&](ExprRef kb) { block(kb, tail); });
   }
 
   // Flash as a team (AttentionOrder::team = T): a query row is served by `split` threads
@@ -610,7 +655,10 @@ struct Attention {
       b.assign(l, f32c(0.0f, 1));
       for (int u = 0; u < U; ++u) b.assign(acc[size_t(u)], f32c(0.0f, 8));
     });
-    auto block = [&](ExprRef begin, int64_t count) {
+    auto block = [&](ExprRef begin, const ExprRef& count_expr) {
+      const std::optional<int64_t> known = constant_count(count_expr);
+      if (!known) throw Error("internal: a team's flash blocks need S_k at compile time");
+      const int64_t count = *known;
       b.team([&](ExprRef tid) {  // K and V rows [begin, begin + count), coalesced over the team
         ExprRef first = b.let("tile_first", add(kv_base, mul(begin, idx(D))));
         b.for_range("e", tid, idx(count * D), T, [&](ExprRef e) {
@@ -687,13 +735,16 @@ struct Attention {
     return t;
   }
   // Runs body() with k, v and kv_base pointing at the block's widened tiles (when there are any).
-  void on_tiles(const Tiles& t, const ExprRef& begin, int64_t count, const std::function<void()>& body) {
+  void on_tiles(const Tiles& t, const ExprRef& begin, const ExprRef& count_expr, const std::function<void()>& body) {
     if (t.k < 0) return body();
     ExprRef first = b.let("tile_first", add(kv_base, mul(begin, idx(D))));
     // D is a multiple of 8. Wider steps take fewer instructions per value: with 8 per step the
-    // widening was about an eighth of fast's bf16 operations at D = 64.
-    const int W = (count * D) % 32 == 0 ? 32 : (count * D) % 16 == 0 ? 16 : 8;
-    b.for_range("e", idx(0), idx(count * D), W, [&](ExprRef e) {
+    // widening was about an eighth of fast's bf16 operations at D = 64. A count known only at
+    // launch (S_k's partial block) takes the widest step that divides D.
+    const std::optional<int64_t> count = constant_count(count_expr);
+    const int64_t per_step = count ? *count * D : D;
+    const int W = per_step % 32 == 0 ? 32 : per_step % 16 == 0 ? 16 : 8;
+    b.for_range("e", idx(0), count ? idx(*count * D) : mul(count_expr, idx(D)), W, [&](ExprRef e) {
       b.store(t.k, e, cast(load(b.kernel(), k, add(first, e), W), ScalarType::f32));
       if (t.v >= 0) b.store(t.v, e, cast(load(b.kernel(), v, add(first, e), W), ScalarType::f32));
     });
@@ -710,7 +761,7 @@ struct Attention {
 
   void flash() {
     load_queries();
-    const int64_t Bc = std::min<int64_t>(o.key_block, Sk);
+    const int64_t Bc = sk_launch ? o.key_block : std::min<int64_t>(o.key_block, Sk);
     const int acc = lse_only ? -1 : b.buffer("acc", ScalarType::f32, true, Extent::scratch, D * L);
     const int sblk = b.buffer("block", ScalarType::f32, true, Extent::scratch, Bc * L);
     const Tiles tiles = widened_tiles(Bc);
@@ -718,7 +769,7 @@ struct Attention {
     b.assign(m, f32c(-kInf, L));
     b.assign(l, f32c(0.0f, L));
     if (!lse_only) zero(acc, D);
-    auto block = [&](ExprRef begin, int64_t count) { on_tiles(tiles, begin, count, [&] { block_of(begin, count, acc, sblk, m, l); }); };
+    auto block = [&](ExprRef begin, const ExprRef& count) { on_tiles(tiles, begin, count, [&] { block_of(begin, count, acc, sblk, m, l); }); };
     b.region("flash", describe(o), [&] {
       key_blocks(Bc, L, block);
       if (lse_only) return;
@@ -734,7 +785,7 @@ struct Attention {
 
   // One key block of flash: keys [begin, begin + count) into the running max m, sum l and (unless
   // lse_only) the accumulator acc; sblk holds the block's scores, then its probabilities.
-  void block_of(const ExprRef& begin, int64_t count, int acc, int sblk, int m, int l) {
+  void block_of(const ExprRef& begin, const ExprRef& count, int acc, int sblk, int m, int l) {
     // The block's max as `bm > s ? bm : s`, one x86 max instruction where IEEE maximum takes
     // five: it may drop a NaN score (and take either zero), but such a score's p below is NaN
     // and makes the query's l, out and lse NaN anyway, and m' = ±0 leaves p, l and lse as they
@@ -753,7 +804,7 @@ struct Attention {
     // when both are still -inf, where m - m' is NaN).
     ExprRef alpha = b.let("alpha", select(binary(Op::Eq, b.get(m), m_new), f32c(1.0f, L), expo(sub(b.get(m), m_new))));
     b.assign(l, mul(b.get(l), alpha));
-    b.for_range("t", idx(0), idx(count), 1, [&](ExprRef t) {
+    b.for_range("t", idx(0), count, 1, [&](ExprRef t) {
       ExprRef s = b.let("s", load(b.kernel(), sblk, mul(t, idx(L)), L));
       // A masked key adds exactly 0, even while m' is -inf.
       ExprRef pt = b.let("p", select(binary(Op::Eq, s, f32c(-kInf, L)), f32c(0.0f, L), expo(sub(s, m_new))));
@@ -764,7 +815,7 @@ struct Attention {
       b.for_range("d", idx(0), idx(D), 1, [&](ExprRef d) {
         b.store(acc, mul(d, idx(L)), mul(load(b.kernel(), acc, mul(d, idx(L)), L), alpha));
       });
-      accumulate_pv(acc, sblk, begin, int(count), false);
+      accumulate_pv(acc, sblk, begin, count, false);
     }
     b.assign(m, m_new);
   }
@@ -800,7 +851,11 @@ ExprRef emit_attention_lse(Builder& b, const Request& r, const AttentionOrder& o
 // 1) and whether every v of the (batch, head) is in the split's range (v_split, kv_flags).
 bool widens_kv_once(const Request& r, const AttentionOrder& o) {
   constexpr int64_t kMaxWorkspaceBytesPerRow = int64_t(2) << 20;
-  if (r.x_dtype == ScalarType::f32 || cuda_target(r) || 2 * r.seq_k * r.cols * int64_t(sizeof(float)) > kMaxWorkspaceBytesPerRow) return false;
+  // With S_k given at launch the workspace's size is not known when the kernel is built: each key
+  // block's tiles are widened instead (exact either way).
+  if (r.x_dtype == ScalarType::f32 || cuda_target(r) || r.seq_k_at_launch ||
+      2 * r.seq_k * r.cols * int64_t(sizeof(float)) > kMaxWorkspaceBytesPerRow)
+    return false;
   return (o.kind == AttentionOrder::Kind::Flash && o.team == 0) || (o.kind == AttentionOrder::Kind::ExactTiled && r.x_dtype == ScalarType::bf16);
 }
 
@@ -819,8 +874,11 @@ std::vector<Kernel> build_attention(const Request& r, const Order& order) {
   auto arguments = [&](Builder& b) {
     Arguments a;
     a.q = b.buffer("q", r.x_dtype, false, Extent::rows_by_fixed, r.seq_q * r.cols);
-    a.k = b.buffer("k", r.x_dtype, false, Extent::rows_by_fixed, r.seq_k * r.cols);
-    a.v = b.buffer("v", r.x_dtype, false, Extent::rows_by_fixed, r.seq_k * r.cols);
+    // With S_k given at launch, k and v hold rows * D * S_k elements (size argument 0).
+    const int64_t kv_per_row = r.seq_k_at_launch ? r.cols : r.seq_k * r.cols;
+    a.k = b.buffer("k", r.x_dtype, false, Extent::rows_by_fixed, kv_per_row);
+    a.v = b.buffer("v", r.x_dtype, false, Extent::rows_by_fixed, kv_per_row);
+    if (r.seq_k_at_launch) b.kernel().buffers[size_t(a.k)].per_row_size = b.kernel().buffers[size_t(a.v)].per_row_size = 0;
     a.out = b.buffer("out", r.x_dtype, true, Extent::rows_by_fixed, r.seq_q * r.cols);
     if (r.lse_output) a.lse = b.buffer("lse", ScalarType::f32, true, Extent::rows_by_fixed, r.seq_q);
     if (widen_once) {
@@ -865,6 +923,7 @@ std::vector<Kernel> build_attention(const Request& r, const Order& order) {
   }
   Kernel& k = stages.back();
   k.name = "attention";
+  if (r.seq_k_at_launch) k.sizes = {"S_k"};  // before the buffers that read it
   Builder b(k);
   // A team holds one query per thread: its per-query values are scalars (one lane).
   Attention a{r, o, b, r.cols, r.seq_q, r.seq_k, o.team > 0 ? 1 : o.query_lanes, r.x_dtype};
@@ -877,6 +936,11 @@ std::vector<Kernel> build_attention(const Request& r, const Order& order) {
   a.v_split = args.v_split;
   a.out = args.out;
   a.lse = args.lse;
+  if (r.seq_k_at_launch) {
+    if (o.kind != AttentionOrder::Kind::Flash || o.team > 0)
+      throw Error(fmt::format("internal: order '{}' has S_k at launch but is not a one-thread flash order", r.order));
+    a.sk_launch = launch_size(0);
+  }
   k.grid_rank = 2;
   if (o.kind == AttentionOrder::Kind::Flash && o.team > 0) {
     k.team = o.team;

@@ -39,13 +39,23 @@ struct ArgSpec {
   ScalarType dtype;
   bool output;
   ir::Extent extent;
-  int64_t per_row = 0;  // Extent::rows_by_fixed: elements per row
-  // Elements for a launch of `rows` rows; nullopt when that overflows int64.
-  std::optional<int64_t> checked_elements(int64_t rows, int64_t cols) const {
-    return ir::launch_elements(extent, per_row, 0, rows, cols);
+  int64_t per_row = 0;  // Extent::rows_by_fixed: elements per row (times the size below, if any)
+  // Extent::rows_by_fixed: -1, or the size argument (CompiledKernel::sizes) that multiplies
+  // per_row: attention's k and v with S_k given at launch hold rows * D * S_k elements.
+  int per_row_size = -1;
+  // Elements for a launch of `rows` rows with size arguments `sizes`; nullopt when that
+  // overflows int64 or names a size not given.
+  std::optional<int64_t> checked_elements(int64_t rows, int64_t cols, const std::vector<int64_t>& sizes = {}) const {
+    ir::Buffer b;
+    b.extent = extent;
+    b.per_row = per_row;
+    b.per_row_size = per_row_size;
+    return ir::launch_elements(b, rows, cols, sizes);
   }
   // The same for sizes known to fit (buffers that exist).
-  int64_t elements(int64_t rows, int64_t cols) const { return checked_elements(rows, cols).value_or(INT64_MAX); }
+  int64_t elements(int64_t rows, int64_t cols, const std::vector<int64_t>& sizes = {}) const {
+    return checked_elements(rows, cols, sizes).value_or(INT64_MAX);
+  }
 };
 
 struct BufferRef {
@@ -91,7 +101,15 @@ class CompiledKernel {
 
   // Runs `rows` rows. buffers follow args(); each is checked for dtype and length first.
   // threads = 0 uses every core. Rows are independent, so results do not depend on it.
-  void run(const std::vector<BufferRef>& buffers, int64_t rows, int threads = 0, Stores stores = Stores::automatic) const;
+  void run(const std::vector<BufferRef>& buffers, int64_t rows, int threads = 0, Stores stores = Stores::automatic) const {
+    run_with_sizes(buffers, rows, {}, threads, stores);
+  }
+  // The same for a kernel that takes size arguments (sizes(): attention's S_k when the request
+  // asked for it at launch), one value each, in [1, 2^24], in the order sizes() names them.
+  void run_with_sizes(const std::vector<BufferRef>& buffers, int64_t rows, const std::vector<int64_t>& sizes, int threads = 0,
+                      Stores stores = Stores::automatic) const;
+  // The lengths each launch gives (ir::Kernel::sizes): empty when the request fixed them all.
+  const std::vector<std::string>& sizes() const { return stages_.at(0).kernel.sizes; }
 
  private:
   friend std::shared_ptr<const CompiledKernel> detail::compile_new(const Request&, bool share_programs);
@@ -112,7 +130,8 @@ class CompiledKernel {
   // under another request; off for compile_uncached, whose callers want a compile.
   void compile_stage(Stage& s, bool share_programs);
   void run_stage(const Stage& s, const std::vector<void*>& ptrs, const std::vector<ir::BufferArg>& views,
-                 const std::vector<BufferRef>& buffers, int64_t rows, int threads, Stores stores) const;
+                 const std::vector<BufferRef>& buffers, int64_t rows, const std::vector<int64_t>& sizes, int threads,
+                 Stores stores) const;
   Request request_;
   ir::Order order_;
   std::vector<Stage> stages_;
