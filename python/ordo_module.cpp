@@ -140,7 +140,9 @@ PYBIND11_MODULE(_ordo, m) {
         return out;
       })
       .def_property_readonly("order", [](const ordo::CompiledKernel& k) { return k.request().order; })
-      .def("run", [](const ordo::CompiledKernel& k, py::list capsules, int64_t rows, int threads) {
+      // The lengths each launch gives (attention's S_k when it was asked for at launch).
+      .def_property_readonly("sizes", [](const ordo::CompiledKernel& k) { return k.sizes(); })
+      .def("run", [](const ordo::CompiledKernel& k, py::list capsules, int64_t rows, int threads, const std::vector<int64_t>& sizes) {
         translate([&] {
           std::vector<Borrowed> held;
           std::vector<ordo::BufferRef> refs;
@@ -152,15 +154,15 @@ PYBIND11_MODULE(_ordo, m) {
             refs.push_back({held.back().data(), held.back().elements(), held.back().dtype()});
           }
           py::gil_scoped_release unlocked;  // kernels run on ordo's own threads
-          k.run(refs, rows, threads);
+          k.run_with_sizes(refs, rows, sizes, threads);
           return 0;
         });
-      }, py::arg("tensors"), py::arg("rows"), py::arg("threads") = 0)
+      }, py::arg("tensors"), py::arg("rows"), py::arg("threads") = 0, py::arg("sizes") = std::vector<int64_t>{})
       // The same for torch tensors, read by pointer: DLPack's capsules cost about 5 µs a tensor,
       // most of a small call. This module does not link torch, so it asks each tensor through
       // Python, and checks what DLPack's consumer checks: the CPU, a compact row-major layout
       // and the dtype; the kernel checks the sizes.
-      .def("run_torch", [](const ordo::CompiledKernel& k, py::list tensors, int64_t rows, int threads) {
+      .def("run_torch", [](const ordo::CompiledKernel& k, py::list tensors, int64_t rows, int threads, const std::vector<int64_t>& sizes) {
         translate([&] {
           const auto& args = k.args();
           if (tensors.size() != args.size())
@@ -183,10 +185,10 @@ PYBIND11_MODULE(_ordo, m) {
             refs.push_back({reinterpret_cast<void*>(t.attr("data_ptr")().cast<uintptr_t>()), t.attr("numel")().cast<int64_t>(), type});
           }
           py::gil_scoped_release unlocked;  // the caller's list keeps the tensors alive
-          k.run(refs, rows, threads);
+          k.run_with_sizes(refs, rows, sizes, threads);
           return 0;
         });
-      }, py::arg("tensors"), py::arg("rows"), py::arg("threads") = 0);
+      }, py::arg("tensors"), py::arg("rows"), py::arg("threads") = 0, py::arg("sizes") = std::vector<int64_t>{});
 
   m.def("compile", [](const std::string& op, int64_t cols, const std::string& dtype, const std::string& weight_dtype,
                       const std::string& order, double eps, bool weight, bool bias, bool allow_mixed_dtypes,
@@ -214,7 +216,7 @@ PYBIND11_MODULE(_ordo, m) {
 
   m.def("compile_attention", [](int64_t head_dim, int64_t seq_q, int64_t seq_k, const std::string& dtype, const std::string& order,
                                 bool causal, std::optional<double> scale, bool lse, const std::string& op, bool saved_stats, int64_t heads,
-                                std::tuple<int64_t, int64_t, int64_t> row_strides) {
+                                std::tuple<int64_t, int64_t, int64_t> row_strides, bool seq_k_at_launch) {
     return translate([&] {
       ordo::Request r;
       auto kind = ordo::parse_op(op);
@@ -224,6 +226,7 @@ PYBIND11_MODULE(_ordo, m) {
       r.cols = head_dim;
       r.seq_q = seq_q;
       r.seq_k = seq_k;
+      r.seq_k_at_launch = seq_k_at_launch;
       r.heads = heads;
       std::tie(r.q_row_stride, r.k_row_stride, r.v_row_stride) = row_strides;
       r.x_dtype = dtype_named(dtype);
@@ -236,7 +239,7 @@ PYBIND11_MODULE(_ordo, m) {
     });
   }, py::arg("head_dim"), py::arg("seq_q"), py::arg("seq_k"), py::arg("dtype"), py::arg("order"), py::arg("causal") = false,
      py::arg("scale") = std::nullopt, py::arg("lse") = false, py::arg("op") = "attention", py::arg("saved_stats") = true, py::arg("heads") = 1,
-     py::arg("row_strides") = std::tuple<int64_t, int64_t, int64_t>{0, 0, 0});
+     py::arg("row_strides") = std::tuple<int64_t, int64_t, int64_t>{0, 0, 0}, py::arg("seq_k_at_launch") = false);
 
   // A bar chart of speed ratios (bench/vs_torch.py): rows of (label, ratio, target, lower_is_better).
   m.def("write_ratio_chart", [](const std::string& path, const std::string& heading,

@@ -80,14 +80,46 @@ def _capsule(a):
     return a.__dlpack__()
 
 
-def _launch(kernel, arrays, rows, threads):
-    """Runs `kernel` on `arrays` (in kernel.args order). Torch tensors go by pointer
-    (Kernel.run_torch checks each one's device, layout, dtype and size); anything else, or a mix,
-    through DLPack."""
+def _launch(kernel, arrays, rows, threads, sizes=()):
+    """Runs `kernel` on `arrays` (in kernel.args order), with the lengths it takes at launch
+    (kernel.sizes). Torch tensors go by pointer (Kernel.run_torch checks each one's device,
+    layout, dtype and size); anything else, or a mix, through DLPack."""
     if all(_is_torch(a) for a in arrays):
-        kernel.run_torch(arrays, rows, threads)
+        kernel.run_torch(arrays, rows, threads, list(sizes))
     else:
-        kernel.run([_capsule(a) for a in arrays], rows, threads)
+        kernel.run([_capsule(a) for a in arrays], rows, threads, list(sizes))
+
+
+# (order, dtype) pairs whose attention is built for one S_k (every order but the flash ones):
+# compile_attention refused S_k at launch for them once, so it is not asked again.
+_FIXED_KEY_LENGTH = set()
+
+
+def _attention_kernel_any_length(d, sq, dtype, order, causal, scale, lse, heads=1, row_strides=(0, 0, 0)):
+    """attention's forward kernel for every S_k, given at launch, or None where the order builds its
+    attention for one S_k. The flash orders take S_k at launch, with the bits of a kernel built for
+    that S_k: a decode loop, whose K and V grow by a key per step, compiles once instead of every
+    step. 16-bit inputs with more than one block of 32 queries keep a kernel per S_k, which widens K
+    and V to f32 once per launch instead of once per query block."""
+    if (order, dtype) in _FIXED_KEY_LENGTH or not (dtype == "f32" or sq <= 32):
+        return None
+    try:
+        return _ordo.compile_attention(d, sq, 0, dtype, order, causal, scale, lse, heads=heads, row_strides=row_strides,
+                                       seq_k_at_launch=True)
+    except ValueError as e:
+        if "builds its attention for one S_k" not in str(e):
+            raise
+        _FIXED_KEY_LENGTH.add((order, dtype))
+        return None
+
+
+def _attention_kernel(d, sq, sk, dtype, order, causal, scale, lse, heads=1, row_strides=(0, 0, 0)):
+    """(kernel, sizes to launch it with) for attention's forward over S_k = sk keys: the kernel for
+    every S_k where the order has one (_attention_kernel_any_length), else the one built for sk."""
+    kernel = _attention_kernel_any_length(d, sq, dtype, order, causal, scale, lse, heads, row_strides)
+    if kernel is not None:
+        return kernel, [sk]
+    return _ordo.compile_attention(d, sq, sk, dtype, order, causal, scale, lse, heads=heads, row_strides=row_strides), []
 
 
 def _run(op, x, inputs, outputs_spec, order, eps=1e-5, dtype=None, weight_dtype=None, allow_mixed_dtypes=False, acc=None,
@@ -166,8 +198,8 @@ def attention(q, k, v, order="fast", causal=False, scale=None, return_lse=False,
     d, sq, sk = int(q.shape[-1]), int(q.shape[-2]), int(k.shape[-2])
     rows = math.prod(int(s) for s in q.shape[:-2])
     (q, qs), (k, ks), (v, vs) = _rows_of("q", q), _rows_of("k", k), _rows_of("v", v)
-    kernel = _ordo.compile_attention(d, sq, sk, qd, order, bool(causal), None if scale is None else float(scale), bool(return_lse),
-                                     heads=_heads(q), row_strides=(qs, ks, vs))
+    kernel, sizes = _attention_kernel(d, sq, sk, qd, order, bool(causal), None if scale is None else float(scale), bool(return_lse),
+                                      heads=_heads(q), row_strides=(qs, ks, vs))
     outs, tensors = {}, []
     for name, dt, is_out, extent in kernel.args:
         if not is_out:
@@ -175,7 +207,7 @@ def attention(q, k, v, order="fast", causal=False, scale=None, return_lse=False,
             continue
         outs[name] = _empty_like_kind(q, tuple(q.shape) if name == "out" else tuple(q.shape[:-1]), dt)
         tensors.append(outs[name])
-    _launch(kernel, tensors, rows, threads)
+    _launch(kernel, tensors, rows, threads, sizes)
     return (outs["out"], outs["lse"]) if return_lse else outs["out"]
 
 

@@ -139,10 +139,14 @@ def _run_rows(op: str, x: Tensor, weight: Optional[Tensor], bias: Optional[Tenso
 @functools.lru_cache(maxsize=_ROW_PLANS)
 def _attention_plan(d: int, sq: int, sk: int, dtype: torch.dtype, order: str, causal: bool, scale: Optional[float],
                     heads: int, row_strides: Tuple[int, int, int]):
-    """SDPA's forward kernel on torch tensors, and the names of its arguments in order."""
-    kernel = _ordo.compile_attention(d, sq, sk, _DTYPE_NAMES[dtype], order, causal, scale, False, heads=heads,
-                                     row_strides=row_strides)
-    return kernel, tuple(name for name, _, _, _ in kernel.args)
+    """SDPA's forward kernel on torch tensors and the names of its arguments in order. sk = 0: the
+    kernel that takes S_k at launch, or None where the order builds its attention for one S_k."""
+    if sk == 0:
+        kernel = ordo._attention_kernel_any_length(d, sq, _DTYPE_NAMES[dtype], order, causal, scale, False, heads, row_strides)
+    else:
+        kernel = _ordo.compile_attention(d, sq, sk, _DTYPE_NAMES[dtype], order, causal, scale, False, heads=heads,
+                                         row_strides=row_strides)
+    return None if kernel is None else (kernel, tuple(name for name, _, _, _ in kernel.args))
 
 
 def _run_attention(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: Optional[float], order: str) -> Tensor:
@@ -158,11 +162,15 @@ def _run_attention(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: Optiona
         raise ValueError(f"scaled_dot_product_attention: q, k, v are {q.dtype}, {k.dtype}, {v.dtype}; ordo takes one of "
                          f"float32, bfloat16, float16 for all three")
     (q, qs), (k, ks), (v, vs) = ordo._rows_of("q", q), ordo._rows_of("k", k), ordo._rows_of("v", v)
-    kernel, names = _attention_plan(int(q.shape[-1]), int(q.shape[-2]), int(k.shape[-2]), q.dtype, order, causal, scale,
-                                    ordo._heads(q), (qs, ks, vs))
+    d, sq, sk, heads = int(q.shape[-1]), int(q.shape[-2]), int(k.shape[-2]), ordo._heads(q)
+    # The plan for any S_k first (sk = 0 in its key: a decode loop's every step finds it), then,
+    # for an order that builds its attention for one S_k, the plan for this one.
+    plan = _attention_plan(d, sq, 0, q.dtype, order, causal, scale, heads, (qs, ks, vs))
+    sizes = [sk] if plan is not None else []
+    kernel, names = plan if plan is not None else _attention_plan(d, sq, sk, q.dtype, order, causal, scale, heads, (qs, ks, vs))
     out = torch.empty(q.shape, dtype=q.dtype)
     given = {"q": q, "k": k, "v": v, "out": out}
-    kernel.run_torch([given[n] for n in names], math.prod(q.shape[:-2]), 0)
+    kernel.run_torch([given[n] for n in names], math.prod(q.shape[:-2]), 0, sizes)
     return out
 
 
@@ -255,8 +263,8 @@ def _sdpa_op(query: Tensor, key: Tensor, value: Tensor, is_causal: bool, scale: 
 
 @_sdpa_op.register_fake
 def _(query, key, value, is_causal, scale, order, backward_order):
-    _ordo.compile_attention(_size(query.shape[-1], 8), _size(query.shape[-2]), _size(key.shape[-2]),
-                            _DTYPE_NAMES[query.dtype], order, is_causal, scale, False)
+    ordo._attention_kernel(_size(query.shape[-1], 8), _size(query.shape[-2]), _size(key.shape[-2]), _DTYPE_NAMES[query.dtype], order,
+                           is_causal, scale, False)
     return query.new_empty(query.shape)
 
 
@@ -644,8 +652,7 @@ def _why_not(op: str, order: str, call: tuple) -> str:
     if group > 1 and grad and _exact(order):
         return _gqa_gradients_refused(group, order)
     try:
-        _ordo.compile_attention(d, s_q, s_k, _DTYPE_NAMES[getattr(torch, q_dtype)], order,
-                                bool(is_causal), scale, False)
+        ordo._attention_kernel(d, s_q, s_k, _DTYPE_NAMES[getattr(torch, q_dtype)], order, bool(is_causal), scale, False)
     except ValueError as e:
         return str(e)
     return ""

@@ -392,6 +392,39 @@ def test_new_shapes():
     torch._dynamo.reset()
 
 
+def test_decode_compiles_once():
+    """A decode loop (one query, K and V growing a key per step) through ordo.torch with a flash
+    order compiles one kernel for every S_k, given at launch, and each step has the bits of the
+    kernel built for that S_k alone; torch2.15-cpu (PyTorch's own kernel, whose blocks are fixed
+    by S_k) compiles per length."""
+    import ordo
+    import ordo.torch as ot
+    torch.manual_seed(5)
+    for dtype, name in ((torch.float32, "f32"), (torch.bfloat16, "bf16")):
+        q = torch.randn(1, 4, 1, 32, dtype=dtype)
+        keys = torch.randn(1, 4, 70, 32, dtype=dtype)
+        values = torch.randn(1, 4, 70, 32, dtype=dtype)
+        for order in ("fast", "flash"):
+            misses = ordo.cache_stats()["misses"]
+            outs = [ot.scaled_dot_product_attention(q, keys[:, :, :s].contiguous(), values[:, :, :s].contiguous(), order=order)
+                    for s in range(1, 71)]
+            compiled = ordo.cache_stats()["misses"] - misses
+            check(compiled <= 1, f"{name} {order}: 70 decode steps compiled {compiled} kernel(s)")
+            ok = True
+            for s in (1, 2, 31, 32, 33, 63, 64, 65, 70):
+                kernel = ordo._ordo.compile_attention(32, 1, s, name, order)
+                want = torch.empty_like(q)
+                kernel.run_torch([q, keys[:, :, :s].contiguous(), values[:, :, :s].contiguous(), want], 4, 0)
+                ok &= same(outs[s - 1], want)
+            check(ok, f"{name} {order}: every decode step has the bits of the kernel built for its S_k")
+    # The first call also asks for the kernel for every S_k, once, and is refused (a miss too).
+    ot.scaled_dot_product_attention(q.float(), keys[:, :, :4].float(), values[:, :, :4].float(), order=EXACT)
+    misses = ordo.cache_stats()["misses"]
+    for s in (5, 6, 7):
+        ot.scaled_dot_product_attention(q.float(), keys[:, :, :s].float(), values[:, :, :s].float(), order=EXACT)
+    check(ordo.cache_stats()["misses"] - misses == 3, f"{EXACT}: a kernel per S_k (PyTorch's blocks are fixed by it)")
+
+
 def test_blocks_recompile():
     """One compiled function called in blocks of different orders, and outside: Dynamo guards on
     the block, so each runs its own graph."""
@@ -720,7 +753,7 @@ def main():
               f"(scripts/torch2-venv --python)")
         return 1
     for test in (test_import_is_lazy, test_ops_exact, test_ops_compiled, test_direct_calls, test_pinned, test_layouts_and_dtypes, test_fallbacks,
-                 test_new_shapes, test_blocks_recompile, test_backward, test_eager_kernels,
+                 test_new_shapes, test_decode_compiles_once, test_blocks_recompile, test_backward, test_eager_kernels,
                  test_graphs_run_outside_the_mode,
                  test_grouped_query_attention):
         print(f"--- {test.__name__}", flush=True)
