@@ -21,6 +21,10 @@ import time
 
 # An empty disk cache, as on a first run (set before ordo loads).
 os.environ["ORDO_CACHE_DIR"] = tempfile.mkdtemp(prefix="ordo_decode_loop_")
+# torch's OpenMP threads spin after each parallel region by default (torch.cat's, F.sdpa's), on
+# the cores ordo's pool then needs: on a 2-core machine that, not the kernels, set ordo's times
+# (examples/compile_parity.py measured the same). Both sides run under the same policy.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402

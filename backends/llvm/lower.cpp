@@ -419,11 +419,7 @@ struct Lowerer {
             v = B.CreateAlignedLoad(elem, B.CreateGEP(elem, base, A(0)), align);
             break;
           }
-          v = llvm::PoisonValue::get(type(t));
-          for (int l = 0; l < t.lanes; ++l) {
-            llvm::Value* at = B.CreateExtractElement(A(0), uint64_t(l));
-            v = B.CreateInsertElement(v, B.CreateAlignedLoad(elem, B.CreateGEP(elem, base, at), align), uint64_t(l));
-          }
+          v = B.CreateMaskedGather(type(t), B.CreateGEP(elem, base, A(0)), align);
           break;
         }
         case Op::Iota: {
@@ -521,12 +517,11 @@ struct Lowerer {
         const ScalarType st = k.buffers[size_t(s.target)].elem;
         for (int i = 0; i < R; ++i) {
           const llvm::Align align(static_cast<uint64_t>(size_bytes(st)));
-          if (s.index->type.lanes > 1) {  // scatter: lane by lane, in lane order
-            for (int l = 0; l < s.value->type.lanes; ++l) {
-              llvm::Value* at = B.CreateExtractElement(idx[size_t(i)], uint64_t(l));
-              llvm::Value* p = B.CreateGEP(scalar(st), buffers[size_t(s.target)][size_t(i)], at);
-              B.CreateAlignedStore(B.CreateExtractElement(v[size_t(i)], uint64_t(l)), p, align);
-            }
+          if (s.index->type.lanes > 1) {
+            // A scatter: llvm.masked.scatter with every lane on writes lanes in lane order where
+            // two share an address (LangRef), the IR's rule; a hardware scatter where there is one.
+            llvm::Value* ptrs = B.CreateGEP(scalar(st), buffers[size_t(s.target)][size_t(i)], idx[size_t(i)]);
+            B.CreateMaskedScatter(v[size_t(i)], ptrs, align);
             continue;
           }
           llvm::Value* p = B.CreateGEP(scalar(st), buffers[size_t(s.target)][size_t(i)], idx[size_t(i)]);

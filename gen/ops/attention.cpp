@@ -783,6 +783,133 @@ struct Attention {
     });
   }
 
+  // Flash for few queries (decode: one query against a long K and V), keys in lanes: an instance
+  // serves one query (L = 1), and the work the query-lane layout spreads over queries is spread
+  // over keys and dims instead. Per key block, the scores of KL keys at a time are one vector,
+  // each lane its key's dot product sequential in d from +0 (K's rows read across keys by
+  // gathers, which the CPU backend makes hardware gathers); the block's max folds the scores in key order; the exponentials of KL keys at a
+  // time are one vector, summed into l in key order; and P @ v keeps D/VL vectors of the
+  // accumulator, each dim's sum over keys in key order. The same operations on every value as
+  // flash(), in the same order, so the same bits; keys past the last whole group take the same
+  // steps one key at a time.
+  void flash_keys_in_lanes() {
+    if (L != 1) throw Error("internal: flash_keys_in_lanes serves one query per instance");
+    const int KL = registers_per_vector(r, 16) == 1 ? 16 : 8;  // keys per score vector
+    const int VL = D % 16 == 0 && KL == 16 ? 16 : 8;            // dims per accumulator vector (D is a multiple of 8)
+    const int64_t U = D / VL;
+    const int64_t Bc = sk_launch ? o.key_block : std::min<int64_t>(o.key_block, Sk);
+    const Type f1{ScalarType::f32, 1};
+    const int qf = b.buffer("q_f32", ScalarType::f32, true, Extent::scratch, D);
+    const int sblk = b.buffer("block", ScalarType::f32, true, Extent::scratch, Bc);
+    ExprRef q_at = b.let("q_at", add(q_base, mul(query, idx(D))));
+    b.for_range("d", idx(0), idx(D), 1, [&](ExprRef d) { b.store(qf, d, load_f32(q, add(q_at, d))); });
+    const int m = b.local("max", f1), l = b.local("sum", f1);
+    b.assign(m, f32c(-kInf, 1));
+    b.assign(l, f32c(0.0f, 1));
+    std::vector<int> acc;
+    for (int64_t u = 0; u < U; ++u) {
+      acc.push_back(b.local("acc", Type{ScalarType::f32, VL}));
+      b.assign(acc.back(), f32c(0.0f, VL));
+    }
+    const float c = scale_constant();
+    // Scores of keys slot0 .. slot0 + chains*n - 1 of the block (n = KL, or 1 past the last whole
+    // group) into sblk, as flash's scores(): `chains` vectors of n keys, each lane its key's dot
+    // product over d in order from +0 (element d of n key rows, D apart, by one gather), the
+    // chains interleaved over d to hide the fma latency.
+    auto scores_of = [&](ExprRef begin, ExprRef slot0, int chains, int n) {
+      std::vector<int> sacc;
+      for (int g = 0; g < chains; ++g) {
+        sacc.push_back(b.local("s", Type{ScalarType::f32, n}));
+        b.assign(sacc.back(), f32c(0.0f, n));
+      }
+      std::vector<ExprRef> rows;  // per chain: its first key's row, then (n > 1) each lane's
+      for (int g = 0; g < chains; ++g) {
+        ExprRef first = b.let("k_row", add(kv_base, mul(add(begin, add(slot0, idx(int64_t(g) * n))), idx(D))));
+        rows.push_back(n == 1 ? first : b.let("k_rows", add(broadcast(first, n), mul(iota(n), broadcast(idx(D), n)))));
+      }
+      b.for_range("d", idx(0), idx(D), 1, [&](ExprRef d) {
+        ExprRef qd = b.let("qd", load(b.kernel(), qf, d));
+        for (int g = 0; g < chains; ++g) {
+          ExprRef at = add(rows[size_t(g)], n == 1 ? d : broadcast(d, n));
+          ExprRef kd = n == 1 ? load(b.kernel(), k, at) : gather(b.kernel(), k, at);
+          if (kd->type.scalar != ScalarType::f32) kd = cast(kd, ScalarType::f32);
+          b.assign(sacc[size_t(g)], dot_step(b.get(sacc[size_t(g)]), kd, n == 1 ? qd : broadcast(qd, n), false));
+        }
+      });
+      for (int g = 0; g < chains; ++g) {
+        ExprRef cv = f32c(c, n);
+        ExprRef sc = o.scale_divides && !o.exp2 ? div(b.get(sacc[size_t(g)]), cv) : mul(b.get(sacc[size_t(g)]), cv);
+        ExprRef slot = add(slot0, idx(int64_t(g) * n));
+        if (r.causal) {
+          ExprRef key = add(begin, slot);
+          ExprRef keys = n == 1 ? key : add(broadcast(key, n), iota(n));
+          sc = select(binary(Op::Lt, n == 1 ? query : broadcast(query, n), keys), f32c(-kInf, n), sc);
+        }
+        b.store(sblk, slot, sc);
+      }
+    };
+    // p = exp(s - m') of keys [j0, j0 + n), over their scores in place.
+    auto probabilities_of = [&](ExprRef begin, ExprRef j0, int n, ExprRef m_new) {
+      ExprRef at = b.let("slot", sub(j0, begin));
+      ExprRef sv = b.let("s", load(b.kernel(), sblk, at, n));
+      b.store(sblk, at, select(binary(Op::Eq, sv, f32c(-kInf, n)), f32c(0.0f, n), expo(sub(sv, n == 1 ? m_new : broadcast(m_new, n)))));
+    };
+    // Whole groups of KL keys of [begin, begin + count), then the rest one by one.
+    // (Offsets from the block's first key: loop bounds stay uniform under causal's per-instance blocks.)
+    auto by_groups = [&](ExprRef begin, const ExprRef& count, const std::function<void(ExprRef, int)>& body) {
+      ExprRef whole = b.let("keys.whole", sub(count, binary(Op::Rem, count, idx(KL))));
+      b.for_range("j", idx(0), whole, KL, [&](ExprRef j) { body(b.let("j0", add(begin, j)), KL); });
+      b.for_range("j", whole, count, 1, [&](ExprRef j) { body(b.let("j0", add(begin, j)), 1); });
+    };
+    // The chains one d loop interleaves: a whole block of Bc keys takes Bc / KL of them (at most 8).
+    const int64_t block_chains = Bc % KL == 0 && Bc / KL <= 8 ? Bc / KL : 1;
+    // 16-bit K and V: each block's rows widened to f32 tiles first (exact), as flash() does, so
+    // that the gathers read f32 (a CPU has no gather of 16-bit elements).
+    const Tiles tiles = widened_tiles(Bc);
+    const auto block_on_tiles = [&](ExprRef begin, const ExprRef& count) {
+      const std::optional<int64_t> known = constant_count(count);
+      if (known && *known == Bc && block_chains > 1) {
+        scores_of(begin, idx(0), int(block_chains), KL);
+      } else {
+        ExprRef whole = b.let("keys.whole", sub(count, binary(Op::Rem, count, idx(KL))));
+        b.for_range("j", idx(0), whole, KL, [&](ExprRef j) { scores_of(begin, j, 1, KL); });
+        b.for_range("j", whole, count, 1, [&](ExprRef j) { scores_of(begin, j, 1, 1); });
+      }
+      // The block's max in key order (block_of's fold).
+      const int bm = b.local("block_max", f1);
+      b.assign(bm, f32c(-kInf, 1));
+      b.for_range("t", idx(0), count, 1, [&](ExprRef t) {
+        ExprRef sv = b.let("s", load(b.kernel(), sblk, t));
+        b.assign(bm, select(binary(Op::Lt, sv, b.get(bm)), b.get(bm), sv));
+      });
+      ExprRef m_new = b.let("max.new", binary(Op::Max, b.get(m), b.get(bm)));
+      ExprRef alpha = b.let("alpha", select(binary(Op::Eq, b.get(m), m_new), f32c(1.0f, 1), expo(sub(b.get(m), m_new))));
+      b.assign(l, mul(b.get(l), alpha));
+      by_groups(begin, count, [&](ExprRef j0, int n) { probabilities_of(begin, j0, n, m_new); });
+      b.for_range("t", idx(0), count, 1, [&](ExprRef t) { b.assign(l, add(b.get(l), load(b.kernel(), sblk, t))); });
+      for (int64_t u = 0; u < U; ++u) b.assign(acc[size_t(u)], mul(b.get(acc[size_t(u)]), broadcast(alpha, VL)));
+      b.for_range("t", idx(0), count, 1, [&](ExprRef t) {
+        ExprRef pt = b.let("p", broadcast(load(b.kernel(), sblk, t), VL));
+        ExprRef v_row = b.let("v_row", add(kv_base, mul(add(begin, t), idx(D))));
+        for (int64_t u = 0; u < U; ++u)
+          b.assign(acc[size_t(u)], dot_step(b.get(acc[size_t(u)]), pt, load_f32(v, add(v_row, idx(u * VL)), VL), false));
+      });
+      b.assign(m, m_new);
+    };
+    auto block = [&](ExprRef begin, const ExprRef& count) { on_tiles(tiles, begin, count, [&] { block_on_tiles(begin, count); }); };
+    b.region("flash", describe(o) + ", keys in lanes", [&] {
+      key_blocks(Bc, 1, block);
+      ExprRef inv = b.let("inv_sum", div(f32c(1.0f, 1), b.get(l)));
+      ExprRef out_at = b.let("out_at", add(q_base, mul(query, idx(D))));
+      for (int64_t u = 0; u < U; ++u)
+        b.store(out, add(out_at, idx(u * VL)), stored(mul(b.get(acc[size_t(u)]), broadcast(inv, VL)), out));
+    });
+    if (lse >= 0) {
+      ExprRef mx = o.exp2 ? mul(b.get(m), f32c(static_cast<float>(std::log(2.0)), 1)) : b.get(m);
+      b.store(lse, add(lse_base, query), add(mx, log_f32(b, MathImpl::SleefU10, b.get(l))));
+    }
+  }
+
   // One key block of flash: keys [begin, begin + count) into the running max m, sum l and (unless
   // lse_only) the accumulator acc; sblk holds the block's scores, then its probabilities.
   void block_of(const ExprRef& begin, const ExprRef& count, int acc, int sblk, int m, int l) {
@@ -925,8 +1052,13 @@ std::vector<Kernel> build_attention(const Request& r, const Order& order) {
   k.name = "attention";
   if (r.seq_k_at_launch) k.sizes = {"S_k"};  // before the buffers that read it
   Builder b(k);
+  // Few queries (a quarter of the query lanes or fewer: decode) leave most query lanes idle: such
+  // a flash kernel puts keys and dims in lanes instead, an instance per query (flash_keys_in_lanes,
+  // the same bits). CUDA keeps a thread per query.
+  const bool keys_in_lanes = o.kind == AttentionOrder::Kind::Flash && o.team == 0 && !o.round_to_storage && !cuda_target(r) &&
+                             r.seq_q * 4 <= o.query_lanes;
   // A team holds one query per thread: its per-query values are scalars (one lane).
-  Attention a{r, o, b, r.cols, r.seq_q, r.seq_k, o.team > 0 ? 1 : o.query_lanes, r.x_dtype};
+  Attention a{r, o, b, r.cols, r.seq_q, r.seq_k, o.team > 0 || keys_in_lanes ? 1 : o.query_lanes, r.x_dtype};
   const Arguments args = arguments(b);
   a.q = args.q;
   a.k = widen_once ? args.k_f32 : args.k;
@@ -948,6 +1080,14 @@ std::vector<Kernel> build_attention(const Request& r, const Order& order) {
     const int queries = std::max(1, o.team / split);
     k.grid_fixed = {(r.seq_q + queries - 1) / queries};
     b.region("attention", describe(o), [&] { a.flash_team(); });
+    return stages;
+  }
+  if (keys_in_lanes) {
+    k.grid_fixed = {r.seq_q};
+    b.region("attention", describe(o), [&] {
+      a.setup();
+      a.flash_keys_in_lanes();
+    });
     return stages;
   }
   k.grid_fixed = {(r.seq_q + o.query_lanes - 1) / o.query_lanes};
