@@ -129,7 +129,10 @@ int ordo_request_set(ordo_request* req, const char* key_c, const char* value_c) 
       r.rows_in_flight = static_cast<int>(n);
     }
     else if (key == "seq_q") r.seq_q = integer(v, key);
-    else if (key == "seq_k") r.seq_k = integer(v, key);
+    else if (key == "seq_k" && v == "launch") {
+      r.seq_k_at_launch = true;
+      r.seq_k = 0;
+    } else if (key == "seq_k") r.seq_k = integer(v, key);
     else if (key == "heads") r.heads = integer(v, key);
     else if (key == "q_row_stride") r.q_row_stride = integer(v, key);
     else if (key == "k_row_stride") r.k_row_stride = integer(v, key);
@@ -180,26 +183,70 @@ int ordo_kernel_arg(const ordo_kernel* k, int i, const char** name, int* dt, int
 }
 
 int ordo_kernel_arg_elements(const ordo_kernel* k, int i, int64_t rows, int64_t* elements) {
+  return ordo_kernel_arg_elements_sized(k, i, rows, nullptr, 0, elements);
+}
+
+namespace {
+// The launch's sizes from a C array, checked against the kernel's count.
+std::vector<int64_t> launch_sizes(const ordo_kernel* k, const int64_t* sizes, int num_sizes) {
+  const std::vector<std::string>& names = k->k->sizes();
+  if (num_sizes < 0 || static_cast<size_t>(num_sizes) != names.size()) {
+    std::string list;
+    for (const std::string& n : names) list += (list.empty() ? "" : ", ") + n;
+    throw ordo::Error(fmt::format("the kernel takes {} size argument(s){}, got num_sizes = {}", names.size(),
+                                  list.empty() ? "" : fmt::format(" ({})", list), num_sizes));
+  }
+  if (num_sizes > 0 && !sizes) throw ordo::Error("sizes must not be NULL");
+  return std::vector<int64_t>(sizes, sizes + num_sizes);
+}
+}  // namespace
+
+int ordo_kernel_num_sizes(const ordo_kernel* k) {
+  int n = -1;
+  guarded([&] {
+    if (!k) throw ordo::Error("kernel is NULL");
+    n = static_cast<int>(k->k->sizes().size());
+  });
+  return n;
+}
+
+const char* ordo_kernel_size_name(const ordo_kernel* k, int i) {
+  const char* name = nullptr;
+  guarded([&] {
+    if (!k) throw ordo::Error("kernel is NULL");
+    const std::vector<std::string>& names = k->k->sizes();
+    if (i < 0 || static_cast<size_t>(i) >= names.size()) throw ordo::Error(fmt::format("size {} out of range [0, {})", i, names.size()));
+    name = names[static_cast<size_t>(i)].c_str();
+  });
+  return name;
+}
+
+int ordo_kernel_arg_elements_sized(const ordo_kernel* k, int i, int64_t rows, const int64_t* sizes, int num_sizes, int64_t* elements) {
   return guarded([&] {
     if (!k) throw ordo::Error("kernel is NULL");
     const auto& args = k->k->args();
     if (i < 0 || i >= static_cast<int>(args.size()))
       throw ordo::Error(fmt::format("argument {} out of range [0, {})", i, args.size()));
     if (rows < 0) throw ordo::Error(fmt::format("rows must be >= 0, got {}", rows));
-    const std::optional<int64_t> n = args[static_cast<size_t>(i)].checked_elements(rows, k->k->request().cols);
+    const std::optional<int64_t> n = args[static_cast<size_t>(i)].checked_elements(rows, k->k->request().cols, launch_sizes(k, sizes, num_sizes));
     if (!n) throw ordo::Error(fmt::format("rows={} makes more than 2^63 elements", rows));
     if (elements) *elements = *n;
   });
 }
 
 int ordo_kernel_run(const ordo_kernel* k, void* const* buffers, const int64_t* elements, int64_t rows, int threads) {
+  return ordo_kernel_run_sized(k, buffers, elements, rows, nullptr, 0, threads);
+}
+
+int ordo_kernel_run_sized(const ordo_kernel* k, void* const* buffers, const int64_t* elements, int64_t rows, const int64_t* sizes,
+                          int num_sizes, int threads) {
   return guarded([&] {
     if (!k) throw ordo::Error("kernel is NULL");
     const auto& args = k->k->args();
     if (!args.empty() && (!buffers || !elements)) throw ordo::Error("buffers and elements must not be NULL");
     std::vector<ordo::BufferRef> refs;
     for (size_t i = 0; i < args.size(); ++i) refs.push_back({buffers[i], elements[i], args[i].dtype});
-    k->k->run(refs, rows, threads);
+    k->k->run_with_sizes(refs, rows, launch_sizes(k, sizes, num_sizes), threads);
   });
 }
 

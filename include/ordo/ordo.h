@@ -51,7 +51,8 @@ ordo_request* ordo_request_new(const char* op);
  *   cols (N), dtype, weight_dtype, acc (f32|f64), order, eps, target (cpu|interpreter|cuda|cuda-emu),
  *   weight, bias, allow_mixed_dtypes (0|1), rows_in_flight;
  *   attention: seq_q, seq_k, heads (H of PyTorch's (B, H, S, D); rows = B*H), q_row_stride, k_row_stride,
- *   v_row_stride (the row strides of the tensors PyTorch was given; 0 or D: contiguous), causal (0|1), scale, lse (0|1).
+ *   v_row_stride (the row strides of the tensors PyTorch was given; 0 or D: contiguous), causal (0|1), scale, lse (0|1),
+ *   seq_k "launch" (one kernel for every S_k, given to ordo_kernel_run_sized: the flash orders).
  * Values are checked when the request is compiled; an unknown key or a malformed number fails here. */
 int ordo_request_set(ordo_request* r, const char* key, const char* value);
 void ordo_request_free(ordo_request* r);
@@ -68,6 +69,16 @@ int ordo_kernel_arg_elements(const ordo_kernel* k, int i, int64_t rows, int64_t*
 /* Runs `rows` rows. buffers[i] and elements[i] follow the argument order; each length is
  * checked against the argument's extent. threads = 0 uses every core; results never depend on it. */
 int ordo_kernel_run(const ordo_kernel* k, void* const* buffers, const int64_t* elements, int64_t rows, int threads);
+
+/* The lengths a kernel takes at each launch (attention's "S_k" with seq_k "launch"): how many, and
+ * the name of size i. A kernel with sizes runs through ordo_kernel_run_sized, which takes
+ * sizes[0 .. num_sizes) in that order (each in [1, 2^24]); ordo_kernel_arg_elements_sized gives
+ * argument i's elements for those sizes. */
+int ordo_kernel_num_sizes(const ordo_kernel* k);
+const char* ordo_kernel_size_name(const ordo_kernel* k, int i);
+int ordo_kernel_arg_elements_sized(const ordo_kernel* k, int i, int64_t rows, const int64_t* sizes, int num_sizes, int64_t* elements);
+int ordo_kernel_run_sized(const ordo_kernel* k, void* const* buffers, const int64_t* elements, int64_t rows, const int64_t* sizes,
+                          int num_sizes, int threads);
 
 #ifdef __cplusplus
 }

@@ -148,6 +148,38 @@ int main(void) {
     ordo_kernel_release(bk);
   }
 
+  /* Attention with S_k at launch: one kernel, run at two key lengths; each equals the kernel built
+   * for that S_k (one head, D = 8, one query: q . k of every key is 8, so the output is v's mean). */
+  ordo_request* lr = ordo_request_new("attention");
+  CHECK(ordo_request_set(lr, "cols", "8") == ORDO_OK && ordo_request_set(lr, "seq_q", "1") == ORDO_OK &&
+            ordo_request_set(lr, "seq_k", "launch") == ORDO_OK && ordo_request_set(lr, "order", "fast") == ORDO_OK,
+        "attention request with seq_k launch: %s", ordo_last_error());
+  ordo_kernel* ak = ordo_compile(lr);
+  CHECK(ak != NULL, "attention with S_k at launch compiles: %s", ordo_last_error());
+  if (ak) {
+    CHECK(ordo_kernel_num_sizes(ak) == 1 && strcmp(ordo_kernel_size_name(ak, 0), "S_k") == 0, "one size argument, S_k");
+    float q[8], keys[8 * 5], values[8 * 5], out[8];
+    for (int i = 0; i < 8; ++i) q[i] = 1.0f;
+    for (int i = 0; i < 40; ++i) {
+      keys[i] = 1.0f;
+      values[i] = (float)(i / 8);
+    }
+    void* ab[4] = {q, keys, values, out};
+    for (int64_t sk = 3; sk <= 5; sk += 2) {
+      int64_t n = 0;
+      CHECK(ordo_kernel_arg_elements_sized(ak, 1, 1, &sk, 1, &n) == ORDO_OK && n == 8 * sk, "k holds 8 x S_k elements (got %lld)",
+            (long long)n);
+      int64_t alens[4] = {8, 8 * sk, 8 * sk, 8};
+      CHECK(ordo_kernel_run_sized(ak, ab, alens, 1, &sk, 1, 1) == ORDO_OK, "runs with S_k = %lld: %s", (long long)sk, ordo_last_error());
+      /* Every key scores alike, so out is the mean of v's rows 0 .. S_k-1: (S_k - 1) / 2. */
+      CHECK(out[0] == (float)(sk - 1) / 2.0f && out[7] == out[0], "S_k = %lld: out = %g", (long long)sk, (double)out[0]);
+    }
+    CHECK(ordo_kernel_run(ak, ab, (int64_t[]){8, 40, 40, 8}, 1, 1) == ORDO_ERROR_INVALID && strstr(ordo_last_error(), "S_k"),
+          "running without the size names it: %s", ordo_last_error());
+    ordo_kernel_release(ak);
+  }
+  ordo_request_free(lr);
+
   ordo_kernel_release(sm);
   ordo_kernel_release(jit);
   ordo_kernel_release(spec);
