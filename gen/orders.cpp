@@ -455,7 +455,7 @@ int fast_query_lanes(const Request& r) { return avx512_cpu_lanes(r, 32, 16); }
 
 std::vector<NamedOrder> make_table() {
   std::vector<NamedOrder> t;
-  t.push_back({"fast", "the fastest order ordo has: two-pass, 4x8-lane fma sums, fused affine; attention: flash(bc=64,queries=32 on an AVX-512 CPU else 16,exp2=on,fma=all); "
+  t.push_back({"fast", "the fastest order ordo has: two-pass, 4x8-lane fma sums, fused affine; attention: flash(bc=64,queries=32 on an AVX-512 CPU else 16,exp2=on,fma=all), S_k at launch; "
                "softmax/log_softmax_backward: s by 4x8-lane fma sums, Sleef exp, log_softmax's dx as one fma; "
                "attention_backward: flash's tiled backward with fma, 16 lanes, lse recomputed by fast's forward (no reference)",
                kAllOps, kAllStorage, false, false, [](ScalarType, ScalarType acc, const Request& r, const HostModel&) {
@@ -629,7 +629,7 @@ std::vector<NamedOrder> make_table() {
                }});
   t.push_back({"flash",
                "FlashAttention-2 online softmax over key blocks (default Bc=64; flash(128) or flash(bc=32,exp2=on,fma=all)), "
-               "Sleef exp, scores times the scale. attention_backward: FlashAttention-2's backward without atomics, P recomputed "
+               "Sleef exp, scores times the scale; one kernel serves every S_k (S_k at launch, no shape classes). attention_backward: FlashAttention-2's backward without atomics, P recomputed "
                "from lse, D_i = rowsum(dout*out); stage 1 per block of keys (lanes) sums dk, dv over the queries in ascending "
                "order, stage 2 per block of queries sums dq over the keys in ascending order, sequential dots "
                "(AttentionBackwardOrder::Tiled; the CPU runs both stages' sums in one kernel per (batch, head), same bits); lse, when not given, recomputed by flash(Bc)'s forward; parameters as flash",
