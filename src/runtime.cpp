@@ -20,20 +20,17 @@
 #include <unordered_map>
 #include <variant>
 
-#include "backends/cuda/cuda_backend.hpp"
 #include "backends/llvm/llvm_backend.hpp"
 #include "gen/gen.hpp"
 #include "ir/error.hpp"
 #include "ir/interpret.hpp"
 #include "ordo/disk_cache.hpp"
 #include "ordo/ordo.hpp"
+#include "src/backend.hpp"
 
 namespace ordo {
 
 namespace {
-
-// Part of every disk-cache key: a new ordo may generate different code for the same IR.
-constexpr const char* kOrdoVersion = "0.1.0";
 
 // A fixed pool; parallel_for splits [0, n) into contiguous blocks, one per thread.
 //
@@ -178,16 +175,6 @@ Cache& cache() {
   return c;
 }
 
-// The kernel without its description line (the op, shapes and order name that asked for it):
-// two requests that generate the same program share its machine code, e.g. an alias and the
-// order it resolves to, or threads=T where T does not change the order.
-ir::Kernel without_description(const ir::Kernel& k) {
-  ir::Kernel plain = k;
-  plain.description.clear();
-  return plain;
-}
-std::string program_text(const ir::Kernel& k) { return ir::print(without_description(k)); }
-
 // Compiled programs of this process by program key (the SHA-256 of everything the machine code
 // depends on, as the disk cache names them), below the request cache: a request that misses
 // there but generates a program still loaded loads nothing and compiles nothing. Entries are
@@ -195,36 +182,22 @@ std::string program_text(const ir::Kernel& k) { return ir::print(without_descrip
 // caller's handle), and is unloaded with the last one.
 class ProgramCache {
  public:
-  struct Cpu {
-    llvm_backend::Code code;
-    int rows_in_flight;
-  };
-  std::optional<Cpu> find_cpu(const std::string& program) {
+  std::shared_ptr<const detail::StageProgram> find(const std::string& program) {
     std::lock_guard<std::mutex> lock(mu_);
-    auto it = cpu_.find(program);
-    if (it == cpu_.end()) return std::nullopt;
-    llvm_backend::Code code = it->second.code.lock();
-    if (!code) return std::nullopt;
-    ++shared_;
-    return Cpu{std::move(code), it->second.rows_in_flight};
+    auto it = programs_.find(program);
+    if (it == programs_.end()) return nullptr;
+    std::shared_ptr<const detail::StageProgram> p = it->second.lock();
+    if (p) ++shared_;
+    return p;
   }
-  void add_cpu(const std::string& program, const Cpu& c) {
+  void add(const std::string& program, const std::shared_ptr<const detail::StageProgram>& p) {
     std::lock_guard<std::mutex> lock(mu_);
-    cpu_[program] = WeakCpu{c.code, c.rows_in_flight};
-    prune(cpu_, cpu_swept_);
-  }
-  std::shared_ptr<const cuda_backend::EmuKernel> find_emu(const std::string& program) {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = emu_.find(program);
-    if (it == emu_.end()) return nullptr;
-    std::shared_ptr<const cuda_backend::EmuKernel> k = it->second.lock();
-    if (k) ++shared_;
-    return k;
-  }
-  void add_emu(const std::string& program, const std::shared_ptr<const cuda_backend::EmuKernel>& k) {
-    std::lock_guard<std::mutex> lock(mu_);
-    emu_[program] = k;
-    prune(emu_, emu_swept_);
+    programs_[program] = p;
+    // Drops the keys of unloaded programs once the map has doubled since the last sweep, so the
+    // map stays within twice the live programs at a constant cost per addition.
+    if (programs_.size() < 2 * std::max<size_t>(swept_, 64)) return;
+    std::erase_if(programs_, [](const auto& kv) { return kv.second.expired(); });
+    swept_ = programs_.size();
   }
   uint64_t shared() {
     std::lock_guard<std::mutex> lock(mu_);
@@ -232,24 +205,9 @@ class ProgramCache {
   }
 
  private:
-  struct WeakCpu {
-    std::weak_ptr<const llvm_backend::LoadedCode> code;
-    int rows_in_flight;
-  };
-  static bool expired(const WeakCpu& w) { return w.code.expired(); }
-  static bool expired(const std::weak_ptr<const cuda_backend::EmuKernel>& w) { return w.expired(); }
-  // Drops the keys of unloaded programs once the map has doubled since the last sweep, so the
-  // map stays within twice the live programs at a constant cost per addition.
-  template <class Map>
-  static void prune(Map& m, size_t& swept) {
-    if (m.size() < 2 * std::max<size_t>(swept, 64)) return;
-    std::erase_if(m, [](const auto& kv) { return expired(kv.second); });
-    swept = m.size();
-  }
   std::mutex mu_;
-  std::unordered_map<std::string, WeakCpu> cpu_;
-  std::unordered_map<std::string, std::weak_ptr<const cuda_backend::EmuKernel>> emu_;
-  size_t cpu_swept_ = 0, emu_swept_ = 0;
+  std::unordered_map<std::string, std::weak_ptr<const detail::StageProgram>> programs_;
+  size_t swept_ = 0;
   uint64_t shared_ = 0;
 };
 ProgramCache& program_cache() {
@@ -285,93 +243,57 @@ void dump_stages(const Request& r, const ir::Kernel& k, int rows_in_flight) {
 
 }  // namespace
 
-// Compiles one stage for the request's target: LLVM machine code (through the disk cache), or
-// CUDA C++ for NVRTC or cuda-emu. The interpreter needs nothing.
+// Compiles and loads one stage through its target's backend (src/backend.hpp). A program the
+// backend keys is shared with every kernel of this process that generates it, and, where the
+// backend keeps programs on disk and the disk cache is on, loaded from or stored to it.
 void CompiledKernel::compile_stage(Stage& st, bool share_programs) {
   const Request& r = request_;
-  if (r.target == Target::cpu) {
-    llvm_backend::Options options;
-    options.rows_in_flight = r.rows_in_flight;
-    // Everything the machine code depends on: the program, not the request that asked for it.
-    const std::string program_key = disk_cache::key(fmt::format("ordo {}\n{}\nrows in flight {}\n{}", kOrdoVersion,
-                                                            llvm_backend::fingerprint(), options.rows_in_flight,
-                                                            program_text(st.kernel)));
-    if (std::optional<ProgramCache::Cpu> shared = share_programs ? program_cache().find_cpu(program_key) : std::nullopt) {
-      st.cpu_code = shared->code;
-      st.entry = st.cpu_code->entry();
-      st.rows_in_flight = shared->rows_in_flight;
+  const detail::Backend& backend = detail::backend_for(r.target);
+  const std::string text = backend.program_key(st.kernel, r);
+  const std::string program_key = text.empty() ? std::string() : disk_cache::key(fmt::format("ordo {}\n{}", detail::kOrdoVersion, text));
+  if (!program_key.empty() && share_programs) {
+    if (std::shared_ptr<const detail::StageProgram> shared = program_cache().find(program_key)) {
+      st.program = std::move(shared);
       return;
     }
-    const bool use_disk = disk_cache::settings().enabled;
-    // Held while this key is loaded, or compiled and stored: a thread or process that asks for
-    // the same new kernel meanwhile waits, then loads it (include/ordo/disk_cache.hpp).
-    std::optional<disk_cache::KeyLock> key_lock;
-    if (use_disk) key_lock.emplace(program_key);
-    if (use_disk) {
-      if (std::optional<disk_cache::Entry> e = disk_cache::load(program_key)) {
-        try {
-          st.cpu_code = llvm_backend::load_object(e->object, e->symbol);
-          st.entry = st.cpu_code->entry();
-          st.rows_in_flight = e->rows_in_flight;
-          st.from_disk_cache = true;
-        } catch (const Error&) {
-          disk_cache::discard(program_key);  // intact but unloadable: rebuild below
-        }
-      }
-    }
-    if (!st.entry) {
-      llvm_backend::Object o = llvm_backend::compile_object(st.kernel, options);
-      auto t = std::chrono::steady_clock::now();
-      st.cpu_code = llvm_backend::load_object(o.bytes, o.symbol);
-      st.entry = st.cpu_code->entry();
-      st.rows_in_flight = o.rows_in_flight;
-      st.lower_ms += o.lower_ms;
-      st.optimize_ms += o.optimize_ms;
-      st.codegen_ms += o.codegen_ms + std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
-      if (use_disk) disk_cache::store(program_key, disk_cache::Entry{std::move(o.bytes), o.symbol, o.rows_in_flight});
-    }
-    if (share_programs) program_cache().add_cpu(program_key, ProgramCache::Cpu{st.cpu_code, st.rows_in_flight});
   }
-  if (r.target == Target::cuda || r.target == Target::cuda_emu) {
-    cuda_backend::Source src = cuda_backend::render(st.kernel);  // refuses Op::Call with a clear error
-    st.cuda_source = src.text;
-    if (r.target == Target::cuda) {
-      auto c = std::make_shared<cuda_backend::Compiled>(cuda_backend::compile(src, r.cuda_arch, true, false));
-      st.codegen_ms += c->nvrtc_ms;
-      st.cuda_device = std::make_shared<cuda_backend::DeviceKernel>(std::move(src), c->cubin, r.cuda_arch);
-      st.cuda_compiled = std::move(c);
-    } else {
-      // The host compiler takes about a second per kernel; the shared object is kept in the
-      // disk cache, keyed by everything it depends on.
-      // The source names the request in its first comment; the key is the source of the program alone.
-      const std::string program_key = disk_cache::key(fmt::format("ordo {}\n{}\n{}", kOrdoVersion, cuda_backend::emu_fingerprint(),
-                                                              cuda_backend::render(without_description(st.kernel)).text));
-      if (std::shared_ptr<const cuda_backend::EmuKernel> shared = share_programs ? program_cache().find_emu(program_key) : nullptr) {
-        st.cuda_emu = std::move(shared);
-        return;
+  const bool use_disk = !program_key.empty() && backend.keeps_programs_on_disk() && disk_cache::settings().enabled;
+  // Held while this key is loaded, or compiled and stored: a thread or process that asks for
+  // the same new program meanwhile waits, then loads it (include/ordo/disk_cache.hpp).
+  std::optional<disk_cache::KeyLock> key_lock;
+  if (use_disk) key_lock.emplace(program_key);
+  if (use_disk) {
+    if (std::optional<disk_cache::Entry> e = disk_cache::load(program_key)) {
+      try {
+        st.program = backend.load(st.kernel, r, detail::StoredProgram{std::move(e->object), std::move(e->symbol), e->rows_in_flight, nullptr});
+        st.from_disk_cache = true;
+      } catch (const Error&) {
+        disk_cache::discard(program_key);  // intact but unloadable: rebuild below
       }
-      const bool use_disk = disk_cache::settings().enabled;
-        std::optional<disk_cache::Entry> e = use_disk ? disk_cache::load(program_key) : std::nullopt;
-      if (e) {
-        try {
-          st.cuda_emu = std::make_shared<cuda_backend::EmuKernel>(cuda_backend::load_emu(src, e->object));
-          st.from_disk_cache = true;
-        } catch (const Error&) {
-          disk_cache::discard(program_key);  // intact but unloadable: rebuild below
-        }
-      }
-      if (!st.cuda_emu) {
-        const auto t = std::chrono::steady_clock::now();
-        std::string object = cuda_backend::compile_emu_object(src);
-        const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
-        st.codegen_ms += ms;
-        st.cuda_emu = std::make_shared<cuda_backend::EmuKernel>(cuda_backend::load_emu(src, object, ms));
-        if (use_disk) disk_cache::store(program_key, disk_cache::Entry{std::move(object), "ordo_emu_run", 1});
-      }
-      if (share_programs) program_cache().add_emu(program_key, st.cuda_emu);
     }
   }
+  if (!st.program) {
+    detail::PhaseTimes times;
+    detail::StoredProgram compiled = backend.compile(st.kernel, r, times);
+    const auto t = std::chrono::steady_clock::now();
+    st.program = backend.load(st.kernel, r, compiled);
+    st.lower_ms += times.lower_ms;
+    st.optimize_ms += times.optimize_ms;
+    st.codegen_ms += times.codegen_ms + std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
+    if (use_disk) disk_cache::store(program_key, disk_cache::Entry{std::move(compiled.object), compiled.symbol, compiled.rows_in_flight});
+  }
+  if (!program_key.empty() && share_programs) program_cache().add(program_key, st.program);
 }
+
+int CompiledKernel::rows_in_flight() const { return stages_.at(0).program->rows_in_flight(); }
+
+const std::string& CompiledKernel::cuda_source(size_t stage) const {
+  static const std::string none;
+  const std::string* text = stages_.at(stage).program->cuda_source();
+  return text ? *text : none;
+}
+
+const cuda_backend::Compiled* CompiledKernel::cuda_compiled(size_t stage) const { return stages_.at(stage).program->cuda_compiled(); }
 
 namespace detail {
 KernelHandle compile_new(const Request& r, bool share_programs) {
@@ -429,7 +351,7 @@ KernelHandle compile_new(const Request& r, bool share_programs) {
     k->optimize_ms_ += s.optimize_ms;
     k->codegen_ms_ += s.codegen_ms;
     k->from_disk_cache_ = k->from_disk_cache_ || s.from_disk_cache;
-    dump_stages(r, s.kernel, s.rows_in_flight);
+    dump_stages(r, s.kernel, s.program->rows_in_flight());
   }
   k->compile_ms_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   return k;
@@ -636,7 +558,8 @@ void CompiledKernel::run_with_sizes(const std::vector<BufferRef>& buffers, int64
 }
 
 // One stage over the launch. Its grid: the rows (then any fixed dims), or for a column stage its
-// fixed dims alone; every entry point also gets the launch's rows after the grid's extents.
+// fixed dims alone; every entry point also gets the launch's rows and size arguments after the
+// grid's extents. The stage's backend runs it (src/backends.cpp).
 void CompiledKernel::run_stage(const Stage& s, const std::vector<void*>& ptrs, const std::vector<ir::BufferArg>& views,
                                const std::vector<BufferRef>& buffers, int64_t rows, const std::vector<int64_t>& sizes, int threads,
                                Stores stores) const {
@@ -645,45 +568,15 @@ void CompiledKernel::run_stage(const Stage& s, const std::vector<void*>& ptrs, c
   int64_t instances = 1;
   for (size_t d = 0; d + 1 + sizes.size() < extents.size(); ++d)
     if (__builtin_mul_overflow(instances, extents[d], &instances)) throw Error(fmt::format("rows={} makes more than 2^63 program instances", rows));
-  if (s.cuda_device || s.cuda_emu) {
-    std::vector<cuda_backend::BufferView> views_cuda;
-    std::vector<std::string> names;
-    for (size_t i = 0; i < buffers.size(); ++i) {
-      const bool workspace = i >= args_.size();
-      const ScalarType dtype = workspace ? workspaces_[i - args_.size()].elem : args_[i].dtype;
-      views_cuda.push_back({buffers[i].data, buffers[i].elements * size_bytes(dtype), workspace || args_[i].output});
-      names.push_back(workspace ? workspaces_[i - args_.size()].name : args_[i].name);
-    }
-    if (s.cuda_device) return s.cuda_device->launch(views_cuda, extents);
-    // cuda-emu: the host runs the launch's blocks; blocks are independent, so any split over the
-    // pool gives the same bits. Vector accesses need the alignment the GPU would.
-    cuda_backend::check_alignment(s.cuda_emu->source(), names, views_cuda);
-    const std::vector<long long> emu_extents(extents.begin(), extents.end());
-    const int64_t per_block = s.cuda_emu->source().instances_per_block;
-    const int64_t blocks = (instances + per_block - 1) / per_block;
-    if (rows * request_.cols < (int64_t(1) << 15)) threads = 1;
-    const cuda_backend::EmuKernel& emu = *s.cuda_emu;
-    Pool::instance().parallel_for(blocks, threads,
-                                  [&](int64_t b, int64_t e) { emu.run_blocks(ptrs.data(), emu_extents.data(), instances, b, e); });
-    return;
-  }
-  if (!s.entry) {
-    ir::interpret(k, views, extents);
-    return;
-  }
-  Entry entry = s.entry;
   int64_t output_bytes = 0;
   constexpr int64_t kStreamAbove = int64_t(32) << 20;
   for (const ArgSpec& a : args_)  // each term is at most 2^62 bytes (kMaxElements); stop before a sum could overflow
     if (a.output && a.extent == ir::Extent::rows_by_cols && output_bytes <= kStreamAbove)
       output_bytes += a.elements(rows, request_.cols, sizes) * size_bytes(a.dtype);
-  const bool stream = stores == Stores::streaming || (stores == Stores::automatic && output_bytes > kStreamAbove);
-  const int64_t flags = stream ? llvm_backend::kStreamOutputs : 0;
-  // Enough rows per thread to amortize the hand-off; results do not depend on the split.
   int64_t work = 0;
   for (const ArgSpec& a : args_) work = std::max(work, a.elements(rows, request_.cols, sizes));
-  if (work < (int64_t(1) << 15)) threads = 1;
-  Pool::instance().parallel_for(instances, threads, [&](int64_t b, int64_t e) { entry(ptrs.data(), extents.data(), b, e, flags); });
+  const bool stream = stores == Stores::streaming || (stores == Stores::automatic && output_bytes > kStreamAbove);
+  s.program->launch(detail::StageLaunch{k, buffers, ptrs, views, args_, workspaces_, extents, instances, work, threads, stream});
 }
 
 }  // namespace ordo

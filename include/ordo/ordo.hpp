@@ -20,13 +20,11 @@
 namespace ordo {
 
 namespace cuda_backend {
-class DeviceKernel;
-class EmuKernel;
 struct Compiled;
 }  // namespace cuda_backend
-namespace llvm_backend {
-class LoadedCode;
-}  // namespace llvm_backend
+namespace detail {
+class StageProgram;  // a stage's program, loaded by its target's backend (src/backend.hpp)
+}  // namespace detail
 
 // The most elements (rows*N) one launch may cover: 2^59, so that every buffer's length in
 // bytes (at most 8 per element), and the sum of a few of them, fit in int64_t. run() rejects a
@@ -86,14 +84,15 @@ class CompiledKernel {
   double lower_ms() const { return lower_ms_; }
   double optimize_ms() const { return optimize_ms_; }
   double codegen_ms() const { return codegen_ms_; }
-  int rows_in_flight() const { return stages_.at(0).rows_in_flight; }
+  int rows_in_flight() const;
   // The machine code came from the persistent disk cache (include/ordo/disk_cache.hpp); the
   // lower/optimize/codegen times are then 0.
   bool from_disk_cache() const { return from_disk_cache_; }
-  // Targets cuda and cuda-emu: the CUDA C++ source (what NVRTC and the host compiler compile).
-  const std::string& cuda_source(size_t stage = 0) const { return stages_.at(stage).cuda_source; }
-  // Target cuda: NVRTC's output (PTX, cubin, ptxas's register and spill counts).
-  const cuda_backend::Compiled* cuda_compiled(size_t stage = 0) const { return stages_.at(stage).cuda_compiled.get(); }
+  // Targets cuda and cuda-emu: the CUDA C++ source (what NVRTC and the host compiler compile);
+  // empty for the others.
+  const std::string& cuda_source(size_t stage = 0) const;
+  // Target cuda: NVRTC's output (PTX, cubin, ptxas's register and spill counts); null otherwise.
+  const cuda_backend::Compiled* cuda_compiled(size_t stage = 0) const;
 
   // How outputs are stored. Never changes results. automatic streams (non-temporal stores)
   // when the per-row outputs of the launch exceed 32 MiB, far more than stays in cache.
@@ -113,16 +112,9 @@ class CompiledKernel {
 
  private:
   friend std::shared_ptr<const CompiledKernel> detail::compile_new(const Request&, bool share_programs);
-  using Entry = void (*)(void* const*, const int64_t*, int64_t, int64_t, int64_t);
   struct Stage {
     ir::Kernel kernel;
-    Entry entry = nullptr;  // null for the interpreter and CUDA targets
-    std::shared_ptr<const llvm_backend::LoadedCode> cpu_code;  // owns `entry`'s machine code
-    std::string cuda_source;
-    std::shared_ptr<const cuda_backend::Compiled> cuda_compiled;
-    std::shared_ptr<const cuda_backend::DeviceKernel> cuda_device;  // target cuda
-    std::shared_ptr<const cuda_backend::EmuKernel> cuda_emu;        // target cuda-emu
-    int rows_in_flight = 1;
+    std::shared_ptr<const detail::StageProgram> program;  // what the target's backend loaded
     double lower_ms = 0, optimize_ms = 0, codegen_ms = 0;  // this stage's compile, by phase
     bool from_disk_cache = false;
   };
