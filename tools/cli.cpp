@@ -261,6 +261,11 @@ std::map<std::string, std::string> output_files(const Args& a, const ordo::Compi
   return out_files;
 }
 
+void refuse_launch_sizes(const ordo::Request& r, const char* command) {
+  if (r.seq_k_at_launch)
+    throw Error(fmt::format("{} runs kernels built for one S_k; --sk launch is for emit, build and run: give --sk N", command));
+}
+
 // Runs `k` on `rows` rows with the inputs named by its arguments and outputs shaped by
 // out_shape, then writes the outputs named in out_files: only after everything has succeeded,
 // all of them or none.

@@ -63,6 +63,9 @@ std::vector<std::string> split(const std::string& s, char sep);
 std::pair<std::string, std::string> name_file(const std::string& opt, const std::string& v);
 // Reads the --in files named in `names`; every one must be given once.
 std::map<std::string, NpyArray> read_inputs(const Args& a, OpKind op, const std::vector<std::string>& names);
+// The commands that run a kernel on buffers they size themselves (bench, compare) take every
+// length at compile time: `--sk launch` is refused there, naming the command.
+void refuse_launch_sizes(const Request& r, const char* command);
 // Checks --out names against the kernel's outputs.
 std::map<std::string, std::string> output_files(const Args& a, const CompiledKernel& k);
 // Runs `k` on `rows` rows (and the size arguments `sizes`, CompiledKernel::sizes) with the inputs

@@ -134,6 +134,7 @@ int cmd_bench(int argc, char** argv) {
   Args a = Args::parse(argc, argv, 2, flags, values);
   const ordo::OpKind op = parse_op_arg(a);
   ordo::Request r = request_from(a, op);
+  refuse_launch_sizes(r, "bench");
   if (ordo::forward_of(op) == ordo::OpKind::attention) {
     if (!a.get("order")) throw Error("missing --order NAME");
     if (!a.flag("json")) throw Error("bench prints JSON only: add --json");

@@ -54,6 +54,7 @@ std::vector<std::string> attention_orders(const ordo::Request& base) {
 int compare(const Args& a, ordo::OpKind op, int64_t default_rows) {
   ordo::CompareOptions o;
   o.base = request_from(a, op);
+  refuse_launch_sizes(o.base, "compare");
   if (o.base.cols == 0) o.base.cols = 4096;
   o.rows = a.get("rows") ? parse_int("--rows", *a.get("rows"), 1, int64_t(1) << 24) : default_rows;
   if (auto v = a.get("seed")) o.seed = static_cast<uint64_t>(parse_int("--seed", *v, 0, INT64_MAX));

@@ -178,8 +178,11 @@ int cmd_run(int argc, char** argv) {
   values.insert(values.end(), {"in", "out", "threads", "scale"});
   Args a = Args::parse(argc, argv, 2, kRequestFlags, values);
   const ordo::OpKind op = parse_op_arg(a);
-  if (a.get("sq") || a.get("sk") || a.get("heads") || a.flag("lse"))
-    throw Error("ordo run takes attention's shape from the --in files and writes lse when --out lse= names it; drop --sq/--sk/--heads/--lse");
+  // --sk launch is not a shape: it asks for the kernel that takes S_k (from k) at launch.
+  const bool sk_at_launch = a.get("sk") && *a.get("sk") == "launch";
+  if (a.get("sq") || (a.get("sk") && !sk_at_launch) || a.get("heads") || a.flag("lse"))
+    throw Error("ordo run takes attention's shape from the --in files and writes lse when --out lse= names it; drop --sq/--sk/--heads/--lse "
+                "(--sk launch is the exception: one kernel for every S_k)");
   if (ordo::forward_of(op) != ordo::OpKind::attention && (a.get("scale") || a.flag("causal")))
     throw Error(fmt::format("--scale and --causal are attention's; {} takes neither", ordo::name(op)));
   if (a.get("cols") || a.get("dtype") || a.get("weight-dtype") || a.flag("no-weight") || a.flag("no-bias"))
