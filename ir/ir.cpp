@@ -172,12 +172,13 @@ std::optional<int64_t> launch_elements(Extent e, int64_t per_row, int64_t block_
   return n;
 }
 
-std::optional<int64_t> launch_elements(const Buffer& b, int64_t rows, int64_t cols, const std::vector<int64_t>& sizes) {
-  if (b.per_row_size < 0) return launch_elements(b, rows, cols);
-  if (static_cast<size_t>(b.per_row_size) >= sizes.size() || sizes[static_cast<size_t>(b.per_row_size)] < 0) return std::nullopt;
-  int64_t per_row = 0;
-  if (__builtin_mul_overflow(b.per_row, sizes[static_cast<size_t>(b.per_row_size)], &per_row)) return std::nullopt;
-  return launch_elements(b.extent, per_row, b.block_rows, rows, cols);
+std::optional<int64_t> launch_elements(Extent e, int64_t per_row, int per_row_size, int64_t block_rows, int64_t rows, int64_t cols,
+                                       const std::vector<int64_t>& sizes) {
+  if (per_row_size < 0) return launch_elements(e, per_row, block_rows, rows, cols);
+  if (static_cast<size_t>(per_row_size) >= sizes.size() || sizes[static_cast<size_t>(per_row_size)] < 0) return std::nullopt;
+  int64_t scaled = 0;
+  if (__builtin_mul_overflow(per_row, sizes[static_cast<size_t>(per_row_size)], &scaled)) return std::nullopt;
+  return launch_elements(e, scaled, block_rows, rows, cols);
 }
 
 int Builder::buffer(std::string name, ScalarType elem, bool output, Extent extent, int64_t per_row) {

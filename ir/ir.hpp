@@ -273,7 +273,11 @@ inline std::optional<int64_t> launch_elements(const Buffer& b, int64_t rows, int
 }
 // The same with the launch's size arguments (Kernel::sizes), which a buffer's per_row_size
 // reads; nullopt on overflow, or when the size it names is missing or negative.
-std::optional<int64_t> launch_elements(const Buffer& b, int64_t rows, int64_t cols, const std::vector<int64_t>& sizes);
+std::optional<int64_t> launch_elements(Extent e, int64_t per_row, int per_row_size, int64_t block_rows, int64_t rows, int64_t cols,
+                                       const std::vector<int64_t>& sizes);
+inline std::optional<int64_t> launch_elements(const Buffer& b, int64_t rows, int64_t cols, const std::vector<int64_t>& sizes) {
+  return launch_elements(b.extent, b.per_row, b.per_row_size, b.block_rows, rows, cols, sizes);
+}
 
 struct Local {
   std::string name;

@@ -44,11 +44,7 @@ struct ArgSpec {
   // Elements for a launch of `rows` rows with size arguments `sizes`; nullopt when that
   // overflows int64 or names a size not given.
   std::optional<int64_t> checked_elements(int64_t rows, int64_t cols, const std::vector<int64_t>& sizes = {}) const {
-    ir::Buffer b;
-    b.extent = extent;
-    b.per_row = per_row;
-    b.per_row_size = per_row_size;
-    return ir::launch_elements(b, rows, cols, sizes);
+    return ir::launch_elements(extent, per_row, per_row_size, 0, rows, cols, sizes);
   }
   // The same for sizes known to fit (buffers that exist).
   int64_t elements(int64_t rows, int64_t cols, const std::vector<int64_t>& sizes = {}) const {
