@@ -1197,7 +1197,81 @@ void check_attention_request(const Request& r) {
                             r.seq_q, int64_t(1) << 18));
 }
 
+namespace {
+
+// A reduction whose loops gen/ can build for a length given at launch: a sequential sum, or a lane
+// tree without outer chunks (gen/blocks/reductions.cpp, emit_lane_trees_at_launch).
+std::string sum_at_launch_error(const SumOrder& s) {
+  if (s.kind != S::Sequential && s.kind != S::LaneTree) return fmt::format("its sum ({}) has blocks fixed by N", describe(s));
+  if (s.outer_chunk > 0) return fmt::format("its sum is cut into chunks of {}", s.outer_chunk);
+  if (s.tail_unfused_group > 0) return fmt::format("its tail splits into groups of {} by N", s.tail_unfused_group);
+  return {};
+}
+
+// Why the resolved order `o` cannot take N at launch for r's op ("" when it can): every reduction
+// must be one of the loops above.
+std::string cols_at_launch_error(const Request& r, const Order& o) {
+  switch (r.op) {
+    case OpKind::layer_norm:
+    case OpKind::var_mean:
+      if (o.moments.kind != K::TwoPass) return fmt::format("its moments ({}) are laid out for one N", describe(o.moments));
+      if (std::string why = sum_at_launch_error(o.moments.sum); !why.empty()) return why;
+      return sum_at_launch_error(o.moments.dev_sum.value_or(o.moments.sum));
+    case OpKind::rms_norm:
+      // PyTorch splits a row over 32768 long between its threads (gen/ops/rms_norm.cpp).
+      if (o.threads > 1) return fmt::format("PyTorch's thread split of long rows (threads={}) depends on N", o.threads);
+      return sum_at_launch_error(o.square_sum);
+    case OpKind::softmax:
+    case OpKind::log_softmax:
+      if (o.softmax.kind != SoftmaxOrder::Kind::TwoPass) return fmt::format("its reductions ({}) are laid out for one N", describe(o.softmax));
+      return {};
+    default: return fmt::format("{} is not a row op's forward", name(r.op));
+  }
+}
+
+// The parts of an Order a row op's forward reads.
+bool same_row_arithmetic(const Order& a, const Order& b) {
+  return a.moments == b.moments && a.square_sum == b.square_sum && a.affine == b.affine && a.softmax == b.softmax &&
+         a.round_stats_to_storage == b.round_stats_to_storage && a.threads == b.threads;
+}
+
+// N at launch (Request::cols_at_launch). The order is resolved for lengths on both sides of every
+// boundary a named order's table tests (onnxruntime's N <= 7, PyTorch's vector widths, its grain
+// of 32768) and must come out the same at each, with reductions whose loops gen/ builds for any N.
+Order resolve_cols_at_launch(const Request& r, const HostModel& host) {
+  if (r.op != OpKind::layer_norm && r.op != OpKind::rms_norm && r.op != OpKind::var_mean && r.op != OpKind::softmax &&
+      r.op != OpKind::log_softmax)
+    throw Error(fmt::format("{}: N at launch is for the row ops' forward (layer_norm, rms_norm, var_mean, softmax, log_softmax)",
+                            name(r.op)));
+  if (r.cols != 0) throw Error(fmt::format("N is given at launch, so cols must be 0, got {}", r.cols));
+  // A request the order refuses at N = 1 is a bad request whatever N is: its error as it stands.
+  auto at = [&](int64_t n) {
+    Request fixed = r;
+    fixed.cols_at_launch = false;
+    fixed.cols = n;
+    return resolve(fixed, host);
+  };
+  const Order first = at(1);
+  for (int64_t n : {int64_t(7), int64_t(8), int64_t(33), int64_t(1000), int64_t(32768), int64_t(32769), int64_t(1) << 24}) {
+    Order o;
+    try {
+      o = at(n);
+    } catch (const Error& e) {
+      throw FixedLengthError(fmt::format("order '{}' builds its {} for one N; at N = {}: {}", r.order, name(r.op), n, e.what()));
+    }
+    if (!same_row_arithmetic(first, o))
+      throw FixedLengthError(fmt::format("order '{}' builds its {} for one N (its arithmetic at N = {} is not that at N = 1); give N",
+                                         r.order, name(r.op), n));
+  }
+  if (std::string why = cols_at_launch_error(r, first); !why.empty())
+    throw FixedLengthError(fmt::format("order '{}' builds its {} for one N ({}); give N", r.order, name(r.op), why));
+  return first;
+}
+
+}  // namespace
+
 Order resolve(const Request& r, const HostModel& host) {
+  if (r.cols_at_launch) return resolve_cols_at_launch(r, host);
   check_attention_request(r);
   if (r.cols <= 0) throw Error(fmt::format("N (the last dim) must be at least 1, got {}", r.cols));
   if (r.cols > (int64_t(1) << 31)) throw Error(fmt::format("N = {} exceeds the supported 2^31 columns", r.cols));
@@ -1277,7 +1351,7 @@ Order resolve(const Request& r, const HostModel& host) {
     apply_parameters(o, std::string_view(r.order).substr(open + 1, r.order.size() - open - 2), r.order);
   }
   if (r.seq_k_at_launch && (o.attention.kind != AttentionOrder::Kind::Flash || o.attention.team > 0))
-    throw Error(fmt::format("order '{}' builds its attention for one S_k ({}); S_k at launch needs a flash order whose program instance is "
+    throw FixedLengthError(fmt::format("order '{}' builds its attention for one S_k ({}); S_k at launch needs a flash order whose program instance is "
                             "one thread (fast, flash): give seq_k",
                             r.order, o.attention.kind != AttentionOrder::Kind::Flash ? "the key blocks and tails of its reference are fixed then"
                                                                                    : "a team stages whole key blocks in shared memory"));
@@ -1328,7 +1402,8 @@ std::vector<Kernel> build_stages(const Request& r, const Order& o) {
     k.description = forward_of(r.op) == OpKind::attention
                         ? fmt::format("{} D={} Sq={} Sk={}{} x={} order={}", name(r.op), r.cols, r.seq_q, r.seq_k_at_launch ? std::string("launch") : fmt::format("{}", r.seq_k), r.causal ? " causal" : "",
                                       name(r.x_dtype), r.order)
-                        : fmt::format("{} N={} x={} weight={} order={}", name(r.op), r.cols, name(r.x_dtype), name(r.weight_type()), r.order);
+                        : fmt::format("{} N={} x={} weight={} order={}", name(r.op), r.cols_at_launch ? std::string("launch") : fmt::format("{}", r.cols),
+                                      name(r.x_dtype), name(r.weight_type()), r.order);
     if (ks.size() > 1) k.description += fmt::format(" (stage {} of {})", i + 1, ks.size());
   }
   return ks;

@@ -56,7 +56,7 @@ std::optional<Target> parse_target(std::string_view s) {
 
 std::string Request::key() const {
   std::string k = fmt::format("{}|N={}|x={}|w={}|acc={}|weight={}|bias={}|mixed={}|eps={:a}|order={}|target={}|rif={}", name(op),
-                              cols, name(x_dtype), name(weight_type()), acc_dtype ? name(*acc_dtype) : "default", has_weight,
+                              cols_at_launch ? fmt::format("{}@launch", cols) : fmt::format("{}", cols), name(x_dtype), name(weight_type()), acc_dtype ? name(*acc_dtype) : "default", has_weight,
                               has_bias, allow_mixed_dtypes, eps, order, name(target), rows_in_flight);
   if (target == Target::cuda) k += fmt::format("|arch=sm_{}", cuda_arch);
   if (is_backward(op)) k += fmt::format("|saved_stats={}", saved_stats);

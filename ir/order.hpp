@@ -77,6 +77,7 @@ struct SumOrder {
   int parts = 1;               // ChunkStack: thread parts of one row
   int64_t unroll_below = 0;  // ChunkStack
   int loop_step = 0;         // ChunkStack: elements per step of the kernel's loop over a row (0: lanes)
+  friend bool operator==(const SumOrder&, const SumOrder&) = default;
 };
 
 // How a Welford merge of a partial result B = (nb, mb, Mb) into an accumulator A = (na, ma, Ma)
@@ -166,6 +167,7 @@ struct MomentsOrder {
   bool fma_tail = false;
   int64_t two_pass_max_n = 0;  // VectorWelford
   int parts = 1;               // VectorWelford: split between threads as SumOrder::ChunkStack, loop step lanes*streams
+  friend bool operator==(const MomentsOrder&, const MomentsOrder&) = default;
 };
 
 // How y is formed from x, the statistics and the optional weight (gamma) and bias (beta).
@@ -206,6 +208,7 @@ struct AffineOrder {
   // `one_plus_weight` multiplies by (1 + weight), formed in f32 (Gemma). y is rounded once, to its type.
   bool round_before_weight = false;
   bool one_plus_weight = false;
+  friend bool operator==(const AffineOrder&, const AffineOrder&) = default;
 };
 
 // Which implementation of exp and log an order uses. Each is a fixed algorithm, so the choice is
@@ -267,6 +270,7 @@ struct SoftmaxOrder {
   // leaves a pointwise loop of fewer than a quarter of its f32 vector's lanes, with few ops,
   // unvectorized (measured: f32 under AVX-512, N = 2 and 3; bf16, f16 and AVX2 stay vectorized).
   int scalar_exp_below = 0;
+  friend bool operator==(const SoftmaxOrder&, const SoftmaxOrder&) = default;
 };
 
 // Which kernels a BLAS library runs for the small matrix products inside an attention block.

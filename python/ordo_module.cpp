@@ -96,11 +96,18 @@ class Borrowed {
   DLManagedTensor* t_ = nullptr;
 };
 
-// Python exceptions: ordo::Error (the caller's input) becomes ValueError.
+// Python exceptions: ordo::Error (the caller's input) becomes ValueError, and ordo::FixedLengthError
+// (a length asked for at launch that the order builds its kernel for) its subclass
+// ordo._ordo.FixedLengthError, created when the module loads.
+PyObject* fixed_length_error = nullptr;
+
 template <class F>
 auto translate(F&& f) {
   try {
     return f();
+  } catch (const ordo::FixedLengthError& e) {
+    PyErr_SetString(fixed_length_error, e.what());
+    throw py::error_already_set();
   } catch (const ordo::Error& e) {
     throw py::value_error(e.what());
   }
@@ -131,6 +138,11 @@ const TorchDtypes& torch_dtypes() {
 
 PYBIND11_MODULE(_ordo, m) {
   m.doc() = "ordo's native layer: kernels by request, run on DLPack tensors";
+  fixed_length_error = PyErr_NewExceptionWithDoc("ordo._ordo.FixedLengthError",
+                                                 "The order builds its kernel for one length; the request asked for it at launch.",
+                                                 PyExc_ValueError, nullptr);
+  if (!fixed_length_error) throw py::error_already_set();
+  m.attr("FixedLengthError") = py::handle(fixed_length_error);
 
   py::class_<ordo::CompiledKernel, std::shared_ptr<ordo::CompiledKernel>>(m, "Kernel")
       .def_property_readonly("args", [](const ordo::CompiledKernel& k) {
@@ -192,13 +204,14 @@ PYBIND11_MODULE(_ordo, m) {
 
   m.def("compile", [](const std::string& op, int64_t cols, const std::string& dtype, const std::string& weight_dtype,
                       const std::string& order, double eps, bool weight, bool bias, bool allow_mixed_dtypes,
-                      const std::string& acc, bool saved_stats) {
+                      const std::string& acc, bool saved_stats, bool cols_at_launch) {
     return translate([&] {
       ordo::Request r;
       auto kind = ordo::parse_op(op);
       if (!kind) throw ordo::Error("unknown op '" + op + "'");
       r.op = *kind;
       r.cols = cols;
+      r.cols_at_launch = cols_at_launch;
       r.x_dtype = dtype_named(dtype);
       if (!weight_dtype.empty()) r.weight_dtype = dtype_named(weight_dtype);
       if (!acc.empty()) r.acc_dtype = dtype_named(acc);
@@ -212,7 +225,7 @@ PYBIND11_MODULE(_ordo, m) {
     });
   }, py::arg("op"), py::arg("cols"), py::arg("dtype"), py::arg("weight_dtype") = "", py::arg("order") = "fast",
      py::arg("eps") = 1e-5, py::arg("weight") = false, py::arg("bias") = false, py::arg("allow_mixed_dtypes") = false,
-     py::arg("acc") = "", py::arg("saved_stats") = true);
+     py::arg("acc") = "", py::arg("saved_stats") = true, py::arg("cols_at_launch") = false);
 
   m.def("compile_attention", [](int64_t head_dim, int64_t seq_q, int64_t seq_k, const std::string& dtype, const std::string& order,
                                 bool causal, std::optional<double> scale, bool lse, const std::string& op, bool saved_stats, int64_t heads,

@@ -109,7 +109,10 @@ int ordo_request_set(ordo_request* req, const char* key_c, const char* value_c) 
     if (!req) throw ordo::Error("request is NULL");
     const std::string key = text(key_c, "key"), v = text(value_c, "value");
     ordo::Request& r = req->r;
-    if (key == "cols") r.cols = integer(v, key);
+    if (key == "cols" && v == "launch") {
+      r.cols_at_launch = true;
+      r.cols = 0;
+    } else if (key == "cols") r.cols = integer(v, key);
     else if (key == "dtype") r.x_dtype = dtype(v, key);
     else if (key == "weight_dtype") r.weight_dtype = dtype(v, key);
     else if (key == "acc") r.acc_dtype = dtype(v, key);
@@ -197,6 +200,9 @@ std::vector<int64_t> launch_sizes(const ordo_kernel* k, const int64_t* sizes, in
                                   list.empty() ? "" : fmt::format(" ({})", list), num_sizes));
   }
   if (num_sizes > 0 && !sizes) throw ordo::Error("sizes must not be NULL");
+  for (int i = 0; i < num_sizes; ++i)
+    if (sizes[i] < 1 || sizes[i] > (int64_t(1) << 24))
+      throw ordo::Error(fmt::format("{} = {} outside [1, 2^24]", names[static_cast<size_t>(i)], sizes[i]));
   return std::vector<int64_t>(sizes, sizes + num_sizes);
 }
 }  // namespace
@@ -228,7 +234,8 @@ int ordo_kernel_arg_elements_sized(const ordo_kernel* k, int i, int64_t rows, co
     if (i < 0 || i >= static_cast<int>(args.size()))
       throw ordo::Error(fmt::format("argument {} out of range [0, {})", i, args.size()));
     if (rows < 0) throw ordo::Error(fmt::format("rows must be >= 0, got {}", rows));
-    const std::optional<int64_t> n = args[static_cast<size_t>(i)].checked_elements(rows, k->k->request().cols, launch_sizes(k, sizes, num_sizes));
+    const std::vector<int64_t> given = launch_sizes(k, sizes, num_sizes);
+    const std::optional<int64_t> n = args[static_cast<size_t>(i)].checked_elements(rows, k->k->launch_cols(given), given);
     if (!n) throw ordo::Error(fmt::format("rows={} makes more than 2^63 elements", rows));
     if (elements) *elements = *n;
   });

@@ -503,12 +503,13 @@ void CompiledKernel::run_with_sizes(const std::vector<BufferRef>& buffers, int64
   for (size_t i = 0; i < sizes.size(); ++i)
     if (sizes[i] < 1 || sizes[i] > (int64_t(1) << 24))
       throw Error(fmt::format("{} = {} outside [1, 2^24]", names[i], sizes[i]));
+  const int64_t cols = launch_cols(sizes);
   // Lengths and offsets are 64-bit everywhere (the IR's index type is i64, and so are the
   // LLVM backend's addresses), so rows*N beyond 2^31 runs. Past kMaxElements, rows*N, or the
   // bytes of a buffer of it, would overflow int64_t: such a launch is rejected here, before any
   // length is computed from it.
-  if (rows > 0 && request_.cols > kMaxElements / rows)
-    throw Error(fmt::format("rows={} with N={}: rows*N exceeds the {} elements a launch may have", rows, request_.cols, kMaxElements));
+  if (rows > 0 && cols > kMaxElements / rows)
+    throw Error(fmt::format("rows={} with N={}: rows*N exceeds the {} elements a launch may have", rows, cols, kMaxElements));
   if (buffers.size() != args_.size()) {
     std::string names;
     for (const ArgSpec& a : args_) names += (names.empty() ? "" : ", ") + a.name;
@@ -518,7 +519,7 @@ void CompiledKernel::run_with_sizes(const std::vector<BufferRef>& buffers, int64
   std::vector<ir::BufferArg> views;
   for (size_t i = 0; i < args_.size(); ++i) {
     const ArgSpec& a = args_[i];
-    const std::optional<int64_t> checked = a.checked_elements(rows, request_.cols, sizes);
+    const std::optional<int64_t> checked = a.checked_elements(rows, cols, sizes);
     if (!checked || *checked > kMaxElements)
       throw Error(fmt::format("{}: rows={} makes more than the {} elements a launch may have", a.name, rows, kMaxElements));
     const int64_t need = *checked;
@@ -526,7 +527,7 @@ void CompiledKernel::run_with_sizes(const std::vector<BufferRef>& buffers, int64
       throw Error(fmt::format("{}: dtype {} given, kernel expects {}", a.name, name(buffers[i].dtype), name(a.dtype)));
     if (buffers[i].elements != need)
       throw Error(fmt::format("{}: {} elements given, expected {} ({} with rows={}, N={}{})", a.name, buffers[i].elements, need,
-                              ir::name(a.extent), rows, request_.cols,
+                              ir::name(a.extent), rows, cols,
                               a.per_row_size >= 0 ? fmt::format(", {}={}", names[size_t(a.per_row_size)], sizes[size_t(a.per_row_size)]) : ""));
     if (need > 0 && !buffers[i].data) throw Error(fmt::format("{}: null data pointer", a.name));
     ptrs.push_back(buffers[i].data);
@@ -540,7 +541,7 @@ void CompiledKernel::run_with_sizes(const std::vector<BufferRef>& buffers, int64
   std::vector<BufferRef> all_buffers = buffers;
   for (size_t i = 0; i < workspaces_.size(); ++i) {
     const ir::Buffer& w = workspaces_[i];
-    const std::optional<int64_t> elements = ir::launch_elements(w, rows, request_.cols);
+    const std::optional<int64_t> elements = ir::launch_elements(w, rows, cols);
     if (!elements || *elements > kMaxElements) throw Error(fmt::format("{}: rows={} makes a workspace of more than 2^59 elements", w.name, rows));
     const int64_t bytes = *elements * size_bytes(w.elem);
     std::byte* memory = nullptr;
@@ -568,13 +569,14 @@ void CompiledKernel::run_stage(const Stage& s, const std::vector<void*>& ptrs, c
   int64_t instances = 1;
   for (size_t d = 0; d + 1 + sizes.size() < extents.size(); ++d)
     if (__builtin_mul_overflow(instances, extents[d], &instances)) throw Error(fmt::format("rows={} makes more than 2^63 program instances", rows));
+  const int64_t cols = launch_cols(sizes);
   int64_t output_bytes = 0;
   constexpr int64_t kStreamAbove = int64_t(32) << 20;
   for (const ArgSpec& a : args_)  // each term is at most 2^62 bytes (kMaxElements); stop before a sum could overflow
     if (a.output && a.extent == ir::Extent::rows_by_cols && output_bytes <= kStreamAbove)
-      output_bytes += a.elements(rows, request_.cols, sizes) * size_bytes(a.dtype);
+      output_bytes += a.elements(rows, cols, sizes) * size_bytes(a.dtype);
   int64_t work = 0;
-  for (const ArgSpec& a : args_) work = std::max(work, a.elements(rows, request_.cols, sizes));
+  for (const ArgSpec& a : args_) work = std::max(work, a.elements(rows, cols, sizes));
   const bool stream = stores == Stores::streaming || (stores == Stores::automatic && output_bytes > kStreamAbove);
   s.program->launch(detail::StageLaunch{k, buffers, ptrs, views, args_, workspaces_, extents, instances, work, threads, stream});
 }

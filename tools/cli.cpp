@@ -145,7 +145,7 @@ request options (every command that builds a kernel):
   --target T            cpu, interpreter, cuda, cuda-emu (cpu)     --target cuda-emu
   --arch sm_XX          target cuda: sm_80, sm_86, sm_89, sm_90    --arch sm_80
   --rows-in-flight R    CPU rows run in lock step (0: backend's choice; never changes bits)  --rows-in-flight 4
-  --cols N              the reduced dim N (attention: D)           --cols 4096
+  --cols N              the reduced dim N (attention: D); --cols launch: one kernel for every N, given at each launch  --cols 4096
   --sq N, --sk N        attention's query and key lengths; --sk launch: one kernel for every S_k, given at each launch  --sq 1 --sk launch
   --heads H             attention: H of PyTorch's (B, H, S, D); launches are B*H rows (1)  --heads 8
   --row-strides Q,K,V   attention: the row strides of the q, k, v tensors PyTorch was given (D: contiguous)  --row-strides 512,512,512
@@ -176,7 +176,11 @@ ordo::Request request_from(const Args& a, ordo::OpKind op) {
   }
   if (auto v = a.get("dtype")) r.x_dtype = parse_dtype("--dtype", *v);
   if (auto v = a.get("weight-dtype")) r.weight_dtype = parse_dtype("--weight-dtype", *v);
-  if (auto v = a.get("cols")) r.cols = parse_int("--cols", *v, 0, int64_t(1) << 40);
+  if (auto v = a.get("cols")) {
+    // `--cols launch`: one kernel for every N, given at each launch (Request::cols_at_launch).
+    if (*v == "launch") r.cols_at_launch = true;
+    else r.cols = parse_int("--cols", *v, 0, int64_t(1) << 40);
+  }
   if (auto v = a.get("rows-in-flight")) r.rows_in_flight = static_cast<int>(parse_int("--rows-in-flight", *v, 0, 16));
   r.allow_mixed_dtypes = a.flag("allow-mixed-dtypes");
   // attention's shape (rows are batch*heads); other ops reject these in resolve().
@@ -262,6 +266,8 @@ std::map<std::string, std::string> output_files(const Args& a, const ordo::Compi
 }
 
 void refuse_launch_sizes(const ordo::Request& r, const char* command) {
+  if (r.cols_at_launch)
+    throw Error(fmt::format("{} runs kernels built for one N; --cols launch is for emit, build and run: give --cols N", command));
   if (r.seq_k_at_launch)
     throw Error(fmt::format("{} runs kernels built for one S_k; --sk launch is for emit, build and run: give --sk N", command));
 }
@@ -279,7 +285,7 @@ void run_and_write(const ordo::CompiledKernel& k, const std::map<std::string, or
     else {
       b.dtype = s.dtype;
       b.shape = out_shape(s);
-      b.data.assign(static_cast<size_t>(s.elements(rows, k.request().cols, sizes) * ordo::size_bytes(s.dtype)), 0);
+      b.data.assign(static_cast<size_t>(s.elements(rows, k.launch_cols(sizes), sizes) * ordo::size_bytes(s.dtype)), 0);
     }
     buffers.push_back(std::move(b));
   }

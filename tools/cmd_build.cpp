@@ -27,8 +27,10 @@ namespace {
 // The launches a kernel refuses (ir::Kernel::refused_launches), as a JSON array: a caller of the
 // built binary launches it itself, so it must leave these row counts out.
 // A buffer's length for a launch of `rows` rows, as the header and manifest state it.
-std::string length_text(const ordo::ir::Kernel& k, const ordo::ir::Buffer& b, int64_t cols) {
+std::string length_text(const ordo::ir::Kernel& k, const ordo::ir::Buffer& b, const ordo::Request& r) {
   using ordo::ir::Extent;
+  // N given at launch is the size argument "N" (Request::cols_at_launch).
+  const std::string cols = r.cols_at_launch ? std::string("N") : fmt::format("{}", r.cols);
   switch (b.extent) {
     case Extent::rows_by_cols: return fmt::format("rows*{}", cols);
     case Extent::cols: return fmt::format("{}", cols);
@@ -64,7 +66,7 @@ int build_cuda(Args& a, ordo::OpKind op) {
   check_output_path("-o", bin.string());
   if (a.get("orders")) throw Error("--target cuda builds one kernel per file: give --order NAME");
   ordo::Request r = request_from(a, op);
-  if (!a.get("cols")) throw Error("missing --cols N (the reduced dim is fixed at compile time)");
+  if (!a.get("cols")) throw Error("missing --cols N (the reduced dim, fixed at compile time; --cols launch: given at each launch)");
   if (!a.get("order")) throw Error("missing --order NAME");
   std::vector<std::string> options_json;
   ordo::ir::Order o = ordo::gen::resolve(r);
@@ -100,7 +102,7 @@ int build_cuda(Args& a, ordo::OpKind op) {
       std::string what;
       if (i < arguments.size()) {
         const ordo::ir::Buffer& b = *arguments[i];
-        const std::string len = length_text(k, b, r.cols);
+        const std::string len = length_text(k, b, r);
         what = fmt::format("\"buffer\": {}, \"dtype\": \"{}\", \"elements\": \"{}\", \"output\": {}, \"align_bytes\": {}",
                            json_string(b.name), ordo::name(b.elem), len, b.output ? "true" : "false", src.buffer_align[i]);
       } else if (const size_t d = i - arguments.size(); d < static_cast<size_t>(k.grid_rank)) {
@@ -176,7 +178,7 @@ int cmd_build(int argc, char** argv) {
   if (a.flag("ptx")) throw Error("--ptx is for --target cuda");
   a.values.erase("target");
   ordo::Request base = request_from(a, op);
-  if (!a.get("cols")) throw Error("missing --cols N (the reduced dim is fixed at compile time)");
+  if (!a.get("cols")) throw Error("missing --cols N (the reduced dim, fixed at compile time; --cols launch: given at each launch)");
   if (a.get("order") && a.get("orders")) throw Error("give --order NAME or --orders a,b,..., not both");
   const std::vector<std::string> orders =
       a.get("orders") ? split(*a.get("orders"), ',') : std::vector<std::string>{a.get("order").value_or("")};
@@ -205,7 +207,8 @@ int cmd_build(int argc, char** argv) {
     r.order = order;
     ordo::ir::Order o = ordo::gen::resolve(r);
     const std::vector<ordo::ir::Kernel> stages = ordo::gen::build_stages(r, o);
-    std::string op_symbol = fmt::format("ordo_{}_{}_n{}_{}", ordo::name(op), c_identifier(order), r.cols, ordo::name(r.x_dtype));
+    const std::string n_part = r.cols_at_launch ? std::string("nlaunch") : fmt::format("n{}", r.cols);
+    std::string op_symbol = fmt::format("ordo_{}_{}_{}_{}", ordo::name(op), c_identifier(order), n_part, ordo::name(r.x_dtype));
     if (op == ordo::OpKind::attention)  // one library may hold several shapes
       op_symbol += fmt::format("_sq{}_sk{}{}", r.seq_q, r.seq_k, r.causal ? "_causal" : "");
     for (const Built& b : kernels)
@@ -262,7 +265,7 @@ int cmd_build(int argc, char** argv) {
       for (size_t j = 0; j < b.kernel.buffers.size(); ++j) {
         const ordo::ir::Buffer& buf = b.kernel.buffers[j];
         if (!ordo::ir::is_argument(buf)) continue;  // scratch lives on the kernel's stack
-        const std::string len = length_text(b.kernel, buf, b.request.cols);
+        const std::string len = length_text(b.kernel, buf, b.request);
         const bool workspace = ordo::ir::is_workspace(buf);
         arg_doc += fmt::format(" *   buffers[{}] {:<7} {}[{}] {}\n", j, buf.name, ordo::name(buf.elem), len,
                                workspace ? "workspace: the caller allocates it, any contents, shared by the op's stages" : buf.output ? "out" : "in");
@@ -292,7 +295,9 @@ int cmd_build(int argc, char** argv) {
         arg_doc += fmt::format(" * Do not launch with {}: {}.\n", r.condition(), r.why);
       h += fmt::format("\n/* {} with order {}: N = {}, x {}{}.\n{} */\n"
                        "void {}(void* const* buffers, const int64_t* extents, int64_t begin, int64_t end, int64_t flags);\n",
-                       ordo::name(op), b.request.order, b.request.cols, ordo::name(b.request.x_dtype), stage_note, arg_doc, b.name);
+                       ordo::name(op), b.request.order,
+                       b.request.cols_at_launch ? std::string("given at launch") : fmt::format("{}", b.request.cols),
+                       ordo::name(b.request.x_dtype), stage_note, arg_doc, b.name);
       // The launch's size arguments (Kernel::sizes) follow the rows, as _run's parameters of the same names.
       std::string sizes, size_params;
       for (const std::string& size : b.kernel.sizes) {

@@ -51,7 +51,7 @@ int cmd_emit(int argc, char** argv) {
   }(), kRequestValues);
   const ordo::OpKind op = parse_op_arg(a);
   ordo::Request r = request_from(a, op);
-  if (r.cols == 0 && !a.get("cols")) r.cols = 1024;
+  if (r.cols == 0 && !a.get("cols") && !r.cols_at_launch) r.cols = 1024;
   if (a.flag("ir") + a.flag("llvm") + a.flag("cuda") + a.flag("ptx") != 1)
     throw Error("emit needs exactly one of --ir, --llvm, --cuda or --ptx");
   // CUDA source and PTX are for target cuda. So is the IR of a device-only order: it prints

@@ -185,8 +185,11 @@ int cmd_run(int argc, char** argv) {
                 "(--sk launch is the exception: one kernel for every S_k)");
   if (ordo::forward_of(op) != ordo::OpKind::attention && (a.get("scale") || a.flag("causal")))
     throw Error(fmt::format("--scale and --causal are attention's; {} takes neither", ordo::name(op)));
-  if (a.get("cols") || a.get("dtype") || a.get("weight-dtype") || a.flag("no-weight") || a.flag("no-bias"))
-    throw Error("ordo run takes N, dtypes and which inputs exist from the --in files; drop --cols/--dtype/--weight-dtype/--no-weight/--no-bias");
+  // --cols launch, likewise, asks for the kernel that takes N (from x) at launch.
+  const bool cols_at_launch = a.get("cols") && *a.get("cols") == "launch";
+  if ((a.get("cols") && !cols_at_launch) || a.get("dtype") || a.get("weight-dtype") || a.flag("no-weight") || a.flag("no-bias"))
+    throw Error("ordo run takes N, dtypes and which inputs exist from the --in files; drop --cols/--dtype/--weight-dtype/--no-weight/--no-bias "
+                "(--cols launch is the exception: one kernel for every N)");
   ordo::Request r = request_from(a, op);
   if (!a.get("order")) throw Error("missing --order NAME (see `ordo orders`)");
   const int threads = a.get("threads") ? static_cast<int>(parse_int("--threads", *a.get("threads"), 0, 1024)) : 0;
@@ -201,16 +204,17 @@ int cmd_run(int argc, char** argv) {
   if (!inputs.count("x")) throw Error("missing --in x=FILE.npy");
   const ordo::NpyArray& x = inputs.at("x");
   if (x.shape.empty()) throw Error(fmt::format("x has shape (), it needs at least one dim"));
-  r.cols = x.shape.back();
+  const int64_t cols = x.shape.back();
+  r.cols = r.cols_at_launch ? 0 : cols;
   r.x_dtype = x.dtype;
-  const int64_t rows = r.cols == 0 ? 0 : x.elements() / r.cols;
+  const int64_t rows = cols == 0 ? 0 : x.elements() / cols;
   r.has_weight = inputs.count("weight") > 0;
   r.has_bias = inputs.count("bias") > 0;
   for (const char* n : {"weight", "bias"}) {
     if (!inputs.count(n)) continue;
     const ordo::NpyArray& w = inputs.at(n);
-    if (w.shape.size() != 1 || w.shape[0] != r.cols)
-      throw Error(fmt::format("{} has shape {}, expected ({},) to match N of x {}", n, w.shape_text(), r.cols, x.shape_text()));
+    if (w.shape.size() != 1 || w.shape[0] != cols)
+      throw Error(fmt::format("{} has shape {}, expected ({},) to match N of x {}", n, w.shape_text(), cols, x.shape_text()));
   }
   if (r.has_weight) r.weight_dtype = inputs.at("weight").dtype;
   if (r.has_bias) {
@@ -221,9 +225,12 @@ int cmd_run(int argc, char** argv) {
   }
 
   ordo::KernelHandle k = ordo::compile(r);
-  run_and_write(*k, inputs, output_files(a, *k), rows, threads, [&](const ordo::ArgSpec& s) {
-    return s.extent == ordo::ir::Extent::rows_by_cols ? x.shape : std::vector<int64_t>(x.shape.begin(), x.shape.end() - 1);
-  });
+  run_and_write(
+      *k, inputs, output_files(a, *k), rows, threads,
+      [&](const ordo::ArgSpec& s) {
+        return s.extent == ordo::ir::Extent::rows_by_cols ? x.shape : std::vector<int64_t>(x.shape.begin(), x.shape.end() - 1);
+      },
+      r.cols_at_launch ? std::vector<int64_t>{cols} : std::vector<int64_t>{});
   return 0;
 }
 

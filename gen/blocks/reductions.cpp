@@ -195,6 +195,84 @@ ExprRef emit_lane_tree(Builder& b, const SumOrder& o, const Arith& ar, int64_t n
   return emit_lane_trees(b, o, ar, n, {term}).at(0);
 }
 
+// emit_lane_trees for a length n given at launch (a uniform i64 >= 1): the same operations as the
+// expansion for that n, with its choices made by branches on n. nvec = n / V full vectors; the
+// first min(A, nvec) initialise the accumulators; the whole groups of A run as one loop; the
+// nvec - groups_end leftovers (fewer than A) go to accumulators 0, 1, ... in order; the tail's
+// r = n mod V terms into lanes 0..r-1 (or after the fold), each lane a local.
+std::vector<ExprRef> emit_lane_trees_at_launch(Builder& b, const SumOrder& o, const Arith& ar, const ExprRef& n,
+                                               const std::vector<TermFn>& terms) {
+  const int V = o.lanes, A = o.accumulators;
+  auto lt = [](ExprRef a, ExprRef c) { return binary(Op::Lt, std::move(a), std::move(c)); };
+  ExprRef nvec = b.let("nvec", div(n, index_const(V)));
+  ExprRef tail_begin = b.let("tail.begin", mul(nvec, index_const(V)));
+  std::vector<int> results;
+  for (size_t s = 0; s < terms.size(); ++s) results.push_back(b.local("sum", Type{ar.t, 1}));
+  b.if_else(binary(Op::Eq, nvec, index_const(0)), [&] {  // fewer terms than lanes: sequential from the first term
+    for (size_t s = 0; s < terms.size(); ++s) {
+      b.assign(results[s], first_value(ar, terms[s](index_const(0), 1)));
+      b.for_range("i", index_const(1), n, 1, [&](ExprRef i) { b.assign(results[s], accumulate(ar, b.get(results[s]), terms[s](i, 1), o.fma)); });
+    }
+  }, [&] {
+    // Accumulator j exists when j < nvec; the others are zeroed only for the textual assign-before-read rule.
+    std::vector<std::vector<int>> accs(terms.size());
+    for (size_t s = 0; s < terms.size(); ++s)
+      for (int j = 0; j < A; ++j) {
+        accs[s].push_back(b.local(fmt::format("acc{}", j), Type{ar.t, V}));
+        if (j == 0) {
+          b.assign(accs[s][0], first_value(ar, terms[s](index_const(0), V)));
+          continue;
+        }
+        b.assign(accs[s].back(), ar.constant(0.0, V));
+        b.if_(lt(index_const(j), nvec), [&] { b.assign(accs[s][size_t(j)], first_value(ar, terms[s](index_const(int64_t(j) * V), V))); });
+      }
+    // groups_end: A + (nvec - A) / A * A when nvec >= A, else nvec (no whole group, no leftover).
+    // (Both sides of a select are evaluated: the division sees at least A vectors.)
+    ExprRef few = lt(nvec, index_const(A));  // not bound: a bool local counts as varying
+    ExprRef at_least_a = select(few, index_const(A), nvec);
+    ExprRef groups_end = b.let("groups.end", select(few, nvec, add(index_const(A), mul(div(sub(at_least_a, index_const(A)), index_const(A)), index_const(A)))));
+    b.for_range("k", index_const(int64_t(A) * V), mul(groups_end, index_const(V)), int64_t(A) * V, [&](ExprRef k) {
+        for (size_t s = 0; s < terms.size(); ++s)
+          for (int j = 0; j < A; ++j)
+            b.assign(accs[s][size_t(j)], accumulate(ar, b.get(accs[s][size_t(j)]), terms[s](add(k, index_const(int64_t(j) * V)), V), o.fma));
+      });
+    // groups_end is a multiple of A once nvec >= A, so leftover vector groups_end + j goes to accumulator j.
+    for (int j = 0; j + 1 < A; ++j) {
+      ExprRef k = add(groups_end, index_const(j));
+      b.if_(lt(k, nvec), [&] {
+        for (size_t s = 0; s < terms.size(); ++s)
+          b.assign(accs[s][size_t(j)], accumulate(ar, b.get(accs[s][size_t(j)]), terms[s](mul(k, index_const(V)), V), o.fma));
+      });
+    }
+    for (size_t s = 0; s < terms.size(); ++s) {
+      for (int j = 1; j < A; ++j)
+        b.if_(lt(index_const(j), nvec), [&] { b.assign(accs[s][0], ar.add(b.get(accs[s][0]), b.get(accs[s][size_t(j)]))); });
+      if (o.tail_after_fold) {
+        b.assign(results[s], fold_lanes(lanes_of(b.get(accs[s][0])), o.fold, ar));
+        b.for_range("i", tail_begin, n, 1, [&](ExprRef i) { b.assign(results[s], accumulate(ar, b.get(results[s]), terms[s](i, 1), o.fma)); });
+        continue;
+      }
+      std::vector<ExprRef> lanes;
+      for (int t = 0; t < V; ++t) {
+        ExprRef lane = extract(b.get(accs[s][0]), t);
+        if (t == V - 1) {  // the tail has at most V - 1 terms
+          lanes.push_back(lane);
+          continue;
+        }
+        int l = b.local(fmt::format("lane{}", t), Type{ar.t, 1});
+        b.assign(l, lane);
+        ExprRef col = add(tail_begin, index_const(t));
+        b.if_(lt(col, n), [&] { b.assign(l, accumulate(ar, b.get(l), terms[s](col, 1), o.fma)); });
+        lanes.push_back(b.get(l));
+      }
+      b.assign(results[s], fold_lanes(lanes, o.fold, ar));
+    }
+  });
+  std::vector<ExprRef> out;
+  for (int acc : results) out.push_back(b.get(acc));
+  return out;
+}
+
 ExprRef emit_level_cascade(Builder& b, const SumOrder& o, const Arith& ar, int64_t n, const TermFn& term) {
   const int V = o.lanes, A = o.accumulators;
   auto in_order = [&](const std::vector<ExprRef>& v) {
@@ -384,7 +462,24 @@ ExprRef emit_chunk_stack(Builder& b, const SumOrder& o, const Arith& ar, int64_t
 
 }  // namespace
 
-ExprRef emit_sum(Builder& b, const SumOrder& o, const Arith& ar, int64_t n, const TermFn& term, const std::string& label) {
+ExprRef emit_sum(Builder& b, const SumOrder& o, const Arith& ar, const Length& length, const TermFn& term, const std::string& label) {
+  if (!length.is_fixed()) {
+    if ((o.kind != SumOrder::Kind::Sequential && o.kind != SumOrder::Kind::LaneTree) || o.outer_chunk > 0)
+      throw Error(fmt::format("internal: a sum ({}) over a length given at launch", describe(o)));
+    ExprRef result;
+    b.region(label, describe(o), [&] {
+      if (o.kind == SumOrder::Kind::LaneTree) {
+        result = emit_lane_trees_at_launch(b, o, ar, length.at_launch, {term}).at(0);
+        return;
+      }
+      int acc = b.local("sum", Type{ar.t, 1});
+      b.assign(acc, ar.constant(0.0));
+      b.for_range("i", index_const(0), length.at_launch, 1, [&](ExprRef i) { b.assign(acc, accumulate(ar, b.get(acc), term(i, 1), o.fma)); });
+      result = b.get(acc);
+    });
+    return result;
+  }
+  const int64_t n = length.fixed;
   // The sum of `count` terms from `t` (indices from 0) in the order's kind.
   auto inner = [&](int64_t count, const TermFn& t) -> ExprRef {
     switch (o.kind) {
@@ -423,10 +518,12 @@ ExprRef emit_sum(Builder& b, const SumOrder& o, const Arith& ar, int64_t n, cons
   return result;
 }
 
-std::vector<ExprRef> emit_sums(Builder& b, const SumOrder& o, const Arith& ar, int64_t n, const std::vector<LabelledTerm>& sums) {
-  if (o.kind != SumOrder::Kind::LaneTree || (o.outer_chunk > 0 && n > o.outer_chunk)) {
+std::vector<ExprRef> emit_sums(Builder& b, const SumOrder& o, const Arith& ar, const Length& length, const std::vector<LabelledTerm>& sums) {
+  const int64_t n = length.fixed;
+  if (o.kind != SumOrder::Kind::LaneTree || (length.is_fixed() && o.outer_chunk > 0 && n > o.outer_chunk) ||
+      (!length.is_fixed() && o.outer_chunk > 0)) {
     std::vector<ExprRef> out;
-    for (const LabelledTerm& s : sums) out.push_back(emit_sum(b, o, ar, n, s.term, s.label));
+    for (const LabelledTerm& s : sums) out.push_back(emit_sum(b, o, ar, length, s.term, s.label));
     return out;
   }
   std::vector<TermFn> terms;
@@ -436,7 +533,9 @@ std::vector<ExprRef> emit_sums(Builder& b, const SumOrder& o, const Arith& ar, i
     label += (label.empty() ? "" : ", ") + s.label;
   }
   std::vector<ExprRef> out;
-  b.region(label, describe(o), [&] { out = emit_lane_trees(b, o, ar, n, terms); });
+  b.region(label, describe(o), [&] {
+    out = length.is_fixed() ? emit_lane_trees(b, o, ar, n, terms) : emit_lane_trees_at_launch(b, o, ar, length.at_launch, terms);
+  });
   return out;
 }
 
@@ -898,7 +997,7 @@ Moments vector_welford(Builder& b, const MomentsOrder& o, const Arith& ar, int64
 
 // Inductor's var_mean: two-pass for a row of N <= two_pass_max_n in a launch of several rows, else
 // its Welford.
-Moments two_pass_moments(Builder& b, const MomentsOrder& o, const Arith& ar, int64_t N, const LoadFn& x);
+Moments two_pass_moments(Builder& b, const MomentsOrder& o, const Arith& ar, const Length& N, const LoadFn& x);
 
 Moments vector_welford_or_two_pass(Builder& b, const MomentsOrder& o, const Arith& ar, int64_t N, const LoadFn& x) {
   if (N > o.two_pass_max_n) return vector_welford(b, o, ar, N, x);
@@ -918,9 +1017,9 @@ Moments vector_welford_or_two_pass(Builder& b, const MomentsOrder& o, const Arit
   return {b.get(mean), b.get(var)};
 }
 
-Moments two_pass_moments(Builder& b, const MomentsOrder& o, const Arith& ar, int64_t N, const LoadFn& x) {
+Moments two_pass_moments(Builder& b, const MomentsOrder& o, const Arith& ar, const Length& N, const LoadFn& x) {
   ExprRef total = emit_sum(b, o.sum, ar, N, [&](ExprRef i, int lanes) { return Term{x(i, lanes), nullptr}; }, "sum(x)");
-  ExprRef mean = b.let("mean", ar.div(total, ar.count(index_const(N))));
+  ExprRef mean = b.let("mean", ar.div(total, ar.count(N.expr())));
   const Arith dev{o.dev_acc.value_or(ar.t), ar.round_to};
   ExprRef dev_mean = dev.t == ar.t ? mean : b.let("mean.dev", cast(mean, dev.t));
   auto x_dev = [&](ExprRef i, int lanes) {  // exact: x came from storage no wider than f32
@@ -932,13 +1031,19 @@ Moments two_pass_moments(Builder& b, const MomentsOrder& o, const Arith& ar, int
     ExprRef d = dev.sub(x_dev(i, lanes), mb);
     return Term{d, d};
   }, "sum((x-mean)^2)");
-  return {mean, b.let("var", dev.div(m2, dev.count(index_const(N))))};
+  return {mean, b.let("var", dev.div(m2, dev.count(N.expr())))};
 }
 
 }  // namespace
 
-Moments emit_moments(Builder& b, const MomentsOrder& o, const Arith& ar, int64_t N, const LoadFn& x, bool passes_as_loop) {
+Moments emit_moments(Builder& b, const MomentsOrder& o, const Arith& ar, const Length& length, const LoadFn& x, bool passes_as_loop) {
   Moments out;
+  if (!length.is_fixed()) {
+    if (o.kind != MomentsOrder::Kind::TwoPass) throw Error(fmt::format("internal: {} moments over a length given at launch", describe(o)));
+    b.region("moments", describe(o), [&] { out = two_pass_moments(b, o, ar, length, x); });
+    return out;
+  }
+  const int64_t N = length.fixed;
   b.region("moments", describe(o), [&] {
     switch (o.kind) {
       case MomentsOrder::Kind::LaneWelford: out = lane_welford(b, o, ar, N, x, false); break;

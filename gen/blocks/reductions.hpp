@@ -31,6 +31,24 @@ struct Arith {
   }
 };
 
+// A reduced length: fixed when the kernel is built, or given at each launch (Request::cols_at_launch:
+// a uniform i64 that ir::launch_size reads). For a length given at launch, the blocks that take a
+// Length build loops whose bounds and branches read it, with the operations of the fixed-length
+// expansion at every length; for a fixed one, exactly that expansion.
+struct Length {
+  int64_t fixed = 0;
+  ir::ExprRef at_launch;
+
+  Length(int64_t n) : fixed(n) {}  // NOLINT(google-explicit-constructor): a fixed length where an int64_t was
+  static Length launch(ir::ExprRef n) {
+    Length l(0);
+    l.at_launch = std::move(n);
+    return l;
+  }
+  bool is_fixed() const { return !at_launch; }
+  ir::ExprRef expr() const { return at_launch ? at_launch : ir::index_const(fixed); }
+};
+
 // A term of a sum: a, or the product a*b when b is set. Vectors of `lanes` terms.
 struct Term {
   ir::ExprRef a, b;
@@ -48,7 +66,9 @@ inline ir::ExprRef first_value(const Arith& ar, const Term& t) { return t.b ? ar
 using LoadFn = std::function<ir::ExprRef(ir::ExprRef index, int lanes)>;
 
 // Sum of terms 0..n-1 in `order`; returns a read of a scalar local.
-ir::ExprRef emit_sum(ir::Builder& b, const ir::SumOrder& order, const Arith& ar, int64_t n, const TermFn& term,
+// A length given at launch takes a Sequential or LaneTree sum without outer chunks (gen::resolve
+// refuses the others).
+ir::ExprRef emit_sum(ir::Builder& b, const ir::SumOrder& order, const Arith& ar, const Length& n, const TermFn& term,
                      const std::string& label);
 // Several sums over the same n columns, each in `order`: the same bits as one emit_sum per sum.
 // A lane tree (without outer chunks) runs their whole-vector steps in one loop, so a row is read
@@ -57,15 +77,17 @@ struct LabelledTerm {
   TermFn term;
   std::string label;
 };
-std::vector<ir::ExprRef> emit_sums(ir::Builder& b, const ir::SumOrder& order, const Arith& ar, int64_t n, const std::vector<LabelledTerm>& sums);
+std::vector<ir::ExprRef> emit_sums(ir::Builder& b, const ir::SumOrder& order, const Arith& ar, const Length& n,
+                                   const std::vector<LabelledTerm>& sums);
 
 struct Moments {
   ir::ExprRef mean, var;  // scalars in the order's accumulation type; var = M2 / N
 };
 // passes_as_loop (the CUDA targets, where NVRTC's compile time follows the size of the code): a
 // TwoPass order that sums both passes in one order and type runs them as one loop over the pass,
-// with one copy of the sum; same bits as the two sums written out.
-Moments emit_moments(ir::Builder& b, const ir::MomentsOrder& order, const Arith& ar, int64_t n, const LoadFn& x,
+// with one copy of the sum; same bits as the two sums written out. A length given at launch takes
+// TwoPass moments only.
+Moments emit_moments(ir::Builder& b, const ir::MomentsOrder& order, const Arith& ar, const Length& n, const LoadFn& x,
                      bool passes_as_loop);
 // The lane Welford cascade (MomentsOrder::Kind::LaneWelford, lanes <= 32) as team statements
 // of a 32-thread team kernel, a lane per thread, with the one-thread expansion's bits. mean and

@@ -7,19 +7,21 @@
 #include <vector>
 
 #include "gen/blocks/reductions.hpp"
+#include "ir/error.hpp"
 #include "ordo/request.hpp"
 
 namespace ordo::gen {
 
 struct Row {
   ir::Builder& b;
-  int64_t N;
+  Length length;  // N, fixed or given at launch
+  int64_t N;      // N when fixed; 0 when given at launch (code that reads N fixes it)
   ir::ExprRef base;  // index of the row's first element
 
-  Row(ir::Builder& builder, int64_t n)
-      : b(builder), N(n), base(builder.let("row", ir::mul(ir::program_id(0), ir::index_const(n)))) {}
+  Row(ir::Builder& builder, const Length& n)
+      : b(builder), length(n), N(n.fixed), base(builder.let("row", ir::mul(ir::program_id(0), n.expr()))) {}
   // A row that starts at element `first` (attention's score rows in scratch).
-  Row(ir::Builder& builder, int64_t n, ir::ExprRef first) : b(builder), N(n), base(std::move(first)) {}
+  Row(ir::Builder& builder, int64_t n, ir::ExprRef first) : b(builder), length(n), N(n), base(std::move(first)) {}
 
   ir::ExprRef at(ir::ExprRef col) const { return ir::add(base, std::move(col)); }
   // Elements [col, col+lanes) of this row of `buffer` (or of a per-column buffer such as
@@ -37,6 +39,13 @@ struct Row {
   // body(col, lanes) over the row: vectors of `lanes`, then the tail one by one.
   template <class F>
   void for_each(int lanes, F&& body) const {
+    if (!length.is_fixed()) {
+      const ir::ExprRef& n = length.at_launch;
+      ir::ExprRef full = lanes > 1 ? b.let("full", ir::sub(n, ir::binary(ir::Op::Rem, n, ir::index_const(lanes)))) : n;
+      if (lanes > 1) b.for_range("col", ir::index_const(0), full, lanes, [&](ir::ExprRef c) { body(c, lanes); });
+      b.for_range("col", full, n, 1, [&](ir::ExprRef c) { body(c, 1); });
+      return;
+    }
     const int64_t full = N - N % lanes;
     if (full > 0) b.for_range("col", ir::index_const(0), ir::index_const(full), lanes, [&](ir::ExprRef c) { body(c, lanes); });
     if (full < N) b.for_range("col", ir::index_const(full), ir::index_const(N), 1, [&](ir::ExprRef c) { body(c, 1); });
@@ -47,6 +56,7 @@ struct Row {
   template <class F>
   void for_each(int lanes, ir::ExprRef tid, int threads, F&& body) const {
     if (!tid) return for_each(lanes, body);
+    if (!length.is_fixed()) throw Error("internal: a team's row loop over a length given at launch");
     const int64_t full = N - N % lanes;
     if (full > 0)
       b.for_range("col", ir::mul(tid, ir::index_const(lanes)), ir::index_const(full), int64_t(lanes) * threads,
@@ -55,6 +65,14 @@ struct Row {
       b.for_range("col", ir::add(ir::index_const(full), tid), ir::index_const(N), threads, [&](ir::ExprRef c) { body(c, 1); });
   }
 };
+
+// N of a row op's kernel: r.cols, or (Request::cols_at_launch) the kernel's size argument "N",
+// which this declares (call it before the buffers, and once).
+inline Length row_length(ir::Builder& b, const Request& r) {
+  if (!r.cols_at_launch) return r.cols;
+  b.kernel().sizes = {"N"};
+  return Length::launch(ir::launch_size(0));
+}
 
 struct SoftmaxStats {
   ir::ExprRef max, sum;  // f32

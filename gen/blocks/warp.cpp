@@ -34,7 +34,8 @@ int registers_per_vector(const Request& r, int lanes) {
 }
 
 bool warp_layout(const Request& r, const Order& o) {
-  if (!cuda_target(r)) return false;
+  // A warp's share of a row is laid out for one N: with N at launch a row runs on one thread.
+  if (!cuda_target(r) || r.cols_at_launch) return false;
   const MomentsOrder& m = o.moments;
   switch (r.op) {
     // A row PyTorch would split over threads (Order::threads, gen/ops/rms_norm.cpp) is summed in chunks

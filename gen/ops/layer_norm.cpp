@@ -17,14 +17,15 @@ Kernel build_layer_norm(const Request& r, const Order& o) {
   const bool warp = warp_layout(r, o);  // the CUDA targets: one warp per row (gen/blocks/warp.hpp)
   if (warp) k.team = kWarpThreads;
   Builder b(k);
+  const Length n = row_length(b, r);
   const auto [x, w, bias, y, mean_out, rstd_out] = layer_norm_buffers(b, r);
 
-  Row row(b, r.cols);
+  Row row(b, n);
   const ScalarType acc = o.moments.acc;
   const Arith stats = stats_arith(o, acc, r.x_dtype);
   const LoadFn load_x = [&](ExprRef col, int lanes) { return row.load_as(x, col, lanes, acc); };
   Moments m = warp ? emit_warp_moments(b, o.moments, stats, r.cols, load_x)
-                   : emit_moments(b, o.moments, stats, r.cols, load_x, /*passes_as_loop=*/cuda_target(r));
+                   : emit_moments(b, o.moments, stats, n, load_x, /*passes_as_loop=*/cuda_target(r));
   // The rest on every thread of the warp, or on the one thread.
   in_team_if(b, warp, [&](ExprRef tid) {
     const Arith ar = stats_arith(o, ScalarType::f32, r.x_dtype);

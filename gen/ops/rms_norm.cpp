@@ -62,13 +62,13 @@ ExprRef rms_norm_square_sum(Builder& b, const Request& r, const Order& o, const 
   // PyTorch eager's thread split (torch_threaded_sum); a ChunkStack sum carries Inductor's own (its parts).
   if (o.threads > 1 && o.square_sum.kind != SumOrder::Kind::ChunkStack)
     return torch_threaded_sum(b, o.square_sum, o.threads, stats, r.cols, square, "sum(x*x)");
-  return emit_sum(b, o.square_sum, stats, r.cols, square, "sum(x*x)");
+  return emit_sum(b, o.square_sum, stats, row.length, square, "sum(x*x)");
 }
 
-ExprRef rms_norm_rstd(Builder& b, const Request& r, const Order& o, ExprRef squares) {
+ExprRef rms_norm_rstd(Builder& b, const Request& r, const Order& o, ExprRef squares, const Length& n) {
   const Arith stats = stats_arith(o, o.moments.acc, r.x_dtype);
   const Arith ar = stats_arith(o, ScalarType::f32, r.x_dtype);
-  ExprRef ms = b.let("mean_sq", ar.r(to_f32(stats.div(std::move(squares), stats.count(index_const(r.cols))))));
+  ExprRef ms = b.let("mean_sq", ar.r(to_f32(stats.div(std::move(squares), stats.count(n.expr())))));
   return b.let("rstd", ar.div(ar.constant(1.0), ar.sqrt(ar.add(ms, ar.constant(r.eps)))));
 }
 
@@ -78,6 +78,7 @@ Kernel build_rms_norm(const Request& r, const Order& o) {
   const bool warp = warp_layout(r, o);  // the CUDA targets: one warp per row (gen/blocks/warp.hpp)
   if (warp) k.team = kWarpThreads;
   Builder b(k);
+  const Length n = row_length(b, r);
   const int x = b.buffer("x", r.x_dtype, false, Extent::rows_by_cols);
   const int w = r.has_weight ? b.buffer("weight", r.weight_type(), false, Extent::cols) : -1;
   // y has x's type, or with `round_before_weight` the type torch promotes x's and the weight's
@@ -86,7 +87,7 @@ Kernel build_rms_norm(const Request& r, const Order& o) {
   const int y = b.buffer("y", promote ? ScalarType::f32 : r.x_dtype, true, Extent::rows_by_cols);
   const int rstd_out = b.buffer("rstd", r.x_dtype, true, Extent::rows);
 
-  Row row(b, r.cols);
+  Row row(b, n);
   const ScalarType acc = o.moments.acc;
   const Arith stats = stats_arith(o, acc, r.x_dtype);
   const TermFn square = [&](ExprRef col, int lanes) {
@@ -97,7 +98,7 @@ Kernel build_rms_norm(const Request& r, const Order& o) {
   ExprRef squares_once = warp ? nullptr : rms_norm_square_sum(b, r, o, row, x);
   // The rest on every thread of the warp, or on the one thread.
   in_team_if(b, warp, [&](ExprRef tid) {
-    ExprRef rstd = rms_norm_rstd(b, r, o, warp ? load(k, squares_at, index_const(0)) : squares_once);
+    ExprRef rstd = rms_norm_rstd(b, r, o, warp ? load(k, squares_at, index_const(0)) : squares_once, n);
     on_one_thread(b, tid, [&] { store_stat(b, rstd_out, rstd); });
 
     const Arith f32{ScalarType::f32, std::nullopt};

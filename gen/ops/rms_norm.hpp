@@ -16,6 +16,6 @@ ir::ExprRef torch_threaded_sum(ir::Builder& b, const ir::SumOrder& order, int th
 // sum(x*x) over the row as the order's forward sums it (one thread; the warp layout is gen/blocks/warp.hpp's).
 ir::ExprRef rms_norm_square_sum(ir::Builder& b, const Request& r, const ir::Order& o, const Row& row, int x);
 // rstd = 1 / sqrt(squares / N + eps) as the forward rounds it: an f32 local.
-ir::ExprRef rms_norm_rstd(ir::Builder& b, const Request& r, const ir::Order& o, ir::ExprRef squares);
+ir::ExprRef rms_norm_rstd(ir::Builder& b, const Request& r, const ir::Order& o, ir::ExprRef squares, const Length& n);
 
 }  // namespace ordo::gen

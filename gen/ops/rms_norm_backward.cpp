@@ -55,7 +55,7 @@ ExprRef bc(ExprRef s, int lanes) { return lanes > 1 ? broadcast(std::move(s), la
 // Stage 1: rstd of row `row_index`, loaded or recomputed (and then stored).
 ExprRef row_rstd(Builder& b, const Request& r, const Order& order, const Row& row, const Buffers& buf, const ExprRef& row_index) {
   if (r.saved_stats) return b.let("rstd", load(b.kernel(), buf.rstd, row_index));
-  ExprRef rstd = rms_norm_rstd(b, r, order, rms_norm_square_sum(b, r, order, row, buf.x));
+  ExprRef rstd = rms_norm_rstd(b, r, order, rms_norm_square_sum(b, r, order, row, buf.x), r.cols);
   store_stat(b, buf.rstd, rstd, row_index);
   return rstd;
 }

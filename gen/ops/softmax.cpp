@@ -64,8 +64,31 @@ std::vector<ExprRef> lanes_of(Builder& b, const ExprRef& vec, const std::string&
 // PyTorch's reduce_all / map_reduce_all over a row of n values: the first vector of V values
 // initialises V lanes, every further full vector combines into them, the n mod V tail combines
 // into lanes 0..r-1, and the lanes fold by `f`. Rows shorter than V combine left to right.
-ExprRef reduce_all(Builder& b, int64_t n, int V, LaneFold f, const ValueFn& value, const Combine& op, const std::string& name) {
+ExprRef reduce_all(Builder& b, const Length& length, int V, LaneFold f, const ValueFn& value, const Combine& op, const std::string& name) {
   int acc = b.local(name, Type{ScalarType::f32, 1});
+  if (!length.is_fixed()) {  // the same, its choices made by branches on n
+    const ExprRef& n = length.at_launch;
+    b.if_else(lt(n, index_const(V)), [&] {
+      b.assign(acc, value(index_const(0), 1));
+      b.for_range("col", index_const(1), n, 1, [&](ExprRef c) { b.assign(acc, op(b.get(acc), value(c, 1))); });
+    }, [&] {
+      ExprRef full = b.let("full", sub(n, binary(Op::Rem, n, index_const(V))));
+      int lanes = b.local(name + ".lanes", Type{ScalarType::f32, V});
+      b.assign(lanes, value(index_const(0), V));
+      b.for_range("col", index_const(V), full, V, [&](ExprRef c) { b.assign(lanes, op(b.get(lanes), value(c, V))); });
+      std::vector<ExprRef> l = lanes_of(b, b.get(lanes), name + ".lane");
+      for (int t = 0; t + 1 < V; ++t) {  // the tail has at most V - 1 terms
+        int lane = b.local(name + ".tail", Type{ScalarType::f32, 1});
+        b.assign(lane, l[size_t(t)]);
+        ExprRef col = add(full, index_const(t));
+        b.if_(lt(col, n), [&] { b.assign(lane, op(b.get(lane), value(col, 1))); });
+        l[size_t(t)] = b.get(lane);
+      }
+      b.assign(acc, fold(b, std::move(l), f, op, name + ".fold"));
+    });
+    return b.get(acc);
+  }
+  const int64_t n = length.fixed;
   if (n < V) {
     b.assign(acc, value(index_const(0), 1));
     if (n > 1)
@@ -93,6 +116,9 @@ struct Softmax {
   int x = -1, y = -1;
   bool log = false;
   int exps = -1;  // scratch f32[N]: the sum pass's exponentials for the output pass; -1: recomputed
+  // With N at launch: the (uniform) condition under which a row's exponentials fit `exps`, which
+  // is then sized for the longest such row; rows past it compute them again. Null: always kept.
+  ExprRef keep_if = nullptr;
 
   ExprRef load(ExprRef col, int lanes) { return row.load_as(x, std::move(col), lanes, ScalarType::f32); }
   ExprRef splat(const ExprRef& s, int lanes) { return lanes > 1 ? broadcast(s, lanes) : s; }
@@ -101,7 +127,8 @@ struct Softmax {
   ExprRef kept(const ExprRef& col, ExprRef e) {
     if (exps < 0) return e;
     ExprRef v = b.let("e", std::move(e));
-    b.store(exps, col, v);
+    if (keep_if) b.if_(keep_if, [&] { b.store(exps, col, v); });
+    else b.store(exps, col, v);
     return v;
   }
   // The output pass's exponential: the kept one, or `impl` computed again.
@@ -126,7 +153,14 @@ struct Softmax {
       row.store_as(y, col, inv ? mul(e, splat(inv, n)) : div(e, splat(sum, n)));
     };
     if (tail_exps.empty()) {
-      row.for_each(lanes, [&](ExprRef col, int n) { write(col, n, exp_again(exp_at(n == 1 && lanes > 1), col, n, mx)); });
+      row.for_each(lanes, [&](ExprRef col, int n) {
+        const MathImpl impl = exp_at(n == 1 && lanes > 1);
+        if (exps >= 0 && keep_if)  // the same exponential, kept or computed again
+          b.if_else(keep_if, [&] { write(col, n, exp_again(impl, col, n, mx)); },
+                    [&] { write(col, n, exp_f32(b, impl, sub(load(col, n), splat(mx, n)))); });
+        else
+          write(col, n, exp_again(impl, col, n, mx));
+      });
       return;
     }
     const int64_t full_end = row.N - int64_t(tail_exps.size());
@@ -139,8 +173,8 @@ struct Softmax {
   // Each kind returns the row's max and sum of exponentials (f32), as its outputs used them.
   SoftmaxStats two_pass() {
     const int V = o.lanes;
-    ExprRef mx = reduce_all(b, row.N, V, o.fold, [&](ExprRef c, int n) { return load(c, n); }, eager_max, "max");
-    ExprRef sum = reduce_all(b, row.N, V, o.fold, [&](ExprRef c, int n) {
+    ExprRef mx = reduce_all(b, row.length, V, o.fold, [&](ExprRef c, int n) { return load(c, n); }, eager_max, "max");
+    ExprRef sum = reduce_all(b, row.length, V, o.fold, [&](ExprRef c, int n) {
       return kept(c, exp_f32(b, o.exp, sub(load(c, n), splat(mx, n))));
     }, [](ExprRef a, ExprRef c) { return add(a, c); }, "sum");
     write_outputs(mx, sum, V, [&](bool) { return o.exp; });
@@ -383,17 +417,23 @@ Kernel build_softmax(const Request& r, const Order& order) {
   const bool log = r.op == OpKind::log_softmax;
   k.name = log ? "log_softmax" : "softmax";
   Builder b(k);
+  const Length n = row_length(b, r);
   const int x = b.buffer("x", r.x_dtype, false, Extent::rows_by_cols);
   const int y = b.buffer("y", r.x_dtype, true, Extent::rows_by_cols);
-  Softmax s{order.softmax, b, Row(b, r.cols), x, y, log};
+  Softmax s{order.softmax, b, Row(b, n), x, y, log};
   // Exponentials kept (see the top) by the vector orders whose output pass takes the sum pass's
   // exps (TwoPass, Staged), for rows up to 64 KiB of f32 (on the stack of the thread running the
   // row; a longer row would not stay in cache between the passes). Not on the CUDA targets, where
-  // a row is one thread's and the row would be that thread's local memory.
+  // a row is one thread's and the row would be that thread's local memory. With N at launch the
+  // scratch holds 16384, and longer rows compute their exponentials again.
   constexpr int64_t kMaxKeptExps = 16384;
   const bool two_pass = order.softmax.kind == SoftmaxOrder::Kind::TwoPass || order.softmax.kind == SoftmaxOrder::Kind::Staged;
-  if (!log && two_pass && order.softmax.lanes > 1 && r.cols <= kMaxKeptExps && !cuda_target(r))
+  if (!log && two_pass && order.softmax.lanes > 1 && !cuda_target(r) && r.cols_at_launch) {
+    s.exps = b.buffer("exps", ScalarType::f32, true, Extent::scratch, kMaxKeptExps);
+    s.keep_if = binary(Op::Le, n.expr(), index_const(kMaxKeptExps));
+  } else if (!log && two_pass && order.softmax.lanes > 1 && r.cols <= kMaxKeptExps && !cuda_target(r)) {
     s.exps = b.buffer("exps", ScalarType::f32, true, Extent::scratch, r.cols);
+  }
   b.region(log ? "log_softmax" : "softmax", describe(order.softmax), [&] { s.run(); });
   return k;
 }

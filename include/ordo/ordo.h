@@ -52,7 +52,9 @@ ordo_request* ordo_request_new(const char* op);
  *   weight, bias, allow_mixed_dtypes (0|1), rows_in_flight;
  *   attention: seq_q, seq_k, heads (H of PyTorch's (B, H, S, D); rows = B*H), q_row_stride, k_row_stride,
  *   v_row_stride (the row strides of the tensors PyTorch was given; 0 or D: contiguous), causal (0|1), scale, lse (0|1),
- *   seq_k "launch" (one kernel for every S_k, given to ordo_kernel_run_sized: the flash orders).
+ *   seq_k "launch" (one kernel for every S_k, given to ordo_kernel_run_sized: the flash orders);
+ *   cols "launch" (the row ops' forward: one kernel for every N, given to ordo_kernel_run_sized, for the
+ *   orders whose reductions are the same loops at every N; the others fail to compile, saying why).
  * Values are checked when the request is compiled; an unknown key or a malformed number fails here. */
 int ordo_request_set(ordo_request* r, const char* key, const char* value);
 void ordo_request_free(ordo_request* r);
@@ -70,7 +72,8 @@ int ordo_kernel_arg_elements(const ordo_kernel* k, int i, int64_t rows, int64_t*
  * checked against the argument's extent. threads = 0 uses every core; results never depend on it. */
 int ordo_kernel_run(const ordo_kernel* k, void* const* buffers, const int64_t* elements, int64_t rows, int threads);
 
-/* The lengths a kernel takes at each launch (attention's "S_k" with seq_k "launch"): how many, and
+/* The lengths a kernel takes at each launch (attention's "S_k" with seq_k "launch", a row op's "N"
+ * with cols "launch"): how many, and
  * the name of size i. A kernel with sizes runs through ordo_kernel_run_sized, which takes
  * sizes[0 .. num_sizes) in that order (each in [1, 2^24]); ordo_kernel_arg_elements_sized gives
  * argument i's elements for those sizes. */

@@ -99,12 +99,15 @@ class CompiledKernel {
   void run(const std::vector<BufferRef>& buffers, int64_t rows, int threads = 0, Stores stores = Stores::automatic) const {
     run_with_sizes(buffers, rows, {}, threads, stores);
   }
-  // The same for a kernel that takes size arguments (sizes(): attention's S_k when the request
-  // asked for it at launch), one value each, in [1, 2^24], in the order sizes() names them.
+  // The same for a kernel that takes size arguments (sizes(): attention's S_k, or a row op's N,
+  // when the request asked for it at launch), one value each, in [1, 2^24], in the order sizes()
+  // names them. A row op's buffers are then sized by that N.
   void run_with_sizes(const std::vector<BufferRef>& buffers, int64_t rows, const std::vector<int64_t>& sizes, int threads = 0,
                       Stores stores = Stores::automatic) const;
   // The lengths each launch gives (ir::Kernel::sizes): empty when the request fixed them all.
   const std::vector<std::string>& sizes() const { return stages_.at(0).kernel.sizes; }
+  // N of a launch with these size arguments: the request's, or the launch's (Request::cols_at_launch).
+  int64_t launch_cols(const std::vector<int64_t>& sizes) const { return request_.cols_at_launch ? sizes.at(0) : request_.cols; }
 
  private:
   friend std::shared_ptr<const CompiledKernel> detail::compile_new(const Request&, bool share_programs);

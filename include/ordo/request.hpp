@@ -36,6 +36,12 @@ struct Request {
   // Shape class: the reduced (last) dim N is fixed at compile time; the number of rows is a
   // launch argument, so one kernel serves every row count.
   int64_t cols = 0;
+  // The row ops' forward (layer_norm, rms_norm, var_mean, softmax, log_softmax): N is an argument
+  // of each launch (CompiledKernel::run_with_sizes's sizes, {N}) rather than part of the kernel,
+  // so one kernel serves every row length with the bits a kernel built for that N gives. cols is
+  // then 0. Orders whose reductions are the same loops at every N take it (gen::resolve says why
+  // the others do not).
+  bool cols_at_launch = false;
   ScalarType x_dtype = ScalarType::f32;               // storage of x and y
   std::optional<ScalarType> weight_dtype;             // storage of weight and bias; default x_dtype
   std::optional<ScalarType> acc_dtype;                // accumulation; default: the order's

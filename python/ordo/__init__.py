@@ -91,8 +91,23 @@ def _launch(kernel, arrays, rows, threads, sizes=()):
 
 
 # (order, dtype) pairs whose attention is built for one S_k (every order but the flash ones):
-# compile_attention refused S_k at launch for them once, so it is not asked again.
+# compile_attention refused S_k at launch for them once (FixedLengthError), so it is not asked again.
 _FIXED_KEY_LENGTH = set()
+# The same for the row ops' N: (op, order, dtype, weight dtype) whose kernels are built for one N.
+_FIXED_ROW_LENGTH = set()
+
+
+def _row_kernel(op, cols, xd, wd, order, eps, weight, bias, allow_mixed_dtypes, acc):
+    """(kernel, sizes to launch it with) for a row op's forward over rows of `cols`: the kernel for
+    every N (given at launch) where the order has one, with the bits of the kernel built for that N,
+    so rows of a new length compile nothing; else the one built for `cols`."""
+    key = (op, order, xd, wd, weight, bias, acc)
+    if key not in _FIXED_ROW_LENGTH:
+        try:
+            return _ordo.compile(op, 0, xd, wd, order, eps, weight, bias, allow_mixed_dtypes, acc, cols_at_launch=True), [cols]
+        except _ordo.FixedLengthError:
+            _FIXED_ROW_LENGTH.add(key)
+    return _ordo.compile(op, cols, xd, wd, order, eps, weight, bias, allow_mixed_dtypes, acc), []
 
 
 def _attention_kernel_any_length(d, sq, dtype, order, causal, scale, lse, heads=1, row_strides=(0, 0, 0)):
@@ -106,9 +121,7 @@ def _attention_kernel_any_length(d, sq, dtype, order, causal, scale, lse, heads=
     try:
         return _ordo.compile_attention(d, sq, 0, dtype, order, causal, scale, lse, heads=heads, row_strides=row_strides,
                                        seq_k_at_launch=True)
-    except ValueError as e:
-        if "builds its attention for one S_k" not in str(e):
-            raise
+    except _ordo.FixedLengthError:
         _FIXED_KEY_LENGTH.add((order, dtype))
         return None
 
@@ -135,8 +148,8 @@ def _run(op, x, inputs, outputs_spec, order, eps=1e-5, dtype=None, weight_dtype=
     if wd is None and given:
         first = next(iter(given.values()))
         wd = _dtype_of(first, dtype if not _is_torch(first) and str(getattr(first, "dtype", "")) == "uint16" else None)
-    kernel = _ordo.compile(op, cols, xd, wd or "", order, float(eps), "weight" in given, "bias" in given,
-                           allow_mixed_dtypes, acc or "")
+    kernel, sizes = _row_kernel(op, cols, xd, wd or "", order, float(eps), "weight" in given, "bias" in given,
+                                allow_mixed_dtypes, acc or "")
     outs, tensors = {}, []
     for name, dt, is_out, extent in kernel.args:
         if not is_out:
@@ -145,7 +158,7 @@ def _run(op, x, inputs, outputs_spec, order, eps=1e-5, dtype=None, weight_dtype=
         shape = tuple(x.shape) if extent == "rows*N" else tuple(x.shape[:-1])
         outs[name] = _empty_like_kind(x, shape, dt)
         tensors.append(outs[name])
-    _launch(kernel, tensors, rows, threads)
+    _launch(kernel, tensors, rows, threads, sizes)
     return outs
 
 

@@ -79,8 +79,9 @@ class OrdoFallbackWarning(UserWarning):
 
 def _norm_kernel(op: str, cols: int, x_dtype: torch.dtype, w_dtype: Optional[torch.dtype], b_dtype: Optional[torch.dtype],
                  eps: float, order: str):
-    """The compiled kernel (ordo caches it by request) for one norm call, by the dtypes of its
-    input, weight and bias (None: absent); its args give the output dtypes."""
+    """(kernel, launch sizes) for one norm call (ordo caches the kernel by request), by the dtypes of
+    its input, weight and bias (None: absent); the kernel's args give the output dtypes. The kernel
+    is the one for every N where the order has it (ordo._row_kernel)."""
     for what, dt in (("input", x_dtype), ("weight", w_dtype), ("bias", b_dtype)):
         if dt is not None and dt not in _DTYPE_NAMES:
             raise ValueError(f"{op}: {what} dtype {dt} is not float32, bfloat16 or float16")
@@ -88,7 +89,7 @@ def _norm_kernel(op: str, cols: int, x_dtype: torch.dtype, w_dtype: Optional[tor
         raise ValueError(f"{op}: weight is {w_dtype} but bias is {b_dtype}; ordo takes one dtype for both")
     xd = _DTYPE_NAMES[x_dtype]
     wd = _DTYPE_NAMES[w_dtype] if w_dtype is not None else (_DTYPE_NAMES[b_dtype] if b_dtype is not None else "")
-    return _ordo.compile(op, cols, xd, wd, order, float(eps), w_dtype is not None, b_dtype is not None, bool(wd) and wd != xd, "")
+    return ordo._row_kernel(op, cols, xd, wd, order, float(eps), w_dtype is not None, b_dtype is not None, bool(wd) and wd != xd, "")
 
 
 def _dtype_or_none(t: Optional[Tensor]) -> Optional[torch.dtype]:
@@ -103,16 +104,17 @@ _ROW_PLANS = 64
 @functools.lru_cache(maxsize=_ROW_PLANS)
 def _row_plan(op: str, cols: int, x_dtype: torch.dtype, w_dtype: Optional[torch.dtype], b_dtype: Optional[torch.dtype],
               eps: float, order: str):
-    """A forward row op (norm or softmax) on torch tensors: the kernel, and for each of its
-    arguments in order (name, is_output, shaped like x (else like x's rows), torch dtype)."""
+    """A forward row op (norm or softmax) on torch tensors: the kernel, whether it takes N at launch,
+    and for each of its arguments in order (name, is_output, shaped like x (else like x's rows),
+    torch dtype)."""
     if op in ("layer_norm", "rms_norm"):
-        kernel = _norm_kernel(op, cols, x_dtype, w_dtype, b_dtype, eps, order)
+        kernel, sizes = _norm_kernel(op, cols, x_dtype, w_dtype, b_dtype, eps, order)
     elif x_dtype not in _DTYPE_NAMES:
         raise ValueError(f"{op}: input dtype {x_dtype} is not float32, bfloat16 or float16")
     else:
-        kernel = _ordo.compile(op, cols, _DTYPE_NAMES[x_dtype], "", order)
+        kernel, sizes = ordo._row_kernel(op, cols, _DTYPE_NAMES[x_dtype], "", order, 0.0, False, False, False, "")
     roles = tuple((name, is_out, extent == "rows*N", _TORCH_DTYPES[dt]) for name, dt, is_out, extent in kernel.args)
-    return kernel, roles
+    return kernel, bool(sizes), roles
 
 
 def _run_rows(op: str, x: Tensor, weight: Optional[Tensor], bias: Optional[Tensor], eps: float, order: str) -> dict:
@@ -123,7 +125,7 @@ def _run_rows(op: str, x: Tensor, weight: Optional[Tensor], bias: Optional[Tenso
         weight = weight.contiguous()
     if bias is not None:
         bias = bias.contiguous()
-    kernel, roles = _row_plan(op, x.shape[-1], x.dtype, _dtype_or_none(weight), _dtype_or_none(bias), eps, order)
+    kernel, n_at_launch, roles = _row_plan(op, x.shape[-1], x.dtype, _dtype_or_none(weight), _dtype_or_none(bias), eps, order)
     given = {"x": x, "weight": weight, "bias": bias}
     outs, tensors = {}, []
     for name, is_out, full, dtype in roles:
@@ -132,7 +134,7 @@ def _run_rows(op: str, x: Tensor, weight: Optional[Tensor], bias: Optional[Tenso
         else:
             t = given[name]
         tensors.append(t)
-    kernel.run_torch(tensors, math.prod(x.shape[:-1]), 0)
+    kernel.run_torch(tensors, math.prod(x.shape[:-1]), 0, [x.shape[-1]] if n_at_launch else [])
     return outs
 
 
@@ -214,7 +216,7 @@ def _layer_norm_op(x: Tensor, weight: Optional[Tensor], bias: Optional[Tensor], 
 
 @_layer_norm_op.register_fake
 def _(x, weight, bias, eps, order, backward_order):
-    k = _norm_kernel("layer_norm", _size(x.shape[-1]), x.dtype, _dtype_or_none(weight), _dtype_or_none(bias), eps, order)
+    k, _ = _norm_kernel("layer_norm", _size(x.shape[-1]), x.dtype, _dtype_or_none(weight), _dtype_or_none(bias), eps, order)
     stat = x.shape[:-1]
     return (x.new_empty(x.shape, dtype=_out_dtype(k, "y")), x.new_empty(stat, dtype=_out_dtype(k, "mean")),
             x.new_empty(stat, dtype=_out_dtype(k, "rstd")))
@@ -228,7 +230,7 @@ def _rms_norm_op(x: Tensor, weight: Optional[Tensor], eps: float, order: str, ba
 
 @_rms_norm_op.register_fake
 def _(x, weight, eps, order, backward_order):
-    k = _norm_kernel("rms_norm", _size(x.shape[-1]), x.dtype, _dtype_or_none(weight), None, eps, order)
+    k, _ = _norm_kernel("rms_norm", _size(x.shape[-1]), x.dtype, _dtype_or_none(weight), None, eps, order)
     return x.new_empty(x.shape, dtype=_out_dtype(k, "y")), x.new_empty(x.shape[:-1], dtype=_out_dtype(k, "rstd"))
 
 
@@ -239,7 +241,8 @@ def _softmax_op(x: Tensor, order: str, backward_order: str) -> Tensor:
 
 @_softmax_op.register_fake
 def _(x, order, backward_order):
-    _ordo.compile("softmax", _size(x.shape[-1]), _DTYPE_NAMES[x.dtype], "", order)  # an order ordo lacks fails at trace time
+    # an order ordo lacks fails at trace time
+    ordo._row_kernel("softmax", _size(x.shape[-1]), _DTYPE_NAMES[x.dtype], "", order, 0.0, False, False, False, "")
     return torch.empty_like(x, memory_format=torch.contiguous_format)
 
 
@@ -250,7 +253,7 @@ def _log_softmax_op(x: Tensor, order: str, backward_order: str) -> Tensor:
 
 @_log_softmax_op.register_fake
 def _(x, order, backward_order):
-    _ordo.compile("log_softmax", _size(x.shape[-1]), _DTYPE_NAMES[x.dtype], "", order)
+    ordo._row_kernel("log_softmax", _size(x.shape[-1]), _DTYPE_NAMES[x.dtype], "", order, 0.0, False, False, False, "")
     return torch.empty_like(x, memory_format=torch.contiguous_format)
 
 
@@ -606,8 +609,8 @@ def _why_not(op: str, order: str, call: tuple) -> str:
                     f"contiguous one, which '{order}' does not model; pass a contiguous input")
         wd = w_dtype or b_dtype
         try:
-            _ordo.compile(op, n, _DTYPE_NAMES[getattr(torch, x_dtype)], _DTYPE_NAMES[getattr(torch, wd)] if wd else "", order,
-                          float(eps), bool(w_dtype), bool(b_dtype), bool(wd) and wd != x_dtype, "")
+            ordo._row_kernel(op, n, _DTYPE_NAMES[getattr(torch, x_dtype)], _DTYPE_NAMES[getattr(torch, wd)] if wd else "", order,
+                             float(eps), bool(w_dtype), bool(b_dtype), bool(wd) and wd != x_dtype, "")
         except ValueError as e:
             return str(e)
         return ""
@@ -625,7 +628,7 @@ def _why_not(op: str, order: str, call: tuple) -> str:
         if getattr(torch, dt) not in _DTYPE_NAMES:
             return f"dtype {dt}; ordo runs float32, bfloat16 and float16"
         try:
-            _ordo.compile(op, cols, _DTYPE_NAMES[getattr(torch, dt)], "", order)
+            ordo._row_kernel(op, cols, _DTYPE_NAMES[getattr(torch, dt)], "", order, 0.0, False, False, False, "")
         except ValueError as e:
             return str(e)
         return ""

@@ -1,14 +1,17 @@
 // Sizes given at launch (ir::Kernel::sizes): attention with S_k as a launch argument
 // (Request::seq_k_at_launch) gives, at every S_k, the bits of the kernel built for that S_k, on
-// the interpreter, the CPU backend and cuda-emu; one kernel serves every S_k.
+// the interpreter, the CPU backend and cuda-emu; one kernel serves every S_k. The row ops with N
+// at launch (Request::cols_at_launch) likewise, for every named order that takes it.
 #include <doctest/doctest.h>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <string>
 #include <vector>
 
+#include "gen/gen.hpp"
 #include "ir/error.hpp"
 #include "ir/float_bits.hpp"
 #include "ordo/compare.hpp"
@@ -158,4 +161,140 @@ TEST_CASE("S_k at launch: what is refused, and why") {
   Request fixed = attention("fast", ScalarType::f32, 1, false, Target::cpu);
   fixed.seq_k = 10;
   CHECK_THROWS_WITH_AS(compile(fixed)->run_with_sizes(refs(kHeads * kD * 10), kHeads, {10}), doctest::Contains("fixes every length at compile time"), Error);
+}
+
+namespace {
+
+constexpr int64_t kRows = 3;
+
+Request row_op(OpKind op, std::string_view order, ScalarType dtype, Target target) {
+  Request r;
+  r.op = op;
+  r.order = std::string(order);
+  r.x_dtype = dtype;
+  r.target = target;
+  r.has_weight = r.has_bias = op == OpKind::layer_norm || op == OpKind::rms_norm;
+  if (op == OpKind::rms_norm) r.has_bias = false;
+  return r;
+}
+
+// Lengths on both sides of every boundary of the lane trees and lane folds the orders use (8 and
+// 16 lanes, 4 accumulators: 32 and 64 columns a group), and long rows; on the compiled targets also
+// both sides of the 16384 exponentials softmax keeps.
+const std::vector<int64_t> kLengths = {1,  2,  3,  5,  7,  8,  9,  15, 16, 17, 23, 24,  25,  31,  32,  33,  39,
+                                       40, 41, 47, 48, 63, 64, 65, 95, 96, 97, 127, 128, 129, 200, 1000, 1031};
+const std::vector<int64_t> kLongLengths = {16384, 16385, 20000};
+
+}  // namespace
+
+TEST_CASE("row ops with N at launch: every order that takes it gives the bits of the kernel built for each N") {
+  const std::vector<OpKind> ops = {OpKind::layer_norm, OpKind::rms_norm, OpKind::var_mean, OpKind::softmax, OpKind::log_softmax};
+  int compared = 0, refused = 0;
+  std::vector<std::string> taken;
+  for (const gen::NamedOrder& n : gen::named_orders())
+    for (OpKind op : ops) {
+      if (std::find(n.ops.begin(), n.ops.end(), op) == n.ops.end()) continue;
+      for (ScalarType dtype : n.dtypes) {
+        if (n.device_only) continue;
+        Request at_launch = row_op(op, n.name, dtype, Target::cpu);
+        at_launch.cols_at_launch = true;
+        KernelHandle probe;
+        try {
+          probe = compile(at_launch);
+        } catch (const Error& e) {
+          INFO(std::string(n.name) << " " << name(op) << " " << name(dtype) << ": " << std::string(e.what()));
+          CHECK(std::string(e.what()).find("for one N") != std::string::npos);
+          ++refused;
+          continue;
+        }
+        taken.push_back(fmt::format("{} {} {}", n.name, name(op), name(dtype)));
+        // cuda-emu builds each kernel with the host compiler: fast's f32 and bf16, and one exact softmax.
+        std::vector<Target> targets = {Target::cpu, Target::interpreter};
+        if ((n.name == "fast" && dtype != ScalarType::f16) || (n.name == "torch2.15-cpu-avx512" && dtype == ScalarType::f32))
+          targets.push_back(Target::cuda_emu);
+        for (Target target : targets) {
+          at_launch.target = target;
+          const uint64_t misses = cache_stats().misses;
+          KernelHandle launch = compile(at_launch);
+          CHECK(cache_stats().misses == misses + (target == Target::cpu ? 0 : 1));
+          REQUIRE(launch->sizes() == std::vector<std::string>{"N"});
+          std::vector<int64_t> lengths = kLengths;
+          if (target != Target::interpreter) lengths.insert(lengths.end(), kLongLengths.begin(), kLongLengths.end());
+          for (int64_t N : lengths) {
+            Request fixed = row_op(op, n.name, dtype, Target::cpu);
+            fixed.cols = N;
+            KernelHandle k = compile(fixed);
+            HostBuffers in = make_buffers(*k, kRows, static_cast<uint64_t>(N * 11 + int(op)), 0.5, 2.0);
+            if (N % 3 == 0) {  // specials in the rows: NaN, infinities, a huge value
+              set_value_bits(in, "x", dtype, N - 1, NAN);
+              set_value_bits(in, "x", dtype, N + N / 2, INFINITY);
+              set_value_bits(in, "x", dtype, 2 * N, N > 1 ? -INFINITY : 1e30f);
+            } else if (N % 3 == 1) {
+              set_value_bits(in, "x", dtype, N / 2, dtype == ScalarType::f32 ? 1e30f : 6e4f);
+            }
+            k->run(in.refs(kRows, N), kRows);
+            std::vector<std::vector<uint8_t>> want;
+            for (size_t i = 0; i < in.args.size(); ++i)
+              if (in.args[i].output) want.push_back(in.bytes[i]);
+            std::vector<std::vector<uint8_t>> bytes = in.bytes;
+            std::vector<BufferRef> refs;
+            for (size_t i = 0; i < in.args.size(); ++i) {
+              if (in.args[i].output) std::fill(bytes[i].begin(), bytes[i].end(), uint8_t(0));
+              refs.push_back(BufferRef{bytes[i].data(), static_cast<int64_t>(bytes[i].size() / size_bytes(in.args[i].dtype)), in.args[i].dtype});
+            }
+            launch->run_with_sizes(refs, kRows, {N});
+            size_t o = 0;
+            for (size_t i = 0; i < in.args.size(); ++i) {
+              if (!in.args[i].output) continue;
+              INFO("order=" << n.name << " op=" << name(op) << " dtype=" << name(dtype) << " N=" << N << " target=" << name(target)
+                            << " output=" << in.args[i].name);
+              CHECK(count_identical(in.args[i].dtype, bytes[i], want[o]) == static_cast<int64_t>(want[o].size() / size_bytes(in.args[i].dtype)));
+              ++o;
+            }
+            ++compared;
+          }
+          CHECK(compile(at_launch) == launch);  // still the one kernel
+        }
+      }
+    }
+  std::string list;
+  for (const std::string& t : taken) list += "\n  " + t;
+  MESSAGE(compared << " (order, op, dtype, target, N) cases compared, " << refused << " (order, op, dtype) refused; taken:" << list);
+  // The orders this must cover: fast on every row op, and PyTorch's f32 softmax kernels.
+  for (const char* must : {"fast layer_norm f32", "fast rms_norm bf16", "fast var_mean f16", "fast softmax bf16", "fast log_softmax f32",
+                           "torch2.15-cpu-avx512 softmax f32", "torch2.15-cpu-avx2 log_softmax f32"}) {
+    INFO(must);
+    CHECK(std::find(taken.begin(), taken.end(), std::string(must)) != taken.end());
+  }
+  CHECK(compared > 1000);
+  CHECK(refused > 0);
+}
+
+TEST_CASE("N at launch: what is refused, and why") {
+  Request r = row_op(OpKind::layer_norm, "torch2.15-cpu", ScalarType::f32, Target::cpu);
+  r.cols_at_launch = true;
+  CHECK_THROWS_WITH_AS(compile(r), doctest::Contains("builds its layer_norm for one N (its moments"), Error);
+  r.order = "onnxruntime-cpu";  // N <= 7 is its scalar fallback
+  CHECK_THROWS_WITH_AS(compile(r), doctest::Contains("its arithmetic at N = 8 is not that at N = 1"), Error);
+  r.order = "fast";
+  r.cols = 64;
+  CHECK_THROWS_WITH_AS(compile(r), doctest::Contains("cols must be 0, got 64"), Error);
+  r.cols = 0;
+  r.op = OpKind::layer_norm_backward;
+  CHECK_THROWS_WITH_AS(compile(r), doctest::Contains("N at launch is for the row ops' forward"), Error);
+  r = row_op(OpKind::rms_norm, "torch2.15-cpu", ScalarType::f32, Target::cpu);
+  r.cols_at_launch = true;
+  CHECK_THROWS_WITH_AS(compile(r), doctest::Contains("for one N"), Error);
+
+  r = row_op(OpKind::softmax, "fast", ScalarType::f32, Target::cpu);
+  r.cols_at_launch = true;
+  KernelHandle k = compile(r);
+  std::vector<float> x(kRows * 10), y(kRows * 10);
+  auto refs = [&](int64_t elements) {
+    return std::vector<BufferRef>{{x.data(), elements, ScalarType::f32}, {y.data(), elements, ScalarType::f32}};
+  };
+  CHECK_THROWS_WITH_AS(k->run(refs(kRows * 10), kRows), doctest::Contains("takes 1 size argument(s) at launch (N), got 0"), Error);
+  CHECK_THROWS_WITH_AS(k->run_with_sizes(refs(kRows * 10), kRows, {0}), doctest::Contains("N = 0 outside [1, 2^24]"), Error);
+  CHECK_THROWS_WITH_AS(k->run_with_sizes(refs(kRows * 10), kRows, {11}), doctest::Contains("N=11"), Error);
+  k->run_with_sizes(refs(kRows * 10), kRows, {10});
 }

@@ -180,6 +180,37 @@ int main(void) {
   }
   ordo_request_free(lr);
 
+  /* softmax with N at launch: one kernel, rows of 3 and of 7 equal values give 1/3 and 1/7 each;
+   * an order built for one N fails to compile, naming why. */
+  ordo_request* nr = ordo_request_new("softmax");
+  CHECK(ordo_request_set(nr, "cols", "launch") == ORDO_OK && ordo_request_set(nr, "order", "fast") == ORDO_OK,
+        "softmax request with cols launch: %s", ordo_last_error());
+  ordo_kernel* nk = ordo_compile(nr);
+  CHECK(nk != NULL, "softmax with N at launch compiles: %s", ordo_last_error());
+  if (nk) {
+    CHECK(ordo_kernel_num_sizes(nk) == 1 && strcmp(ordo_kernel_size_name(nk, 0), "N") == 0, "one size argument, N");
+    float xs[14], ys[14];
+    for (int i = 0; i < 14; ++i) xs[i] = 0.5f;
+    void* nb[2] = {xs, ys};
+    for (int64_t n = 3; n <= 7; n += 4) {
+      int64_t e = 0;
+      CHECK(ordo_kernel_arg_elements_sized(nk, 1, 2, &n, 1, &e) == ORDO_OK && e == 2 * n, "y holds rows x N elements (got %lld)",
+            (long long)e);
+      int64_t nlens[2] = {2 * n, 2 * n};
+      CHECK(ordo_kernel_run_sized(nk, nb, nlens, 2, &n, 1, 1) == ORDO_OK, "runs with N = %lld: %s", (long long)n, ordo_last_error());
+      CHECK(ys[0] == 1.0f / (float)n && ys[2 * n - 1] == ys[0], "N = %lld: y = %g", (long long)n, (double)ys[0]);
+    }
+    const int64_t zero = 0;
+    CHECK(ordo_kernel_arg_elements_sized(nk, 0, 2, &zero, 1, NULL) == ORDO_ERROR_INVALID && strstr(ordo_last_error(), "N = 0"),
+          "N = 0 is refused: %s", ordo_last_error());
+    ordo_kernel_release(nk);
+  }
+  CHECK(ordo_request_set(nr, "order", "torch2.15-cpu") == ORDO_OK && ordo_request_set(nr, "dtype", "bf16") == ORDO_OK,
+        "bf16 softmax request: %s", ordo_last_error());
+  CHECK(ordo_compile(nr) == NULL && strstr(ordo_last_error(), "for one N"), "torch2.15-cpu's bf16 softmax builds for one N: %s",
+        ordo_last_error());
+  ordo_request_free(nr);
+
   ordo_kernel_release(sm);
   ordo_kernel_release(jit);
   ordo_kernel_release(spec);
