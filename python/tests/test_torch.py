@@ -425,6 +425,55 @@ def test_decode_compiles_once():
     check(ordo.cache_stats()["misses"] - misses == 3, f"{EXACT}: a kernel per S_k (PyTorch's blocks are fixed by it)")
 
 
+def test_varying_lengths_compile_once():
+    """Rows of a new length N through ordo.torch compile nothing where the order takes N at launch
+    (fast's norms and softmax, PyTorch's f32 softmax): one kernel per (op, dtype), and every call
+    has the bits of the kernel built for its N; torch2.15-cpu's softmax keeps torch's own bits.
+    torch2.15-cpu's layer_norm (a Welford cascade laid out by N) compiles per N."""
+    import ordo
+    import ordo.torch as ot
+    gen = torch.Generator().manual_seed(8)
+    lengths = list(range(1000, 1024)) + [1, 7, 8, 9, 33, 4096, 16385]
+    for dtype, name in ((torch.float32, "f32"), (torch.bfloat16, "bf16")):
+        xs = {n: (3 * torch.randn(5, n, generator=gen)).to(dtype) for n in lengths}
+        ws = {n: (1 + 0.1 * torch.randn(n, generator=gen)).to(dtype) for n in lengths}
+        calls = {
+            "layer_norm": (lambda x, n: ot.layer_norm(x, (n,), ws[n], ws[n], order="fast"), ["x", "weight", "bias"]),
+            "rms_norm": (lambda x, n: ot.rms_norm(x, (n,), ws[n], eps=1e-5, order="fast"), ["x", "weight"]),
+            "softmax": (lambda x, n: ot.softmax(x, -1, order="fast"), ["x"]),
+            "log_softmax": (lambda x, n: ot.log_softmax(x, -1, order="fast"), ["x"]),
+        }
+        for op, (call, inputs) in calls.items():
+            misses = ordo.cache_stats()["misses"]
+            outs = {n: call(xs[n], n) for n in lengths}
+            compiled = ordo.cache_stats()["misses"] - misses
+            check(compiled <= 1, f"{name} {op}: {len(lengths)} lengths compiled {compiled} kernel(s)")
+            ok = True
+            for n in (1, 8, 9, 1000, 1017, 16385):
+                norm = op in ("layer_norm", "rms_norm")
+                kernel = ordo._ordo.compile(op, n, name, name if norm else "", "fast", 1e-5, norm, op == "layer_norm")
+                given = {"x": xs[n], "weight": ws[n], "bias": ws[n]}
+                tensors = []
+                for arg, dt, is_out, extent in kernel.args:
+                    if not is_out:
+                        tensors.append(given[arg])
+                    else:
+                        tensors.append(torch.empty((5, n) if extent == "rows*N" else (5,), dtype=dtype))
+                kernel.run_torch(tensors, 5, 0)
+                ok &= same(outs[n], tensors[len(inputs)])
+            check(ok, f"{name} {op}: every length has the bits of the kernel built for it")
+    for op, fn in (("softmax", F.softmax), ("log_softmax", F.log_softmax)):
+        misses = ordo.cache_stats()["misses"]
+        ok = all(same(getattr(ot, op)(xs_f32, -1, order=EXACT), fn(xs_f32, -1))
+                 for xs_f32 in (torch.randn(4, n, generator=gen) for n in lengths))
+        check(ok, f"{EXACT} f32 {op}: torch's bits at every length")
+        check(ordo.cache_stats()["misses"] - misses <= 1, f"{EXACT} f32 {op}: one kernel for every length")
+    misses = ordo.cache_stats()["misses"]
+    for n in (1030, 1031):
+        ot.layer_norm(torch.randn(2, n, generator=gen), (n,), order=EXACT)
+    check(ordo.cache_stats()["misses"] - misses >= 2, f"{EXACT} layer_norm: a kernel per N (its cascade is laid out by N)")
+
+
 def test_blocks_recompile():
     """One compiled function called in blocks of different orders, and outside: Dynamo guards on
     the block, so each runs its own graph."""
@@ -753,7 +802,7 @@ def main():
               f"(scripts/torch2-venv --python)")
         return 1
     for test in (test_import_is_lazy, test_ops_exact, test_ops_compiled, test_direct_calls, test_pinned, test_layouts_and_dtypes, test_fallbacks,
-                 test_new_shapes, test_decode_compiles_once, test_blocks_recompile, test_backward, test_eager_kernels,
+                 test_new_shapes, test_decode_compiles_once, test_varying_lengths_compile_once, test_blocks_recompile, test_backward, test_eager_kernels,
                  test_graphs_run_outside_the_mode,
                  test_grouped_query_attention):
         print(f"--- {test.__name__}", flush=True)
