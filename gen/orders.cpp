@@ -1223,7 +1223,8 @@ std::string cols_at_launch_error(const Request& r, const Order& o) {
       return sum_at_launch_error(o.square_sum);
     case OpKind::softmax:
     case OpKind::log_softmax:
-      if (o.softmax.kind != SoftmaxOrder::Kind::TwoPass) return fmt::format("its reductions ({}) are laid out for one N", describe(o.softmax));
+      if (o.softmax.kind != SoftmaxOrder::Kind::TwoPass && o.softmax.kind != SoftmaxOrder::Kind::Staged)
+        return fmt::format("its reductions ({}) are laid out for one N", describe(o.softmax));
       return {};
     default: return fmt::format("{} is not a row op's forward", name(r.op));
   }

@@ -95,7 +95,7 @@ using ValueFn = std::function<ir::ExprRef(ir::ExprRef col, int lanes)>;
 // PyTorch's reduce_all / map_reduce_all / map2_reduce_all over n 16-bit values (two float vectors
 // of V per 2V elements, accumulators A and B; gen/ops/softmax.cpp states the order). The softmax op's
 // bf16 max and sum, and the bf16 attention backward's dsum, whose value is a product.
-ir::ExprRef reduce_all_pairs(ir::Builder& b, int64_t n, int V, ir::LaneFold f, const ValueFn& value, const Combine& op,
+ir::ExprRef reduce_all_pairs(ir::Builder& b, const Length& n, int V, ir::LaneFold f, const ValueFn& value, const Combine& op,
                              const std::string& name);
 
 // layer_norm's arguments, declared in the order every layer_norm kernel takes them (x, weight,

@@ -190,8 +190,8 @@ struct Softmax {
     const ScalarType st = b.kernel().buffers[size_t(x)].elem;
     auto to_storage = [&](const ExprRef& v) { return round_to_storage(v, st); };
     auto load_v = [&](ExprRef c, int n) { return load(c, n); };
-    ExprRef mx = b.let("max.stored", to_storage(reduce_all_pairs(b, row.N, V, o.fold, load_v, eager_max, "max")));
-    ExprRef sum = reduce_all_pairs(b, row.N, V, o.fold, [&](ExprRef c, int n) {
+    ExprRef mx = b.let("max.stored", to_storage(reduce_all_pairs(b, row.length, V, o.fold, load_v, eager_max, "max")));
+    ExprRef sum = reduce_all_pairs(b, row.length, V, o.fold, [&](ExprRef c, int n) {
       return exp_f32(b, o.exp, sub(load(c, n), splat(mx, n)));
     }, [](ExprRef a, ExprRef c) { return add(a, c); }, "sum");
     ExprRef s = b.let("sum.stored", to_storage(sum));
@@ -203,6 +203,7 @@ struct Softmax {
   // PyTorch 1.13's bf16 softmax (docs/research/softmax-torch1.13.md, section 7).
   SoftmaxStats staged() {
     if (log) return staged_log();
+    if (!row.length.is_fixed()) return staged_at_launch();
     const int V = o.lanes;
     const int64_t N = row.N, pairs_end = N - N % (2 * V), full_end = N - N % V;
     int m = b.local("max.lanes", Type{ScalarType::f32, V});
@@ -234,6 +235,36 @@ struct Softmax {
       b.assign(sum, add(b.get(sum), tail_exps.back()));
     }
     write_outputs(mxv, b.get(sum), V, [&](bool tail) { return tail ? o.tail_exp : o.exp; }, tail_exps);
+    return {mxv, b.get(sum)};
+  }
+
+  // staged() for N given at launch: the same loops with bounds read from N. The tail's
+  // exponentials (by tail_exp) are kept with the others (or, in a row too long to keep, computed
+  // again by the output pass: the same function of the same value).
+  SoftmaxStats staged_at_launch() {
+    const int V = o.lanes;
+    const ExprRef& N = row.length.at_launch;
+    ExprRef pairs_end = b.let("pairs.end", sub(N, binary(Op::Rem, N, index_const(2 * V))));
+    ExprRef full_end = b.let("full.end", sub(N, binary(Op::Rem, N, index_const(V))));
+    int m = b.local("max.lanes", Type{ScalarType::f32, V});
+    b.assign(m, f32c(-kInf, V));
+    b.for_range("col", index_const(0), pairs_end, 2 * V, [&](ExprRef c) {
+      b.assign(m, eager_max(b.get(m), load(c, V)));
+      b.assign(m, eager_max(b.get(m), load(add(c, index_const(V)), V)));
+    });
+    int mx = b.local("max", Type{ScalarType::f32, 1});
+    b.assign(mx, fold(b, lanes_of(b, b.get(m), "max.lane"), o.fold, eager_max, "max.fold"));
+    b.for_range("col", pairs_end, N, 1, [&](ExprRef c) { b.assign(mx, scalar_max(b.get(mx), load(c, 1))); });
+    const ExprRef mxv = b.get(mx);
+    int s = b.local("sum.lanes", Type{ScalarType::f32, V});
+    b.assign(s, f32c(0.0f, V));
+    b.for_range("col", index_const(0), full_end, V, [&](ExprRef c) {
+      b.assign(s, add(b.get(s), kept(c, exp_f32(b, o.exp, sub(load(c, V), splat(mxv, V))))));
+    });
+    int sum = b.local("sum", Type{ScalarType::f32, 1});
+    b.assign(sum, fold(b, lanes_of(b, b.get(s), "sum.lane"), o.fold, [](ExprRef a, ExprRef c) { return add(a, c); }, "sum.fold"));
+    b.for_range("col", full_end, N, 1, [&](ExprRef c) { b.assign(sum, add(b.get(sum), kept(c, exp_f32(b, o.tail_exp, sub(load(c, 1), mxv))))); });
+    write_outputs(mxv, b.get(sum), V, [&](bool tail) { return tail ? o.tail_exp : o.exp; });
     return {mxv, b.get(sum)};
   }
 
@@ -366,8 +397,51 @@ struct Softmax {
 // C = A op B lane by lane, folded by `f`. Rows shorter than 2V: for n <= V the values combine
 // left to right; for V < n < 2V, C_l = v_l op v_(V+l) where that exists, else v_l, and C folds
 // in lane order whatever `f` is.
-ExprRef reduce_all_pairs(Builder& b, int64_t n, int V, LaneFold f, const ValueFn& value, const Combine& op, const std::string& name) {
+ExprRef reduce_all_pairs(Builder& b, const Length& length, int V, LaneFold f, const ValueFn& value, const Combine& op,
+                         const std::string& name) {
   int acc = b.local(name, Type{ScalarType::f32, 1});
+  if (!length.is_fixed()) {  // the same, its choices made by branches on n
+    const ExprRef& n = length.at_launch;
+    b.if_else(lt(n, index_const(2 * V)), [&] {
+      // c_l = v_l op v_(V+l) (or v_l) for l < min(n, V), folded in lane order.
+      b.assign(acc, value(index_const(0), 1));
+      b.if_(lt(index_const(V), n), [&] { b.assign(acc, op(b.get(acc), value(index_const(V), 1))); });
+      for (int l = 1; l < V; ++l)
+        b.if_(lt(index_const(l), n), [&] {
+          int c = b.local(name + ".pair", Type{ScalarType::f32, 1});
+          b.assign(c, value(index_const(l), 1));
+          b.if_(lt(index_const(l + V), n), [&] { b.assign(c, op(b.get(c), value(index_const(l + V), 1))); });
+          b.assign(acc, op(b.get(acc), b.get(c)));
+        });
+    }, [&] {
+      ExprRef r = b.let(name + ".r", binary(Op::Rem, n, index_const(2 * V)));
+      ExprRef full = b.let(name + ".full", sub(n, r));
+      int lo = b.local(name + ".lo", Type{ScalarType::f32, V}), hi = b.local(name + ".hi", Type{ScalarType::f32, V});
+      b.assign(lo, value(index_const(0), V));
+      b.assign(hi, value(index_const(V), V));
+      b.for_range("col", index_const(2 * V), full, 2 * V, [&](ExprRef c) {
+        b.assign(lo, op(b.get(lo), value(c, V)));
+        b.assign(hi, op(b.get(hi), value(add(c, index_const(V)), V)));
+      });
+      ExprRef long_tail = binary(Op::Le, index_const(V), r);  // not bound: a bool local counts as varying
+      b.if_(long_tail, [&] { b.assign(lo, op(b.get(lo), value(full, V))); });
+      std::vector<ExprRef> c;
+      for (int l = 0; l < V; ++l) {
+        int a = b.local(name + ".lo", Type{ScalarType::f32, 1}), h = b.local(name + ".hi", Type{ScalarType::f32, 1});
+        b.assign(a, extract(b.get(lo), l));
+        b.assign(h, extract(b.get(hi), l));
+        // The tail: lanes 0..r-V-1 of the high half after a whole low vector, else lanes 0..r-1 of the low half.
+        b.if_(binary(Op::And, long_tail, lt(index_const(V + l), r)),
+              [&] { b.assign(h, op(b.get(h), value(add(full, index_const(V + l)), 1))); });
+        b.if_(binary(Op::And, lt(r, index_const(V)), lt(index_const(l), r)),
+              [&] { b.assign(a, op(b.get(a), value(add(full, index_const(l)), 1))); });
+        c.push_back(b.let(name + ".pair", op(b.get(a), b.get(h))));
+      }
+      b.assign(acc, fold(b, std::move(c), f, op, name + ".fold"));
+    });
+    return b.get(acc);
+  }
+  const int64_t n = length.fixed;
   if (n < 2 * V) {
     std::vector<ExprRef> c;
     for (int64_t l = 0; l < std::min<int64_t>(n, V); ++l) {

@@ -27,6 +27,7 @@ Run with the torch 2.15 venv's python (a different or missing torch fails, never
     plain compile differs; pinned("fast") and eager_kernels=False keep Inductor's kernels.
 """
 import atexit
+import itertools
 import os
 import shutil
 import subprocess
@@ -462,12 +463,13 @@ def test_varying_lengths_compile_once():
                 kernel.run_torch(tensors, 5, 0)
                 ok &= same(outs[n], tensors[len(inputs)])
             check(ok, f"{name} {op}: every length has the bits of the kernel built for it")
-    for op, fn in (("softmax", F.softmax), ("log_softmax", F.log_softmax)):
+    for (op, fn), (dtype, name) in itertools.product((("softmax", F.softmax), ("log_softmax", F.log_softmax)),
+                                                     ((torch.float32, "f32"), (torch.bfloat16, "bf16"), (torch.float16, "f16"))):
         misses = ordo.cache_stats()["misses"]
-        ok = all(same(getattr(ot, op)(xs_f32, -1, order=EXACT), fn(xs_f32, -1))
-                 for xs_f32 in (torch.randn(4, n, generator=gen) for n in lengths))
-        check(ok, f"{EXACT} f32 {op}: torch's bits at every length")
-        check(ordo.cache_stats()["misses"] - misses <= 1, f"{EXACT} f32 {op}: one kernel for every length")
+        ok = all(same(getattr(ot, op)(x, -1, order=EXACT), fn(x, -1))
+                 for x in ((4 * torch.randn(4, n, generator=gen)).to(dtype) for n in lengths))
+        check(ok, f"{EXACT} {name} {op}: torch's bits at every length")
+        check(ordo.cache_stats()["misses"] - misses <= 1, f"{EXACT} {name} {op}: one kernel for every length")
     misses = ordo.cache_stats()["misses"]
     for n in (1030, 1031):
         ot.layer_norm(torch.randn(2, n, generator=gen), (n,), order=EXACT)

@@ -208,9 +208,9 @@ TEST_CASE("row ops with N at launch: every order that takes it gives the bits of
           continue;
         }
         taken.push_back(fmt::format("{} {} {}", n.name, name(op), name(dtype)));
-        // cuda-emu builds each kernel with the host compiler: fast's f32 and bf16, and one exact softmax.
+        // cuda-emu builds each kernel with the host compiler: fast's f32 and bf16, and one exact softmax per kind.
         std::vector<Target> targets = {Target::cpu, Target::interpreter};
-        if ((n.name == "fast" && dtype != ScalarType::f16) || (n.name == "torch2.15-cpu-avx512" && dtype == ScalarType::f32))
+        if ((n.name == "fast" && dtype != ScalarType::f16) || (n.name == "torch2.15-cpu-avx512" && dtype != ScalarType::f16))
           targets.push_back(Target::cuda_emu);
         for (Target target : targets) {
           at_launch.target = target;
@@ -262,7 +262,8 @@ TEST_CASE("row ops with N at launch: every order that takes it gives the bits of
   MESSAGE(compared << " (order, op, dtype, target, N) cases compared, " << refused << " (order, op, dtype) refused; taken:" << list);
   // The orders this must cover: fast on every row op, and PyTorch's f32 softmax kernels.
   for (const char* must : {"fast layer_norm f32", "fast rms_norm bf16", "fast var_mean f16", "fast softmax bf16", "fast log_softmax f32",
-                           "torch2.15-cpu-avx512 softmax f32", "torch2.15-cpu-avx2 log_softmax f32"}) {
+                           "torch2.15-cpu-avx512 softmax f32", "torch2.15-cpu-avx2 log_softmax f32", "torch2.15-cpu-avx512 softmax bf16",
+                           "torch2.15-cpu-default log_softmax f16", "torch2.15-cpu-avx2 softmax f16"}) {
     INFO(must);
     CHECK(std::find(taken.begin(), taken.end(), std::string(must)) != taken.end());
   }
