@@ -1199,10 +1199,11 @@ void check_attention_request(const Request& r) {
 
 namespace {
 
-// A reduction whose loops gen/ can build for a length given at launch: a sequential sum, or a lane
-// tree without outer chunks (gen/blocks/reductions.cpp, emit_lane_trees_at_launch).
+// A reduction whose loops gen/ can build for a length given at launch: a sequential sum, a lane
+// tree or PyTorch's level cascade, without outer chunks (gen/blocks/reductions.cpp, *_at_launch).
 std::string sum_at_launch_error(const SumOrder& s) {
-  if (s.kind != S::Sequential && s.kind != S::LaneTree) return fmt::format("its sum ({}) has blocks fixed by N", describe(s));
+  if (s.kind != S::Sequential && s.kind != S::LaneTree && s.kind != S::LevelCascade)
+    return fmt::format("its sum ({}) has blocks fixed by N", describe(s));
   if (s.outer_chunk > 0) return fmt::format("its sum is cut into chunks of {}", s.outer_chunk);
   if (s.tail_unfused_group > 0) return fmt::format("its tail splits into groups of {} by N", s.tail_unfused_group);
   return {};
@@ -1214,12 +1215,12 @@ std::string cols_at_launch_error(const Request& r, const Order& o) {
   switch (r.op) {
     case OpKind::layer_norm:
     case OpKind::var_mean:
+      if (o.moments.kind == K::LaneWelford) return {};  // PyTorch's cascade, its chunks and carries counted from N
       if (o.moments.kind != K::TwoPass) return fmt::format("its moments ({}) are laid out for one N", describe(o.moments));
       if (std::string why = sum_at_launch_error(o.moments.sum); !why.empty()) return why;
       return sum_at_launch_error(o.moments.dev_sum.value_or(o.moments.sum));
     case OpKind::rms_norm:
-      // PyTorch splits a row over 32768 long between its threads (gen/ops/rms_norm.cpp).
-      if (o.threads > 1) return fmt::format("PyTorch's thread split of long rows (threads={}) depends on N", o.threads);
+      // PyTorch's split of a long row between its threads (gen/ops/rms_norm.cpp) is computed from N at launch.
       return sum_at_launch_error(o.square_sum);
     case OpKind::softmax:
     case OpKind::log_softmax:

@@ -347,6 +347,103 @@ ExprRef emit_level_cascade(Builder& b, const SumOrder& o, const Arith& ar, int64
   return b.let("sum", ar.add(ar.constant(0.0), b.get(f)));
 }
 
+// The longest row a launch may give (CompiledKernel::run_with_sizes): a size is at most 2^24.
+constexpr int64_t kMaxLaunchLength = int64_t(1) << 24;
+
+// The level cascade's block of L groups for `groups` groups: L = 2^max(4, ceil(log2 groups) / 4).
+int64_t level_cascade_block(int64_t groups) {
+  int64_t ceil_log2 = 1;
+  if (groups > 2) while ((int64_t(1) << ceil_log2) < groups) ++ceil_log2;
+  return int64_t(1) << std::max<int64_t>(4, ceil_log2 / 4);
+}
+
+// emit_level_cascade for a length n given at launch: the same operations, with its choices made by
+// branches on n. The block L depends on n only past 2^20 groups, which no launch reaches (the
+// caller checks), so it is the one of the longest row.
+ExprRef emit_level_cascade_at_launch(Builder& b, const SumOrder& o, const Arith& ar, const ExprRef& n, const TermFn& term) {
+  const int V = o.lanes, A = o.accumulators;
+  const int64_t L = level_cascade_block(kMaxLaunchLength / V / A);
+  if (L != level_cascade_block(1)) throw Error(fmt::format("internal: a level cascade over {} lanes and {} accumulators changes its block "
+                                                           "below 2^24 terms", V, A));
+  auto in_order = [&](const std::vector<ExprRef>& v) {
+    ExprRef acc = v[0];
+    for (size_t i = 1; i < v.size(); ++i) acc = ar.add(acc, v[i]);
+    return acc;
+  };
+  auto lt = [](ExprRef a, ExprRef c) { return binary(Op::Lt, std::move(a), std::move(c)); };
+  int result = b.local("sum", Type{ar.t, 1});
+  b.if_else(lt(n, index_const(V)), [&] {  // the scalar path: term t into p[t % A] within whole rounds, else into p0
+    std::vector<int> p;
+    for (int k = 0; k < A; ++k) {
+      p.push_back(b.local(fmt::format("p{}", k), Type{ar.t, 1}));
+      b.assign(p.back(), ar.constant(0.0));
+    }
+    ExprRef rounds = mul(div(n, index_const(A)), index_const(A));
+    for (int t = 0; t + 1 < V; ++t)
+      b.if_(lt(index_const(t), n), [&] {
+        auto into = [&](int dst) { b.assign(dst, accumulate(ar, b.get(dst), term(index_const(t), 1), o.fma)); };
+        if (t % A == 0) into(p[0]);
+        else b.if_else(lt(index_const(t), rounds), [&] { into(p[size_t(t % A)]); }, [&] { into(p[0]); });
+      });
+    std::vector<ExprRef> vals;
+    for (int k : p) vals.push_back(b.get(k));
+    b.assign(result, ar.add(ar.constant(0.0), in_order(vals)));
+  }, [&] {
+    ExprRef nvec = b.let("nvec", div(n, index_const(V)));
+    ExprRef groups = b.let("groups", div(nvec, index_const(A)));
+    constexpr int kLevels = 4;
+    std::vector<std::vector<int>> acc(kLevels);
+    for (int lvl = 0; lvl < kLevels; ++lvl)
+      for (int k = 0; k < A; ++k) {
+        acc[size_t(lvl)].push_back(b.local(fmt::format("A{}_{}", lvl, k), Type{ar.t, V}));
+        b.assign(acc[size_t(lvl)].back(), ar.constant(0.0, V));
+      }
+    auto add_group = [&](ExprRef group) {  // group index g: vectors A*g .. A*g+A-1
+      for (int k = 0; k < A; ++k) {
+        ExprRef at = mul(add(mul(group, index_const(A)), index_const(k)), index_const(V));
+        b.assign(acc[0][size_t(k)], accumulate(ar, b.get(acc[0][size_t(k)]), term(at, V), o.fma));
+      }
+    };
+    auto absorb = [&](int lvl) {  // A[lvl] += A[lvl-1]; A[lvl-1] = 0
+      for (int k = 0; k < A; ++k) {
+        b.assign(acc[size_t(lvl)][size_t(k)], ar.add(b.get(acc[size_t(lvl)][size_t(k)]), b.get(acc[size_t(lvl - 1)][size_t(k)])));
+        b.assign(acc[size_t(lvl - 1)][size_t(k)], ar.constant(0.0, V));
+      }
+    };
+    ExprRef blocks = b.let("blocks", div(groups, index_const(L)));
+    b.for_range("block", index_const(0), blocks, 1, [&](ExprRef blk) {
+      b.for_range("group", mul(blk, index_const(L)), mul(add(blk, index_const(1)), index_const(L)), 1, add_group);
+      ExprRef done = add(mul(blk, index_const(L)), index_const(L));  // groups consumed so far
+      absorb(1);
+      b.if_(binary(Op::Eq, binary(Op::Rem, done, index_const(L * L)), index_const(0)), [&] {
+        absorb(2);
+        b.if_(binary(Op::Eq, binary(Op::Rem, done, index_const(L * L * L)), index_const(0)), [&] { absorb(3); });
+      });
+    });
+    b.for_range("group", mul(blocks, index_const(L)), groups, 1, add_group);
+    for (int k = 0; k < A; ++k) {
+      std::vector<ExprRef> levels;
+      for (int lvl = 0; lvl < kLevels; ++lvl) levels.push_back(b.get(acc[size_t(lvl)][size_t(k)]));
+      b.assign(acc[0][size_t(k)], in_order(levels));
+    }
+    // The fewer than A vectors past the whole groups, into accumulator 0.
+    ExprRef groups_end = b.let("groups.end", mul(groups, index_const(A)));
+    for (int j = 0; j + 1 < A; ++j)
+      b.if_(lt(add(groups_end, index_const(j)), nvec), [&] {
+        b.assign(acc[0][0], accumulate(ar, b.get(acc[0][0]), term(mul(add(groups_end, index_const(j)), index_const(V)), V), o.fma));
+      });
+    std::vector<ExprRef> accs;
+    for (int k = 0; k < A; ++k) accs.push_back(b.get(acc[0][size_t(k)]));
+    ExprRef lanes = b.let("lanes", in_order(accs));
+    int f = b.local("sum", Type{ar.t, 1});
+    b.assign(f, ar.constant(0.0));
+    b.for_range("t", mul(nvec, index_const(V)), n, 1, [&](ExprRef t) { b.assign(f, accumulate(ar, b.get(f), term(t, 1), o.fma)); });
+    for (int l = 0; l < V; ++l) b.assign(f, ar.add(b.get(f), extract(lanes, l)));
+    b.assign(result, ar.add(ar.constant(0.0), b.get(f)));
+  });
+  return b.get(result);
+}
+
 
 // OpenMP's static schedule of `iters` iterations over `parts` threads: part p's first iteration
 // and count (the first iters mod parts parts take one more).
@@ -464,12 +561,17 @@ ExprRef emit_chunk_stack(Builder& b, const SumOrder& o, const Arith& ar, int64_t
 
 ExprRef emit_sum(Builder& b, const SumOrder& o, const Arith& ar, const Length& length, const TermFn& term, const std::string& label) {
   if (!length.is_fixed()) {
-    if ((o.kind != SumOrder::Kind::Sequential && o.kind != SumOrder::Kind::LaneTree) || o.outer_chunk > 0)
+    if ((o.kind != SumOrder::Kind::Sequential && o.kind != SumOrder::Kind::LaneTree && o.kind != SumOrder::Kind::LevelCascade) ||
+        o.outer_chunk > 0)
       throw Error(fmt::format("internal: a sum ({}) over a length given at launch", describe(o)));
     ExprRef result;
     b.region(label, describe(o), [&] {
       if (o.kind == SumOrder::Kind::LaneTree) {
         result = emit_lane_trees_at_launch(b, o, ar, length.at_launch, {term}).at(0);
+        return;
+      }
+      if (o.kind == SumOrder::Kind::LevelCascade) {
+        result = emit_level_cascade_at_launch(b, o, ar, length.at_launch, term);
         return;
       }
       int acc = b.local("sum", Type{ar.t, 1});
@@ -597,6 +699,75 @@ void welford_merge(Builder& b, const Arith& ar, const WelfordState& acc, ExprRef
 // is about a tenth of the code, and NVRTC's compile time follows the code, above all its IEEE
 // divisions (one per merge). The CPU's steps were written out once (a constant per step); as a
 // loop, LLVM's codegen, most of a cold compile, has a sixteenth of their code.
+// lane_welford (one thread) for a length N given at launch: the same operations, with its choices
+// made by branches on N. The stack holds the levels of the longest row a launch may give; level lvl
+// takes part (a carry into it, its final merge) exactly when the row's chunk count m exceeds 2^lvl,
+// which is lvl < depth for depth = max(1, ceil(log2 m)).
+Moments lane_welford_at_launch(Builder& b, const MomentsOrder& o, const Arith& ar, const ExprRef& N, const LoadFn& x) {
+  const int V = o.lanes, K = o.chunk, S = o.streams;
+  const Type vt{ar.t, V};
+  auto lt = [](ExprRef a, ExprRef c) { return binary(Op::Lt, std::move(a), std::move(c)); };
+  int max_depth = 1;
+  for (const int64_t max_chunks = (kMaxLaunchLength / (int64_t(V) * S) + K - 1) / K; (int64_t(1) << max_depth) < max_chunks;) ++max_depth;
+  ExprRef n = b.let("vectors", div(N, index_const(int64_t(V) * S)));  // full vectors of V*S elements
+  ExprRef m = b.let("chunks", div(add(n, index_const(K - 1)), index_const(K)));
+  ExprRef full_chunks = b.let("chunks.full", div(n, index_const(K)));
+  ExprRef last_len = b.let("chunk.last", binary(Op::Rem, n, index_const(K)));
+
+  // The scalar tail, with true division.
+  WelfordState tail = welford_locals(b, "tail", Type{ar.t, 1});
+  welford_zero(b, ar, tail, 1);
+  b.for_range("t", mul(n, index_const(int64_t(V) * S)), N, 1, [&](ExprRef t) {
+    ExprRef xs = b.let("x", x(t, 1));
+    ExprRef d = b.let("d", ar.sub(xs, b.get(tail.mean)));
+    b.assign(tail.count, add(b.get(tail.count), index_const(1)));
+    b.assign(tail.mean, ar.add(b.get(tail.mean), ar.div(d, ar.count(b.get(tail.count)))));
+    b.assign(tail.m2, ar.mul_add(d, ar.sub(xs, b.get(tail.mean)), b.get(tail.m2), o.fma_tail));
+  });
+
+  int mu = b.local("mu", vt), s = b.local("s", vt);
+  std::vector<WelfordState> stack;
+  for (int d = 0; d < max_depth; ++d) stack.push_back(welford_locals(b, fmt::format("stack{}", d), vt));
+  for (const WelfordState& level : stack) welford_zero(b, ar, level, V);
+  // A chunk of `len` vectors from first_vec: each stream summed and merged into level 0, then the
+  // binary-counter carries for chunk index i (level lvl absorbs lvl-1 when 2^lvl divides i+1).
+  auto chunk = [&](ExprRef first_vec, ExprRef len, ExprRef i) {
+    for (int stream = 0; stream < S; ++stream) {
+      auto column = [&](ExprRef vec) { return add(mul(std::move(vec), index_const(int64_t(V) * S)), index_const(int64_t(stream) * V)); };
+      b.assign(mu, ar.constant(0.0, V));
+      b.assign(s, ar.constant(0.0, V));
+      b.for_range("step", index_const(0), len, 1, [&](ExprRef j) {
+        ExprRef c = b.let("c", ar.div(ar.constant(1.0), ar.count(add(j, index_const(1)))));
+        if (V > 1) c = broadcast(c, V);
+        ExprRef xv = b.let("x", x(column(add(first_vec, j)), V));
+        ExprRef d = b.let("d", ar.sub(xv, b.get(mu)));
+        b.assign(mu, ar.mul_add(d, c, b.get(mu), o.fma_update));
+        b.assign(s, ar.mul_add(d, ar.sub(xv, b.get(mu)), b.get(s), o.fma_update));
+      });
+      welford_merge(b, ar, stack[0], len, b.get(mu), b.get(s), V, o.fma_merge, o.cascade_merge);
+    }
+    for (int lvl = 1; lvl < max_depth; ++lvl) {
+      ExprRef carry = binary(Op::Eq, binary(Op::Rem, add(i, index_const(1)), index_const(int64_t(1) << lvl)), index_const(0));
+      b.if_(binary(Op::And, carry, lt(index_const(int64_t(1) << lvl), m)), [&] {
+        const WelfordState& lo = stack[size_t(lvl - 1)];
+        welford_merge(b, ar, stack[size_t(lvl)], b.get(lo.count), b.get(lo.mean), b.get(lo.m2), V, o.fma_merge, o.cascade_merge);
+        welford_zero(b, ar, lo, V);
+      });
+    }
+  };
+  b.for_range("chunk", index_const(0), full_chunks, 1, [&](ExprRef i) { chunk(mul(i, index_const(K)), index_const(K), i); });
+  b.if_(lt(index_const(0), last_len), [&] { chunk(mul(full_chunks, index_const(K)), last_len, full_chunks); });
+  for (int lvl = 1; lvl < max_depth; ++lvl) {
+    b.if_(lt(index_const(int64_t(1) << lvl), m), [&] {
+      const WelfordState& hi = stack[size_t(lvl)];
+      welford_merge(b, ar, stack[0], b.get(hi.count), b.get(hi.mean), b.get(hi.m2), V, o.fma_merge, o.cascade_merge);
+    });
+  }
+  for (int l = 0; l < V; ++l)
+    welford_merge(b, ar, tail, b.get(stack[0].count), extract(b.get(stack[0].mean), l), extract(b.get(stack[0].m2), l), 1, o.fma_merge);
+  return {b.get(tail.mean), b.let("var", ar.div(b.get(tail.m2), ar.count(N)))};
+}
+
 Moments lane_welford(Builder& b, const MomentsOrder& o, const Arith& ar, int64_t N, const LoadFn& x, bool warp) {
   const Kernel& k = b.kernel();
   const int V = o.lanes, K = o.chunk, S = o.streams;
@@ -1039,8 +1210,11 @@ Moments two_pass_moments(Builder& b, const MomentsOrder& o, const Arith& ar, con
 Moments emit_moments(Builder& b, const MomentsOrder& o, const Arith& ar, const Length& length, const LoadFn& x, bool passes_as_loop) {
   Moments out;
   if (!length.is_fixed()) {
-    if (o.kind != MomentsOrder::Kind::TwoPass) throw Error(fmt::format("internal: {} moments over a length given at launch", describe(o)));
-    b.region("moments", describe(o), [&] { out = two_pass_moments(b, o, ar, length, x); });
+    if (o.kind != MomentsOrder::Kind::TwoPass && o.kind != MomentsOrder::Kind::LaneWelford)
+      throw Error(fmt::format("internal: {} moments over a length given at launch", describe(o)));
+    b.region("moments", describe(o), [&] {
+      out = o.kind == MomentsOrder::Kind::TwoPass ? two_pass_moments(b, o, ar, length, x) : lane_welford_at_launch(b, o, ar, length.at_launch, x);
+    });
     return out;
   }
   const int64_t N = length.fixed;

@@ -66,8 +66,8 @@ inline ir::ExprRef first_value(const Arith& ar, const Term& t) { return t.b ? ar
 using LoadFn = std::function<ir::ExprRef(ir::ExprRef index, int lanes)>;
 
 // Sum of terms 0..n-1 in `order`; returns a read of a scalar local.
-// A length given at launch takes a Sequential or LaneTree sum without outer chunks (gen::resolve
-// refuses the others).
+// A length given at launch takes a Sequential, LaneTree or LevelCascade sum without outer chunks
+// (gen::resolve refuses the others).
 ir::ExprRef emit_sum(ir::Builder& b, const ir::SumOrder& order, const Arith& ar, const Length& n, const TermFn& term,
                      const std::string& label);
 // Several sums over the same n columns, each in `order`: the same bits as one emit_sum per sum.

@@ -22,8 +22,41 @@ constexpr int64_t kGrain = 32768;  // at::internal::GRAIN_SIZE
 // order on its own (indices from the chunk's start) into slot t, the other T - nt slots +0; the
 // T slots are then summed by the same order as a row of T terms. Any other launch sums each row
 // whole, as with one thread.
-ExprRef torch_threaded_sum(Builder& b, const SumOrder& order, int threads, const Arith& ar, int64_t n, const TermFn& term,
+// torch_threaded_sum for a length n given at launch: the same chunks, their bounds computed from n.
+ExprRef torch_threaded_sum_at_launch(Builder& b, const SumOrder& order, int threads, const Arith& ar, const ExprRef& n, const TermFn& term,
+                                     const std::string& label) {
+  const int total = b.local(label, Type{ar.t, 1});
+  const int64_t T = threads;
+  if (T == 1) {
+    b.assign(total, emit_sum(b, order, ar, Length::launch(n), term, label));
+    return b.get(total);
+  }
+  const int slots = b.buffer("thread_slots", ar.t, true, Extent::scratch, T);
+  // Split only a single-row launch of more than a grain (both uniform; not bound: a bool local counts as varying).
+  ExprRef split = binary(Op::And, binary(Op::Lt, index_const(kGrain), n), binary(Op::Eq, grid_extent(0), index_const(1)));
+  b.if_else(split, [&] {
+    ExprRef nt = b.let("threads.used", binary(Op::Min, index_const(T), div(add(n, index_const(kGrain - 1)), index_const(kGrain))));
+    ExprRef c = b.let("chunk", div(sub(add(n, nt), index_const(1)), nt));
+    for (int64_t t = 0; t < T; ++t) {
+      ExprRef first = b.let("chunk.first", mul(index_const(t), c));
+      ExprRef len = b.let("chunk.len", select(binary(Op::Lt, index_const(t), nt), sub(binary(Op::Min, n, add(first, c)), first), index_const(0)));
+      int slot = b.local("slot", Type{ar.t, 1});
+      b.if_else(binary(Op::Lt, index_const(0), len), [&] {
+        b.assign(slot, emit_sum(b, order, ar, Length::launch(len), [&](ExprRef i, int lanes) { return term(add(i, first), lanes); },
+                                fmt::format("{} of thread {}'s chunk", label, t)));
+      }, [&] { b.assign(slot, ar.constant(0.0)); });
+      b.store(slots, index_const(t), b.get(slot));
+    }
+    b.assign(total, emit_sum(b, order, ar, T, [&](ExprRef i, int lanes) { return Term{load(b.kernel(), slots, i, lanes), nullptr}; },
+                             "sum of the thread slots"));
+  }, [&] { b.assign(total, emit_sum(b, order, ar, Length::launch(n), term, label)); });
+  return b.get(total);
+}
+
+ExprRef torch_threaded_sum(Builder& b, const SumOrder& order, int threads, const Arith& ar, const Length& length, const TermFn& term,
                            const std::string& label) {
+  if (!length.is_fixed()) return torch_threaded_sum_at_launch(b, order, threads, ar, length.at_launch, term, label);
+  const int64_t n = length.fixed;
   const int total = b.local(label, Type{ar.t, 1});
   const int64_t T = threads;
   const int64_t nt = std::min<int64_t>(T, (n + kGrain - 1) / kGrain), c = (n + nt - 1) / nt;
@@ -61,7 +94,7 @@ ExprRef rms_norm_square_sum(Builder& b, const Request& r, const Order& o, const 
   const Arith stats = stats_arith(o, acc, r.x_dtype);
   // PyTorch eager's thread split (torch_threaded_sum); a ChunkStack sum carries Inductor's own (its parts).
   if (o.threads > 1 && o.square_sum.kind != SumOrder::Kind::ChunkStack)
-    return torch_threaded_sum(b, o.square_sum, o.threads, stats, r.cols, square, "sum(x*x)");
+    return torch_threaded_sum(b, o.square_sum, o.threads, stats, row.length, square, "sum(x*x)");
   return emit_sum(b, o.square_sum, stats, row.length, square, "sum(x*x)");
 }
 

@@ -428,9 +428,8 @@ def test_decode_compiles_once():
 
 def test_varying_lengths_compile_once():
     """Rows of a new length N through ordo.torch compile nothing where the order takes N at launch
-    (fast's norms and softmax, PyTorch's f32 softmax): one kernel per (op, dtype), and every call
-    has the bits of the kernel built for its N; torch2.15-cpu's softmax keeps torch's own bits.
-    torch2.15-cpu's layer_norm (a Welford cascade laid out by N) compiles per N."""
+    (fast's and torch2.15-cpu's norms and softmax): one kernel per (op, dtype), and every call has
+    the bits of the kernel built for its N; torch2.15-cpu's keep torch's own bits."""
     import ordo
     import ordo.torch as ot
     gen = torch.Generator().manual_seed(8)
@@ -470,10 +469,18 @@ def test_varying_lengths_compile_once():
                  for x in ((4 * torch.randn(4, n, generator=gen)).to(dtype) for n in lengths))
         check(ok, f"{EXACT} {name} {op}: torch's bits at every length")
         check(ordo.cache_stats()["misses"] - misses <= 1, f"{EXACT} {name} {op}: one kernel for every length")
-    misses = ordo.cache_stats()["misses"]
-    for n in (1030, 1031):
-        ot.layer_norm(torch.randn(2, n, generator=gen), (n,), order=EXACT)
-    check(ordo.cache_stats()["misses"] - misses >= 2, f"{EXACT} layer_norm: a kernel per N (its cascade is laid out by N)")
+    for dtype, name in ((torch.float32, "f32"), (torch.bfloat16, "bf16")):
+        for op, call, want in (("layer_norm", lambda x, w, n: ot.layer_norm(x, (n,), w, w, order=EXACT),
+                                lambda x, w, n: F.layer_norm(x, (n,), w, w)),
+                               ("rms_norm", lambda x, w, n: ot.rms_norm(x, (n,), w, 1e-6, order=EXACT),
+                                lambda x, w, n: F.rms_norm(x, (n,), w, 1e-6))):
+            misses = ordo.cache_stats()["misses"]
+            ok = True
+            for n in lengths:
+                x, w = (3 * torch.randn(3, n, generator=gen)).to(dtype), (1 + torch.randn(n, generator=gen) / 10).to(dtype)
+                ok &= same(call(x, w, n), want(x, w, n))
+            check(ok, f"{EXACT} {name} {op}: torch's bits at every length")
+            check(ordo.cache_stats()["misses"] - misses <= 1, f"{EXACT} {name} {op}: one kernel for every length")
 
 
 def test_blocks_recompile():

@@ -262,6 +262,8 @@ TEST_CASE("row ops with N at launch: every order that takes it gives the bits of
   MESSAGE(compared << " (order, op, dtype, target, N) cases compared, " << refused << " (order, op, dtype) refused; taken:" << list);
   // The orders this must cover: fast on every row op, and PyTorch's f32 softmax kernels.
   for (const char* must : {"fast layer_norm f32", "fast rms_norm bf16", "fast var_mean f16", "fast softmax bf16", "fast log_softmax f32",
+                           "torch2.15-cpu-avx2 layer_norm f32", "torch2.15-cpu-default layer_norm bf16", "torch2.15-cpu-avx512 layer_norm f16",
+                           "torch2.15-cpu-avx2 rms_norm bf16", "torch1.13-cpu-avx2 layer_norm bf16",
                            "torch2.15-cpu-avx512 softmax f32", "torch2.15-cpu-avx2 log_softmax f32", "torch2.15-cpu-avx512 softmax bf16",
                            "torch2.15-cpu-default log_softmax f16", "torch2.15-cpu-avx2 softmax f16"}) {
     INFO(must);
@@ -271,10 +273,47 @@ TEST_CASE("row ops with N at launch: every order that takes it gives the bits of
   CHECK(refused > 0);
 }
 
+TEST_CASE("N at launch: PyTorch's split of one long rms_norm row between its threads, computed from N") {
+  int compared = 0;
+  for (const char* order : {"torch2.15-cpu-avx2(threads=2)", "torch2.15-cpu-default(threads=3)", "llama-rmsnorm-torch2.15-cpu-avx512(threads=2)"})
+    for (ScalarType dtype : {ScalarType::f32, ScalarType::bf16})
+      for (Target target : {Target::cpu, Target::interpreter}) {
+        Request at_launch = row_op(OpKind::rms_norm, order, dtype, target);
+        at_launch.cols_at_launch = true;
+        KernelHandle launch = compile(at_launch);
+        for (int64_t rows : {int64_t(1), int64_t(2)})
+          for (int64_t N : {int64_t(32767), int64_t(32768), int64_t(32769), int64_t(40000), int64_t(65537), int64_t(98305)}) {
+            Request fixed = row_op(OpKind::rms_norm, order, dtype, Target::cpu);
+            fixed.cols = N;
+            KernelHandle k = compile(fixed);
+            HostBuffers in = make_buffers(*k, rows, static_cast<uint64_t>(N + rows), 1.0, 3.0);
+            k->run(in.refs(rows, N), rows);
+            std::vector<std::vector<uint8_t>> bytes = in.bytes;
+            std::vector<BufferRef> refs;
+            for (size_t i = 0; i < in.args.size(); ++i) {
+              if (in.args[i].output) std::fill(bytes[i].begin(), bytes[i].end(), uint8_t(0));
+              refs.push_back(BufferRef{bytes[i].data(), static_cast<int64_t>(bytes[i].size() / size_bytes(in.args[i].dtype)), in.args[i].dtype});
+            }
+            launch->run_with_sizes(refs, rows, {N});
+            for (size_t i = 0; i < in.args.size(); ++i) {
+              if (!in.args[i].output) continue;
+              INFO("order=" << order << " dtype=" << name(dtype) << " rows=" << rows << " N=" << N << " target=" << name(target)
+                            << " output=" << in.args[i].name);
+              CHECK(count_identical(in.args[i].dtype, bytes[i], in.bytes[i]) == static_cast<int64_t>(bytes[i].size() / size_bytes(in.args[i].dtype)));
+            }
+            ++compared;
+          }
+      }
+  MESSAGE(compared << " (order, dtype, target, rows, N) cases compared");
+  CHECK(compared == 144);
+}
+
 TEST_CASE("N at launch: what is refused, and why") {
-  Request r = row_op(OpKind::layer_norm, "torch2.15-cpu", ScalarType::f32, Target::cpu);
+  Request r = row_op(OpKind::layer_norm, "inductor2.15-cpu-avx512", ScalarType::f32, Target::cpu);
   r.cols_at_launch = true;
-  CHECK_THROWS_WITH_AS(compile(r), doctest::Contains("builds its layer_norm for one N (its moments"), Error);
+  CHECK_THROWS_WITH_AS(compile(r), doctest::Contains("builds its layer_norm for one N"), Error);
+  r.order = "numpy-two-pass";  // numpy's pairwise blocks
+  CHECK_THROWS_WITH_AS(compile(r), doctest::Contains("builds its layer_norm for one N (its sum (pairwise"), Error);
   r.order = "onnxruntime-cpu";  // N <= 7 is its scalar fallback
   CHECK_THROWS_WITH_AS(compile(r), doctest::Contains("its arithmetic at N = 8 is not that at N = 1"), Error);
   r.order = "fast";
@@ -283,7 +322,7 @@ TEST_CASE("N at launch: what is refused, and why") {
   r.cols = 0;
   r.op = OpKind::layer_norm_backward;
   CHECK_THROWS_WITH_AS(compile(r), doctest::Contains("N at launch is for the row ops' forward"), Error);
-  r = row_op(OpKind::rms_norm, "torch2.15-cpu", ScalarType::f32, Target::cpu);
+  r = row_op(OpKind::rms_norm, "inductor2.15-cpu-avx2", ScalarType::f32, Target::cpu);
   r.cols_at_launch = true;
   CHECK_THROWS_WITH_AS(compile(r), doctest::Contains("for one N"), Error);
 
