@@ -1215,7 +1215,8 @@ std::string cols_at_launch_error(const Request& r, const Order& o) {
   switch (r.op) {
     case OpKind::layer_norm:
     case OpKind::var_mean:
-      if (o.moments.kind == K::LaneWelford) return {};  // PyTorch's cascade, its chunks and carries counted from N
+      // PyTorch's cascade, its chunks and carries counted from N; one Welford stream in element order.
+      if (o.moments.kind == K::LaneWelford || o.moments.kind == K::SequentialWelford) return {};
       if (o.moments.kind != K::TwoPass) return fmt::format("its moments ({}) are laid out for one N", describe(o.moments));
       if (std::string why = sum_at_launch_error(o.moments.sum); !why.empty()) return why;
       return sum_at_launch_error(o.moments.dev_sum.value_or(o.moments.sum));

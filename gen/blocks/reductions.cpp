@@ -954,17 +954,17 @@ Moments lane_welford(Builder& b, const MomentsOrder& o, const Arith& ar, int64_t
   return {b.get(mean), b.get(var)};
 }
 
-Moments sequential_welford(Builder& b, const Arith& ar, int64_t N, const LoadFn& x) {
+Moments sequential_welford(Builder& b, const Arith& ar, const Length& N, const LoadFn& x) {
   int mean = b.local("mean", Type{ar.t, 1}), m2 = b.local("m2", Type{ar.t, 1});
   b.assign(mean, ar.constant(0.0));
   b.assign(m2, ar.constant(0.0));
-  b.for_range("i", index_const(0), index_const(N), 1, [&](ExprRef i) {
+  b.for_range("i", index_const(0), N.expr(), 1, [&](ExprRef i) {
     ExprRef xs = b.let("x", x(i, 1));
     ExprRef d = b.let("d", ar.sub(xs, b.get(mean)));
     b.assign(mean, ar.add(b.get(mean), ar.div(d, ar.count(add(i, index_const(1))))));
     b.assign(m2, ar.add(b.get(m2), ar.mul(d, ar.sub(xs, b.get(mean)))));
   });
-  return {b.get(mean), b.let("var", ar.div(b.get(m2), ar.count(index_const(N))))};
+  return {b.get(mean), b.let("var", ar.div(b.get(m2), ar.count(N.expr())))};
 }
 
 // The two passes of a TwoPass order that sums both in one order and one type, as one loop over
@@ -1210,10 +1210,13 @@ Moments two_pass_moments(Builder& b, const MomentsOrder& o, const Arith& ar, con
 Moments emit_moments(Builder& b, const MomentsOrder& o, const Arith& ar, const Length& length, const LoadFn& x, bool passes_as_loop) {
   Moments out;
   if (!length.is_fixed()) {
-    if (o.kind != MomentsOrder::Kind::TwoPass && o.kind != MomentsOrder::Kind::LaneWelford)
-      throw Error(fmt::format("internal: {} moments over a length given at launch", describe(o)));
     b.region("moments", describe(o), [&] {
-      out = o.kind == MomentsOrder::Kind::TwoPass ? two_pass_moments(b, o, ar, length, x) : lane_welford_at_launch(b, o, ar, length.at_launch, x);
+      switch (o.kind) {
+        case MomentsOrder::Kind::TwoPass: out = two_pass_moments(b, o, ar, length, x); break;
+        case MomentsOrder::Kind::LaneWelford: out = lane_welford_at_launch(b, o, ar, length.at_launch, x); break;
+        case MomentsOrder::Kind::SequentialWelford: out = sequential_welford(b, ar, length, x); break;
+        default: throw Error(fmt::format("internal: {} moments over a length given at launch", describe(o)));
+      }
     });
     return out;
   }
