@@ -12,6 +12,9 @@ ordo is faster), the kernels compiled (ordo.cache_stats()'s misses) and the slow
 compiles). Where an order takes N at launch (docs/orders.md says which) the loop compiles one
 kernel; the others compile one per N. Every 61st call is checked: an order that reproduces torch
 must give torch's bits, and `fast` those of the kernel built for that N alone.
+
+--kernel-only instead times the kernels alone: the one taking N at launch against the one built
+for that N, on the same buffers, one thread, the fastest of 30 calls (microseconds, and the ratio).
 """
 import argparse
 import os
@@ -65,13 +68,48 @@ def fixed_kernel_output(op, x, w, dtype_name, order):
     return tensors[[a for a, _, _, _ in kernel.args].index("y")]
 
 
+def kernel_only(orders, dtypes):
+    """The at-launch kernel's time over the fixed kernel's, kernel only."""
+    def fastest(f, reps=30):
+        f()
+        best = float("inf")
+        for _ in range(reps):
+            start = time.perf_counter()
+            f()
+            best = min(best, time.perf_counter() - start)
+        return best
+
+    print(f"{'op':<12}{'order':<15}{'dtype':<6}{'rows x N':>12}{'fixed us':>10}{'launch us':>11}{'ratio':>7}")
+    for op in ("layer_norm", "rms_norm", "softmax", "log_softmax"):
+        norm = op in ("layer_norm", "rms_norm")
+        for order in orders:
+            for dtype_name in dtypes:
+                dtype = DTYPES[dtype_name]
+                at_launch = ordo._ordo.compile(op, 0, dtype_name, dtype_name if norm else "", order, EPS, norm, op == "layer_norm",
+                                               cols_at_launch=True)
+                for rows, n in ((4, 33), (256, 1000), (1024, 768), (64, 4096)):
+                    fixed = ordo._ordo.compile(op, n, dtype_name, dtype_name if norm else "", order, EPS, norm, op == "layer_norm")
+                    x = torch.randn(rows, n).to(dtype)
+                    given = {"x": x, "weight": torch.randn(n).to(dtype), "bias": torch.randn(n).to(dtype)}
+                    tensors = [given[a] if not is_out else torch.empty(rows * n if ext == "rows*N" else rows, dtype=DTYPES[dt])
+                               for a, dt, is_out, ext in fixed.args]
+                    t_fixed = fastest(lambda: fixed.run_torch(tensors, rows, 1, []))
+                    t_launch = fastest(lambda: at_launch.run_torch(tensors, rows, 1, [n]))
+                    print(f"{op:<12}{order:<15}{dtype_name:<6}{f'{rows}x{n}':>12}{1e6 * t_fixed:>10.1f}{1e6 * t_launch:>11.1f}"
+                          f"{t_launch / t_fixed:>7.2f}", flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--lengths", type=int, default=512, help="calls, each a new N: 1000 .. 1000 + lengths - 1")
     ap.add_argument("--orders", default="fast,torch2.15-cpu", help="ordo orders, comma-separated")
     ap.add_argument("--dtypes", default="f32,bf16")
     ap.add_argument("--ops", default="layer_norm,rms_norm,softmax,log_softmax")
+    ap.add_argument("--kernel-only", action="store_true", help="time the kernels alone: N at launch against N fixed")
     args = ap.parse_args()
+    if args.kernel_only:
+        kernel_only(args.orders.split(","), args.dtypes.split(","))
+        return 0
     gen = torch.Generator().manual_seed(0)
     failures = 0
     print(f"varying lengths: {args.lengths} calls, N = 1000 .. {999 + args.lengths}, 1 .. 8 rows; torch {torch.__version__} on "

@@ -746,14 +746,18 @@ Moments lane_welford_at_launch(Builder& b, const MomentsOrder& o, const Arith& a
       });
       welford_merge(b, ar, stack[0], len, b.get(mu), b.get(s), V, o.fma_merge, o.cascade_merge);
     }
-    for (int lvl = 1; lvl < max_depth; ++lvl) {
+    // Nested: a carry into level lvl + 1 needs one into lvl (both conditions only get stricter).
+    std::function<void(int)> carry_from = [&](int lvl) {
+      if (lvl >= max_depth) return;
       ExprRef carry = binary(Op::Eq, binary(Op::Rem, add(i, index_const(1)), index_const(int64_t(1) << lvl)), index_const(0));
       b.if_(binary(Op::And, carry, lt(index_const(int64_t(1) << lvl), m)), [&] {
         const WelfordState& lo = stack[size_t(lvl - 1)];
         welford_merge(b, ar, stack[size_t(lvl)], b.get(lo.count), b.get(lo.mean), b.get(lo.m2), V, o.fma_merge, o.cascade_merge);
         welford_zero(b, ar, lo, V);
+        carry_from(lvl + 1);
       });
-    }
+    };
+    carry_from(1);
   };
   b.for_range("chunk", index_const(0), full_chunks, 1, [&](ExprRef i) { chunk(mul(i, index_const(K)), index_const(K), i); });
   b.if_(lt(index_const(0), last_len), [&] { chunk(mul(full_chunks, index_const(K)), last_len, full_chunks); });
