@@ -283,6 +283,16 @@ PYBIND11_MODULE(_ordo, m) {
       return 0;
     });
   }, py::arg("entries"));
+  m.def("set_executor", [](const std::string& name) {
+    translate([&] {
+      if (name != "pool" && name != "openmp") throw ordo::Error("executor '" + name + "': expected pool or openmp");
+      ordo::set_executor(name == "pool" ? ordo::Executor::pool : ordo::Executor::openmp);
+      return 0;
+    });
+  }, py::arg("name"));
+  m.def("executor", [] {
+    return translate([&] { return std::string(ordo::executor() == ordo::Executor::pool ? "pool" : "openmp"); });
+  });
   m.def("orders", [] {
     py::list out;
     for (const ordo::gen::NamedOrder& n : ordo::gen::named_orders()) {

@@ -207,6 +207,15 @@ std::vector<int64_t> launch_sizes(const ordo_kernel* k, const int64_t* sizes, in
 }
 }  // namespace
 
+int ordo_set_executor(const char* name) {
+  return guarded([&] {
+    if (!name) throw ordo::Error("executor name is NULL");
+    const std::string_view n(name);
+    if (n != "pool" && n != "openmp") throw ordo::Error(fmt::format("executor '{}': expected pool or openmp", n));
+    ordo::set_executor(n == "pool" ? ordo::Executor::pool : ordo::Executor::openmp);
+  });
+}
+
 int ordo_kernel_num_sizes(const ordo_kernel* k) {
   int n = -1;
   guarded([&] {

@@ -5,6 +5,7 @@
 #include <atomic>
 #include <cctype>
 #include <cerrno>
+#include <dlfcn.h>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -391,7 +392,12 @@ void set_kernel_cache_capacity(size_t entries) {
   c.evict_over_capacity(dropped);
 }
 
+namespace {
+std::atomic<Executor>& executor_choice();  // below, with parallel_for
+}  // namespace
+
 KernelHandle compile(const Request& r) {
+  (void)executor_choice();  // a bad ORDO_EXECUTOR fails every compile, whatever size the launches are
   const std::string key = r.key();
   Cache& c = cache();
   std::promise<Outcome> promise;
@@ -440,7 +446,75 @@ KernelHandle compile(const Request& r) {
   }
 }
 
+namespace {
+
+// The OpenMP runtime already in the process, reached through GOMP_parallel, the entry GCC emits for
+// `#pragma omp parallel` (libgomp's ABI since GCC 4.9): a launch is one parallel region of the
+// calling thread's team, the team PyTorch's parallel_for uses from the same thread.
+struct OpenMp {
+  using Parallel = void (*)(void (*)(void*), void*, unsigned, unsigned);
+  Parallel parallel = nullptr;
+  int (*thread_num)() = nullptr;
+  int (*num_threads)() = nullptr;
+
+  // The loaded libgomp, or nothing: RTLD_NOLOAD never loads a second OpenMP runtime.
+  static const OpenMp* loaded() {
+    static const OpenMp found = [] {
+      OpenMp o;
+      if (void* h = dlopen("libgomp.so.1", RTLD_NOW | RTLD_NOLOAD)) {
+        o.parallel = reinterpret_cast<Parallel>(dlsym(h, "GOMP_parallel"));
+        o.thread_num = reinterpret_cast<int (*)()>(dlsym(h, "omp_get_thread_num"));
+        o.num_threads = reinterpret_cast<int (*)()>(dlsym(h, "omp_get_num_threads"));
+      }
+      return o;
+    }();
+    return found.parallel && found.thread_num && found.num_threads ? &found : nullptr;
+  }
+
+  void parallel_for(int64_t n, int threads, const std::function<void(int64_t, int64_t)>& fn) const {
+    if (threads == 1 || n < 2) return fn(0, n);
+    struct Region {
+      const OpenMp* omp;
+      int64_t n;
+      const std::function<void(int64_t, int64_t)>* fn;
+    } region{this, n, &fn};
+    // Each thread of the team takes one contiguous block, as the pool does.
+    parallel(
+        [](void* p) {
+          const Region& r = *static_cast<const Region*>(p);
+          const int64_t t = r.omp->thread_num(), team = r.omp->num_threads();
+          const int64_t per = (r.n + team - 1) / team, begin = std::min(r.n, t * per), end = std::min(r.n, begin + per);
+          if (begin < end) (*r.fn)(begin, end);
+        },
+        &region, threads <= 0 ? 0u : static_cast<unsigned>(threads), 0u);
+  }
+};
+
+std::atomic<Executor>& executor_choice() {
+  static std::atomic<Executor> e = [] {
+    const char* env = std::getenv("ORDO_EXECUTOR");
+    if (!env || !*env || std::string_view(env) == "pool") return Executor::pool;
+    if (std::string_view(env) == "openmp") return Executor::openmp;
+    throw Error(fmt::format("ORDO_EXECUTOR=\"{}\": expected pool or openmp", env));
+  }();
+  return e;
+}
+
+}  // namespace
+
+void set_executor(Executor e) {
+  if (e == Executor::openmp && !OpenMp::loaded())
+    throw Error("executor openmp: no OpenMP runtime (libgomp.so.1) is loaded in this process; load the library that uses it (torch) first");
+  executor_choice().store(e);
+}
+
+Executor executor() { return executor_choice().load(); }
+
 void parallel_for(int64_t n, int threads, const std::function<void(int64_t, int64_t)>& fn) {
+  if (executor_choice().load(std::memory_order_relaxed) == Executor::openmp) {
+    if (const OpenMp* omp = OpenMp::loaded()) return omp->parallel_for(n, threads, fn);
+    throw Error("ORDO_EXECUTOR=openmp: no OpenMP runtime (libgomp.so.1) is loaded in this process");
+  }
   Pool::instance().parallel_for(n, threads, fn);
 }
 

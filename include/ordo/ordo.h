@@ -72,6 +72,11 @@ int ordo_kernel_arg_elements(const ordo_kernel* k, int i, int64_t rows, int64_t*
  * checked against the argument's extent. threads = 0 uses every core; results never depend on it. */
 int ordo_kernel_run(const ordo_kernel* k, void* const* buffers, const int64_t* elements, int64_t rows, int threads);
 
+/* Where launches split over threads run: "pool" (ordo's own threads, the default) or "openmp" (the
+ * OpenMP runtime, libgomp, already loaded in the process, as PyTorch's: ordo's kernels then run on its
+ * threads). ORDO_ERROR_INVALID when no libgomp is loaded. Bits never depend on it. */
+int ordo_set_executor(const char* name);
+
 /* The lengths a kernel takes at each launch (attention's "S_k" with seq_k "launch", a row op's "N"
  * with cols "launch"): how many, and
  * the name of size i. A kernel with sizes runs through ordo_kernel_run_sized, which takes

@@ -161,8 +161,19 @@ struct CacheStats {
 };
 CacheStats cache_stats();
 
-// Runs fn(begin, end) over contiguous blocks of [0, n) on ordo's thread pool (threads = 0:
-// every core). Kernel launches use it; so do baselines that must be measured the same way.
+// Runs fn(begin, end) over contiguous blocks of [0, n) on the executor's threads (threads = 0:
+// every core, or OpenMP's default count). Kernel launches use it; so do baselines that must be
+// measured the same way.
 void parallel_for(int64_t n, int threads, const std::function<void(int64_t, int64_t)>& fn);
+
+// Where a launch split over threads runs. `pool`: ordo's own threads (the default). `openmp`: the
+// OpenMP runtime (libgomp) the process has already loaded, as PyTorch's CPU ops run on it; ordo's
+// kernels then run on torch's own threads, one after another with its ops, instead of a second
+// set of threads competing with them for the cores (torch's threads spin after each of its
+// parallel regions). Bits never depend on it. set_executor(openmp) throws Error when no libgomp
+// is loaded. ORDO_EXECUTOR=pool|openmp sets the first choice.
+enum class Executor { pool, openmp };
+void set_executor(Executor e);
+Executor executor();
 
 }  // namespace ordo

@@ -361,6 +361,19 @@ def set_kernel_cache_capacity(entries):
     _ordo.set_kernel_cache_capacity(int(entries))
 
 
+def set_executor(name):
+    """Where kernels split over threads run: "pool" (ordo's own threads, the default) or "openmp"
+    (the OpenMP runtime already loaded in the process: PyTorch's, so ordo's kernels run on torch's
+    threads instead of competing with them). ordo.torch picks "openmp" when torch runs on OpenMP,
+    unless ORDO_EXECUTOR is set. Bits never depend on it."""
+    _ordo.set_executor(str(name))
+
+
+def executor():
+    """The executor in use: "pool" or "openmp"."""
+    return _ordo.executor()
+
+
 def orders():
     """Every named order: name, description, ops, dtypes, exact, unverified."""
     return _ordo.orders()

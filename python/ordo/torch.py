@@ -48,6 +48,7 @@ again for it); under torch2.15-cpu it is eager autograd's (f32, on the hosts the
 import functools
 import math
 import operator
+import os
 import threading
 import warnings
 from typing import List, Optional, Tuple
@@ -63,6 +64,13 @@ if not hasattr(torch.library, "custom_op"):
 
 import ordo
 from . import _ordo
+
+# ordo's kernels run on torch's own OpenMP threads (ordo.set_executor): a second set of threads
+# would compete with torch's, which spin after each of its parallel regions (measured on 2 cores:
+# a decode loop's attention took 3.7 to 8.5 times torch's time that way, 1.25 to 1.8 with
+# OMP_WAIT_POLICY=PASSIVE). ORDO_EXECUTOR, when set, keeps the user's choice.
+if not os.environ.get("ORDO_EXECUTOR") and torch.backends.openmp.is_available():
+    ordo.set_executor("openmp")
 
 __all__ = ["layer_norm", "rms_norm", "softmax", "log_softmax", "scaled_dot_product_attention", "pinned",
            "OrdoFallbackWarning"]

@@ -170,8 +170,8 @@ check([r["order"] for r in table] == ["fast", "online", "torch1.13-cpu-avx2"] an
 capacity = ordo.cache_stats()["capacity"]
 ordo.set_kernel_cache_capacity(2)
 before = ordo.cache_stats()
-for n in (301, 302, 303):
-    ordo.softmax(np.ones((2, n), np.float32), order="fast")
+for n in (301, 302, 303):  # a kernel built for each N (ordo.softmax would take the one for every N)
+    ordo._ordo.compile("softmax", n, "f32", "", "fast")
 after = ordo.cache_stats()
 check(after["entries"] == 2 and after["capacity"] == 2 and after["evictions"] - before["evictions"] >= 1,
       f"the kernel cache keeps 2 kernels when told to: {after}")
@@ -181,6 +181,22 @@ try:
 except ValueError as e:
     check("at least 1" in str(e), f"a kernel cache capacity of 0 is refused: {e}")
 ordo.set_kernel_cache_capacity(capacity)
+
+# Executors: ordo's pool by default here (ordo.torch picks OpenMP); torch's libgomp is loaded, so
+# OpenMP is there to pick; the bits are the same on either.
+check(ordo.executor() == "pool", f"the default executor is ordo's pool, got {ordo.executor()}")
+big = np.random.default_rng(3).standard_normal((512, 1000)).astype(np.float32)
+on_pool = [ordo.softmax(big, order="fast"), ordo.layer_norm(big, order="torch1.13-cpu-avx2")[0]]
+ordo.set_executor("openmp")
+check(ordo.executor() == "openmp", "set_executor('openmp') takes effect")
+on_omp = [ordo.softmax(big, order="fast"), ordo.layer_norm(big, order="torch1.13-cpu-avx2")[0]]
+check(all(np.array_equal(bits(a), bits(b)) for a, b in zip(on_pool, on_omp)), "OpenMP's threads give the pool's bits")
+ordo.set_executor("pool")
+try:
+    ordo.set_executor("tbb")
+    check(False, "an unknown executor is refused")
+except ValueError as e:
+    check("expected pool or openmp" in str(e), f"an unknown executor is refused: {e}")
 
 print(f"python package: {'ok' if not failures else f'{len(failures)} failed'}")
 sys.exit(1 if failures else 0)

@@ -426,6 +426,25 @@ def test_decode_compiles_once():
     check(ordo.cache_stats()["misses"] - misses == 3, f"{EXACT}: a kernel per S_k (PyTorch's blocks are fixed by it)")
 
 
+def test_runs_on_torch_threads():
+    """ordo.torch runs ordo's kernels on torch's OpenMP threads (ordo.set_executor), with the
+    bits ordo's own pool gives."""
+    import ordo
+    import ordo.torch as ot
+    check(ordo.executor() == "openmp", f"ordo.torch picked torch's OpenMP threads, got {ordo.executor()}")
+    gen = torch.Generator().manual_seed(12)
+    x = torch.randn(2048, 1024, generator=gen)
+    q, k, v = (torch.randn(2, 8, 256, 64, generator=gen) for _ in range(3))
+    def outputs():
+        return [ot.layer_norm(x, (1024,), order=EXACT), ot.softmax(x, -1, order="fast"),
+                ot.scaled_dot_product_attention(q, k, v, order="fast")]
+    on_omp = outputs()
+    ordo.set_executor("pool")
+    on_pool = outputs()
+    ordo.set_executor("openmp")
+    check(all(same(a, b) for a, b in zip(on_omp, on_pool)), "torch's threads give the bits of ordo's pool")
+
+
 def test_varying_lengths_compile_once():
     """Rows of a new length N through ordo.torch compile nothing where the order takes N at launch
     (fast's and torch2.15-cpu's norms and softmax): one kernel per (op, dtype), and every call has
@@ -811,7 +830,8 @@ def main():
               f"(scripts/torch2-venv --python)")
         return 1
     for test in (test_import_is_lazy, test_ops_exact, test_ops_compiled, test_direct_calls, test_pinned, test_layouts_and_dtypes, test_fallbacks,
-                 test_new_shapes, test_decode_compiles_once, test_varying_lengths_compile_once, test_blocks_recompile, test_backward, test_eager_kernels,
+                 test_new_shapes, test_decode_compiles_once, test_varying_lengths_compile_once,
+                 test_runs_on_torch_threads, test_blocks_recompile, test_backward, test_eager_kernels,
                  test_graphs_run_outside_the_mode,
                  test_grouped_query_attention):
         print(f"--- {test.__name__}", flush=True)

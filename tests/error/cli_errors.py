@@ -280,6 +280,7 @@ def cases(ind):
               "{out}/k.cubin"], None, lnb_cuda_manifest),
         Case("flash-cuda threads not a power of two", attn(order="flash-cuda(threads=48)"), ["threads=48", "power of two"]),
 
+        Case("ORDO_EXECUTOR unknown", ln(), ["ORDO_EXECUTOR", "tbb", "pool or openmp"], env={"ORDO_EXECUTOR": "tbb"}),
         Case("valid softmax with N at launch (one kernel for every N)", ln("--cols", "launch", op="softmax", order="torch2.15-cpu"), None,
              expect_outputs([("y", (ROWS, N), "<f4")], ind, softmax_values(ind))),
         Case("valid layer_norm with N at launch", ln("--cols", "launch", "--in", W, "--in", B, out=("y", "mean", "rstd")), None,

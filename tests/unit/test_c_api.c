@@ -180,6 +180,13 @@ int main(void) {
   }
   ordo_request_free(lr);
 
+  /* Executors: an unknown name is refused; OpenMP needs a loaded libgomp, which this program has not. */
+  CHECK(ordo_set_executor("tbb") == ORDO_ERROR_INVALID && strstr(ordo_last_error(), "pool or openmp"), "executor tbb refused: %s",
+        ordo_last_error());
+  CHECK(ordo_set_executor("openmp") == ORDO_ERROR_INVALID && strstr(ordo_last_error(), "libgomp"), "executor openmp without libgomp: %s",
+        ordo_last_error());
+  CHECK(ordo_set_executor("pool") == ORDO_OK, "executor pool: %s", ordo_last_error());
+
   /* softmax with N at launch: one kernel, rows of 3 and of 7 equal values give 1/3 and 1/7 each;
    * an order built for one N fails to compile, naming why. */
   ordo_request* nr = ordo_request_new("softmax");
