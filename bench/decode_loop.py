@@ -21,10 +21,10 @@ import time
 
 # An empty disk cache, as on a first run (set before ordo loads).
 os.environ["ORDO_CACHE_DIR"] = tempfile.mkdtemp(prefix="ordo_decode_loop_")
-# torch's OpenMP threads spin after each parallel region by default (torch.cat's, F.sdpa's), on
-# the cores ordo's pool then needs: on a 2-core machine that, not the kernels, set ordo's times
-# (examples/compile_parity.py measured the same). Both sides run under the same policy.
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+# OpenMP's wait policy is left as the user has it (torch's default: threads spin after each
+# parallel region) and printed. ordo.torch runs ordo's kernels on torch's OpenMP threads
+# (ordo.set_executor); ORDO_EXECUTOR=pool measures ordo's own pool instead, which on a 2-core
+# machine competes with torch's spinning threads.
 
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
@@ -44,7 +44,8 @@ def main():
     torch.manual_seed(0)
     failures = 0
     print(f"decode loop: batch 1, {args.heads} heads, D {args.head_dim}, S_k 1..{args.steps}, torch {torch.__version__} on "
-          f"{torch.get_num_threads()} threads")
+          f"{torch.get_num_threads()} threads, OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', '(unset)')}, "
+          f"ordo executor {ordo.executor()}")
     print(f"{'dtype':<6}{'order':<10}{'total s':>10}{'torch s':>10}{'x torch':>8}{'compiles':>10}{'slowest ms':>12}{'checked':>9}")
     for dtype_name in args.dtypes.split(","):
         dtype = {"f32": torch.float32, "bf16": torch.bfloat16}[dtype_name]

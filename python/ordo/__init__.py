@@ -97,16 +97,26 @@ _FIXED_KEY_LENGTH = set()
 _FIXED_ROW_LENGTH = set()
 
 
+def _row_kernel_any_length(op, xd, wd, order, eps, weight, bias, allow_mixed_dtypes, acc):
+    """A row op's forward kernel for every N, given at launch, with the bits of the kernel built for
+    each N; None where the order builds its kernels for one N (asked once per request)."""
+    key = (op, order, xd, wd, eps, weight, bias, allow_mixed_dtypes, acc)
+    if key in _FIXED_ROW_LENGTH:
+        return None
+    try:
+        return _ordo.compile(op, 0, xd, wd, order, eps, weight, bias, allow_mixed_dtypes, acc, cols_at_launch=True)
+    except _ordo.FixedLengthError:
+        _FIXED_ROW_LENGTH.add(key)
+        return None
+
+
 def _row_kernel(op, cols, xd, wd, order, eps, weight, bias, allow_mixed_dtypes, acc):
     """(kernel, sizes to launch it with) for a row op's forward over rows of `cols`: the kernel for
-    every N (given at launch) where the order has one, with the bits of the kernel built for that N,
-    so rows of a new length compile nothing; else the one built for `cols`."""
-    key = (op, order, xd, wd, weight, bias, acc)
-    if key not in _FIXED_ROW_LENGTH:
-        try:
-            return _ordo.compile(op, 0, xd, wd, order, eps, weight, bias, allow_mixed_dtypes, acc, cols_at_launch=True), [cols]
-        except _ordo.FixedLengthError:
-            _FIXED_ROW_LENGTH.add(key)
+    every N where the order has one (_row_kernel_any_length), so rows of a new length compile
+    nothing; else the one built for `cols`."""
+    kernel = _row_kernel_any_length(op, xd, wd, order, eps, weight, bias, allow_mixed_dtypes, acc)
+    if kernel is not None:
+        return kernel, [cols]
     return _ordo.compile(op, cols, xd, wd, order, eps, weight, bias, allow_mixed_dtypes, acc), []
 
 

@@ -85,11 +85,11 @@ class OrdoFallbackWarning(UserWarning):
     """Inside `pinned`, a call ordo cannot run went to torch's own op; the text names the reason."""
 
 
-def _norm_kernel(op: str, cols: int, x_dtype: torch.dtype, w_dtype: Optional[torch.dtype], b_dtype: Optional[torch.dtype],
-                 eps: float, order: str):
-    """(kernel, launch sizes) for one norm call (ordo caches the kernel by request), by the dtypes of
-    its input, weight and bias (None: absent); the kernel's args give the output dtypes. The kernel
-    is the one for every N where the order has it (ordo._row_kernel)."""
+def _row_request(op: str, x_dtype: torch.dtype, w_dtype: Optional[torch.dtype], b_dtype: Optional[torch.dtype], eps: float,
+                 order: str) -> tuple:
+    """A forward row op's request fields after ordo's name for N (op, x dtype, weight dtype, order, eps,
+    weight, bias, mixed dtypes, accumulation), checked: the dtypes of its input, weight and bias
+    (None: absent)."""
     for what, dt in (("input", x_dtype), ("weight", w_dtype), ("bias", b_dtype)):
         if dt is not None and dt not in _DTYPE_NAMES:
             raise ValueError(f"{op}: {what} dtype {dt} is not float32, bfloat16 or float16")
@@ -97,7 +97,16 @@ def _norm_kernel(op: str, cols: int, x_dtype: torch.dtype, w_dtype: Optional[tor
         raise ValueError(f"{op}: weight is {w_dtype} but bias is {b_dtype}; ordo takes one dtype for both")
     xd = _DTYPE_NAMES[x_dtype]
     wd = _DTYPE_NAMES[w_dtype] if w_dtype is not None else (_DTYPE_NAMES[b_dtype] if b_dtype is not None else "")
-    return ordo._row_kernel(op, cols, xd, wd, order, float(eps), w_dtype is not None, b_dtype is not None, bool(wd) and wd != xd, "")
+    return op, xd, wd, order, float(eps), w_dtype is not None, b_dtype is not None, bool(wd) and wd != xd, ""
+
+
+def _norm_kernel(op: str, cols: int, x_dtype: torch.dtype, w_dtype: Optional[torch.dtype], b_dtype: Optional[torch.dtype],
+                 eps: float, order: str):
+    """(kernel, launch sizes) for one norm call (ordo caches the kernel by request); the kernel's
+    args give the output dtypes. The kernel is the one for every N where the order has it
+    (ordo._row_kernel)."""
+    op, xd, wd, order, eps, weight, bias, mixed, acc = _row_request(op, x_dtype, w_dtype, b_dtype, eps, order)
+    return ordo._row_kernel(op, cols, xd, wd, order, eps, weight, bias, mixed, acc)
 
 
 def _dtype_or_none(t: Optional[Tensor]) -> Optional[torch.dtype]:
@@ -114,15 +123,20 @@ def _row_plan(op: str, cols: int, x_dtype: torch.dtype, w_dtype: Optional[torch.
               eps: float, order: str):
     """A forward row op (norm or softmax) on torch tensors: the kernel, whether it takes N at launch,
     and for each of its arguments in order (name, is_output, shaped like x (else like x's rows),
-    torch dtype)."""
-    if op in ("layer_norm", "rms_norm"):
-        kernel, sizes = _norm_kernel(op, cols, x_dtype, w_dtype, b_dtype, eps, order)
-    elif x_dtype not in _DTYPE_NAMES:
-        raise ValueError(f"{op}: input dtype {x_dtype} is not float32, bfloat16 or float16")
+    torch dtype). cols = 0: the plan for every N (its key holds no N, so rows of a new length find
+    it), or None where the order builds its kernels for one N."""
+    if op not in ("layer_norm", "rms_norm"):
+        w_dtype = b_dtype = None
+        eps = 0.0
+    request = _row_request(op, x_dtype, w_dtype, b_dtype, eps, order)
+    if cols == 0:
+        kernel = ordo._row_kernel_any_length(*request)
+        if kernel is None:
+            return None
     else:
-        kernel, sizes = ordo._row_kernel(op, cols, _DTYPE_NAMES[x_dtype], "", order, 0.0, False, False, False, "")
+        kernel = _ordo.compile(request[0], cols, *request[1:])
     roles = tuple((name, is_out, extent == "rows*N", _TORCH_DTYPES[dt]) for name, dt, is_out, extent in kernel.args)
-    return kernel, bool(sizes), roles
+    return kernel, cols == 0, roles
 
 
 def _run_rows(op: str, x: Tensor, weight: Optional[Tensor], bias: Optional[Tensor], eps: float, order: str) -> dict:
@@ -133,7 +147,9 @@ def _run_rows(op: str, x: Tensor, weight: Optional[Tensor], bias: Optional[Tenso
         weight = weight.contiguous()
     if bias is not None:
         bias = bias.contiguous()
-    kernel, n_at_launch, roles = _row_plan(op, x.shape[-1], x.dtype, _dtype_or_none(weight), _dtype_or_none(bias), eps, order)
+    w_dtype, b_dtype = _dtype_or_none(weight), _dtype_or_none(bias)
+    plan = _row_plan(op, 0, x.dtype, w_dtype, b_dtype, eps, order)  # rows of any length first
+    kernel, n_at_launch, roles = plan if plan is not None else _row_plan(op, x.shape[-1], x.dtype, w_dtype, b_dtype, eps, order)
     given = {"x": x, "weight": weight, "bias": bias}
     outs, tensors = {}, []
     for name, is_out, full, dtype in roles:
