@@ -35,12 +35,10 @@ import tempfile
 import time
 import warnings
 
-# torch's OpenMP threads spin after each parallel region by default, on cores that ordo's own
-# threads and other processes need: on a small or shared machine the spinning, not the kernels,
-# then sets the times (90 to 135 ms for every variant on the 2-core test machine, against 6 to 39
-# with passive waits). OpenMP reads this when torch loads it; set OMP_WAIT_POLICY to measure
-# otherwise.
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+# OpenMP's wait policy is the user's: ordo.torch runs ordo's kernels on torch's own OpenMP threads
+# (ordo.set_executor). With ordo's own pool instead (ORDO_EXECUTOR=pool), torch's threads spinning
+# after each parallel region held the cores that pool needed: every variant took 90 to 135 ms on
+# the 2-core test machine under torch's default policy.
 
 import torch  # noqa: E402
 import torch.nn as nn  # noqa: E402

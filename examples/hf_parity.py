@@ -33,9 +33,6 @@ import tempfile
 import time
 import warnings
 
-# torch's OpenMP threads spin after each parallel region by default, on the cores the other
-# threads need: on a small machine that, not the kernels, sets the times (see compile_parity.py).
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 # Inductor's cache key omits ATEN_CPU_CAPABILITY: a fresh cache per process never reuses code
 # compiled for another capability.
 os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", tempfile.mkdtemp(prefix="ordo_hf_parity_"))
