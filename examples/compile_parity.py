@@ -161,7 +161,7 @@ def main():
               f"the counts are reported, not checked")
         exact = False
 
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads (OMP_WAIT_POLICY={os.environ['OMP_WAIT_POLICY']}), capability "
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads (OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', '(unset)')}), capability "
           f"{torch.backends.cpu.get_cpu_capability()}; block dim={args.dim} heads={args.heads} seq={args.seq} "
           f"batch={args.batch} vocab={args.vocab}; pinned order {args.order}")
     rows = []
