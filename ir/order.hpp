@@ -1,5 +1,5 @@
 // Orders: how a reduction is carried out, as plain data, kept apart from the op's math.
-// gen/ expands an Order into explicit IR loops; a named order (gen/orders.cpp) is one row
+// gen/ expands an Order into explicit IR loops; a named order (gen/order_table.cpp) is one row
 // of a table that maps a stable name to an Order. Nothing here knows about a backend.
 #pragma once
 

@@ -125,7 +125,7 @@ std::string order_name(FuzzedDataProvider& in, OpKind op, ScalarType dtype) {
   const gen::NamedOrder& n = *rows[in.ConsumeIntegralInRange<size_t>(0, rows.size() - 1)];
   std::string name(n.name);
   if (n.reproduces_reference || !in.ConsumeBool()) return name;
-  if (op == OpKind::attention) {  // the flash parameters (gen/orders.cpp, apply_parameters)
+  if (op == OpKind::attention) {  // the flash parameters (gen/resolve.cpp, apply_parameters)
     std::vector<std::string> params;
     const int count = in.ConsumeIntegralInRange(1, 3);
     for (int i = 0; i < count; ++i) {
@@ -141,7 +141,7 @@ std::string order_name(FuzzedDataProvider& in, OpKind op, ScalarType dtype) {
     for (const std::string& p : params) joined += (joined.empty() ? "" : ",") + p;
     return name + "(" + joined + ")";
   }
-  // Parameters the table's rows take (gen/orders.cpp, apply_parameters), each from its range.
+  // Parameters the table's rows take (gen/resolve.cpp, apply_parameters), each from its range.
   static constexpr const char* kFma[] = {"none", "update", "merge", "all"};
   static constexpr const char* kAffine[] = {"scale-bias", "center-scale", "center-divide"};
   std::vector<std::string> params;

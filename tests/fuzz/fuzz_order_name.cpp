@@ -1,5 +1,5 @@
 // Fuzz target: order names, including parameters such as `lane-welford(lanes=16,chunk=4)`
-// (gen/orders.cpp: resolve, find_order, apply_parameters).
+// (gen/resolve.cpp: resolve, apply_parameters; gen/order_table.cpp: find_order).
 //
 // Input: one byte choosing the op (of those in the order table), the storage dtype and the accumulation type, one byte choosing
 // N from sizes around lane and chunk boundaries, then the order name. Every name must either be

@@ -48,7 +48,7 @@ import tempfile
 import numpy as np
 
 U = 2.0 ** -24
-ORDERS = {  # order: (lanes, accumulators, block rows), from gen/orders.cpp
+ORDERS = {  # order: (lanes, accumulators, block rows), from gen/order_table.cpp
     "fast": (8, 4, 64),
     "batch-invariant": (16, 1, 32),
 }

@@ -169,9 +169,9 @@ VARIANTS = [
 OUTS = {"layer_norm": ["y", "mean", "rstd"], "rms_norm": ["y", "rstd"], "var_mean": ["var", "mean"], "softmax": ["y"],
         "log_softmax": ["y"]}
 SOFTMAX_OPS = ("softmax", "log_softmax")
-# Softmax-family orders without a reference: (kind, lanes), from gen/orders.cpp.
+# Softmax-family orders without a reference: (kind, lanes), from gen/order_table.cpp.
 SOFTMAX_MODELS = {"fast": ("two-pass", 16), "online": ("online", 8), "warp-butterfly": ("butterfly", 32)}
-# Shapes an order takes (gen/orders.cpp, shape_error): warp-butterfly keeps a row in a warp's
+# Shapes an order takes (gen/resolve.cpp, shape_error): warp-butterfly keeps a row in a warp's
 # shared memory.
 SHAPES = {"warp-butterfly": lambda n: n <= 8192}
 NEG_N = 1000  # negative controls use the N(0,1) rows of this N
@@ -187,7 +187,7 @@ def gamma(d, u):
 
 
 # ------------------------------------------------------------------------------------------
-# Order models: a mirror of gen/orders.cpp, so that a bound follows the order's structure.
+# Order models: a mirror of gen/order_table.cpp, so that a bound follows the order's structure.
 # An order without a model is a failure: a new order must come with its bound.
 
 BASE_MODELS = {
@@ -207,7 +207,7 @@ def model_of(order, n):
     if base not in BASE_MODELS:
         raise KeyError(f"no bound model for order '{base}'")
     m = dict(BASE_MODELS[base])
-    if base == "torch-cuda-tree" and (n % 4 or n > 2 ** 24):  # PyTorch's two-kernel path (gen/orders.cpp, torch_cuda)
+    if base == "torch-cuda-tree" and (n % 4 or n > 2 ** 24):  # PyTorch's two-kernel path (gen/order_table.cpp, torch_cuda)
         m.update(moments="block-reduce-welford", team=512, lanes=1)
     m["sum"] = dict(m.get("sum", dict(kind="seq", lanes=8, block=128)))
     m.setdefault("lanes", 8)
