@@ -125,6 +125,18 @@ ordo::ScalarType dtype_named(const std::string& s) {
 struct TorchDtypes {
   py::handle f32, bf16, f16, f64;
 };
+// The tensor attributes run_torch reads, as interned strings made once: pybind11's attr("name")
+// makes a new string on every call, a measurable part of a small call's cost.
+struct TensorAttributes {
+  py::handle is_cpu, is_contiguous, dtype, data_ptr, numel;
+};
+const TensorAttributes& tensor_attributes() {
+  static const TensorAttributes a = [] {
+    auto interned = [](const char* s) { return py::handle(PyUnicode_InternFromString(s)); };
+    return TensorAttributes{interned("is_cpu"), interned("is_contiguous"), interned("dtype"), interned("data_ptr"), interned("numel")};
+  }();
+  return a;
+}
 const TorchDtypes& torch_dtypes() {
   static const TorchDtypes d = [] {
     py::module_ torch = py::module_::import("torch");
@@ -180,21 +192,22 @@ PYBIND11_MODULE(_ordo, m) {
           if (tensors.size() != args.size())
             throw ordo::Error("kernel takes " + std::to_string(args.size()) + " tensors, got " + std::to_string(tensors.size()));
           const TorchDtypes& dtypes = torch_dtypes();
+          const TensorAttributes& attr = tensor_attributes();
           std::vector<ordo::BufferRef> refs;
           refs.reserve(args.size());
           for (size_t i = 0; i < args.size(); ++i) {
             const py::handle t = tensors[i];
             const std::string& what = args[i].name;
-            if (!t.attr("is_cpu").cast<bool>()) throw ordo::Error(what + ": not a CPU tensor (ordo's Python API runs on the CPU)");
-            if (!t.attr("is_contiguous")().cast<bool>()) throw ordo::Error(what + ": not contiguous; call .contiguous() first");
-            const py::object dtype = t.attr("dtype");
+            if (!t.attr(attr.is_cpu).cast<bool>()) throw ordo::Error(what + ": not a CPU tensor (ordo's Python API runs on the CPU)");
+            if (!t.attr(attr.is_contiguous)().cast<bool>()) throw ordo::Error(what + ": not contiguous; call .contiguous() first");
+            const py::object dtype = t.attr(attr.dtype);
             ordo::ScalarType type;
             if (dtype.is(dtypes.f32)) type = ordo::ScalarType::f32;
             else if (dtype.is(dtypes.bf16)) type = ordo::ScalarType::bf16;
             else if (dtype.is(dtypes.f16)) type = ordo::ScalarType::f16;
             else if (dtype.is(dtypes.f64)) type = ordo::ScalarType::f64;
             else throw ordo::Error(what + ": dtype " + py::str(dtype).cast<std::string>() + " is not float32, float16 or bfloat16");
-            refs.push_back({reinterpret_cast<void*>(t.attr("data_ptr")().cast<uintptr_t>()), t.attr("numel")().cast<int64_t>(), type});
+            refs.push_back({reinterpret_cast<void*>(t.attr(attr.data_ptr)().cast<uintptr_t>()), t.attr(attr.numel)().cast<int64_t>(), type});
           }
           py::gil_scoped_release unlocked;  // the caller's list keeps the tensors alive
           k.run_with_sizes(refs, rows, sizes, threads);

@@ -20,22 +20,27 @@ struct ordo_kernel {
 namespace {
 
 thread_local std::string last_error;
+thread_local int last_code = ORDO_OK;
 
 template <class F>
 int guarded(F&& f) {
   try {
     last_error.clear();
+    last_code = ORDO_OK;
     f();
     return ORDO_OK;
+  } catch (const ordo::FixedLengthError& e) {
+    last_error = e.what();
+    return last_code = ORDO_ERROR_FIXED_LENGTH;
   } catch (const ordo::Error& e) {
     last_error = e.what();
-    return ORDO_ERROR_INVALID;
+    return last_code = ORDO_ERROR_INVALID;
   } catch (const std::exception& e) {
     last_error = fmt::format("internal error: {}", e.what());
-    return ORDO_ERROR_INTERNAL;
+    return last_code = ORDO_ERROR_INTERNAL;
   } catch (...) {
     last_error = "internal error: unknown exception";
-    return ORDO_ERROR_INTERNAL;
+    return last_code = ORDO_ERROR_INTERNAL;
   }
 }
 
@@ -89,6 +94,7 @@ int c_dtype(ordo::ScalarType t) {
 extern "C" {
 
 const char* ordo_last_error(void) { return last_error.c_str(); }
+int ordo_last_error_code(void) { return last_code; }
 
 ordo_request* ordo_request_new(const char* op) {
   ordo_request* out = nullptr;

@@ -28,7 +28,10 @@ extern "C" {
 enum {
   ORDO_OK = 0,
   ORDO_ERROR_INVALID = 2, /* a bad request, argument or buffer: the caller's to fix */
-  ORDO_ERROR_INTERNAL = 1 /* a bug in ordo */
+  ORDO_ERROR_INTERNAL = 1, /* a bug in ordo */
+  /* A request for a length at launch (cols or seq_k "launch") that the order cannot serve: it
+   * builds its kernel for one length. Compile the request with the length instead. */
+  ORDO_ERROR_FIXED_LENGTH = 3
 };
 
 /* Element types, as ordo names them: "f32", "bf16", "f16" (bf16 buffers hold uint16 bit patterns). */
@@ -42,6 +45,9 @@ typedef struct ordo_kernel ordo_kernel;
 /* The message of this thread's most recent error ("" if none). Valid until the next ordo call
  * on this thread. */
 const char* ordo_last_error(void);
+/* The code of this thread's most recent error (ORDO_OK if none): what a function returning a
+ * pointer (ordo_compile) cannot return itself. */
+int ordo_last_error_code(void);
 
 /* A request for `op`: layer_norm, rms_norm, var_mean, softmax, log_softmax, attention. NULL if unknown.
  * attention: cols is the head dim D; rows (at run time) is batch*heads; q is [rows, seq_q, D], k and v

@@ -216,8 +216,11 @@ int main(void) {
   nr = ordo_request_new("layer_norm");
   CHECK(ordo_request_set(nr, "cols", "launch") == ORDO_OK && ordo_request_set(nr, "order", "inductor2.15-cpu-avx2") == ORDO_OK,
         "layer_norm request: %s", ordo_last_error());
-  CHECK(ordo_compile(nr) == NULL && strstr(ordo_last_error(), "for one N"), "Inductor's layer_norm builds for one N: %s",
-        ordo_last_error());
+  CHECK(ordo_compile(nr) == NULL && strstr(ordo_last_error(), "for one N") && ordo_last_error_code() == ORDO_ERROR_FIXED_LENGTH,
+        "Inductor's layer_norm builds for one N (ORDO_ERROR_FIXED_LENGTH): %s", ordo_last_error());
+  CHECK(ordo_request_set(nr, "order", "no-such-order") == ORDO_OK && ordo_compile(nr) == NULL &&
+            ordo_last_error_code() == ORDO_ERROR_INVALID,
+        "an unknown order is ORDO_ERROR_INVALID: %s", ordo_last_error());
   ordo_request_free(nr);
 
   ordo_kernel_release(sm);
