@@ -273,13 +273,91 @@ std::vector<ExprRef> emit_lane_trees_at_launch(Builder& b, const SumOrder& o, co
   return out;
 }
 
+// The longest row a launch may give (CompiledKernel::run_with_sizes): a size is at most 2^24.
+constexpr int64_t kMaxLaunchLength = int64_t(1) << 24;
+
+// ((v0 + v1) + v2) + ...
+ExprRef add_in_order(const Arith& ar, const std::vector<ExprRef>& v) {
+  ExprRef acc = v[0];
+  for (size_t i = 1; i < v.size(); ++i) acc = ar.add(acc, v[i]);
+  return acc;
+}
+
+// The vector part of the level cascade (SumOrder::Kind::LevelCascade), shared by the expansion
+// for a fixed length and the one for a length given at launch: the accumulators A0..A3 of
+// `accumulators` vectors each (zeroed here), the groups and their blocks of L groups with the
+// carries between levels, and the fold of the levels and of the accumulators.
+struct LevelCascadeVectors {
+  static constexpr int kLevels = 4;
+  Builder& b;
+  const SumOrder& o;
+  const Arith& ar;
+  const TermFn& term;
+  int64_t L;
+  std::vector<std::vector<int>> acc;
+
+  LevelCascadeVectors(Builder& builder, const SumOrder& order, const Arith& arith, const TermFn& t, int64_t block)
+      : b(builder), o(order), ar(arith), term(t), L(block), acc(kLevels) {
+    for (int lvl = 0; lvl < kLevels; ++lvl)
+      for (int k = 0; k < o.accumulators; ++k) {
+        acc[size_t(lvl)].push_back(b.local(fmt::format("A{}_{}", lvl, k), Type{ar.t, o.lanes}));
+        b.assign(acc[size_t(lvl)].back(), ar.constant(0.0, o.lanes));
+      }
+  }
+  // The vector of terms from element `at` into accumulator k of level 0.
+  void add_vector(int k, ExprRef at) {
+    b.assign(acc[0][size_t(k)], accumulate(ar, b.get(acc[0][size_t(k)]), term(std::move(at), o.lanes), o.fma));
+  }
+  void add_group(ExprRef group) {  // group index g: vectors A*g .. A*g+A-1
+    for (int k = 0; k < o.accumulators; ++k)
+      add_vector(k, mul(add(mul(group, index_const(o.accumulators)), index_const(k)), index_const(o.lanes)));
+  }
+  void absorb(int lvl) {  // A[lvl] += A[lvl-1]; A[lvl-1] = 0
+    for (int k = 0; k < o.accumulators; ++k) {
+      b.assign(acc[size_t(lvl)][size_t(k)], ar.add(b.get(acc[size_t(lvl)][size_t(k)]), b.get(acc[size_t(lvl - 1)][size_t(k)])));
+      b.assign(acc[size_t(lvl - 1)][size_t(k)], ar.constant(0.0, o.lanes));
+    }
+  }
+  // Blocks 0 .. count-1 of L groups, each followed by its carries.
+  void blocks(ExprRef count) {
+    b.for_range("block", index_const(0), std::move(count), 1, [&](ExprRef blk) {
+      b.for_range("group", mul(blk, index_const(L)), mul(add(blk, index_const(1)), index_const(L)), 1, [&](ExprRef g) { add_group(g); });
+      ExprRef done = add(mul(blk, index_const(L)), index_const(L));  // groups consumed so far
+      absorb(1);
+      b.if_(binary(Op::Eq, binary(Op::Rem, done, index_const(L * L)), index_const(0)), [&] {
+        absorb(2);
+        b.if_(binary(Op::Eq, binary(Op::Rem, done, index_const(L * L * L)), index_const(0)), [&] { absorb(3); });
+      });
+    });
+  }
+  void groups(ExprRef begin, ExprRef end) {
+    b.for_range("group", std::move(begin), std::move(end), 1, [&](ExprRef g) { add_group(g); });
+  }
+  // Per accumulator ((A0 + A1) + A2) + A3, into A0.
+  void fold_levels() {
+    for (int k = 0; k < o.accumulators; ++k) {
+      std::vector<ExprRef> levels;
+      for (int lvl = 0; lvl < kLevels; ++lvl) levels.push_back(b.get(acc[size_t(lvl)][size_t(k)]));
+      b.assign(acc[0][size_t(k)], add_in_order(ar, levels));
+    }
+  }
+  // The accumulators folded in order: one vector of lanes.
+  ExprRef lanes() {
+    std::vector<ExprRef> accs;
+    for (int k = 0; k < o.accumulators; ++k) accs.push_back(b.get(acc[0][size_t(k)]));
+    return b.let("lanes", add_in_order(ar, accs));
+  }
+};
+
+// The level cascade's block of L groups for `groups` groups: L = 2^max(4, ceil(log2 groups) / 4).
+int64_t level_cascade_block(int64_t groups) {
+  int64_t ceil_log2 = 1;
+  if (groups > 2) while ((int64_t(1) << ceil_log2) < groups) ++ceil_log2;
+  return int64_t(1) << std::max<int64_t>(4, ceil_log2 / 4);
+}
+
 ExprRef emit_level_cascade(Builder& b, const SumOrder& o, const Arith& ar, int64_t n, const TermFn& term) {
   const int V = o.lanes, A = o.accumulators;
-  auto in_order = [&](const std::vector<ExprRef>& v) {
-    ExprRef acc = v[0];
-    for (size_t i = 1; i < v.size(); ++i) acc = ar.add(acc, v[i]);
-    return acc;
-  };
   if (n < V) {  // the scalar path: A accumulators round robin over whole rounds, the rest into p0
     std::vector<int> p;
     for (int k = 0; k < A; ++k) {
@@ -293,53 +371,16 @@ ExprRef emit_level_cascade(Builder& b, const SumOrder& o, const Arith& ar, int64
     }
     std::vector<ExprRef> vals;
     for (int k : p) vals.push_back(b.get(k));
-    return b.let("sum", ar.add(ar.constant(0.0), in_order(vals)));
+    return b.let("sum", ar.add(ar.constant(0.0), add_in_order(ar, vals)));
   }
   const int64_t nvec = n / V, groups = nvec / A;
-  int64_t ceil_log2 = 1;
-  if (groups > 2) while ((int64_t(1) << ceil_log2) < groups) ++ceil_log2;
-  const int64_t P = std::max<int64_t>(4, ceil_log2 / 4), L = int64_t(1) << P;
-  constexpr int kLevels = 4;
-  std::vector<std::vector<int>> acc(kLevels);
-  for (int lvl = 0; lvl < kLevels; ++lvl)
-    for (int k = 0; k < A; ++k) {
-      acc[size_t(lvl)].push_back(b.local(fmt::format("A{}_{}", lvl, k), Type{ar.t, V}));
-      b.assign(acc[size_t(lvl)].back(), ar.constant(0.0, V));
-    }
-  auto add_group = [&](ExprRef group) {  // group index g: vectors A*g .. A*g+A-1
-    for (int k = 0; k < A; ++k) {
-      ExprRef at = mul(add(mul(group, index_const(A)), index_const(k)), index_const(V));
-      b.assign(acc[0][size_t(k)], accumulate(ar, b.get(acc[0][size_t(k)]), term(at, V), o.fma));
-    }
-  };
-  auto absorb = [&](int lvl) {  // A[lvl] += A[lvl-1]; A[lvl-1] = 0
-    for (int k = 0; k < A; ++k) {
-      b.assign(acc[size_t(lvl)][size_t(k)], ar.add(b.get(acc[size_t(lvl)][size_t(k)]), b.get(acc[size_t(lvl - 1)][size_t(k)])));
-      b.assign(acc[size_t(lvl - 1)][size_t(k)], ar.constant(0.0, V));
-    }
-  };
-  const int64_t blocks = groups / L;
-  if (blocks > 0)
-    b.for_range("block", index_const(0), index_const(blocks), 1, [&](ExprRef blk) {
-      b.for_range("group", mul(blk, index_const(L)), mul(add(blk, index_const(1)), index_const(L)), 1, add_group);
-      ExprRef done = add(mul(blk, index_const(L)), index_const(L));  // groups consumed so far
-      absorb(1);
-      b.if_(binary(Op::Eq, binary(Op::Rem, done, index_const(L * L)), index_const(0)), [&] {
-        absorb(2);
-        b.if_(binary(Op::Eq, binary(Op::Rem, done, index_const(L * L * L)), index_const(0)), [&] { absorb(3); });
-      });
-    });
-  if (blocks * L < groups) b.for_range("group", index_const(blocks * L), index_const(groups), 1, add_group);
-  for (int k = 0; k < A; ++k) {
-    std::vector<ExprRef> levels;
-    for (int lvl = 0; lvl < kLevels; ++lvl) levels.push_back(b.get(acc[size_t(lvl)][size_t(k)]));
-    b.assign(acc[0][size_t(k)], in_order(levels));
-  }
-  for (int64_t m = groups * A; m < nvec; ++m)
-    b.assign(acc[0][0], accumulate(ar, b.get(acc[0][0]), term(index_const(m * V), V), o.fma));
-  std::vector<ExprRef> accs;
-  for (int k = 0; k < A; ++k) accs.push_back(b.get(acc[0][size_t(k)]));
-  ExprRef lanes = b.let("lanes", in_order(accs));
+  LevelCascadeVectors c(b, o, ar, term, level_cascade_block(groups));
+  const int64_t blocks = groups / c.L;
+  if (blocks > 0) c.blocks(index_const(blocks));
+  if (blocks * c.L < groups) c.groups(index_const(blocks * c.L), index_const(groups));
+  c.fold_levels();
+  for (int64_t m = groups * A; m < nvec; ++m) c.add_vector(0, index_const(m * V));
+  ExprRef lanes = c.lanes();
   int f = b.local("sum", Type{ar.t, 1});
   b.assign(f, ar.constant(0.0));
   for (int64_t t = nvec * V; t < n; ++t) b.assign(f, accumulate(ar, b.get(f), term(index_const(t), 1), o.fma));
@@ -347,29 +388,19 @@ ExprRef emit_level_cascade(Builder& b, const SumOrder& o, const Arith& ar, int64
   return b.let("sum", ar.add(ar.constant(0.0), b.get(f)));
 }
 
-// The longest row a launch may give (CompiledKernel::run_with_sizes): a size is at most 2^24.
-constexpr int64_t kMaxLaunchLength = int64_t(1) << 24;
 
-// The level cascade's block of L groups for `groups` groups: L = 2^max(4, ceil(log2 groups) / 4).
-int64_t level_cascade_block(int64_t groups) {
-  int64_t ceil_log2 = 1;
-  if (groups > 2) while ((int64_t(1) << ceil_log2) < groups) ++ceil_log2;
-  return int64_t(1) << std::max<int64_t>(4, ceil_log2 / 4);
-}
 
 // emit_level_cascade for a length n given at launch: the same operations, with its choices made by
 // branches on n. The block L depends on n only past 2^20 groups, which no launch reaches (the
 // caller checks), so it is the one of the longest row.
+// emit_level_cascade for a length n given at launch: the same operations, with its choices made by
+// branches on n. The block L depends on n only past 2^20 groups, which no launch reaches (checked
+// here), so it is the one of the longest row.
 ExprRef emit_level_cascade_at_launch(Builder& b, const SumOrder& o, const Arith& ar, const ExprRef& n, const TermFn& term) {
   const int V = o.lanes, A = o.accumulators;
   const int64_t L = level_cascade_block(kMaxLaunchLength / V / A);
   if (L != level_cascade_block(1)) throw Error(fmt::format("internal: a level cascade over {} lanes and {} accumulators changes its block "
                                                            "below 2^24 terms", V, A));
-  auto in_order = [&](const std::vector<ExprRef>& v) {
-    ExprRef acc = v[0];
-    for (size_t i = 1; i < v.size(); ++i) acc = ar.add(acc, v[i]);
-    return acc;
-  };
   auto lt = [](ExprRef a, ExprRef c) { return binary(Op::Lt, std::move(a), std::move(c)); };
   int result = b.local("sum", Type{ar.t, 1});
   b.if_else(lt(n, index_const(V)), [&] {  // the scalar path: term t into p[t % A] within whole rounds, else into p0
@@ -387,54 +418,20 @@ ExprRef emit_level_cascade_at_launch(Builder& b, const SumOrder& o, const Arith&
       });
     std::vector<ExprRef> vals;
     for (int k : p) vals.push_back(b.get(k));
-    b.assign(result, ar.add(ar.constant(0.0), in_order(vals)));
+    b.assign(result, ar.add(ar.constant(0.0), add_in_order(ar, vals)));
   }, [&] {
     ExprRef nvec = b.let("nvec", div(n, index_const(V)));
     ExprRef groups = b.let("groups", div(nvec, index_const(A)));
-    constexpr int kLevels = 4;
-    std::vector<std::vector<int>> acc(kLevels);
-    for (int lvl = 0; lvl < kLevels; ++lvl)
-      for (int k = 0; k < A; ++k) {
-        acc[size_t(lvl)].push_back(b.local(fmt::format("A{}_{}", lvl, k), Type{ar.t, V}));
-        b.assign(acc[size_t(lvl)].back(), ar.constant(0.0, V));
-      }
-    auto add_group = [&](ExprRef group) {  // group index g: vectors A*g .. A*g+A-1
-      for (int k = 0; k < A; ++k) {
-        ExprRef at = mul(add(mul(group, index_const(A)), index_const(k)), index_const(V));
-        b.assign(acc[0][size_t(k)], accumulate(ar, b.get(acc[0][size_t(k)]), term(at, V), o.fma));
-      }
-    };
-    auto absorb = [&](int lvl) {  // A[lvl] += A[lvl-1]; A[lvl-1] = 0
-      for (int k = 0; k < A; ++k) {
-        b.assign(acc[size_t(lvl)][size_t(k)], ar.add(b.get(acc[size_t(lvl)][size_t(k)]), b.get(acc[size_t(lvl - 1)][size_t(k)])));
-        b.assign(acc[size_t(lvl - 1)][size_t(k)], ar.constant(0.0, V));
-      }
-    };
+    LevelCascadeVectors c(b, o, ar, term, L);
     ExprRef blocks = b.let("blocks", div(groups, index_const(L)));
-    b.for_range("block", index_const(0), blocks, 1, [&](ExprRef blk) {
-      b.for_range("group", mul(blk, index_const(L)), mul(add(blk, index_const(1)), index_const(L)), 1, add_group);
-      ExprRef done = add(mul(blk, index_const(L)), index_const(L));  // groups consumed so far
-      absorb(1);
-      b.if_(binary(Op::Eq, binary(Op::Rem, done, index_const(L * L)), index_const(0)), [&] {
-        absorb(2);
-        b.if_(binary(Op::Eq, binary(Op::Rem, done, index_const(L * L * L)), index_const(0)), [&] { absorb(3); });
-      });
-    });
-    b.for_range("group", mul(blocks, index_const(L)), groups, 1, add_group);
-    for (int k = 0; k < A; ++k) {
-      std::vector<ExprRef> levels;
-      for (int lvl = 0; lvl < kLevels; ++lvl) levels.push_back(b.get(acc[size_t(lvl)][size_t(k)]));
-      b.assign(acc[0][size_t(k)], in_order(levels));
-    }
+    c.blocks(blocks);
+    c.groups(mul(blocks, index_const(L)), groups);
+    c.fold_levels();
     // The fewer than A vectors past the whole groups, into accumulator 0.
     ExprRef groups_end = b.let("groups.end", mul(groups, index_const(A)));
     for (int j = 0; j + 1 < A; ++j)
-      b.if_(lt(add(groups_end, index_const(j)), nvec), [&] {
-        b.assign(acc[0][0], accumulate(ar, b.get(acc[0][0]), term(mul(add(groups_end, index_const(j)), index_const(V)), V), o.fma));
-      });
-    std::vector<ExprRef> accs;
-    for (int k = 0; k < A; ++k) accs.push_back(b.get(acc[0][size_t(k)]));
-    ExprRef lanes = b.let("lanes", in_order(accs));
+      b.if_(lt(add(groups_end, index_const(j)), nvec), [&] { c.add_vector(0, mul(add(groups_end, index_const(j)), index_const(V))); });
+    ExprRef lanes = c.lanes();
     int f = b.local("sum", Type{ar.t, 1});
     b.assign(f, ar.constant(0.0));
     b.for_range("t", mul(nvec, index_const(V)), n, 1, [&](ExprRef t) { b.assign(f, accumulate(ar, b.get(f), term(t, 1), o.fma)); });
@@ -622,8 +619,7 @@ ExprRef emit_sum(Builder& b, const SumOrder& o, const Arith& ar, const Length& l
 
 std::vector<ExprRef> emit_sums(Builder& b, const SumOrder& o, const Arith& ar, const Length& length, const std::vector<LabelledTerm>& sums) {
   const int64_t n = length.fixed;
-  if (o.kind != SumOrder::Kind::LaneTree || (length.is_fixed() && o.outer_chunk > 0 && n > o.outer_chunk) ||
-      (!length.is_fixed() && o.outer_chunk > 0)) {
+  if (o.kind != SumOrder::Kind::LaneTree || (o.outer_chunk > 0 && (!length.is_fixed() || n > o.outer_chunk))) {
     std::vector<ExprRef> out;
     for (const LabelledTerm& s : sums) out.push_back(emit_sum(b, o, ar, length, s.term, s.label));
     return out;
