@@ -49,9 +49,10 @@ void set_value_bits(HostBuffers& in, const char* name, ScalarType dtype, int64_t
   }
 }
 
-// Runs `launch` (S_k at launch) on the inputs of `fixed` (built for S_k = sk, already run on
-// `in`), and counts the outputs whose every element has the fixed kernel's bits.
-void check_same_bits(const CompiledKernel& launch, HostBuffers& in, const std::vector<std::vector<uint8_t>>& want, int64_t sk,
+// Runs `launch` (a kernel taking `sizes` at launch) over `rows` rows on a copy of `in`, whose
+// outputs hold what the kernel built for those sizes wrote (it already ran on `in`), and checks
+// that every element of every output has its bits.
+void check_same_bits(const CompiledKernel& launch, const HostBuffers& in, int64_t rows, const std::vector<int64_t>& sizes,
                      const std::string& what) {
   std::vector<std::vector<uint8_t>> bytes = in.bytes;
   std::vector<BufferRef> refs;
@@ -59,13 +60,11 @@ void check_same_bits(const CompiledKernel& launch, HostBuffers& in, const std::v
     if (in.args[i].output) std::fill(bytes[i].begin(), bytes[i].end(), uint8_t(0));
     refs.push_back(BufferRef{bytes[i].data(), static_cast<int64_t>(bytes[i].size() / size_bytes(in.args[i].dtype)), in.args[i].dtype});
   }
-  launch.run_with_sizes(refs, kHeads, {sk});
-  size_t o = 0;
+  launch.run_with_sizes(refs, rows, sizes);
   for (size_t i = 0; i < in.args.size(); ++i) {
     if (!in.args[i].output) continue;
     INFO(what << " output=" << in.args[i].name);
-    CHECK(count_identical(in.args[i].dtype, bytes[i], want[o]) == static_cast<int64_t>(want[o].size() / size_bytes(in.args[i].dtype)));
-    ++o;
+    CHECK(count_identical(in.args[i].dtype, bytes[i], in.bytes[i]) == static_cast<int64_t>(bytes[i].size() / size_bytes(in.args[i].dtype)));
   }
 }
 
@@ -109,10 +108,7 @@ TEST_CASE("attention with S_k at launch: the bits of the kernel built for each S
                 set_value_bits(in, "k", dtype, 0, 1e30f);
               }
               k->run(in.refs(kHeads, kD), kHeads);
-              std::vector<std::vector<uint8_t>> want;
-              for (size_t i = 0; i < in.args.size(); ++i)
-                if (in.args[i].output) want.push_back(in.bytes[i]);
-              check_same_bits(*launch, in, want, sk,
+              check_same_bits(*launch, in, kHeads, {sk},
                               fmt::format("order={} dtype={} Sq={} Sk={} causal={} target={}", c.order, name(dtype), sq, sk, causal,
                                           name(target)));
               ++compared;
@@ -233,24 +229,8 @@ TEST_CASE("row ops with N at launch: every order that takes it gives the bits of
               set_value_bits(in, "x", dtype, N / 2, dtype == ScalarType::f32 ? 1e30f : 6e4f);
             }
             k->run(in.refs(kRows, N), kRows);
-            std::vector<std::vector<uint8_t>> want;
-            for (size_t i = 0; i < in.args.size(); ++i)
-              if (in.args[i].output) want.push_back(in.bytes[i]);
-            std::vector<std::vector<uint8_t>> bytes = in.bytes;
-            std::vector<BufferRef> refs;
-            for (size_t i = 0; i < in.args.size(); ++i) {
-              if (in.args[i].output) std::fill(bytes[i].begin(), bytes[i].end(), uint8_t(0));
-              refs.push_back(BufferRef{bytes[i].data(), static_cast<int64_t>(bytes[i].size() / size_bytes(in.args[i].dtype)), in.args[i].dtype});
-            }
-            launch->run_with_sizes(refs, kRows, {N});
-            size_t o = 0;
-            for (size_t i = 0; i < in.args.size(); ++i) {
-              if (!in.args[i].output) continue;
-              INFO("order=" << n.name << " op=" << name(op) << " dtype=" << name(dtype) << " N=" << N << " target=" << name(target)
-                            << " output=" << in.args[i].name);
-              CHECK(count_identical(in.args[i].dtype, bytes[i], want[o]) == static_cast<int64_t>(want[o].size() / size_bytes(in.args[i].dtype)));
-              ++o;
-            }
+            check_same_bits(*launch, in, kRows, {N},
+                            fmt::format("order={} op={} dtype={} N={} target={}", n.name, name(op), name(dtype), N, name(target)));
             ++compared;
           }
           CHECK(compile(at_launch) == launch);  // still the one kernel
@@ -288,19 +268,8 @@ TEST_CASE("N at launch: PyTorch's split of one long rms_norm row between its thr
             KernelHandle k = compile(fixed);
             HostBuffers in = make_buffers(*k, rows, static_cast<uint64_t>(N + rows), 1.0, 3.0);
             k->run(in.refs(rows, N), rows);
-            std::vector<std::vector<uint8_t>> bytes = in.bytes;
-            std::vector<BufferRef> refs;
-            for (size_t i = 0; i < in.args.size(); ++i) {
-              if (in.args[i].output) std::fill(bytes[i].begin(), bytes[i].end(), uint8_t(0));
-              refs.push_back(BufferRef{bytes[i].data(), static_cast<int64_t>(bytes[i].size() / size_bytes(in.args[i].dtype)), in.args[i].dtype});
-            }
-            launch->run_with_sizes(refs, rows, {N});
-            for (size_t i = 0; i < in.args.size(); ++i) {
-              if (!in.args[i].output) continue;
-              INFO("order=" << order << " dtype=" << name(dtype) << " rows=" << rows << " N=" << N << " target=" << name(target)
-                            << " output=" << in.args[i].name);
-              CHECK(count_identical(in.args[i].dtype, bytes[i], in.bytes[i]) == static_cast<int64_t>(bytes[i].size() / size_bytes(in.args[i].dtype)));
-            }
+            check_same_bits(*launch, in, rows, {N},
+                            fmt::format("order={} dtype={} rows={} N={} target={}", order, name(dtype), rows, N, name(target)));
             ++compared;
           }
       }
