@@ -31,6 +31,7 @@
 
 #include "ordo/compare.hpp"
 #include "ordo/ordo.hpp"
+#include "src/kernel_parts.hpp"
 
 namespace {
 
@@ -88,7 +89,7 @@ int main() {
   // 2. Where the rounding points sit.
   for (const std::string& order : {kEach, kFinal}) {
     ordo::KernelHandle k = ordo::compile(bf16_layer_norm(order));
-    std::vector<std::string> points = rounding_points(k->kernel());
+    std::vector<std::string> points = rounding_points(ordo::kernel_ir(*k));
     fmt::print("{}:\n  {} IR assignments round to bf16 before the output pass", order, points.size());
     // Which values: the locals they assign, without the numeric suffixes of unrolled copies.
     std::vector<std::string> names;

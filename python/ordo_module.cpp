@@ -160,7 +160,7 @@ PYBIND11_MODULE(_ordo, m) {
       .def_property_readonly("args", [](const ordo::CompiledKernel& k) {
         py::list out;
         for (const ordo::ArgSpec& a : k.args())
-          out.append(py::make_tuple(a.name, std::string(ordo::name(a.dtype)), a.output, std::string(ordo::ir::name(a.extent))));
+          out.append(py::make_tuple(a.name, std::string(ordo::name(a.dtype)), a.output, std::string(ordo::name(a.extent))));
         return out;
       })
       .def_property_readonly("order", [](const ordo::CompiledKernel& k) { return k.request().order; })

@@ -28,6 +28,7 @@
 #include "ordo/disk_cache.hpp"
 #include "ordo/ordo.hpp"
 #include "src/backend.hpp"
+#include "src/kernel_parts.hpp"
 
 namespace ordo {
 
@@ -242,13 +243,11 @@ void dump_stages(const Request& r, const ir::Kernel& k, int rows_in_flight) {
   }
 }
 
-}  // namespace
-
 // Compiles and loads one stage through its target's backend (src/backend.hpp). A program the
-// backend keys is shared with every kernel of this process that generates it, and, where the
-// backend keeps programs on disk and the disk cache is on, loaded from or stored to it.
-void CompiledKernel::compile_stage(Stage& st, bool share_programs) {
-  const Request& r = request_;
+// backend keys is shared with every kernel of this process that generates it (share_programs;
+// off for compile_uncached, whose callers want a compile), and, where the backend keeps programs
+// on disk and the disk cache is on, loaded from or stored to it.
+void compile_stage(const Request& r, detail::KernelStage& st, bool share_programs) {
   const detail::Backend& backend = detail::backend_for(r.target);
   const std::string text = backend.program_key(st.kernel, r);
   const std::string program_key = text.empty() ? std::string() : disk_cache::key(fmt::format("ordo {}\n{}", detail::kOrdoVersion, text));
@@ -286,44 +285,73 @@ void CompiledKernel::compile_stage(Stage& st, bool share_programs) {
   if (!program_key.empty() && share_programs) program_cache().add(program_key, st.program);
 }
 
-int CompiledKernel::rows_in_flight() const { return stages_.at(0).program->rows_in_flight(); }
+// The IR's extent of an argument is one of the public four, by the same value.
+static_assert(int(ArgExtent::rows_by_cols) == int(ir::Extent::rows_by_cols) && int(ArgExtent::cols) == int(ir::Extent::cols) &&
+              int(ArgExtent::rows) == int(ir::Extent::rows) && int(ArgExtent::rows_by_fixed) == int(ir::Extent::rows_by_fixed));
+ir::Extent ir_extent(ArgExtent e) { return static_cast<ir::Extent>(e); }
+ArgExtent argument_extent(const ir::Buffer& b) {
+  switch (b.extent) {
+    case ir::Extent::rows_by_cols: return ArgExtent::rows_by_cols;
+    case ir::Extent::cols: return ArgExtent::cols;
+    case ir::Extent::rows: return ArgExtent::rows;
+    case ir::Extent::rows_by_fixed: return ArgExtent::rows_by_fixed;
+    case ir::Extent::scratch:
+    case ir::Extent::row_blocks: break;
+  }
+  throw Error(fmt::format("internal: buffer {} ({}) is not an argument of the op", b.name, ir::name(b.extent)));
+}
+
+}  // namespace
+
+std::string_view name(ArgExtent e) { return ir::name(ir_extent(e)); }
+
+std::optional<int64_t> ArgSpec::checked_elements(int64_t rows, int64_t cols, const std::vector<int64_t>& sizes) const {
+  return ir::launch_elements(ir_extent(extent), per_row, per_row_size, 0, rows, cols, sizes);
+}
+
+CompiledKernel::CompiledKernel() : parts_(std::make_unique<detail::KernelParts>()) {}
+CompiledKernel::~CompiledKernel() = default;
+
+size_t CompiledKernel::stage_count() const { return parts_->stages.size(); }
+const std::vector<std::string>& CompiledKernel::sizes() const { return parts_->stages.at(0).kernel.sizes; }
+int CompiledKernel::rows_in_flight() const { return parts_->stages.at(0).program->rows_in_flight(); }
 
 const std::string& CompiledKernel::cuda_source(size_t stage) const {
   static const std::string none;
-  const std::string* text = stages_.at(stage).program->cuda_source();
+  const std::string* text = parts_->stages.at(stage).program->cuda_source();
   return text ? *text : none;
 }
 
-const cuda_backend::Compiled* CompiledKernel::cuda_compiled(size_t stage) const { return stages_.at(stage).program->cuda_compiled(); }
+const cuda_backend::Compiled* CompiledKernel::cuda_compiled(size_t stage) const { return parts_->stages.at(stage).program->cuda_compiled(); }
 
 namespace detail {
 KernelHandle compile_new(const Request& r, bool share_programs) {
   auto start = std::chrono::steady_clock::now();
   auto k = std::make_shared<CompiledKernel>();
+  detail::KernelParts& parts = *k->parts_;
   k->request_ = r;
-  k->order_ = gen::resolve(r);
-  for (ir::Kernel& kernel : gen::build_stages(r, k->order_)) {
+  parts.order = gen::resolve(r);
+  for (ir::Kernel& kernel : gen::build_stages(r, parts.order)) {
     if (std::string err = ir::verify(kernel); !err.empty()) throw Error("internal: generated IR is malformed: " + err);
-    CompiledKernel::Stage& s = k->stages_.emplace_back();
-    s.kernel = std::move(kernel);
+    parts.stages.emplace_back().kernel = std::move(kernel);
   }
   // The caller's arguments; the workspaces follow them, and run() allocates those.
-  for (const ir::Buffer& b : k->stages_[0].kernel.buffers) {
-    if (ir::is_workspace(b)) k->workspaces_.push_back(b);
-    else if (ir::is_argument(b)) k->args_.push_back(ArgSpec{b.name, b.elem, b.output, b.extent, b.per_row, b.per_row_size});
+  for (const ir::Buffer& b : parts.stages[0].kernel.buffers) {
+    if (ir::is_workspace(b)) parts.workspaces.push_back(b);
+    else if (ir::is_argument(b)) k->args_.push_back(ArgSpec{b.name, b.elem, b.output, argument_extent(b), b.per_row, b.per_row_size});
   }
   // Every stage takes the op's arguments, in one order (gen/gen.hpp, build_stages).
-  for (const CompiledKernel::Stage& s : k->stages_) {
+  for (const detail::KernelStage& s : parts.stages) {
     std::vector<const ir::Buffer*> args;
     for (const ir::Buffer& b : s.kernel.buffers)
       if (ir::is_argument(b)) args.push_back(&b);
-    bool same = args.size() == k->args_.size() + k->workspaces_.size();
+    bool same = args.size() == k->args_.size() + parts.workspaces.size();
     for (size_t i = 0; same && i < args.size(); ++i) {
       const ir::Buffer& a = *args[i];
       if (i < k->args_.size()) {
-        same = a.name == k->args_[i].name && a.elem == k->args_[i].dtype && a.extent == k->args_[i].extent;
+        same = a.name == k->args_[i].name && a.elem == k->args_[i].dtype && argument_extent(a) == k->args_[i].extent;
       } else {
-        const ir::Buffer& w = k->workspaces_[i - k->args_.size()];
+        const ir::Buffer& w = parts.workspaces[i - k->args_.size()];
         same = a.name == w.name && a.elem == w.elem && a.extent == w.extent && a.per_row == w.per_row && a.block_rows == w.block_rows;
       }
     }
@@ -335,19 +363,19 @@ KernelHandle compile_new(const Request& r, bool share_programs) {
   // serial.)
   const bool concurrent = r.target == Target::cpu || r.target == Target::cuda_emu;
   std::vector<std::future<void>> others;
-  for (size_t i = 1; concurrent && i < k->stages_.size(); ++i)
-    others.push_back(std::async(std::launch::async, [&k, i, share_programs] { k->compile_stage(k->stages_[i], share_programs); }));
+  for (size_t i = 1; concurrent && i < parts.stages.size(); ++i)
+    others.push_back(std::async(std::launch::async, [&r, &parts, i, share_programs] { compile_stage(r, parts.stages[i], share_programs); }));
   std::exception_ptr failure;
-  for (size_t i = 0; i < k->stages_.size(); ++i) {
+  for (size_t i = 0; i < parts.stages.size(); ++i) {
     try {
-      if (i == 0 || !concurrent) k->compile_stage(k->stages_[i], share_programs);
+      if (i == 0 || !concurrent) compile_stage(r, parts.stages[i], share_programs);
       else others[i - 1].get();
     } catch (...) {
       if (!failure) failure = std::current_exception();  // the first stage's error; every thread is joined first
     }
   }
   if (failure) std::rethrow_exception(failure);
-  for (const CompiledKernel::Stage& s : k->stages_) {
+  for (const detail::KernelStage& s : parts.stages) {
     k->lower_ms_ += s.lower_ms;
     k->optimize_ms_ += s.optimize_ms;
     k->codegen_ms_ += s.codegen_ms;
@@ -560,6 +588,30 @@ std::byte* reused_workspace(size_t index, size_t bytes) {
   }
   return h.memory.get();
 }
+
+// One stage over the launch. Its grid: the rows (then any fixed dims), or for a column stage its
+// fixed dims alone; every entry point also gets the launch's rows and size arguments after the
+// grid's extents. The stage's backend runs it (src/backends.cpp).
+void run_stage(const CompiledKernel& kernel, const detail::KernelStage& s, const std::vector<void*>& ptrs,
+               const std::vector<ir::BufferArg>& views, const std::vector<BufferRef>& buffers, int64_t rows, const std::vector<int64_t>& sizes,
+               int threads, CompiledKernel::Stores stores) {
+  const ir::Kernel& k = s.kernel;
+  const std::vector<int64_t> extents = ir::launch_extents(k, rows, sizes);
+  int64_t instances = 1;
+  for (size_t d = 0; d + 1 + sizes.size() < extents.size(); ++d)
+    if (__builtin_mul_overflow(instances, extents[d], &instances)) throw Error(fmt::format("rows={} makes more than 2^63 program instances", rows));
+  const int64_t cols = kernel.launch_cols(sizes);
+  const std::vector<ArgSpec>& args = kernel.args();
+  int64_t output_bytes = 0;
+  constexpr int64_t kStreamAbove = int64_t(32) << 20;
+  for (const ArgSpec& a : args)  // each term is at most 2^62 bytes (kMaxElements); stop before a sum could overflow
+    if (a.output && a.extent == ArgExtent::rows_by_cols && output_bytes <= kStreamAbove)
+      output_bytes += a.elements(rows, cols, sizes) * size_bytes(a.dtype);
+  int64_t work = 0;
+  for (const ArgSpec& a : args) work = std::max(work, a.elements(rows, cols, sizes));
+  const bool stream = stores == CompiledKernel::Stores::streaming || (stores == CompiledKernel::Stores::automatic && output_bytes > kStreamAbove);
+  s.program->launch(detail::StageLaunch{k, buffers, ptrs, views, args, kernel.parts().workspaces, extents, instances, work, threads, stream});
+}
 }  // namespace
 
 void CompiledKernel::run_with_sizes(const std::vector<BufferRef>& buffers, int64_t rows, const std::vector<int64_t>& sizes, int threads,
@@ -601,20 +653,20 @@ void CompiledKernel::run_with_sizes(const std::vector<BufferRef>& buffers, int64
       throw Error(fmt::format("{}: dtype {} given, kernel expects {}", a.name, name(buffers[i].dtype), name(a.dtype)));
     if (buffers[i].elements != need)
       throw Error(fmt::format("{}: {} elements given, expected {} ({} with rows={}, N={}{})", a.name, buffers[i].elements, need,
-                              ir::name(a.extent), rows, cols,
+                              name(a.extent), rows, cols,
                               a.per_row_size >= 0 ? fmt::format(", {}={}", names[size_t(a.per_row_size)], sizes[size_t(a.per_row_size)]) : ""));
     if (need > 0 && !buffers[i].data) throw Error(fmt::format("{}: null data pointer", a.name));
     ptrs.push_back(buffers[i].data);
     views.push_back(ir::BufferArg{buffers[i].data, buffers[i].elements});
   }
-  for (const Stage& s : stages_)
+  for (const detail::KernelStage& s : parts_->stages)
     if (const ir::Kernel::RefusedLaunch* r = ir::refusal(s.kernel, rows)) throw Error(fmt::format("rows={}: {}", rows, r->why));
   if (rows == 0) return;
   // The workspaces, uninitialized (the first stage writes before any reads).
   std::vector<WorkspaceMemory> workspace_memory;  // this launch's, past the reuse limit
   std::vector<BufferRef> all_buffers = buffers;
-  for (size_t i = 0; i < workspaces_.size(); ++i) {
-    const ir::Buffer& w = workspaces_[i];
+  for (size_t i = 0; i < parts_->workspaces.size(); ++i) {
+    const ir::Buffer& w = parts_->workspaces[i];
     const std::optional<int64_t> elements = ir::launch_elements(w, rows, cols);
     if (!elements || *elements > kMaxElements) throw Error(fmt::format("{}: rows={} makes a workspace of more than 2^59 elements", w.name, rows));
     const int64_t bytes = *elements * size_bytes(w.elem);
@@ -629,30 +681,7 @@ void CompiledKernel::run_with_sizes(const std::vector<BufferRef>& buffers, int64
     views.push_back(ir::BufferArg{memory, *elements});
     all_buffers.push_back(BufferRef{memory, *elements, w.elem});
   }
-  for (const Stage& s : stages_) run_stage(s, ptrs, views, all_buffers, rows, sizes, threads, stores);
-}
-
-// One stage over the launch. Its grid: the rows (then any fixed dims), or for a column stage its
-// fixed dims alone; every entry point also gets the launch's rows and size arguments after the
-// grid's extents. The stage's backend runs it (src/backends.cpp).
-void CompiledKernel::run_stage(const Stage& s, const std::vector<void*>& ptrs, const std::vector<ir::BufferArg>& views,
-                               const std::vector<BufferRef>& buffers, int64_t rows, const std::vector<int64_t>& sizes, int threads,
-                               Stores stores) const {
-  const ir::Kernel& k = s.kernel;
-  const std::vector<int64_t> extents = ir::launch_extents(k, rows, sizes);
-  int64_t instances = 1;
-  for (size_t d = 0; d + 1 + sizes.size() < extents.size(); ++d)
-    if (__builtin_mul_overflow(instances, extents[d], &instances)) throw Error(fmt::format("rows={} makes more than 2^63 program instances", rows));
-  const int64_t cols = launch_cols(sizes);
-  int64_t output_bytes = 0;
-  constexpr int64_t kStreamAbove = int64_t(32) << 20;
-  for (const ArgSpec& a : args_)  // each term is at most 2^62 bytes (kMaxElements); stop before a sum could overflow
-    if (a.output && a.extent == ir::Extent::rows_by_cols && output_bytes <= kStreamAbove)
-      output_bytes += a.elements(rows, cols, sizes) * size_bytes(a.dtype);
-  int64_t work = 0;
-  for (const ArgSpec& a : args_) work = std::max(work, a.elements(rows, cols, sizes));
-  const bool stream = stores == Stores::streaming || (stores == Stores::automatic && output_bytes > kStreamAbove);
-  s.program->launch(detail::StageLaunch{k, buffers, ptrs, views, args_, workspaces_, extents, instances, work, threads, stream});
+  for (const detail::KernelStage& s : parts_->stages) run_stage(*this, s, ptrs, views, all_buffers, rows, sizes, threads, stores);
 }
 
 }  // namespace ordo

@@ -166,7 +166,7 @@ int run_row_backward(const Args& a, ordo::Request r, int threads) {
   const int64_t rows = r.cols == 0 ? 0 : x.elements() / r.cols;
   ordo::KernelHandle k = ordo::compile(r);
   run_and_write(*k, in, output_files(a, *k), rows, threads, [&](const ordo::ArgSpec& s) {
-    return s.extent == ordo::ir::Extent::rows_by_cols ? x.shape : s.extent == ordo::ir::Extent::cols ? std::vector<int64_t>{r.cols} : leading;
+    return s.extent == ordo::ArgExtent::rows_by_cols ? x.shape : s.extent == ordo::ArgExtent::cols ? std::vector<int64_t>{r.cols} : leading;
   });
   return 0;
 }
@@ -228,7 +228,7 @@ int cmd_run(int argc, char** argv) {
   run_and_write(
       *k, inputs, output_files(a, *k), rows, threads,
       [&](const ordo::ArgSpec& s) {
-        return s.extent == ordo::ir::Extent::rows_by_cols ? x.shape : std::vector<int64_t>(x.shape.begin(), x.shape.end() - 1);
+        return s.extent == ordo::ArgExtent::rows_by_cols ? x.shape : std::vector<int64_t>(x.shape.begin(), x.shape.end() - 1);
       },
       r.cols_at_launch ? std::vector<int64_t>{cols} : std::vector<int64_t>{});
   return 0;

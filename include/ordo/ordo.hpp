@@ -10,11 +10,9 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
-#include "ir/interpret.hpp"
-#include "ir/ir.hpp"
-#include "ir/order.hpp"
 #include "ordo/request.hpp"
 
 namespace ordo {
@@ -23,7 +21,10 @@ namespace cuda_backend {
 struct Compiled;
 }  // namespace cuda_backend
 namespace detail {
-class StageProgram;  // a stage's program, loaded by its target's backend (src/backend.hpp)
+// What a compiled kernel is made of inside ordo: its resolved Order, each stage's IR and the
+// program its backend loaded (src/kernel_parts.hpp). Opaque here, so that this header and the IR
+// do not depend on each other.
+struct KernelParts;
 }  // namespace detail
 
 // The most elements (rows*N) one launch may cover: 2^59, so that every buffer's length in
@@ -31,21 +32,29 @@ class StageProgram;  // a stage's program, loaded by its target's backend (src/b
 // larger launch; below it, ArgSpec::elements and byte counts cannot overflow.
 constexpr int64_t kMaxElements = int64_t(1) << 59;
 
+// How an argument's length follows a launch of `rows` rows of an N-column op. The values are the
+// C API's ORDO_EXTENT_*.
+enum class ArgExtent : uint8_t {
+  rows_by_cols,   // rows*N: a row each (x, y)
+  cols,           // N: shared by every row (weight, bias)
+  rows,           // one element per row (mean, rstd)
+  rows_by_fixed,  // rows*K, K = ArgSpec::per_row (attention: q holds rows*S_q*D elements)
+};
+std::string_view name(ArgExtent e);  // "rows*N", "N", "rows", "rows*K"
+
 // One argument of a kernel, in the order run() takes them.
 struct ArgSpec {
   std::string name;
   ScalarType dtype;
   bool output;
-  ir::Extent extent;
+  ArgExtent extent;
   int64_t per_row = 0;  // Extent::rows_by_fixed: elements per row (times the size below, if any)
   // Extent::rows_by_fixed: -1, or the size argument (CompiledKernel::sizes) that multiplies
   // per_row: attention's k and v with S_k given at launch hold rows * D * S_k elements.
   int per_row_size = -1;
   // Elements for a launch of `rows` rows with size arguments `sizes`; nullopt when that
   // overflows int64 or names a size not given.
-  std::optional<int64_t> checked_elements(int64_t rows, int64_t cols, const std::vector<int64_t>& sizes = {}) const {
-    return ir::launch_elements(extent, per_row, per_row_size, 0, rows, cols, sizes);
-  }
+  std::optional<int64_t> checked_elements(int64_t rows, int64_t cols, const std::vector<int64_t>& sizes = {}) const;
   // The same for sizes known to fit (buffers that exist).
   int64_t elements(int64_t rows, int64_t cols, const std::vector<int64_t>& sizes = {}) const {
     return checked_elements(rows, cols, sizes).value_or(INT64_MAX);
@@ -64,15 +73,18 @@ namespace detail {
 std::shared_ptr<const CompiledKernel> compile_new(const Request& r, bool share_programs);
 }  // namespace detail
 
+// A kernel ready to run: one or more stages (kernels over the same arguments, launched one after
+// another: layer_norm_backward's dx over the rows, then its weight gradients over column blocks).
+// ordo's own code reads the IR of each stage and the resolved Order through src/kernel_parts.hpp.
 class CompiledKernel {
  public:
+  CompiledKernel();  // empty; compile() fills it
+  ~CompiledKernel();
+  CompiledKernel(const CompiledKernel&) = delete;
+  CompiledKernel& operator=(const CompiledKernel&) = delete;
+
   const Request& request() const { return request_; }
-  const ir::Order& order() const { return order_; }
-  // The kernel, or a backward op's first stage. An op is one or more kernels (stages) over the
-  // same arguments, launched one after another: layer_norm_backward's dx over the rows, then its
-  // weight gradients over column blocks (Kernel::grid_over_rows).
-  const ir::Kernel& kernel(size_t stage = 0) const { return stages_.at(stage).kernel; }
-  size_t stage_count() const { return stages_.size(); }
+  size_t stage_count() const;
   const std::vector<ArgSpec>& args() const { return args_; }
   double compile_ms() const { return compile_ms_; }  // request to callable kernel, all phases
   // The backend's share, by phase: IR -> LLVM IR, LLVM optimization, machine code; summed over
@@ -104,32 +116,19 @@ class CompiledKernel {
   // names them. A row op's buffers are then sized by that N.
   void run_with_sizes(const std::vector<BufferRef>& buffers, int64_t rows, const std::vector<int64_t>& sizes, int threads = 0,
                       Stores stores = Stores::automatic) const;
-  // The lengths each launch gives (ir::Kernel::sizes): empty when the request fixed them all.
-  const std::vector<std::string>& sizes() const { return stages_.at(0).kernel.sizes; }
+  // The names of the lengths each launch gives ("N", "S_k"): empty when the request fixed them all.
+  const std::vector<std::string>& sizes() const;
   // N of a launch with these size arguments: the request's, or the launch's (Request::cols_at_launch).
   int64_t launch_cols(const std::vector<int64_t>& sizes) const { return request_.cols_at_launch ? sizes.at(0) : request_.cols; }
 
+  // The parts inside, for ordo's own code (src/kernel_parts.hpp).
+  const detail::KernelParts& parts() const { return *parts_; }
+
  private:
   friend std::shared_ptr<const CompiledKernel> detail::compile_new(const Request&, bool share_programs);
-  struct Stage {
-    ir::Kernel kernel;
-    std::shared_ptr<const detail::StageProgram> program;  // what the target's backend loaded
-    double lower_ms = 0, optimize_ms = 0, codegen_ms = 0;  // this stage's compile, by phase
-    bool from_disk_cache = false;
-  };
-  // share_programs: reuse (and offer) machine code this process compiled for the same program
-  // under another request; off for compile_uncached, whose callers want a compile.
-  void compile_stage(Stage& s, bool share_programs);
-  void run_stage(const Stage& s, const std::vector<void*>& ptrs, const std::vector<ir::BufferArg>& views,
-                 const std::vector<BufferRef>& buffers, int64_t rows, const std::vector<int64_t>& sizes, int threads,
-                 Stores stores) const;
   Request request_;
-  ir::Order order_;
-  std::vector<Stage> stages_;
+  std::unique_ptr<detail::KernelParts> parts_;
   std::vector<ArgSpec> args_;
-  // The launch's working memory (ir::Extent::row_blocks), after args_ in every stage's
-  // arguments: run() provides it, reusing the calling thread's memory up to 64 MiB.
-  std::vector<ir::Buffer> workspaces_;
   double compile_ms_ = 0, lower_ms_ = 0, optimize_ms_ = 0, codegen_ms_ = 0;
   bool from_disk_cache_ = false;
 };

@@ -18,6 +18,7 @@
 #include "ir/float_bits.hpp"
 #include "ordo/compare.hpp"
 #include "ordo/ordo.hpp"
+#include "src/kernel_parts.hpp"
 #include "sweep.hpp"
 
 using namespace ordo;
@@ -97,7 +98,7 @@ void check_batch_invariance(const Request& r) {
     const ArgSpec& arg = h.args[a];
     if (arg.output) continue;
     const int64_t per_row = arg.elements(1, n) * size_bytes(arg.dtype);
-    if (arg.extent == ir::Extent::cols) alone.bytes[a] = h.bytes[a];
+    if (arg.extent == ArgExtent::cols) alone.bytes[a] = h.bytes[a];
     else std::memcpy(alone.bytes[a].data(), h.bytes[a].data() + row * per_row, size_t(per_row));
   }
   k->run(alone.refs(1, n), 1);
@@ -325,7 +326,7 @@ TEST_CASE("attention: the schedules on either side of exact-tiled's panel and fa
     if (std::string(c.order) == "fast") CHECK(k->stage_count() == (c.sk * c.d * 8 <= (int64_t(2) << 20) ? 2u : 1u));
     if (c.sk == 4096 && std::string(c.order) == "exact-tiled") {
       bool panel = false;
-      for (const ir::Buffer& b : k->kernel().buffers) panel = panel || b.name == "panel";
+      for (const ir::Buffer& b : kernel_ir(*k).buffers) panel = panel || b.name == "panel";
       CHECK(panel);
     }
     for (Target target : {Target::cpu, Target::cuda_emu}) {

@@ -253,9 +253,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       std::fill(a.bytes[i].begin(), a.bytes[i].end(), uint8_t{0x5a});
     } else if (forward == OpKind::attention) {  // q, k, v (out, dout, lse): whole buffers, one value profile each
       fill(in, arg.dtype, a.bytes[i].data(), 0, arg.elements(rows, r.cols), 0.0, 1.0);
-    } else if (arg.extent == ir::Extent::rows_by_cols) {  // x, dy
+    } else if (arg.extent == ArgExtent::rows_by_cols) {  // x, dy
       for (int64_t row = 0; row < rows; ++row) fill(in, arg.dtype, a.bytes[i].data(), row * r.cols, r.cols, 0.0, 1.0);
-    } else if (arg.extent == ir::Extent::rows) {  // a backward op's saved statistics (mean, rstd)
+    } else if (arg.extent == ArgExtent::rows) {  // a backward op's saved statistics (mean, rstd)
       fill(in, arg.dtype, a.bytes[i].data(), 0, rows, arg.name == "rstd" ? 1.0 : 0.0, 1.0);
     } else {
       fill(in, arg.dtype, a.bytes[i].data(), 0, r.cols, arg.name == "weight" ? 1.0 : 0.0, 0.5);
@@ -298,7 +298,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                                  arg.name, e, hex_bits(arg.dtype, a.bytes[i], e), hex_bits(arg.dtype, emu_out->bytes[i], e)));
     for (int64_t e = 0; e < n; ++e) {
       if (same_bits(arg.dtype, a.bytes[i].data(), b.bytes[i].data(), e)) continue;
-      const int64_t per_row = arg.extent == ir::Extent::rows_by_cols ? r.cols : arg.extent == ir::Extent::rows_by_fixed ? arg.per_row : 1;
+      const int64_t per_row = arg.extent == ArgExtent::rows_by_cols ? r.cols : arg.extent == ArgExtent::rows_by_fixed ? arg.per_row : 1;
       fuzz::broken(fmt::format("interpreter and cpu differ: {} rows={}\n  {}[{}] (row {}, element {}): interpreter {}, cpu {}", r.key(),
                                rows, arg.name, e, e / per_row, e % per_row, hex_bits(arg.dtype, a.bytes[i], e),
                                hex_bits(arg.dtype, b.bytes[i], e)));

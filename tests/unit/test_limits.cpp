@@ -22,6 +22,7 @@
 #include "ir/interpret.hpp"
 #include "ordo/compare.hpp"
 #include "ordo/ordo.hpp"
+#include "src/kernel_parts.hpp"
 
 using namespace ordo;
 
@@ -75,7 +76,7 @@ TEST_CASE("N = 2^31 compiles, and the optimized LLVM IR addresses memory with 64
     INFO(r.key());
     KernelHandle k;
     REQUIRE_NOTHROW(k = compile(r));
-    const std::string llvm_ir = llvm_backend::emit_llvm_ir(k->kernel());
+    const std::string llvm_ir = llvm_backend::emit_llvm_ir(ordo::kernel_ir(*k));
     std::istringstream lines(llvm_ir);
     int geps = 0;
     for (std::string line; std::getline(lines, line);) {
@@ -116,11 +117,11 @@ TEST_CASE("a row that starts past 2^32 elements runs with 64-bit offsets and mat
     HostBuffers got = want;
     k->run(want.refs(1, cols), 1);
 
-    const llvm_backend::Compiled c = llvm_backend::compile(k->kernel());
+    const llvm_backend::Compiled c = llvm_backend::compile(ordo::kernel_ir(*k));
     std::vector<void*> ptrs;
     for (size_t i = 0; i < got.args.size(); ++i) {
       const ArgSpec& a = got.args[i];
-      const int64_t per_row = a.extent == ir::Extent::rows_by_cols ? cols : a.extent == ir::Extent::rows ? 1 : 0;
+      const int64_t per_row = a.extent == ArgExtent::rows_by_cols ? cols : a.extent == ArgExtent::rows ? 1 : 0;
       const uint64_t shift = static_cast<uint64_t>(last * per_row * size_bytes(a.dtype));
       const uintptr_t real = reinterpret_cast<uintptr_t>(got.bytes[i].data());
       REQUIRE(real > shift);  // the shifted address stays a plain address (heap addresses are far above 2^36)
