@@ -146,6 +146,96 @@ const TorchDtypes& torch_dtypes() {
   return d;
 }
 
+py::handle torch_dtype(ordo::ScalarType t) {
+  const TorchDtypes& d = torch_dtypes();
+  switch (t) {
+    case ordo::ScalarType::f32: return d.f32;
+    case ordo::ScalarType::bf16: return d.bf16;
+    case ordo::ScalarType::f16: return d.f16;
+    case ordo::ScalarType::f64: return d.f64;
+    default: break;
+  }
+  throw ordo::Error(std::string("no torch dtype for ") + std::string(ordo::name(t)));
+}
+
+// A tensor's address as an integer (Tensor.data_ptr()).
+void* torch_data(py::handle t) { return reinterpret_cast<void*>(t.attr(tensor_attributes().data_ptr)().cast<uintptr_t>()); }
+
+// A CPU torch tensor's memory as a kernel argument, read through Python (this module does not link
+// torch), with the checks DLPack's consumer makes: the CPU, a compact row-major layout, the dtype.
+// The kernel checks the length.
+ordo::BufferRef torch_buffer(py::handle t, const std::string& what) {
+  const TensorAttributes& attr = tensor_attributes();
+  const TorchDtypes& dtypes = torch_dtypes();
+  if (!t.attr(attr.is_cpu).cast<bool>()) throw ordo::Error(what + ": not a CPU tensor (ordo's Python API runs on the CPU)");
+  if (!t.attr(attr.is_contiguous)().cast<bool>()) throw ordo::Error(what + ": not contiguous; call .contiguous() first");
+  const py::object dtype = t.attr(attr.dtype);
+  ordo::ScalarType type;
+  if (dtype.is(dtypes.f32)) type = ordo::ScalarType::f32;
+  else if (dtype.is(dtypes.bf16)) type = ordo::ScalarType::bf16;
+  else if (dtype.is(dtypes.f16)) type = ordo::ScalarType::f16;
+  else if (dtype.is(dtypes.f64)) type = ordo::ScalarType::f64;
+  else throw ordo::Error(what + ": dtype " + py::str(dtype).cast<std::string>() + " is not float32, float16 or bfloat16");
+  return {torch_data(t), t.attr(attr.numel)().cast<int64_t>(), type};
+}
+
+// This thread's memory for output `index` of a row call that discards it (run_rows' statistics),
+// at least `bytes` long; kept for the thread's next call.
+void* discarded_output(size_t index, size_t bytes) {
+  thread_local std::vector<std::vector<std::byte>> held;
+  if (held.size() <= index) held.resize(index + 1);
+  if (held[index].size() < bytes) held[index].resize(bytes);
+  return held[index].data();
+}
+
+// A forward row op (norm or softmax) over x's last dim, as ordo.torch calls it when nothing
+// records the call (ordo.torch._direct): x, weight and bias (None: absent) by their argument
+// names; the row-shaped output allocated by torch (empty_like(x), or empty in its own dtype) and
+// returned; the per-row statistics (mean, rstd), which such a call discards, written to this
+// thread's memory instead of tensors. What the Python loop it replaces did, without its per-call
+// interpreter cost: a 1x4096 call is a few microseconds in all.
+py::object run_rows(const ordo::CompiledKernel& k, py::handle x_in, py::handle weight, py::handle bias, bool n_at_launch) {
+  static const py::handle empty_like = py::object(py::module_::import("torch").attr("empty_like")).release();
+  static const py::handle empty = py::object(py::module_::import("torch").attr("empty")).release();
+  static const py::handle contiguous_name = PyUnicode_InternFromString("contiguous");
+  static const py::handle shape_name = PyUnicode_InternFromString("shape");
+  py::object x = py::reinterpret_borrow<py::object>(x_in);
+  if (!x.attr(tensor_attributes().is_contiguous)().cast<bool>()) x = x.attr(contiguous_name)();
+  const py::tuple shape = x.attr(shape_name);
+  if (shape.size() == 0) throw ordo::Error("x: a 0-dim tensor has no row to reduce");
+  const int64_t cols = shape[shape.size() - 1].cast<int64_t>();
+  int64_t rows = 1;
+  for (size_t i = 0; i + 1 < shape.size(); ++i) rows *= shape[i].cast<int64_t>();
+  const ordo::BufferRef x_ref = torch_buffer(x, "x");
+  py::object y;
+  std::vector<ordo::BufferRef> refs;
+  const auto& args = k.args();
+  refs.reserve(args.size());
+  for (size_t i = 0; i < args.size(); ++i) {
+    const ordo::ArgSpec& a = args[i];
+    if (!a.output) {
+      py::handle given = a.name == "x" ? py::handle(x) : a.name == "weight" ? weight : a.name == "bias" ? bias : py::handle();
+      if (!given || given.is_none()) throw ordo::Error(a.name + ": the kernel takes it, the call gave none");
+      refs.push_back(a.name == "x" ? x_ref : torch_buffer(given, a.name));
+    } else if (a.extent == ordo::ArgExtent::rows_by_cols) {
+      if (y) throw ordo::Error("internal: " + std::string(ordo::name(k.request().op)) + " has two row-shaped outputs");
+      // A new CPU tensor of x's shape, contiguous (x is) and of the output's dtype: nothing to check.
+      y = a.dtype == x_ref.dtype ? empty_like(x) : empty(shape, py::arg("dtype") = torch_dtype(a.dtype));
+      refs.push_back({torch_data(y), rows * cols, a.dtype});
+    } else if (a.extent == ordo::ArgExtent::rows) {
+      refs.push_back({discarded_output(i, static_cast<size_t>(rows) * ordo::size_bytes(a.dtype)), rows, a.dtype});
+    } else {
+      throw ordo::Error("internal: " + a.name + " is not a row op's argument");
+    }
+  }
+  if (!y) throw ordo::Error("internal: " + std::string(ordo::name(k.request().op)) + " has no row-shaped output");
+  {
+    py::gil_scoped_release unlocked;  // x, weight, bias and y are held by this frame
+    k.run_with_sizes(refs, rows, n_at_launch ? std::vector<int64_t>{cols} : std::vector<int64_t>{});
+  }
+  return y;
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_ordo, m) {
@@ -191,29 +281,17 @@ PYBIND11_MODULE(_ordo, m) {
           const auto& args = k.args();
           if (tensors.size() != args.size())
             throw ordo::Error("kernel takes " + std::to_string(args.size()) + " tensors, got " + std::to_string(tensors.size()));
-          const TorchDtypes& dtypes = torch_dtypes();
-          const TensorAttributes& attr = tensor_attributes();
           std::vector<ordo::BufferRef> refs;
           refs.reserve(args.size());
-          for (size_t i = 0; i < args.size(); ++i) {
-            const py::handle t = tensors[i];
-            const std::string& what = args[i].name;
-            if (!t.attr(attr.is_cpu).cast<bool>()) throw ordo::Error(what + ": not a CPU tensor (ordo's Python API runs on the CPU)");
-            if (!t.attr(attr.is_contiguous)().cast<bool>()) throw ordo::Error(what + ": not contiguous; call .contiguous() first");
-            const py::object dtype = t.attr(attr.dtype);
-            ordo::ScalarType type;
-            if (dtype.is(dtypes.f32)) type = ordo::ScalarType::f32;
-            else if (dtype.is(dtypes.bf16)) type = ordo::ScalarType::bf16;
-            else if (dtype.is(dtypes.f16)) type = ordo::ScalarType::f16;
-            else if (dtype.is(dtypes.f64)) type = ordo::ScalarType::f64;
-            else throw ordo::Error(what + ": dtype " + py::str(dtype).cast<std::string>() + " is not float32, float16 or bfloat16");
-            refs.push_back({reinterpret_cast<void*>(t.attr(attr.data_ptr)().cast<uintptr_t>()), t.attr(attr.numel)().cast<int64_t>(), type});
-          }
+          for (size_t i = 0; i < args.size(); ++i) refs.push_back(torch_buffer(tensors[i], args[i].name));
           py::gil_scoped_release unlocked;  // the caller's list keeps the tensors alive
           k.run_with_sizes(refs, rows, sizes, threads);
           return 0;
         });
-      }, py::arg("tensors"), py::arg("rows"), py::arg("threads") = 0, py::arg("sizes") = std::vector<int64_t>{});
+      }, py::arg("tensors"), py::arg("rows"), py::arg("threads") = 0, py::arg("sizes") = std::vector<int64_t>{})
+      .def("run_rows", [](const ordo::CompiledKernel& k, py::handle x, py::handle weight, py::handle bias, bool n_at_launch) {
+        return translate([&] { return run_rows(k, x, weight, bias, n_at_launch); });
+      }, py::arg("x"), py::arg("weight"), py::arg("bias"), py::arg("n_at_launch"));
 
   m.def("compile", [](const std::string& op, int64_t cols, const std::string& dtype, const std::string& weight_dtype,
                       const std::string& order, double eps, bool weight, bool bias, bool allow_mixed_dtypes,

@@ -162,6 +162,24 @@ def _run_rows(op: str, x: Tensor, weight: Optional[Tensor], bias: Optional[Tenso
     return outs
 
 
+def _forward_direct(op: str, x: Tensor, weight: Optional[Tensor], bias: Optional[Tensor], eps: float, order: str) -> Tensor:
+    """_run_rows' row-shaped output, for a call nothing records (_direct): the kernel allocates it
+    with torch and writes the statistics, which such a call discards, to memory of its own
+    (Kernel.run_rows), so the call costs a plan lookup and one native call."""
+    w_dtype = None
+    if weight is not None:
+        w_dtype = weight.dtype
+        weight = weight.contiguous()
+    b_dtype = None
+    if bias is not None:
+        b_dtype = bias.dtype
+        bias = bias.contiguous()
+    plan = _row_plan(op, 0, x.dtype, w_dtype, b_dtype, eps, order)  # rows of any length first
+    if plan is None:
+        plan = _row_plan(op, x.shape[-1], x.dtype, w_dtype, b_dtype, eps, order)
+    return plan[0].run_rows(x, weight, bias, plan[1])
+
+
 @functools.lru_cache(maxsize=_ROW_PLANS)
 def _attention_plan(d: int, sq: int, sk: int, dtype: torch.dtype, order: str, causal: bool, scale: Optional[float],
                     heads: int, row_strides: Tuple[int, int, int]):
@@ -200,14 +218,17 @@ def _run_attention(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: Optiona
     return out
 
 
+_is_compiling, _dispatch_modes, _grad_enabled = torch.compiler.is_compiling, torch._C._len_torch_dispatch_stack, torch.is_grad_enabled
+
+
 def _direct(*tensors) -> bool:
     """Whether a call may run its kernel directly instead of through its custom op: in eager code
     (not while Dynamo traces), on plain tensors, with no gradient to record and no dispatch mode
     (FakeTensorMode, a profiler's or a logger's) that expects to see the op. The result is the
     same; the custom op's dispatch and autograd wrapper cost more than a small call's kernel."""
-    if torch.compiler.is_compiling() or torch._C._len_torch_dispatch_stack():
+    if _is_compiling() or _dispatch_modes():
         return False
-    grad = torch.is_grad_enabled()
+    grad = _grad_enabled()
     for t in tensors:
         if t is not None and (type(t) is not Tensor or grad and t.requires_grad):
             return False
@@ -260,7 +281,7 @@ def _(x, weight, eps, order, backward_order):
 
 @torch.library.custom_op("ordo::softmax", mutates_args=())
 def _softmax_op(x: Tensor, order: str, backward_order: str) -> Tensor:
-    return _run_rows("softmax", x, None, None, 0.0, order)["y"]
+    return _forward_direct("softmax", x, None, None, 0.0, order)
 
 
 @_softmax_op.register_fake
@@ -272,7 +293,7 @@ def _(x, order, backward_order):
 
 @torch.library.custom_op("ordo::log_softmax", mutates_args=())
 def _log_softmax_op(x: Tensor, order: str, backward_order: str) -> Tensor:
-    return _run_rows("log_softmax", x, None, None, 0.0, order)["y"]
+    return _forward_direct("log_softmax", x, None, None, 0.0, order)
 
 
 @_log_softmax_op.register_fake
@@ -453,6 +474,8 @@ _eager_dropout_op.register_autograd(_eager_dropout_backward, setup_context=_eage
 # --- the functions, with torch's signatures plus order= --------------------------------------
 
 def _normalized_cols(x: Tensor, normalized_shape, op: str) -> int:
+    if type(normalized_shape) is tuple and len(normalized_shape) == 1 and x.dim() and x.shape[-1] == normalized_shape[0]:
+        return normalized_shape[0]  # the common call, checked without building anything
     shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
     if len(shape) == 0 or len(shape) > x.dim() or tuple(x.shape[x.dim() - len(shape):]) != shape:
         raise ValueError(f"{op}: normalized_shape {list(shape)} is not the trailing shape of input {list(x.shape)}")
@@ -478,7 +501,7 @@ def layer_norm(input: Tensor, normalized_shape, weight: Optional[Tensor] = None,
     n = _normalized_cols(input, normalized_shape, "layer_norm")
     x, w, b = _rows_view(input, normalized_shape, n), _flat(weight, n), _flat(bias, n)
     if _direct(x, w, b):
-        y = _run_rows("layer_norm", x, w, b, float(eps), order)["y"]
+        y = _forward_direct("layer_norm", x, w, b, float(eps), order)
     else:
         y, _, _ = torch.ops.ordo.layer_norm(x, w, b, float(eps), order, backward_order or "")
     return y if x is input else y.reshape(input.shape)
@@ -492,7 +515,7 @@ def rms_norm(input: Tensor, normalized_shape, weight: Optional[Tensor] = None, e
     x, w = _rows_view(input, normalized_shape, n), _flat(weight, n)
     e = _RMS_NORM_DEFAULT_EPS if eps is None else float(eps)
     if _direct(x, w):
-        y = _run_rows("rms_norm", x, w, None, e, order)["y"]
+        y = _forward_direct("rms_norm", x, w, None, e, order)
     else:
         y, _ = torch.ops.ordo.rms_norm(x, w, e, order, backward_order or "")
     return y if x is input else y.reshape(input.shape)
@@ -510,7 +533,7 @@ def softmax(input: Tensor, dim: int = -1, dtype: Optional[torch.dtype] = None, *
     _last_dim(input, dim, "softmax")
     x = input if dtype is None else input.to(dtype)
     if _direct(x):
-        return _run_rows("softmax", x, None, None, 0.0, order)["y"]
+        return _forward_direct("softmax", x, None, None, 0.0, order)
     return torch.ops.ordo.softmax(x, order, backward_order or "")
 
 
@@ -521,7 +544,7 @@ def log_softmax(input: Tensor, dim: int = -1, dtype: Optional[torch.dtype] = Non
     _last_dim(input, dim, "log_softmax")
     x = input if dtype is None else input.to(dtype)
     if _direct(x):
-        return _run_rows("log_softmax", x, None, None, 0.0, order)["y"]
+        return _forward_direct("log_softmax", x, None, None, 0.0, order)
     return torch.ops.ordo.log_softmax(x, order, backward_order or "")
 
 
@@ -580,8 +603,17 @@ def _arg(args, kwargs, i, name, default):
     return kwargs.get(name, default)
 
 
+_DTYPE_TEXT: dict = {}
+
+
 def _dt(t) -> str:
-    return "" if t is None else str(t.dtype).replace("torch.", "")
+    """A tensor's dtype as torch names it without "torch." ('' for None)."""
+    if t is None:
+        return ""
+    text = _DTYPE_TEXT.get(t.dtype)
+    if text is None:
+        text = _DTYPE_TEXT[t.dtype] = str(t.dtype).replace("torch.", "")
+    return text
 
 
 _ORDERS = None
@@ -699,6 +731,21 @@ def _route(op: str, order: str, strict: bool, threads: int, call: tuple) -> Tupl
     if strict:
         return "", f"ordo.torch.pinned({order!r}): {op} cannot run in ordo: {why}", ""
     return "", "", f"ordo.torch.pinned({order!r}): {op} runs torch's own kernel, not ordo's: {why}"
+
+
+@functools.lru_cache(maxsize=1024)
+def _route_in_eager(op: str, order: str, strict: bool, threads: int, call: tuple) -> Tuple[str, str, str]:
+    """_route, remembered: in eager code every call of a block asks it, and its answer depends on
+    nothing but its arguments (a routed call's kernel is compiled, or refused, by request)."""
+    return _route(op, order, strict, threads, call)
+
+
+def _route_call(op: str, order: str, strict: bool, threads: int, call: tuple) -> Tuple[str, str, str]:
+    """_route for one call: remembered in eager code; asked afresh while Dynamo traces (its result
+    is then a constant of the graph, and Dynamo would not trace through the cache)."""
+    if torch.compiler.is_compiling():
+        return _route(op, order, strict, threads, call)
+    return _route_in_eager(op, order, strict, threads, call)
 
 
 def _warn_once_per_block(text: str, stacklevel: int) -> None:
@@ -900,7 +947,7 @@ class pinned(TorchFunctionMode):
                 n = n * operator.index(size)
             last_contiguous = True if x.shape[-1] == 1 or x.stride(-1) == 1 else False
             call = (_dt(x), _dt(w), _dt(b), n, float(eps), last_contiguous)
-            order, error, note = _route(op, self.order, self.strict, _torch_threads(), call)
+            order, error, note = _route_call(op, self.order, self.strict, _torch_threads(), call)
             if error:
                 raise ValueError(error)
             if note:
@@ -917,7 +964,7 @@ class pinned(TorchFunctionMode):
             x, dim = args[0], _arg(args, kwargs, 1, "dim", None)
             dtype = _arg(args, kwargs, 3 if func in (F.softmax, F.log_softmax) else 2, "dtype", None)
             call = (_dt(x), x.dim(), operator.index(x.shape[-1]) if x.dim() else 1, dim, _dt_name(dtype))
-            order, error, note = _route(op, self.order, self.strict, _torch_threads(), call)
+            order, error, note = _route_call(op, self.order, self.strict, _torch_threads(), call)
             if error:
                 raise ValueError(error)
             if note:
@@ -955,7 +1002,7 @@ class pinned(TorchFunctionMode):
             call = (_dt(q), _dt(k), _dt(v), q.dim(), shapes_ok, operator.index(q.shape[-1]) if shapes_ok else 0,
                     operator.index(q.shape[-2]) if shapes_ok else 0, operator.index(k.shape[-2]) if shapes_ok else 0, last_contiguous,
                     mask is not None, dropout_p, is_causal, None if scale is None else float(scale), group, grad)
-            order, error, note = _route("scaled_dot_product_attention", self.order, self.strict, _torch_threads(), call)
+            order, error, note = _route_call("scaled_dot_product_attention", self.order, self.strict, _torch_threads(), call)
             if error:
                 raise ValueError(error)
             if note:
