@@ -177,6 +177,10 @@ int ordo_kernel_num_args(const ordo_kernel* k) {
   return n;
 }
 
+// ordo_kernel_arg reports an argument's extent as its ArgExtent value.
+static_assert(int(ordo::ArgExtent::rows_by_cols) == ORDO_EXTENT_ROWS_BY_COLS && int(ordo::ArgExtent::cols) == ORDO_EXTENT_COLS &&
+              int(ordo::ArgExtent::rows) == ORDO_EXTENT_ROWS && int(ordo::ArgExtent::rows_by_fixed) == ORDO_EXTENT_ROWS_BY_FIXED);
+
 int ordo_kernel_arg(const ordo_kernel* k, int i, const char** name, int* dt, int* is_output, int* extent) {
   return guarded([&] {
     if (!k) throw ordo::Error("kernel is NULL");
