@@ -188,6 +188,14 @@ void* discarded_output(size_t index, size_t bytes) {
   return held[index].data();
 }
 
+// How kernels store into outputs torch has just allocated. Cached, never streaming: torch's
+// allocator maps a large block afresh on every call (glibc serves everything above 32 MiB, the
+// size from which CompiledKernel::Stores::automatic would stream, with a new mmap), so each page
+// is first touched by the kernel, and non-temporal stores into pages the kernel has just faulted
+// in cost more than stores through the cache (measured: an 8192x4096 f32 layer_norm into a fresh
+// output took 55 ms streaming and 46 ms through the cache, torch's own call 44-48 ms).
+constexpr ordo::CompiledKernel::Stores kFreshOutputStores = ordo::CompiledKernel::Stores::cached;
+
 // A forward row op (norm or softmax) over x's last dim, as ordo.torch calls it when nothing
 // records the call (ordo.torch._direct): x, weight and bias (None: absent) by their argument
 // names; the row-shaped output allocated by torch (empty_like(x), or empty in its own dtype) and
@@ -231,7 +239,7 @@ py::object run_rows(const ordo::CompiledKernel& k, py::handle x_in, py::handle w
   if (!y) throw ordo::Error("internal: " + std::string(ordo::name(k.request().op)) + " has no row-shaped output");
   {
     py::gil_scoped_release unlocked;  // x, weight, bias and y are held by this frame
-    k.run_with_sizes(refs, rows, n_at_launch ? std::vector<int64_t>{cols} : std::vector<int64_t>{});
+    k.run_with_sizes(refs, rows, n_at_launch ? std::vector<int64_t>{cols} : std::vector<int64_t>{}, 0, kFreshOutputStores);
   }
   return y;
 }
@@ -276,7 +284,10 @@ PYBIND11_MODULE(_ordo, m) {
       // most of a small call. This module does not link torch, so it asks each tensor through
       // Python, and checks what DLPack's consumer checks: the CPU, a compact row-major layout
       // and the dtype; the kernel checks the sizes.
-      .def("run_torch", [](const ordo::CompiledKernel& k, py::list tensors, int64_t rows, int threads, const std::vector<int64_t>& sizes) {
+      // fresh_outputs: the outputs were just allocated by torch (ordo.torch's calls), so they are
+      // stored through the cache (kFreshOutputStores); else as CompiledKernel::Stores::automatic.
+      .def("run_torch", [](const ordo::CompiledKernel& k, py::list tensors, int64_t rows, int threads, const std::vector<int64_t>& sizes,
+                           bool fresh_outputs) {
         translate([&] {
           const auto& args = k.args();
           if (tensors.size() != args.size())
@@ -285,10 +296,11 @@ PYBIND11_MODULE(_ordo, m) {
           refs.reserve(args.size());
           for (size_t i = 0; i < args.size(); ++i) refs.push_back(torch_buffer(tensors[i], args[i].name));
           py::gil_scoped_release unlocked;  // the caller's list keeps the tensors alive
-          k.run_with_sizes(refs, rows, sizes, threads);
+          k.run_with_sizes(refs, rows, sizes, threads, fresh_outputs ? kFreshOutputStores : ordo::CompiledKernel::Stores::automatic);
           return 0;
         });
-      }, py::arg("tensors"), py::arg("rows"), py::arg("threads") = 0, py::arg("sizes") = std::vector<int64_t>{})
+      }, py::arg("tensors"), py::arg("rows"), py::arg("threads") = 0, py::arg("sizes") = std::vector<int64_t>{},
+         py::arg("fresh_outputs") = false)
       .def("run_rows", [](const ordo::CompiledKernel& k, py::handle x, py::handle weight, py::handle bias, bool n_at_launch) {
         return translate([&] { return run_rows(k, x, weight, bias, n_at_launch); });
       }, py::arg("x"), py::arg("weight"), py::arg("bias"), py::arg("n_at_launch"));

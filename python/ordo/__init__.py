@@ -83,9 +83,11 @@ def _capsule(a):
 def _launch(kernel, arrays, rows, threads, sizes=()):
     """Runs `kernel` on `arrays` (in kernel.args order), with the lengths it takes at launch
     (kernel.sizes). Torch tensors go by pointer (Kernel.run_torch checks each one's device,
-    layout, dtype and size); anything else, or a mix, through DLPack."""
+    layout, dtype and size); anything else, or a mix, through DLPack. The outputs among them were
+    allocated just before by the caller, so their pages are fresh (Kernel.run_torch's
+    fresh_outputs)."""
     if all(_is_torch(a) for a in arrays):
-        kernel.run_torch(arrays, rows, threads, list(sizes))
+        kernel.run_torch(arrays, rows, threads, list(sizes), True)
     else:
         kernel.run([_capsule(a) for a in arrays], rows, threads, list(sizes))
 

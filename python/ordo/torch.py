@@ -158,7 +158,7 @@ def _run_rows(op: str, x: Tensor, weight: Optional[Tensor], bias: Optional[Tenso
         else:
             t = given[name]
         tensors.append(t)
-    kernel.run_torch(tensors, math.prod(x.shape[:-1]), 0, [x.shape[-1]] if n_at_launch else [])
+    kernel.run_torch(tensors, math.prod(x.shape[:-1]), 0, [x.shape[-1]] if n_at_launch else [], True)
     return outs
 
 
@@ -214,7 +214,7 @@ def _run_attention(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: Optiona
     kernel, names = plan if plan is not None else _attention_plan(d, sq, sk, q.dtype, order, causal, scale, heads, (qs, ks, vs))
     out = torch.empty(q.shape, dtype=q.dtype)
     given = {"q": q, "k": k, "v": v, "out": out}
-    kernel.run_torch([given[n] for n in names], math.prod(q.shape[:-2]), 0, sizes)
+    kernel.run_torch([given[n] for n in names], math.prod(q.shape[:-2]), 0, sizes, True)
     return out
 
 
