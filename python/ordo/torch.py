@@ -742,10 +742,20 @@ def _route_in_eager(op: str, order: str, strict: bool, threads: int, call: tuple
 
 def _route_call(op: str, order: str, strict: bool, threads: int, call: tuple) -> Tuple[str, str, str]:
     """_route for one call: remembered in eager code; asked afresh while Dynamo traces (its result
-    is then a constant of the graph, and Dynamo would not trace through the cache)."""
-    if torch.compiler.is_compiling():
+    is then a constant of the graph, and Dynamo would not trace through the cache) and for a call
+    the cache cannot key (an unhashable argument, such as F.softmax's dim given as a list, which
+    _route names in its refusal)."""
+    if torch.compiler.is_compiling() or not _hashable(call):
         return _route(op, order, strict, threads, call)
     return _route_in_eager(op, order, strict, threads, call)
+
+
+def _hashable(value) -> bool:
+    try:
+        hash(value)
+        return True
+    except TypeError:
+        return False
 
 
 def _warn_once_per_block(text: str, stacklevel: int) -> None:

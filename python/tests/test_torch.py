@@ -295,6 +295,23 @@ def test_fallbacks():
                 check(False, f"strict {reason} raises")
             except ValueError as e:
                 check(reason in str(e) and "cannot run in ordo" in str(e), f"strict {reason} raises ValueError naming it")
+        # An argument pinned's routing cache cannot key (a list for dim): the refusal names it, and
+        # torch's own call then raises its own error, as without ordo.
+        try:
+            with ot.pinned(EXACT, strict=True):
+                F.softmax(x, [1])
+            check(False, "strict softmax with dim=[1] raises")
+        except ValueError as e:
+            check("dim=[1] is not an int" in str(e), f"strict softmax with dim=[1] raises ValueError naming it: {e}")
+        with warnings.catch_warnings(record=True) as record:
+            warnings.simplefilter("always")
+            try:
+                with ot.pinned(EXACT):
+                    F.softmax(x, [1])
+                check(False, "softmax with dim=[1] raises torch's error")
+            except TypeError as e:
+                check("dim" in str(e) and any("dim=[1] is not an int" in t for t in fallback_warnings(record)),
+                      f"softmax with dim=[1]: torch's TypeError ({e}) after ordo's warning")
         # Compiled: the warning comes once per block, from the graph as it runs; strict raises when tracing.
         torch._dynamo.reset()
         with warnings.catch_warnings(record=True) as record:
