@@ -35,7 +35,7 @@ struct StageLaunch {
   // ir::launch_extents: the grid's extents, the rows, the size arguments.
   const std::vector<int64_t>& extents;
   int64_t instances = 0;        // the grid's instances (the product of its extents)
-  int64_t work_elements = 0;    // the largest argument's elements: below 2^15, one thread is faster
+  int64_t work_elements = 0;    // the largest argument's elements (attention: its multiply-adds / 8): below 2^15, one thread is faster
   int threads = 0;              // the caller's thread count (0: every core)
   bool stream_outputs = false;  // the CPU's non-temporal stores for large per-row outputs (never changes bits)
 };

@@ -17,6 +17,7 @@
 #include <new>
 #include <optional>
 #include <thread>
+#include <limits>
 #include <list>
 #include <unordered_map>
 #include <variant>
@@ -589,6 +590,21 @@ std::byte* reused_workspace(size_t index, size_t bytes) {
   return h.memory.get();
 }
 
+// An attention launch's work in the units of StageLaunch::work_elements (a norm's element costs
+// about as much as 8 of attention's multiply-adds): rows*S_q*S_k*D/8. Its largest argument
+// undercounts it by a factor of S_k: B*H = 8, S = 48, D = 32 (a small model's layer) is 12288
+// elements, one thread's work by that count, yet 64 us of it on one thread (Intel Xeon, f32,
+// torch2.15-cpu) where torch's own call takes 43 us on two.
+int64_t attention_work(const Request& r, int64_t rows, const std::vector<int64_t>& sizes) {
+  if (forward_of(r.op) != OpKind::attention) return 0;
+  const int64_t seq_k = r.seq_k_at_launch ? sizes.at(0) : r.seq_k;
+  int64_t work = 0;  // saturates rather than overflows: only its size against the threshold matters
+  if (__builtin_mul_overflow(rows, r.seq_q, &work) || __builtin_mul_overflow(work, seq_k, &work) ||
+      __builtin_mul_overflow(work, r.cols, &work))
+    return std::numeric_limits<int64_t>::max();
+  return work / 8;
+}
+
 // One stage over the launch. Its grid: the rows (then any fixed dims), or for a column stage its
 // fixed dims alone; every entry point also gets the launch's rows and size arguments after the
 // grid's extents. The stage's backend runs it (src/backends.cpp).
@@ -609,6 +625,7 @@ void run_stage(const CompiledKernel& kernel, const detail::KernelStage& s, const
       output_bytes += a.elements(rows, cols, sizes) * size_bytes(a.dtype);
   int64_t work = 0;
   for (const ArgSpec& a : args) work = std::max(work, a.elements(rows, cols, sizes));
+  work = std::max(work, attention_work(kernel.request(), rows, sizes));
   const bool stream = stores == CompiledKernel::Stores::streaming || (stores == CompiledKernel::Stores::automatic && output_bytes > kStreamAbove);
   s.program->launch(detail::StageLaunch{k, buffers, ptrs, views, args, kernel.parts().workspaces, extents, instances, work, threads, stream});
 }
