@@ -17,6 +17,8 @@ std::vector<Kernel> build_stages(const Request& r, const Order& o) {
     case OpKind::layer_norm: ks.push_back(build_layer_norm(r, o)); break;
     case OpKind::rms_norm: ks.push_back(build_rms_norm(r, o)); break;
     case OpKind::var_mean: ks.push_back(build_var_mean(r, o)); break;
+    case OpKind::sum:
+    case OpKind::mean: ks.push_back(build_row_sum(r, o)); break;
     case OpKind::softmax:
     case OpKind::log_softmax: ks.push_back(build_softmax(r, o)); break;
     case OpKind::attention: ks = build_attention(r, o); break;

@@ -21,12 +21,13 @@ using F = AffineOrder::Form;
 namespace {
 
 constexpr ScalarType f32 = ScalarType::f32, bf16 = ScalarType::bf16, f16 = ScalarType::f16, f64 = ScalarType::f64;
-const std::vector<OpKind> kNormOps = {OpKind::layer_norm, OpKind::rms_norm, OpKind::var_mean};
+const std::vector<OpKind> kNormOps = {OpKind::layer_norm, OpKind::rms_norm, OpKind::var_mean, OpKind::sum, OpKind::mean};
 const std::vector<ScalarType> kAllStorage = {f32, bf16, f16};
 const std::vector<OpKind> kSoftmaxOps = {OpKind::softmax, OpKind::log_softmax};
 const std::vector<OpKind> kAllOps = {OpKind::layer_norm, OpKind::rms_norm, OpKind::var_mean, OpKind::softmax, OpKind::log_softmax,
                                      OpKind::attention, OpKind::layer_norm_backward, OpKind::rms_norm_backward,
-                                     OpKind::softmax_backward, OpKind::log_softmax_backward, OpKind::attention_backward};
+                                     OpKind::softmax_backward, OpKind::log_softmax_backward, OpKind::attention_backward,
+                                     OpKind::sum, OpKind::mean};
 
 // PyTorch 1.13 CPU softmax/log_softmax over the last dim (docs/research/softmax-torch1.13.md).
 // float: reduce_all trees over 8 lanes (avx2: a halving tree; default: lanes in order), exp and
@@ -219,11 +220,11 @@ Order torch215(ScalarType storage, Capability cap, const Request& r) {
   }
   if (r.op == OpKind::rms_norm_backward) {
     o.norm_backward = torch215_rms_norm_backward();
-    o.square_sum = torch215_mean_sum(cap);
+    o.row_sum = torch215_mean_sum(cap);
     return o;
   }
   o.softmax = torch113_softmax(storage, cap);
-  o.square_sum = torch215_mean_sum(cap);
+  o.row_sum = torch215_mean_sum(cap);
   const bool fma = cap != Capability::base;
   o.moments.kind = K::LaneWelford;
   o.moments.acc = f32;
@@ -266,7 +267,7 @@ Order inductor215(ScalarType storage, Capability cap, const Request& r) {
   sum.unroll_below = 8;  // torch._inductor.config.unroll_reductions_threshold
   sum.loop_step = lanes;
   Order o;
-  o.square_sum = sum;
+  o.row_sum = sum;
   o.moments.kind = K::VectorWelford;
   o.moments.acc = f32;
   o.moments.lanes = V;
@@ -292,7 +293,7 @@ Order inductor215(ScalarType storage, Capability cap, const Request& r) {
 // (bf16 x with an f32 weight gives f32); Gemma: (h * (1 + weight.float())).type_as(x).
 Order hf_rms_norm(bool gemma, Capability cap) {
   Order o;
-  o.square_sum = torch215_mean_sum(cap);
+  o.row_sum = torch215_mean_sum(cap);
   o.affine.round_before_weight = !gemma;
   o.affine.one_plus_weight = gemma;
   return o;
@@ -430,7 +431,7 @@ Order two_pass(SumOrder sum, ScalarType acc) {
   o.moments.kind = K::TwoPass;
   o.moments.acc = acc;
   o.moments.sum = sum;
-  o.square_sum = sum;
+  o.row_sum = sum;
   o.affine = {F::CenterScale, false};
   return o;
 }
@@ -457,7 +458,8 @@ std::vector<NamedOrder> make_table() {
   std::vector<NamedOrder> t;
   t.push_back({"fast", "the fastest order ordo has: two-pass, 4x8-lane fma sums, fused affine; attention: flash(bc=64,queries=32 on an AVX-512 CPU else 16,exp2=on,fma=all), S_k at launch; "
                "softmax/log_softmax_backward: s by 4x8-lane fma sums, Sleef exp, log_softmax's dx as one fma; "
-               "attention_backward: flash's tiled backward with fma, 16 lanes, lse recomputed by fast's forward (no reference)",
+               "attention_backward: flash's tiled backward with fma, 16 lanes, lse recomputed by fast's forward; sum/mean: 4x8-lane fma "
+               "sums (no reference)",
                kAllOps, kAllStorage, false, false, [](ScalarType, ScalarType acc, const Request& r, const HostModel&) {
                  Order o = two_pass(lane_tree(8, 4, true), acc);
                  o.affine = {F::ScaleBias, true};
@@ -481,14 +483,15 @@ std::vector<NamedOrder> make_table() {
                kAllStorage, false, false, [](ScalarType, ScalarType, const Request&, const HostModel&) {
                  Order o;
                  o.norm_backward = centered_backward(lane_tree(16, 1, true), 32);
-                 o.square_sum = lane_tree(16, 1, true);  // rms_norm_backward's rstd when not given: rstd = 1/sqrt(sum(x*x)/N + eps)
+                 o.row_sum = lane_tree(16, 1, true);  // rms_norm_backward's rstd when not given: rstd = 1/sqrt(sum(x*x)/N + eps)
                  o.softmax_backward = summed_softmax_backward(lane_tree(16, 1, true));
                  return o;
                }});
   const std::vector<OpKind> torch215_ops = {OpKind::layer_norm,          OpKind::rms_norm,          OpKind::var_mean,
                                             OpKind::softmax,             OpKind::log_softmax,       OpKind::attention,
                                             OpKind::layer_norm_backward, OpKind::rms_norm_backward, OpKind::softmax_backward,
-                                            OpKind::log_softmax_backward, OpKind::attention_backward};
+                                            OpKind::log_softmax_backward, OpKind::attention_backward, OpKind::sum,
+                                            OpKind::mean};
   t.push_back({"torch2.15-cpu-default",
                "PyTorch 2.15 CPU, ATEN_CPU_CAPABILITY=default. layer_norm: f32 8-lane Welford cascade (two f32 streams per 16-bit "
                "vector), no fma; rms_norm: F.rms_norm's composite in f32 (SumKernel's 4x8-lane cascade over the rounded squares; "
@@ -498,7 +501,9 @@ std::vector<NamedOrder> make_table() {
                "softmax/log_softmax_backward: vec::map2_reduce_all/reduce_all on 8 lanes folded in order, no fma, glibc expf; "
                "rms_norm_backward: F.rms_norm's autograd chain in f32 (SumKernel's 8-lane cascades for the row sum and dweight's dim-0 sum; "
                "the same under every capability); attention_backward (f32, bf16, f16, lse given; an AMD or Intel AVX-512 host's MKL): the CPU flash backward "
-               "with dsum on 8 lanes folded in order and glibc expf, bf16's dq, dk, dv by gemm_stub without fma or oneDNN",
+               "with dsum on 8 lanes folded in order and glibc expf, bf16's dq, dk, dv by gemm_stub without fma or oneDNN; "
+               "sum/mean: x.sum(-1) and x.mean(-1), SumKernel's 4x8-lane cascade as in rms_norm (a single row over 32768 long "
+               "in per-thread chunks), mean = sum / N; 16-bit x: mean only, of x.float(), rounded once",
                torch215_ops, kAllStorage, true, true,
                [](ScalarType s, ScalarType, const Request& r, const HostModel&) { return torch215(s, Capability::base, r); }});
   t.back().takes_environment = true;
@@ -508,7 +513,7 @@ std::vector<NamedOrder> make_table() {
                "attention: the CPU flash kernel with 8-lane exp_u20; softmax/log_softmax_backward: 8-lane map2_reduce_all/reduce_all, "
                "halving fold, the masked tail fused when torch runs the rows inline (threads=1 or one row), dx = fma(-exp(y), s, dy) "
                "with Sleef expf_u10; attention_backward (f32, bf16, f16, lse given; an AMD or Intel AVX-512 host's MKL): the CPU flash backward with dsum "
-               "on 8 lanes, halving fold, Sleef expf_u10, bf16's dq, dk, dv by gemm_stub with fma or oneDNN",
+               "on 8 lanes, halving fold, Sleef expf_u10, bf16's dq, dk, dv by gemm_stub with fma or oneDNN; sum/mean: as default",
                torch215_ops, kAllStorage, true, true,
                [](ScalarType s, ScalarType, const Request& r, const HostModel&) { return torch215(s, Capability::avx2, r); }});
   t.back().takes_environment = true;
@@ -517,7 +522,8 @@ std::vector<NamedOrder> make_table() {
                "has no AVX-512 kernel, so it is torch2.15-cpu-avx2's; rms_norm: as default (8 lanes here too); var_mean: "
                "sequential Welford in f64; attention: the CPU flash kernel with 16-lane exp_u20; softmax/log_softmax_backward: "
                "torch2.15-cpu-avx2's on 16 lanes; attention_backward (f32, bf16, f16, lse given; an AMD or Intel AVX-512 host's MKL): the CPU flash "
-               "backward with dsum on 16 lanes, halving fold, Sleef expf_u10, bf16's dq, dk, dv by gemm_stub with fma or oneDNN",
+               "backward with dsum on 16 lanes, halving fold, Sleef expf_u10, bf16's dq, dk, dv by gemm_stub with fma or oneDNN; "
+               "sum/mean: as default (8 lanes)",
                torch215_ops, kAllStorage, true, true,
                [](ScalarType s, ScalarType, const Request& r, const HostModel&) { return torch215(s, Capability::avx512, r); }});
   t.back().takes_environment = true;
@@ -704,9 +710,9 @@ std::vector<NamedOrder> make_table() {
                "PyTorch 1.13 CPU x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight (one thread)",
                {OpKind::rms_norm}, {f32}, true, true, [](ScalarType, ScalarType, const Request&, const HostModel&) {
                  Order o;
-                 o.square_sum.kind = S::LevelCascade;
-                 o.square_sum.lanes = 8;
-                 o.square_sum.accumulators = 4;
+                 o.row_sum.kind = S::LevelCascade;
+                 o.row_sum.lanes = 8;
+                 o.row_sum.accumulators = 4;
                  return o;
                }});
   t.push_back({"onnxruntime-cpu",

@@ -18,13 +18,15 @@ std::string_view name(OpKind op) {
     case OpKind::softmax_backward: return "softmax_backward";
     case OpKind::log_softmax_backward: return "log_softmax_backward";
     case OpKind::attention_backward: return "attention_backward";
+    case OpKind::sum: return "sum";
+    case OpKind::mean: return "mean";
   }
   return "?";
 }
 std::optional<OpKind> parse_op(std::string_view s) {
   for (OpKind o : {OpKind::layer_norm, OpKind::rms_norm, OpKind::var_mean, OpKind::softmax, OpKind::log_softmax, OpKind::attention,
                    OpKind::layer_norm_backward, OpKind::rms_norm_backward, OpKind::softmax_backward, OpKind::log_softmax_backward,
-                   OpKind::attention_backward})
+                   OpKind::attention_backward, OpKind::sum, OpKind::mean})
     if (s == name(o)) return o;
   return std::nullopt;
 }

@@ -632,7 +632,7 @@ struct SoftmaxBackwardOrder {
 // The whole order of a normalization-family op.
 struct Order {
   MomentsOrder moments;      // layer_norm, var_mean
-  SumOrder square_sum;       // rms_norm: sum of x*x
+  SumOrder row_sum;          // the sum over a row: rms_norm's of x*x, sum's and mean's of x
   AffineOrder affine;        // layer_norm, rms_norm (rms_norm uses only gamma)
   SoftmaxOrder softmax;      // softmax, log_softmax
   AttentionOrder attention;  // attention; attention_backward: the forward that recomputes lse

@@ -419,6 +419,8 @@ std::map<std::string, std::vector<double>> reference_f64(const Request& r, const
         out["var"].push_back(var);
         out["mean"].push_back(mean);
         break;
+      case OpKind::sum: out["sum"].push_back(sum); break;
+      case OpKind::mean: out["mean"].push_back(mean); break;
       case OpKind::layer_norm: {
         const double rstd = 1.0 / std::sqrt(var + static_cast<double>(static_cast<float>(r.eps)));
         out["mean"].push_back(mean);
@@ -465,6 +467,8 @@ CompareReport compare_orders(const CompareOptions& opt) {
   // A backward op's report is about its weight gradient, the sum over every row, when it has one.
   const bool weight_grad = opt.base.has_weight && (opt.base.op == OpKind::layer_norm_backward || opt.base.op == OpKind::rms_norm_backward);
   rep.primary = opt.base.op == OpKind::var_mean      ? "var"
+                : opt.base.op == OpKind::sum         ? "sum"
+                : opt.base.op == OpKind::mean        ? "mean"
                 : opt.base.op == OpKind::attention   ? "out"
                 : opt.base.op == OpKind::attention_backward ? "dq"
                 : weight_grad                        ? "dweight"

@@ -12,7 +12,7 @@ const char* const kRunHelp = R"(usage: ordo run <op> --order NAME --in NAME=FILE
                         rms_norm_backward dy, x, weight, rstd (optional); softmax_backward and
                         log_softmax_backward dy, y (the forward's output); attention_backward q, k, v, out,
                         dout and lse (optional: without it the order's forward recomputes it)
-  --out NAME=FILE.npy   an output to write: y, mean, rstd, var (attention: out, lse)  --out y=y.npy
+  --out NAME=FILE.npy   an output to write: y, mean, rstd, var, sum (attention: out, lse)  --out y=y.npy
                         backward ops: dx, dweight, dbias (layer_norm_backward; computed when asked for);
                         attention_backward: dq, dk, dv
   --threads T           threads of ordo's pool (0: every core)           --threads 2

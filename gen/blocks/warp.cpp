@@ -40,7 +40,9 @@ bool warp_layout(const Request& r, const Order& o) {
   switch (r.op) {
     // A row PyTorch would split over threads (Order::threads, gen/ops/rms_norm.cpp) is summed in chunks
     // on one thread.
-    case OpKind::rms_norm: return warp_sum_fits(o.square_sum, r.cols) && (o.threads == 1 || r.cols <= 32768);
+    case OpKind::rms_norm:
+    case OpKind::sum:
+    case OpKind::mean: return warp_sum_fits(o.row_sum, r.cols) && (o.threads == 1 || r.cols <= 32768);
     case OpKind::layer_norm:
     case OpKind::var_mean:
       if (m.kind == MomentsOrder::Kind::TwoPass) return warp_sum_fits(m.sum, r.cols) && warp_sum_fits(m.dev_sum.value_or(m.sum), r.cols);

@@ -93,9 +93,9 @@ ExprRef rms_norm_square_sum(Builder& b, const Request& r, const Order& o, const 
   };
   const Arith stats = stats_arith(o, acc, r.x_dtype);
   // PyTorch eager's thread split (torch_threaded_sum); a ChunkStack sum carries Inductor's own (its parts).
-  if (o.threads > 1 && o.square_sum.kind != SumOrder::Kind::ChunkStack)
-    return torch_threaded_sum(b, o.square_sum, o.threads, stats, row.length, square, "sum(x*x)");
-  return emit_sum(b, o.square_sum, stats, row.length, square, "sum(x*x)");
+  if (o.threads > 1 && o.row_sum.kind != SumOrder::Kind::ChunkStack)
+    return torch_threaded_sum(b, o.row_sum, o.threads, stats, row.length, square, "sum(x*x)");
+  return emit_sum(b, o.row_sum, stats, row.length, square, "sum(x*x)");
 }
 
 ExprRef rms_norm_rstd(Builder& b, const Request& r, const Order& o, ExprRef squares, const Length& n) {
@@ -127,7 +127,7 @@ Kernel build_rms_norm(const Request& r, const Order& o) {
     ExprRef v = row.load_as(x, col, lanes, acc);
     return Term{v, v};
   };
-  const int squares_at = warp ? emit_warp_sum(b, o.square_sum, stats, r.cols, square, nullptr, "sum(x*x)") : -1;
+  const int squares_at = warp ? emit_warp_sum(b, o.row_sum, stats, r.cols, square, nullptr, "sum(x*x)") : -1;
   ExprRef squares_once = warp ? nullptr : rms_norm_square_sum(b, r, o, row, x);
   // The rest on every thread of the warp, or on the one thread.
   in_team_if(b, warp, [&](ExprRef tid) {

@@ -15,6 +15,9 @@ enum class OpKind : uint8_t {
   // The gradients of the forward ops: given the forward's inputs, its saved outputs and dy, they
   // compute dx and the weight gradients (summed over every row of the launch).
   layer_norm_backward, rms_norm_backward, softmax_backward, log_softmax_backward, attention_backward,
+  // Reductions of each row to one value: x.sum(-1) and x.mean(-1) (the sum divided by N),
+  // summed as the order's row_sum.
+  sum, mean,
 };
 std::string_view name(OpKind op);
 std::optional<OpKind> parse_op(std::string_view s);

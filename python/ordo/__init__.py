@@ -192,6 +192,17 @@ def var_mean(x, order="fast", **kw):
     return o["var"], o["mean"]
 
 
+# sum and mean are not in __all__: `from ordo import *` would hide Python's own sum.
+def sum(x, order="fast", **kw):  # noqa: A001 (ordo.sum, as torch.sum and numpy.sum)
+    """x.sum(-1): the sum of each row, in x's dtype, summed in the order's accumulation type."""
+    return _run("sum", x, {}, None, order, **kw)["sum"]
+
+
+def mean(x, order="fast", **kw):
+    """x.mean(-1): each row's sum (summed as sum() does) divided by N, in x's dtype."""
+    return _run("mean", x, {}, None, order, **kw)["mean"]
+
+
 def softmax(x, order="fast", **kw):
     return _run("softmax", x, {}, None, order, **kw)["y"]
 

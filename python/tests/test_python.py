@@ -57,6 +57,14 @@ check(same_bits(ordo.softmax(xb, order="torch1.13-cpu-avx2"), torch.softmax(xb, 
 var, mean = ordo.var_mean(xt, order="torch1.13-cpu")
 tv, tm = torch.var_mean(xt, -1, unbiased=False)
 check(same_bits(var, tv) and same_bits(mean, tm), "var_mean equals torch.var_mean")
+# sum and mean: a value per row, numpy in numpy out, torch in torch out, the same bits either way;
+# mean is the order's sum divided by N, rounded once. (torch 2.15's own are reference_torch2_cpu's.)
+s_np, m_np = ordo.sum(x, order="fast"), ordo.mean(x, order="fast")
+check(isinstance(s_np, np.ndarray) and s_np.shape == (3, 5) and m_np.shape == (3, 5), "sum, mean: one value per row of a numpy x")
+check(same_bits(ordo.sum(xt, order="fast"), torch.from_numpy(s_np)), "sum: torch and numpy x give the same bits")
+check(same_bits(m_np, (s_np / np.float32(200)).astype(np.float32)), "mean is fast's sum / N rounded once")
+s_seq = ordo.sum(x.astype(np.float64).astype(np.float32), order="two-pass-sequential")
+check(np.abs(s_seq.astype(np.float64) - x.astype(np.float64).sum(-1)).max() < 1e-4, "two-pass-sequential sums within 1e-4 of float64")
 yr, rr = ordo.rms_norm(xt, wt, eps=1e-5, order="torch-composite-cpu")
 check(same_bits(yr, xt * torch.rsqrt(xt.pow(2).mean(-1, keepdim=True) + 1e-5) * wt), "rms_norm equals the torch composite")
 

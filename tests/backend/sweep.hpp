@@ -133,7 +133,7 @@ inline std::vector<Variant> variants(OpKind op) {
   const bool softmax = op == OpKind::softmax || op == OpKind::log_softmax;
   const std::vector<std::string> params =
       softmax ? std::vector<std::string>{"online(lanes=4)", "online(lanes=1)", "fast(lanes=8)"}
-      : op == OpKind::rms_norm
+      : op == OpKind::rms_norm || op == OpKind::sum || op == OpKind::mean
           ? std::vector<std::string>{"two-pass-lanes(accumulators=3,fma=all)", "two-pass-pairwise(lanes=4,block=64)",
                                      "two-pass-lanes(acc=f64)"}
           : std::vector<std::string>{"lane-welford(fma=all)", "lane-welford(lanes=16,chunk=4,acc=f64)",
@@ -238,19 +238,21 @@ inline void launch_dependent_vs_interpreter(Target target, const std::vector<int
 // interpreter, bitwise, on both sides of the 32768 split grain and for slot rows on the scalar
 // (T = 3) and vector (T = 9) paths.
 inline void thread_split_vs_interpreter(Target target) {
+  for (OpKind op : {OpKind::rms_norm, OpKind::sum, OpKind::mean})
   for (int threads : {3, 9})
     for (int64_t n : {32768, 32769, 70001})
       for (int64_t rows : {1, 2})
         for (ScalarType t : {ScalarType::f32, ScalarType::bf16}) {
+          if (op == OpKind::sum && t != ScalarType::f32) continue;  // the torch2.15 orders sum f32 rows only
           Request r;
-          r.op = OpKind::rms_norm;
+          r.op = op;
           r.cols = n;
           r.order = fmt::format("torch2.15-cpu-avx2(threads={})", threads);
           r.x_dtype = t;
-          r.has_weight = true;
+          r.has_weight = op == OpKind::rms_norm;
           const auto outs = on_interpreter_and(r, target, rows, 9, 0.5, 2.0);
           for (size_t o = 0; o < outs[0].size(); ++o) {
-            INFO(fmt::format("threads={} N={} rows={} dtype={} target={} output {}", threads, n, rows, name(t), name(target), o));
+            INFO(fmt::format("{} threads={} N={} rows={} dtype={} target={} output {}", name(op), threads, n, rows, name(t), name(target), o));
             const int64_t bytes = static_cast<int64_t>(outs[0][o].size()), width = t == ScalarType::f32 ? 4 : 2;
             CHECK(count_identical(t, outs[0][o], outs[1][o]) == bytes / width);
           }

@@ -109,6 +109,8 @@ TEST_CASE("softmax_backward, log_softmax_backward: cuda-emu matches the interpre
 }
 TEST_CASE("rms_norm: cuda-emu matches the interpreter bit for bit") { sweep_emu(OpKind::rms_norm); }
 TEST_CASE("var_mean: cuda-emu matches the interpreter bit for bit") { sweep_emu(OpKind::var_mean); }
+TEST_CASE("sum: cuda-emu matches the interpreter bit for bit") { sweep_emu(OpKind::sum); }
+TEST_CASE("mean: cuda-emu matches the interpreter bit for bit") { sweep_emu(OpKind::mean); }
 TEST_CASE("softmax: cuda-emu matches the interpreter bit for bit") { sweep_emu(OpKind::softmax); }
 TEST_CASE("log_softmax: cuda-emu matches the interpreter bit for bit") { sweep_emu(OpKind::log_softmax); }
 

@@ -201,6 +201,8 @@ TEST_CASE("rms_norm_backward: batch-invariant and fast give the same bits alone,
 }
 TEST_CASE("rms_norm: every backend matches the interpreter bit for bit") { sweep(OpKind::rms_norm); }
 TEST_CASE("var_mean: every backend matches the interpreter bit for bit") { sweep(OpKind::var_mean); }
+TEST_CASE("sum: every backend matches the interpreter bit for bit") { sweep(OpKind::sum); }
+TEST_CASE("mean: every backend matches the interpreter bit for bit") { sweep(OpKind::mean); }
 TEST_CASE("softmax: every backend matches the interpreter bit for bit") { sweep(OpKind::softmax); }
 TEST_CASE("log_softmax: every backend matches the interpreter bit for bit") { sweep(OpKind::log_softmax); }
 
@@ -210,7 +212,7 @@ TEST_CASE("launch-dependent rounding (torch-decomp-cpu-avx2, bf16) matches the i
   launch_dependent_vs_interpreter(Target::cpu, {15, 16, 37});
 }
 
-TEST_CASE("rms_norm's single-row thread split (torch2.15 orders, threads=T) matches the interpreter") {
+TEST_CASE("rms_norm's, sum's and mean's single-row thread split (torch2.15 orders, threads=T) matches the interpreter") {
   thread_split_vs_interpreter(Target::cpu);
 }
 

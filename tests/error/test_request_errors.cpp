@@ -88,6 +88,21 @@ TEST_CASE("bad requests are rejected with a message naming the bad value") {
   CHECK(error_of([](Request& r) { r.acc_dtype = ScalarType::bf16; }) == "accumulation dtype bf16 is not f32 or f64");
   CHECK(error_of([](Request& r) { r.order = "two-pass-pairwise(block=8)"; }) ==
         "order 'two-pass-pairwise(block=8)': block 8 must be at least twice lanes (8)");
+  // PyTorch's sum of 16-bit rows keeps 16-bit partial sums; the torch2.15 orders take f32 rows
+  // (and mean, which PyTorch sums in f32, in every dtype).
+  auto sum_of = [](OpKind op, ScalarType t) {
+    return [op, t](Request& r) {
+      r.op = op;
+      r.x_dtype = t;
+      r.has_weight = r.has_bias = false;
+      r.order = "torch2.15-cpu-avx2(threads=2)";
+    };
+  };
+  CHECK(error_of(sum_of(OpKind::sum, ScalarType::bf16)) ==
+        "order 'torch2.15-cpu-avx2(threads=2)' reproduces PyTorch's sum for f32 rows only: for bf16 rows PyTorch rounds its partial "
+        "sums to bf16, which is not modelled (sum x.float(), or take mean, which PyTorch sums in f32)");
+  CHECK(error_of(sum_of(OpKind::sum, ScalarType::f32)) == "(accepted)");
+  CHECK(error_of(sum_of(OpKind::mean, ScalarType::f16)) == "(accepted)");
 }
 
 TEST_CASE("mixed dtypes run when the request allows them") {

@@ -13,7 +13,9 @@ the way torch does, runs on a share of the cases and must agree as well.
 Ops: layer_norm (f32, bf16, f16, and bf16/f16 input with f32 weight and bias; y, mean, rstd;
 with and without weight and bias); rms_norm as torch.nn.functional.rms_norm and as transformers'
 LlamaRMSNorm and GemmaRMSNorm (the llama-/gemma-rmsnorm-torch2.15-cpu-* orders), in the same
-dtypes; softmax, log_softmax and var_mean (correction=0), in f32, bf16 and f16.
+dtypes; softmax, log_softmax and var_mean (correction=0), in f32, bf16 and f16; x.mean(-1) in f32, bf16
+and f16 and x.sum(-1) in f32 (the orders refuse the sum of 16-bit rows), including single rows over
+32768, which torch sums in per-thread chunks.
 """
 import argparse
 import itertools
@@ -76,6 +78,11 @@ def cases(tier):
     for op, xd, n, (rng, _, _) in itertools.product(["softmax", "log_softmax", "var_mean"], ["f32", "bf16", "f16"], ns, RANGES):
         out.append({"op": op, "dtype": xd, "n": n, "range": rng, "rows": ROWS[i % 3] if n < 20000 else 1 + i % 2, "seed": i})
         i += 1
+    for op, xd, n, (rng, _, _) in itertools.product(["sum", "mean"], ["f32", "bf16", "f16"], ns, RANGES):
+        if op == "sum" and xd != "f32":
+            continue
+        out.append({"op": op, "dtype": xd, "n": n, "range": rng, "rows": ROWS[i % 3] if n < 20000 else 1 + i % 2, "seed": i})
+        i += 1
     return out
 
 
@@ -123,6 +130,8 @@ def torch_outputs(c, x, w, b):
     if c["op"] == "var_mean":
         var, mean = torch.var_mean(x, -1, correction=0)
         return {"var": var, "mean": mean}
+    if c["op"] in ("sum", "mean"):
+        return {c["op"]: getattr(x, c["op"])(-1)}
     return {"y": getattr(torch, c["op"])(x, -1)}
 
 def ordo_outputs(c, x, w, b, order):
@@ -138,13 +147,15 @@ def ordo_outputs(c, x, w, b, order):
     if c["op"] == "var_mean":
         var, mean = ordo.var_mean(x, order=order)
         return {"var": var, "mean": mean}
+    if c["op"] in ("sum", "mean"):
+        return {c["op"]: getattr(ordo, c["op"])(x, order=order)}
     return {"y": getattr(ordo, c["op"])(x, order=order)}
 
 def single_row_split(c):
     """torch sums a single row of more than 32768 elements in per-thread chunks when it has
     several threads (docs/research/torch2.15-rms-norm.md); the orders model that with threads=T.
     These rows also run with torch on 3 and 8 threads (the slot sum's scalar and vector paths)."""
-    return c["op"] == "rms_norm" and c["rows"] == 1 and c["n"] > 32768
+    return c["op"] in ("rms_norm", "sum", "mean") and c["rows"] == 1 and c["n"] > 32768
 
 results = []
 for threads in (1, 2, 3, 8):

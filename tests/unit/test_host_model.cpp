@@ -23,7 +23,7 @@ HostModel host(std::string_view name) {
 
 // Every sub-order an op reads, printed: two resolutions agree when these texts do.
 std::string text(const ir::Order& o) {
-  return ir::describe(o.moments) + " | " + ir::describe(o.affine) + " | " + ir::describe(o.square_sum) + " | " +
+  return ir::describe(o.moments) + " | " + ir::describe(o.affine) + " | " + ir::describe(o.row_sum) + " | " +
          ir::describe(o.softmax) + " | " + ir::describe(o.attention) + " | " + ir::describe(o.norm_backward) + " | " +
          ir::describe(o.softmax_backward);
 }
