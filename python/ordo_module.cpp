@@ -200,7 +200,8 @@ constexpr ordo::CompiledKernel::Stores kFreshOutputStores = ordo::CompiledKernel
 // records the call (ordo.torch._direct): x, weight and bias (None: absent) by their argument
 // names; the row-shaped output allocated by torch (empty_like(x), or empty in its own dtype) and
 // returned; the per-row statistics (mean, rstd), which such a call discards, written to this
-// thread's memory instead of tensors. What the Python loop it replaces did, without its per-call
+// thread's memory instead of tensors. An op whose one output is per row (sum, mean) returns it,
+// allocated by torch in x's shape without the last dim. What the Python loop it replaces did, without its per-call
 // interpreter cost: a 1x4096 call is a few microseconds in all.
 py::object run_rows(const ordo::CompiledKernel& k, py::handle x_in, py::handle weight, py::handle bias, bool n_at_launch) {
   static const py::handle empty_like = py::object(py::module_::import("torch").attr("empty_like")).release();
@@ -219,6 +220,13 @@ py::object run_rows(const ordo::CompiledKernel& k, py::handle x_in, py::handle w
   std::vector<ordo::BufferRef> refs;
   const auto& args = k.args();
   refs.reserve(args.size());
+  int outputs = 0;
+  bool row_shaped = false;
+  for (const ordo::ArgSpec& a : args) {
+    outputs += a.output;
+    row_shaped |= a.output && a.extent == ordo::ArgExtent::rows_by_cols;
+  }
+  const bool per_row_result = outputs == 1 && !row_shaped;  // sum, mean: the result is their one per-row output
   for (size_t i = 0; i < args.size(); ++i) {
     const ordo::ArgSpec& a = args[i];
     if (!a.output) {
@@ -230,13 +238,16 @@ py::object run_rows(const ordo::CompiledKernel& k, py::handle x_in, py::handle w
       // A new CPU tensor of x's shape, contiguous (x is) and of the output's dtype: nothing to check.
       y = a.dtype == x_ref.dtype ? empty_like(x) : empty(shape, py::arg("dtype") = torch_dtype(a.dtype));
       refs.push_back({torch_data(y), rows * cols, a.dtype});
+    } else if (a.extent == ordo::ArgExtent::rows && per_row_result) {
+      y = empty(py::tuple(shape[py::slice(0, static_cast<py::ssize_t>(shape.size()) - 1, 1)]), py::arg("dtype") = torch_dtype(a.dtype));
+      refs.push_back({torch_data(y), rows, a.dtype});
     } else if (a.extent == ordo::ArgExtent::rows) {
       refs.push_back({discarded_output(i, static_cast<size_t>(rows) * ordo::size_bytes(a.dtype)), rows, a.dtype});
     } else {
       throw ordo::Error("internal: " + a.name + " is not a row op's argument");
     }
   }
-  if (!y) throw ordo::Error("internal: " + std::string(ordo::name(k.request().op)) + " has no row-shaped output");
+  if (!y) throw ordo::Error("internal: " + std::string(ordo::name(k.request().op)) + " has no result to return");
   {
     py::gil_scoped_release unlocked;  // x, weight, bias and y are held by this frame
     k.run_with_sizes(refs, rows, n_at_launch ? std::vector<int64_t>{cols} : std::vector<int64_t>{}, 0, kFreshOutputStores);

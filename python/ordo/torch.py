@@ -72,6 +72,7 @@ from . import _ordo
 if not os.environ.get("ORDO_EXECUTOR") and torch.backends.openmp.is_available():
     ordo.set_executor("openmp")
 
+# sum and mean (ordo.torch.sum, ordo.torch.mean) stay out of __all__: they would hide Python's sum.
 __all__ = ["layer_norm", "rms_norm", "softmax", "log_softmax", "scaled_dot_product_attention", "pinned",
            "OrdoFallbackWarning"]
 
@@ -408,6 +409,34 @@ def _register_softmax_backward(forward_op, name: str):
 
 _softmax_backward_op = _register_softmax_backward(_softmax_op, "softmax")
 _log_softmax_backward_op = _register_softmax_backward(_log_softmax_op, "log_softmax")
+
+
+def _register_row_reduction(name: str):
+    """sum and mean over the last dim: the op, its fake, and eager autograd's gradient, computed
+    with torch's own ops as eager's SumBackward and MeanBackward compute it (the incoming gradient
+    expanded over the row; mean's then divided by N), so it has eager's bits whatever the order."""
+    @torch.library.custom_op(f"ordo::{name}", mutates_args=())
+    def op(x: Tensor, order: str) -> Tensor:
+        return _forward_direct(name, x, None, None, 0.0, order)
+
+    @op.register_fake
+    def _(x, order):
+        ordo._row_kernel(name, _size(x.shape[-1]), _DTYPE_NAMES[x.dtype], "", order, 0.0, False, False, False, "")
+        return x.new_empty(x.shape[:-1])
+
+    def setup_context(ctx, inputs, output):
+        ctx.shape = inputs[0].shape
+
+    def backward(ctx, g):
+        dx = g.unsqueeze(-1).expand(ctx.shape)
+        return (dx if name == "sum" else dx / ctx.shape[-1]), None
+
+    op.register_autograd(backward, setup_context=setup_context)
+    return op
+
+
+_sum_op = _register_row_reduction("sum")
+_mean_op = _register_row_reduction("mean")
 @torch.library.custom_op("ordo::attention_backward", mutates_args=())
 def _attention_backward_op(q: Tensor, k: Tensor, v: Tensor, out: Tensor, dout: Tensor, is_causal: bool, scale: Optional[float],
                            forward_order: str, order: str) -> Tuple[Tensor, Tensor, Tensor]:
@@ -546,6 +575,32 @@ def log_softmax(input: Tensor, dim: int = -1, dtype: Optional[torch.dtype] = Non
     if _direct(x):
         return _forward_direct("log_softmax", x, None, None, 0.0, order)
     return torch.ops.ordo.log_softmax(x, order, backward_order or "")
+
+
+def _row_reduction(op: str, input: Tensor, dim: int, keepdim: bool, order: str) -> Tensor:
+    _last_dim(input, dim, op)
+    if input.dim() == 0:
+        raise ValueError(f"{op}: a 0-dim tensor has no row to reduce")
+    if _direct(input):
+        out = _forward_direct(op, input, None, None, 0.0, order)
+    else:
+        out = (torch.ops.ordo.sum if op == "sum" else torch.ops.ordo.mean)(input, order)
+    return out.unsqueeze(-1) if keepdim else out
+
+
+# Named as torch names them; this module calls Python's own sum nowhere (builtins.sum if it must).
+def sum(input: Tensor, dim: int = -1, keepdim: bool = False, *, order: str) -> Tensor:  # noqa: A001
+    """input.sum(dim) over the last dim, summed in ordo's order (its row_sum) and rounded once to
+    input's dtype. Under torch2.15-cpu: torch's bits for float32 (torch rounds 16-bit partial sums,
+    which the order refuses). The gradient is eager autograd's: the incoming one over the row."""
+    return _row_reduction("sum", input, dim, keepdim, order)
+
+
+def mean(input: Tensor, dim: int = -1, keepdim: bool = False, *, order: str) -> Tensor:
+    """input.mean(dim) over the last dim: the row's sum in ordo's order divided by N, rounded once
+    to input's dtype; under torch2.15-cpu torch's bits for float32, bfloat16 and float16. The
+    gradient is eager autograd's: the incoming one over the row, divided by N."""
+    return _row_reduction("mean", input, dim, keepdim, order)
 
 
 def _gqa_gradients_refused(group: int, order: str) -> str:

@@ -850,6 +850,37 @@ def test_grouped_query_attention():
     torch._dynamo.reset()
 
 
+def test_sum_and_mean():
+    """ordo.torch.sum and mean over the last dim under torch2.15-cpu: torch's bits for the value
+    (f32 sums; f32, bf16 and f16 means; a single row over 32768 that torch splits between its
+    threads), eager autograd's for the gradient, in eager code (with and without a gradient to
+    record) and compiled; the sum of 16-bit rows is refused with its reason."""
+    import ordo.torch as ot
+    order = f"{EXACT}(threads={torch.get_num_threads()})"
+    g = torch.Generator().manual_seed(11)
+    for name, dt, shape, keepdim in (("sum", torch.float32, (3, 5, 200), False), ("sum", torch.float32, (40000,), True),
+                                     ("mean", torch.float32, (7, 4097), True), ("mean", torch.bfloat16, (3, 5, 200), False),
+                                     ("mean", torch.float16, (2, 33), False), ("mean", torch.bfloat16, (40000,), False)):
+        x = (3 * torch.randn(shape, generator=g) + 0.5).to(dt)
+        want = getattr(x, name)(-1, keepdim=keepdim)
+        with torch.no_grad():
+            direct = getattr(ot, name)(x, keepdim=keepdim, order=order)
+        xa, xb = x.clone().requires_grad_(), x.clone().requires_grad_()
+        got = getattr(ot, name)(xa, -1, keepdim, order=order)
+        dy = torch.randn(want.shape, generator=g).to(dt)
+        got.backward(dy)
+        getattr(xb, name)(-1, keepdim=keepdim).backward(dy)
+        compiled = torch.compile(lambda t: getattr(ot, name)(t, -1, keepdim, order=order), fullgraph=True)(x)
+        check(same(direct, want) and same(got, want) and same(compiled, want) and same(xa.grad, xb.grad),
+              f"ordo.torch.{name} {tuple(shape)} {dt} keepdim={keepdim}: torch's value (eager, no grad, compiled) and gradient")
+    try:
+        ot.sum(torch.ones(4, 8, dtype=torch.bfloat16), order=order)
+        check(False, "the torch2.15 sum of bf16 rows is refused")
+    except ValueError as e:
+        check("f32 rows only" in str(e), f"the torch2.15 sum of bf16 rows is refused: {str(e)[:100]}")
+    torch._dynamo.reset()
+
+
 def main():
     if torch.__version__.split("+")[0] != WANT_TORCH:
         print(f"FAIL: this is torch {torch.__version__} ({sys.executable}); ordo.torch is checked against {WANT_TORCH} "
@@ -859,7 +890,7 @@ def main():
                  test_new_shapes, test_decode_compiles_once, test_varying_lengths_compile_once,
                  test_runs_on_torch_threads, test_blocks_recompile, test_backward, test_eager_kernels,
                  test_graphs_run_outside_the_mode,
-                 test_grouped_query_attention):
+                 test_grouped_query_attention, test_sum_and_mean):
         print(f"--- {test.__name__}", flush=True)
         test()
     print(f"\n{len(failures)} failed" if failures else "\nall passed")
