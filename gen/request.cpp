@@ -20,13 +20,14 @@ std::string_view name(OpKind op) {
     case OpKind::attention_backward: return "attention_backward";
     case OpKind::sum: return "sum";
     case OpKind::mean: return "mean";
+    case OpKind::silu: return "silu";
   }
   return "?";
 }
 std::optional<OpKind> parse_op(std::string_view s) {
   for (OpKind o : {OpKind::layer_norm, OpKind::rms_norm, OpKind::var_mean, OpKind::softmax, OpKind::log_softmax, OpKind::attention,
                    OpKind::layer_norm_backward, OpKind::rms_norm_backward, OpKind::softmax_backward, OpKind::log_softmax_backward,
-                   OpKind::attention_backward, OpKind::sum, OpKind::mean})
+                   OpKind::attention_backward, OpKind::sum, OpKind::mean, OpKind::silu})
     if (s == name(o)) return o;
   return std::nullopt;
 }

@@ -152,6 +152,12 @@ std::string describe(const NormBackwardOrder& n) {
   return fmt::format("centered(sum={}, dx={}, columns={})", describe(n.sum), n.fma_dx ? "fma" : "mul+add", describe(n.columns));
 }
 
+std::string describe(const PointwiseOrder& p) {
+  if (p.vector_elements == 0) return fmt::format("pointwise(exp={})", math_name(p.vector_exp));
+  return fmt::format("pointwise(per chunk: steps of {} with exp={}, the rest with exp={})", p.vector_elements, math_name(p.vector_exp),
+                     math_name(p.scalar_exp));
+}
+
 std::string describe(const SoftmaxBackwardOrder& s) {
   const char* dx = s.fma ? "log dx fma" : "log dx mul+sub";
   if (s.kind == SoftmaxBackwardOrder::Kind::TorchCpu) {

@@ -629,6 +629,20 @@ struct SoftmaxBackwardOrder {
   SumOrder sum{};                      // Summed
 };
 
+// An elementwise op as PyTorch's CPU kernels run it (cpu_kernel_vec over the tensor flattened):
+// for a launch of at least 32768 elements on T = Order::threads > 1 threads, at::parallel_for
+// cuts the rows*N elements into nt = min(T, ceil(rows*N / 32768)) chunks of ceil(rows*N / nt)
+// (the last shorter); otherwise the launch is one chunk. In each chunk the elements go in steps
+// of `vector_elements` (two of PyTorch's vectors) through the vector function, which takes
+// `vector_exp`, and the chunk's last (length mod vector_elements) through the scalar function,
+// which takes `scalar_exp`. vector_elements = 0: every element takes the vector function.
+struct PointwiseOrder {
+  MathImpl vector_exp = MathImpl::SleefU10;
+  MathImpl scalar_exp = MathImpl::Glibc;
+  int vector_elements = 0;
+  bool operator==(const PointwiseOrder&) const = default;
+};
+
 // The whole order of a normalization-family op.
 struct Order {
   MomentsOrder moments;      // layer_norm, var_mean
@@ -639,6 +653,7 @@ struct Order {
   AttentionBackwardOrder attention_backward;  // attention_backward
   NormBackwardOrder norm_backward;  // layer_norm_backward, rms_norm_backward
   SoftmaxBackwardOrder softmax_backward;  // softmax_backward, log_softmax_backward
+  PointwiseOrder pointwise;  // silu
   // PyTorch 1.13's bf16 kernels round every intermediate of the statistics and of rstd to
   // the storage type. When set and the storage type is 16-bit, every such f32 result is
   // followed by a Cast to storage and back, visible in the IR. An f64 accumulation is
@@ -662,5 +677,6 @@ std::string describe(const AttentionBackwardOrder& a);
 std::string describe(const ColumnSumOrder& c);
 std::string describe(const NormBackwardOrder& n);
 std::string describe(const SoftmaxBackwardOrder& s);
+std::string describe(const PointwiseOrder& p);
 
 }  // namespace ordo::ir

@@ -455,6 +455,12 @@ std::map<std::string, std::vector<double>> reference_f64(const Request& r, const
         }
         break;
       }
+      case OpKind::silu:
+        for (int64_t j = 0; j < N; ++j) {
+          const double v = value_at(xt, x, row * N + j);
+          out["y"].push_back(v / (1.0 + std::exp(-v)));
+        }
+        break;
       default: break;  // attention_f64, layer_norm_backward_f64, softmax_backward_f64
     }
   }

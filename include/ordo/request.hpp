@@ -18,6 +18,9 @@ enum class OpKind : uint8_t {
   // Reductions of each row to one value: x.sum(-1) and x.mean(-1) (the sum divided by N),
   // summed as the order's row_sum.
   sum, mean,
+  // Elementwise: y = x / (1 + exp(-x)) (torch.nn.functional.silu), with the order's exp at each
+  // element (Order::pointwise).
+  silu,
 };
 std::string_view name(OpKind op);
 std::optional<OpKind> parse_op(std::string_view s);

@@ -15,7 +15,7 @@ import math
 
 from . import _ordo
 
-__all__ = ["layer_norm", "rms_norm", "var_mean", "softmax", "log_softmax", "attention", "layer_norm_backward", "rms_norm_backward",
+__all__ = ["layer_norm", "rms_norm", "var_mean", "silu", "softmax", "log_softmax", "attention", "layer_norm_backward", "rms_norm_backward",
            "softmax_backward", "log_softmax_backward", "attention_backward", "orders", "compare", "cache_stats",
            "set_kernel_cache_capacity"]
 
@@ -201,6 +201,12 @@ def sum(x, order="fast", **kw):  # noqa: A001 (ordo.sum, as torch.sum and numpy.
 def mean(x, order="fast", **kw):
     """x.mean(-1): each row's sum (summed as sum() does) divided by N, in x's dtype."""
     return _run("mean", x, {}, None, order, **kw)["mean"]
+
+
+def silu(x, order="fast", **kw):
+    """torch.nn.functional.silu: x / (1 + exp(-x)) elementwise, with the order's exp at each element
+    (under torch2.15-cpu(threads=T), torch's own, by where torch's kernel computes each element)."""
+    return _run("silu", x, {}, None, order, **kw)["y"]
 
 
 def softmax(x, order="fast", **kw):

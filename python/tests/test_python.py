@@ -63,6 +63,12 @@ s_np, m_np = ordo.sum(x, order="fast"), ordo.mean(x, order="fast")
 check(isinstance(s_np, np.ndarray) and s_np.shape == (3, 5) and m_np.shape == (3, 5), "sum, mean: one value per row of a numpy x")
 check(same_bits(ordo.sum(xt, order="fast"), torch.from_numpy(s_np)), "sum: torch and numpy x give the same bits")
 check(same_bits(m_np, (s_np / np.float32(200)).astype(np.float32)), "mean is fast's sum / N rounded once")
+# silu: fast takes Sleef's expf_u10 at every element; within a few ulp of float64's x/(1+exp(-x)).
+y_silu = ordo.silu(x, order="fast")
+ref_silu = x.astype(np.float64) / (1 + np.exp(-x.astype(np.float64)))
+check(y_silu.shape == x.shape and np.abs(y_silu - ref_silu).max() <= 4 * np.spacing(np.abs(ref_silu).max().astype(np.float32)),
+      "silu (fast) within 4 ulp of the largest output, against float64")
+check(same_bits(ordo.silu(xt, order="fast"), torch.from_numpy(y_silu)), "silu: torch and numpy x give the same bits")
 s_seq = ordo.sum(x.astype(np.float64).astype(np.float32), order="two-pass-sequential")
 check(np.abs(s_seq.astype(np.float64) - x.astype(np.float64).sum(-1)).max() < 1e-4, "two-pass-sequential sums within 1e-4 of float64")
 yr, rr = ordo.rms_norm(xt, wt, eps=1e-5, order="torch-composite-cpu")

@@ -132,7 +132,8 @@ inline std::vector<Variant> variants(OpKind op) {
   // Parameterized variants: fused updates, other lane counts, f64 accumulation.
   const bool softmax = op == OpKind::softmax || op == OpKind::log_softmax;
   const std::vector<std::string> params =
-      softmax ? std::vector<std::string>{"online(lanes=4)", "online(lanes=1)", "fast(lanes=8)"}
+      op == OpKind::silu ? std::vector<std::string>{}  // silu's orders take no parameters but threads=T (silu_chunks_vs_interpreter)
+      : softmax ? std::vector<std::string>{"online(lanes=4)", "online(lanes=1)", "fast(lanes=8)"}
       : op == OpKind::rms_norm || op == OpKind::sum || op == OpKind::mean
           ? std::vector<std::string>{"two-pass-lanes(accumulators=3,fma=all)", "two-pass-pairwise(lanes=4,block=64)",
                                      "two-pass-lanes(acc=f64)"}
@@ -211,6 +212,27 @@ inline std::array<std::vector<std::vector<uint8_t>>, 2> on_interpreter_and(Reque
   r.target = target;
   outs[1] = outputs_of(r, rows, seed, offset, scale);
   return outs;
+}
+
+// silu under the torch2.15 orders on T threads (gen/ops/silu.cpp): launches of at least 32768
+// elements cut into T chunks whose scalar tails fall inside rows, at row ends and across several
+// rows; `target` against the interpreter, bitwise. Returns the cases compared.
+inline int silu_chunks_vs_interpreter(Target target) {
+  int cases = 0;
+  for (const char* order : {"torch2.15-cpu-avx512(threads=3)", "torch2.15-cpu-avx2(threads=2)"})
+    for (ScalarType t : {ScalarType::f32, ScalarType::bf16})
+      for (auto [rows, n] : {std::pair<int64_t, int64_t>{1, 40000}, {3, 33333}, {7, 4999}, {2, 16389}, {40, 1000}}) {
+        Request r;
+        r.op = OpKind::silu;
+        r.cols = n;
+        r.order = order;
+        r.x_dtype = t;
+        const auto outs = on_interpreter_and(r, target, rows, 13, 0.0, 8.0);
+        INFO(fmt::format("order={} dtype={} rows={} N={} target={}", order, name(t), rows, n, name(target)));
+        CHECK(count_identical(t, outs[0][0], outs[1][0]) == rows * n);
+        ++cases;
+      }
+  return cases;
 }
 
 // Orders whose rounding depends on the launch's row count (grid_extent): torch-decomp-cpu-avx2

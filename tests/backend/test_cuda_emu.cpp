@@ -111,6 +111,10 @@ TEST_CASE("rms_norm: cuda-emu matches the interpreter bit for bit") { sweep_emu(
 TEST_CASE("var_mean: cuda-emu matches the interpreter bit for bit") { sweep_emu(OpKind::var_mean); }
 TEST_CASE("sum: cuda-emu matches the interpreter bit for bit") { sweep_emu(OpKind::sum); }
 TEST_CASE("mean: cuda-emu matches the interpreter bit for bit") { sweep_emu(OpKind::mean); }
+TEST_CASE("silu: cuda-emu matches the interpreter bit for bit") { sweep_emu(OpKind::silu); }
+TEST_CASE("cuda-emu: silu's per-thread chunks and tails (torch2.15 orders, threads=T) match the interpreter") {
+  MESSAGE(silu_chunks_vs_interpreter(Target::cuda_emu) << " launches compared bitwise");
+}
 TEST_CASE("softmax: cuda-emu matches the interpreter bit for bit") { sweep_emu(OpKind::softmax); }
 TEST_CASE("log_softmax: cuda-emu matches the interpreter bit for bit") { sweep_emu(OpKind::log_softmax); }
 

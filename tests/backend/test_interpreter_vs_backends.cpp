@@ -203,6 +203,10 @@ TEST_CASE("rms_norm: every backend matches the interpreter bit for bit") { sweep
 TEST_CASE("var_mean: every backend matches the interpreter bit for bit") { sweep(OpKind::var_mean); }
 TEST_CASE("sum: every backend matches the interpreter bit for bit") { sweep(OpKind::sum); }
 TEST_CASE("mean: every backend matches the interpreter bit for bit") { sweep(OpKind::mean); }
+TEST_CASE("silu: every backend matches the interpreter bit for bit") { sweep(OpKind::silu); }
+TEST_CASE("silu's per-thread chunks and tails (torch2.15 orders, threads=T) match the interpreter") {
+  MESSAGE(silu_chunks_vs_interpreter(Target::cpu) << " launches compared bitwise");
+}
 TEST_CASE("softmax: every backend matches the interpreter bit for bit") { sweep(OpKind::softmax); }
 TEST_CASE("log_softmax: every backend matches the interpreter bit for bit") { sweep(OpKind::log_softmax); }
 

@@ -15,7 +15,8 @@ with and without weight and bias); rms_norm as torch.nn.functional.rms_norm and 
 LlamaRMSNorm and GemmaRMSNorm (the llama-/gemma-rmsnorm-torch2.15-cpu-* orders), in the same
 dtypes; softmax, log_softmax and var_mean (correction=0), in f32, bf16 and f16; x.mean(-1) in f32, bf16
 and f16 and x.sum(-1) in f32 (the orders refuse the sum of 16-bit rows), including single rows over
-32768, which torch sums in per-thread chunks.
+32768, which torch sums in per-thread chunks; torch.nn.functional.silu in f32, bf16 and f16, whose
+launches of 32768 elements or more torch cuts into per-thread chunks, each with its own scalar tail.
 """
 import argparse
 import itertools
@@ -83,6 +84,10 @@ def cases(tier):
             continue
         out.append({"op": op, "dtype": xd, "n": n, "range": rng, "rows": ROWS[i % 3] if n < 20000 else 1 + i % 2, "seed": i})
         i += 1
+    # silu: rows*N over 32768 (N >= 4681 at 7 rows) is cut into chunks between torch's threads.
+    for xd, n, (rng, _, _) in itertools.product(["f32", "bf16", "f16"], ns, RANGES):
+        out.append({"op": "silu", "dtype": xd, "n": n, "range": rng, "rows": ROWS[i % 3] if n < 20000 else 1 + i % 2, "seed": i})
+        i += 1
     return out
 
 
@@ -132,6 +137,8 @@ def torch_outputs(c, x, w, b):
         return {"var": var, "mean": mean}
     if c["op"] in ("sum", "mean"):
         return {c["op"]: getattr(x, c["op"])(-1)}
+    if c["op"] == "silu":
+        return {"y": torch.nn.functional.silu(x)}
     return {"y": getattr(torch, c["op"])(x, -1)}
 
 def ordo_outputs(c, x, w, b, order):
@@ -155,6 +162,8 @@ def single_row_split(c):
     """torch sums a single row of more than 32768 elements in per-thread chunks when it has
     several threads (docs/research/torch2.15-rms-norm.md); the orders model that with threads=T.
     These rows also run with torch on 3 and 8 threads (the slot sum's scalar and vector paths)."""
+    if c["op"] == "silu":
+        return c["rows"] * c["n"] >= 32768
     return c["op"] in ("rms_norm", "sum", "mean") and c["rows"] == 1 and c["n"] > 32768
 
 results = []
