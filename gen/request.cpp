@@ -21,13 +21,14 @@ std::string_view name(OpKind op) {
     case OpKind::sum: return "sum";
     case OpKind::mean: return "mean";
     case OpKind::silu: return "silu";
+    case OpKind::silu_backward: return "silu_backward";
   }
   return "?";
 }
 std::optional<OpKind> parse_op(std::string_view s) {
   for (OpKind o : {OpKind::layer_norm, OpKind::rms_norm, OpKind::var_mean, OpKind::softmax, OpKind::log_softmax, OpKind::attention,
                    OpKind::layer_norm_backward, OpKind::rms_norm_backward, OpKind::softmax_backward, OpKind::log_softmax_backward,
-                   OpKind::attention_backward, OpKind::sum, OpKind::mean, OpKind::silu})
+                   OpKind::attention_backward, OpKind::sum, OpKind::mean, OpKind::silu, OpKind::silu_backward})
     if (s == name(o)) return o;
   return std::nullopt;
 }
@@ -39,6 +40,7 @@ OpKind forward_of(OpKind op) {
     case OpKind::softmax_backward: return OpKind::softmax;
     case OpKind::log_softmax_backward: return OpKind::log_softmax;
     case OpKind::attention_backward: return OpKind::attention;
+    case OpKind::silu_backward: return OpKind::silu;
     default: return op;
   }
 }

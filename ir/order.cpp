@@ -153,9 +153,10 @@ std::string describe(const NormBackwardOrder& n) {
 }
 
 std::string describe(const PointwiseOrder& p) {
-  if (p.vector_elements == 0) return fmt::format("pointwise(exp={})", math_name(p.vector_exp));
-  return fmt::format("pointwise(per chunk: steps of {} with exp={}, the rest with exp={})", p.vector_elements, math_name(p.vector_exp),
-                     math_name(p.scalar_exp));
+  const char* fma = p.fma ? ", backward's 1 + x(1 - s) fused" : "";
+  if (p.vector_elements == 0) return fmt::format("pointwise(exp={}{})", math_name(p.vector_exp), fma);
+  return fmt::format("pointwise(per chunk: steps of {} with exp={}, the rest with exp={}{})", p.vector_elements, math_name(p.vector_exp),
+                     math_name(p.scalar_exp), fma);
 }
 
 std::string describe(const SoftmaxBackwardOrder& s) {

@@ -640,6 +640,9 @@ struct PointwiseOrder {
   MathImpl vector_exp = MathImpl::SleefU10;
   MathImpl scalar_exp = MathImpl::Glibc;
   int vector_elements = 0;
+  // silu_backward: 1 + x*(1 - s) as one fma, in both functions (GCC contracts it in PyTorch's
+  // AVX2 and AVX-512 builds; its default build has no fma).
+  bool fma = false;
   bool operator==(const PointwiseOrder&) const = default;
 };
 
@@ -653,7 +656,7 @@ struct Order {
   AttentionBackwardOrder attention_backward;  // attention_backward
   NormBackwardOrder norm_backward;  // layer_norm_backward, rms_norm_backward
   SoftmaxBackwardOrder softmax_backward;  // softmax_backward, log_softmax_backward
-  PointwiseOrder pointwise;  // silu
+  PointwiseOrder pointwise;  // silu, silu_backward
   // PyTorch 1.13's bf16 kernels round every intermediate of the statistics and of rstd to
   // the storage type. When set and the storage type is 16-bit, every such f32 result is
   // followed by a Cast to storage and back, visible in the IR. An f64 accumulation is

@@ -388,6 +388,16 @@ std::map<std::string, std::vector<double>> reference_f64(const Request& r, const
   if (r.op == OpKind::rms_norm_backward) return rms_norm_backward_f64(r, in, rows);
   if (r.op == OpKind::softmax_backward || r.op == OpKind::log_softmax_backward) return softmax_backward_f64(r, in, rows);
   if (r.op == OpKind::attention_backward) return attention_backward_f64(r, in, rows);
+  if (r.op == OpKind::silu_backward) {
+    const uint8_t* x = in.get("x").data();
+    const uint8_t* dy = in.get("dy").data();
+    std::map<std::string, std::vector<double>> out;
+    for (int64_t i = 0; i < rows * r.cols; ++i) {
+      const double v = value_at(r.x_dtype, x, i), s = 1.0 / (1.0 + std::exp(-v));
+      out["dx"].push_back(value_at(r.x_dtype, dy, i) * s * (1.0 + v * (1.0 - s)));
+    }
+    return out;
+  }
   if (is_backward(r.op)) throw Error(fmt::format("compare: {} has no float64 reference yet", name(r.op)));
   const int64_t N = r.cols;
   const ScalarType xt = r.x_dtype, wt = r.weight_type();

@@ -8,10 +8,16 @@
 // with Sleef's own expf8/expf16 and glibc's expf (f32, bf16, f16; 1 and 2 threads; every
 // capability): docs/research/torch2.15-silu.md.
 //
+// silu_backward: dx = (dy * s) * (1 + x * (1 - s)), s = 1 / (1 + exp(-x)), each step rounded to
+// f32 but 1 + x * (1 - s), one fma where the order says (PointwiseOrder::fma); the same split
+// between the two functions.
+//
 // The kernel runs every element of its row through the vector function, then, where the order
 // has scalar tails, runs the tail elements that fall in its row again through the scalar one (a
 // per-instance loop: which columns those are depends on the row).
 #include <fmt/format.h>
+
+#include <functional>
 
 #include "gen/blocks/math.hpp"
 #include "gen/blocks/row.hpp"
@@ -24,32 +30,24 @@ using namespace ordo::ir;
 namespace {
 
 constexpr int64_t kGrain = 32768;  // at::internal::GRAIN_SIZE
+const Arith kF32{ScalarType::f32, std::nullopt};
 
-ExprRef silu_of(Builder& b, ExprRef x, MathImpl exp) {
-  const int lanes = x->type.lanes;
-  const Arith f32{ScalarType::f32, std::nullopt};
-  ExprRef e = exp_f32(b, exp, unary(Op::Neg, x));
-  return f32.div(std::move(x), f32.add(f32.constant(1.0, lanes), e));
+// 1 + exp(-x), the exp by `exp`.
+ExprRef one_plus_exp_neg(Builder& b, const ExprRef& x, MathImpl exp) {
+  return kF32.add(kF32.constant(1.0, x->type.lanes), exp_f32(b, exp, unary(Op::Neg, x)));
 }
 
-}  // namespace
+// The op's value at elements [col, col + lanes) of the row, in f32, with `exp`.
+using ElementFn = std::function<ExprRef(ExprRef col, int lanes, MathImpl exp)>;
 
-Kernel build_silu(const Request& r, const Order& o) {
-  Kernel k;
-  k.name = "silu";
-  Builder b(k);
-  const Length n = row_length(b, r);
-  const int x = b.buffer("x", r.x_dtype, false, Extent::rows_by_cols);
-  const int y = b.buffer("y", r.x_dtype, true, Extent::rows_by_cols);
-  Row row(b, n);
+// Every element of the row through PyTorch's vector function, then the elements of the
+// launch's chunk tails that fall in this row through its scalar function (PointwiseOrder).
+void emit_pointwise(Builder& b, const Order& o, const Row& row, const Length& n, int y, const ElementFn& value) {
   const PointwiseOrder& p = o.pointwise;
-  row.for_each(o.elementwise_lanes, [&](ExprRef col, int lanes) {
-    row.store_as(y, col, silu_of(b, row.load_as(x, col, lanes, ScalarType::f32), p.vector_exp));
-  });
-  if (p.vector_elements == 0 || p.scalar_exp == p.vector_exp) return k;
-
+  row.for_each(o.elementwise_lanes, [&](ExprRef col, int lanes) { row.store_as(y, col, value(col, lanes, p.vector_exp)); });
+  if (p.vector_elements == 0 || p.scalar_exp == p.vector_exp) return;
   // The chunks at::parallel_for makes of the launch's elements (uniform), and in each the
-  // scalar tail [tail_first, chunk_end).
+  // scalar tail [tail, end).
   const int64_t T = o.threads;
   ExprRef numel = b.let("elements", mul(launch_rows(), n.expr()));
   ExprRef chunks = index_const(1);
@@ -59,20 +57,43 @@ Kernel build_silu(const Request& r, const Order& o) {
                                     index_const(1)));
   }
   ExprRef chunk = b.let("chunk", div(sub(add(numel, chunks), index_const(1)), chunks));
-  ExprRef row_first = mul(program_id(0), n.expr());  // read directly: per-instance loop bounds may
+  // Read directly, not through the row's local: a per-instance loop's bounds may read program_id.
+  ExprRef row_first = mul(program_id(0), n.expr());
   for (int64_t t = 0; t < T; ++t) {
     ExprRef first = b.let(fmt::format("chunk{}.first", t), binary(Op::Min, mul(index_const(t), chunk), numel));
     ExprRef end = b.let(fmt::format("chunk{}.end", t),
                         select(binary(Op::Lt, index_const(t), chunks), binary(Op::Min, numel, add(first, chunk)), first));
-    ExprRef tail = b.let(fmt::format("chunk{}.tail", t),
-                         sub(end, binary(Op::Rem, sub(end, first), index_const(p.vector_elements))));
+    ExprRef tail = b.let(fmt::format("chunk{}.tail", t), sub(end, binary(Op::Rem, sub(end, first), index_const(p.vector_elements))));
     // This row's columns of the tail: [max(tail, row_first), min(end, row_first + N)) - row_first, empty when they do not meet.
     ExprRef lo = sub(binary(Op::Max, tail, row_first), row_first);
     ExprRef hi = binary(Op::Max, lo, sub(binary(Op::Min, end, add(row_first, n.expr())), row_first));
-    b.for_per_instance("tail.col", lo, hi, 1, [&](ExprRef col) {
-      row.store_as(y, col, silu_of(b, row.load_as(x, col, 1, ScalarType::f32), p.scalar_exp));
-    });
+    b.for_per_instance("tail.col", lo, hi, 1, [&](ExprRef col) { row.store_as(y, col, value(col, 1, p.scalar_exp)); });
   }
+}
+
+}  // namespace
+
+Kernel build_silu(const Request& r, const Order& o) {
+  Kernel k;
+  const bool backward = r.op == OpKind::silu_backward;
+  k.name = backward ? "silu_backward" : "silu";
+  Builder b(k);
+  const Length n = row_length(b, r);
+  // silu_backward(dy, x) -> dx, as PyTorch's silu_backward(grad_output, self).
+  const int dy = backward ? b.buffer("dy", r.x_dtype, false, Extent::rows_by_cols) : -1;
+  const int x = b.buffer("x", r.x_dtype, false, Extent::rows_by_cols);
+  const int y = b.buffer(backward ? "dx" : "y", r.x_dtype, true, Extent::rows_by_cols);
+  Row row(b, n);
+  const bool fused = o.pointwise.fma;
+  emit_pointwise(b, o, row, n, y, [&](ExprRef col, int lanes, MathImpl exp) {
+    ExprRef v = row.load_as(x, col, lanes, ScalarType::f32);
+    if (!backward) return kF32.div(v, one_plus_exp_neg(b, v, exp));
+    // s = 1 / (1 + exp(-x)); dx = (dy * s) * (1 + x * (1 - s)).
+    ExprRef s = kF32.div(kF32.constant(1.0, lanes), one_plus_exp_neg(b, v, exp));
+    ExprRef one_minus_s = kF32.sub(kF32.constant(1.0, lanes), s);
+    ExprRef factor = kF32.mul_add(v, one_minus_s, kF32.constant(1.0, lanes), fused);
+    return kF32.mul(kF32.mul(row.load_as(dy, col, lanes, ScalarType::f32), s), factor);
+  });
   return k;
 }
 

@@ -19,8 +19,8 @@ enum class OpKind : uint8_t {
   // summed as the order's row_sum.
   sum, mean,
   // Elementwise: y = x / (1 + exp(-x)) (torch.nn.functional.silu), with the order's exp at each
-  // element (Order::pointwise).
-  silu,
+  // element (Order::pointwise); its gradient dx = dy * s * (1 + x * (1 - s)), s = 1 / (1 + exp(-x)).
+  silu, silu_backward,
 };
 std::string_view name(OpKind op);
 std::optional<OpKind> parse_op(std::string_view s);

@@ -16,7 +16,7 @@ import math
 from . import _ordo
 
 __all__ = ["layer_norm", "rms_norm", "var_mean", "silu", "softmax", "log_softmax", "attention", "layer_norm_backward", "rms_norm_backward",
-           "softmax_backward", "log_softmax_backward", "attention_backward", "orders", "compare", "cache_stats",
+           "softmax_backward", "silu_backward", "log_softmax_backward", "attention_backward", "orders", "compare", "cache_stats",
            "set_kernel_cache_capacity"]
 
 
@@ -376,6 +376,12 @@ def log_softmax_backward(dy, y, order="fast", **kw):
     """dx of log_softmax over the last dim from dy and the forward's output y (torch's
     _log_softmax_backward_data): dx = dy - exp(y)*sum(dy), in the order's summation and exp."""
     return _run_backward("log_softmax_backward", y, {"dy": dy}, order, **kw)["dx"]
+
+
+def silu_backward(dy, x, order="fast", **kw):
+    """dx of silu from dy and the forward's input x (torch's silu_backward): dx = dy*s*(1 + x*(1 - s)),
+    s = 1/(1 + exp(-x)), elementwise, with the order's exp at each element and its fma."""
+    return _run_backward("silu_backward", x, {"dy": dy}, order, **kw)["dx"]
 
 
 def cache_stats():

@@ -69,6 +69,12 @@ ref_silu = x.astype(np.float64) / (1 + np.exp(-x.astype(np.float64)))
 check(y_silu.shape == x.shape and np.abs(y_silu - ref_silu).max() <= 4 * np.spacing(np.abs(ref_silu).max().astype(np.float32)),
       "silu (fast) within 4 ulp of the largest output, against float64")
 check(same_bits(ordo.silu(xt, order="fast"), torch.from_numpy(y_silu)), "silu: torch and numpy x give the same bits")
+dy_silu = rng.standard_normal(x.shape).astype(np.float32)
+s64 = 1 / (1 + np.exp(-x.astype(np.float64)))
+ref_dx = dy_silu * s64 * (1 + x * (1 - s64))
+dx_silu = ordo.silu_backward(dy_silu, x, order="fast")
+check(dx_silu.shape == x.shape and np.abs(dx_silu - ref_dx).max() <= 8 * np.spacing(np.float32(np.abs(ref_dx).max())),
+      "silu_backward (fast) within 8 ulp of the largest gradient, against float64")
 s_seq = ordo.sum(x.astype(np.float64).astype(np.float32), order="two-pass-sequential")
 check(np.abs(s_seq.astype(np.float64) - x.astype(np.float64).sum(-1)).max() < 1e-4, "two-pass-sequential sums within 1e-4 of float64")
 yr, rr = ordo.rms_norm(xt, wt, eps=1e-5, order="torch-composite-cpu")

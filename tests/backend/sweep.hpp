@@ -214,21 +214,22 @@ inline std::array<std::vector<std::vector<uint8_t>>, 2> on_interpreter_and(Reque
   return outs;
 }
 
-// silu under the torch2.15 orders on T threads (gen/ops/silu.cpp): launches of at least 32768
+// silu and silu_backward under the torch2.15 orders on T threads (gen/ops/silu.cpp): launches of at least 32768
 // elements cut into T chunks whose scalar tails fall inside rows, at row ends and across several
 // rows; `target` against the interpreter, bitwise. Returns the cases compared.
 inline int silu_chunks_vs_interpreter(Target target) {
   int cases = 0;
+  for (OpKind op : {OpKind::silu, OpKind::silu_backward})
   for (const char* order : {"torch2.15-cpu-avx512(threads=3)", "torch2.15-cpu-avx2(threads=2)"})
     for (ScalarType t : {ScalarType::f32, ScalarType::bf16})
       for (auto [rows, n] : {std::pair<int64_t, int64_t>{1, 40000}, {3, 33333}, {7, 4999}, {2, 16389}, {40, 1000}}) {
         Request r;
-        r.op = OpKind::silu;
+        r.op = op;
         r.cols = n;
         r.order = order;
         r.x_dtype = t;
         const auto outs = on_interpreter_and(r, target, rows, 13, 0.0, 8.0);
-        INFO(fmt::format("order={} dtype={} rows={} N={} target={}", order, name(t), rows, n, name(target)));
+        INFO(fmt::format("{} order={} dtype={} rows={} N={} target={}", name(op), order, name(t), rows, n, name(target)));
         CHECK(count_identical(t, outs[0][0], outs[1][0]) == rows * n);
         ++cases;
       }

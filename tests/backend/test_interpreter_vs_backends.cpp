@@ -204,6 +204,10 @@ TEST_CASE("var_mean: every backend matches the interpreter bit for bit") { sweep
 TEST_CASE("sum: every backend matches the interpreter bit for bit") { sweep(OpKind::sum); }
 TEST_CASE("mean: every backend matches the interpreter bit for bit") { sweep(OpKind::mean); }
 TEST_CASE("silu: every backend matches the interpreter bit for bit") { sweep(OpKind::silu); }
+TEST_CASE("silu_backward: every backend matches the interpreter bit for bit") {
+  const int cases = backward_vs_interpreter(OpKind::silu_backward, Target::cpu, {1, 7, 9, 31, 33, 65, 129, 1000}, {1, 3, 7});
+  MESSAGE(fmt::format("silu_backward: {} requests compared bitwise", cases));
+}
 TEST_CASE("silu's per-thread chunks and tails (torch2.15 orders, threads=T) match the interpreter") {
   MESSAGE(silu_chunks_vs_interpreter(Target::cpu) << " launches compared bitwise");
 }

@@ -15,8 +15,9 @@ with and without weight and bias); rms_norm as torch.nn.functional.rms_norm and 
 LlamaRMSNorm and GemmaRMSNorm (the llama-/gemma-rmsnorm-torch2.15-cpu-* orders), in the same
 dtypes; softmax, log_softmax and var_mean (correction=0), in f32, bf16 and f16; x.mean(-1) in f32, bf16
 and f16 and x.sum(-1) in f32 (the orders refuse the sum of 16-bit rows), including single rows over
-32768, which torch sums in per-thread chunks; torch.nn.functional.silu in f32, bf16 and f16, whose
-launches of 32768 elements or more torch cuts into per-thread chunks, each with its own scalar tail.
+32768, which torch sums in per-thread chunks; torch.nn.functional.silu and its gradient (silu_backward) in f32, bf16
+and f16, whose launches of 32768 elements or more torch cuts into per-thread chunks, each with its
+own scalar tail.
 """
 import argparse
 import itertools
@@ -85,8 +86,8 @@ def cases(tier):
         out.append({"op": op, "dtype": xd, "n": n, "range": rng, "rows": ROWS[i % 3] if n < 20000 else 1 + i % 2, "seed": i})
         i += 1
     # silu: rows*N over 32768 (N >= 4681 at 7 rows) is cut into chunks between torch's threads.
-    for xd, n, (rng, _, _) in itertools.product(["f32", "bf16", "f16"], ns, RANGES):
-        out.append({"op": "silu", "dtype": xd, "n": n, "range": rng, "rows": ROWS[i % 3] if n < 20000 else 1 + i % 2, "seed": i})
+    for op, xd, n, (rng, _, _) in itertools.product(["silu", "silu_backward"], ["f32", "bf16", "f16"], ns, RANGES):
+        out.append({"op": op, "dtype": xd, "n": n, "range": rng, "rows": ROWS[i % 3] if n < 20000 else 1 + i % 2, "seed": i})
         i += 1
     return out
 
@@ -114,6 +115,8 @@ def inputs(c):
             w = torch.from_numpy((1 + 0.1 * rng.standard_normal(c["n"])).astype(np.float32)).to(wd)
         if "bias" in c["affine"]:
             b = torch.from_numpy((0.1 * rng.standard_normal(c["n"])).astype(np.float32)).to(wd)
+    if c["op"] == "silu_backward":  # w carries dy
+        w = torch.from_numpy(rng.standard_normal((c["rows"], c["n"])).astype(np.float32)).to(TORCH_DTYPE[c["dtype"]])
     return x, w, b
 
 def hf_module(c, w):
@@ -139,6 +142,10 @@ def torch_outputs(c, x, w, b):
         return {c["op"]: getattr(x, c["op"])(-1)}
     if c["op"] == "silu":
         return {"y": torch.nn.functional.silu(x)}
+    if c["op"] == "silu_backward":
+        xr = x.clone().requires_grad_()
+        torch.nn.functional.silu(xr).backward(w)
+        return {"dx": xr.grad}
     return {"y": getattr(torch, c["op"])(x, -1)}
 
 def ordo_outputs(c, x, w, b, order):
@@ -156,13 +163,15 @@ def ordo_outputs(c, x, w, b, order):
         return {"var": var, "mean": mean}
     if c["op"] in ("sum", "mean"):
         return {c["op"]: getattr(ordo, c["op"])(x, order=order)}
+    if c["op"] == "silu_backward":
+        return {"dx": ordo.silu_backward(w, x, order=order)}
     return {"y": getattr(ordo, c["op"])(x, order=order)}
 
 def single_row_split(c):
     """torch sums a single row of more than 32768 elements in per-thread chunks when it has
     several threads (docs/research/torch2.15-rms-norm.md); the orders model that with threads=T.
     These rows also run with torch on 3 and 8 threads (the slot sum's scalar and vector paths)."""
-    if c["op"] == "silu":
+    if c["op"] in ("silu", "silu_backward"):
         return c["rows"] * c["n"] >= 32768
     return c["op"] in ("rms_norm", "sum", "mean") and c["rows"] == 1 and c["n"] > 32768
 
