@@ -73,7 +73,7 @@ if not os.environ.get("ORDO_EXECUTOR") and torch.backends.openmp.is_available():
     ordo.set_executor("openmp")
 
 # sum and mean (ordo.torch.sum, ordo.torch.mean) stay out of __all__: they would hide Python's sum.
-__all__ = ["layer_norm", "rms_norm", "softmax", "log_softmax", "scaled_dot_product_attention", "pinned",
+__all__ = ["layer_norm", "rms_norm", "softmax", "log_softmax", "silu", "scaled_dot_product_attention", "pinned",
            "OrdoFallbackWarning"]
 
 _DTYPE_NAMES = {torch.float32: "f32", torch.bfloat16: "bf16", torch.float16: "f16"}
@@ -437,6 +437,41 @@ def _register_row_reduction(name: str):
 
 _sum_op = _register_row_reduction("sum")
 _mean_op = _register_row_reduction("mean")
+
+
+@torch.library.custom_op("ordo::silu", mutates_args=())
+def _silu_op(x: Tensor, order: str, backward_order: str) -> Tensor:
+    return _forward_direct("silu", x, None, None, 0.0, order)
+
+
+@_silu_op.register_fake
+def _(x, order, backward_order):
+    ordo._row_kernel("silu", _size(x.shape[-1]), _DTYPE_NAMES[x.dtype], "", order, 0.0, False, False, False, "")
+    return torch.empty_like(x, memory_format=torch.contiguous_format)
+
+
+@torch.library.custom_op("ordo::silu_backward", mutates_args=())
+def _silu_backward_op(dy: Tensor, x: Tensor, order: str) -> Tensor:
+    return ordo.silu_backward(dy.contiguous(), x.contiguous(), order=order)
+
+
+@_silu_backward_op.register_fake
+def _(dy, x, order):
+    return torch.empty_like(x, memory_format=torch.contiguous_format)
+
+
+def _silu_setup(ctx, inputs, output):
+    x, order, backward_order = inputs
+    ctx.save_for_backward(x)
+    ctx.order = backward_order or order
+
+
+def _silu_backward(ctx, dy):
+    (x,) = ctx.saved_tensors
+    return torch.ops.ordo.silu_backward(dy, x, ctx.order), None, None
+
+
+_silu_op.register_autograd(_silu_backward, setup_context=_silu_setup)
 @torch.library.custom_op("ordo::attention_backward", mutates_args=())
 def _attention_backward_op(q: Tensor, k: Tensor, v: Tensor, out: Tensor, dout: Tensor, is_causal: bool, scale: Optional[float],
                            forward_order: str, order: str) -> Tuple[Tensor, Tensor, Tensor]:
@@ -586,6 +621,19 @@ def _row_reduction(op: str, input: Tensor, dim: int, keepdim: bool, order: str) 
     else:
         out = (torch.ops.ordo.sum if op == "sum" else torch.ops.ordo.mean)(input, order)
     return out.unsqueeze(-1) if keepdim else out
+
+
+def silu(input: Tensor, *, order: str, backward_order: Optional[str] = None) -> Tensor:
+    """F.silu with ordo's order: x / (1 + exp(-x)) elementwise. Under torch2.15-cpu (given torch's
+    thread count, as pinned gives it: torch2.15-cpu(threads=T)) torch's bits, forward and gradient
+    (silu_backward, in backward_order, by default the forward's order). As for every operator here,
+    an input of another layout is computed as its contiguous copy: torch cuts a strided tensor
+    into chunks and tails in its memory order, so its own bits for such an input can differ."""
+    if input.dim() == 0:
+        return silu(input.reshape(1), order=order, backward_order=backward_order).reshape(())
+    if _direct(input):
+        return _forward_direct("silu", input, None, None, 0.0, order)
+    return torch.ops.ordo.silu(input, order, backward_order or "")
 
 
 # Named as torch names them; this module calls Python's own sum nowhere (builtins.sum if it must).

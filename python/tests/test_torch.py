@@ -881,6 +881,30 @@ def test_sum_and_mean():
     torch._dynamo.reset()
 
 
+def test_silu():
+    """ordo.torch.silu under torch2.15-cpu(threads=T): torch's bits for the value (eager with and
+    without a gradient to record, compiled) and for the gradient, in f32, bf16 and f16, on launches
+    torch cuts into per-thread chunks (80000 elements) and on short ones."""
+    import ordo.torch as ot
+    order = f"{EXACT}(threads={torch.get_num_threads()})"
+    g = torch.Generator().manual_seed(17)
+    for dt in (torch.float32, torch.bfloat16, torch.float16):
+        for shape in ((3, 7, 33), (2, 40000)):
+            x = (4 * torch.randn(shape, generator=g)).to(dt)
+            dy = torch.randn(shape, generator=g).to(dt)
+            xa, xb = x.clone().requires_grad_(), x.clone().requires_grad_()
+            got, want = ot.silu(xa, order=order), F.silu(xb)
+            got.backward(dy)
+            want.backward(dy)
+            with torch.no_grad():
+                direct = ot.silu(x, order=order)
+            torch._dynamo.reset()
+            compiled = torch.compile(lambda t: ot.silu(t, order=order), fullgraph=True)(x)
+            check(same(got, want) and same(direct, want) and same(compiled, want) and same(xa.grad, xb.grad),
+                  f"ordo.torch.silu {tuple(shape)} {dt}: torch's value (eager, no grad, compiled) and gradient")
+    torch._dynamo.reset()
+
+
 def main():
     if torch.__version__.split("+")[0] != WANT_TORCH:
         print(f"FAIL: this is torch {torch.__version__} ({sys.executable}); ordo.torch is checked against {WANT_TORCH} "
@@ -890,7 +914,7 @@ def main():
                  test_new_shapes, test_decode_compiles_once, test_varying_lengths_compile_once,
                  test_runs_on_torch_threads, test_blocks_recompile, test_backward, test_eager_kernels,
                  test_graphs_run_outside_the_mode,
-                 test_grouped_query_attention, test_sum_and_mean):
+                 test_grouped_query_attention, test_sum_and_mean, test_silu):
         print(f"--- {test.__name__}", flush=True)
         test()
     print(f"\n{len(failures)} failed" if failures else "\nall passed")
