@@ -167,7 +167,7 @@ VARIANTS = [
     "fast(acc=f64)",
 ]
 OUTS = {"layer_norm": ["y", "mean", "rstd"], "rms_norm": ["y", "rstd"], "var_mean": ["var", "mean"], "softmax": ["y"],
-        "log_softmax": ["y"]}
+        "log_softmax": ["y"], "sum": ["sum"], "mean": ["mean"], "silu": ["y"]}
 SOFTMAX_OPS = ("softmax", "log_softmax")
 # Softmax-family orders without a reference: (kind, lanes), from gen/order_table.cpp.
 SOFTMAX_MODELS = {"fast": ("two-pass", 16), "online": ("online", 8), "warp-butterfly": ("butterfly", 32)}
@@ -411,11 +411,43 @@ def softmax_bounds(op, model, X):
         np.zeros(len(X), bool)
 
 
+def silu_bounds(X):
+    """silu = x / (1 + e), e = exp(-x) within one ulp (Sleef's expf_u10, the exp fast takes:
+    |de| <= 2u e), then a rounded add and a rounded divide: |dy| <= (2u e/(1 + e) + 2u)|y| + O(u^2),
+    so 4u|y|, and a subnormal quantum for results below 2^-126. Where exp(-x) overflows f32
+    (-x > ln FLT_MAX) the formula gives -0: the bound is |y| itself (the true value is below
+    100 e^-88, an underflow of the formula, not of the order)."""
+    with np.errstate(over="ignore"):
+        y = X / (1 + np.exp(-X))
+    overflow = -X > np.log(np.finfo(np.float32).max)
+    return {"y": (y, np.where(overflow, np.abs(y), 4 * U32 * np.abs(y)) + 2.0 ** -149 + 4 * U64 * np.abs(y))}
+
+
+def row_sum_bounds(op, model, X, u_out):
+    """sum: every term through at most d = sum_depth roundings in the accumulation type, so
+    |ds| <= gamma_d sum|x|, then the rounding to f32 (acc=f64) and the float64 reference's own
+    gamma_N(2^-53) sum|x|. mean = fl(sum / N): |ds|/N and one more rounding of the quotient."""
+    ua = U64 if model["acc"] == "f64" else U32
+    n = X.shape[1]
+    absum = np.abs(X).sum(axis=1)
+    s = X.sum(axis=1)
+    ds = gamma(sum_depth(model["sum"], n), ua) * absum
+    ds = ds + u_out * (np.abs(s) + ds) + gamma(n, U64) * absum
+    if op == "sum":
+        return {"sum": (s, ds)}
+    m, dm = s / n, ds / n
+    return {"mean": (m, dm + (ua + u_out) * (np.abs(m) + dm))}
+
+
 def bounds(op, model, ref, w, b):
     """{output: (reference value, first-order bound)} and a per-row 'vacuous' flag."""
     if op in SOFTMAX_OPS:
         return softmax_bounds(op, model, ref.X)
+    if op == "silu":
+        return silu_bounds(ref.X), np.zeros(len(ref.X), bool)
     u_out = U32 if model["acc"] == "f64" else 0.0
+    if op in ("sum", "mean"):
+        return row_sum_bounds(op, model, ref.X, u_out), np.zeros(len(ref.X), bool)
     X, mu, var = ref.X, ref.mu, ref.var
     if op == "rms_norm":
         ua = U64 if model["acc"] == "f64" else U32
@@ -518,11 +550,12 @@ def run_all(args, named, orders, rng, tmp, t0):
                 continue
             for n in NS:
                 try:
-                    model = softmax_model(order) if op in SOFTMAX_OPS else model_of(order, n)
+                    model = softmax_model(order) if op in SOFTMAX_OPS else {} if op == "silu" else model_of(order, n)
                 except KeyError as ex:
                     model = str(ex)
                 # softmax is shift-invariant (x - max is exact near the max), so the offset rows stay meaningful
-                wide = op == "rms_norm" or op in SOFTMAX_OPS or (isinstance(model, dict) and model["acc"] == "f64" and model["moments"] != "one-pass")
+                wide = (op in ("rms_norm", "sum", "mean", "silu") or op in SOFTMAX_OPS or
+                        (isinstance(model, dict) and model.get("acc") == "f64" and model["moments"] != "one-pass"))
                 if SHAPES.get(order.partition("(")[0], lambda _: True)(n):
                     cases.append((order, model, op, n, "x4" if wide else "x3"))
 
