@@ -42,7 +42,8 @@ Kernel build_row_sum(const Request& r, const Order& o) {
   in_team_if(b, warp, [&](ExprRef tid) {
     ExprRef s = warp ? load(k, sum_at, index_const(0)) : sum_once;
     if (mean) s = b.let("mean", stats.div(s, stats.count(n.expr())));
-    on_one_thread(b, tid, [&] { store_stat(b, out, s); });
+    // An f64 sum (acc=f64) reaches a 16-bit output through f32, as var_mean's statistics do.
+    on_one_thread(b, tid, [&] { store_stat(b, out, to_f32(s)); });
   });
   return k;
 }
