@@ -1,17 +1,21 @@
 #!/usr/bin/env python3
-"""A small Hugging Face causal LM's forward pass three ways, to split pinned's cost from lite mode's:
+"""A small Hugging Face causal LM's forward pass four ways, to split pinned's cost from lite mode's:
 
     PYTHONPATH=build/python "$(scripts/torch2-venv --python)" bench/model_forward.py [--family llama] [--dtype f32]
 
   eager   the model as PyTorch runs it
   lite    torch.compile in Inductor's lite mode (every op an ATen call), outside pinned: what
           pinned's compiles cost without ordo
-  pinned  torch.compile inside ordo.torch.pinned("torch2.15-cpu"): lite mode plus ordo's
-          kernels for the calls pinned routes (the small model's SDPA)
+  pinned  torch.compile inside ordo.torch.pinned("torch2.15-cpu"): lite mode, and for each call
+          pinned routes (the small model's SDPA) the faster of torch's kernel and ordo's, both
+          eager's bits (kernels="fastest", the default)
+  ordo    the same inside pinned("torch2.15-cpu", kernels="ordo"): ordo's kernel for every call
+          pinned routes, whatever its speed
 
 The model is examples/hf_parity.py's (hidden 128, 2 layers, 4 heads with 2 K/V heads, batch
 2x48, random weights), in eval mode with no gradient. Each time is the median of --calls forward
-passes; the three ways take turns for --rounds rounds. Milliseconds; the ratio is eager's time over
+passes; eager, lite and pinned take turns for --rounds rounds, then eager and ordo (Dynamo keeps
+one graph per mode type, so ordo's compile replaces pinned's). Milliseconds; the ratio is eager's time over
 the way's (above 1: faster than eager).
 """
 import argparse
@@ -57,31 +61,46 @@ def main():
     warnings.filterwarnings("ignore", message=".*token_id.*")
     model = hf_parity.make_model(args.family, sizes, hf_parity.DTYPES[args.dtype]).eval()
     ids, _, _ = hf_parity.make_batch(sizes)
-    block = ordo.torch.pinned("torch2.15-cpu")
+    block, ordo_block = ordo.torch.pinned("torch2.15-cpu"), ordo.torch.pinned("torch2.15-cpu", kernels="ordo")
     with torch.no_grad():
         want = model(ids).logits
+        print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {args.family} {args.dtype}; "
+              f"median ms of {args.calls} forward passes per round; ratio: eager's time over the way's")
         with ordo.torch._eager_kernels_config():
             lite = torch.compile(model)
             lite(ids)
         with block:
             pinned = torch.compile(model)
-            got = pinned(ids).logits
-        if hf_parity.differing(want, got):
-            raise SystemExit("FAIL: the pinned model's logits differ from eager's")
-        print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {args.family} {args.dtype}; "
-              f"median ms of {args.calls} forward passes per round")
-        print(f"  {'round':<6}{'eager':>8}{'lite':>8}{'pinned':>8}{'lite/eager':>12}{'pinned/eager':>14}")
-        rows = []
-        for r in range(args.rounds):
-            eager_ms = median_ms(lambda: model(ids), args.calls)
-            lite_ms = median_ms(lambda: lite(ids), args.calls)
-            with block:
-                pinned_ms = median_ms(lambda: pinned(ids), args.calls)
-            rows.append((eager_ms, lite_ms, pinned_ms))
-            print(f"  {r + 1:<6}{eager_ms:>8.3f}{lite_ms:>8.3f}{pinned_ms:>8.3f}{eager_ms / lite_ms:>12.2f}{eager_ms / pinned_ms:>14.2f}")
-        e, l, p = (statistics.median(col) for col in zip(*rows))
-        print(f"  {'median':<6}{e:>8.3f}{l:>8.3f}{p:>8.3f}{e / l:>12.2f}{e / p:>14.2f}")
+            if hf_parity.differing(want, pinned(ids).logits):
+                raise SystemExit("FAIL: the pinned model's logits differ from eager's")
+        interleaved(args, [("eager", lambda: model(ids), None), ("lite", lambda: lite(ids), None),
+                           ("pinned", lambda: pinned(ids), block)])
+        # Dynamo keeps one graph per mode type: the kernels="ordo" block compiles its own, after
+        # the others are dropped, and takes turns with eager alone.
+        torch._dynamo.reset()
+        with ordo_block:
+            pinned_ordo = torch.compile(model)
+            if hf_parity.differing(want, pinned_ordo(ids).logits):
+                raise SystemExit("FAIL: the kernels='ordo' model's logits differ from eager's")
+        interleaved(args, [("eager", lambda: model(ids), None), ("ordo", lambda: pinned_ordo(ids), ordo_block)])
 
+
+def interleaved(args, ways):
+    """Each way's median time for --rounds rounds, the ways taking turns; ratios against the first."""
+    print(f"  {'round':<7}" + "".join(f"{name:>8}" for name, _, _ in ways) + "".join(f"{name + '/x':>10}" for name, _, _ in ways[1:]))
+    rows = []
+    for r in range(args.rounds):
+        row = []
+        for _, fn, block in ways:
+            if block is None:
+                row.append(median_ms(fn, args.calls))
+            else:
+                with block:
+                    row.append(median_ms(fn, args.calls))
+        rows.append(row)
+        print(f"  {r + 1:<7}" + "".join(f"{t:>8.3f}" for t in row) + "".join(f"{row[0] / t:>10.2f}" for t in row[1:]))
+    med = [statistics.median(col) for col in zip(*rows)]
+    print(f"  {'median':<7}" + "".join(f"{t:>8.3f}" for t in med) + "".join(f"{med[0] / t:>10.2f}" for t in med[1:]))
 
 if __name__ == "__main__":
     main()

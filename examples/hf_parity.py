@@ -125,7 +125,7 @@ def run_variant(model, runner, batch, args):
 
     step()
     grads = [p.grad.clone() for p in model.parameters()]
-    step_ms = median_ms(step, (args.repeats + 3) // 4)
+    step_ms = median_ms(step, args.repeats)  # as many steps as forward passes: a step median of a few calls is noise
     with OrdoOps() as step_ops:
         step()
     return logits, grads, forward_ms, step_ms, forward_ops.counts, step_ops.counts
@@ -142,7 +142,7 @@ def compare(family, dtype_name, args):
     torch._dynamo.reset()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", ordo.torch.OrdoFallbackWarning)
-        with ordo.torch.pinned(args.order, strict=args.strict):
+        with ordo.torch.pinned(args.order, strict=args.strict, kernels=getattr(args, "kernels", "fastest")):
             pinned = run_variant(model, torch.compile(model, dynamic=dynamic), batch, args)
     torch._dynamo.reset()
     fallbacks = sorted({str(w.message) for w in caught if issubclass(w.category, ordo.torch.OrdoFallbackWarning)})
@@ -166,6 +166,9 @@ def main():
     ap.add_argument("--dtype", default="f32,bf16", help="f32, bf16 or both (comma-separated)")
     ap.add_argument("--order", default="torch2.15-cpu", help="the order pinned runs (default: eager PyTorch 2.15's)")
     ap.add_argument("--strict", action="store_true", help="pinned(strict=True): a call ordo cannot run is an error")
+    ap.add_argument("--kernels", default="fastest", choices=("fastest", "ordo"),
+                    help="pinned(kernels=...): 'fastest' runs torch's own kernel where it gives the order's bits and is "
+                         "faster (measured); 'ordo' runs ordo's kernel for every call it can")
     ap.add_argument("--threads", type=int, default=torch.get_num_threads(), help="torch's thread count")
     ap.add_argument("--vocab", type=int, default=512)
     ap.add_argument("--hidden", type=int, default=128)
@@ -178,7 +181,7 @@ def main():
     ap.add_argument("--seq", type=int, default=48)
     ap.add_argument("--pad", type=int, default=0, help="left padding: row i starts with pad*i masked tokens")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--repeats", type=int, default=10, help="timed forward passes per variant (0: no timing)")
+    ap.add_argument("--repeats", type=int, default=10, help="timed forward passes and training steps per variant (0: no timing)")
     ap.add_argument("--dynamic", action="store_true", help="torch.compile(dynamic=True): sizes symbolic where ordo allows")
     ap.add_argument("--no-compiled", dest="compiled", action="store_false",
                     help="skip plain torch.compile (Inductor's code generation takes most of a run)")

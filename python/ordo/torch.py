@@ -39,17 +39,29 @@ default to that. Either way the graphs Inductor compiles inside the block run wi
 handling off (the mode routed their calls when it traced them), so their ATen calls cost what they
 cost outside the block; AOTAutograd's backward graphs still run inside the mode.
 
+Which kernel runs a routed call: under `pinned("torch2.15-cpu")` (the running torch's order: this
+capability and host, torch's thread count) torch's own kernel for a routed call computes the
+order's bits too, in eager code and in lite mode. There pinned's default, kernels="fastest",
+times the two once per call signature (shapes, strides, dtypes, arguments; on specimens, outside
+every mode) and runs the faster: a tie goes to torch, and either way the bits are the same and
+nothing warns. Measured on a 2-core Intel Xeon: torch's kernel is the faster for SDPA at every
+shape tried and for norms below a few MiB, so a small model's compiled forward runs no ordo
+kernel. `pinned(order, kernels="ordo")` runs ordo's kernel for every call it can run; any other
+order (another thread count, capability or host, `fast`, ...) always runs ordo's.
+
 Backward: every op's gradients run ordo's backward kernels, in the forward's order unless
 `backward_order=` (of the function, or of pinned) names another; with a torch2.15 order the
 layer_norm, rms_norm, softmax and log_softmax gradients are eager autograd's bits.
 scaled_dot_product_attention's backward takes the forward's log-sum-exp (its forward kernel runs
 again for it); under torch2.15-cpu it is eager autograd's (f32, on the hosts the order models).
 """
+import builtins
 import functools
 import math
 import operator
 import os
 import threading
+import time
 import warnings
 from typing import List, Optional, Tuple
 
@@ -222,12 +234,16 @@ def _run_attention(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: Optiona
 _is_compiling, _dispatch_modes, _grad_enabled = torch.compiler.is_compiling, torch._C._len_torch_dispatch_stack, torch.is_grad_enabled
 
 
+# Set while pinned times ordo's kernel as a compiled graph would call it (through its custom op).
+_as_in_a_graph = threading.local()
+
+
 def _direct(*tensors) -> bool:
     """Whether a call may run its kernel directly instead of through its custom op: in eager code
     (not while Dynamo traces), on plain tensors, with no gradient to record and no dispatch mode
     (FakeTensorMode, a profiler's or a logger's) that expects to see the op. The result is the
     same; the custom op's dispatch and autograd wrapper cost more than a small call's kernel."""
-    if _is_compiling() or _dispatch_modes():
+    if _is_compiling() or _dispatch_modes() or getattr(_as_in_a_graph, "on", False):
         return False
     grad = _grad_enabled()
     for t in tensors:
@@ -280,27 +296,25 @@ def _(x, weight, eps, order, backward_order):
     return x.new_empty(x.shape, dtype=_out_dtype(k, "y")), x.new_empty(x.shape[:-1], dtype=_out_dtype(k, "rstd"))
 
 
-@torch.library.custom_op("ordo::softmax", mutates_args=())
-def _softmax_op(x: Tensor, order: str, backward_order: str) -> Tensor:
-    return _forward_direct("softmax", x, None, None, 0.0, order)
+def _register_same_shape_op(name: str):
+    """softmax, log_softmax and silu: an op of one tensor and its order strings, whose output has
+    x's shape and dtype, run by ordo's kernel (its gradient is registered with the op's backward).
+    Its fake resolves the kernel, so an order ordo lacks fails at trace time."""
+    @torch.library.custom_op(f"ordo::{name}", mutates_args=())
+    def op(x: Tensor, order: str, backward_order: str) -> Tensor:
+        return _forward_direct(name, x, None, None, 0.0, order)
+
+    @op.register_fake
+    def _(x, order, backward_order):
+        ordo._row_kernel(name, _size(x.shape[-1]), _DTYPE_NAMES[x.dtype], "", order, 0.0, False, False, False, "")
+        return torch.empty_like(x, memory_format=torch.contiguous_format)
+
+    return op
 
 
-@_softmax_op.register_fake
-def _(x, order, backward_order):
-    # an order ordo lacks fails at trace time
-    ordo._row_kernel("softmax", _size(x.shape[-1]), _DTYPE_NAMES[x.dtype], "", order, 0.0, False, False, False, "")
-    return torch.empty_like(x, memory_format=torch.contiguous_format)
-
-
-@torch.library.custom_op("ordo::log_softmax", mutates_args=())
-def _log_softmax_op(x: Tensor, order: str, backward_order: str) -> Tensor:
-    return _forward_direct("log_softmax", x, None, None, 0.0, order)
-
-
-@_log_softmax_op.register_fake
-def _(x, order, backward_order):
-    ordo._row_kernel("log_softmax", _size(x.shape[-1]), _DTYPE_NAMES[x.dtype], "", order, 0.0, False, False, False, "")
-    return torch.empty_like(x, memory_format=torch.contiguous_format)
+_softmax_op = _register_same_shape_op("softmax")
+_log_softmax_op = _register_same_shape_op("log_softmax")
+_silu_op = _register_same_shape_op("silu")
 
 
 @torch.library.custom_op("ordo::scaled_dot_product_attention", mutates_args=())
@@ -439,17 +453,6 @@ _sum_op = _register_row_reduction("sum")
 _mean_op = _register_row_reduction("mean")
 
 
-@torch.library.custom_op("ordo::silu", mutates_args=())
-def _silu_op(x: Tensor, order: str, backward_order: str) -> Tensor:
-    return _forward_direct("silu", x, None, None, 0.0, order)
-
-
-@_silu_op.register_fake
-def _(x, order, backward_order):
-    ordo._row_kernel("silu", _size(x.shape[-1]), _DTYPE_NAMES[x.dtype], "", order, 0.0, False, False, False, "")
-    return torch.empty_like(x, memory_format=torch.contiguous_format)
-
-
 @torch.library.custom_op("ordo::silu_backward", mutates_args=())
 def _silu_backward_op(dy: Tensor, x: Tensor, order: str) -> Tensor:
     return ordo.silu_backward(dy.contiguous(), x.contiguous(), order=order)
@@ -563,6 +566,8 @@ def layer_norm(input: Tensor, normalized_shape, weight: Optional[Tensor] = None,
     (they are normalized as one row, as torch does). Gradients run ordo's layer_norm_backward with
     backward_order, by default the forward's order."""
     n = _normalized_cols(input, normalized_shape, "layer_norm")
+    if n == 0:  # rows of no elements: nothing is summed, so torch's op gives the result
+        return F.layer_norm(input, normalized_shape, weight, bias, eps)
     x, w, b = _rows_view(input, normalized_shape, n), _flat(weight, n), _flat(bias, n)
     if _direct(x, w, b):
         y = _forward_direct("layer_norm", x, w, b, float(eps), order)
@@ -576,6 +581,8 @@ def rms_norm(input: Tensor, normalized_shape, weight: Optional[Tensor] = None, e
     """F.rms_norm with ordo's kernel and order; eps=None is float32's epsilon, as in torch. Gradients
     run ordo's rms_norm_backward with backward_order, by default the forward's order."""
     n = _normalized_cols(input, normalized_shape, "rms_norm")
+    if n == 0:
+        return F.rms_norm(input, normalized_shape, weight, eps)
     x, w = _rows_view(input, normalized_shape, n), _flat(weight, n)
     e = _RMS_NORM_DEFAULT_EPS if eps is None else float(eps)
     if _direct(x, w):
@@ -583,6 +590,12 @@ def rms_norm(input: Tensor, normalized_shape, weight: Optional[Tensor] = None, e
     else:
         y, _ = torch.ops.ordo.rms_norm(x, w, e, order, backward_order or "")
     return y if x is input else y.reshape(input.shape)
+
+
+def _empty_rows(input: Tensor) -> bool:
+    """Rows of no elements (a last dim of 0): no order applies, and torch's own op gives the
+    result (an empty tensor; sum's zeros, mean's NaN), with its gradient."""
+    return input.dim() > 0 and input.shape[-1] == 0
 
 
 def _last_dim(input: Tensor, dim: int, op: str):
@@ -595,6 +608,8 @@ def softmax(input: Tensor, dim: int = -1, dtype: Optional[torch.dtype] = None, *
     """softmax over the last dim with ordo's order; dtype= casts the input first, as torch does.
     Gradients run ordo's softmax_backward with backward_order, by default the forward's order."""
     _last_dim(input, dim, "softmax")
+    if _empty_rows(input):
+        return F.softmax(input, dim, dtype=dtype)
     x = input if dtype is None else input.to(dtype)
     if _direct(x):
         return _forward_direct("softmax", x, None, None, 0.0, order)
@@ -606,6 +621,8 @@ def log_softmax(input: Tensor, dim: int = -1, dtype: Optional[torch.dtype] = Non
     """log_softmax over the last dim with ordo's order; dtype= casts the input first, as torch does.
     Gradients run ordo's log_softmax_backward with backward_order, by default the forward's order."""
     _last_dim(input, dim, "log_softmax")
+    if _empty_rows(input):
+        return F.log_softmax(input, dim, dtype=dtype)
     x = input if dtype is None else input.to(dtype)
     if _direct(x):
         return _forward_direct("log_softmax", x, None, None, 0.0, order)
@@ -616,6 +633,8 @@ def _row_reduction(op: str, input: Tensor, dim: int, keepdim: bool, order: str) 
     _last_dim(input, dim, op)
     if input.dim() == 0:
         raise ValueError(f"{op}: a 0-dim tensor has no row to reduce")
+    if _empty_rows(input):  # torch's zeros (sum) and NaN (mean, 0/0)
+        return (input.sum if op == "sum" else input.mean)(dim, keepdim)
     if _direct(input):
         out = _forward_direct(op, input, None, None, 0.0, order)
     else:
@@ -631,6 +650,8 @@ def silu(input: Tensor, *, order: str, backward_order: Optional[str] = None) -> 
     into chunks and tails in its memory order, so its own bits for such an input can differ."""
     if input.dim() == 0:
         return silu(input.reshape(1), order=order, backward_order=backward_order).reshape(())
+    if _empty_rows(input):
+        return F.silu(input)
     if _direct(input):
         return _forward_direct("silu", input, None, None, 0.0, order)
     return torch.ops.ordo.silu(input, order, backward_order or "")
@@ -767,6 +788,8 @@ def _why_not(op: str, order: str, call: tuple) -> str:
             return (f"the input's last dim is strided: torch's rms_norm sums such a row in another order than a "
                     f"contiguous one, which '{order}' does not model; pass a contiguous input")
         wd = w_dtype or b_dtype
+        if n == 0:
+            return ""
         try:
             ordo._row_kernel(op, n, _DTYPE_NAMES[getattr(torch, x_dtype)], _DTYPE_NAMES[getattr(torch, wd)] if wd else "", order,
                              float(eps), bool(w_dtype), bool(b_dtype), bool(wd) and wd != x_dtype, "")
@@ -786,6 +809,8 @@ def _why_not(op: str, order: str, call: tuple) -> str:
         dt = dtype or x_dtype
         if getattr(torch, dt) not in _DTYPE_NAMES:
             return f"dtype {dt}; ordo runs float32, bfloat16 and float16"
+        if cols == 0:
+            return ""
         try:
             ordo._row_kernel(op, cols, _DTYPE_NAMES[getattr(torch, dt)], "", order, 0.0, False, False, False, "")
         except ValueError as e:
@@ -820,16 +845,109 @@ def _why_not(op: str, order: str, call: tuple) -> str:
     return ""
 
 
+def _specimen(spec) -> Optional[Tensor]:
+    """A tensor of normal values with a call argument's (shape, strides, dtype name), for timing;
+    None for an absent argument. Strides may overlap (an expanded K/V head)."""
+    if spec is None:
+        return None
+    shape, strides, dt = spec
+    extent = 1 + builtins.sum((size - 1) * stride for size, stride in zip(shape, strides)) if all(shape) else 0
+    return torch.randn(extent).to(getattr(torch, dt)).as_strided(shape, strides)
+
+
+def _spec(t: Optional[Tensor]):
+    """A tensor argument as _specimen rebuilds it (None for an absent one). Reading the sizes
+    specializes them in a trace: pinned reads them only where none is symbolic."""
+    return None if t is None else (tuple(t.shape), tuple(t.stride()), _dt(t))
+
+
 @torch.compiler.assume_constant_result
-def _route(op: str, order: str, strict: bool, threads: int, call: tuple) -> Tuple[str, str, str]:
+def _trace_has_symbolic_sizes() -> bool:
+    """While Dynamo traces: whether its frame has symbolic sizes (torch.compile(dynamic=True), or
+    automatic dynamic shapes after a recompile). Runs at trace time, with the trace's fake
+    tensors made for the tensors the traced code has touched so far."""
+    from torch._guards import TracingContext
+    context = TracingContext.try_get()
+    shape_env = getattr(getattr(context, "fake_mode", None), "shape_env", None)
+    if shape_env is None:
+        return True  # no way to tell: read no size
+    symbols = getattr(shape_env, "backed_var_to_val", None)
+    return bool(shape_env.var_to_val if symbols is None else symbols)
+
+
+def _calls_to_time(op: str, run: str, call: tuple, specs: tuple):
+    """(torch's own call, ordo's call with order `run`) of one routed call, on specimens."""
+    if op in ("layer_norm", "rms_norm"):
+        x, w, b = (_specimen(s) for s in specs[:3])
+        shape, eps = specs[3], call[4]
+        if op == "layer_norm":
+            return (lambda: F.layer_norm(x, shape, w, b, eps)), (lambda: layer_norm(x, shape, w, b, eps, order=run))
+        return (lambda: F.rms_norm(x, shape, w, eps)), (lambda: rms_norm(x, shape, w, eps, order=run))
+    if op in ("softmax", "log_softmax"):
+        x, dim, dtype = _specimen(specs[0]), call[3], getattr(torch, call[4]) if call[4] else None
+        theirs, ours = (F.softmax, softmax) if op == "softmax" else (F.log_softmax, log_softmax)
+        return (lambda: theirs(x, dim, dtype=dtype)), (lambda: ours(x, dim, dtype, order=run))
+    q, k, v = (_specimen(s) for s in specs)
+    is_causal, scale, gqa = call[11], call[12], call[13] > 1
+    return ((lambda: F.scaled_dot_product_attention(q, k, v, is_causal=is_causal, scale=scale, enable_gqa=gqa)),
+            (lambda: scaled_dot_product_attention(q, k, v, is_causal, scale, enable_gqa=gqa, order=run)))
+
+
+# How long pinned may time one call signature's two kernels (after a first call of each).
+_TIMING_BUDGET_S = 0.05
+
+
+@functools.lru_cache(maxsize=4096)
+def _torch_is_faster(op: str, run: str, call: tuple, specs: tuple, in_graph: bool) -> bool:
+    """Whether torch's own kernel runs this call faster than ordo's, measured once per process and
+    signature: remembered, because a trace that Dynamo restarts (after a graph break) must take
+    the same branch again."""
+    return _time_torch_against_ordo(op, run, call, specs, in_graph)
+
+
+def _time_torch_against_ordo(op: str, run: str, call: tuple, specs: tuple, in_graph: bool) -> bool:
+    """Whether torch's own kernel runs this call faster than ordo's: each called once
+    (ordo compiles its kernel here), then the two alternately, the fastest of each compared, up
+    to 9 rounds within _TIMING_BUDGET_S (at least 3). On specimens of the call's shapes, strides
+    and dtypes, outside every mode and without a gradient; ordo's through its custom op when the
+    call is in a compiled graph (the path the graph takes). A tie goes to torch."""
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+    from torch.utils._python_dispatch import _disable_current_modes
+    with unset_fake_temporarily(), _disable_current_modes(), torch._C.DisableTorchFunction(), torch.no_grad():
+        theirs, ours = _calls_to_time(op, run, call, specs)
+        _as_in_a_graph.on = in_graph
+        try:
+            best = [math.inf, math.inf]
+            deadline = time.perf_counter() + _TIMING_BUDGET_S
+            for rounds in range(10):
+                for i, fn in enumerate((theirs, ours)):
+                    start = time.perf_counter()
+                    fn()
+                    if rounds:
+                        best[i] = min(best[i], time.perf_counter() - start)
+                if rounds >= 3 and time.perf_counter() > deadline:
+                    break
+        finally:
+            _as_in_a_graph.on = False
+    return best[0] <= best[1]
+
+
+@torch.compiler.assume_constant_result
+def _route(op: str, order: str, strict: bool, threads: int, call: tuple, specs: Optional[tuple] = None,
+           in_graph: bool = False) -> Tuple[str, str, str]:
     """(the order to run this call with, or '' for torch's own op; the error to raise when
     strict, else ''; the warning for a fallback, else ''). Runs once per call in eager and once at
     trace time under torch.compile, where its result is a constant of the graph. The caller
     raises, so that Dynamo sees an ordinary exception of user code, and warns through
-    _fallback_warning, so that a graph warns each time it runs in a new block."""
+    _fallback_warning, so that a graph warns each time it runs in a new block.
+    specs: given when torch's own kernel computes this call in `order`'s bits (pinned's
+    kernels="fastest" with the running torch's order): then the faster of the two runs, measured
+    (_torch_is_faster), with no warning either way."""
     run = _with_threads(order, threads)
     why = _why_not(op, run, call)
     if not why:
+        if specs is not None and _torch_is_faster(op, run, call, specs, in_graph):
+            return "", "", ""
         return run, "", ""
     if strict:
         return "", f"ordo.torch.pinned({order!r}): {op} cannot run in ordo: {why}", ""
@@ -837,20 +955,25 @@ def _route(op: str, order: str, strict: bool, threads: int, call: tuple) -> Tupl
 
 
 @functools.lru_cache(maxsize=1024)
-def _route_in_eager(op: str, order: str, strict: bool, threads: int, call: tuple) -> Tuple[str, str, str]:
+def _route_in_eager(op: str, order: str, strict: bool, threads: int, call: tuple,
+                    specs: Optional[tuple]) -> Tuple[str, str, str]:
     """_route, remembered: in eager code every call of a block asks it, and its answer depends on
-    nothing but its arguments (a routed call's kernel is compiled, or refused, by request)."""
-    return _route(op, order, strict, threads, call)
+    nothing but its arguments (a routed call's kernel is compiled, or refused, by request; the
+    faster kernel is measured once per call signature)."""
+    return _route(op, order, strict, threads, call, specs, False)
 
 
-def _route_call(op: str, order: str, strict: bool, threads: int, call: tuple) -> Tuple[str, str, str]:
+def _route_call(op: str, order: str, strict: bool, threads: int, call: tuple,
+                specs: Optional[tuple] = None) -> Tuple[str, str, str]:
     """_route for one call: remembered in eager code; asked afresh while Dynamo traces (its result
     is then a constant of the graph, and Dynamo would not trace through the cache) and for a call
     the cache cannot key (an unhashable argument, such as F.softmax's dim given as a list, which
     _route names in its refusal)."""
-    if torch.compiler.is_compiling() or not _hashable(call):
-        return _route(op, order, strict, threads, call)
-    return _route_in_eager(op, order, strict, threads, call)
+    if torch.compiler.is_compiling():
+        return _route(op, order, strict, threads, call, specs, True)
+    if not _hashable(call):
+        return _route(op, order, strict, threads, call, specs, False)
+    return _route_in_eager(op, order, strict, threads, call, specs)
 
 
 def _hashable(value) -> bool:
@@ -948,7 +1071,53 @@ def _eager_kernels_config():
     # Inductor checks each ATen call's output against its traced size, stride and dtype as the
     # graph runs (a Python call per op, 0.6 ms of a small Llama's 4 ms forward); in lite mode every
     # op is such a call. The graph is eager's ATen calls, whose metadata the trace took from them.
-    return torch._inductor.config.patch({**options, "size_asserts": False})
+    return _Together(torch._inductor.config.patch({**options, "size_asserts": False}), _LiteModeFallbacks())
+
+
+class _Together:
+    """Context managers entered in order and left in reverse."""
+
+    def __init__(self, *managers):
+        self._managers = managers
+
+    def __enter__(self):
+        for m in self._managers:
+            m.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        for m in reversed(self._managers):
+            m.__exit__(None, None, None)
+
+
+class _LiteModeFallbacks:
+    """Lets lite mode call eager's kernel for an op Inductor has a decomposition for but no
+    lowering. Lite mode keeps such an op undecomposed in its graph (selective_decompose), and
+    then Inductor's lowering refuses to make it a fallback ("both a fallback and a decomp for same
+    op"): measured in torch 2.15, the backward of a compiled F.layer_norm or softmax with torch's
+    own kernel (aten.native_layer_norm_backward, aten._softmax_backward_data) fails so, outside
+    ordo too. Such ops join Inductor's FALLBACK_ALLOW_LIST (torch._inductor.lowering), whose ops
+    are made fallbacks without that check: an ATen call, eager's kernel, as lite mode makes every
+    other op. Process-wide from the first block on, and never undone: AOTAutograd may compile a
+    backward graph when backward() runs, after the block (it keeps lite mode's config for it, not
+    this list); outside lite mode these ops are decomposed before lowering, so the list changes
+    nothing there but the assertion error."""
+
+    def __enter__(self):
+        _allow_lite_mode_fallbacks()
+        return self
+
+    def __exit__(self, *exc):
+        pass
+
+
+@functools.cache
+def _allow_lite_mode_fallbacks() -> None:
+    import torch._inductor.lowering as lowering
+    from torch._inductor.decomposition import select_decomp_table
+    for op in select_decomp_table():
+        if isinstance(op, torch._ops.OpOverload) and op not in lowering.lowerings:
+            lowering.FALLBACK_ALLOW_LIST.add(op.name().split(".")[0])
 
 
 class _GraphsRunOutsideTheMode:
@@ -990,11 +1159,17 @@ class pinned(TorchFunctionMode):
     OrdoFallbackWarning per block and reason, or raises ValueError when strict=True. Gradients of
     the routed calls run ordo's backward kernels with `backward_order` (default: `order`).
     eager_kernels (default: True for the torch2.15-cpu orders): compiles inside the block keep
-    eager's ATen kernels for every op ordo does not run (see the module's docstring)."""
+    eager's ATen kernels for every op ordo does not run (see the module's docstring).
+    kernels: "fastest" (default) runs torch's own kernel instead of ordo's where it computes the
+    order's bits (order "torch2.15-cpu" under torch 2.15 with no backward_order, in eager code or
+    with eager_kernels) and is measured faster; "ordo" runs ordo's kernel for every call it can run."""
 
     def __init__(self, order: str, *, strict: bool = False, backward_order: Optional[str] = None,
-                 eager_kernels: Optional[bool] = None):
+                 eager_kernels: Optional[bool] = None, kernels: str = "fastest"):
         super().__init__()
+        if kernels not in ("fastest", "ordo"):
+            raise ValueError(f"kernels={kernels!r}: 'fastest' (torch's own kernel where it computes the order's bits "
+                             f"and runs faster) or 'ordo' (ordo's kernel for every call it can run)")
         if not isinstance(order, str) or not order:
             raise ValueError(f"order must be a non-empty string, got {order!r}")
         base = order.split("(", 1)[0]
@@ -1011,6 +1186,28 @@ class pinned(TorchFunctionMode):
         if eager_kernels is None:
             eager_kernels = _promises_eager_bits(order)
         self.eager_kernels = bool(eager_kernels)
+        # torch's own kernels compute this order's bits: the running torch's order (the alias
+        # for this capability and host; threads are torch's), under torch 2.15, with no other
+        # backward order asked for.
+        self._torch_runs_the_order = (kernels == "fastest" and order == "torch2.15-cpu" and backward_order is None
+                                      and torch.__version__.split("+")[0].startswith("2.15."))
+
+    def _specs(self, *tensors, extra=None) -> Optional[tuple]:
+        """What _route times torch's kernel against ordo's on, when torch's kernel may run the call
+        with the order's bits: in eager code, and in compiled code whose other ops are eager's
+        kernels (lite mode; Inductor's own code would not call torch's kernel for it) and whose
+        sizes are all static (reading a symbolic size would specialize it; with symbolic sizes
+        ordo's kernel runs, as under kernels="ordo"). Else None."""
+        if not self._torch_runs_the_order:
+            return None
+        if torch.compiler.is_compiling():
+            for t in tensors:  # every argument's fake tensor made before the frame is asked
+                if t is not None:
+                    t.dim()
+            if not self.eager_kernels or _trace_has_symbolic_sizes():
+                return None
+        specs = tuple(_spec(t) for t in tensors)
+        return specs if extra is None else specs + (tuple(extra),)
 
     def __enter__(self):
         _warned_stack().append(set())
@@ -1060,7 +1257,8 @@ class pinned(TorchFunctionMode):
                 n = n * operator.index(size)
             last_contiguous = True if x.shape[-1] == 1 or x.stride(-1) == 1 else False
             call = (_dt(x), _dt(w), _dt(b), n, float(eps), last_contiguous)
-            order, error, note = _route_call(op, self.order, self.strict, _torch_threads(), call)
+            order, error, note = _route_call(op, self.order, self.strict, _torch_threads(), call,
+                                             self._specs(x, w, b, extra=shape))
             if error:
                 raise ValueError(error)
             if note:
@@ -1077,7 +1275,7 @@ class pinned(TorchFunctionMode):
             x, dim = args[0], _arg(args, kwargs, 1, "dim", None)
             dtype = _arg(args, kwargs, 3 if func in (F.softmax, F.log_softmax) else 2, "dtype", None)
             call = (_dt(x), x.dim(), operator.index(x.shape[-1]) if x.dim() else 1, dim, _dt_name(dtype))
-            order, error, note = _route_call(op, self.order, self.strict, _torch_threads(), call)
+            order, error, note = _route_call(op, self.order, self.strict, _torch_threads(), call, self._specs(x))
             if error:
                 raise ValueError(error)
             if note:
@@ -1115,7 +1313,8 @@ class pinned(TorchFunctionMode):
             call = (_dt(q), _dt(k), _dt(v), q.dim(), shapes_ok, operator.index(q.shape[-1]) if shapes_ok else 0,
                     operator.index(q.shape[-2]) if shapes_ok else 0, operator.index(k.shape[-2]) if shapes_ok else 0, last_contiguous,
                     mask is not None, dropout_p, is_causal, None if scale is None else float(scale), group, grad)
-            order, error, note = _route_call("scaled_dot_product_attention", self.order, self.strict, _torch_threads(), call)
+            order, error, note = _route_call("scaled_dot_product_attention", self.order, self.strict, _torch_threads(), call,
+                                             self._specs(q, k, v))
             if error:
                 raise ValueError(error)
             if note:

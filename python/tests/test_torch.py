@@ -205,7 +205,7 @@ def test_pinned():
             check(all(same(a, b) for a, b in zip(want, eager)), f"pinned({EXACT}) eager equals torch, 16 spellings ({dt})")
             torch._dynamo.reset()
             rec = Recorder()
-            with ot.pinned(EXACT, strict=True):
+            with ot.pinned(EXACT, strict=True, kernels="ordo"):
                 traced = torch.compile(spellings, backend=rec, fullgraph=True)(x, q, k, v, ln, rms)
             ordo_ops = [t for t in rec.targets if t.startswith("ordo.")]
             torch_ops = [t for t in rec.targets if any(s in t for s in ("norm", "softmax", "attention")) and not t.startswith("ordo.")]
@@ -216,6 +216,158 @@ def test_pinned():
                 compiled = torch.compile(spellings, fullgraph=True)(x, q, k, v, ln, rms)
             check(all(same(a, b) for a, b in zip(want, compiled)), f"compiled by Inductor inside pinned equals eager torch ({dt})")
     torch._dynamo.reset()
+
+
+def test_pinned_fastest():
+    """pinned(torch2.15-cpu)'s default kernels="fastest": where torch's own kernel gives the
+    order's bits (the running torch's order, in eager code or lite mode), the faster of it and
+    ordo's runs, measured once per call signature. Both branches are forced here (the timing
+    replaced) and must give eager's bits; an order torch does not run here never takes torch's."""
+    import ordo.torch as ot
+    g = torch.Generator().manual_seed(12)
+    x = torch.randn(5, 3, 96, generator=g)
+    w, b = torch.randn(96, generator=g), torch.randn(96, generator=g)
+    q, k, v = torch.randn(2, 21, 3, 4, 32, generator=g).permute(2, 0, 3, 1, 4)
+
+    def f(x, q, k, v):
+        return (F.layer_norm(x, (96,), w, b), F.rms_norm(x, (96,), w), torch.softmax(x, -1), F.log_softmax(x, -1),
+                F.scaled_dot_product_attention(q, k, v, is_causal=True))
+
+    want = f(x, q, k, v)
+    measured = ot._torch_is_faster
+    asked = []
+    try:
+        for torch_faster in (True, False):
+            def timing(op, run, call, specs, in_graph, answer=torch_faster):
+                asked.append((op, in_graph))
+                return answer
+            ot._torch_is_faster = timing
+            ot._route_in_eager.cache_clear()
+            torch._dynamo.reset()
+            with torch.no_grad():
+                with ot.pinned(EXACT, strict=True), OpLog() as log:
+                    eager = f(x, q, k, v)
+                ran = [n for n in log.names if n.startswith("ordo.")]
+                rec = Recorder()
+                with ot.pinned(EXACT, strict=True):
+                    traced = torch.compile(f, backend=rec, fullgraph=True)(x, q, k, v)
+                in_graph = [t for t in rec.targets if t.startswith("ordo.")]
+                torch._dynamo.reset()
+                with ot.pinned(EXACT, strict=True):
+                    compiled = torch.compile(f, fullgraph=True)(x, q, k, v)
+            which = "torch's" if torch_faster else "ordo's"
+            check(all(same(a, b) for a, b in zip(want, eager)) and all(same(a, b) for a, b in zip(want, traced))
+                  and all(same(a, b) for a, b in zip(want, compiled)),
+                  f"kernels='fastest' choosing {which} kernels: eager, traced and compiled equal torch")
+            check(len(ran) == (0 if torch_faster else 5) and len(in_graph) == (0 if torch_faster else 5),
+                  f"kernels='fastest' choosing {which}: ordo ops eager {len(ran)}, in the graph {len(in_graph)}")
+        # torch's kernels chosen in a compiled graph with gradients: lite mode then compiles
+        # aten.native_layer_norm_backward, which Inductor 2.15 refuses to make a fallback
+        # unless pinned allows it (_LiteModeFallbacks).
+        ot._torch_is_faster = lambda *args: True
+        ot._route_in_eager.cache_clear()
+        torch._dynamo.reset()
+        grads = []
+        for use_pinned in (False, True):
+            xg = x.clone().requires_grad_(True)
+            ln = nn.LayerNorm(96)
+            with torch.no_grad():
+                ln.weight.copy_(w), ln.bias.copy_(b)
+            if use_pinned:
+                with ot.pinned(EXACT, strict=True):
+                    y = torch.compile(lambda t: torch.softmax(ln(t), -1))(xg)
+            else:
+                y = torch.softmax(ln(xg), -1)
+            y.backward(torch.ones_like(y) / 7)
+            grads.append((y, xg.grad, ln.weight.grad, ln.bias.grad))
+        check(all(same(a, b) for a, b in zip(*grads)),
+              "torch's kernels chosen, compiled with gradients (layer_norm and softmax backward in lite mode): eager's bits")
+        check({op for op, _ in asked} == {"layer_norm", "rms_norm", "softmax", "log_softmax", "scaled_dot_product_attention"}
+              and {g for _, g in asked} == {True, False}, f"every routed op was timed, in eager code and in graphs")
+        # Only the running torch's alias is timed against torch: not an order with its own thread
+        # count, nor under kernels="ordo", nor with another backward order, nor an order torch lacks.
+        asked.clear()
+        ot._route_in_eager.cache_clear()
+        with torch.no_grad():
+            with ot.pinned(f"{EXACT}(threads=1)"):
+                f(x, q, k, v)
+            with ot.pinned(EXACT, kernels="ordo"):
+                f(x, q, k, v)
+            with ot.pinned(EXACT, backward_order="flash"):
+                f(x, q, k, v)
+            with ot.pinned("fast"):
+                f(x, q, k, v)
+        check(not asked, f"no timing for an order torch does not compute here: {asked}")
+    finally:
+        ot._torch_is_faster = measured
+        ot._route_in_eager.cache_clear()
+        torch._dynamo.reset()
+    # A timing that changes its mind each time it is asked: the answer pinned remembers per call
+    # signature keeps a trace that Dynamo restarts after a graph break on one branch.
+    timed = ot._time_torch_against_ordo
+    flips = [0]
+
+    def flipping(*args):
+        flips[0] += 1
+        return flips[0] % 2 == 1
+
+    def with_break(x):
+        y = F.layer_norm(x, (96,), w, b)
+        torch._dynamo.graph_break()
+        return torch.softmax(y, -1), F.layer_norm(y, (96,), w, b)
+
+    try:
+        ot._time_torch_against_ordo = flipping
+        ot._torch_is_faster.cache_clear()
+        torch._dynamo.reset()
+        try:
+            with torch.no_grad(), ot.pinned(EXACT, strict=True):
+                got = torch.compile(with_break)(x)
+            ok, why = all(same(a, b) for a, b in zip(with_break(x), got)) and flips[0] >= 2, f"{flips[0]} asked"
+        except Exception as e:  # noqa: BLE001 - Dynamo's SpeculationLogDivergence when a branch changes
+            ok, why = False, f"{type(e).__name__}: {str(e)[:120]}"
+        check(ok, f"a timing that flips under a graph break: the compile succeeds with eager's bits ({why})")
+    finally:
+        ot._time_torch_against_ordo = timed
+        ot._torch_is_faster.cache_clear()
+        torch._dynamo.reset()
+    # The measurement itself, on specimens of the call's layouts (q, k, v strided, K/V expanded).
+    for op, call, specs in (
+            ("layer_norm", ("float32", "float32", "float32", 96, 1e-5, True),
+             (((15, 96), (96, 1), "float32"), ((96,), (1,), "float32"), ((96,), (1,), "float32"), (96,))),
+            ("softmax", ("bfloat16", 2, 300, -1, "float32"), (((7, 300), (300, 1), "bfloat16"),)),
+            ("scaled_dot_product_attention",
+             ("float32",) * 3 + (4, True, 32, 21, 21, (True,) * 3, False, 0.0, True, None, 2, False),
+             (((2, 4, 21, 32), (2688, 32, 128, 1), "float32"), ((2, 2, 21, 32), (1344, 32, 64, 1), "float32"),
+              ((2, 2, 21, 32), (1344, 32, 64, 1), "float32")))):
+        for in_graph in (False, True):
+            answer = ot._time_torch_against_ordo(op, f"{EXACT}(threads=2)", call, specs, in_graph)
+            check(type(answer) is bool, f"timing {op} (in a graph: {in_graph}) answers {answer}")
+
+
+def test_empty_rows():
+    """Rows of no elements (a last dim of 0): torch's results (empty; sum's zeros, mean's NaN) from
+    every ordo.torch row op, with a gradient, and inside pinned(strict=True) without a fallback."""
+    import ordo.torch as ot
+    calls = [
+        ("layer_norm", lambda x: F.layer_norm(x, (0,)), lambda x: ot.layer_norm(x, (0,), order=EXACT)),
+        ("rms_norm", lambda x: F.rms_norm(x, (0,)), lambda x: ot.rms_norm(x, (0,), order=EXACT)),
+        ("softmax", lambda x: torch.softmax(x, -1), lambda x: ot.softmax(x, -1, order=EXACT)),
+        ("log_softmax", lambda x: F.log_softmax(x, -1), lambda x: ot.log_softmax(x, -1, order=EXACT)),
+        ("sum", lambda x: x.sum(-1), lambda x: ot.sum(x, -1, order=EXACT)),
+        ("mean", lambda x: x.mean(-1, keepdim=True), lambda x: ot.mean(x, -1, True, order=EXACT)),
+        ("silu", F.silu, lambda x: ot.silu(x, order=EXACT)),
+    ]
+    for name, theirs, ours in calls:
+        for dt in (torch.float32, torch.bfloat16):
+            x = torch.empty(3, 0, dtype=dt, requires_grad=True)
+            want, got = theirs(x), ours(x)
+            with torch.no_grad(), warnings.catch_warnings(record=True) as record:
+                warnings.simplefilter("always")
+                with ot.pinned(EXACT, strict=True):
+                    routed = theirs(x)
+            check(same(want, got) and same(want, routed) and got.requires_grad and not fallback_warnings(record),
+                  f"{name} of {tuple(x.shape)} {dt}: torch's {tuple(want.shape)} result, eager and inside pinned(strict=True)")
 
 
 def test_layouts_and_dtypes():
@@ -827,7 +979,7 @@ def test_grouped_query_attention():
             with torch.no_grad():
                 want = sdpa(q, k, v)
                 torch._dynamo.reset()
-                with ot.pinned(EXACT, strict=True), OpLog() as log:
+                with ot.pinned(EXACT, strict=True, kernels="ordo"), OpLog() as log:
                     got = sdpa(q, k, v)
                     compiled = torch.compile(sdpa)(q, k, v)
             ran = [n for n in log.names if "ordo" in n or "attention" in n]
@@ -910,7 +1062,8 @@ def main():
         print(f"FAIL: this is torch {torch.__version__} ({sys.executable}); ordo.torch is checked against {WANT_TORCH} "
               f"(scripts/torch2-venv --python)")
         return 1
-    for test in (test_import_is_lazy, test_ops_exact, test_ops_compiled, test_direct_calls, test_pinned, test_layouts_and_dtypes, test_fallbacks,
+    for test in (test_import_is_lazy, test_ops_exact, test_ops_compiled, test_direct_calls, test_pinned, test_pinned_fastest, test_empty_rows, test_layouts_and_dtypes,
+                 test_fallbacks,
                  test_new_shapes, test_decode_compiles_once, test_varying_lengths_compile_once,
                  test_runs_on_torch_threads, test_blocks_recompile, test_backward, test_eager_kernels,
                  test_graphs_run_outside_the_mode,
