@@ -338,6 +338,85 @@ ExprRef glibc_logf(Builder& b, ExprRef x) {
 // exact; 2^f by its degree-7 Taylor polynomial in Horner form with fmas (truncation below 6e-9
 // relative, so the result is within about 2 ulp); then (2 * 2^f) * 2^(n-1), the power built
 // from exponent bits. x < -125 gives +0 (no subnormal results), x >= 128 gives +inf, NaN gives NaN.
+ExprRef glibc_expm1f(Builder& b, ExprRef x) {
+  const Consts k{x->type.lanes};
+  x = bound(b, std::move(x), "expm1.x");
+  const ExprRef one = k.c(1.0f), half = k.c(0.5f);
+  const ExprRef hx_signed = b.let("expm1.bits", bitcast(x, ScalarType::i32));
+  // Integer comparisons run on i64 (the IR compares f32, f64 and i64).
+  const ExprRef negative = b.let("expm1.neg", lt(cast(hx_signed, ScalarType::i64), k.i64(0)));  // the sign bit, -0 included
+  const ExprRef hx = b.let("expm1.hx", cast(binary(Op::BitAnd, hx_signed, k.i(0x7fffffff)), ScalarType::i64));
+  // Reduction for |x| > ln2/2: k = +-1 with ln 2 in two parts below 1.5 ln 2, else k = the
+  // truncation of x/ln 2 +- 1/2 (a float product and sum, then C's conversion toward zero: floor
+  // of the magnitude; the value is an integer below 2^8 in magnitude, so the cast is exact).
+  const ExprRef near = binary(Op::And, lt(k.i64(0x3eb17218), hx), lt(hx, k.i64(0x3f851592)));
+  const ExprRef v = b.let("expm1.v", add(mul(k.bits(0x3fb8aa3b), x), select(negative, neg(half), half)));
+  const ExprRef trunc_v = select(negative, neg(unary(Op::Floor, neg(v))), unary(Op::Floor, v));
+  const ExprRef kf_far = b.let("expm1.kf", trunc_v);
+  const ExprRef kf_reduced = b.let("expm1.kr", select(near, select(negative, k.c(-1.0f), one), kf_far));
+  const ExprRef reduced = b.let("expm1.reduced", lt(k.i64(0x3eb17218), hx));
+  const ExprRef kf = b.let("expm1.kf0", select(reduced, kf_reduced, k.c(0.0f)));
+  const ExprRef ki = b.let("expm1.k", cast(kf, ScalarType::i32));
+  const ExprRef k64 = b.let("expm1.k64", cast(ki, ScalarType::i64));
+  // hi = x - k ln2_hi (exact product), lo = k ln2_lo; for k = +-1 the same with k*ln2 = +-ln2.
+  const ExprRef hi = b.let("expm1.hi", sub(x, mul(kf_reduced, k.bits(0x3f317180))));
+  const ExprRef lo = b.let("expm1.lo", mul(kf_reduced, k.bits(0x3717f7d1)));
+  const ExprRef xr_reduced = b.let("expm1.xr0", sub(hi, lo));
+  const ExprRef r = b.let("expm1.r", select(reduced, xr_reduced, x));
+  const ExprRef c = b.let("expm1.c", sub(sub(hi, xr_reduced), lo));
+  // The primary range: r1 = 1 + hxs (Q1 + hxs (Q2 + ...)), hxs = r * r/2.
+  const ExprRef hfx = b.let("expm1.hfx", mul(half, r));
+  const ExprRef hxs = b.let("expm1.hxs", mul(r, hfx));
+  ExprRef poly = k.bits(0xb457edbb);
+  for (uint32_t q : {0x36867e54u, 0xb8a670cdu, 0x3ad00d01u, 0xbd088889u}) poly = add(k.bits(q), mul(hxs, poly));
+  const ExprRef r1 = b.let("expm1.r1", add(one, mul(hxs, poly)));
+  const ExprRef t = b.let("expm1.t", sub(k.c(3.0f), mul(r1, hfx)));
+  const ExprRef e0 = b.let("expm1.e0", mul(hxs, div(sub(r1, t), sub(k.c(6.0f), mul(r, t)))));
+  const ExprRef y_k0 = sub(r, sub(mul(r, e0), hxs));
+  const ExprRef e = b.let("expm1.e", sub(sub(mul(r, sub(e0, c)), c), hxs));
+  const ExprRef y_km1 = sub(mul(half, sub(r, e)), half);
+  const ExprRef y_k1 = select(lt(r, k.c(-0.25f)), mul(k.c(-2.0f), sub(e, add(r, half))), add(one, mul(k.c(2.0f), sub(r, e))));
+  // 2^k applied by adding k to the exponent field of y.
+  const ExprRef exponent = b.let("expm1.kexp", binary(Op::Shl, ki, k.i(23)));
+  const auto scaled = [&](ExprRef y) { return bitcast(add(bitcast(std::move(y), ScalarType::i32), exponent), ScalarType::f32); };
+  const ExprRef y_wide = sub(scaled(sub(one, sub(e, r))), one);  // k <= -2 or k > 56
+  const ExprRef two_to_minus_k = b.let("expm1.tk", bitcast(binary(Op::Shl, sub(k.i(0x7f), ki), k.i(23)), ScalarType::f32));
+  const ExprRef y_small = scaled(sub(sub(one, two_to_minus_k), sub(e, r)));  // 2 <= k < 23: 1 - 2^-k is exact
+  const ExprRef y_large = scaled(add(sub(r, add(e, two_to_minus_k)), one));  // 23 <= k <= 56
+  ExprRef y = select(lt(k64, k.i64(23)), y_small, y_large);
+  y = select(binary(Op::Or, binary(Op::Le, k64, k.i64(-2)), lt(k.i64(56), k64)), y_wide, y);
+  y = select(eq(k64, k.i64(1)), y_k1, y);
+  y = select(eq(k64, k.i64(-1)), y_km1, y);
+  y = select(eq(k64, k.i64(0)), y_k0, y);
+  // |x| < 2^-25: x itself; x <= -27 ln 2 (-inf included): -1; x >= 88.72284 (0x42b17218, +inf
+  // included): +inf (fdlibm's overflow test; just below it the reduction's exponent add
+  // overflows as in C); NaN: x + x.
+  y = select(lt(hx, k.i64(0x33000000)), x, y);
+  y = select(binary(Op::And, negative, binary(Op::Le, k.i64(0x4195b844), hx)), k.c(-1.0f), y);
+  y = select(binary(Op::And, binary(Op::Le, k.i64(0), cast(hx_signed, ScalarType::i64)), binary(Op::Le, k.i64(0x42b17218), hx)), k.c(std::numeric_limits<float>::infinity()), y);
+  return select(binary(Op::Ne, x, x), add(x, x), y);
+}
+
+ExprRef glibc_tanhf(Builder& b, ExprRef x) {
+  const Consts k{x->type.lanes};
+  x = bound(b, std::move(x), "tanh.x");
+  const ExprRef one = k.c(1.0f), two = k.c(2.0f);
+  const ExprRef jx = b.let("tanh.bits", bitcast(x, ScalarType::i32));
+  const ExprRef ix32 = binary(Op::BitAnd, jx, k.i(0x7fffffff));
+  const ExprRef ax = b.let("tanh.ax", bitcast(ix32, ScalarType::f32));
+  const ExprRef ix = b.let("tanh.ix", cast(ix32, ScalarType::i64));  // compared as i64
+  const ExprRef negative = b.let("tanh.neg", lt(cast(jx, ScalarType::i64), k.i64(0)));
+  const ExprRef big = b.let("tanh.big", binary(Op::Le, k.i64(0x3f800000), ix));  // |x| >= 1
+  const ExprRef t = b.let("tanh.t", glibc_expm1f(b, select(big, mul(two, ax), mul(k.c(-2.0f), ax))));
+  ExprRef z = select(big, sub(one, div(two, add(t, two))), div(neg(t), add(t, two)));
+  z = select(binary(Op::Le, k.i64(0x41b00000), ix), one, z);  // |x| >= 22: 1 - 1e-30 rounds to 1
+  ExprRef y = select(negative, neg(z), z);
+  y = select(lt(ix, k.i64(0x24000000)), mul(x, add(one, x)), y);  // |x| < 2^-55, +-0 included
+  // +-inf: 1/x +- 1 = +-1; NaN: 1/x + 1 (or - 1 with the sign bit), a NaN.
+  const ExprRef special = select(negative, sub(div(one, x), one), add(div(one, x), one));
+  return select(binary(Op::Le, k.i64(0x7f800000), ix), special, y);
+}
+
 ExprRef exp2_f32(Builder& b, ExprRef x) {
   const Consts k{x->type.lanes};
   x = bound(b, std::move(x), "exp2.x");

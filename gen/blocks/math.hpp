@@ -28,6 +28,16 @@ ir::ExprRef sleef_logf_u10(ir::Builder& b, ir::ExprRef d);
 ir::ExprRef glibc_expf(ir::Builder& b, ir::ExprRef x);
 ir::ExprRef glibc_logf(ir::Builder& b, ir::ExprRef x);
 
+// glibc's expm1f and tanhf up to 2.40 (fdlibm's float code: sysdeps/ieee754/flt-32/s_expm1f.c
+// and s_tanhf.c, compiled for x86-64 with no fma; glibc 2.41 replaced tanhf by CORE-MATH's
+// correctly rounded one). expm1f: reduction x = k ln 2 + r in two parts (k by truncation), a
+// degree-5 rational correction in r*r/2, and k put back in the exponent field by an integer add,
+// with fdlibm's branch for each k. tanhf: expm1f of 2|x| (|x| >= 1: 1 - 2/(t+2)) or of -2|x|
+// (-t/(t+2)), x(1+x) below 2^-55, +-1 from |x| = 22 up. Every branch is computed and one selected
+// per lane. Tested against the installed libm on every f32 input (tests/unit/test_glibc_math.cpp).
+ir::ExprRef glibc_expm1f(ir::Builder& b, ir::ExprRef x);
+ir::ExprRef glibc_tanhf(ir::Builder& b, ir::ExprRef x);
+
 // glibc 2.28+'s double exp as x86-64 runs it with FMA (__exp_fma; fmas read from the installed
 // libm's machine code): x * 128/ln 2 split into i + r by a shift constant, 2^(i/128) from a
 // 128-entry table of (2^(k/128) rounded, its relative tail) and the exponent field, a quartic in r.
