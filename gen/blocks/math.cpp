@@ -111,6 +111,114 @@ ExprRef sleef_logf_u10(Builder& b, ExprRef d) {
 
 namespace {
 
+// Sleef's double-float arithmetic, FMA build (src/common/df.h under ENABLE_FMA_SP): a value as
+// an unevaluated sum hi + lo of two f32. Each helper is named after the Sleef function it writes
+// out; every intermediate is bound once.
+struct DF {
+  ExprRef x, y;
+};
+
+struct DFOps {
+  Builder& b;
+  const Consts& k;
+  std::string prefix;
+  int n = 0;
+  ExprRef let(ExprRef e) { return b.let(prefix + std::to_string(n++), std::move(e)); }
+  DF let(DF d) { return {let(std::move(d.x)), let(std::move(d.y))}; }
+  // x*y - z and -(x*y) + z, each one fma (vfmapn, vfmanp).
+  static ExprRef fmapn(ExprRef x, ExprRef y, ExprRef z) { return fma(std::move(x), std::move(y), neg(std::move(z))); }
+  static ExprRef fmanp(ExprRef x, ExprRef y, ExprRef z) { return fma(neg(std::move(x)), std::move(y), std::move(z)); }
+  // dfadd2_vf2_vf2_vf: x + y with the exact two-sum of the high parts.
+  DF add2(const DF& x, ExprRef y) {
+    const ExprRef s = let(add(x.x, y));
+    const ExprRef v = let(sub(s, x.x));
+    const ExprRef t = add(sub(x.x, sub(s, v)), sub(y, v));
+    return let(DF{s, add(t, x.y)});
+  }
+  // dfadd2_vf2_vf2_vf2
+  DF add2(const DF& x, const DF& y) {
+    const ExprRef s = let(add(x.x, y.x));
+    const ExprRef v = let(sub(s, x.x));
+    const ExprRef t = add(sub(x.x, sub(s, v)), sub(y.x, v));
+    return let(DF{s, add(t, add(x.y, y.y))});
+  }
+  // dfadd_vf2_vf_vf2 (|x| >= |y|): ((x - s) + y.x) + y.y as the low part.
+  DF sum(ExprRef x, const DF& y) {
+    const ExprRef s = let(add(x, y.x));
+    return let(DF{s, add(add(sub(x, s), y.x), y.y)});
+  }
+  // dfadd_vf2_vf2_vf2 (|x| >= |y|): (((x.x - s) + y.x) + x.y) + y.y as the low part.
+  DF sum(const DF& x, const DF& y) {
+    const ExprRef s = let(add(x.x, y.x));
+    return let(DF{s, add(add(add(sub(x.x, s), y.x), x.y), y.y)});
+  }
+  // dfmul_vf2_vf2_vf
+  DF prod(const DF& x, ExprRef y) {
+    const ExprRef s = let(mul(x.x, y));
+    return let(DF{s, fma(x.y, y, fmapn(x.x, y, s))});
+  }
+  // dfmul_vf2_vf2_vf2
+  DF prod(const DF& x, const DF& y) {
+    const ExprRef s = let(mul(x.x, y.x));
+    return let(DF{s, fma(x.x, y.y, fma(x.y, y.x, fmapn(x.x, y.x, s)))});
+  }
+  // dfsqu_vf2_vf2
+  DF squ(const DF& x) {
+    const ExprRef s = let(mul(x.x, x.x));
+    return let(DF{s, fma(add(x.x, x.x), x.y, fmapn(x.x, x.x, s))});
+  }
+  // dfrec_vf2_vf2: 1/d, the reciprocal by a division (vrec on AVX2 and AVX-512).
+  DF rec(const DF& d) {
+    const ExprRef s = let(div(k.c(1.0f), d.x));
+    return let(DF{s, mul(s, fmanp(d.y, s, fmanp(d.x, s, k.c(1.0f))))});
+  }
+  // dfdiv_vf2_vf2_vf2
+  DF div2(const DF& n, const DF& d) {
+    const ExprRef t = let(div(k.c(1.0f), d.x));
+    const ExprRef s = let(mul(n.x, t));
+    const ExprRef u = fmapn(t, n.x, s);
+    const ExprRef v = fmanp(d.y, t, fmanp(d.x, t, k.c(1.0f)));
+    return let(DF{s, fma(s, v, fma(n.y, t, u))});
+  }
+};
+
+}  // namespace
+
+ExprRef sleef_tanhf_u10(Builder& b, ExprRef x) {
+  const Consts k{x->type.lanes};
+  x = bound(b, std::move(x), "tanh.x");
+  DFOps df{b, k, "tanh.t"};
+  const ExprRef a = b.let("tanh.a", bitcast(binary(Op::BitAnd, bitcast(x, ScalarType::i32), k.i(0x7fffffff)), ScalarType::f32));
+  // expk2f((a, 0)): q = rint(a / ln 2); s = a - q ln 2 in two double-float steps (the products
+  // rounded first, as Sleef multiplies before adding).
+  const ExprRef q = b.let("tanh.q", cast(mul(add(a, k.c(0.0f)), k.bits(0x3fb8aa3b)), ScalarType::i32));
+  const ExprRef qf = b.let("tanh.qf", cast(q, ScalarType::f32));
+  DF s = df.add2(DF{a, k.c(0.0f)}, mul(qf, k.bits(0xbf317200)));  // -L2Uf
+  s = df.add2(s, mul(qf, k.bits(0xb5bfbe8e)));                      // -L2Lf
+  ExprRef u = k.bits(0x394fb7ff);
+  for (uint32_t c : {0x3ab6bf7cu, 0x3c08890du, 0x3d2aaa5cu}) u = fma(u, s.x, k.bits(c));
+  DF t = df.add2(df.prod(s, df.let(u)), k.bits(0x3e2aaaaa));
+  t = df.add2(df.prod(s, t), k.c(0.5f));
+  t = df.add2(s, df.prod(df.squ(s), t));
+  t = df.sum(k.c(1.0f), t);
+  // Both parts times 2^q, each as Sleef's vldexp2: d * 2^(q>>1) * 2^(q - (q>>1)), the powers of
+  // two built in the exponent field. q >= 0 here (a >= 0), so no part underflows.
+  const ExprRef half_q = b.let("tanh.q1", binary(Op::Shr, q, k.i(1)));
+  const ExprRef p1 = b.let("tanh.p1", bitcast(binary(Op::Shl, add(half_q, k.i(0x7f)), k.i(23)), ScalarType::f32));
+  const ExprRef p2 = b.let("tanh.p2", bitcast(binary(Op::Shl, add(sub(q, half_q), k.i(0x7f)), k.i(23)), ScalarType::f32));
+  const DF e = df.let(DF{mul(mul(t.x, p1), p2), mul(mul(t.y, p1), p2)});
+  // (e - 1/e) / (e + 1/e)
+  const DF r = df.rec(e);
+  const DF quotient = df.div2(df.sum(e, DF{neg(r.x), neg(r.y)}), df.sum(e, r));
+  ExprRef y = b.let("tanh.y", add(quotient.x, quotient.y));
+  y = select(binary(Op::Or, lt(k.bits(0x410aa123), a), binary(Op::Ne, y, y)), k.c(1.0f), y);  // |x| > 8.664339742
+  // The sign of x (Sleef xors its sign bit into y >= 0: a negation), then all bits set for a NaN x.
+  y = select(lt(cast(bitcast(x, ScalarType::i32), ScalarType::i64), k.i64(0)), neg(y), y);
+  return select(binary(Op::Ne, x, x), bitcast(k.i(-1), ScalarType::f32), y);
+}
+
+namespace {
+
 // glibc's 2^(i/32) table for expf: entry i is the bits of 2^(i/32) less i << 47, so that adding
 // k << 47 for k = 32 m + i gives the bits of 2^(k/32) (m lands in the exponent field).
 constexpr int64_t kExp2fTable[32] = {

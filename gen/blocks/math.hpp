@@ -19,6 +19,14 @@ ir::ExprRef sleef_expf_u10(ir::Builder& b, ir::ExprRef d);
 // arithmetic, a degree-2 polynomial, and a double-float sum with e*ln 2.
 ir::ExprRef sleef_logf_u10(ir::Builder& b, ir::ExprRef d);
 
+// Sleef's tanhf_u10 (xtanhf, FMA build; the same in Sleef 3.5.1 through 3.9, and what PyTorch's
+// avx2/avx512 Vectorized<float>::tanh calls): e^|x| in double-float arithmetic (Sleef's expk2f:
+// reduction by ln 2 in two parts, a degree-3 polynomial carried into double-float Horner steps,
+// the two parts scaled by 2^q with two-step ldexps), then (e - 1/e)/(e + 1/e) as a double-float
+// quotient, rounded once; 1 above |x| = 8.664339742, the sign of x put back, NaN (all bits set)
+// for a NaN x.
+ir::ExprRef sleef_tanhf_u10(ir::Builder& b, ir::ExprRef x);
+
 // glibc 2.28+ expf and logf as x86-64 runs them on a CPU with FMA (the __expf_fma/__logf_fma
 // variants its ifunc picks; which operations are fused was read from the installed libm's
 // machine code, docs/research/glibc-expf-logf.md). Both compute in double. expf: x * 32/ln 2 split
