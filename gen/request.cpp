@@ -22,13 +22,14 @@ std::string_view name(OpKind op) {
     case OpKind::mean: return "mean";
     case OpKind::silu: return "silu";
     case OpKind::silu_backward: return "silu_backward";
+    case OpKind::gelu_tanh: return "gelu_tanh";
   }
   return "?";
 }
 std::optional<OpKind> parse_op(std::string_view s) {
   for (OpKind o : {OpKind::layer_norm, OpKind::rms_norm, OpKind::var_mean, OpKind::softmax, OpKind::log_softmax, OpKind::attention,
                    OpKind::layer_norm_backward, OpKind::rms_norm_backward, OpKind::softmax_backward, OpKind::log_softmax_backward,
-                   OpKind::attention_backward, OpKind::sum, OpKind::mean, OpKind::silu, OpKind::silu_backward})
+                   OpKind::attention_backward, OpKind::sum, OpKind::mean, OpKind::silu, OpKind::silu_backward, OpKind::gelu_tanh})
     if (s == name(o)) return o;
   return std::nullopt;
 }

@@ -493,7 +493,8 @@ std::string cols_at_launch_error(const Request& r, const Order& o) {
     case OpKind::mean:
       // PyTorch's split of a long row between its threads (gen/ops/rms_norm.cpp) is computed from N at launch.
       return sum_at_launch_error(o.row_sum);
-    case OpKind::silu: return {};  // the chunks and tails are computed from the launch's elements
+    case OpKind::silu:
+    case OpKind::gelu_tanh: return {};  // the chunks and tails are computed from the launch's elements
     case OpKind::softmax:
     case OpKind::log_softmax:
       if (o.softmax.kind != SoftmaxOrder::Kind::TwoPass && o.softmax.kind != SoftmaxOrder::Kind::Staged)
@@ -514,8 +515,9 @@ bool same_row_arithmetic(const Order& a, const Order& b) {
 // of 32768) and must come out the same at each, with reductions whose loops gen/ builds for any N.
 Order resolve_cols_at_launch(const Request& r, const HostModel& host) {
   if (r.op != OpKind::layer_norm && r.op != OpKind::rms_norm && r.op != OpKind::var_mean && r.op != OpKind::softmax &&
-      r.op != OpKind::log_softmax && r.op != OpKind::sum && r.op != OpKind::mean && r.op != OpKind::silu)
-    throw Error(fmt::format("{}: N at launch is for the row ops' forward (layer_norm, rms_norm, var_mean, softmax, log_softmax, sum, mean, silu)",
+      r.op != OpKind::log_softmax && r.op != OpKind::sum && r.op != OpKind::mean && r.op != OpKind::silu && r.op != OpKind::gelu_tanh)
+    throw Error(fmt::format("{}: N at launch is for the row ops' forward (layer_norm, rms_norm, var_mean, softmax, log_softmax, sum, mean, silu, "
+                            "gelu_tanh)",
                             name(r.op)));
   if (r.cols != 0) throw Error(fmt::format("N is given at launch, so cols must be 0, got {}", r.cols));
   // A request the order refuses at N = 1 is a bad request whatever N is: its error as it stands.

@@ -153,10 +153,12 @@ std::string describe(const NormBackwardOrder& n) {
 }
 
 std::string describe(const PointwiseOrder& p) {
-  const char* fma = p.fma ? ", backward's 1 + x(1 - s) fused" : "";
-  if (p.vector_elements == 0) return fmt::format("pointwise(exp={}{})", math_name(p.vector_exp), fma);
-  return fmt::format("pointwise(per chunk: steps of {} with exp={}, the rest with exp={}{})", p.vector_elements, math_name(p.vector_exp),
-                     math_name(p.scalar_exp), fma);
+  // The library function is the op's own: silu's exp, gelu_tanh's tanh.
+  const char* fma = p.fma ? ", the op's fma (silu_backward's 1 + x(1 - s), gelu_tanh's x + 0.044715 x^3)" : "";
+  const std::string grain = p.threads_grain_above ? fmt::format(", grain elements/threads above {}", p.threads_grain_above) : "";
+  if (p.vector_elements == 0) return fmt::format("pointwise(function={}{}{})", math_name(p.vector_exp), fma, grain);
+  return fmt::format("pointwise(per chunk: steps of {} with function={}, the rest with function={}{}{})", p.vector_elements,
+                     math_name(p.vector_exp), math_name(p.scalar_exp), fma, grain);
 }
 
 std::string describe(const SoftmaxBackwardOrder& s) {

@@ -641,8 +641,11 @@ struct PointwiseOrder {
   MathImpl scalar_exp = MathImpl::Glibc;
   int vector_elements = 0;
   // silu_backward: 1 + x*(1 - s) as one fma, in both functions (GCC contracts it in PyTorch's
-  // AVX2 and AVX-512 builds; its default build has no fma).
+  // AVX2 and AVX-512 builds; its default build has no fma). gelu_tanh: x + 0.044715 x^3 as one.
   bool fma = false;
+  // > 0: a launch of more elements than this is cut between the threads with a grain of
+  // elements / threads instead of 32768 (PyTorch's GELU forward: 16384).
+  int64_t threads_grain_above = 0;
   bool operator==(const PointwiseOrder&) const = default;
 };
 

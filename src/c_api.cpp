@@ -101,7 +101,7 @@ ordo_request* ordo_request_new(const char* op) {
   guarded([&] {
     const std::string name = text(op, "op");
     auto kind = ordo::parse_op(name);
-    if (!kind) throw ordo::Error(fmt::format("unknown op '{}'; ops: layer_norm, rms_norm, var_mean, sum, mean, silu, softmax, log_softmax, attention", name));
+    if (!kind) throw ordo::Error(fmt::format("unknown op '{}'; ops: layer_norm, rms_norm, var_mean, sum, mean, silu, gelu_tanh, softmax, log_softmax, attention", name));
     out = new ordo_request{};
     out->r.op = *kind;
     out->r.has_weight = ordo::forward_of(*kind) == ordo::OpKind::layer_norm || ordo::forward_of(*kind) == ordo::OpKind::rms_norm;

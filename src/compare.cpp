@@ -471,6 +471,12 @@ std::map<std::string, std::vector<double>> reference_f64(const Request& r, const
           out["y"].push_back(v / (1.0 + std::exp(-v)));
         }
         break;
+      case OpKind::gelu_tanh:
+        for (int64_t j = 0; j < N; ++j) {
+          const double v = value_at(xt, x, row * N + j);
+          out["y"].push_back(0.5 * v * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (v + 0.044715 * v * v * v))));
+        }
+        break;
       default: break;  // attention_f64, layer_norm_backward_f64, softmax_backward_f64
     }
   }

@@ -49,8 +49,8 @@ const char* ordo_last_error(void);
  * pointer (ordo_compile) cannot return itself. */
 int ordo_last_error_code(void);
 
-/* A request for `op`: layer_norm, rms_norm, var_mean, sum, mean, silu, softmax, log_softmax,
-   attention. NULL if unknown.
+/* A request for `op`: layer_norm, rms_norm, var_mean, sum, mean, silu, gelu_tanh, softmax,
+   log_softmax, attention. NULL if unknown.
  * attention: cols is the head dim D; rows (at run time) is batch*heads; q is [rows, seq_q, D], k and v
  * [rows, seq_k, D], out like q, lse [rows, seq_q] (float32, when lse=1). */
 ordo_request* ordo_request_new(const char* op);

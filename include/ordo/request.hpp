@@ -21,6 +21,9 @@ enum class OpKind : uint8_t {
   // Elementwise: y = x / (1 + exp(-x)) (torch.nn.functional.silu), with the order's exp at each
   // element (Order::pointwise); its gradient dx = dy * s * (1 + x * (1 - s)), s = 1 / (1 + exp(-x)).
   silu, silu_backward,
+  // Elementwise: y = (x/2) * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3))), GELU's tanh form
+  // (torch.nn.functional.gelu(x, approximate="tanh")), with the order's tanh at each element.
+  gelu_tanh,
 };
 std::string_view name(OpKind op);
 std::optional<OpKind> parse_op(std::string_view s);

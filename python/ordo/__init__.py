@@ -15,7 +15,7 @@ import math
 
 from . import _ordo
 
-__all__ = ["layer_norm", "rms_norm", "var_mean", "silu", "softmax", "log_softmax", "attention", "layer_norm_backward", "rms_norm_backward",
+__all__ = ["layer_norm", "rms_norm", "var_mean", "silu", "gelu_tanh", "softmax", "log_softmax", "attention", "layer_norm_backward", "rms_norm_backward",
            "softmax_backward", "silu_backward", "log_softmax_backward", "attention_backward", "orders", "compare", "cache_stats",
            "set_kernel_cache_capacity"]
 
@@ -207,6 +207,13 @@ def silu(x, order="fast", **kw):
     """torch.nn.functional.silu: x / (1 + exp(-x)) elementwise, with the order's exp at each element
     (under torch2.15-cpu(threads=T), torch's own, by where torch's kernel computes each element)."""
     return _run("silu", x, {}, None, order, **kw)["y"]
+
+
+def gelu_tanh(x, order="fast", **kw):
+    """torch.nn.functional.gelu(x, approximate="tanh"): (x/2)(1 + tanh(sqrt(2/pi)(x + 0.044715 x^3)))
+    elementwise, with the order's tanh at each element (under torch2.15-cpu(threads=T), torch's own,
+    by where torch's kernel computes each element)."""
+    return _run("gelu_tanh", x, {}, None, order, **kw)["y"]
 
 
 def softmax(x, order="fast", **kw):

@@ -69,6 +69,13 @@ ref_silu = x.astype(np.float64) / (1 + np.exp(-x.astype(np.float64)))
 check(y_silu.shape == x.shape and np.abs(y_silu - ref_silu).max() <= 4 * np.spacing(np.abs(ref_silu).max().astype(np.float32)),
       "silu (fast) within 4 ulp of the largest output, against float64")
 check(same_bits(ordo.silu(xt, order="fast"), torch.from_numpy(y_silu)), "silu: torch and numpy x give the same bits")
+# gelu_tanh: fast takes Sleef's tanhf_u10 at every element; within a few ulp of float64's formula.
+y_gelu = ordo.gelu_tanh(x, order="fast")
+x64 = x.astype(np.float64)
+ref_gelu = 0.5 * x64 * (1 + np.tanh(np.sqrt(2 / np.pi) * (x64 + 0.044715 * x64 ** 3)))
+check(y_gelu.shape == x.shape and np.abs(y_gelu - ref_gelu).max() <= 4 * np.spacing(np.abs(ref_gelu).max().astype(np.float32)),
+      "gelu_tanh (fast) within 4 ulp of the largest output, against float64")
+check(same_bits(ordo.gelu_tanh(xt, order="fast"), torch.from_numpy(y_gelu)), "gelu_tanh: torch and numpy x give the same bits")
 dy_silu = rng.standard_normal(x.shape).astype(np.float32)
 s64 = 1 / (1 + np.exp(-x.astype(np.float64)))
 ref_dx = dy_silu * s64 * (1 + x * (1 - s64))

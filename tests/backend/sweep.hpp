@@ -132,7 +132,8 @@ inline std::vector<Variant> variants(OpKind op) {
   // Parameterized variants: fused updates, other lane counts, f64 accumulation.
   const bool softmax = op == OpKind::softmax || op == OpKind::log_softmax;
   const std::vector<std::string> params =
-      op == OpKind::silu ? std::vector<std::string>{}  // silu's orders take no parameters but threads=T (silu_chunks_vs_interpreter)
+      op == OpKind::silu || op == OpKind::gelu_tanh
+          ? std::vector<std::string>{}  // their orders take no parameters but threads=T (silu_chunks_vs_interpreter)
       : softmax ? std::vector<std::string>{"online(lanes=4)", "online(lanes=1)", "fast(lanes=8)"}
       : op == OpKind::rms_norm || op == OpKind::sum || op == OpKind::mean
           ? std::vector<std::string>{"two-pass-lanes(accumulators=3,fma=all)", "two-pass-pairwise(lanes=4,block=64)",
@@ -214,15 +215,16 @@ inline std::array<std::vector<std::vector<uint8_t>>, 2> on_interpreter_and(Reque
   return outs;
 }
 
-// silu and silu_backward under the torch2.15 orders on T threads (gen/ops/silu.cpp): launches of at least 32768
-// elements cut into T chunks whose scalar tails fall inside rows, at row ends and across several
-// rows; `target` against the interpreter, bitwise. Returns the cases compared.
+// silu, silu_backward and gelu_tanh under the torch2.15 orders on T threads (gen/ops/pointwise.cpp):
+// launches of at least 32768 elements (gelu_tanh: over 16384) cut into T chunks whose scalar tails
+// fall inside rows, at row ends and across several rows; `target` against the interpreter,
+// bitwise. Returns the cases compared.
 inline int silu_chunks_vs_interpreter(Target target) {
   int cases = 0;
-  for (OpKind op : {OpKind::silu, OpKind::silu_backward})
+  for (OpKind op : {OpKind::silu, OpKind::silu_backward, OpKind::gelu_tanh})
   for (const char* order : {"torch2.15-cpu-avx512(threads=3)", "torch2.15-cpu-avx2(threads=2)"})
     for (ScalarType t : {ScalarType::f32, ScalarType::bf16})
-      for (auto [rows, n] : {std::pair<int64_t, int64_t>{1, 40000}, {3, 33333}, {7, 4999}, {2, 16389}, {40, 1000}}) {
+      for (auto [rows, n] : {std::pair<int64_t, int64_t>{1, 40000}, {3, 33333}, {7, 4999}, {2, 16389}, {40, 1000}, {1, 16385}, {3, 5463}}) {
         Request r;
         r.op = op;
         r.cols = n;

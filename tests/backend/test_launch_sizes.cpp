@@ -185,7 +185,7 @@ const std::vector<int64_t> kLongLengths = {16384, 16385, 20000};
 
 TEST_CASE("row ops with N at launch: every order that takes it gives the bits of the kernel built for each N") {
   const std::vector<OpKind> ops = {OpKind::layer_norm, OpKind::rms_norm, OpKind::var_mean, OpKind::softmax, OpKind::log_softmax,
-                                   OpKind::sum, OpKind::mean, OpKind::silu};
+                                   OpKind::sum, OpKind::mean, OpKind::silu, OpKind::gelu_tanh};
   int compared = 0, refused = 0;
   std::vector<std::string> taken;
   for (const gen::NamedOrder& n : gen::named_orders())
@@ -251,7 +251,8 @@ TEST_CASE("row ops with N at launch: every order that takes it gives the bits of
                            "torch2.15-cpu-avx512 softmax f32", "torch2.15-cpu-avx2 log_softmax f32", "torch2.15-cpu-avx512 softmax bf16",
                            "torch2.15-cpu-default log_softmax f16", "torch2.15-cpu-avx2 softmax f16", "fast sum bf16",
                            "torch2.15-cpu-avx2 sum f32", "torch2.15-cpu-default mean bf16", "two-pass-lanes mean f32",
-                           "torch2.15-cpu-avx512 silu f32", "torch2.15-cpu-avx2 silu bf16", "fast silu f16"}) {
+                           "torch2.15-cpu-avx512 silu f32", "torch2.15-cpu-avx2 silu bf16", "fast silu f16",
+                           "torch2.15-cpu-avx512 gelu_tanh f32", "torch2.15-cpu-default gelu_tanh bf16", "fast gelu_tanh f16"}) {
     INFO(must);
     CHECK(std::find(taken.begin(), taken.end(), std::string(must)) != taken.end());
   }

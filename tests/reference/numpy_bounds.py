@@ -167,7 +167,8 @@ VARIANTS = [
     "fast(acc=f64)",
 ]
 OUTS = {"layer_norm": ["y", "mean", "rstd"], "rms_norm": ["y", "rstd"], "var_mean": ["var", "mean"], "softmax": ["y"],
-        "log_softmax": ["y"], "sum": ["sum"], "mean": ["mean"], "silu": ["y"]}
+        "log_softmax": ["y"], "sum": ["sum"], "mean": ["mean"], "silu": ["y"], "gelu_tanh": ["y"]}
+POINTWISE_OPS = ("silu", "gelu_tanh")
 SOFTMAX_OPS = ("softmax", "log_softmax")
 # Softmax-family orders without a reference: (kind, lanes), from gen/order_table.cpp.
 SOFTMAX_MODELS = {"fast": ("two-pass", 16), "online": ("online", 8), "warp-butterfly": ("butterfly", 32)}
@@ -423,6 +424,22 @@ def silu_bounds(X):
     return {"y": (y, np.where(overflow, np.abs(y), 4 * U32 * np.abs(y)) + 2.0 ** -149 + 4 * U64 * np.abs(y))}
 
 
+def gelu_tanh_bounds(X):
+    """gelu_tanh = (x/2)(1 + t), t = tanh(k (x + c x^3)) with k, c rounded to f32 and x^3 = (x*x)*x.
+    x^3 within 2u, the fma x + c x^3 within u of its exact value plus u|c x^3| (c's rounding), so
+    3u relative (both terms have x's sign); times k: u for k's rounding, u for the product, 6u|inner|
+    in all. tanh within one ulp (Sleef's tanhf_u10, 2u|t|) plus (1 - t^2) times inner's error; 1 + t
+    rounded (u|1 + t|); x/2 exact; the product rounded (u|y|). Where t rounds to -1 (x below about
+    -9) the result is -0 and the bound |x|u covers the true value's e^-87."""
+    x = X.astype(np.float64)
+    inner = np.sqrt(2 / np.pi) * (x + 0.044715 * x ** 3)
+    t = np.tanh(inner)
+    y = 0.5 * x * (1 + t)
+    dt = (1 - t * t) * 6 * U32 * np.abs(inner) + 2 * U32 * np.abs(t)
+    dy = 0.5 * np.abs(x) * (dt + U32 * np.abs(1 + t)) + U32 * np.abs(y)
+    return {"y": (y, dy + 2.0 ** -149 + 4 * U64 * np.abs(y))}
+
+
 def row_sum_bounds(op, model, X, u_out):
     """sum: every term through at most d = sum_depth roundings in the accumulation type, so
     |ds| <= gamma_d sum|x|, then the rounding to f32 (acc=f64) and the float64 reference's own
@@ -445,6 +462,8 @@ def bounds(op, model, ref, w, b):
         return softmax_bounds(op, model, ref.X)
     if op == "silu":
         return silu_bounds(ref.X), np.zeros(len(ref.X), bool)
+    if op == "gelu_tanh":
+        return gelu_tanh_bounds(ref.X), np.zeros(len(ref.X), bool)
     u_out = U32 if model["acc"] == "f64" else 0.0
     if op in ("sum", "mean"):
         return row_sum_bounds(op, model, ref.X, u_out), np.zeros(len(ref.X), bool)
@@ -550,11 +569,11 @@ def run_all(args, named, orders, rng, tmp, t0):
                 continue
             for n in NS:
                 try:
-                    model = softmax_model(order) if op in SOFTMAX_OPS else {} if op == "silu" else model_of(order, n)
+                    model = softmax_model(order) if op in SOFTMAX_OPS else {} if op in POINTWISE_OPS else model_of(order, n)
                 except KeyError as ex:
                     model = str(ex)
                 # softmax is shift-invariant (x - max is exact near the max), so the offset rows stay meaningful
-                wide = (op in ("rms_norm", "sum", "mean", "silu") or op in SOFTMAX_OPS or
+                wide = (op in ("rms_norm", "sum", "mean") or op in POINTWISE_OPS or op in SOFTMAX_OPS or
                         (isinstance(model, dict) and model.get("acc") == "f64" and model["moments"] != "one-pass"))
                 if SHAPES.get(order.partition("(")[0], lambda _: True)(n):
                     cases.append((order, model, op, n, "x4" if wide else "x3"))

@@ -17,7 +17,8 @@ dtypes; softmax, log_softmax and var_mean (correction=0), in f32, bf16 and f16; 
 and f16 and x.sum(-1) in f32 (the orders refuse the sum of 16-bit rows), including single rows over
 32768, which torch sums in per-thread chunks; torch.nn.functional.silu and its gradient (silu_backward) in f32, bf16
 and f16, whose launches of 32768 elements or more torch cuts into per-thread chunks, each with its
-own scalar tail.
+own scalar tail; torch.nn.functional.gelu(x, approximate="tanh") (gelu_tanh) likewise, cut above
+16384 elements.
 """
 import argparse
 import itertools
@@ -85,9 +86,17 @@ def cases(tier):
             continue
         out.append({"op": op, "dtype": xd, "n": n, "range": rng, "rows": ROWS[i % 3] if n < 20000 else 1 + i % 2, "seed": i})
         i += 1
-    # silu: rows*N over 32768 (N >= 4681 at 7 rows) is cut into chunks between torch's threads.
-    for op, xd, n, (rng, _, _) in itertools.product(["silu", "silu_backward"], ["f32", "bf16", "f16"], ns, RANGES):
+    # silu: rows*N over 32768 (N >= 4681 at 7 rows) is cut into chunks between torch's threads;
+    # gelu_tanh's forward above 16384.
+    for op, xd, n, (rng, _, _) in itertools.product(["silu", "silu_backward", "gelu_tanh"], ["f32", "bf16", "f16"], ns, RANGES):
         out.append({"op": op, "dtype": xd, "n": n, "range": rng, "rows": ROWS[i % 3] if n < 20000 else 1 + i % 2, "seed": i})
+        i += 1
+    # gelu_tanh's forward cuts a launch of more than 16384 elements by a grain of elements/threads:
+    # launches between 16384 and 32768 elements (which silu's grain leaves whole), in the range
+    # where Sleef's and glibc's tanh differ most (about 15% of the outputs at N(0, 1); measured:
+    # without the grain rule 219 outputs of 90 such launches differ from torch).
+    for xd, (rows, n), k in itertools.product(["f32", "bf16", "f16"], [(7, 4097), (1, 20001), (3, 5463)], range(2)):
+        out.append({"op": "gelu_tanh", "dtype": xd, "n": n, "range": "normal", "rows": rows, "seed": i})
         i += 1
     return out
 
@@ -142,6 +151,8 @@ def torch_outputs(c, x, w, b):
         return {c["op"]: getattr(x, c["op"])(-1)}
     if c["op"] == "silu":
         return {"y": torch.nn.functional.silu(x)}
+    if c["op"] == "gelu_tanh":
+        return {"y": torch.nn.functional.gelu(x, approximate="tanh")}
     if c["op"] == "silu_backward":
         xr = x.clone().requires_grad_()
         torch.nn.functional.silu(xr).backward(w)
@@ -173,6 +184,8 @@ def single_row_split(c):
     These rows also run with torch on 3 and 8 threads (the slot sum's scalar and vector paths)."""
     if c["op"] in ("silu", "silu_backward"):
         return c["rows"] * c["n"] >= 32768
+    if c["op"] == "gelu_tanh":
+        return c["rows"] * c["n"] > 16384
     return c["op"] in ("rms_norm", "sum", "mean") and c["rows"] == 1 and c["n"] > 32768
 
 results = []
