@@ -847,12 +847,14 @@ def _why_not(op: str, order: str, call: tuple) -> str:
 
 def _specimen(spec) -> Optional[Tensor]:
     """A tensor of normal values with a call argument's (shape, strides, dtype name), for timing;
-    None for an absent argument. Strides may overlap (an expanded K/V head)."""
+    None for an absent argument. Strides may overlap (an expanded K/V head). Drawn from a generator
+    of its own: the global one's stream (dropout's masks) must not move because pinned timed."""
     if spec is None:
         return None
     shape, strides, dt = spec
     extent = 1 + builtins.sum((size - 1) * stride for size, stride in zip(shape, strides)) if all(shape) else 0
-    return torch.randn(extent).to(getattr(torch, dt)).as_strided(shape, strides)
+    values = torch.randn(extent, generator=torch.Generator().manual_seed(extent))
+    return values.to(getattr(torch, dt)).as_strided(shape, strides)
 
 
 def _spec(t: Optional[Tensor]):

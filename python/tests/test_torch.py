@@ -332,6 +332,10 @@ def test_pinned_fastest():
         ot._torch_is_faster.cache_clear()
         torch._dynamo.reset()
     # The measurement itself, on specimens of the call's layouts (q, k, v strided, K/V expanded).
+    # Timing leaves torch's global random stream where it was (dropout's masks depend on it).
+    state = torch.random.get_rng_state()
+    ot._time_torch_against_ordo("softmax", f"{EXACT}(threads=2)", ("float32", 2, 64, -1, ""), (((3, 64), (64, 1), "float32"),), False)
+    check(torch.equal(state, torch.random.get_rng_state()), "timing draws no number from torch's global generator")
     for op, call, specs in (
             ("layer_norm", ("float32", "float32", "float32", 96, 1e-5, True),
              (((15, 96), (96, 1), "float32"), ((96,), (1,), "float32"), ((96,), (1,), "float32"), (96,))),
