@@ -1073,26 +1073,12 @@ def _eager_kernels_config():
     # Inductor checks each ATen call's output against its traced size, stride and dtype as the
     # graph runs (a Python call per op, 0.6 ms of a small Llama's 4 ms forward); in lite mode every
     # op is such a call. The graph is eager's ATen calls, whose metadata the trace took from them.
-    return _Together(torch._inductor.config.patch({**options, "size_asserts": False}), _LiteModeFallbacks())
+    _allow_lite_mode_fallbacks()
+    return torch._inductor.config.patch({**options, "size_asserts": False})
 
 
-class _Together:
-    """Context managers entered in order and left in reverse."""
-
-    def __init__(self, *managers):
-        self._managers = managers
-
-    def __enter__(self):
-        for m in self._managers:
-            m.__enter__()
-        return self
-
-    def __exit__(self, *exc):
-        for m in reversed(self._managers):
-            m.__exit__(None, None, None)
-
-
-class _LiteModeFallbacks:
+@functools.cache
+def _allow_lite_mode_fallbacks() -> None:
     """Lets lite mode call eager's kernel for an op Inductor has a decomposition for but no
     lowering. Lite mode keeps such an op undecomposed in its graph (selective_decompose), and
     then Inductor's lowering refuses to make it a fallback ("both a fallback and a decomp for same
@@ -1104,17 +1090,6 @@ class _LiteModeFallbacks:
     backward graph when backward() runs, after the block (it keeps lite mode's config for it, not
     this list); outside lite mode these ops are decomposed before lowering, so the list changes
     nothing there but the assertion error."""
-
-    def __enter__(self):
-        _allow_lite_mode_fallbacks()
-        return self
-
-    def __exit__(self, *exc):
-        pass
-
-
-@functools.cache
-def _allow_lite_mode_fallbacks() -> None:
     import torch._inductor.lowering as lowering
     from torch._inductor.decomposition import select_decomp_table
     for op in select_decomp_table():
