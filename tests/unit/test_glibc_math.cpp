@@ -23,6 +23,7 @@
 
 #include "backends/cuda/cuda_backend.hpp"
 #include "backends/llvm/llvm_backend.hpp"
+#include "elementwise_kernel.hpp"
 #include "gen/blocks/math.hpp"
 #include "ir/interpret.hpp"
 #include "ir/ir.hpp"
@@ -37,29 +38,12 @@ constexpr int64_t kCols = 4096;
 // y_exp = expf(x), y_log = logf(x), y_exp_double = float(exp(double(x))), y_expm1 = expm1f(x),
 // y_tanh = tanhf(x) elementwise over rows of kCols, `lanes` at a time.
 Kernel math_kernel(int lanes) {
-  Kernel k;
-  k.name = fmt::format("glibc_math_x{}", lanes);
-  Builder b(k);
-  const int x = b.buffer("x", ScalarType::f32, false, Extent::rows_by_cols);
-  const int y_exp = b.buffer("y_exp", ScalarType::f32, true, Extent::rows_by_cols);
-  const int y_log = b.buffer("y_log", ScalarType::f32, true, Extent::rows_by_cols);
-  const int y_exp_double = b.buffer("y_exp_double", ScalarType::f32, true, Extent::rows_by_cols);
-  const int y_expm1 = b.buffer("y_expm1", ScalarType::f32, true, Extent::rows_by_cols);
-  const int y_tanh = b.buffer("y_tanh", ScalarType::f32, true, Extent::rows_by_cols);
-  const ExprRef row = b.let("row", mul(program_id(0), index_const(kCols)));
-  b.for_range("c", index_const(0), index_const(kCols), lanes, [&](ExprRef c) {
-    const ExprRef at = b.let("at", add(row, c));
-    const ExprRef v = b.let("v", load(k, x, at, lanes));
-    b.store(y_exp, at, gen::glibc_expf(b, v));
-    b.store(y_log, at, gen::glibc_logf(b, v));
-    b.store(y_exp_double, at, gen::glibc_exp_double_f32(b, v));
-    b.store(y_expm1, at, gen::glibc_expm1f(b, v));
-    b.store(y_tanh, at, gen::glibc_tanhf(b, v));
-  });
-  const std::string problems = verify(k);
-  INFO(problems);
-  REQUIRE(problems.empty());
-  return k;
+  return test::elementwise_kernel(fmt::format("glibc_math_x{}", lanes), kCols, lanes,
+                                  {{"y_exp", gen::glibc_expf},
+                                   {"y_log", gen::glibc_logf},
+                                   {"y_exp_double", gen::glibc_exp_double_f32},
+                                   {"y_expm1", gen::glibc_expm1f},
+                                   {"y_tanh", gen::glibc_tanhf}});
 }
 
 bool same(float a, float b) { return std::isnan(a) ? std::isnan(b) : std::bit_cast<uint32_t>(a) == std::bit_cast<uint32_t>(b); }

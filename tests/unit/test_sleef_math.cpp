@@ -23,6 +23,7 @@
 
 #include "backends/cuda/cuda_backend.hpp"
 #include "backends/llvm/llvm_backend.hpp"
+#include "elementwise_kernel.hpp"
 #include "gen/blocks/math.hpp"
 #include "ir/interpret.hpp"
 #include "ir/ir.hpp"
@@ -36,20 +37,7 @@ constexpr int64_t kCols = 4096;
 
 // y = Sleef's tanhf_u10(x) over rows of kCols, `lanes` at a time.
 Kernel tanh_kernel(int lanes) {
-  Kernel k;
-  k.name = fmt::format("sleef_tanh_x{}", lanes);
-  Builder b(k);
-  const int x = b.buffer("x", ScalarType::f32, false, Extent::rows_by_cols);
-  const int y = b.buffer("y", ScalarType::f32, true, Extent::rows_by_cols);
-  const ExprRef row = b.let("row", mul(program_id(0), index_const(kCols)));
-  b.for_range("c", index_const(0), index_const(kCols), lanes, [&](ExprRef c) {
-    const ExprRef at = b.let("at", add(row, c));
-    b.store(y, at, gen::sleef_tanhf_u10(b, load(k, x, at, lanes)));
-  });
-  const std::string problems = verify(k);
-  INFO(problems);
-  REQUIRE(problems.empty());
-  return k;
+  return test::elementwise_kernel(fmt::format("sleef_tanh_x{}", lanes), kCols, lanes, {{"y", gen::sleef_tanhf_u10}});
 }
 
 // The wheel's libtorch_cpu.so, loaded once, or the reason it could not be.
