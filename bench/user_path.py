@@ -8,7 +8,8 @@ Rows (f32 and bf16, each order):
   * layer_norm (weight and bias), rms_norm (weight), softmax, log_softmax over rows x hidden, rows
     1, 16, 256, 4096 and hidden 768, 4096, 8192 (--quick: rows 1 and 256, hidden 768 and 4096);
   * scaled_dot_product_attention, batch 1, 8 heads, D 64: prefill (S 512, causal) and decode (one
-    query against 2048 keys);
+    query against 2048 keys); and as Hugging Face models call it (strided q, k, v, grouped-query,
+    causal): B x H/H_kv x S x D 2x4/2x48x32, 2x16/4x256x64, 1x32/8x512x128;
   * backward through autograd: layer_norm and softmax at 256 x 4096 (y.backward(dy)).
 Each time is the fastest, over --rounds rounds, of the mean over as many calls as fit in --seconds
 after a warm-up (kernel compiles happen in the warm-up). The ratio is torch's time over ordo's:
@@ -80,6 +81,18 @@ def attention_rows(args):
             for order in args.orders:
                 t = per_call_s(lambda: ot.scaled_dot_product_attention(q, k, v, causal, order=order), args.seconds, args.rounds)
                 yield (f"sdpa {dt_name} B1 H8 D64 {name}", order, t_torch, t, False)
+        # As Hugging Face models call it: q, k, v projections [B, S, H*D] viewed as [B, H, S, D]
+        # (strided), fewer K/V heads (enable_gqa), causal. B, H/H_kv, S, D.
+        for b, h, hkv, s, d in ((2, 4, 2, 48, 32), (2, 16, 4, 256, 64), (1, 32, 8, 512, 128)):
+            def heads(n):
+                return torch.randn(b, s, n * d, dtype=dt).view(b, s, n, d).transpose(1, 2)
+            q, k, v = heads(h), heads(hkv), heads(hkv)
+            t_torch = per_call_s(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True), args.seconds,
+                                 args.rounds)
+            for order in args.orders:
+                t = per_call_s(lambda: ot.scaled_dot_product_attention(q, k, v, True, enable_gqa=True, order=order), args.seconds,
+                               args.rounds)
+                yield (f"sdpa {dt_name} HF GQA {b}x{h}/{hkv}x{s}x{d} causal", order, t_torch, t, False)
 
 
 def backward_rows(args):

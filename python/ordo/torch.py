@@ -44,9 +44,9 @@ capability and host, torch's thread count) torch's own kernel for a routed call 
 order's bits too, in eager code and in lite mode. There pinned's default, kernels="fastest",
 times the two once per call signature (shapes, strides, dtypes, arguments; on specimens, outside
 every mode) and runs the faster: a tie goes to torch, and either way the bits are the same and
-nothing warns. Measured on a 2-core Intel Xeon: torch's kernel is the faster for SDPA at every
-shape tried and for norms below a few MiB, so a small model's compiled forward runs no ordo
-kernel. `pinned(order, kernels="ordo")` runs ordo's kernel for every call it can run; any other
+nothing warns. Measured on a 2-core Intel Xeon (bench/user_path.py): torch's kernel is the faster
+for SDPA and layer_norm at every shape there, ordo's for softmax over a few hundred rows and for
+rms_norm, so a small model's compiled forward runs no ordo kernel for its attention. `pinned(order, kernels="ordo")` runs ordo's kernel for every call it can run; any other
 order (another thread count, capability or host, `fast`, ...) always runs ordo's.
 
 Backward: every op's gradients run ordo's backward kernels, in the forward's order unless
