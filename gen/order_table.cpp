@@ -27,7 +27,8 @@ const std::vector<OpKind> kSoftmaxOps = {OpKind::softmax, OpKind::log_softmax};
 const std::vector<OpKind> kAllOps = {OpKind::layer_norm, OpKind::rms_norm, OpKind::var_mean, OpKind::softmax, OpKind::log_softmax,
                                      OpKind::attention, OpKind::layer_norm_backward, OpKind::rms_norm_backward,
                                      OpKind::softmax_backward, OpKind::log_softmax_backward, OpKind::attention_backward,
-                                     OpKind::sum, OpKind::mean, OpKind::silu, OpKind::silu_backward, OpKind::gelu_tanh};
+                                     OpKind::sum, OpKind::mean, OpKind::silu, OpKind::silu_backward, OpKind::gelu_tanh,
+                                     OpKind::gelu_tanh_backward};
 
 // PyTorch 1.13 CPU softmax/log_softmax over the last dim (docs/research/softmax-torch1.13.md).
 // float: reduce_all trees over 8 lanes (avx2: a halving tree; default: lanes in order), exp and
@@ -223,6 +224,10 @@ Order torch215(ScalarType storage, Capability cap, const Request& r) {
   }
   if (r.op == OpKind::gelu_tanh) {
     o.pointwise = torch215_gelu_tanh(storage, cap);
+    return o;
+  }
+  if (r.op == OpKind::gelu_tanh_backward) {  // cpu_kernel_vec's default grain, as silu's
+    o.pointwise = torch215_silu(storage, cap);
     return o;
   }
   if (r.op == OpKind::attention) {
@@ -487,7 +492,8 @@ std::vector<NamedOrder> make_table() {
                "softmax/log_softmax_backward: s by 4x8-lane fma sums, Sleef exp, log_softmax's dx as one fma; "
                "attention_backward: flash's tiled backward with fma, 16 lanes, lse recomputed by fast's forward; sum/mean: 4x8-lane fma "
                "sums; silu, silu_backward: Sleef's expf_u10 at every element, the backward's 1 + x(1 - s) fused; gelu_tanh: Sleef's "
-               "tanhf_u10 at every element, x + 0.044715 x^3 fused (no reference)",
+               "tanhf_u10 at every element, x + 0.044715 x^3 fused, and in gelu_tanh_backward 1 - t^2 and 1 + 3*0.044715 x^2 too "
+               "(no reference)",
                kAllOps, kAllStorage, false, false, [](ScalarType, ScalarType acc, const Request& r, const HostModel&) {
                  Order o = two_pass(lane_tree(8, 4, true), acc);
                  o.affine = {F::ScaleBias, true};
@@ -520,7 +526,8 @@ std::vector<NamedOrder> make_table() {
                                             OpKind::softmax,             OpKind::log_softmax,       OpKind::attention,
                                             OpKind::layer_norm_backward, OpKind::rms_norm_backward, OpKind::softmax_backward,
                                             OpKind::log_softmax_backward, OpKind::attention_backward, OpKind::sum,
-                                            OpKind::mean, OpKind::silu, OpKind::silu_backward, OpKind::gelu_tanh};
+                                            OpKind::mean, OpKind::silu, OpKind::silu_backward, OpKind::gelu_tanh,
+                                            OpKind::gelu_tanh_backward};
   t.push_back({"torch2.15-cpu-default",
                "PyTorch 2.15 CPU, ATEN_CPU_CAPABILITY=default. layer_norm: f32 8-lane Welford cascade (two f32 streams per 16-bit "
                "vector), no fma; rms_norm: F.rms_norm's composite in f32 (SumKernel's 4x8-lane cascade over the rounded squares; "
@@ -535,7 +542,7 @@ std::vector<NamedOrder> make_table() {
                "in per-thread chunks), mean = sum / N; 16-bit x: mean only, of x.float(), rounded once; "
                "silu: x / (1 + expf(-x)) with glibc's expf; silu_backward: dy*s*(1 + x*(1 - s)), s = 1/(1 + expf(-x)), no fma; "
                "gelu_tanh: (0.5x)(1 + tanhf(k(x + 0.044715 x^3))) with glibc's tanhf, no fma, above 16384 elements cut between the "
-               "threads by a grain of elements/threads",
+               "threads by a grain of elements/threads; gelu_tanh_backward: its gradient with glibc's tanhf, no fma",
                torch215_ops, kAllStorage, true, true,
                [](ScalarType s, ScalarType, const Request& r, const HostModel&) { return torch215(s, Capability::base, r); }});
   t.back().takes_environment = true;
@@ -548,7 +555,8 @@ std::vector<NamedOrder> make_table() {
                "on 8 lanes, halving fold, Sleef expf_u10, bf16's dq, dk, dv by gemm_stub with fma or oneDNN; sum/mean: as default; "
                "silu, silu_backward: Sleef's expf_u10 in steps of 16 elements (32 over 16-bit inputs) per thread's chunk, glibc's expf "
                "for the rest, the backward's 1 + x(1 - s) fused; gelu_tanh: Sleef's tanhf_u10 in silu's steps, glibc's tanhf for the "
-               "rest, x + 0.044715 x^3 fused, above 16384 elements a grain of elements/threads",
+               "rest, x + 0.044715 x^3 fused, above 16384 elements a grain of elements/threads; gelu_tanh_backward: as silu_backward's "
+               "steps, x + 0.044715 x^3, 1 - t^2 and 1 + 3*0.044715 x^2 fused",
                torch215_ops, kAllStorage, true, true,
                [](ScalarType s, ScalarType, const Request& r, const HostModel&) { return torch215(s, Capability::avx2, r); }});
   t.back().takes_environment = true;
@@ -558,7 +566,7 @@ std::vector<NamedOrder> make_table() {
                "sequential Welford in f64; attention: the CPU flash kernel with 16-lane exp_u20; softmax/log_softmax_backward: "
                "torch2.15-cpu-avx2's on 16 lanes; attention_backward (f32, bf16, f16, lse given; an AMD or Intel AVX-512 host's MKL): the CPU flash "
                "backward with dsum on 16 lanes, halving fold, Sleef expf_u10, bf16's dq, dk, dv by gemm_stub with fma or oneDNN; "
-               "sum/mean: as default (8 lanes); silu, silu_backward, gelu_tanh: as avx2's in steps of 32 elements (64 over 16-bit "
+               "sum/mean: as default (8 lanes); silu, silu_backward, gelu_tanh, gelu_tanh_backward: as avx2's in steps of 32 elements (64 over 16-bit "
                "inputs)",
                torch215_ops, kAllStorage, true, true,
                [](ScalarType s, ScalarType, const Request& r, const HostModel&) { return torch215(s, Capability::avx512, r); }});

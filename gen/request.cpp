@@ -23,13 +23,15 @@ std::string_view name(OpKind op) {
     case OpKind::silu: return "silu";
     case OpKind::silu_backward: return "silu_backward";
     case OpKind::gelu_tanh: return "gelu_tanh";
+    case OpKind::gelu_tanh_backward: return "gelu_tanh_backward";
   }
   return "?";
 }
 std::optional<OpKind> parse_op(std::string_view s) {
   for (OpKind o : {OpKind::layer_norm, OpKind::rms_norm, OpKind::var_mean, OpKind::softmax, OpKind::log_softmax, OpKind::attention,
                    OpKind::layer_norm_backward, OpKind::rms_norm_backward, OpKind::softmax_backward, OpKind::log_softmax_backward,
-                   OpKind::attention_backward, OpKind::sum, OpKind::mean, OpKind::silu, OpKind::silu_backward, OpKind::gelu_tanh})
+                   OpKind::attention_backward, OpKind::sum, OpKind::mean, OpKind::silu, OpKind::silu_backward, OpKind::gelu_tanh,
+                   OpKind::gelu_tanh_backward})
     if (s == name(o)) return o;
   return std::nullopt;
 }
@@ -42,6 +44,7 @@ OpKind forward_of(OpKind op) {
     case OpKind::log_softmax_backward: return OpKind::log_softmax;
     case OpKind::attention_backward: return OpKind::attention;
     case OpKind::silu_backward: return OpKind::silu;
+    case OpKind::gelu_tanh_backward: return OpKind::gelu_tanh;
     default: return op;
   }
 }

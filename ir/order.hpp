@@ -659,7 +659,7 @@ struct Order {
   AttentionBackwardOrder attention_backward;  // attention_backward
   NormBackwardOrder norm_backward;  // layer_norm_backward, rms_norm_backward
   SoftmaxBackwardOrder softmax_backward;  // softmax_backward, log_softmax_backward
-  PointwiseOrder pointwise;  // silu, silu_backward
+  PointwiseOrder pointwise;  // silu, silu_backward, gelu_tanh, gelu_tanh_backward
   // PyTorch 1.13's bf16 kernels round every intermediate of the statistics and of rstd to
   // the storage type. When set and the storage type is 16-bit, every such f32 result is
   // followed by a Cast to storage and back, visible in the IR. An f64 accumulation is

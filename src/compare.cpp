@@ -388,6 +388,17 @@ std::map<std::string, std::vector<double>> reference_f64(const Request& r, const
   if (r.op == OpKind::rms_norm_backward) return rms_norm_backward_f64(r, in, rows);
   if (r.op == OpKind::softmax_backward || r.op == OpKind::log_softmax_backward) return softmax_backward_f64(r, in, rows);
   if (r.op == OpKind::attention_backward) return attention_backward_f64(r, in, rows);
+  if (r.op == OpKind::gelu_tanh_backward) {
+    const uint8_t* x = in.get("x").data();
+    const uint8_t* dy = in.get("dy").data();
+    const double k = std::sqrt(2.0 / M_PI), c = 0.044715;
+    std::map<std::string, std::vector<double>> out;
+    for (int64_t i = 0; i < rows * r.cols; ++i) {
+      const double v = value_at(r.x_dtype, x, i), t = std::tanh(k * (v + c * v * v * v));
+      out["dx"].push_back(value_at(r.x_dtype, dy, i) * (0.5 * (1.0 + t) + 0.5 * v * (1.0 - t * t) * k * (1.0 + 3.0 * c * v * v)));
+    }
+    return out;
+  }
   if (r.op == OpKind::silu_backward) {
     const uint8_t* x = in.get("x").data();
     const uint8_t* dy = in.get("dy").data();

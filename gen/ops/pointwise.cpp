@@ -18,7 +18,10 @@
 // builds, the scalar function included); y = (0.5*x) * (1 + tanh(inner)), tanh Sleef's
 // tanhf_u10 or glibc's tanhf by position; kBeta = sqrt(2/pi) and kKappa = 0.044715 rounded to
 // f32. Its forward cuts launches of more than 16384 elements between the threads with a grain of
-// elements / threads (PointwiseOrder::threads_grain_above). Measured against torch 2.15.0:
+// elements / threads (PointwiseOrder::threads_grain_above). gelu_tanh_backward (dy, x) -> dx:
+// t = tanh(inner) as above, dx = dy * (0.5*(1 + t) + ((0.5*x) * (1 - t*t)) * (kBeta * (1 +
+// 3kKappa * (x*x)))), 1 - t*t and 1 + 3kKappa*x^2 fused where x + kKappa x^3 is, the final sum
+// not; 3kKappa rounded to f32 (0x3e095d4e). Measured against torch 2.15.0:
 // docs/research/torch2.15-gelu.md.
 //
 // The kernel runs every element of its row through the vector function, then, where the order
@@ -115,23 +118,33 @@ Kernel build_silu(const Request& r, const Order& o) {
 
 Kernel build_gelu_tanh(const Request& r, const Order& o) {
   Kernel k;
-  k.name = "gelu_tanh";
+  const bool backward = r.op == OpKind::gelu_tanh_backward;
+  k.name = backward ? "gelu_tanh_backward" : "gelu_tanh";
   Builder b(k);
   const Length n = row_length(b, r);
+  // gelu_tanh_backward(dy, x) -> dx, as PyTorch's gelu_backward(grad_output, self, "tanh").
+  const int dy = backward ? b.buffer("dy", r.x_dtype, false, Extent::rows_by_cols) : -1;
   const int x = b.buffer("x", r.x_dtype, false, Extent::rows_by_cols);
-  const int y = b.buffer("y", r.x_dtype, true, Extent::rows_by_cols);
+  const int y = b.buffer(backward ? "dx" : "y", r.x_dtype, true, Extent::rows_by_cols);
   Row row(b, n);
   const bool fused = o.pointwise.fma;
   emit_pointwise(b, o, row, n, y, [&](ExprRef col, int lanes, MathImpl tanh_impl) {
     ExprRef v = b.let("gelu.x", row.load_as(x, col, lanes, ScalarType::f32));
     const auto c = [&](uint32_t bits) { return kF32.constant(static_cast<double>(std::bit_cast<float>(bits)), lanes); };
-    ExprRef cube = kF32.mul(kF32.mul(v, v), v);
+    ExprRef square = b.let("gelu.xx", kF32.mul(v, v));
+    ExprRef cube = kF32.mul(square, v);
     // kBeta * (x + kKappa * x^3): kKappa = 0x3d372713 (0.044715), kBeta = 0x3f4c422a (sqrt(2/pi)).
     ExprRef inner = b.let("gelu.inner", kF32.mul(c(0x3f4c422a), kF32.mul_add(c(0x3d372713), cube, v, fused)));
     if (tanh_impl != MathImpl::Glibc && tanh_impl != MathImpl::SleefU10)
       throw Error("gelu_tanh: the order's function is neither Sleef's nor glibc's; gelu_tanh has only their tanh");
-    ExprRef t = tanh_impl == MathImpl::Glibc ? glibc_tanhf(b, inner) : sleef_tanhf_u10(b, inner);
-    return kF32.mul(kF32.mul(c(0x3f000000), v), kF32.add(c(0x3f800000), t));
+    ExprRef t = b.let("gelu.t", tanh_impl == MathImpl::Glibc ? glibc_tanhf(b, inner) : sleef_tanhf_u10(b, inner));
+    if (!backward) return kF32.mul(kF32.mul(c(0x3f000000), v), kF32.add(c(0x3f800000), t));
+    ExprRef left = kF32.mul(c(0x3f000000), v);
+    ExprRef left_derivative = kF32.mul(c(0x3f000000), kF32.add(c(0x3f800000), t));
+    ExprRef tanh_derivative = kF32.mul_add(unary(Op::Neg, t), t, c(0x3f800000), fused);  // 1 - t*t
+    ExprRef inner_derivative = kF32.mul(c(0x3f4c422a), kF32.mul_add(c(0x3e095d4e), square, c(0x3f800000), fused));
+    ExprRef right_derivative = kF32.mul(kF32.mul(left, tanh_derivative), inner_derivative);
+    return kF32.mul(row.load_as(dy, col, lanes, ScalarType::f32), kF32.add(left_derivative, right_derivative));
   });
   return k;
 }

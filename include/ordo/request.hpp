@@ -22,8 +22,9 @@ enum class OpKind : uint8_t {
   // element (Order::pointwise); its gradient dx = dy * s * (1 + x * (1 - s)), s = 1 / (1 + exp(-x)).
   silu, silu_backward,
   // Elementwise: y = (x/2) * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3))), GELU's tanh form
-  // (torch.nn.functional.gelu(x, approximate="tanh")), with the order's tanh at each element.
-  gelu_tanh,
+  // (torch.nn.functional.gelu(x, approximate="tanh")), with the order's tanh at each element; its
+  // gradient dx = dy * (0.5 (1 + t) + (0.5 x (1 - t^2)) * sqrt(2/pi) (1 + 3 * 0.044715 x^2)).
+  gelu_tanh, gelu_tanh_backward,
 };
 std::string_view name(OpKind op);
 std::optional<OpKind> parse_op(std::string_view s);

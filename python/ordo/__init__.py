@@ -16,7 +16,7 @@ import math
 from . import _ordo
 
 __all__ = ["layer_norm", "rms_norm", "var_mean", "silu", "gelu_tanh", "softmax", "log_softmax", "attention", "layer_norm_backward", "rms_norm_backward",
-           "softmax_backward", "silu_backward", "log_softmax_backward", "attention_backward", "orders", "compare", "cache_stats",
+           "softmax_backward", "silu_backward", "gelu_tanh_backward", "log_softmax_backward", "attention_backward", "orders", "compare", "cache_stats",
            "set_kernel_cache_capacity"]
 
 
@@ -383,6 +383,12 @@ def log_softmax_backward(dy, y, order="fast", **kw):
     """dx of log_softmax over the last dim from dy and the forward's output y (torch's
     _log_softmax_backward_data): dx = dy - exp(y)*sum(dy), in the order's summation and exp."""
     return _run_backward("log_softmax_backward", y, {"dy": dy}, order, **kw)["dx"]
+
+
+def gelu_tanh_backward(dy, x, order="fast", **kw):
+    """dx of gelu_tanh from dy and the forward's input x (torch's gelu_backward(dy, x, approximate="tanh")):
+    dx = dy*(0.5(1 + t) + 0.5x(1 - t^2) sqrt(2/pi)(1 + 3*0.044715 x^2)), t the forward's tanh."""
+    return _run_backward("gelu_tanh_backward", x, {"dy": dy}, order, **kw)["dx"]
 
 
 def silu_backward(dy, x, order="fast", **kw):

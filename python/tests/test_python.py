@@ -76,6 +76,12 @@ ref_gelu = 0.5 * x64 * (1 + np.tanh(np.sqrt(2 / np.pi) * (x64 + 0.044715 * x64 *
 check(y_gelu.shape == x.shape and np.abs(y_gelu - ref_gelu).max() <= 4 * np.spacing(np.abs(ref_gelu).max().astype(np.float32)),
       "gelu_tanh (fast) within 4 ulp of the largest output, against float64")
 check(same_bits(ordo.gelu_tanh(xt, order="fast"), torch.from_numpy(y_gelu)), "gelu_tanh: torch and numpy x give the same bits")
+dy_gelu = rng.standard_normal(x.shape).astype(np.float32)
+t64 = np.tanh(np.sqrt(2 / np.pi) * (x64 + 0.044715 * x64 ** 3))
+ref_dx_gelu = dy_gelu * (0.5 * (1 + t64) + 0.5 * x64 * (1 - t64 ** 2) * np.sqrt(2 / np.pi) * (1 + 3 * 0.044715 * x64 ** 2))
+dx_gelu = ordo.gelu_tanh_backward(dy_gelu, x, order="fast")
+check(dx_gelu.shape == x.shape and np.abs(dx_gelu - ref_dx_gelu).max() <= 8 * np.spacing(np.float32(np.abs(ref_dx_gelu).max())),
+      "gelu_tanh_backward (fast) within 8 ulp of the largest gradient, against float64")
 dy_silu = rng.standard_normal(x.shape).astype(np.float32)
 s64 = 1 / (1 + np.exp(-x.astype(np.float64)))
 ref_dx = dy_silu * s64 * (1 + x * (1 - s64))

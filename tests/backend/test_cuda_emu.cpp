@@ -117,6 +117,10 @@ TEST_CASE("silu_backward: cuda-emu matches the interpreter bit for bit") {
   MESSAGE(fmt::format("silu_backward: {} requests compared bitwise on cuda-emu", cases));
 }
 TEST_CASE("gelu_tanh: cuda-emu matches the interpreter bit for bit") { sweep_emu(OpKind::gelu_tanh); }
+TEST_CASE("gelu_tanh_backward: cuda-emu matches the interpreter bit for bit") {
+  const int cases = backward_vs_interpreter(OpKind::gelu_tanh_backward, Target::cuda_emu, {9, 65}, {1, 7}, /*sparse=*/true);
+  MESSAGE(fmt::format("gelu_tanh_backward: {} requests compared bitwise on cuda-emu", cases));
+}
 TEST_CASE("cuda-emu: silu's and gelu_tanh's per-thread chunks and tails (torch2.15 orders, threads=T) match the interpreter") {
   MESSAGE(silu_chunks_vs_interpreter(Target::cuda_emu) << " launches compared bitwise");
 }

@@ -209,6 +209,10 @@ TEST_CASE("silu_backward: every backend matches the interpreter bit for bit") {
   MESSAGE(fmt::format("silu_backward: {} requests compared bitwise", cases));
 }
 TEST_CASE("gelu_tanh: every backend matches the interpreter bit for bit") { sweep(OpKind::gelu_tanh); }
+TEST_CASE("gelu_tanh_backward: every backend matches the interpreter bit for bit") {
+  const int cases = backward_vs_interpreter(OpKind::gelu_tanh_backward, Target::cpu, {1, 7, 9, 31, 33, 65, 129, 1000}, {1, 3, 7});
+  MESSAGE(fmt::format("gelu_tanh_backward: {} requests compared bitwise", cases));
+}
 TEST_CASE("silu's and gelu_tanh's per-thread chunks and tails (torch2.15 orders, threads=T) match the interpreter") {
   MESSAGE(silu_chunks_vs_interpreter(Target::cpu) << " launches compared bitwise");
 }

@@ -18,7 +18,7 @@ and f16 and x.sum(-1) in f32 (the orders refuse the sum of 16-bit rows), includi
 32768, which torch sums in per-thread chunks; torch.nn.functional.silu and its gradient (silu_backward) in f32, bf16
 and f16, whose launches of 32768 elements or more torch cuts into per-thread chunks, each with its
 own scalar tail; torch.nn.functional.gelu(x, approximate="tanh") (gelu_tanh) likewise, cut above
-16384 elements.
+16384 elements, and its gradient (gelu_tanh_backward, cut as silu's).
 """
 import argparse
 import itertools
@@ -88,7 +88,8 @@ def cases(tier):
         i += 1
     # silu: rows*N over 32768 (N >= 4681 at 7 rows) is cut into chunks between torch's threads;
     # gelu_tanh's forward above 16384.
-    for op, xd, n, (rng, _, _) in itertools.product(["silu", "silu_backward", "gelu_tanh"], ["f32", "bf16", "f16"], ns, RANGES):
+    for op, xd, n, (rng, _, _) in itertools.product(["silu", "silu_backward", "gelu_tanh", "gelu_tanh_backward"], ["f32", "bf16", "f16"],
+                                                    ns, RANGES):
         out.append({"op": op, "dtype": xd, "n": n, "range": rng, "rows": ROWS[i % 3] if n < 20000 else 1 + i % 2, "seed": i})
         i += 1
     # gelu_tanh's forward cuts a launch of more than 16384 elements by a grain of elements/threads:
@@ -124,7 +125,7 @@ def inputs(c):
             w = torch.from_numpy((1 + 0.1 * rng.standard_normal(c["n"])).astype(np.float32)).to(wd)
         if "bias" in c["affine"]:
             b = torch.from_numpy((0.1 * rng.standard_normal(c["n"])).astype(np.float32)).to(wd)
-    if c["op"] == "silu_backward":  # w carries dy
+    if c["op"] in ("silu_backward", "gelu_tanh_backward"):  # w carries dy
         w = torch.from_numpy(rng.standard_normal((c["rows"], c["n"])).astype(np.float32)).to(TORCH_DTYPE[c["dtype"]])
     return x, w, b
 
@@ -153,6 +154,10 @@ def torch_outputs(c, x, w, b):
         return {"y": torch.nn.functional.silu(x)}
     if c["op"] == "gelu_tanh":
         return {"y": torch.nn.functional.gelu(x, approximate="tanh")}
+    if c["op"] == "gelu_tanh_backward":
+        xr = x.clone().requires_grad_()
+        torch.nn.functional.gelu(xr, approximate="tanh").backward(w)
+        return {"dx": xr.grad}
     if c["op"] == "silu_backward":
         xr = x.clone().requires_grad_()
         torch.nn.functional.silu(xr).backward(w)
@@ -176,13 +181,15 @@ def ordo_outputs(c, x, w, b, order):
         return {c["op"]: getattr(ordo, c["op"])(x, order=order)}
     if c["op"] == "silu_backward":
         return {"dx": ordo.silu_backward(w, x, order=order)}
+    if c["op"] == "gelu_tanh_backward":
+        return {"dx": ordo.gelu_tanh_backward(w, x, order=order)}
     return {"y": getattr(ordo, c["op"])(x, order=order)}
 
 def single_row_split(c):
     """torch sums a single row of more than 32768 elements in per-thread chunks when it has
     several threads (docs/research/torch2.15-rms-norm.md); the orders model that with threads=T.
     These rows also run with torch on 3 and 8 threads (the slot sum's scalar and vector paths)."""
-    if c["op"] in ("silu", "silu_backward"):
+    if c["op"] in ("silu", "silu_backward", "gelu_tanh_backward"):
         return c["rows"] * c["n"] >= 32768
     if c["op"] == "gelu_tanh":
         return c["rows"] * c["n"] > 16384
