@@ -85,7 +85,7 @@ if not os.environ.get("ORDO_EXECUTOR") and torch.backends.openmp.is_available():
     ordo.set_executor("openmp")
 
 # sum and mean (ordo.torch.sum, ordo.torch.mean) stay out of __all__: they would hide Python's sum.
-__all__ = ["layer_norm", "rms_norm", "softmax", "log_softmax", "silu", "scaled_dot_product_attention", "pinned",
+__all__ = ["layer_norm", "rms_norm", "softmax", "log_softmax", "silu", "gelu", "scaled_dot_product_attention", "pinned",
            "OrdoFallbackWarning"]
 
 _DTYPE_NAMES = {torch.float32: "f32", torch.bfloat16: "bf16", torch.float16: "f16"}
@@ -315,6 +315,7 @@ def _register_same_shape_op(name: str):
 _softmax_op = _register_same_shape_op("softmax")
 _log_softmax_op = _register_same_shape_op("log_softmax")
 _silu_op = _register_same_shape_op("silu")
+_gelu_tanh_op = _register_same_shape_op("gelu_tanh")
 
 
 @torch.library.custom_op("ordo::scaled_dot_product_attention", mutates_args=())
@@ -453,28 +454,32 @@ _sum_op = _register_row_reduction("sum")
 _mean_op = _register_row_reduction("mean")
 
 
-@torch.library.custom_op("ordo::silu_backward", mutates_args=())
-def _silu_backward_op(dy: Tensor, x: Tensor, order: str) -> Tensor:
-    return ordo.silu_backward(dy.contiguous(), x.contiguous(), order=order)
+def _register_pointwise_backward(forward, name: str):
+    """The gradient of an elementwise op (silu, gelu_tanh): its backward op `name`(dy, x), run by
+    ordo's kernel in backward_order (by default the forward's order), registered with `forward`."""
+    @torch.library.custom_op(f"ordo::{name}", mutates_args=())
+    def op(dy: Tensor, x: Tensor, order: str) -> Tensor:
+        return getattr(ordo, name)(dy.contiguous(), x.contiguous(), order=order)
+
+    @op.register_fake
+    def _(dy, x, order):
+        return torch.empty_like(x, memory_format=torch.contiguous_format)
+
+    def setup_context(ctx, inputs, output):
+        x, order, backward_order = inputs
+        ctx.save_for_backward(x)
+        ctx.order = backward_order or order
+
+    def backward(ctx, dy):
+        (x,) = ctx.saved_tensors
+        return op(dy, x, ctx.order), None, None
+
+    forward.register_autograd(backward, setup_context=setup_context)
+    return op
 
 
-@_silu_backward_op.register_fake
-def _(dy, x, order):
-    return torch.empty_like(x, memory_format=torch.contiguous_format)
-
-
-def _silu_setup(ctx, inputs, output):
-    x, order, backward_order = inputs
-    ctx.save_for_backward(x)
-    ctx.order = backward_order or order
-
-
-def _silu_backward(ctx, dy):
-    (x,) = ctx.saved_tensors
-    return torch.ops.ordo.silu_backward(dy, x, ctx.order), None, None
-
-
-_silu_op.register_autograd(_silu_backward, setup_context=_silu_setup)
+_silu_backward_op = _register_pointwise_backward(_silu_op, "silu_backward")
+_gelu_tanh_backward_op = _register_pointwise_backward(_gelu_tanh_op, "gelu_tanh_backward")
 @torch.library.custom_op("ordo::attention_backward", mutates_args=())
 def _attention_backward_op(q: Tensor, k: Tensor, v: Tensor, out: Tensor, dout: Tensor, is_causal: bool, scale: Optional[float],
                            forward_order: str, order: str) -> Tuple[Tensor, Tensor, Tensor]:
@@ -655,6 +660,25 @@ def silu(input: Tensor, *, order: str, backward_order: Optional[str] = None) -> 
     if _direct(input):
         return _forward_direct("silu", input, None, None, 0.0, order)
     return torch.ops.ordo.silu(input, order, backward_order or "")
+
+
+def gelu(input: Tensor, approximate: str = "none", *, order: str, backward_order: Optional[str] = None) -> Tensor:
+    """F.gelu with ordo's order. Only GELU's tanh form is an ordo op (approximate="tanh":
+    (x/2)(1 + tanh(sqrt(2/pi)(x + 0.044715x^3))); its gradient runs gelu_tanh_backward in
+    backward_order, by default the forward's order. Under torch2.15-cpu (given torch's thread
+    count, torch2.15-cpu(threads=T)) torch's bits, value and gradient. The erf form
+    (approximate="none", which torch sends to oneDNN) raises a ValueError. A non-contiguous input
+    is computed as its contiguous copy, as for silu."""
+    if approximate != "tanh":
+        raise ValueError(f"gelu: approximate={approximate!r}; ordo has GELU's tanh form only (approximate='tanh'), "
+                         f"not the erf form")
+    if input.dim() == 0:
+        return gelu(input.reshape(1), approximate, order=order, backward_order=backward_order).reshape(())
+    if _empty_rows(input):
+        return F.gelu(input, approximate=approximate)
+    if _direct(input):
+        return _forward_direct("gelu_tanh", input, None, None, 0.0, order)
+    return torch.ops.ordo.gelu_tanh(input, order, backward_order or "")
 
 
 # Named as torch names them; this module calls Python's own sum nowhere (builtins.sum if it must).

@@ -1037,27 +1037,36 @@ def test_sum_and_mean():
     torch._dynamo.reset()
 
 
-def test_silu():
-    """ordo.torch.silu under torch2.15-cpu(threads=T): torch's bits for the value (eager with and
-    without a gradient to record, compiled) and for the gradient, in f32, bf16 and f16, on launches
-    torch cuts into per-thread chunks (80000 elements) and on short ones."""
+def test_pointwise():
+    """ordo.torch.silu and ordo.torch.gelu (approximate="tanh") under torch2.15-cpu(threads=T):
+    torch's bits for the value (eager with and without a gradient to record, compiled) and for the
+    gradient, in f32, bf16 and f16, on launches torch cuts into per-thread chunks (80000 elements;
+    gelu's forward splits from 16385) and on short ones. gelu's erf form is refused by name."""
     import ordo.torch as ot
     order = f"{EXACT}(threads={torch.get_num_threads()})"
+    ops = {"silu": (lambda t, **kw: ot.silu(t, **kw), F.silu),
+           "gelu_tanh": (lambda t, **kw: ot.gelu(t, "tanh", **kw), lambda t: F.gelu(t, approximate="tanh"))}
     g = torch.Generator().manual_seed(17)
-    for dt in (torch.float32, torch.bfloat16, torch.float16):
-        for shape in ((3, 7, 33), (2, 40000)):
-            x = (4 * torch.randn(shape, generator=g)).to(dt)
-            dy = torch.randn(shape, generator=g).to(dt)
-            xa, xb = x.clone().requires_grad_(), x.clone().requires_grad_()
-            got, want = ot.silu(xa, order=order), F.silu(xb)
-            got.backward(dy)
-            want.backward(dy)
-            with torch.no_grad():
-                direct = ot.silu(x, order=order)
-            torch._dynamo.reset()
-            compiled = torch.compile(lambda t: ot.silu(t, order=order), fullgraph=True)(x)
-            check(same(got, want) and same(direct, want) and same(compiled, want) and same(xa.grad, xb.grad),
-                  f"ordo.torch.silu {tuple(shape)} {dt}: torch's value (eager, no grad, compiled) and gradient")
+    for name, (ours, theirs) in ops.items():
+        for dt in (torch.float32, torch.bfloat16, torch.float16):
+            for shape in ((3, 7, 33), (2, 40000), (1, 20001)):
+                x = (4 * torch.randn(shape, generator=g)).to(dt)
+                dy = torch.randn(shape, generator=g).to(dt)
+                xa, xb = x.clone().requires_grad_(), x.clone().requires_grad_()
+                got, want = ours(xa, order=order), theirs(xb)
+                got.backward(dy)
+                want.backward(dy)
+                with torch.no_grad():
+                    direct = ours(x, order=order)
+                torch._dynamo.reset()
+                compiled = torch.compile(lambda t: ours(t, order=order), fullgraph=True)(x)
+                check(same(got, want) and same(direct, want) and same(compiled, want) and same(xa.grad, xb.grad),
+                      f"ordo.torch {name} {tuple(shape)} {dt}: torch's value (eager, no grad, compiled) and gradient")
+    try:
+        ot.gelu(torch.ones(4), order=order)
+        check(False, "ordo.torch.gelu's erf form raised nothing")
+    except ValueError as e:
+        check("approximate='none'" in str(e), f"ordo.torch.gelu's erf form refused by name: {e}")
     torch._dynamo.reset()
 
 
@@ -1071,7 +1080,7 @@ def main():
                  test_new_shapes, test_decode_compiles_once, test_varying_lengths_compile_once,
                  test_runs_on_torch_threads, test_blocks_recompile, test_backward, test_eager_kernels,
                  test_graphs_run_outside_the_mode,
-                 test_grouped_query_attention, test_sum_and_mean, test_silu):
+                 test_grouped_query_attention, test_sum_and_mean, test_pointwise):
         print(f"--- {test.__name__}", flush=True)
         test()
     print(f"\n{len(failures)} failed" if failures else "\nall passed")
