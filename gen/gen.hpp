@@ -14,6 +14,13 @@
 namespace ordo::gen {
 
 // One row of the named-order table.
+// An op that an order defines for fewer storage types than the order's own list, and why.
+struct OpDtypes {
+  OpKind op;
+  std::vector<ScalarType> dtypes;  // the storage types of x the order has for this op
+  std::string_view why;            // what the others would need, as the refusal says it
+};
+
 struct NamedOrder {
   std::string_view name;
   std::string_view description;  // one line: what it is and what it reproduces
@@ -37,7 +44,12 @@ struct NamedOrder {
   // Takes the parameters of the environment the reference ran in (threads=T, mkl=intel) rather
   // than parameters of the order: the PyTorch 2.15 rows.
   bool takes_environment = false;
+  // Ops the order has for fewer of `dtypes` (the torch2.15 rows' sum: f32 only). A request for
+  // another dtype of such an op is refused with the entry's reason.
+  std::vector<OpDtypes> fewer_dtypes = {};
 };
+// The storage types `n` has for op: `n.dtypes`, or fewer where `n.fewer_dtypes` says so.
+const std::vector<ScalarType>& dtypes_for(const NamedOrder& n, OpKind op);
 
 const std::vector<NamedOrder>& named_orders();
 const NamedOrder* find_order(std::string_view name);

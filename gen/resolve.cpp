@@ -3,6 +3,7 @@
 // against the order (shapes, lengths at launch, limits). The table it resolves against is
 // gen/order_table.cpp's.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cmath>
@@ -354,13 +355,16 @@ std::string shape_error(const Request& r, const Order& o, const NamedOrder& n, c
     return fmt::format("order '{}' reproduces its library for q, k and v with rows D = {} apart; with other row strides ({}, {}, {}) "
                        "PyTorch's composite copies them first, which is not modelled",
                        r.order, r.cols, r.q_row_stride, r.k_row_stride, r.v_row_stride);
-  // x.sum(-1) of a 16-bit x: PyTorch keeps its partial sums (a thread's, a split row's) in the
-  // 16-bit output type, which ordo does not model (measured: f16 rows of 4095 and of 40000 differ
-  // from the f32 sum rounded once); x.mean(-1) sums x.float() and is modelled.
-  if (r.op == OpKind::sum && r.x_dtype != ScalarType::f32 && n.reproduces_reference && text.base.rfind("torch2.15", 0) == 0)
-    return fmt::format("order '{}' reproduces PyTorch's sum for f32 rows only: for {} rows PyTorch rounds its partial sums to {}, "
-                       "which is not modelled (sum x.float(), or take mean, which PyTorch sums in f32)",
-                       r.order, name(r.x_dtype), name(r.x_dtype));
+  if (const std::vector<ScalarType>& have = dtypes_for(n, r.op);
+      std::find(have.begin(), have.end(), r.x_dtype) == have.end()) {
+    std::vector<std::string_view> names;
+    for (ScalarType t : have) names.push_back(name(t));
+    std::string_view why;
+    for (const OpDtypes& d : n.fewer_dtypes)
+      if (d.op == r.op) why = d.why;
+    return fmt::format("order '{}' has {} for x of {} only, not {}: {}", r.order, name(r.op), fmt::join(names, ", "),
+                       name(r.x_dtype), why);
+  }
   if (r.op == OpKind::attention_backward && o.attention_backward.kind == AttentionBackwardOrder::Kind::CpuFlash) {
     if (!r.saved_stats)
       return fmt::format("order '{}' reproduces PyTorch's backward, which reads the forward's saved logsumexp: give lse", r.order);

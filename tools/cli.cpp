@@ -392,12 +392,15 @@ void write_files_atomic(const std::vector<std::pair<std::filesystem::path, std::
 }
 
 
-std::vector<std::string> default_orders(ordo::OpKind op) {
+std::vector<std::string> default_orders(ordo::OpKind op, ordo::ScalarType dtype) {
   std::vector<std::string> out;
-  for (const ordo::gen::NamedOrder& n : ordo::gen::named_orders())
-    for (ordo::OpKind o : n.ops)
-      // device-only orders run on a GPU alone; an alias is another row's kernel
-      if (o == op && !n.device_only && !n.alias) out.emplace_back(n.name);
+  for (const ordo::gen::NamedOrder& n : ordo::gen::named_orders()) {
+    const std::vector<ordo::ScalarType>& dtypes = ordo::gen::dtypes_for(n, op);
+    const bool has = std::find(n.ops.begin(), n.ops.end(), op) != n.ops.end() &&
+                     std::find(dtypes.begin(), dtypes.end(), dtype) != dtypes.end();
+    // device-only orders run on a GPU alone; an alias is another row's kernel
+    if (has && !n.device_only && !n.alias) out.emplace_back(n.name);
+  }
   return out;
 }
 

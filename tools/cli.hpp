@@ -74,9 +74,9 @@ std::map<std::string, std::string> output_files(const Args& a, const CompiledKer
 void run_and_write(const CompiledKernel& k, const std::map<std::string, NpyArray>& inputs,
                    const std::map<std::string, std::string>& out_files, int64_t rows, int threads,
                    const std::function<std::vector<int64_t>(const ArgSpec&)>& out_shape, const std::vector<int64_t>& sizes = {});
-// The orders compare and demo run when --orders is not given: every order of the op that runs
-// on the CPU, each kernel once (no device-only orders, no aliases).
-std::vector<std::string> default_orders(OpKind op);
+// The orders compare and demo run when --orders is not given: every order that has the op for x of
+// dtype and runs on the CPU, each kernel once (no device-only orders, no aliases).
+std::vector<std::string> default_orders(OpKind op, ScalarType dtype);
 // Fails before any work when `path` cannot be created: its directory must exist.
 void check_output_path(const std::string& option, const std::string& path);
 // A progress callback that stays silent for the first second, then reports each step on

@@ -66,7 +66,7 @@ int compare(const Args& a, ordo::OpKind op, int64_t default_rows) {
     if (!a.get("sq") && !a.get("sk")) o.base.seq_q = o.base.seq_k = 512;
     if (!a.get("rows")) o.rows = 4;
   }
-  o.orders = a.get("orders") ? split(*a.get("orders"), ',') : op == ordo::OpKind::attention ? attention_orders(o.base) : default_orders(op);
+  o.orders = a.get("orders") ? split(*a.get("orders"), ',') : op == ordo::OpKind::attention ? attention_orders(o.base) : default_orders(op, o.base.x_dtype);
   // Bad orders fail the command up front rather than appearing as a row of the table.
   for (const std::string& name : o.orders) {
     ordo::Request r = o.base;

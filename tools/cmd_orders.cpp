@@ -57,6 +57,8 @@ struct OrderRow {
   const ordo::gen::NamedOrder* order;
   std::string status;  // exact, unverified, device-only or empty
   std::vector<std::string> ops, dtypes;
+  // Ops the order has for fewer dtypes: "sum: f32", and the same with the reason.
+  std::vector<std::string> fewer, fewer_why;
   // Which (op, dtype) kernels call CUDA's own approximations (those run on target cuda only),
   // and the functions they call.
   std::vector<std::string> device_only;
@@ -69,7 +71,7 @@ struct OrderRow {
 // Whether the order builds one kernel for every N (row ops) or S_k (attention) for op, every dtype.
 bool takes_length_at_launch(const ordo::gen::NamedOrder& n, ordo::OpKind o) {
   if (n.device_only || ordo::is_backward(o)) return false;
-  for (ordo::ScalarType t : n.dtypes) {
+  for (ordo::ScalarType t : ordo::gen::dtypes_for(n, o)) {
     ordo::Request r;
     r.op = o;
     r.x_dtype = t;
@@ -97,11 +99,17 @@ bool takes_length_at_launch(const ordo::gen::NamedOrder& n, ordo::OpKind o) {
 }
 
 OrderRow describe_row(const ordo::gen::NamedOrder& n) {
-  OrderRow row{&n, n.device_only ? "device-only" : n.unverified ? "unverified" : n.reproduces_reference ? "exact" : "", {}, {}, {}, {}, {}, {}};
+  OrderRow row{&n, n.device_only ? "device-only" : n.unverified ? "unverified" : n.reproduces_reference ? "exact" : "", {}, {}, {}, {}, {}, {}, {}, {}};
   for (ordo::OpKind o : n.ops) row.ops.emplace_back(ordo::name(o));
   for (ordo::ScalarType t : n.dtypes) row.dtypes.emplace_back(ordo::name(t));
+  for (const ordo::gen::OpDtypes& d : n.fewer_dtypes) {
+    std::vector<std::string_view> names;
+    for (ordo::ScalarType t : d.dtypes) names.push_back(ordo::name(t));
+    row.fewer.push_back(fmt::format("{}: {}", ordo::name(d.op), fmt::join(names, ", ")));
+    row.fewer_why.push_back(fmt::format("{} only, since {}", row.fewer.back(), d.why));
+  }
   for (ordo::OpKind o : n.ops)
-    for (ordo::ScalarType t : n.dtypes) {
+    for (ordo::ScalarType t : ordo::gen::dtypes_for(n, o)) {
       ordo::Request r;
       r.op = o;
       // 68: a tail for every lane count below it, and a multiple of 4 (torch-cuda's layer_norm).
@@ -136,6 +144,7 @@ std::string launch_lengths(const OrderRow& row) {
 void print_text(const OrderRow& row) {
   const ordo::gen::NamedOrder& n = *row.order;
   fmt::print("{:<22} {:<11} [{}] [{}]\n    {}\n", n.name, row.status, fmt::join(row.ops, ","), fmt::join(row.dtypes, ","), n.description);
+  if (!row.fewer_why.empty()) fmt::print("    fewer dtypes: {}\n", fmt::join(row.fewer_why, "; "));
   if (!row.device_only.empty())
     fmt::print("    device-only (calls {}, CUDA's approximations with no definition off the GPU; target cuda only): {}\n", row.device_fns,
                fmt::join(row.device_only, "; "));
@@ -156,14 +165,15 @@ void print_markdown(const std::vector<OrderRow>& rows, std::optional<ordo::OpKin
   fmt::print("| order | status | ops | dtypes | at launch |\n|---|---|---|---|---|\n");
   for (const OrderRow& row : rows)
     fmt::print("| [`{}`](#{}) | {} | {} | {} | {} |\n", row.order->name, anchor(row.order->name), row.status, fmt::join(row.ops, ", "),
-               fmt::join(row.dtypes, ", "),
+               fmt::format("{}{}", fmt::join(row.dtypes, ", "), row.fewer.empty() ? "" : fmt::format(" ({})", fmt::join(row.fewer, "; "))),
                fmt::format("{}{}{}", row.n_at_launch.empty() ? "" : "N", !row.n_at_launch.empty() && !row.sk_at_launch.empty() ? ", " : "",
                            row.sk_at_launch.empty() ? "" : "S_k"));
   for (const OrderRow& row : rows) {
     const ordo::gen::NamedOrder& n = *row.order;
     fmt::print("\n## {}\n\n", n.name);
     if (!row.status.empty()) fmt::print("**{}**. ", row.status);
-    fmt::print("Ops: {}. Dtypes: {}.\n\n", fmt::join(row.ops, ", "), fmt::join(row.dtypes, ", "));
+    fmt::print("Ops: {}. Dtypes: {}{}.\n\n", fmt::join(row.ops, ", "), fmt::join(row.dtypes, ", "),
+               row.fewer_why.empty() ? "" : fmt::format("; {}", fmt::join(row.fewer_why, "; ")));
     for (const std::string& clause : split_clauses(n.description)) fmt::print("- {}\n", clause);
     if (!row.device_only.empty())
       fmt::print("- device-only kernels (they call {}, CUDA's approximations with no definition off the GPU; target cuda only): {}\n",

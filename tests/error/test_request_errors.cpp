@@ -99,8 +99,8 @@ TEST_CASE("bad requests are rejected with a message naming the bad value") {
     };
   };
   CHECK(error_of(sum_of(OpKind::sum, ScalarType::bf16)) ==
-        "order 'torch2.15-cpu-avx2(threads=2)' reproduces PyTorch's sum for f32 rows only: for bf16 rows PyTorch rounds its partial "
-        "sums to bf16, which is not modelled (sum x.float(), or take mean, which PyTorch sums in f32)");
+        "order 'torch2.15-cpu-avx2(threads=2)' has sum for x of f32 only, not bf16: PyTorch rounds the partial sums of a 16-bit "
+        "sum to the 16-bit output type, which is not modelled (sum x.float(), or take mean, which PyTorch sums in f32)");
   CHECK(error_of(sum_of(OpKind::sum, ScalarType::f32)) == "(accepted)");
   CHECK(error_of(sum_of(OpKind::mean, ScalarType::f16)) == "(accepted)");
 }

@@ -49,7 +49,7 @@ void check_command(int argc, char** argv) {
     if (auto v = a.get("offset")) parse_double("--offset", *v);
     if (auto v = a.get("scale")) parse_double("--scale", *v);
     if (auto v = a.get("repeats")) parse_int("--repeats", *v, 1, 1000);
-    const std::vector<std::string> orders = a.get("orders") ? split(*a.get("orders"), ',') : default_orders(op);
+    const std::vector<std::string> orders = a.get("orders") ? split(*a.get("orders"), ',') : default_orders(op, r.x_dtype);
     for (const std::string& name : orders) {
       r.order = name;
       ordo::fuzz::check_request(r);
