@@ -2,6 +2,7 @@
 #include "tools/cli.hpp"
 
 #include <sys/resource.h>
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -183,7 +184,9 @@ int cmd_bench(int argc, char** argv) {
   for (const auto& b : h.bytes) bytes += static_cast<double>(b.size());
   // With a baseline, kernel and baseline runs alternate in one loop, so both see the same
   // machine state (other load, frequency, memory traffic); each reports its fastest run.
-  std::vector<uint8_t>& src = h.get("x");
+  // The copy baseline moves the bytes of the op's row input: x, or y for the softmax backward ops.
+  const bool reads_x = std::any_of(k->args().begin(), k->args().end(), [](const ordo::ArgSpec& a) { return a.name == "x"; });
+  std::vector<uint8_t>& src = h.get(reads_x ? "x" : "y");
   std::vector<uint8_t> dst(baseline == "copy" ? src.size() : 0);
   const int64_t pages = static_cast<int64_t>(src.size()) / 4096;
   auto copy = [&] {
