@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """The deterministic backward orders (fast, batch-invariant; no reference library) of
-layer_norm_backward, rms_norm_backward, softmax_backward and log_softmax_backward against
-float64, within a stated error bound. f32 storage.
+layer_norm_backward, rms_norm_backward, softmax_backward and log_softmax_backward, and fast's
+silu_backward and gelu_tanh_backward, against float64, within a stated error bound. f32 storage.
 
 The reference is the gradient evaluated in float64 from the same f32 inputs: dy, x, the weight g,
 and the forward's statistics as given to the op (mean and rstd are inputs, so they count as
@@ -32,6 +32,22 @@ computed quantity:
   * softmax: |ddx| <= (|ds| + u|dy - s|) |y| + u|dx|; log_softmax, exp by Sleef u10 (1 ulp, 2u
     relative): |ddx| <= exp(y) (2u |s| + |ds|) + u |dx|, plus u exp(y) |s| for the product's
     rounding where it is not fused.
+The elementwise backward ops (fast: Sleef's u10 functions, within 1 ulp, so 2u relative; every
+a*b + c the op has is one fma), per element, x and dy exact:
+  * silu_backward  dx = (dy s)(1 + x(1 - s)), s = 1/(1 + e), e = exp(-x): s within 4u relative
+    (e's 2u, the add's and the division's roundings); 1 - s within 4u s + u(1 - s); the fma
+    within |x| d(1 - s) + u|1 + x(1 - s)|; dy s within 5u|dy s|; the product one more u.
+  * gelu_tanh_backward  dx = dy (L + R), L = (1 + t)/2, R = ((x/2)(1 - t^2)) (k (1 + c3 x^2)),
+    t = tanh(inner), inner = k (x + c x^3), with k, c and c3 = 3c the op's f32 constants (the
+    reference uses k and c as rounded to f32, and 3c exactly, so c3's rounding is an error term):
+    x^3 within 2u, the fma x + c x^3 within 2u c|x^3| + u|.|, inner one u more, t within
+    (1 - t^2) dinner + 2u|t|, 1 - t^2 (an fma) within 2|t| dt + u|.|, k (1 + c3 x^2) within
+    k(2u c3 x^2 + u|.|) + u|.|, R two roundings more, L + R and the product one each.
+  A subnormal result adds 2^-149. Each such (op, order) also prints its largest error in units
+  in the last place of the float64 value rounded to f32, over the elements where nothing cancels
+  (the bound within 32u of the value): what fast costs there. Where a sum cancels (silu's
+  1 + x(1 - s) near x = -1.28, gelu's L + R near x = -0.75) the error is the bound's absolute
+  terms, not a few ulps of the small result.
 Products of two error terms are second order; the check allows 1% for them (every relative error
 above is under 1e-3 for these inputs). Each (order, op, output) prints the largest observed
 fraction of its bound; a bound far above the errors would be vacuous. A negative control checks
@@ -54,7 +70,11 @@ ORDERS = {  # order: (lanes, accumulators, block rows), from gen/order_table.cpp
 }
 NS = [1, 7, 16, 17, 100, 1000, 4097]
 ROWS = [1, 7, 33, 300]
-OPS = ["layer_norm_backward", "rms_norm_backward", "softmax_backward", "log_softmax_backward"]
+OPS = ["layer_norm_backward", "rms_norm_backward", "softmax_backward", "log_softmax_backward", "silu_backward",
+       "gelu_tanh_backward"]
+POINTWISE = ("silu_backward", "gelu_tanh_backward")  # fast only: batch-invariant does not have them
+F32 = {"k": float(np.float32(math.sqrt(2 / math.pi))), "c": float(np.float32(0.044715)),
+       "c3": float(np.frombuffer(np.uint32(0x3E095D4E).tobytes(), np.float32)[0])}
 
 
 def g(n):
@@ -77,6 +97,8 @@ def block_depth(rows, block):
 def inputs(op, rows, n, spread, rng):
     """The op's f32 inputs by name."""
     dy = rng.standard_normal((rows, n)).astype(np.float32)
+    if op in POINTWISE:
+        return {"dy": dy, "x": (spread * rng.standard_normal((rows, n))).astype(np.float32)}
     if op in ("softmax_backward", "log_softmax_backward"):
         z = spread * rng.standard_normal((rows, n))
         p = np.exp(z - z.max(-1, keepdims=True))
@@ -101,6 +123,8 @@ def reference_and_bound(op, t, lanes, accumulators, block):
     dy = f["dy"]
     rows, n = dy.shape
     d = lane_depth(n, lanes, accumulators)
+    if op in POINTWISE:
+        return pointwise_reference_and_bound(op, dy, f["x"])
     if op in ("softmax_backward", "log_softmax_backward"):
         y = f["y"]
         if op == "softmax_backward":
@@ -141,6 +165,45 @@ def reference_and_bound(op, t, lanes, accumulators, block):
     return ref, bound
 
 
+def pointwise_reference_and_bound(op, dy, x):
+    """silu_backward and gelu_tanh_backward under fast (see the docstring)."""
+    tiny = 2.0 ** -149
+    if op == "silu_backward":
+        with np.errstate(over="ignore"):
+            s = 1 / (1 + np.exp(-x))
+        factor = 1 + x * (1 - s)
+        dx = dy * s * factor
+        dfactor = np.abs(x) * (4 * U * s + U * (1 - s)) + U * np.abs(factor)
+        bound = np.abs(dy * s) * (dfactor + 5 * U * np.abs(factor)) + U * np.abs(dx)
+        return {"dx": dx}, {"dx": bound + tiny}
+    k, c, c3 = F32["k"], F32["c"], F32["c3"]
+    x2, x3 = x * x, x * x * x
+    a = x + c * x3
+    inner = k * a
+    t = np.tanh(inner)
+    left = 0.5 * (1 + t)
+    td = 1 - t * t
+    ide = k * (1 + 3 * c * x2)
+    right = 0.5 * x * td * ide
+    dx = dy * (left + right)
+    dinner = k * (2 * U * c * np.abs(x3) + U * np.abs(a)) + U * np.abs(inner)
+    dt = td * dinner + 2 * U * np.abs(t)
+    dleft = 0.5 * (dt + U * np.abs(1 + t))
+    dtd = 2 * np.abs(t) * dt + U * td
+    fma = 1 + c3 * x2
+    dide = k * (2 * U * c3 * x2 + np.abs(c3 - 3 * c) * x2 + U * fma) + U * ide
+    dright = 0.5 * np.abs(x) * (dtd * ide + td * dide) + 2 * U * np.abs(right)
+    bound = np.abs(dy) * (dleft + dright + U * np.abs(left + right)) + U * np.abs(dx)
+    return {"dx": dx}, {"dx": bound + tiny}
+
+
+def ulps(got, want):
+    """|got - want| in units in the last place of want rounded to f32."""
+    w32 = want.astype(np.float32)
+    ulp = np.spacing(np.abs(w32)).astype(np.float64)
+    return np.abs(got.astype(np.float64) - want) / ulp
+
+
 def ratio(got, want, bound):
     err = np.abs(got.astype(np.float64) - want)
     allowed = 1.01 * bound
@@ -156,14 +219,15 @@ def main():
     tmp = tempfile.mkdtemp(prefix="ordo_norm_backward_bounds_")
     rng = np.random.default_rng(29)
     failures = runs = 0
-    worst = {}
+    worst, worst_ulps = {}, {}
     control = {}  # (op, output) -> elements a 2^-12 relative error puts outside the bound, and elements
     try:
         for op in OPS:
             for i, n in enumerate(NS):
                 rows = ROWS[i % len(ROWS)] if n < 4000 else 7
-                # layer norm: x's mean 0 and 30 (xhat's cancellation); softmax: logits' spread 1 and 8
-                for spread in ((1.0, 8.0) if op.startswith(("softmax", "log_softmax")) else (0.0, 30.0)):
+                # layer norm: x's mean 0 and 30 (xhat's cancellation); softmax: logits' spread 1 and 8;
+                # silu and gelu: x's spread 1 and 8
+                for spread in ((1.0, 8.0) if op.startswith(("softmax", "log_softmax")) or op in POINTWISE else (0.0, 30.0)):
                     t = inputs(op, rows, n, spread, rng)
                     names = {}
                     for k, v in t.items():
@@ -171,6 +235,8 @@ def main():
                         np.save(names[k], v)
                     outs = ["dx"] + (["dweight"] if op.startswith(("layer", "rms")) else []) + (["dbias"] if op.startswith("layer") else [])
                     for order, (lanes, accumulators, block) in ORDERS.items():
+                        if op in POINTWISE and order != "fast":
+                            continue
                         ref, bound = reference_and_bound(op, t, lanes, accumulators, block)
                         paths = {o: os.path.join(tmp, f"out_{o}.npy") for o in outs}
                         cmd = [args.ordo, "run", op, "--order", order]
@@ -190,6 +256,10 @@ def main():
                             q = ratio(got, ref[o], bound[o])
                             key = (order, op, o)
                             worst[key] = max(worst.get(key, 0.0), float(q.max()))
+                            if op in POINTWISE:  # ulps where nothing cancels: the bound within 32u of the value
+                                calm = (bound[o] <= 32 * U * np.abs(ref[o])) & (np.abs(ref[o]) >= 2.0 ** -126)
+                                if calm.any():
+                                    worst_ulps[key] = max(worst_ulps.get(key, 0.0), float(ulps(got[calm], ref[o][calm]).max()))
                             if not np.all(q <= 1):
                                 failures += 1
                                 j = int(np.argmax(q))
@@ -205,7 +275,8 @@ def main():
         shutil.rmtree(tmp, ignore_errors=True)
     print()
     for (order, op, o), w in sorted(worst.items()):
-        print(f"  {op:<22} {order:<16} {o:<8} largest error / bound = {w:.4f}")
+        cost = f", {worst_ulps[(order, op, o)]:.2f} ulp" if (order, op, o) in worst_ulps else ""
+        print(f"  {op:<22} {order:<16} {o:<8} largest error / bound = {w:.4f}{cost}")
     print()
     for (op, o), (outside, total) in sorted(control.items()):
         print(f"  control: {op} {o} off by 2^-12 relative: {outside} of {total} elements outside the bound")
