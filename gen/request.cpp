@@ -70,8 +70,8 @@ std::string Request::key() const {
   if (target == Target::cuda) k += fmt::format("|arch=sm_{}", cuda_arch);
   if (is_backward(op)) k += fmt::format("|saved_stats={}", saved_stats);
   if (forward_of(op) == OpKind::attention)
-    k += fmt::format("|sq={}|sk={}|heads={}|strides={},{},{}|causal={}|scale={}|lse={}", seq_q,
-                     seq_k_at_launch ? fmt::format("{}@launch", seq_k) : fmt::format("{}", seq_k), heads, q_row_stride, k_row_stride,
+    k += fmt::format("|sq={}|sk={}|heads={}|kv_group={}|strides={},{},{}|causal={}|scale={}|lse={}", seq_q,
+                     seq_k_at_launch ? fmt::format("{}@launch", seq_k) : fmt::format("{}", seq_k), heads, kv_group, q_row_stride, k_row_stride,
                      v_row_stride, causal, scale ? fmt::format("{:a}", *scale) : "default",
                      lse_output);
   return k;

@@ -351,6 +351,13 @@ std::string shape_error(const Request& r, const Order& o, const NamedOrder& n, c
                        (r.v_row_stride && r.v_row_stride != r.cols);
   const bool flash = (r.op == OpKind::attention && o.attention.kind == AttentionOrder::Kind::CpuFlash) ||
                      (r.op == OpKind::attention_backward && o.attention_backward.kind == AttentionBackwardOrder::Kind::CpuFlash);
+  // Grouped-query attention's backward: PyTorch's CPU flash kernel sums a K/V head's gradients
+  // over its group's query heads in one chain, which only that order models; the forward's query
+  // heads are independent, so a caller gives it K/V expanded to one head per query head.
+  if (r.kv_group != 1 && !(r.op == OpKind::attention_backward && o.attention_backward.kind == AttentionBackwardOrder::Kind::CpuFlash))
+    return fmt::format("order '{}' has no grouped-query {} (kv_group = {}); the torch2.15-cpu orders' attention_backward has: "
+                       "otherwise expand k and v to one head per query head{}",
+                       r.order, name(r.op), r.kv_group, r.op == OpKind::attention_backward ? " and sum dk and dv over each group" : "");
   if (strided && n.reproduces_reference && !flash)
     return fmt::format("order '{}' reproduces its library for q, k and v with rows D = {} apart; with other row strides ({}, {}, {}) "
                        "PyTorch's composite copies them first, which is not modelled",
@@ -438,12 +445,15 @@ bool takes_shape(const Request& r, const HostModel& host) {
 // Attention's own fields: shapes and scale. Checked before any order is built.
 void check_attention_request(const Request& r) {
   if (forward_of(r.op) != OpKind::attention) {
-    if (r.seq_q || r.seq_k || r.seq_k_at_launch || r.causal || r.scale || r.lse_output || r.heads != 1 || r.q_row_stride || r.k_row_stride ||
-        r.v_row_stride)
-      throw Error(fmt::format("seq lengths, heads, row strides, causal, scale and lse are attention's; {} takes none of them", name(r.op)));
+    if (r.seq_q || r.seq_k || r.seq_k_at_launch || r.causal || r.scale || r.lse_output || r.heads != 1 || r.kv_group != 1 ||
+        r.q_row_stride || r.k_row_stride || r.v_row_stride)
+      throw Error(fmt::format("seq lengths, heads, kv_group, row strides, causal, scale and lse are attention's; {} takes none of them",
+                              name(r.op)));
     return;
   }
   if (r.heads < 1 || r.heads > (int64_t(1) << 24)) throw Error(fmt::format("attention heads H = {} outside [1, 2^24]", r.heads));
+  if (r.kv_group < 1 || r.kv_group > r.heads || r.heads % r.kv_group)
+    throw Error(fmt::format("attention: kv_group = {} query heads per K/V head does not divide heads H = {}", r.kv_group, r.heads));
   for (auto [name, stride] : {std::pair{"q", r.q_row_stride}, {"k", r.k_row_stride}, {"v", r.v_row_stride}})
     if (stride != 0 && (stride < r.cols || stride > (int64_t(1) << 40)))
       throw Error(fmt::format("attention: {}'s row stride {} is neither 0 (contiguous) nor in [D = {}, 2^40]", name, stride, r.cols));

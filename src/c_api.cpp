@@ -143,6 +143,7 @@ int ordo_request_set(ordo_request* req, const char* key_c, const char* value_c) 
       r.seq_k = 0;
     } else if (key == "seq_k") r.seq_k = integer(v, key);
     else if (key == "heads") r.heads = integer(v, key);
+    else if (key == "kv_group") r.kv_group = integer(v, key);
     else if (key == "q_row_stride") r.q_row_stride = integer(v, key);
     else if (key == "k_row_stride") r.k_row_stride = integer(v, key);
     else if (key == "v_row_stride") r.v_row_stride = integer(v, key);
@@ -151,7 +152,7 @@ int ordo_request_set(ordo_request* req, const char* key_c, const char* value_c) 
     else if (key == "scale") r.scale = number(v, key);
     else
       throw ordo::Error(fmt::format("unknown request key '{}' (cols, dtype, weight_dtype, acc, order, eps, target, weight, bias, "
-                                    "allow_mixed_dtypes, rows_in_flight; attention: seq_q, seq_k, heads, q_row_stride, k_row_stride, v_row_stride, causal, scale, lse)", key));
+                                    "allow_mixed_dtypes, rows_in_flight; attention: seq_q, seq_k, heads, kv_group, q_row_stride, k_row_stride, v_row_stride, causal, scale, lse)", key));
   });
 }
 

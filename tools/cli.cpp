@@ -130,7 +130,7 @@ ordo::OpKind parse_op_arg(const Args& a) {
 }
 
 const std::vector<std::string> kRequestValues = {"order", "eps", "acc", "target", "weight-dtype", "cols", "dtype", "rows-in-flight",
-                                                 "arch", "sq", "sk", "heads", "row-strides"};
+                                                 "arch", "sq", "sk", "heads", "kv-group", "row-strides"};
 const std::vector<std::string> kRequestFlags = {"allow-mixed-dtypes", "no-weight", "no-bias", "causal", "lse"};
 
 const char* const kRequestOptionsHelp = R"(
@@ -148,6 +148,7 @@ request options (every command that builds a kernel):
   --cols N              the reduced dim N (attention: D); --cols launch: one kernel for every N, given at each launch  --cols 4096
   --sq N, --sk N        attention's query and key lengths; --sk launch: one kernel for every S_k, given at each launch  --sq 1 --sk launch
   --heads H             attention: H of PyTorch's (B, H, S, D); launches are B*H rows (1)  --heads 8
+  --kv-group G          attention_backward: G query heads per K/V head (grouped-query); launches are B*H/G rows (1)  --heads 8 --kv-group 4
   --row-strides Q,K,V   attention: the row strides of the q, k, v tensors PyTorch was given (D: contiguous)  --row-strides 512,512,512
   --causal              attention: key j hidden from query i > j   --causal
   --lse                 attention: also the log-sum-exp of each query row  --lse
@@ -191,6 +192,7 @@ ordo::Request request_from(const Args& a, ordo::OpKind op) {
     else r.seq_k = parse_int("--sk", *v, 1, int64_t(1) << 24);
   }
   if (auto v = a.get("heads")) r.heads = parse_int("--heads", *v, 1, int64_t(1) << 24);
+  if (auto v = a.get("kv-group")) r.kv_group = parse_int("--kv-group", *v, 1, int64_t(1) << 24);
   if (auto v = a.get("row-strides")) {
     const std::vector<std::string> parts = split(*v, ',');
     if (parts.size() != 3) throw Error(fmt::format("--row-strides '{}' is not Q,K,V (three integers)", *v));

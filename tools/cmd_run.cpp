@@ -72,7 +72,8 @@ int run_attention(const Args& a, ordo::Request r, int threads) {
 }
 
 // ordo run attention_backward: q, out and dout [..., S_q, D], k and v [..., S_k, D] with the same
-// leading dims and one dtype, lse [..., S_q] f32 (optional); dq like q, dk and dv like k.
+// leading dims and one dtype, lse [..., S_q] f32 (optional); dq like q, dk and dv like k. k and v
+// may have fewer heads than q (dim -3, dividing q's): grouped-query attention (Request::kv_group).
 int run_attention_backward(const Args& a, ordo::Request r, int threads) {
   const std::vector<std::string> names{"q", "k", "v", "out", "dout", "lse"};
   std::map<std::string, ordo::NpyArray> in = read_inputs(a, r.op, names);
@@ -85,8 +86,13 @@ int run_attention_backward(const Args& a, ordo::Request r, int threads) {
     throw Error(fmt::format("k has shape {} but v has {}; they must match", k.shape_text(), in.at("v").shape_text()));
   for (const char* n : {"out", "dout"})
     if (in.at(n).shape != q.shape) throw Error(fmt::format("{} has shape {} but q has {}; they must match", n, in.at(n).shape_text(), q.shape_text()));
-  if (q.shape.size() != k.shape.size() || !std::equal(q.shape.begin(), q.shape.end() - 2, k.shape.begin()))
-    throw Error(fmt::format("q {} and k {} differ in their leading (batch, head) dims", q.shape_text(), k.shape_text()));
+  // Grouped-query: the same leading dims but heads (dim -3), k's dividing q's.
+  const size_t dims = q.shape.size();
+  const bool grouped = dims >= 3 && k.shape.size() == dims && std::equal(q.shape.begin(), q.shape.end() - 3, k.shape.begin()) &&
+                       k.shape[dims - 3] > 0 && q.shape[dims - 3] != k.shape[dims - 3] && q.shape[dims - 3] % k.shape[dims - 3] == 0;
+  if (!grouped && (k.shape.size() != dims || !std::equal(q.shape.begin(), q.shape.end() - 2, k.shape.begin())))
+    throw Error(fmt::format("q {} and k {} differ in their leading (batch, head) dims (k may have fewer heads, dim -3, dividing q's)",
+                            q.shape_text(), k.shape_text()));
   if (q.shape.back() != k.shape.back()) throw Error(fmt::format("q has D = {} but k has D = {}", q.shape.back(), k.shape.back()));
   for (const char* n : {"k", "v", "out", "dout"})
     if (in.at(n).dtype != q.dtype)
@@ -104,11 +110,12 @@ int run_attention_backward(const Args& a, ordo::Request r, int threads) {
   r.x_dtype = q.dtype;
   r.saved_stats = in.count("lse") > 0;
   r.heads = attention_heads(q);
+  r.kv_group = grouped ? q.shape[dims - 3] / k.shape[dims - 3] : 1;
   r.has_weight = r.has_bias = false;
   if (auto s = a.get("scale")) r.scale = parse_double("--scale", *s);
   r.causal = a.flag("causal");
-  int64_t rows = 1;
-  for (size_t i = 0; i + 2 < q.shape.size(); ++i) rows *= q.shape[i];
+  int64_t rows = 1;  // one per (batch, K/V head)
+  for (size_t i = 0; i + 2 < k.shape.size(); ++i) rows *= k.shape[i];
   ordo::KernelHandle kernel = ordo::compile(r);
   run_and_write(*kernel, in, output_files(a, *kernel), rows, threads,
                 [&](const ordo::ArgSpec& s) { return s.name == "dq" ? q.shape : k.shape; });
@@ -181,8 +188,9 @@ int cmd_run(int argc, char** argv) {
   const ordo::OpKind op = parse_op_arg(a);
   // --sk launch is not a shape: it asks for the kernel that takes S_k (from k) at launch.
   const bool sk_at_launch = a.get("sk") && *a.get("sk") == "launch";
-  if (a.get("sq") || (a.get("sk") && !sk_at_launch) || a.get("heads") || a.flag("lse"))
-    throw Error("ordo run takes attention's shape from the --in files and writes lse when --out lse= names it; drop --sq/--sk/--heads/--lse "
+  if (a.get("sq") || (a.get("sk") && !sk_at_launch) || a.get("heads") || a.get("kv-group") || a.flag("lse"))
+    throw Error("ordo run takes attention's shape from the --in files (grouped-query: k with fewer heads than q) and writes lse when "
+                "--out lse= names it; drop --sq/--sk/--heads/--kv-group/--lse "
                 "(--sk launch is the exception: one kernel for every S_k)");
   if (ordo::forward_of(op) != ordo::OpKind::attention && (a.get("scale") || a.flag("causal")))
     throw Error(fmt::format("--scale and --causal are attention's; {} takes neither", ordo::name(op)));

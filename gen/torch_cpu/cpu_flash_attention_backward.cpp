@@ -4,7 +4,12 @@
 // measured against torch 2.15.0 on AMD hosts and on an Intel AVX-512 host, whose MKL kernels differ
 // (docs/research/torch2.15-attention-backward.md).
 //
-// A program instance is one (batch, head), as PyTorch gives each to one thread. dq, dk and dv
+// A program instance is one (batch, head), as PyTorch gives each to one thread. With grouped-query
+// attention (Request::kv_group = G query heads per K/V head) it is one (batch, K/V head): its G
+// query heads run one after another, each with its own query blocks, and dk and dv go on
+// accumulating across them (measured: PyTorch's gradients equal this kernel's on the group's
+// queries as one head wherever their query blocks fall alike, on 1 and 2 threads, and depend on
+// the thread count only when batch * K/V heads is 1). dq, dk and dv
 // start at +0; per query block of qB rows (cpu_flash_query_block), ascending:
 //   dsum_r = dout_r . out_r (rounded products, the order's lanes and fold);
 //   per key block of kvB keys (512, the last shorter; causal: those starting below min(m0 + qB, S_k)):
@@ -58,7 +63,7 @@ struct CpuFlashBackward {
   int q = -1, k = -1, v = -1, out = -1, dout = -1, lse = -1, dq = -1, dk = -1, dv = -1;
   int attn = -1, grad = -1, dsum = -1;  // scratch
   int attn_b = -1;                      // scratch, 16-bit: p rounded to the storage type (dv's operand)
-  ExprRef q_base{}, kv_base{}, m0{};
+  ExprRef q_base{}, kv_base{}, lse_base{}, m0{};
 
   // bf16 or f16 data: the same kernel with the other 16-bit type's roundings (f16 measured on an
   // AMD host without avx512_fp16).
@@ -147,13 +152,14 @@ struct CpuFlashBackward {
     n = n->op == Op::Const ? n : b.let("n", n);
     const ExprRef q_at = b.let("q_at", add(q_base, mul(m0, idx(D))));
     const ExprRef k_at = b.let("k_at", add(kv_base, mul(n, idx(D))));
-    // The row strides MKL sees: ATen's gradients are (B, S, H, D), and its dout is copied so where
-    // it has more than one head and row (grad_out.contiguous() of the (B, S, H, D) view).
-    const int64_t grad_ld = r.heads * D, dout_ld = r.heads > 1 && Sq > 1 ? r.heads * D : D;
+    // The row strides MKL sees: ATen's gradients are (B, S, H, D) (dk and dv: H / kv_group K/V
+    // heads), and its dout is copied so where it has more than one head and row
+    // (grad_out.contiguous() of the (B, S, H, D) view).
+    const int64_t grad_ld = r.heads * D, kv_grad_ld = r.heads / r.kv_group * D, dout_ld = r.heads > 1 && Sq > 1 ? r.heads * D : D;
     // q, k and v: the row strides of PyTorch's tensors (Request::q_row_stride).
     const Matrix q_rows{q, q_at, D, 0, 1, r.q_row_stride}, dout_rows{dout, q_at, D, 0, 1, dout_ld}, dq_rows{dq, q_at, D, 0, 1, grad_ld};
     const Matrix k_rows{k, k_at, D, 0, 1, r.k_row_stride}, v_rows{v, k_at, D, 0, 1, r.v_row_stride};
-    const Matrix dk_rows{dk, k_at, D, 0, 1, grad_ld}, dv_rows{dv, k_at, D, 0, 1, grad_ld};
+    const Matrix dk_rows{dk, k_at, D, 0, 1, kv_grad_ld}, dv_rows{dv, k_at, D, 0, 1, kv_grad_ld};
     const Matrix a{attn, idx(0), kvB}, a_t{attn, idx(0), 1, 0, kvB}, g{grad, idx(0), kvB}, g_t{grad, idx(0), 1, 0, kvB};
     const GemmOrder& mkl = o.gemm;
     const ExprRef aligned = idx(0);  // PyTorch's gradient rows and scratch start at 16-byte boundaries (D % 4 == 0)
@@ -211,7 +217,7 @@ struct CpuFlashBackward {
     constexpr int V = 16;
     b.for_range("r", idx(0), idx(qB), 1, [&](ExprRef j) {
       const ExprRef row = b.let("row_at", mul(j, idx(kvB)));
-      const ExprRef lse_r = b.let("lse_r", load(b.kernel(), lse, add(mul(program_id(0), idx(Sq)), add(m0, j))));
+      const ExprRef lse_r = b.let("lse_r", load(b.kernel(), lse, add(lse_base, add(m0, j))));
       const ExprRef query = r.causal ? b.let("query", add(m0, j)) : nullptr;
       auto step = [&](ExprRef i, int lanes) {
         const ExprRef at = b.let("at", add(row, i));
@@ -246,14 +252,15 @@ Kernel build_cpu_flash_attention_backward(const Request& r, const Order& order) 
   const float scale = static_cast<float>(r.scale.value_or(1.0 / std::sqrt(static_cast<double>(r.cols))));
   CpuFlashBackward f{r, o, b, r.cols, r.seq_q, r.seq_k, qS, kS, scale};
   const ScalarType t = r.x_dtype;
-  const int64_t D = r.cols, Sq = r.seq_q, Sk = r.seq_k;
-  f.q = b.buffer("q", t, false, Extent::rows_by_fixed, Sq * D);
+  const int64_t D = r.cols, Sq = r.seq_q, Sk = r.seq_k, G = r.kv_group;
+  // A row is one (batch, K/V head): G query heads' q, out, dout, lse and dq.
+  f.q = b.buffer("q", t, false, Extent::rows_by_fixed, G * Sq * D);
   f.k = b.buffer("k", t, false, Extent::rows_by_fixed, Sk * D);
   f.v = b.buffer("v", t, false, Extent::rows_by_fixed, Sk * D);
-  f.out = b.buffer("out", t, false, Extent::rows_by_fixed, Sq * D);
-  f.dout = b.buffer("dout", t, false, Extent::rows_by_fixed, Sq * D);
-  f.lse = b.buffer("lse", ScalarType::f32, false, Extent::rows_by_fixed, Sq);
-  f.dq = b.buffer("dq", t, true, Extent::rows_by_fixed, Sq * D);
+  f.out = b.buffer("out", t, false, Extent::rows_by_fixed, G * Sq * D);
+  f.dout = b.buffer("dout", t, false, Extent::rows_by_fixed, G * Sq * D);
+  f.lse = b.buffer("lse", ScalarType::f32, false, Extent::rows_by_fixed, G * Sq);
+  f.dq = b.buffer("dq", t, true, Extent::rows_by_fixed, G * Sq * D);
   f.dk = b.buffer("dk", t, true, Extent::rows_by_fixed, Sk * D);
   f.dv = b.buffer("dv", t, true, Extent::rows_by_fixed, Sk * D);
   f.attn = b.buffer("attn", ScalarType::f32, true, Extent::scratch, qS * kS);
@@ -262,13 +269,12 @@ Kernel build_cpu_flash_attention_backward(const Request& r, const Order& order) 
   if (t != ScalarType::f32) f.attn_b = b.buffer("attn_bf16", ScalarType::f32, true, Extent::scratch, qS * kS);
   const int64_t full_blocks = Sq / qS, last = Sq % qS;
   b.region("attention_backward", describe(o), [&] {
-    f.q_base = b.let("q_base", mul(program_id(0), idx(Sq * D)));
+    const ExprRef group_base = b.let("group_base", mul(program_id(0), idx(G * Sq * D)));
     f.kv_base = b.let("kv_base", mul(program_id(0), idx(Sk * D)));
-    f.zero(f.dq, f.q_base, Sq * D);
+    f.zero(f.dq, group_base, G * Sq * D);
     f.zero(f.dk, f.kv_base, Sk * D);
     f.zero(f.dv, f.kv_base, Sk * D);
-    auto body = [&](bool threaded, bool outside_loop) {
-      f.outside_loop = outside_loop;
+    auto query_blocks = [&](bool threaded) {
       if (full_blocks > 0)
         b.for_range("m0", idx(0), idx(full_blocks * qS), qS, [&](ExprRef m0) {
           f.m0 = m0;
@@ -279,6 +285,19 @@ Kernel build_cpu_flash_attention_backward(const Request& r, const Order& order) 
         f.query_block(last, threaded);
       }
     };
+    auto body = [&](bool threaded, bool outside_loop) {
+      f.outside_loop = outside_loop;
+      if (G == 1) {
+        f.q_base = group_base;
+        f.lse_base = b.let("lse_base", mul(program_id(0), idx(Sq)));
+        return query_blocks(threaded);
+      }
+      b.for_range("h", idx(0), idx(G), 1, [&](ExprRef h) {  // the group's query heads in order
+        f.q_base = b.let("q_base", add(group_base, mul(h, idx(Sq * D))));
+        f.lse_base = b.let("lse_base", mul(add(mul(program_id(0), idx(G)), h), idx(Sq)));
+        query_blocks(threaded);
+      });
+    };
     // PyTorch's loop runs one iteration per (batch, head): one row is called outside it.
     const MklThreading outside = mkl_threading(o.gemm, f.inputs(), true), inside = mkl_threading(o.gemm, f.inputs(), false);
     const bool outside_threaded = outside != MklThreading::one_thread, inside_threaded = inside == MklThreading::two_threads;
@@ -286,9 +305,11 @@ Kernel build_cpu_flash_attention_backward(const Request& r, const Order& order) 
     if (inside == MklThreading::unmeasured && matter)
       b.refuse_launches(Kernel::RefusedLaunch::When::rows_at_least, 2, unmeasured_loop_threads(o.gemm));
     // A launch must be whole groups of heads: ATen's strides are those of its (B, S, H, D) tensors.
-    if (r.heads > 1)
-      b.refuse_launches(Kernel::RefusedLaunch::When::rows_not_multiple, r.heads,
-                        fmt::format("the kernel is generated for {} heads, and a launch is batch*heads rows", r.heads));
+    if (const int64_t kv_heads = r.heads / G; kv_heads > 1)
+      b.refuse_launches(Kernel::RefusedLaunch::When::rows_not_multiple, kv_heads,
+                        G == 1 ? fmt::format("the kernel is generated for {} heads, and a launch is batch*heads rows", r.heads)
+                               : fmt::format("the kernel is generated for {} K/V heads, and a launch is batch*K/V heads rows",
+                                             kv_heads));
     // One body serves both where they agree: f32 has no oneDNN products, and without one query or
     // key row no gemv, which runs threaded outside the loop only.
     const bool gemv = qS == 1 || Sq % qS == 1 || kS == 1 || Sk % kS == 1;

@@ -57,7 +57,9 @@ ordo_request* ordo_request_new(const char* op);
 /* Sets one field by name, with the CLI's spelling of the value:
  *   cols (N), dtype, weight_dtype, acc (f32|f64), order, eps, target (cpu|interpreter|cuda|cuda-emu),
  *   weight, bias, allow_mixed_dtypes (0|1), rows_in_flight;
- *   attention: seq_q, seq_k, heads (H of PyTorch's (B, H, S, D); rows = B*H), q_row_stride, k_row_stride,
+ *   attention: seq_q, seq_k, heads (H of PyTorch's (B, H, S, D); rows = B*H), kv_group (attention_backward's
+ *   query heads per K/V head, grouped-query: rows = B*H/kv_group, q, out, dout, lse and dq kv_group heads per
+ *   row; the torch2.15-cpu orders), q_row_stride, k_row_stride,
  *   v_row_stride (the row strides of the tensors PyTorch was given; 0 or D: contiguous), causal (0|1), scale, lse (0|1),
  *   seq_k "launch" (one kernel for every S_k, given to ordo_kernel_run_sized: the flash orders);
  *   cols "launch" (the row ops' forward: one kernel for every N, given to ordo_kernel_run_sized, for the

@@ -72,6 +72,12 @@ struct Request {
   // hands its BLAS depend on it (its flash backward keeps the gradients as (B, S, H, D)), and
   // only an order that reproduces those BLAS calls reads it.
   int64_t heads = 1;
+  // attention_backward: query heads per K/V head (grouped-query attention, PyTorch's enable_gqa; 1:
+  // none). A launch's rows are then batch * K/V heads, k, v, dk and dv hold a K/V head per row,
+  // and q, out, dout, lse and dq hold that head's group of kv_group query heads one after another
+  // (PyTorch's contiguous (B, H, S, D), H = heads). Only the orders that reproduce PyTorch's CPU
+  // flash backward take it: its K/V gradients sum the group's query heads in one chain.
+  int64_t kv_group = 1;
   // attention: the row strides of q, k and v in the tensors PyTorch was given (0: D, contiguous).
   // ordo's buffers are contiguous, but PyTorch's flash kernels hand MKL the tensors' own strides,
   // and MKL's choice of kernel reads them: a [B, S, H, D] projection viewed as [B, H, S, D] has

@@ -289,7 +289,10 @@ def attention_backward(q, k, v, out, dout, lse=None, order="fast", causal=False,
     """dq, dk, dv of scaled-dot-product attention (see attention) from its inputs, its output `out`,
     the gradient `dout` (shaped like q) and its float32 log-sum-exp `lse` ([..., S_q]). Without lse
     the kernel recomputes it as the order's forward does. order: "flash" (FlashAttention-2's
-    tiled backward without atomics) or "fast"."""
+    tiled backward without atomics) or "fast". Grouped-query attention (k and v with fewer heads
+    than q, [..., H_kv, S_k, D] against [..., H, S_q, D], H a multiple of H_kv): dk and dv sum
+    each K/V head's group of query heads, as PyTorch's CPU flash backward does (the torch2.15-cpu
+    orders)."""
     for name, a in (("q", q), ("k", k), ("v", v), ("out", out), ("dout", dout)):
         if not hasattr(a, "shape") or len(a.shape) < 2:
             raise ValueError(f"{name} must be [..., S, D]")
@@ -298,8 +301,14 @@ def attention_backward(q, k, v, out, dout, lse=None, order="fast", causal=False,
     for name, a in (("out", out), ("dout", dout)):
         if tuple(a.shape) != tuple(q.shape):
             raise ValueError(f"{name} has shape {tuple(a.shape)} but q has {tuple(q.shape)}; they must match")
-    if tuple(q.shape[:-2]) != tuple(k.shape[:-2]) or q.shape[-1] != k.shape[-1]:
-        raise ValueError(f"q {tuple(q.shape)} and k {tuple(k.shape)} differ in leading dims or D")
+    grouped = len(q.shape) >= 3 and len(k.shape) == len(q.shape) and tuple(q.shape[:-3]) == tuple(k.shape[:-3]) and \
+        int(k.shape[-3]) > 0 and int(q.shape[-3]) != int(k.shape[-3]) and int(q.shape[-3]) % int(k.shape[-3]) == 0
+    if not grouped and (tuple(q.shape[:-2]) != tuple(k.shape[:-2]) or q.shape[-1] != k.shape[-1]):
+        raise ValueError(f"q {tuple(q.shape)} and k {tuple(k.shape)} differ in leading dims or D (k may have fewer heads, "
+                         f"dim -3, when they divide q's)")
+    if grouped and q.shape[-1] != k.shape[-1]:
+        raise ValueError(f"q {tuple(q.shape)} and k {tuple(k.shape)} differ in D")
+    kv_group = int(q.shape[-3]) // int(k.shape[-3]) if grouped else 1
     qd = _dtype_of(q, dtype)
     for name, a in (("k", k), ("v", v), ("out", out), ("dout", dout)):
         if _dtype_of(a, dtype) != qd:
@@ -310,10 +319,11 @@ def attention_backward(q, k, v, out, dout, lse=None, order="fast", causal=False,
         if _dtype_of(lse, None) != "f32":
             raise ValueError(f"lse is {_dtype_of(lse, None)}; the forward's log-sum-exp is f32")
     d, sq, sk = int(q.shape[-1]), int(q.shape[-2]), int(k.shape[-2])
-    rows = math.prod(int(s) for s in q.shape[:-2])
+    rows = math.prod(int(s) for s in k.shape[:-2])  # (batch, K/V head)s: one each, its query heads with it
     (q, qs), (k, ks), (v, vs) = _rows_of("q", q), _rows_of("k", k), _rows_of("v", v)
     kernel = _ordo.compile_attention(d, sq, sk, qd, order, bool(causal), None if scale is None else float(scale), False,
-                                     "attention_backward", lse is not None, heads=_heads(q), row_strides=(qs, ks, vs))
+                                     "attention_backward", lse is not None, heads=_heads(q), row_strides=(qs, ks, vs),
+                                     kv_group=kv_group)
     given = {"q": q, "k": k, "v": v, "out": out, "dout": dout, "lse": lse}
     outs, tensors = {}, []
     for name, dt, is_out, extent in kernel.args:

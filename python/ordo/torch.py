@@ -206,11 +206,32 @@ def _attention_plan(d: int, sq: int, sk: int, dtype: torch.dtype, order: str, ca
     return None if kernel is None else (kernel, tuple(name for name, _, _, _ in kernel.args))
 
 
+def _kv_group(q: Tensor, k: Tensor) -> int:
+    """Query heads per key/value head when k has fewer heads (dim -3) than q, dividing them
+    (grouped-query attention); 1 otherwise."""
+    if q.dim() < 3 or k.dim() != q.dim() or q.shape[:-3] != k.shape[:-3] or k.shape[-3] == q.shape[-3]:
+        return 1
+    heads, kv_heads = int(q.shape[-3]), int(k.shape[-3])
+    return heads // kv_heads if kv_heads > 0 and heads % kv_heads == 0 else 1
+
+
+def _grouped(q: Tensor, k: Tensor, v: Tensor, group: int):
+    """q [..., H, S_q, D] as [..., H_kv, group, S_q, D], and k and v [..., H_kv, S_k, D] with the
+    group a stride-0 dim: query head h reads key/value head h // group, as in torch, each group's
+    keys read with the row strides they have."""
+    def expanded(t):
+        return t.unsqueeze(-3).expand(*t.shape[:-2], group, *t.shape[-2:])
+    return q.unflatten(-3, (int(k.shape[-3]), group)), expanded(k), expanded(v)
+
+
 def _run_attention(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: Optional[float], order: str) -> Tensor:
-    """softmax(q kᵀ·scale [causal]) v over the last two dims, q [..., S_q, D], k and v [..., S_k, D]."""
+    """softmax(q kᵀ·scale [causal]) v over the last two dims, q [..., S_q, D], k and v [..., S_k, D]
+    (or, grouped-query, [..., H_kv, S_k, D] against q's H heads)."""
     if q.dim() < 2 or k.dim() < 2 or v.dim() < 2:
         raise ValueError(f"scaled_dot_product_attention: q, k and v must be [..., S, D]; got {tuple(q.shape)}, "
                          f"{tuple(k.shape)}, {tuple(v.shape)}")
+    if (group := _kv_group(q, k)) > 1 and k.shape == v.shape:
+        return _run_attention(*_grouped(q, k, v, group), causal, scale, order).flatten(-4, -3)
     if k.shape != v.shape:
         raise ValueError(f"scaled_dot_product_attention: k has shape {tuple(k.shape)} but v has {tuple(v.shape)}")
     if q.shape[:-2] != k.shape[:-2] or q.shape[-1] != k.shape[-1]:
@@ -484,8 +505,15 @@ _gelu_tanh_backward_op = _register_pointwise_backward(_gelu_tanh_op, "gelu_tanh_
 def _attention_backward_op(q: Tensor, k: Tensor, v: Tensor, out: Tensor, dout: Tensor, is_causal: bool, scale: Optional[float],
                            forward_order: str, order: str) -> Tuple[Tensor, Tensor, Tensor]:
     # q, k, v as given (their row strides reach the torch2.15 orders). The log-sum-exp the forward computed, as its kernel writes it (torch's backward reads the one
-    # its forward saved; ordo's forward op returns out alone, so it runs again for lse).
-    _, lse = ordo.attention(q, k, v, order=forward_order, causal=is_causal, scale=scale, return_lse=True)
+    # its forward saved; ordo's forward op returns out alone, so it runs again for lse). Grouped-query:
+    # the forward read each group's keys once per query head (_grouped), and so does lse's run; the
+    # backward sums dk and dv over the group (ordo.attention_backward with k's fewer heads).
+    group = _kv_group(q, k)
+    if group > 1:
+        _, lse = ordo.attention(*_grouped(q, k, v, group), order=forward_order, causal=is_causal, scale=scale, return_lse=True)
+        lse = lse.reshape(q.shape[:-1])
+    else:
+        _, lse = ordo.attention(q, k, v, order=forward_order, causal=is_causal, scale=scale, return_lse=True)
     return ordo.attention_backward(q, k, v, out.contiguous(), dout.contiguous(), lse=lse, order=order, causal=is_causal, scale=scale)
 
 
@@ -696,11 +724,25 @@ def mean(input: Tensor, dim: int = -1, keepdim: bool = False, *, order: str) -> 
     return _row_reduction("mean", input, dim, keepdim, order)
 
 
+@torch.compiler.assume_constant_result
 def _gqa_gradients_refused(group: int, order: str) -> str:
-    """Why an order that reproduces torch runs no grouped-query attention that needs gradients."""
-    return (f"grouped-query attention ({group} query heads per key/value head) with gradients: torch's flash backward "
-            f"sums dk and dv over a group's heads inside its kernel, which '{order}' does not model (under "
-            f"torch.no_grad() ordo runs it)")
+    """Why an order that reproduces torch runs no grouped-query attention that needs gradients ("": it
+    does). torch's flash backward sums dk and dv over a group's heads inside its kernel; the orders
+    that reproduce that kernel (torch2.15-cpu) model it, the others (torch2.15-cpu-math) do not.
+    A constant of the graph under torch.compile (it builds a kernel, which Dynamo cannot trace)."""
+    try:
+        _gqa_backward_kernel(order, group)
+    except ValueError as e:
+        return (f"grouped-query attention ({group} query heads per key/value head) with gradients: torch's flash backward "
+                f"sums dk and dv over a group's heads inside its kernel, which '{order}' does not model ({e}; under "
+                f"torch.no_grad() ordo runs it)")
+    return ""
+
+
+@functools.lru_cache(maxsize=64)
+def _gqa_backward_kernel(order: str, group: int):
+    """A small grouped-query attention_backward of `order` (raises ValueError where it has none)."""
+    return _ordo.compile_attention(8, 1, 1, "f32", order, False, None, False, "attention_backward", True, heads=group, kv_group=group)
 
 
 def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, is_causal: bool = False,
@@ -713,9 +755,11 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, is_c
     enable_gqa=True: key and value may have fewer heads (dim -3) than query, a divisor of its
     count; query head h reads key/value head h // (H_q / H_kv), as in torch. Each group's keys
     are read once per query head with the row strides they have (what torch's flash kernel hands
-    its BLAS), so the forward is torch's bits under torch2.15-cpu. Its gradients are not: torch's
-    flash backward sums dk and dv over a group's heads inside its kernel, which ordo does not
-    model, so an order that reproduces torch refuses them."""
+    its BLAS), so the forward is torch's bits under torch2.15-cpu. So are its gradients there:
+    torch's flash backward sums dk and dv over a group's query heads inside its kernel, in one
+    chain, and ordo's torch2.15-cpu attention_backward does the same. An order that reproduces
+    torch without modelling that (torch2.15-cpu-math) refuses the gradients; the tiled orders
+    (fast, flash) give each query head's dk and dv and autograd sums them over the group."""
     scale = None if scale is None else float(scale)
     if enable_gqa and query.dim() >= 3 and key.dim() == query.dim() and key.shape[-3] != query.shape[-3]:
         heads, kv_heads = int(query.shape[-3]), int(key.shape[-3])
@@ -724,14 +768,11 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, is_c
                              f"heads; the key/value heads must divide the query heads")
         group = heads // kv_heads
         if _exact(order) and torch.is_grad_enabled() and (query.requires_grad or key.requires_grad or value.requires_grad):
-            raise ValueError(f"scaled_dot_product_attention: {_gqa_gradients_refused(group, order)}; or pick a tiled "
-                             f"order (fast, flash)")
-
-        def grouped(t):  # [..., H_kv, S, D] -> [..., H_kv, group, S, D], the group a stride-0 dim
-            return t.unsqueeze(-3).expand(*t.shape[:-2], group, *t.shape[-2:])
-
-        out = _attend(query.unflatten(-3, (kv_heads, group)), grouped(key), grouped(value), bool(is_causal), scale, order,
-                      backward_order)
+            if why := _gqa_gradients_refused(group, backward_order or order):
+                raise ValueError(f"scaled_dot_product_attention: {why}; or pick a tiled order (fast, flash)")
+            # torch's backward: the op takes K/V with their own heads, its backward sums over the group.
+            return _attend(query, key, value, bool(is_causal), scale, order, backward_order)
+        out = _attend(*_grouped(query, key, value, group), bool(is_causal), scale, order, backward_order)
         return out.flatten(-4, -3)
     return _attend(query, key, value, bool(is_causal), scale, order, backward_order)
 
@@ -860,8 +901,8 @@ def _why_not(op: str, order: str, call: tuple) -> str:
     if not shapes_ok:
         return ("query, key, value shapes: ordo needs one batch, one head dim, key and value of one shape, and as many "
                 "key/value heads as query heads or, with enable_gqa=True, a divisor of them (no broadcasting)")
-    if group > 1 and grad and _exact(order):
-        return _gqa_gradients_refused(group, order)
+    if group > 1 and grad and _exact(order) and (why := _gqa_gradients_refused(group, order)):
+        return why
     try:
         ordo._attention_kernel(d, s_q, s_k, _DTYPE_NAMES[getattr(torch, q_dtype)], order, bool(is_causal), scale, False)
     except ValueError as e:

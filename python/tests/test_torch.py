@@ -964,17 +964,20 @@ def test_direct_calls():
 
 def test_grouped_query_attention():
     """SDPA with fewer key/value heads than query heads (enable_gqa=True), on transformers' layout
-    (projections [B, S, H, D] viewed as [B, H, S, D]): without gradients pinned runs ordo's kernel,
-    in eager and compiled code, with eager's bits; with gradients under torch2.15-cpu it runs
-    torch's (one warning naming why), or raises under strict=True."""
+    (projections [B, S, H, D] viewed as [B, H, S, D]): pinned runs ordo's kernels, in eager and
+    compiled code, with eager's bits: the output without gradients, and with them the output and
+    every gradient (torch's flash backward sums dk and dv over each group in one chain, as ordo's
+    torch2.15-cpu attention_backward does). An exact order that does not model that chain
+    (torch2.15-cpu-math) refuses the gradients by name."""
     import ordo.torch as ot
     for dtype in (torch.float32, torch.bfloat16):
         for b, heads, kv_heads, s, d, causal in ((2, 4, 2, 48, 32, True), (1, 8, 2, 100, 64, False), (2, 4, 1, 37, 64, True),
-                                                 (1, 6, 3, 1, 64, False)):
+                                                 (1, 6, 3, 1, 64, False), (1, 4, 1, 70, 32, False)):
             torch.manual_seed(0)
             q = torch.randn(b, s, heads, d, dtype=dtype).transpose(1, 2)
             k = torch.randn(b, s, kv_heads, d, dtype=dtype).transpose(1, 2)
             v = torch.randn(b, s, kv_heads, d, dtype=dtype).transpose(1, 2)
+            dout = torch.randn(b, heads, s, d, dtype=dtype)
             name = f"GQA {dtype} B={b} H={heads}/{kv_heads} S={s} D={d} causal={causal}"
 
             def sdpa(q_, k_, v_):
@@ -989,20 +992,29 @@ def test_grouped_query_attention():
             ran = [n for n in log.names if "ordo" in n or "attention" in n]
             check(all("ordo" in n for n in ran) and ran, f"{name}: pinned runs ordo's attention, not torch's: {ran[:3]}")
             check(same(want, got) and same(want, compiled), f"{name}: pinned eager and compiled equal torch")
+
+            def step(fn):  # output and the three gradients of fn on leaf copies of q, k, v
+                leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+                out = fn(*leaves)
+                out.backward(dout)
+                return [out.detach()] + [t.grad for t in leaves]
+
+            want = step(sdpa)
+            torch._dynamo.reset()
+            with ot.pinned(EXACT, strict=True, kernels="ordo"), OpLog() as log:
+                got = step(sdpa)
+                compiled = step(torch.compile(sdpa))
+            ran = [n for n in log.names if "attention" in n]
+            check(any("ordo" in n and "backward" in n for n in ran) and all("ordo" in n for n in ran),
+                  f"{name} with gradients: pinned runs ordo's attention and its backward: {ran[:4]}")
+            check(all(same(w, g) for w, g in zip(want, got)) and all(same(w, c) for w, c in zip(want, compiled)),
+                  f"{name} with gradients: pinned eager and compiled give torch's output, dq, dk and dv")
     q.requires_grad_()
-    want = F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
-    with warnings.catch_warnings(record=True) as record, ot.pinned(EXACT):
-        warnings.simplefilter("always")
-        got = F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
-    messages = fallback_warnings(record)
-    check(same(want, got) and len(messages) == 1 and "grouped-query" in messages[0],
-          f"GQA with gradients under {EXACT}: torch's kernel, one warning naming why: {messages}")
     try:
-        with ot.pinned(EXACT, strict=True):
-            F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
-        check(False, "GQA with gradients under strict=True raises")
+        ot.scaled_dot_product_attention(q, k, v, enable_gqa=True, order="torch2.15-cpu-math")
+        check(False, "GQA with gradients under torch2.15-cpu-math raises")
     except ValueError as e:
-        check("grouped-query" in str(e), f"GQA with gradients under strict=True raises ValueError: {str(e)[:120]}")
+        check("grouped-query" in str(e), f"GQA with gradients under torch2.15-cpu-math raises ValueError: {str(e)[:160]}")
     torch._dynamo.reset()
 
 

@@ -14,6 +14,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "gen/gen.hpp"
@@ -592,6 +593,41 @@ inline int attention_backward_vs_interpreter(Target target, bool sparse) {
   orders.emplace_back("torch2.15-cpu-math-avx512(threads=2,onednn=on)", ScalarType::f16);
   orders.emplace_back("torch2.15-cpu-math-avx2(threads=3,onednn=on)", ScalarType::f16);
   int cases = 0, rotation = 0;
+  // r on the interpreter and on `target`, `rows` rows, every output bitwise.
+  auto compare_one = [&](Request r, int64_t rows) {
+    const ScalarType dtype = r.x_dtype;
+    std::vector<std::vector<uint8_t>> outs[2];
+    int i = 0;
+    for (Target t : {Target::interpreter, target}) {
+      r.target = t;
+      KernelHandle k = compile(r);
+      HostBuffers h = make_buffers(*k, rows, 13 + cases, 0, 1.5);
+      if (cases % 5 == 4) {  // a NaN in dout and an Inf in v: the specials reach every output
+        auto poke = [&](const char* name, int64_t at, float v) { set_value(h.get(name), dtype, at, v); };
+        poke("dout", 1, NAN);
+        poke("v", (r.cols + 2) % (rows * r.seq_k * r.cols), INFINITY);  // a key row past the first where there is one
+      }
+      if (cases % 5 == 2) {  // subnormal and tiny values in dout, which the vdpbf16ps models flush
+        auto poke = [&](const char* name, int64_t at, float v) { set_value(h.get(name), dtype, at, v); };
+        for (int64_t e = 0; e < std::min<int64_t>(rows * r.seq_q * r.cols, 3 * r.cols); e += 2) poke("dout", e, e % 4 ? 1e-39f : -2e-38f);
+      }
+      k->run(h.refs(rows, r.cols), rows);
+      for (size_t a = 0; a < h.args.size(); ++a)
+        if (h.args[a].output) outs[i].push_back(h.bytes[a]);
+      ++i;
+    }
+    KernelHandle k = compile(r);
+    size_t o = 0;
+    for (const ArgSpec& a : k->args()) {
+      if (!a.output) continue;
+      INFO(fmt::format("attention_backward order={} dtype={} Sq={} Sk={} D={} heads={} kv_group={} causal={} lse={} target={} output={}",
+                       r.order, name(dtype), r.seq_q, r.seq_k, r.cols, r.heads, r.kv_group, r.causal,
+                       r.saved_stats ? "given" : "recomputed", name(target), a.name));
+      CHECK(count_identical(a.dtype, outs[1][o], outs[0][o]) == a.elements(rows, r.cols));
+      ++o;
+    }
+    ++cases;
+  };
   for (const auto& [order, dtype] : orders)
     for (const Shape& s : shapes) {
       const int pick = rotation++ % 4;  // sparse: one (causal, lse) variant per (order, shape), in rotation
@@ -610,37 +646,34 @@ inline int attention_backward_vs_interpreter(Target target, bool sparse) {
         if (!gen::takes_shape(r)) continue;
         const int64_t kHeads = order == intel_loop ? 2 : order.find("threads=") == std::string::npos ? 3 : 1;
         if (order == intel_loop) r.heads = kHeads;
-        std::vector<std::vector<uint8_t>> outs[2];
-        int i = 0;
-        for (Target t : {Target::interpreter, target}) {
-          r.target = t;
-          KernelHandle k = compile(r);
-          HostBuffers h = make_buffers(*k, kHeads, 13 + cases, 0, 1.5);
-          if (cases % 5 == 4) {  // a NaN in dout and an Inf in v: the specials reach every output
-            auto poke = [&](const char* name, int64_t at, float v) { set_value(h.get(name), dtype, at, v); };
-            poke("dout", 1, NAN);
-            poke("v", (s.d + 2) % (kHeads * s.sk * s.d), INFINITY);  // a key row past the first where there is one
-          }
-          if (cases % 5 == 2) {  // subnormal and tiny values in dout, which the vdpbf16ps models flush
-            auto poke = [&](const char* name, int64_t at, float v) { set_value(h.get(name), dtype, at, v); };
-            for (int64_t e = 0; e < std::min<int64_t>(kHeads * s.sq * s.d, 3 * s.d); e += 2) poke("dout", e, e % 4 ? 1e-39f : -2e-38f);
-          }
-          k->run(h.refs(kHeads, s.d), kHeads);
-          for (size_t a = 0; a < h.args.size(); ++a)
-            if (h.args[a].output) outs[i].push_back(h.bytes[a]);
-          ++i;
-        }
-        KernelHandle k = compile(r);
-        size_t o = 0;
-        for (const ArgSpec& a : k->args()) {
-          if (!a.output) continue;
-          INFO(fmt::format("attention_backward order={} dtype={} Sq={} Sk={} D={} causal={} lse={} target={} output={}", order,
-                           name(dtype), s.sq, s.sk, s.d, r.causal, r.saved_stats ? "given" : "recomputed", name(target), a.name));
-          CHECK(count_identical(a.dtype, outs[1][o], outs[0][o]) == a.elements(kHeads, s.d));
-          ++o;
-        }
-        ++cases;
+        compare_one(r, kHeads);
       }
+    }
+  // Grouped-query attention (PyTorch's CPU flash backward): each row one (batch, K/V head) and its
+  // group's query heads, dk and dv summed across them. (order, dtype, query heads per K/V head,
+  // K/V heads launched: one makes PyTorch's threaded MKL calls.)
+  const std::vector<std::tuple<std::string, ScalarType, int64_t, int64_t>> grouped = {
+      {"torch2.15-cpu-avx2(mkl=amd)", ScalarType::f32, 2, 3},
+      {"torch2.15-cpu-avx512(threads=2,mkl=amd)", ScalarType::f32, 3, 1},
+      {"torch2.15-cpu-default(mkl=amd)", ScalarType::bf16, 4, 2},
+      {"torch2.15-cpu-avx512(threads=2,mkl=amd,onednn=on)", ScalarType::bf16, 2, 1},
+      {"torch2.15-cpu-avx2(mkl=amd,onednn=off)", ScalarType::f16, 3, 2},
+  };
+  for (const auto& [order, dtype, group, kv_heads] : grouped)
+    for (const Shape& s : {shapes[1], shapes[3], shapes[4]}) {
+      Request r;
+      r.op = OpKind::attention_backward;
+      r.cols = s.d;
+      r.seq_q = s.sq;
+      r.seq_k = s.sk;
+      r.causal = (cases % 2) == 1;
+      r.order = order;
+      r.x_dtype = dtype;
+      r.has_weight = r.has_bias = false;
+      r.heads = group * kv_heads;
+      r.kv_group = group;
+      REQUIRE(gen::takes_shape(r));
+      compare_one(r, kv_heads);
     }
   return cases;
 }

@@ -157,7 +157,29 @@ TEST_CASE("attention_backward: requests outside what its orders define are rejec
     r.op = OpKind::softmax;
     r.cols = 64;
     r.heads = 4;
-  }) == "seq lengths, heads, row strides, causal, scale and lse are attention's; softmax takes none of them");
+  }) == "seq lengths, heads, kv_group, row strides, causal, scale and lse are attention's; softmax takes none of them");
+  // Grouped-query attention: the group divides the heads, and only PyTorch's CPU flash backward takes it.
+  CHECK(error_of([&](Request& r) {
+    backward(r, "torch2.15-cpu-avx2(mkl=amd)");
+    r.heads = 8;
+    r.kv_group = 4;
+  }) == "(accepted)");
+  CHECK(error_of([&](Request& r) {
+    backward(r, "torch2.15-cpu-avx2(mkl=amd)");
+    r.heads = 6;
+    r.kv_group = 4;
+  }) == "attention: kv_group = 4 query heads per K/V head does not divide heads H = 6");
+  CHECK(error_of([&](Request& r) {
+    backward(r, "fast");
+    r.heads = 4;
+    r.kv_group = 2;
+  }).find("order 'fast' has no grouped-query attention_backward (kv_group = 2); the torch2.15-cpu orders' attention_backward has") == 0);
+  CHECK(error_of([&](Request& r) {
+    backward(r, "torch2.15-cpu-avx2(mkl=amd)");
+    r.op = OpKind::attention;
+    r.heads = 4;
+    r.kv_group = 2;
+  }).find("order 'torch2.15-cpu-avx2(mkl=amd)' has no grouped-query attention (kv_group = 2)") == 0);
   CHECK(error_of([&](Request& r) {
     backward(r, "fast");
     r.k_row_stride = r.cols - 8;

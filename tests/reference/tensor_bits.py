@@ -96,7 +96,7 @@ def refusal_why(error, case, threads, products):
         if INTEL_HOST and case["dtype"] == "f32":
             owed = splits_on_three_threads(products)
         else:
-            owed = case["batch"] * case["heads"] == 1
+            owed = case["batch"] * case.get("kv_heads", case["heads"]) == 1  # instances: (batch, K/V head)s
         if owed:
             return ""
     return f"ordo: {error}"

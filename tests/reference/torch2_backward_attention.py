@@ -33,6 +33,11 @@ oneDNN's one-row kernel, its 2-thread row cut and its two K blocks, MKL's 2-thre
 gemm_stub at every size, with it gemm_stub and oneDNN's brgemm (one chain over K per element);
 MKL's gemm_f16f16f32, which has no gemv kernel, for q @ k^T and dout @ v^T.
 
+Grouped-query attention (k and v with fewer heads than q; PyTorch's flash kernels take it as it
+is): query heads per K/V head 2, 3 and 4, batch * K/V heads 1 (MKL on torch's threads, PyTorch's
+loop being over (batch, K/V head)) and more, query blocks that fall alike and otherwise in one
+head and in the group's heads together, causal and not, every layout, f32, bf16 and f16.
+
 The orders model an AMD host's MKL (its generic kernels, with or without AVX-512) and, in f32,
 an Intel AVX-512 host's (its avx512 sgemm kernels: where each applies alpha, the 'N','T' calls, the
 2-thread choices) and, in bf16, one without avx512_bf16 (gemm_bf16bf16f32, with oneDNN's emulated
@@ -79,6 +84,12 @@ SHAPES = [
     # q @ k^T (8 rows) runs as two one-thread calls over its keys (sixth field: the layout)
     (40, 800, 128, 1, 2, "bshd"),
 ]
+# Grouped-query: (S_q, S_k, D, batch, heads, K/V heads).
+GQA_SHAPES = [
+    (48, 48, 32, 2, 4, 2), (48, 48, 32, 2, 8, 2), (300, 300, 64, 1, 4, 1), (12, 512, 32, 1, 2, 1), (100, 513, 32, 2, 4, 2),
+    (33, 70, 64, 1, 8, 2), (1, 300, 64, 2, 6, 3), (7, 40, 32, 1, 3, 1), (256, 256, 32, 1, 8, 2),
+]
+GQA_SHAPES_QUICK = [(48, 48, 32, 2, 4, 2), (12, 512, 32, 1, 2, 1)]
 SHAPES_QUICK = [(1, 300, 64, 1, 2), (7, 40, 32, 1, 1), (10, 9, 32, 1, 1), (3, 13, 16, 1, 3), (65, 65, 8, 1, 2),
                 (100, 513, 32, 1, 1)]
 RANGES = [("normal", 1.0), ("sharp", 8.0), ("tiny_dout", 1.0)]
@@ -149,6 +160,12 @@ def cases(tier):
                             "range": RANGES[(len(out) + i) % len(RANGES)][0],  # each dtype takes each range
                             "seed": len(out), "alias": i % 4 == 0,
                             "layout": layout[0] if layout else None})
+    for i, (s_q, s_k, d, batch, heads, kv_heads) in enumerate(GQA_SHAPES_QUICK if tier == tiers.QUICK else GQA_SHAPES):
+        for dtype in ("f32", "bf16", "f16"):
+            for causal in ((i % 2 == 1,) if tier == tiers.CI else (False, True)):
+                out.append({"sq": s_q, "sk": s_k, "d": d, "batch": batch, "heads": heads, "kv_heads": kv_heads, "dtype": dtype,
+                            "causal": causal, "range": RANGES[(len(out) + i) % len(RANGES)][0], "seed": len(out),
+                            "alias": i % 3 == 0, "layout": None})
     return out
 
 
@@ -180,6 +197,7 @@ def inputs(c):
     g = torch.Generator().manual_seed(3000 + c["seed"])
     dt = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}[c["dtype"]]
     shape = (c["batch"], c["heads"])
+    kv_shape = (c["batch"], c.get("kv_heads", c["heads"]))  # grouped-query: fewer K/V heads
     if c["range"].startswith("crafted"):  # q = 0, lse = 0: every probability 1 (out is not the forward's)
         q = torch.zeros(*shape, c["sq"], c["d"], dtype=dt)
         k = sparse_heads(shape, c["sk"], c["d"], 2.0 ** 30, g).to(dt)
@@ -200,8 +218,8 @@ def inputs(c):
             out = torch.randint(-2, 3, (*shape, c["sq"], c["d"]), generator=g).to(dt)
         return q, k, v, dout, (out, torch.zeros(*shape, c["sq"]))
     q = (torch.randn(*shape, c["sq"], c["d"], generator=g) * RANGES[c["range"]]).to(dt)
-    k = torch.randn(*shape, c["sk"], c["d"], generator=g).to(dt)
-    v = torch.randn(*shape, c["sk"], c["d"], generator=g).to(dt)
+    k = torch.randn(*kv_shape, c["sk"], c["d"], generator=g).to(dt)
+    v = torch.randn(*kv_shape, c["sk"], c["d"], generator=g).to(dt)
     dout = torch.randn(*shape, c["sq"], c["d"], generator=g)
     dout = (dout * TINY_DOUT[c["dtype"]] if c["range"] == "tiny_dout" else dout).to(dt)
     return q, k, v, dout, None
@@ -274,7 +292,8 @@ def main():
     result = run_workers(args.build, WORKER, all_cases, RANGES,
                          lambda c, r, cap: ("attention_backward", order_row(r, cap), c["dtype"]),
                          lambda c, r: f"attention_backward {r['order']} {c['dtype']} Sq={c['sq']} Sk={c['sk']} D={c['d']} B={c['batch']} "
-                                      f"H={c['heads']} causal={c['causal']} {c['range']} threads={r['threads']}")
+                                      f"H={c['heads']}{'/' + str(c['kv_heads']) if 'kv_heads' in c else ''} causal={c['causal']} {c['range']} "
+                                      f"threads={r['threads']}")
     return report(result, "each case is counted once per torch thread count, 1 and 2, and a third of them for 3")
 
 

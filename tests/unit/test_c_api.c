@@ -122,6 +122,27 @@ int main(void) {
     ordo_kernel_release(at);
   }
 
+  /* Grouped-query attention_backward: 4 query heads per K/V head, so a row (one (batch, K/V head))
+   * holds 4 heads of q, out, dout, lse and dq and one of k, v, dk and dv. */
+  ordo_request* gr = ordo_request_new("attention_backward");
+  CHECK(gr && ordo_request_set(gr, "cols", "8") == ORDO_OK && ordo_request_set(gr, "seq_q", "3") == ORDO_OK &&
+            ordo_request_set(gr, "seq_k", "2") == ORDO_OK && ordo_request_set(gr, "heads", "4") == ORDO_OK &&
+            ordo_request_set(gr, "kv_group", "4") == ORDO_OK && ordo_request_set(gr, "order", "torch2.15-cpu-avx2(mkl=amd)") == ORDO_OK,
+        "grouped-query attention_backward request: %s", ordo_last_error());
+  ordo_kernel* gk = ordo_compile(gr);
+  CHECK(gk != NULL, "grouped-query attention_backward compiles: %s", ordo_last_error());
+  if (gk) {
+    int64_t q_elements = 0, k_elements = 0;
+    CHECK(ordo_kernel_arg_elements(gk, 0, 1, &q_elements) == ORDO_OK && ordo_kernel_arg_elements(gk, 1, 1, &k_elements) == ORDO_OK &&
+              q_elements == 4 * 3 * 8 && k_elements == 2 * 8,
+          "a row holds 4 query heads (q 96 elements) and one K/V head (k 16): got %lld, %lld", (long long)q_elements, (long long)k_elements);
+    ordo_kernel_release(gk);
+  }
+  CHECK(ordo_request_set(gr, "order", "fast") == ORDO_OK && ordo_compile(gr) == NULL &&
+            strstr(ordo_last_error(), "no grouped-query attention_backward (kv_group = 4)"),
+        "fast refuses the group by name: %s", ordo_last_error());
+  ordo_request_free(gr);
+
   /* A backward op: two kernels behind one handle (dx over the rows, then the weight gradients
    * over the columns). dy = 1 everywhere: dbias is the row count, and with weight 1 the row sums
    * of dx vanish up to rounding. */
