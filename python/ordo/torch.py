@@ -501,6 +501,8 @@ def _register_pointwise_backward(forward, name: str):
 
 _silu_backward_op = _register_pointwise_backward(_silu_op, "silu_backward")
 _gelu_tanh_backward_op = _register_pointwise_backward(_gelu_tanh_op, "gelu_tanh_backward")
+
+
 @torch.library.custom_op("ordo::attention_backward", mutates_args=())
 def _attention_backward_op(q: Tensor, k: Tensor, v: Tensor, out: Tensor, dout: Tensor, is_causal: bool, scale: Optional[float],
                            forward_order: str, order: str) -> Tuple[Tensor, Tensor, Tensor]:
