@@ -8,6 +8,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <tuple>
@@ -444,10 +445,13 @@ PYBIND11_MODULE(_ordo, m) {
       o.offset = offset;
       o.scale = scale;
       o.repeats = 1;
-      if (orders.empty())
-        for (const ordo::gen::NamedOrder& n : ordo::gen::named_orders())
-          for (ordo::OpKind k : n.ops)
-            if (k == *kind && !n.device_only) orders.emplace_back(n.name);
+      if (orders.empty())  // every order that has the op for this dtype (as the CLI's compare)
+        for (const ordo::gen::NamedOrder& n : ordo::gen::named_orders()) {
+          const std::vector<ordo::ScalarType>& dtypes = ordo::gen::dtypes_for(n, *kind);
+          const bool has = std::find(n.ops.begin(), n.ops.end(), *kind) != n.ops.end() &&
+                           std::find(dtypes.begin(), dtypes.end(), o.base.x_dtype) != dtypes.end();
+          if (has && !n.device_only) orders.emplace_back(n.name);
+        }
       o.orders = orders;
       ordo::CompareReport rep = ordo::compare_orders(o);
       py::list table;

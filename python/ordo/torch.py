@@ -1365,6 +1365,13 @@ class pinned(TorchFunctionMode):
                 _fallback_warning(note)
             if order:
                 backward = _with_threads(self.backward_order, _torch_threads()) if self.backward_order else None
+                # Routing asked the forward order; a backward_order of its own must sum a group too.
+                if group > 1 and grad and backward and _exact(order) and (why := _gqa_gradients_refused(group, backward)):
+                    if self.strict:
+                        raise ValueError(f"ordo.torch.pinned({self.order!r}): scaled_dot_product_attention cannot run in ordo: {why}")
+                    _fallback_warning(f"ordo.torch.pinned({self.order!r}): scaled_dot_product_attention runs torch's own kernel, "
+                                      f"not ordo's: {why}")
+                    return func(*args, **kwargs)
                 return scaled_dot_product_attention(q, k, v, is_causal, scale, enable_gqa=group > 1, order=order,
                                                     backward_order=backward)
         return func(*args, **kwargs)

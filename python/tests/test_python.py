@@ -198,6 +198,10 @@ check(names["torch1.13-cpu-avx2"]["exact"] and not names["fast"]["exact"] and no
 table = ordo.compare("softmax", cols=300, rows=8, orders=["fast", "online", "torch1.13-cpu-avx2"])
 check([r["order"] for r in table] == ["fast", "online", "torch1.13-cpu-avx2"] and table[0]["identical"]["fast"] == 1.0
       and table[1]["max_ulp"]["y"] >= 0 and "agreement" in str(table), "compare() returns the table")
+# Every order that has the op for the dtype, and only those: the torch2.15 rows sum f32 rows only.
+table = ordo.compare("sum", cols=40, rows=4, dtype="bf16")
+check(table and all(not r["error"] for r in table) and "fast" in [r["order"] for r in table]
+      and not any(r["order"].startswith("torch2.15") for r in table), "compare() of a bf16 sum runs the orders that have it")
 
 # The in-memory kernel cache: bounded, least recently requested dropped first.
 capacity = ordo.cache_stats()["capacity"]

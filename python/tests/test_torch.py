@@ -1010,6 +1010,21 @@ def test_grouped_query_attention():
             check(all(same(w, g) for w, g in zip(want, got)) and all(same(w, c) for w, c in zip(want, compiled)),
                   f"{name} with gradients: pinned eager and compiled give torch's output, dq, dk and dv")
     q.requires_grad_()
+    # A backward_order that cannot sum a group (fast) under an exact forward: torch's kernel, one
+    # warning naming why; strict=True raises.
+    want = F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
+    with warnings.catch_warnings(record=True) as record, ot.pinned(EXACT, backward_order="fast", kernels="ordo"):
+        warnings.simplefilter("always")
+        got = F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
+    messages = fallback_warnings(record)
+    check(same(want, got) and len(messages) == 1 and "grouped-query" in messages[0],
+          f"GQA with gradients, backward_order='fast': torch's kernel, one warning naming why: {messages}")
+    try:
+        with ot.pinned(EXACT, backward_order="fast", strict=True, kernels="ordo"):
+            F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
+        check(False, "GQA with gradients, backward_order='fast', strict=True raises")
+    except ValueError as e:
+        check("grouped-query" in str(e), f"GQA with gradients, backward_order='fast', strict=True raises: {str(e)[:120]}")
     try:
         ot.scaled_dot_product_attention(q, k, v, enable_gqa=True, order="torch2.15-cpu-math")
         check(False, "GQA with gradients under torch2.15-cpu-math raises")
