@@ -420,31 +420,35 @@ def _rms_norm_backward(ctx, dy, _drstd):
 
 
 _rms_norm_op.register_autograd(_rms_norm_backward, setup_context=_rms_norm_setup)
-def _register_softmax_backward(forward_op, name: str):
-    """softmax and log_softmax: dx from dy and the forward's output, by ordo's <name>_backward."""
-    @torch.library.custom_op(f"ordo::{name}_backward", mutates_args=())
-    def backward_op(dy: Tensor, y: Tensor, order: str) -> Tensor:
-        return getattr(ordo, f"{name}_backward")(dy.contiguous(), y.contiguous(), order=order)
+def _register_same_shape_backward(forward, name: str, saves_output: bool):
+    """The gradient of a same-shape op: its backward op `name`(dy, t) -> dx, run by ordo's kernel in
+    backward_order (by default the forward's order) and registered with `forward`. t is the
+    forward's output (saves_output: softmax, log_softmax) or its input (silu, gelu_tanh)."""
+    @torch.library.custom_op(f"ordo::{name}", mutates_args=())
+    def op(dy: Tensor, t: Tensor, order: str) -> Tensor:
+        return getattr(ordo, name)(dy.contiguous(), t.contiguous(), order=order)
 
-    @backward_op.register_fake
-    def _(dy, y, order):
-        return torch.empty_like(y, memory_format=torch.contiguous_format)
+    @op.register_fake
+    def _(dy, t, order):
+        return torch.empty_like(t, memory_format=torch.contiguous_format)
 
     def setup_context(ctx, inputs, output):
-        _, order, backward_order = inputs
-        ctx.save_for_backward(output)
+        x, order, backward_order = inputs
+        ctx.save_for_backward(output if saves_output else x)
         ctx.order = backward_order or order
 
     def backward(ctx, dy):
-        (y,) = ctx.saved_tensors
-        return backward_op(dy, y, ctx.order), None, None
+        (t,) = ctx.saved_tensors
+        return op(dy, t, ctx.order), None, None
 
-    forward_op.register_autograd(backward, setup_context=setup_context)
-    return backward_op
+    forward.register_autograd(backward, setup_context=setup_context)
+    return op
 
 
-_softmax_backward_op = _register_softmax_backward(_softmax_op, "softmax")
-_log_softmax_backward_op = _register_softmax_backward(_log_softmax_op, "log_softmax")
+_softmax_backward_op = _register_same_shape_backward(_softmax_op, "softmax_backward", saves_output=True)
+_log_softmax_backward_op = _register_same_shape_backward(_log_softmax_op, "log_softmax_backward", saves_output=True)
+_silu_backward_op = _register_same_shape_backward(_silu_op, "silu_backward", saves_output=False)
+_gelu_tanh_backward_op = _register_same_shape_backward(_gelu_tanh_op, "gelu_tanh_backward", saves_output=False)
 
 
 def _register_row_reduction(name: str):
@@ -473,34 +477,6 @@ def _register_row_reduction(name: str):
 
 _sum_op = _register_row_reduction("sum")
 _mean_op = _register_row_reduction("mean")
-
-
-def _register_pointwise_backward(forward, name: str):
-    """The gradient of an elementwise op (silu, gelu_tanh): its backward op `name`(dy, x), run by
-    ordo's kernel in backward_order (by default the forward's order), registered with `forward`."""
-    @torch.library.custom_op(f"ordo::{name}", mutates_args=())
-    def op(dy: Tensor, x: Tensor, order: str) -> Tensor:
-        return getattr(ordo, name)(dy.contiguous(), x.contiguous(), order=order)
-
-    @op.register_fake
-    def _(dy, x, order):
-        return torch.empty_like(x, memory_format=torch.contiguous_format)
-
-    def setup_context(ctx, inputs, output):
-        x, order, backward_order = inputs
-        ctx.save_for_backward(x)
-        ctx.order = backward_order or order
-
-    def backward(ctx, dy):
-        (x,) = ctx.saved_tensors
-        return op(dy, x, ctx.order), None, None
-
-    forward.register_autograd(backward, setup_context=setup_context)
-    return op
-
-
-_silu_backward_op = _register_pointwise_backward(_silu_op, "silu_backward")
-_gelu_tanh_backward_op = _register_pointwise_backward(_gelu_tanh_op, "gelu_tanh_backward")
 
 
 @torch.library.custom_op("ordo::attention_backward", mutates_args=())
