@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <optional>
 #include <set>
 #include <string>
@@ -194,10 +195,12 @@ inline std::vector<std::vector<uint8_t>> run_on(Request r, Target target, const 
 }
 
 // Every output of `r` (on r.target) over `rows` instances of make_buffers' inputs for `seed`,
-// `offset` and `scale`, in argument order.
-inline std::vector<std::vector<uint8_t>> outputs_of(const Request& r, int64_t rows, uint64_t seed, double offset, double scale) {
+// `offset` and `scale`, in argument order; `prepare`, if given, changes the inputs first (specials).
+inline std::vector<std::vector<uint8_t>> outputs_of(const Request& r, int64_t rows, uint64_t seed, double offset, double scale,
+                                                    const std::function<void(HostBuffers&)>& prepare = {}) {
   KernelHandle k = compile(r);
   HostBuffers h = make_buffers(*k, rows, seed, offset, scale);
+  if (prepare) prepare(h);
   k->run(h.refs(rows, r.cols), rows);
   std::vector<std::vector<uint8_t>> outs;
   for (size_t a = 0; a < h.args.size(); ++a)
@@ -208,13 +211,29 @@ inline std::vector<std::vector<uint8_t>> outputs_of(const Request& r, int64_t ro
 // r's outputs over `rows` instances of outputs_of's inputs, on the interpreter (the
 // specification) and on `target`.
 inline std::array<std::vector<std::vector<uint8_t>>, 2> on_interpreter_and(Request r, Target target, int64_t rows, uint64_t seed,
-                                                                           double offset, double scale) {
+                                                                           double offset, double scale,
+                                                                           const std::function<void(HostBuffers&)>& prepare = {}) {
   std::array<std::vector<std::vector<uint8_t>>, 2> outs;
   r.target = Target::interpreter;
-  outs[0] = outputs_of(r, rows, seed, offset, scale);
+  outs[0] = outputs_of(r, rows, seed, offset, scale, prepare);
   r.target = target;
-  outs[1] = outputs_of(r, rows, seed, offset, scale);
+  outs[1] = outputs_of(r, rows, seed, offset, scale, prepare);
   return outs;
+}
+
+// on_interpreter_and, then every output of `target` checked bit for bit against the interpreter's;
+// `what` names the case in a failure.
+inline void check_on_interpreter_and(const Request& r, Target target, int64_t rows, uint64_t seed, double offset, double scale,
+                                     const std::function<void(HostBuffers&)>& prepare, const std::string& what) {
+  const auto outs = on_interpreter_and(r, target, rows, seed, offset, scale, prepare);
+  KernelHandle k = compile(r);
+  size_t o = 0;
+  for (const ArgSpec& a : k->args()) {
+    if (!a.output) continue;
+    INFO(fmt::format("{} target={} output={}", what, name(target), a.name));
+    CHECK(count_identical(a.dtype, outs[1][o], outs[0][o]) == a.elements(rows, r.cols));
+    ++o;
+  }
 }
 
 // silu, gelu_tanh and their backward ops under the torch2.15 orders on T threads (gen/ops/pointwise.cpp):
@@ -391,38 +410,22 @@ inline int attention_vs_interpreter(Target target, bool reduced) {
         // The composites (torch2.15-cpu-math-*, ...) make no lse: they run without it.
         if (!gen::takes_shape(r)) r.lse_output = false;
         if (!gen::takes_shape(r)) continue;  // torch2.15-cpu-*: f16 attention with an Intel host's MKL is not modelled
-        std::vector<std::vector<uint8_t>> outs[2];
-        int i = 0;
-        for (Target t : {Target::interpreter, target}) {
-          r.target = t;
-          KernelHandle k = compile(r);
-          HostBuffers h = make_buffers(*k, kHeads, 11, 0, 2.0);
+        auto specials = [&, dtype = dtype](HostBuffers& h) {
+          auto poke = [&](const char* name, int64_t at, float v) { set_value(h.get(name), dtype, at, v); };
           if (cases % 3 == 2) {  // specials in q, k and v
-            auto poke = [&](const char* name, int64_t at, float v) { set_value(h.get(name), dtype, at, v); };
             poke("q", 3, NAN);
             poke("v", s.d + 1, INFINITY);
             poke("k", 0, 1e30f);
           }
           if (cases % 3 == 1) {  // subnormal and tiny values, which the vdpbf16ps model flushes
-            auto poke = [&](const char* name, int64_t at, float v) { set_value(h.get(name), dtype, at, v); };
             for (int64_t e = 0; e < s.d; e += 3) poke("v", e, e % 2 ? 1e-39f : -2e-38f);
             poke("k", 1, 3e-39f);
             poke("q", 2, -1e-39f);
           }
-          k->run(h.refs(kHeads, s.d), kHeads);
-          for (size_t a = 0; a < h.args.size(); ++a)
-            if (h.args[a].output) outs[i].push_back(h.bytes[a]);
-          ++i;
-        }
-        KernelHandle k = compile(r);
-        size_t o = 0;
-        for (const ArgSpec& a : k->args()) {
-          if (!a.output) continue;
-          INFO(fmt::format("attention order={} dtype={} Sq={} Sk={} D={} causal={} target={} output={}", order, name(dtype), s.sq,
-                           s.sk, s.d, causal, name(target), a.name));
-          CHECK(count_identical(a.dtype, outs[1][o], outs[0][o]) == a.elements(kHeads, s.d));
-          ++o;
-        }
+        };
+        check_on_interpreter_and(r, target, kHeads, 11, 0, 2.0, specials,
+                                 fmt::format("attention order={} dtype={} Sq={} Sk={} D={} causal={}", order, name(dtype), s.sq, s.sk,
+                                             s.d, causal));
         ++cases;
       }
   }
@@ -594,38 +597,20 @@ inline int attention_backward_vs_interpreter(Target target, bool sparse) {
   orders.emplace_back("torch2.15-cpu-math-avx2(threads=3,onednn=on)", ScalarType::f16);
   int cases = 0, rotation = 0;
   // r on the interpreter and on `target`, `rows` rows, every output bitwise.
-  auto compare_one = [&](Request r, int64_t rows) {
-    const ScalarType dtype = r.x_dtype;
-    std::vector<std::vector<uint8_t>> outs[2];
-    int i = 0;
-    for (Target t : {Target::interpreter, target}) {
-      r.target = t;
-      KernelHandle k = compile(r);
-      HostBuffers h = make_buffers(*k, rows, 13 + cases, 0, 1.5);
+  auto compare_one = [&](const Request& r, int64_t rows) {
+    auto specials = [&](HostBuffers& h) {
+      auto poke = [&](const char* name, int64_t at, float v) { set_value(h.get(name), r.x_dtype, at, v); };
       if (cases % 5 == 4) {  // a NaN in dout and an Inf in v: the specials reach every output
-        auto poke = [&](const char* name, int64_t at, float v) { set_value(h.get(name), dtype, at, v); };
         poke("dout", 1, NAN);
         poke("v", (r.cols + 2) % (rows * r.seq_k * r.cols), INFINITY);  // a key row past the first where there is one
       }
-      if (cases % 5 == 2) {  // subnormal and tiny values in dout, which the vdpbf16ps models flush
-        auto poke = [&](const char* name, int64_t at, float v) { set_value(h.get(name), dtype, at, v); };
+      if (cases % 5 == 2)  // subnormal and tiny values in dout, which the vdpbf16ps models flush
         for (int64_t e = 0; e < std::min<int64_t>(rows * r.seq_q * r.cols, 3 * r.cols); e += 2) poke("dout", e, e % 4 ? 1e-39f : -2e-38f);
-      }
-      k->run(h.refs(rows, r.cols), rows);
-      for (size_t a = 0; a < h.args.size(); ++a)
-        if (h.args[a].output) outs[i].push_back(h.bytes[a]);
-      ++i;
-    }
-    KernelHandle k = compile(r);
-    size_t o = 0;
-    for (const ArgSpec& a : k->args()) {
-      if (!a.output) continue;
-      INFO(fmt::format("attention_backward order={} dtype={} Sq={} Sk={} D={} heads={} kv_group={} causal={} lse={} target={} output={}",
-                       r.order, name(dtype), r.seq_q, r.seq_k, r.cols, r.heads, r.kv_group, r.causal,
-                       r.saved_stats ? "given" : "recomputed", name(target), a.name));
-      CHECK(count_identical(a.dtype, outs[1][o], outs[0][o]) == a.elements(rows, r.cols));
-      ++o;
-    }
+    };
+    check_on_interpreter_and(r, target, rows, 13 + cases, 0, 1.5, specials,
+                             fmt::format("attention_backward order={} dtype={} Sq={} Sk={} D={} heads={} kv_group={} causal={} lse={}",
+                                         r.order, name(r.x_dtype), r.seq_q, r.seq_k, r.cols, r.heads, r.kv_group, r.causal,
+                                         r.saved_stats ? "given" : "recomputed"));
     ++cases;
   };
   for (const auto& [order, dtype] : orders)
