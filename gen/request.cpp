@@ -74,7 +74,28 @@ std::string Request::key() const {
                      seq_k_at_launch ? fmt::format("{}@launch", seq_k) : fmt::format("{}", seq_k), heads, kv_group, q_row_stride, k_row_stride,
                      v_row_stride, causal, scale ? fmt::format("{:a}", *scale) : "default",
                      lse_output);
+  if (mask) k += "|mask=" + mask->text();
   return k;
+}
+
+std::string AttentionMask::text() const {
+  return fmt::format("{}:{}{}{}{}", name(dtype), per_batch ? 'B' : '1', per_head ? 'H' : '1', per_query ? 'Q' : '1', per_key ? 'K' : '1');
+}
+
+std::optional<AttentionMask> AttentionMask::parse(std::string_view text) {
+  const size_t colon = text.find(':');
+  if (colon == std::string_view::npos) return std::nullopt;
+  const std::optional<ScalarType> dtype = parse_scalar_type(text.substr(0, colon));
+  const std::string_view dims = text.substr(colon + 1);
+  if (!dtype || dims.size() != 4) return std::nullopt;
+  AttentionMask m;
+  m.dtype = *dtype;
+  bool* spans[] = {&m.per_batch, &m.per_head, &m.per_query, &m.per_key};
+  for (size_t i = 0; i < 4; ++i) {
+    if (dims[i] != "BHQK"[i] && dims[i] != '1') return std::nullopt;
+    *spans[i] = dims[i] != '1';
+  }
+  return m;
 }
 
 }  // namespace ordo

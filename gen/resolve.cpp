@@ -358,6 +358,12 @@ std::string shape_error(const Request& r, const Order& o, const NamedOrder& n, c
     return fmt::format("order '{}' has no grouped-query {} (kv_group = {}); the torch2.15-cpu orders' attention_backward has: "
                        "otherwise expand k and v to one head per query head{}",
                        r.order, name(r.op), r.kv_group, r.op == OpKind::attention_backward ? " and sum dk and dv over each group" : "");
+  // PyTorch's CPU flash kernels add the mask in their own way (fma(q.k, scale, mask), and after
+  // the product's alpha = scale in the backward); no other order has a mask yet.
+  if (r.mask && !flash)
+    return fmt::format("order '{}' has no attention mask for {}; the torch2.15-cpu orders' attention and attention_backward (PyTorch's "
+                       "CPU flash kernels) have one",
+                       r.order, name(r.op));
   if (strided && n.reproduces_reference && !flash)
     return fmt::format("order '{}' reproduces its library for q, k and v with rows D = {} apart; with other row strides ({}, {}, {}) "
                        "PyTorch's composite copies them first, which is not modelled",
@@ -446,8 +452,8 @@ bool takes_shape(const Request& r, const HostModel& host) {
 void check_attention_request(const Request& r) {
   if (forward_of(r.op) != OpKind::attention) {
     if (r.seq_q || r.seq_k || r.seq_k_at_launch || r.causal || r.scale || r.lse_output || r.heads != 1 || r.kv_group != 1 ||
-        r.q_row_stride || r.k_row_stride || r.v_row_stride)
-      throw Error(fmt::format("seq lengths, heads, kv_group, row strides, causal, scale and lse are attention's; {} takes none of them",
+        r.q_row_stride || r.k_row_stride || r.v_row_stride || r.mask)
+      throw Error(fmt::format("seq lengths, heads, kv_group, row strides, causal, scale, lse and mask are attention's; {} takes none of them",
                               name(r.op)));
     return;
   }
@@ -457,6 +463,12 @@ void check_attention_request(const Request& r) {
   for (auto [name, stride] : {std::pair{"q", r.q_row_stride}, {"k", r.k_row_stride}, {"v", r.v_row_stride}})
     if (stride != 0 && (stride < r.cols || stride > (int64_t(1) << 40)))
       throw Error(fmt::format("attention: {}'s row stride {} is neither 0 (contiguous) nor in [D = {}, 2^40]", name, stride, r.cols));
+  if (r.mask) {
+    if (r.mask->dtype != ScalarType::f32 && r.mask->dtype != r.x_dtype)
+      throw Error(fmt::format("attention: the mask's dtype {} is neither f32 nor the inputs' {}", name(r.mask->dtype), name(r.x_dtype)));
+    if (r.causal) throw Error("attention: causal and a mask together (PyTorch's SDPA refuses both; put the causal part into the mask)");
+    if (r.seq_k_at_launch) throw Error("attention: a mask needs S_k fixed when the kernel is built, not given at launch");
+  }
   if (r.cols < 8 || r.cols > 512 || r.cols % 8)
     throw Error(fmt::format("attention head dim D = {} must be a multiple of 8 in [8, 512] (32, 64, 128, 256 are the tested ones)", r.cols));
   if (r.seq_q < 1 || r.seq_q > (int64_t(1) << 24)) throw Error(fmt::format("attention query length S_q = {} outside [1, 2^24]", r.seq_q));

@@ -147,6 +147,8 @@ std::string_view name(Extent e) {
     case Extent::cols: return "N";
     case Extent::rows: return "rows";
     case Extent::rows_by_fixed: return "rows*K";
+    case Extent::fixed: return "K";
+    case Extent::row_groups: return "ceil(rows/G)*K";
     case Extent::scratch: return "scratch";
     case Extent::row_blocks: return "ceil(rows/B)*K";
   }
@@ -157,11 +159,13 @@ std::optional<int64_t> launch_elements(Extent e, int64_t per_row, int64_t block_
   int64_t per = 1, count = rows;
   switch (e) {
     case Extent::cols: return cols;
-    case Extent::scratch: return per_row;
+    case Extent::scratch:
+    case Extent::fixed: return per_row;
     case Extent::rows: break;
     case Extent::rows_by_cols: per = cols; break;
     case Extent::rows_by_fixed: per = per_row; break;
     case Extent::row_blocks:
+    case Extent::row_groups:
       if (block_rows < 1) return std::nullopt;
       count = rows / block_rows + (rows % block_rows != 0);
       per = per_row;
@@ -459,7 +463,8 @@ std::string print(const Kernel& k) {
     if (b.extent == Extent::rows_by_fixed && b.per_row_size >= 0 && static_cast<size_t>(b.per_row_size) < k.sizes.size())
       extent = fmt::format("rows*{}*{}", b.per_row, k.sizes[static_cast<size_t>(b.per_row_size)]);
     if (b.extent == Extent::scratch) extent = fmt::format("scratch {}", b.per_row);
-    if (b.extent == Extent::row_blocks) extent = fmt::format("ceil(rows/{})*{}", b.block_rows, b.per_row);
+    if (b.extent == Extent::row_blocks || b.extent == Extent::row_groups) extent = fmt::format("ceil(rows/{})*{}", b.block_rows, b.per_row);
+    if (b.extent == Extent::fixed) extent = fmt::format("{}", b.per_row);
     out += fmt::format("  {} {}: {}[{}]\n", b.output ? "out" : "in ", b.name, name(b.elem), extent);
   }
   for (size_t t = 0; t < k.tables.size(); ++t) {

@@ -236,6 +236,11 @@ enum class Extent : uint8_t {
   cols,          // N: shared by every instance (weight, bias)
   rows,          // one element per instance (mean, rstd, var)
   rows_by_fixed, // rows*K with K = Buffer::per_row fixed at compile time (attention: q is rows*Sq*D)
+  fixed,         // K = Buffer::per_row elements shared by every instance, whatever the row count
+                 // (attention's mask without a batch dim)
+  row_groups,    // ceil(rows / G)*K: K = Buffer::per_row elements for each group of G =
+                 // Buffer::block_rows consecutive rows, shared by the group (attention's mask with
+                 // a batch dim but no head dim: a group is a batch's H rows)
   scratch,       // K = Buffer::per_row elements of working memory private to each program
                  // instance (shared by its threads in a team kernel: CUDA shared memory), not
                  // an argument of the kernel. Its contents are unspecified when the instance
@@ -255,8 +260,8 @@ struct Buffer {
   ScalarType elem;  // any type but bool (the verifier's rule: a bool has no layout in memory)
   bool output = false;  // written by the kernel (scratch buffers count as outputs)
   Extent extent = Extent::rows_by_cols;
-  int64_t per_row = 0;  // rows_by_fixed, scratch and row_blocks: the K above
-  int64_t block_rows = 0;  // row_blocks: rows per block
+  int64_t per_row = 0;  // rows_by_fixed, fixed, row_groups, scratch and row_blocks: the K above
+  int64_t block_rows = 0;  // row_blocks and row_groups: rows per block or group
   // rows_by_fixed: -1, or a size argument (Kernel::sizes) that multiplies per_row: K = per_row *
   // size, given at launch (attention's k and v with S_k at launch: per_row D times S_k).
   int per_row_size = -1;

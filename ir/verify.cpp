@@ -445,7 +445,8 @@ std::string verify(const Kernel& k) {
                        k.grid_over_rows ? " is not positive" : " in a column stage, whose grid is fixed");
   bool seen_scratch = false, seen_workspace = false;
   for (const Buffer& b : k.buffers) {
-    const bool sized = b.extent == Extent::rows_by_fixed || b.extent == Extent::scratch || is_workspace(b);
+    const bool sized = b.extent == Extent::rows_by_fixed || b.extent == Extent::fixed || b.extent == Extent::row_groups ||
+                       b.extent == Extent::scratch || is_workspace(b);
     if (sized && b.per_row < 1) return fmt::format("kernel {}: buffer {} needs a positive size per row, got {}", k.name, b.name, b.per_row);
     if (b.per_row_size >= 0 && (b.extent != Extent::rows_by_fixed || static_cast<size_t>(b.per_row_size) >= k.sizes.size()))
       return fmt::format("kernel {}: buffer {}'s size per row reads size argument {}, but it is {} and the kernel has {} size arguments",
@@ -453,6 +454,8 @@ std::string verify(const Kernel& k) {
     if (b.extent == Extent::scratch && !b.output) return fmt::format("kernel {}: scratch buffer {} must be writable", k.name, b.name);
     if (is_workspace(b) && (!b.output || b.block_rows < 1))
       return fmt::format("kernel {}: workspace {} must be writable, with a positive block of rows (got {})", k.name, b.name, b.block_rows);
+    if (b.extent == Extent::row_groups && b.block_rows < 1)
+      return fmt::format("kernel {}: buffer {} needs a positive group of rows, got {}", k.name, b.name, b.block_rows);
     if (seen_scratch && is_argument(b)) return fmt::format("kernel {}: argument {} follows a scratch buffer", k.name, b.name);
     // The op's own arguments are a prefix: the runtime appends the workspaces it allocates.
     if (seen_workspace && !is_workspace(b) && is_argument(b))

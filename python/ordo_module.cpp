@@ -344,7 +344,8 @@ PYBIND11_MODULE(_ordo, m) {
 
   m.def("compile_attention", [](int64_t head_dim, int64_t seq_q, int64_t seq_k, const std::string& dtype, const std::string& order,
                                 bool causal, std::optional<double> scale, bool lse, const std::string& op, bool saved_stats, int64_t heads,
-                                std::tuple<int64_t, int64_t, int64_t> row_strides, bool seq_k_at_launch, int64_t kv_group) {
+                                std::tuple<int64_t, int64_t, int64_t> row_strides, bool seq_k_at_launch, int64_t kv_group,
+                                const std::string& mask) {
     return translate([&] {
       ordo::Request r;
       auto kind = ordo::parse_op(op);
@@ -357,6 +358,10 @@ PYBIND11_MODULE(_ordo, m) {
       r.seq_k_at_launch = seq_k_at_launch;
       r.heads = heads;
       r.kv_group = kv_group;
+      if (!mask.empty()) {
+        r.mask = ordo::AttentionMask::parse(mask);
+        if (!r.mask) throw ordo::Error("compile_attention: mask '" + mask + "' is not <dtype>:<dims> (e.g. f32:B1QK)");
+      }
       std::tie(r.q_row_stride, r.k_row_stride, r.v_row_stride) = row_strides;
       r.x_dtype = dtype_named(dtype);
       r.order = order;
@@ -369,7 +374,7 @@ PYBIND11_MODULE(_ordo, m) {
   }, py::arg("head_dim"), py::arg("seq_q"), py::arg("seq_k"), py::arg("dtype"), py::arg("order"), py::arg("causal") = false,
      py::arg("scale") = std::nullopt, py::arg("lse") = false, py::arg("op") = "attention", py::arg("saved_stats") = true, py::arg("heads") = 1,
      py::arg("row_strides") = std::tuple<int64_t, int64_t, int64_t>{0, 0, 0}, py::arg("seq_k_at_launch") = false,
-     py::arg("kv_group") = 1);
+     py::arg("kv_group") = 1, py::arg("mask") = "");
 
   // A bar chart of speed ratios (bench/vs_torch.py): rows of (label, ratio, target, lower_is_better).
   m.def("write_ratio_chart", [](const std::string& path, const std::string& heading,

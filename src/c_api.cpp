@@ -55,6 +55,13 @@ ordo::ScalarType dtype(const std::string& v, const std::string& key) {
   return *t;
 }
 
+std::optional<ordo::AttentionMask> mask(const std::string& v) {
+  if (v == "none") return std::nullopt;
+  auto m = ordo::AttentionMask::parse(v);
+  if (!m) throw ordo::Error(fmt::format("mask: '{}' is not none or <dtype>:<dims> (dims: B or 1, H or 1, Q or 1, K or 1; e.g. f32:B1QK)", v));
+  return m;
+}
+
 int64_t integer(const std::string& v, const std::string& key) {
   int64_t out = 0;
   auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), out);
@@ -148,11 +155,12 @@ int ordo_request_set(ordo_request* req, const char* key_c, const char* value_c) 
     else if (key == "k_row_stride") r.k_row_stride = integer(v, key);
     else if (key == "v_row_stride") r.v_row_stride = integer(v, key);
     else if (key == "causal") r.causal = flag(v, key);
+    else if (key == "mask") r.mask = mask(v);
     else if (key == "lse") r.lse_output = flag(v, key);
     else if (key == "scale") r.scale = number(v, key);
     else
       throw ordo::Error(fmt::format("unknown request key '{}' (cols, dtype, weight_dtype, acc, order, eps, target, weight, bias, "
-                                    "allow_mixed_dtypes, rows_in_flight; attention: seq_q, seq_k, heads, kv_group, q_row_stride, k_row_stride, v_row_stride, causal, scale, lse)", key));
+                                    "allow_mixed_dtypes, rows_in_flight; attention: seq_q, seq_k, heads, kv_group, q_row_stride, k_row_stride, v_row_stride, causal, mask, scale, lse)", key));
   });
 }
 
@@ -180,7 +188,8 @@ int ordo_kernel_num_args(const ordo_kernel* k) {
 
 // ordo_kernel_arg reports an argument's extent as its ArgExtent value.
 static_assert(int(ordo::ArgExtent::rows_by_cols) == ORDO_EXTENT_ROWS_BY_COLS && int(ordo::ArgExtent::cols) == ORDO_EXTENT_COLS &&
-              int(ordo::ArgExtent::rows) == ORDO_EXTENT_ROWS && int(ordo::ArgExtent::rows_by_fixed) == ORDO_EXTENT_ROWS_BY_FIXED);
+              int(ordo::ArgExtent::rows) == ORDO_EXTENT_ROWS && int(ordo::ArgExtent::rows_by_fixed) == ORDO_EXTENT_ROWS_BY_FIXED &&
+              int(ordo::ArgExtent::fixed) == ORDO_EXTENT_FIXED && int(ordo::ArgExtent::row_groups) == ORDO_EXTENT_ROW_GROUPS);
 
 int ordo_kernel_arg(const ordo_kernel* k, int i, const char** name, int* dt, int* is_output, int* extent) {
   return guarded([&] {

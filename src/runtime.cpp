@@ -288,7 +288,8 @@ void compile_stage(const Request& r, detail::KernelStage& st, bool share_program
 
 // The IR's extent of an argument is one of the public four, by the same value.
 static_assert(int(ArgExtent::rows_by_cols) == int(ir::Extent::rows_by_cols) && int(ArgExtent::cols) == int(ir::Extent::cols) &&
-              int(ArgExtent::rows) == int(ir::Extent::rows) && int(ArgExtent::rows_by_fixed) == int(ir::Extent::rows_by_fixed));
+              int(ArgExtent::rows) == int(ir::Extent::rows) && int(ArgExtent::rows_by_fixed) == int(ir::Extent::rows_by_fixed) &&
+              int(ArgExtent::fixed) == int(ir::Extent::fixed) && int(ArgExtent::row_groups) == int(ir::Extent::row_groups));
 ir::Extent ir_extent(ArgExtent e) { return static_cast<ir::Extent>(e); }
 ArgExtent argument_extent(const ir::Buffer& b) {
   switch (b.extent) {
@@ -296,6 +297,8 @@ ArgExtent argument_extent(const ir::Buffer& b) {
     case ir::Extent::cols: return ArgExtent::cols;
     case ir::Extent::rows: return ArgExtent::rows;
     case ir::Extent::rows_by_fixed: return ArgExtent::rows_by_fixed;
+    case ir::Extent::fixed: return ArgExtent::fixed;
+    case ir::Extent::row_groups: return ArgExtent::row_groups;
     case ir::Extent::scratch:
     case ir::Extent::row_blocks: break;
   }
@@ -307,7 +310,7 @@ ArgExtent argument_extent(const ir::Buffer& b) {
 std::string_view name(ArgExtent e) { return ir::name(ir_extent(e)); }
 
 std::optional<int64_t> ArgSpec::checked_elements(int64_t rows, int64_t cols, const std::vector<int64_t>& sizes) const {
-  return ir::launch_elements(ir_extent(extent), per_row, per_row_size, 0, rows, cols, sizes);
+  return ir::launch_elements(ir_extent(extent), per_row, per_row_size, group_rows, rows, cols, sizes);
 }
 
 CompiledKernel::CompiledKernel() : parts_(std::make_unique<detail::KernelParts>()) {}
@@ -339,7 +342,8 @@ KernelHandle compile_new(const Request& r, bool share_programs) {
   // The caller's arguments; the workspaces follow them, and run() allocates those.
   for (const ir::Buffer& b : parts.stages[0].kernel.buffers) {
     if (ir::is_workspace(b)) parts.workspaces.push_back(b);
-    else if (ir::is_argument(b)) k->args_.push_back(ArgSpec{b.name, b.elem, b.output, argument_extent(b), b.per_row, b.per_row_size});
+    else if (ir::is_argument(b)) k->args_.push_back(ArgSpec{b.name, b.elem, b.output, argument_extent(b), b.per_row, b.per_row_size,
+                                                                                  b.extent == ir::Extent::row_groups ? b.block_rows : 0});
   }
   // Every stage takes the op's arguments, in one order (gen/gen.hpp, build_stages).
   for (const detail::KernelStage& s : parts.stages) {

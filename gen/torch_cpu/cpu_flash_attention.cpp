@@ -10,7 +10,8 @@
 // (qB x D), and each row's running max and sum. For each block of kvB keys (512, the last one
 // shorter; under causal masking only blocks starting below min(m0 + qB, S_k)):
 //   scores = q_rows @ k_rows^T by the BLAS order (gen/libraries/mkl_gemm.cpp); causal: key > query is -inf;
-//   per row: s = score * scale; m' = max(m, max_j s_j) as `m > t ? m : t`;
+//   per row: s = score * scale (with a mask, Request::mask: fma(score, scale, mask), as
+//     PyTorch's _scale_attn_mask_fusion_kernel, vector body and tail alike); m' = max(m, max_j s_j) as `m > t ? m : t`;
 //     m' = -inf (every key masked so far): the row's probabilities are 0 and nothing else changes;
 //     else p_j = exp(s_j - m'), the first floor(kvB/lanes)*lanes by the vector exp with their sum
 //     in zero-started lanes folded by the order's fold, the rest by the tail exp added in order;
@@ -25,6 +26,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 
 #include "gen/blocks/constants.hpp"
 #include "gen/gen.hpp"
@@ -32,6 +34,7 @@
 #include "gen/libraries/mkl_gemm.hpp"
 #include "gen/blocks/reductions.hpp"
 #include "gen/blocks/row.hpp"
+#include "gen/torch_cpu/attention_mask.hpp"
 #include "ir/error.hpp"
 
 namespace ordo::gen {
@@ -67,6 +70,8 @@ struct CpuFlash {
   // inside it, MKL runs its gemv kernels on one thread (mkl_threading, gemm_call_threaded).
   bool outside_loop = false;
   ExprRef q_base{}, kv_base{}, m0{};
+  std::optional<MaskInput> mask{};  // Request::mask
+  ExprRef mask_head{};            // the instance's (batch, head)'s first mask element
 
   GemmInputs inputs() const {
     return r.x_dtype == ScalarType::f32 ? GemmInputs::f32 : r.x_dtype == ScalarType::f16 ? GemmInputs::f16 : GemmInputs::bf16;
@@ -185,8 +190,10 @@ struct CpuFlash {
     const int V = o.softmax.lanes;
     const int64_t vec_end = kvB / V * V;
     const ExprRef query = r.causal ? b.let("query", add(m0, j)) : nullptr;
+    const ExprRef mask_row = mask ? mask->row_base(b, mask_head, add(m0, j)) : nullptr;
     auto scaled_scores = [&](ExprRef i, int lanes) {
-      ExprRef sc = mul(load(b.kernel(), scores, add(at, i), lanes), f32c(scale, lanes));
+      const ExprRef score = load(b.kernel(), scores, add(at, i), lanes);
+      ExprRef sc = mask ? fma(score, f32c(scale, lanes), mask->at_keys(b, mask_row, add(n, i), lanes)) : mul(score, f32c(scale, lanes));
       if (r.causal) {
         ExprRef key = add(n, i);
         if (lanes > 1) key = add(broadcast(key, lanes), iota(lanes));
@@ -329,6 +336,7 @@ Kernel build_cpu_flash_attention(const Request& r, const Order& order) {
   f.q = b.buffer("q", r.x_dtype, false, Extent::rows_by_fixed, r.seq_q * r.cols);
   f.k = b.buffer("k", r.x_dtype, false, Extent::rows_by_fixed, r.seq_k * r.cols);
   f.v = b.buffer("v", r.x_dtype, false, Extent::rows_by_fixed, r.seq_k * r.cols);
+  if (r.mask) f.mask.emplace(b, r);
   f.out = b.buffer("out", r.x_dtype, true, Extent::rows_by_fixed, r.seq_q * r.cols);
   if (r.lse_output) f.lse = b.buffer("lse", ScalarType::f32, true, Extent::rows_by_fixed, r.seq_q);
   f.scores = b.buffer("scores", ScalarType::f32, true, Extent::scratch, f.qS * f.kS);
@@ -360,6 +368,7 @@ Kernel build_cpu_flash_attention(const Request& r, const Order& order) {
   b.region("attention", describe(o), [&] {
     f.q_base = b.let("q_base", mul(program_id(0), idx(f.Sq * f.D)));
     f.kv_base = b.let("kv_base", mul(program_id(0), idx(f.Sk * f.D)));
+    if (f.mask) f.mask_head = f.mask->head_base(b, idx(0));
     auto body = [&](bool threaded, bool outside_loop) {
       f.outside_loop = outside_loop;
       if (full_blocks > 0)

@@ -14,7 +14,8 @@
 //   dsum_r = dout_r . out_r (rounded products, the order's lanes and fold);
 //   per key block of kvB keys (512, the last shorter; causal: those starting below min(m0 + qB, S_k)):
 //     attn  = scale * q_rows @ k_rows^T               (MKL 'T','N', alpha = scale)
-//     attn  = exp(attn - lse_r); causal: 0 where key > query
+//     attn  = exp(attn - lse_r); causal: 0 where key > query; with a mask (Request::mask),
+//             exp((attn + mask) - lse_r) (PyTorch's mask add, fma(attn, 1, mask))
 //     dv_rows += attn^T @ dout_rows                   (MKL 'N','T', beta = 1)
 //     grad  = dout_rows @ v_rows^T                    (MKL 'T','N')
 //     grad  = attn * (grad - dsum_r)                  (sub, then mul)
@@ -37,6 +38,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 
 #include "gen/blocks/constants.hpp"
 #include "gen/libraries/bf16_out_gemm.hpp"
@@ -45,6 +47,7 @@
 #include "gen/libraries/mkl_gemm.hpp"
 #include "gen/blocks/reductions.hpp"
 #include "gen/blocks/row.hpp"
+#include "gen/torch_cpu/attention_mask.hpp"
 #include "ir/error.hpp"
 
 namespace ordo::gen {
@@ -64,6 +67,8 @@ struct CpuFlashBackward {
   int attn = -1, grad = -1, dsum = -1;  // scratch
   int attn_b = -1;                      // scratch, 16-bit: p rounded to the storage type (dv's operand)
   ExprRef q_base{}, kv_base{}, lse_base{}, m0{};
+  std::optional<MaskInput> mask{};  // Request::mask
+  ExprRef mask_head{};            // the current query head's first mask element
 
   // bf16 or f16 data: the same kernel with the other 16-bit type's roundings (f16 measured on an
   // AMD host without avx512_fp16).
@@ -167,7 +172,7 @@ struct CpuFlashBackward {
     // A product of C's rows n and columns m (gemm_call_threaded: gemv stays on one thread inside the loop).
     auto call_threaded = [&](int64_t n_rows, int64_t m_cols) { return gemm_call_threaded(threaded, outside_loop, n_rows, m_cols); };
     b.region("attn", "scale * q @ k^T, " + shape, [&] { emit_gemm_nt(b, mkl, inputs(), qB, kvB, D, q_rows, k_rows, a, call_threaded(qB, kvB), 0, scale); });
-    b.region("p", fmt::format("exp(attn - lse){}", r.causal ? ", 0 where key > query" : ""),
+    b.region("p", fmt::format("exp(attn{} - lse){}", r.mask ? " + mask" : "", r.causal ? ", 0 where key > query" : ""),
              [&] { probabilities(qB, n, kvB); });
     const Matrix a_bt{attn_b, idx(0), 1, 0, kvB};
     using OneDnn = AttentionBackwardOrder::OneDnn;
@@ -219,9 +224,12 @@ struct CpuFlashBackward {
       const ExprRef row = b.let("row_at", mul(j, idx(kvB)));
       const ExprRef lse_r = b.let("lse_r", load(b.kernel(), lse, add(lse_base, add(m0, j))));
       const ExprRef query = r.causal ? b.let("query", add(m0, j)) : nullptr;
+      const ExprRef mask_row = mask ? mask->row_base(b, mask_head, add(m0, j)) : nullptr;
       auto step = [&](ExprRef i, int lanes) {
         const ExprRef at = b.let("at", add(row, i));
-        ExprRef p = exp_f32(b, o.exp, sub(load(b.kernel(), attn, at, lanes), lanes > 1 ? broadcast(lse_r, lanes) : lse_r));
+        ExprRef a = load(b.kernel(), attn, at, lanes);
+        if (mask) a = add(a, mask->at_keys(b, mask_row, add(n, i), lanes));
+        ExprRef p = exp_f32(b, o.exp, sub(a, lanes > 1 ? broadcast(lse_r, lanes) : lse_r));
         if (r.causal) {
           ExprRef key = add(n, i);
           if (lanes > 1) key = add(broadcast(key, lanes), iota(lanes));
@@ -260,6 +268,7 @@ Kernel build_cpu_flash_attention_backward(const Request& r, const Order& order) 
   f.out = b.buffer("out", t, false, Extent::rows_by_fixed, G * Sq * D);
   f.dout = b.buffer("dout", t, false, Extent::rows_by_fixed, G * Sq * D);
   f.lse = b.buffer("lse", ScalarType::f32, false, Extent::rows_by_fixed, G * Sq);
+  if (r.mask) f.mask.emplace(b, r);
   f.dq = b.buffer("dq", t, true, Extent::rows_by_fixed, G * Sq * D);
   f.dk = b.buffer("dk", t, true, Extent::rows_by_fixed, Sk * D);
   f.dv = b.buffer("dv", t, true, Extent::rows_by_fixed, Sk * D);
@@ -290,11 +299,13 @@ Kernel build_cpu_flash_attention_backward(const Request& r, const Order& order) 
       if (G == 1) {
         f.q_base = group_base;
         f.lse_base = b.let("lse_base", mul(program_id(0), idx(Sq)));
+        if (f.mask) f.mask_head = f.mask->head_base(b, idx(0));
         return query_blocks(threaded);
       }
       b.for_range("h", idx(0), idx(G), 1, [&](ExprRef h) {  // the group's query heads in order
         f.q_base = b.let("q_base", add(group_base, mul(h, idx(Sq * D))));
         f.lse_base = b.let("lse_base", mul(add(mul(program_id(0), idx(G)), h), idx(Sq)));
+        if (f.mask) f.mask_head = f.mask->head_base(b, h);
         query_blocks(threaded);
       });
     };

@@ -37,7 +37,14 @@ enum {
 /* Element types, as ordo names them: "f32", "bf16", "f16" (bf16 buffers hold uint16 bit patterns). */
 enum { ORDO_F64 = 0, ORDO_F32 = 1, ORDO_F16 = 2, ORDO_BF16 = 3 };
 /* How long an argument is, for a launch over `rows` rows of N columns. */
-enum { ORDO_EXTENT_ROWS_BY_COLS = 0, ORDO_EXTENT_COLS = 1, ORDO_EXTENT_ROWS = 2, ORDO_EXTENT_ROWS_BY_FIXED = 3 };
+enum {
+  ORDO_EXTENT_ROWS_BY_COLS = 0,
+  ORDO_EXTENT_COLS = 1,
+  ORDO_EXTENT_ROWS = 2,
+  ORDO_EXTENT_ROWS_BY_FIXED = 3,
+  ORDO_EXTENT_FIXED = 4,      /* the same elements for every launch (attention's mask without a batch dim) */
+  ORDO_EXTENT_ROW_GROUPS = 5  /* elements for each group of rows (attention's mask with a batch dim: a batch's heads) */
+};
 
 typedef struct ordo_request ordo_request;
 typedef struct ordo_kernel ordo_kernel;
@@ -61,6 +68,8 @@ ordo_request* ordo_request_new(const char* op);
  *   query heads per K/V head, grouped-query: rows = B*H/kv_group, q, out, dout, lse and dq kv_group heads per
  *   row; the torch2.15-cpu orders), q_row_stride, k_row_stride,
  *   v_row_stride (the row strides of the tensors PyTorch was given; 0 or D: contiguous), causal (0|1), scale, lse (0|1),
+ *   mask (none, or <dtype>:<dims>: an additive mask input "mask", PyTorch's [B, H, S_q, S_k] with each dim a letter
+ *   B, H, Q, K where spanned or 1 where broadcast, f32 or the inputs' dtype, e.g. "bf16:B1QK"; the torch2.15-cpu orders),
  *   seq_k "launch" (one kernel for every S_k, given to ordo_kernel_run_sized: the flash orders);
  *   cols "launch" (the row ops' forward: one kernel for every N, given to ordo_kernel_run_sized, for the
  *   orders whose reductions are the same loops at every N; the others fail to compile, saying why).

@@ -39,8 +39,11 @@ enum class ArgExtent : uint8_t {
   cols,           // N: shared by every row (weight, bias)
   rows,           // one element per row (mean, rstd)
   rows_by_fixed,  // rows*K, K = ArgSpec::per_row (attention: q holds rows*S_q*D elements)
+  fixed,          // K = ArgSpec::per_row, shared by every row (attention's mask without a batch dim)
+  row_groups,     // ceil(rows/G)*K: K for each G = ArgSpec::group_rows consecutive rows (attention's
+                  // mask with a batch dim and no head dim: a batch is H rows)
 };
-std::string_view name(ArgExtent e);  // "rows*N", "N", "rows", "rows*K"
+std::string_view name(ArgExtent e);  // "rows*N", "N", "rows", "rows*K", "K", "ceil(rows/G)*K"
 
 // One argument of a kernel, in the order run() takes them.
 struct ArgSpec {
@@ -52,6 +55,7 @@ struct ArgSpec {
   // Extent::rows_by_fixed: -1, or the size argument (CompiledKernel::sizes) that multiplies
   // per_row: attention's k and v with S_k given at launch hold rows * D * S_k elements.
   int per_row_size = -1;
+  int64_t group_rows = 0;  // Extent::row_groups: G
   // Elements for a launch of `rows` rows with size arguments `sizes`; nullopt when that
   // overflows int64 or names a size not given.
   std::optional<int64_t> checked_elements(int64_t rows, int64_t cols, const std::vector<int64_t>& sizes = {}) const;

@@ -41,6 +41,21 @@ enum class Target : uint8_t {
 std::string_view name(Target t);
 std::optional<Target> parse_target(std::string_view s);
 
+// attention, attention_backward: an additive mask on the scaled scores, PyTorch's float attn_mask
+// (SDPA turns a boolean one into 0 / -inf in the query's dtype before its kernel). Its shape is
+// PyTorch's [B, H, S_q, S_k] with any dims broadcast (size 1); ordo's input "mask" holds it
+// contiguous in that reduced shape, as f32 or the inputs' dtype. The CPU flash kernel adds it as
+// fma(q.k, scale, mask) in the forward and scale*q.k + mask in the backward.
+struct AttentionMask {
+  ScalarType dtype = ScalarType::f32;
+  // Which of B, H, S_q, S_k the mask spans (false: broadcast, one element along that dim).
+  bool per_batch = false, per_head = false, per_query = true, per_key = true;
+  // Its text, "<dtype>:<dims>" with dims the four of B, H, Q (S_q), K (S_k), each a letter where
+  // the mask spans it and 1 where it is broadcast: "bf16:B1QK" is [B, 1, S_q, S_k] in bf16.
+  std::string text() const;
+  static std::optional<AttentionMask> parse(std::string_view text);
+};
+
 struct Request {
   OpKind op = OpKind::layer_norm;
   // Shape class: the reduced (last) dim N is fixed at compile time; the number of rows is a
@@ -84,6 +99,7 @@ struct Request {
   // rows H*D apart, a fused qkv projection 3*H*D.
   int64_t q_row_stride = 0, k_row_stride = 0, v_row_stride = 0;
   bool causal = false;            // key j is visible to query i when j <= i (top-left aligned)
+  std::optional<AttentionMask> mask;  // none: no mask (AttentionMask above)
   std::optional<double> scale;    // default 1/sqrt(D)
   bool lse_output = false;        // also write the log-sum-exp of each query row
   // Backward ops: the forward's saved statistics are inputs (rms_norm_backward's rstd,

@@ -224,7 +224,7 @@ def log_softmax(x, order="fast", **kw):
     return _run("log_softmax", x, {}, None, order, **kw)["y"]
 
 
-def attention(q, k, v, order="fast", causal=False, scale=None, return_lse=False, dtype=None, threads=0):
+def attention(q, k, v, order="fast", causal=False, scale=None, return_lse=False, dtype=None, threads=0, mask=None):
     """Scaled-dot-product attention: softmax(q k^T * scale [causal]) v over the last two dims.
 
     q is [..., S_q, D], k and v are [..., S_k, D] with the same leading (batch, head) dims and one
@@ -232,7 +232,9 @@ def attention(q, k, v, order="fast", causal=False, scale=None, return_lse=False,
     that reproduce its flash kernels read their row strides (which its BLAS sees). scale defaults to 1/sqrt(D); causal hides key j from query i when j > i. Returns out
     (shaped like q), and with return_lse=True also the float32 log-sum-exp of each query row.
     order: "torch1.13-cpu-math" and "exact-tiled" reproduce eager PyTorch 1.13 bit for bit;
-    "flash" / "flash(Bc)" is the tiled online softmax; "fast" the fastest."""
+    "flash" / "flash(Bc)" is the tiled online softmax; "fast" the fastest.
+    mask: PyTorch's attn_mask, broadcastable to [..., S_q, S_k]: boolean (True takes part) or
+    additive (f32 or q's dtype); the torch2.15-cpu orders (PyTorch's CPU flash kernel) take it."""
     for name, a in (("q", q), ("k", k), ("v", v)):
         if not hasattr(a, "shape") or len(a.shape) < 2:
             raise ValueError(f"{name} must be [..., S, D]")
@@ -246,18 +248,66 @@ def attention(q, k, v, order="fast", causal=False, scale=None, return_lse=False,
             raise ValueError(f"q is {qd} but {name} is {_dtype_of(a, dtype)}; they must match")
     d, sq, sk = int(q.shape[-1]), int(q.shape[-2]), int(k.shape[-2])
     rows = math.prod(int(s) for s in q.shape[:-2])
+    mask, mask_text = _attention_mask(mask, q, sk, dtype)
     (q, qs), (k, ks), (v, vs) = _rows_of("q", q), _rows_of("k", k), _rows_of("v", v)
-    kernel, sizes = _attention_kernel(d, sq, sk, qd, order, bool(causal), None if scale is None else float(scale), bool(return_lse),
-                                      heads=_heads(q), row_strides=(qs, ks, vs))
+    if mask is None:
+        kernel, sizes = _attention_kernel(d, sq, sk, qd, order, bool(causal), None if scale is None else float(scale),
+                                          bool(return_lse), heads=_heads(q), row_strides=(qs, ks, vs))
+    else:  # a mask's length is S_k: a kernel for this S_k
+        kernel, sizes = _ordo.compile_attention(d, sq, sk, qd, order, bool(causal), None if scale is None else float(scale),
+                                                bool(return_lse), heads=_heads(q), row_strides=(qs, ks, vs), mask=mask_text), []
     outs, tensors = {}, []
     for name, dt, is_out, extent in kernel.args:
         if not is_out:
-            tensors.append({"q": q, "k": k, "v": v}[name])
+            tensors.append({"q": q, "k": k, "v": v, "mask": mask}[name])
             continue
         outs[name] = _empty_like_kind(q, tuple(q.shape) if name == "out" else tuple(q.shape[:-1]), dt)
         tensors.append(outs[name])
     _launch(kernel, tensors, rows, threads, sizes)
     return (outs["out"], outs["lse"]) if return_lse else outs["out"]
+
+
+def _attention_mask(mask, q, sk, dtype):
+    """(the mask as ordo's kernel reads it, its Request text "<dtype>:<dims>") for an attn_mask
+    broadcastable to q's [..., H, S_q] by S_k, or (None, "") for None. A boolean mask (True: take
+    part) becomes 0 / -inf, as PyTorch's SDPA makes it: in q's dtype for a torch tensor, f32 for a
+    numpy array (the same values). The leading dims before H are the batch. Each of (batch, H, S_q,
+    S_k) the mask does not span (size 1, or stride 0 in an expanded view) is kept as one element."""
+    if mask is None:
+        return None, ""
+    full = tuple(int(n) for n in q.shape[:-1]) + (int(sk),)
+    lead = full[:-3]
+    b, h = math.prod(lead), full[-3] if len(full) >= 3 else 1
+    four = (b, h, full[-2], full[-1])
+    if _is_torch(mask):
+        import torch
+        if mask.dtype == torch.bool:
+            mask = torch.zeros(mask.shape, dtype=q.dtype).masked_fill_(~mask, float("-inf"))
+        md = _dtype_of(mask, None)
+        try:
+            m = mask.expand(full).reshape(four)
+        except RuntimeError as e:
+            raise ValueError(f"attn_mask of shape {tuple(mask.shape)} does not broadcast to {full}") from e
+        spans = [m.shape[d] > 1 and m.stride(d) != 0 for d in range(4)]
+        for d in range(4):
+            if not spans[d]:
+                m = m.narrow(d, 0, 1)
+        m = m.contiguous()
+    else:
+        import numpy as np
+        mask = np.asarray(mask)
+        if mask.dtype == np.bool_:
+            mask = np.where(mask, np.float32(0), np.float32(-np.inf)).astype(np.float32)
+        md = _dtype_of(mask, dtype if mask.dtype == np.uint16 else None)
+        try:
+            m = np.broadcast_to(mask, full).reshape(four)
+        except ValueError as e:
+            raise ValueError(f"attn_mask of shape {tuple(mask.shape)} does not broadcast to {full}") from e
+        spans = [m.shape[d] > 1 and m.strides[d] != 0 for d in range(4)]
+        m = np.ascontiguousarray(m[tuple(slice(None) if spans[d] else slice(0, 1) for d in range(4))])
+    if md not in ("f32", _dtype_of(q, dtype)):
+        raise ValueError(f"attn_mask is {md}; it must be bool, f32 or q's dtype {_dtype_of(q, dtype)}")
+    return m, md + ":" + "".join(letter if span else "1" for letter, span in zip("BHQK", spans))
 
 
 def _heads(q):
@@ -285,14 +335,14 @@ def _rows_of(name, a):
     return np.ascontiguousarray(a), int(strides[-2] // item)
 
 
-def attention_backward(q, k, v, out, dout, lse=None, order="fast", causal=False, scale=None, dtype=None, threads=0):
+def attention_backward(q, k, v, out, dout, lse=None, order="fast", causal=False, scale=None, dtype=None, threads=0, mask=None):
     """dq, dk, dv of scaled-dot-product attention (see attention) from its inputs, its output `out`,
     the gradient `dout` (shaped like q) and its float32 log-sum-exp `lse` ([..., S_q]). Without lse
     the kernel recomputes it as the order's forward does. order: "flash" (FlashAttention-2's
     tiled backward without atomics) or "fast". Grouped-query attention (k and v with fewer heads
     than q, [..., H_kv, S_k, D] against [..., H, S_q, D], H a multiple of H_kv): dk and dv sum
     each K/V head's group of query heads, as PyTorch's CPU flash backward does (the torch2.15-cpu
-    orders)."""
+    orders). mask: the forward's attn_mask (see attention; the torch2.15-cpu orders)."""
     for name, a in (("q", q), ("k", k), ("v", v), ("out", out), ("dout", dout)):
         if not hasattr(a, "shape") or len(a.shape) < 2:
             raise ValueError(f"{name} must be [..., S, D]")
@@ -320,11 +370,12 @@ def attention_backward(q, k, v, out, dout, lse=None, order="fast", causal=False,
             raise ValueError(f"lse is {_dtype_of(lse, None)}; the forward's log-sum-exp is f32")
     d, sq, sk = int(q.shape[-1]), int(q.shape[-2]), int(k.shape[-2])
     rows = math.prod(int(s) for s in k.shape[:-2])  # (batch, K/V head)s: one each, its query heads with it
+    mask, mask_text = _attention_mask(mask, q, sk, dtype)
     (q, qs), (k, ks), (v, vs) = _rows_of("q", q), _rows_of("k", k), _rows_of("v", v)
     kernel = _ordo.compile_attention(d, sq, sk, qd, order, bool(causal), None if scale is None else float(scale), False,
                                      "attention_backward", lse is not None, heads=_heads(q), row_strides=(qs, ks, vs),
-                                     kv_group=kv_group)
-    given = {"q": q, "k": k, "v": v, "out": out, "dout": dout, "lse": lse}
+                                     kv_group=kv_group, mask=mask_text)
+    given = {"q": q, "k": k, "v": v, "out": out, "dout": dout, "lse": lse, "mask": mask}
     outs, tensors = {}, []
     for name, dt, is_out, extent in kernel.args:
         if not is_out:

@@ -663,4 +663,59 @@ inline int attention_backward_vs_interpreter(Target target, bool sparse) {
   return cases;
 }
 
+// Attention with a mask (Request::mask, PyTorch's CPU flash kernels: the torch2.15-cpu orders),
+// forward and backward, against the interpreter: every way the mask spans (batch, head, S_q, S_k)
+// or broadcasts, in f32 and the inputs' dtype, launched as 2 batches of 3 heads (the backward
+// also grouped-query, 3 query heads per K/V head). Besides its random values the mask has -inf
+// scattered through it and over one query's every key (a fully masked row where the mask spans
+// queries). Returns the number of cases compared.
+inline int masked_attention_vs_interpreter(Target target, OpKind op) {
+  struct Case {
+    const char* order;
+    ScalarType dtype;
+    int64_t sq, sk, d, kv_group;
+  };
+  const std::vector<Case> cases = {
+      {"torch2.15-cpu-avx2(mkl=amd)", ScalarType::f32, 7, 17, 32, 1},
+      {"torch2.15-cpu-avx512(mkl=intel)", ScalarType::f32, 17, 40, 64, 3},
+      {"torch2.15-cpu-avx512(threads=2,mkl=amd)", ScalarType::bf16, 9, 33, 64, 1},
+      {"torch2.15-cpu-default(mkl=amd,onednn=off)", ScalarType::f16, 5, 9, 16, 3},
+  };
+  const char* spans[] = {"B1QK", "BHQK", "1HQK", "11QK", "B11K", "11Q1"};
+  constexpr int64_t kBatches = 2, kHeads = 3;
+  int compared = 0;
+  for (const Case& c : cases)
+    for (size_t i = 0; i < std::size(spans); ++i) {
+      Request r;
+      r.op = op;
+      r.cols = c.d;
+      r.seq_q = c.sq;
+      r.seq_k = c.sk;
+      r.order = c.order;
+      r.x_dtype = c.dtype;
+      r.has_weight = r.has_bias = false;
+      r.heads = kHeads;
+      r.lse_output = op == OpKind::attention;
+      if (op == OpKind::attention_backward) r.kv_group = c.kv_group;
+      const ScalarType mask_dtype = i % 2 ? ScalarType::f32 : c.dtype;
+      r.mask = AttentionMask::parse(fmt::format("{}:{}", name(mask_dtype), spans[i]));
+      REQUIRE(r.mask);
+      REQUIRE(gen::takes_shape(r));
+      const int64_t rows = kBatches * kHeads / r.kv_group;
+      auto minus_infinity = [&](HostBuffers& h) {
+        std::vector<uint8_t>& m = h.get("mask");
+        const int64_t elements = static_cast<int64_t>(m.size()) / size_bytes(mask_dtype);
+        for (int64_t e = 0; e < elements; e += 3) set_value(m, mask_dtype, e, -INFINITY);
+        const int64_t keys = r.mask->per_key ? c.sk : 1;
+        if (r.mask->per_query)  // query 1 of the first (batch, head): every key masked
+          for (int64_t e = keys; e < 2 * keys; ++e) set_value(m, mask_dtype, e, -INFINITY);
+      };
+      check_on_interpreter_and(r, target, rows, 29 + compared, 0, 2.0, minus_infinity,
+                               fmt::format("{} order={} dtype={} Sq={} Sk={} D={} kv_group={} mask={}", name(op), r.order,
+                                           name(r.x_dtype), r.seq_q, r.seq_k, r.cols, r.kv_group, r.mask->text()));
+      ++compared;
+    }
+  return compared;
+}
+
 }  // namespace ordo::backend_sweep

@@ -222,6 +222,12 @@ TEST_CASE("layer_norm_backward, rms_norm_backward: the CPU's one-pass schedule g
 
 // Attention on cuda-emu: the shapes of the CPU test in the full tier, else the reduced ones, each
 // causal or not in rotation (each attention kernel is a host-compiler run of about a second).
+TEST_CASE("attention with a mask: cuda-emu matches the interpreter bit for bit, forward and backward") {
+  const int forward = masked_attention_vs_interpreter(Target::cuda_emu, OpKind::attention);
+  const int backward = masked_attention_vs_interpreter(Target::cuda_emu, OpKind::attention_backward);
+  MESSAGE(fmt::format("masked attention on cuda-emu: {} forward and {} backward cases compared bitwise", forward, backward));
+}
+
 TEST_CASE("attention_backward: cuda-emu matches the interpreter bit for bit (both stages)") {
   const int cases = attention_backward_vs_interpreter(Target::cuda_emu, /*sparse=*/true);
   MESSAGE(fmt::format("attention_backward on cuda-emu: {} cases compared bitwise", cases));

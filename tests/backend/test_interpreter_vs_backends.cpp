@@ -238,6 +238,12 @@ TEST_CASE("attention: every backend matches the interpreter bit for bit") {
   MESSAGE(fmt::format("attention: {} (order, dtype, shape, causal) cases compared bitwise", cases));
 }
 
+TEST_CASE("attention with a mask: forward and backward match the interpreter bit for bit") {
+  const int forward = masked_attention_vs_interpreter(Target::cpu, OpKind::attention);
+  const int backward = masked_attention_vs_interpreter(Target::cpu, OpKind::attention_backward);
+  MESSAGE(fmt::format("masked attention: {} forward and {} backward cases compared bitwise", forward, backward));
+}
+
 // Instances (batch, head, query block) are independent, so the thread count cannot change bits.
 TEST_CASE("attention_backward: every backend matches the interpreter bit for bit (both stages)") {
   const int cases = attention_backward_vs_interpreter(Target::cpu, /*sparse=*/reduced_sweep());  // ASan builds: the rotating share

@@ -157,7 +157,36 @@ TEST_CASE("attention_backward: requests outside what its orders define are rejec
     r.op = OpKind::softmax;
     r.cols = 64;
     r.heads = 4;
-  }) == "seq lengths, heads, kv_group, row strides, causal, scale and lse are attention's; softmax takes none of them");
+  }) == "seq lengths, heads, kv_group, row strides, causal, scale, lse and mask are attention's; softmax takes none of them");
+  // An attention mask: PyTorch's CPU flash kernels (the torch2.15-cpu orders) take it, f32 or the
+  // inputs' dtype, never with causal (SDPA refuses both) nor with S_k at launch.
+  CHECK(error_of([&](Request& r) {
+    backward(r, "torch2.15-cpu-avx2(mkl=amd)");
+    r.heads = 4;
+    r.mask = AttentionMask::parse("bf16:B1QK");
+  }) == "attention: the mask's dtype bf16 is neither f32 nor the inputs' f32");
+  CHECK(error_of([&](Request& r) {
+    backward(r, "torch2.15-cpu-avx2(mkl=amd)");
+    r.mask = AttentionMask::parse("f32:1HQK");
+  }) == "(accepted)");
+  CHECK(error_of([&](Request& r) {
+    backward(r, "fast");
+    r.mask = AttentionMask::parse("f32:B11K");
+  }).find("order 'fast' has no attention mask for attention_backward; the torch2.15-cpu orders' attention and attention_backward") == 0);
+  CHECK(error_of([&](Request& r) {
+    backward(r, "torch2.15-cpu-avx2(mkl=amd)");
+    r.causal = true;
+    r.mask = AttentionMask::parse("f32:11QK");
+  }).find("attention: causal and a mask together") == 0);
+  CHECK(error_of([&](Request& r) {
+    r.op = OpKind::softmax;
+    r.cols = 64;
+    r.mask = AttentionMask::parse("f32:11QK");
+  }) == "seq lengths, heads, kv_group, row strides, causal, scale, lse and mask are attention's; softmax takes none of them");
+  CHECK(!AttentionMask::parse("f32:B1Q"));
+  CHECK(!AttentionMask::parse("f32:BXQK"));
+  CHECK(!AttentionMask::parse("i8:B1QK"));
+  CHECK(AttentionMask::parse("bf16:1H1K")->text() == "bf16:1H1K");
   // Grouped-query attention: the group divides the heads, and only PyTorch's CPU flash backward takes it.
   CHECK(error_of([&](Request& r) {
     backward(r, "torch2.15-cpu-avx2(mkl=amd)");

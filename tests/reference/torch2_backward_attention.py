@@ -38,6 +38,12 @@ is): query heads per K/V head 2, 3 and 4, batch * K/V heads 1 (MKL on torch's th
 loop being over (batch, K/V head)) and more, query blocks that fall alike and otherwise in one
 head and in the group's heads together, causal and not, every layout, f32, bf16 and f16.
 
+Attention masks (attn_mask, PyTorch's float mask or a boolean one, which SDPA makes 0 / -inf in
+the query's dtype): every way a mask spans or broadcasts (batch, head, S_q, S_k), random boolean
+and float masks and a left-padded causal one as Hugging Face models build it (fully masked rows
+included), grouped-query too; these cases also check the forward (out and lse) against
+`_scaled_dot_product_flash_attention_for_cpu` with the mask, ordo given the boolean mask as is.
+
 The orders model an AMD host's MKL (its generic kernels, with or without AVX-512) and, in f32,
 an Intel AVX-512 host's (its avx512 sgemm kernels: where each applies alpha, the 'N','T' calls, the
 2-thread choices) and, in bf16, one without avx512_bf16 (gemm_bf16bf16f32, with oneDNN's emulated
@@ -92,6 +98,13 @@ GQA_SHAPES = [
 GQA_SHAPES_QUICK = [(48, 48, 32, 2, 4, 2), (12, 512, 32, 1, 2, 1)]
 SHAPES_QUICK = [(1, 300, 64, 1, 2), (7, 40, 32, 1, 1), (10, 9, 32, 1, 1), (3, 13, 16, 1, 3), (65, 65, 8, 1, 2),
                 (100, 513, 32, 1, 1)]
+# Masked: (S_q, S_k, D, batch, heads, K/V heads, the dims the mask spans (B, H, Q, K or 1), values).
+MASK_SHAPES = [
+    (37, 41, 16, 2, 3, 3, "B1QK", "bool"), (70, 600, 64, 1, 2, 2, "BHQK", "float"), (200, 33, 32, 2, 2, 2, "1HQK", "bool"),
+    (1, 77, 64, 2, 2, 2, "B11K", "bool"), (48, 48, 32, 2, 4, 2, "B1QK", "bool"), (33, 65, 64, 1, 4, 1, "11QK", "float"),
+    (300, 300, 64, 1, 2, 2, "11Q1", "float"), (40, 530, 32, 3, 2, 2, "B1QK", "left_pad"),
+]
+MASK_SHAPES_QUICK = [(37, 41, 16, 2, 3, 3, "B1QK", "bool"), (40, 530, 32, 3, 2, 2, "B1QK", "left_pad")]
 RANGES = [("normal", 1.0), ("sharp", 8.0), ("tiny_dout", 1.0)]
 # tiny_dout: dout near the smallest normal value (q unscaled), so that the gradient products' terms
 # and sums are subnormal, which avx512_bf16's vdpbf16ps flushes to zero.
@@ -166,6 +179,12 @@ def cases(tier):
                 out.append({"sq": s_q, "sk": s_k, "d": d, "batch": batch, "heads": heads, "kv_heads": kv_heads, "dtype": dtype,
                             "causal": causal, "range": RANGES[(len(out) + i) % len(RANGES)][0], "seed": len(out),
                             "alias": i % 3 == 0, "layout": None})
+    for i, (s_q, s_k, d, batch, heads, kv_heads, spans, values) in enumerate(MASK_SHAPES_QUICK if tier == tiers.QUICK else MASK_SHAPES):
+        # CI: two of the three dtypes per shape, in rotation.
+        for dtype in [t for j, t in enumerate(("f32", "bf16", "f16")) if tier != tiers.CI or j != i % 3]:
+            out.append({"sq": s_q, "sk": s_k, "d": d, "batch": batch, "heads": heads, "kv_heads": kv_heads, "dtype": dtype,
+                        "causal": False, "range": RANGES[(len(out) + i) % 2][0], "seed": len(out), "alias": i % 3 == 0,
+                        "layout": None, "mask": [spans, values]})
     return out
 
 
@@ -224,6 +243,24 @@ def inputs(c):
     dout = (dout * TINY_DOUT[c["dtype"]] if c["range"] == "tiny_dout" else dout).to(dt)
     return q, k, v, dout, None
 
+def mask_of(c, g, dt):
+    """(the mask ordo is given, the additive mask torch's kernel takes): c["mask"]'s spans and values."""
+    spans, values = c["mask"]
+    full = (c["batch"], c["heads"], c["sq"], c["sk"])
+    shape = tuple(n if letter in spans else 1 for n, letter in zip(full, "BHQK"))
+    if values == "float":
+        m = (torch.randn(shape, generator=g) * 3).to(dt)
+        return m, m
+    if values == "left_pad":  # causal, bottom-right aligned, and batch b's first 7b keys padding
+        i = torch.arange(c["sq"]).view(1, 1, -1, 1)
+        j = torch.arange(c["sk"]).view(1, 1, 1, -1)
+        pad = (7 * torch.arange(c["batch"])).view(-1, 1, 1, 1)
+        m = (j <= i + c["sk"] - c["sq"]) & (j >= pad)
+        m = m.expand(c["batch"], 1, c["sq"], c["sk"])
+    else:
+        m = torch.rand(shape, generator=g) > 0.3
+    return m, torch.zeros(m.shape, dtype=dt).masked_fill(~m, float("-inf"))
+
 results = []
 for threads in THREAD_COUNTS:
     torch.set_num_threads(threads)
@@ -232,14 +269,21 @@ for threads in THREAD_COUNTS:
             continue
         q, k, v, dout, saved = inputs(c)
         q, k, v = (relayout(t, layout_of(c)) for t in (q, k, v))  # as models hand them to SDPA (tensor_bits.LAYOUTS)
-        out, lse = saved or torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, c["causal"])[:2]
-        dq, dk, dv = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(dout, q, k, v, out, lse, 0.0, c["causal"])
+        mask, additive = mask_of(c, torch.Generator().manual_seed(7000 + c["seed"]), q.dtype) if "mask" in c else (None, None)
+        out, lse = saved or torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, c["causal"], attn_mask=additive)[:2]
+        dq, dk, dv = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(dout, q, k, v, out, lse, 0.0, c["causal"],
+                                                                                         attn_mask=additive)
         want = {"dq": dq, "dk": dk, "dv": dv}
         for order in [f"torch2.15-cpu-{cap}"] + (["torch2.15-cpu"] if c["alias"] else []):
             named = f"{order}(threads={threads})" if threads > 1 else order
             try:
                 got = dict(zip(("dq", "dk", "dv"), ordo.attention_backward(q, k, v, out.contiguous(), dout, lse.contiguous(), order=named,
-                                                                          causal=c["causal"])))
+                                                                          causal=c["causal"], mask=mask)))
+                if mask is not None:  # the forward too, on K/V expanded to a head per query head
+                    group = c["heads"] // c["kv_heads"]
+                    got["out"], got["lse"] = ordo.attention(q, k.repeat_interleave(group, 1), v.repeat_interleave(group, 1), order=named,
+                                                            mask=mask, return_lse=True)
+                    want["out"], want["lse"] = out, lse
             except Exception as e:
                 products = [p for qb, kb in flash_blocks(c) for p in ((True, qb, kb, c["d"]), (False, kb, c["d"], qb), (False, qb, c["d"], kb))]
                 why = refusal_why(e, c, threads, products)
@@ -293,6 +337,7 @@ def main():
                          lambda c, r, cap: ("attention_backward", order_row(r, cap), c["dtype"]),
                          lambda c, r: f"attention_backward {r['order']} {c['dtype']} Sq={c['sq']} Sk={c['sk']} D={c['d']} B={c['batch']} "
                                       f"H={c['heads']}{'/' + str(c['kv_heads']) if 'kv_heads' in c else ''} causal={c['causal']} {c['range']} "
+                                      f"{'mask=' + ':'.join(c['mask']) + ' ' if 'mask' in c else ''}"
                                       f"threads={r['threads']}")
     return report(result, "each case is counted once per torch thread count, 1 and 2, and a third of them for 3")
 

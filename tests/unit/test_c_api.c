@@ -143,6 +143,32 @@ int main(void) {
         "fast refuses the group by name: %s", ordo_last_error());
   ordo_request_free(gr);
 
+  /* An attention mask [B, 1, S_q, S_k] (a batch's heads share it): the input "mask" after q, k and v,
+   * one S_q*S_k block per batch of 2 heads, so 4 rows (2 batches) take 2 blocks. A malformed
+   * mask is refused where it is set, naming the value. */
+  ordo_request* mr = ordo_request_new("attention");
+  CHECK(mr && ordo_request_set(mr, "cols", "8") == ORDO_OK && ordo_request_set(mr, "seq_q", "3") == ORDO_OK &&
+            ordo_request_set(mr, "seq_k", "5") == ORDO_OK && ordo_request_set(mr, "heads", "2") == ORDO_OK &&
+            ordo_request_set(mr, "mask", "bf16:B1QK") == ORDO_OK && ordo_request_set(mr, "dtype", "bf16") == ORDO_OK &&
+            ordo_request_set(mr, "order", "torch2.15-cpu-avx2(mkl=amd)") == ORDO_OK,
+        "masked attention request: %s", ordo_last_error());
+  ordo_kernel* mk = ordo_compile(mr);
+  CHECK(mk != NULL, "masked attention compiles: %s", ordo_last_error());
+  if (mk) {
+    const char* mask_name = NULL;
+    int mask_dtype = -1, mask_out = -1, mask_extent = -1;
+    int64_t mask_elements = 0;
+    CHECK(ordo_kernel_arg(mk, 3, &mask_name, &mask_dtype, &mask_out, &mask_extent) == ORDO_OK && strcmp(mask_name, "mask") == 0 &&
+              mask_dtype == ORDO_BF16 && mask_out == 0 && mask_extent == ORDO_EXTENT_ROW_GROUPS,
+          "argument 3 is the bf16 input mask with a block per group of rows: %s", ordo_last_error());
+    CHECK(ordo_kernel_arg_elements(mk, 3, 4, &mask_elements) == ORDO_OK && mask_elements == 2 * 3 * 5,
+          "4 rows of 2 heads: 2 blocks of 15 (got %lld)", (long long)mask_elements);
+    ordo_kernel_release(mk);
+  }
+  CHECK(ordo_request_set(mr, "mask", "f32:B1Q") == ORDO_ERROR_INVALID && strstr(ordo_last_error(), "'f32:B1Q'"),
+        "a malformed mask is refused by value: %s", ordo_last_error());
+  ordo_request_free(mr);
+
   /* A backward op: two kernels behind one handle (dx over the rows, then the weight gradients
    * over the columns). dy = 1 everywhere: dbias is the row count, and with weight 1 the row sums
    * of dx vanish up to rounding. */

@@ -1,0 +1,50 @@
+#include "gen/torch_cpu/attention_mask.hpp"
+
+#include "gen/blocks/constants.hpp"
+
+namespace ordo::gen {
+
+using namespace ordo::ir;
+
+MaskInput::MaskInput(Builder& b, const Request& r) : r_(r) {
+  const AttentionMask& m = *r.mask;
+  key_extent_ = m.per_key ? r.seq_k : 1;
+  per_head_ = (m.per_query ? r.seq_q : 1) * key_extent_;
+  if (m.per_batch && m.per_head) {
+    buffer_ = b.buffer("mask", m.dtype, false, Extent::rows_by_fixed, r.kv_group * per_head_);
+  } else if (m.per_batch) {
+    buffer_ = b.buffer("mask", m.dtype, false, Extent::row_groups, per_head_);
+    b.kernel().buffers[size_t(buffer_)].block_rows = r.heads / r.kv_group;
+  } else {
+    buffer_ = b.buffer("mask", m.dtype, false, Extent::fixed, m.per_head ? r.heads * per_head_ : per_head_);
+  }
+}
+
+ExprRef MaskInput::head_base(Builder& b, const ExprRef& group_head) const {
+  const AttentionMask& m = *r_.mask;
+  const int64_t rows_per_batch = r_.heads / r_.kv_group;
+  ExprRef at = idx(0);
+  if (m.per_batch) {
+    // The batch's first element: every head's masks, or its one.
+    const ExprRef batch = div(program_id(0), idx(rows_per_batch));
+    at = mul(batch, idx(m.per_head ? r_.heads * per_head_ : per_head_));
+  }
+  if (m.per_head) {
+    const ExprRef head = add(mul(binary(Op::Rem, program_id(0), idx(rows_per_batch)), idx(r_.kv_group)), group_head);
+    at = add(at, mul(head, idx(per_head_)));
+  }
+  return b.let("mask_head", at);
+}
+
+ExprRef MaskInput::row_base(Builder& b, const ExprRef& head, const ExprRef& query) const {
+  if (!r_.mask->per_query) return head;
+  return b.let("mask_row", add(head, mul(query, idx(key_extent_))));
+}
+
+ExprRef MaskInput::at_keys(Builder& b, const ExprRef& row, const ExprRef& key, int lanes) const {
+  ExprRef x = r_.mask->per_key ? load(b.kernel(), buffer_, add(row, key), lanes) : load(b.kernel(), buffer_, row);
+  if (x->type.scalar != ScalarType::f32) x = cast(x, ScalarType::f32);
+  return !r_.mask->per_key && lanes > 1 ? broadcast(x, lanes) : x;
+}
+
+}  // namespace ordo::gen
