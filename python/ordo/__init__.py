@@ -267,30 +267,39 @@ def attention(q, k, v, order="fast", causal=False, scale=None, return_lse=False,
     return (outs["out"], outs["lse"]) if return_lse else outs["out"]
 
 
+def _mask_spans(shape, strides, full):
+    """Which dims of `full` (q's [..., H, S_q] by S_k, at least 3 dims) a mask expanded to it
+    spans, from the expanded view's shape and strides: a dim of one element or stride 0 is
+    broadcast."""
+    return [n > 1 and st != 0 for n, st in zip(shape, strides)]
+
+
 def _attention_mask(mask, q, sk, dtype):
     """(the mask as ordo's kernel reads it, its Request text "<dtype>:<dims>") for an attn_mask
     broadcastable to q's [..., H, S_q] by S_k, or (None, "") for None. A boolean mask (True: take
     part) becomes 0 / -inf, as PyTorch's SDPA makes it: in q's dtype for a torch tensor, f32 for a
-    numpy array (the same values). The leading dims before H are the batch. Each of (batch, H, S_q,
-    S_k) the mask does not span (size 1, or stride 0 in an expanded view) is kept as one element."""
+    numpy array (the same values). The dims before H are the batch. A dim the mask does not span
+    (one element, or stride 0 in an expanded view) is kept as one element; the batch dims are
+    kept whole when any of them is spanned (those it does not span then repeat)."""
     if mask is None:
         return None, ""
     full = tuple(int(n) for n in q.shape[:-1]) + (int(sk),)
-    lead = full[:-3]
-    b, h = math.prod(lead), full[-3] if len(full) >= 3 else 1
-    four = (b, h, full[-2], full[-1])
+    full = (1,) * (3 - len(full)) + full  # q [S, D] or [N, S, D]: one batch (and one head)
+    lead = len(full) - 3
+    qd = _dtype_of(q, dtype)
     if _is_torch(mask):
         import torch
         if mask.dtype == torch.bool:
             mask = torch.zeros(mask.shape, dtype=q.dtype).masked_fill_(~mask, float("-inf"))
         md = _dtype_of(mask, None)
         try:
-            m = mask.expand(full).reshape(four)
+            m = mask.expand(full)
         except RuntimeError as e:
             raise ValueError(f"attn_mask of shape {tuple(mask.shape)} does not broadcast to {full}") from e
-        spans = [m.shape[d] > 1 and m.stride(d) != 0 for d in range(4)]
-        for d in range(4):
-            if not spans[d]:
+        spans = _mask_spans(m.shape, m.stride(), full)
+        batch = any(spans[:lead])
+        for d in range(len(full)):
+            if not spans[d] and (d >= lead or not batch):
                 m = m.narrow(d, 0, 1)
         m = m.contiguous()
     else:
@@ -300,14 +309,16 @@ def _attention_mask(mask, q, sk, dtype):
             mask = np.where(mask, np.float32(0), np.float32(-np.inf)).astype(np.float32)
         md = _dtype_of(mask, dtype if mask.dtype == np.uint16 else None)
         try:
-            m = np.broadcast_to(mask, full).reshape(four)
+            m = np.broadcast_to(mask, full)
         except ValueError as e:
             raise ValueError(f"attn_mask of shape {tuple(mask.shape)} does not broadcast to {full}") from e
-        spans = [m.shape[d] > 1 and m.strides[d] != 0 for d in range(4)]
-        m = np.ascontiguousarray(m[tuple(slice(None) if spans[d] else slice(0, 1) for d in range(4))])
-    if md not in ("f32", _dtype_of(q, dtype)):
-        raise ValueError(f"attn_mask is {md}; it must be bool, f32 or q's dtype {_dtype_of(q, dtype)}")
-    return m, md + ":" + "".join(letter if span else "1" for letter, span in zip("BHQK", spans))
+        spans = _mask_spans(m.shape, m.strides, full)
+        batch = any(spans[:lead])
+        m = np.ascontiguousarray(m[tuple(slice(0, 1) if not spans[d] and (d >= lead or not batch) else slice(None)
+                                         for d in range(len(full)))])
+    if md not in ("f32", qd):
+        raise ValueError(f"attn_mask is {md}; it must be bool, f32 or q's dtype {qd}")
+    return m, md + ":" + "".join(letter if span else "1" for letter, span in zip("BHQK", [batch] + spans[lead:]))
 
 
 def _heads(q):

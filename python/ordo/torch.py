@@ -17,7 +17,9 @@ Inside `pinned(order)`, a TorchFunctionMode sends these calls to the operators:
   Tensor.log_softmax
 and so the modules that call them (nn.LayerNorm, nn.RMSNorm, nn.Softmax, nn.LogSoftmax). Dynamo
 traces the mode when the compiled function is called inside the block. A call ordo cannot run
-with the order (a dtype the order lacks, an attn_mask, dropout_p > 0, a 3-D SDPA, a softmax over
+with the order (a dtype the order lacks, an attn_mask under an order without masks (those not
+reproducing torch's flash kernel) or of a shape torch's flash kernel does not take, dropout_p > 0,
+a 3-D SDPA, a softmax over
 a dim other than the last, a layout whose bits torch itself changes: rms_norm or SDPA with a
 strided last dim, for orders reproducing a library) runs torch's own op instead and warns once
 per block and reason (OrdoFallbackWarning, the reason in its text); `pinned(order, strict=True)`
@@ -195,14 +197,17 @@ def _forward_direct(op: str, x: Tensor, weight: Optional[Tensor], bias: Optional
 
 @functools.lru_cache(maxsize=_ROW_PLANS)
 def _attention_plan(d: int, sq: int, sk: int, dtype: torch.dtype, order: str, causal: bool, scale: Optional[float],
-                    heads: int, row_strides: Tuple[int, int, int]):
+                    heads: int, row_strides: Tuple[int, int, int], mask: str = ""):
     """SDPA's forward kernel on torch tensors and the names of its arguments in order. sk = 0: the
-    kernel that takes S_k at launch, or None where the order builds its attention for one S_k."""
+    kernel that takes S_k at launch, or None where the order builds its attention for one S_k (or
+    there is a mask: its text, Request::mask, else "")."""
     if sk == 0:
+        if mask:
+            return None
         kernel = ordo._attention_kernel_any_length(d, sq, _DTYPE_NAMES[dtype], order, causal, scale, False, heads, row_strides)
     else:
         kernel = _ordo.compile_attention(d, sq, sk, _DTYPE_NAMES[dtype], order, causal, scale, False, heads=heads,
-                                         row_strides=row_strides)
+                                         row_strides=row_strides, mask=mask)
     return None if kernel is None else (kernel, tuple(name for name, _, _, _ in kernel.args))
 
 
@@ -224,14 +229,24 @@ def _grouped(q: Tensor, k: Tensor, v: Tensor, group: int):
     return q.unflatten(-3, (int(k.shape[-3]), group)), expanded(k), expanded(v)
 
 
-def _run_attention(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: Optional[float], order: str) -> Tensor:
-    """softmax(q kᵀ·scale [causal]) v over the last two dims, q [..., S_q, D], k and v [..., S_k, D]
-    (or, grouped-query, [..., H_kv, S_k, D] against q's H heads)."""
+def _grouped_mask(mask: Optional[Tensor], q: Tensor, k: Tensor) -> Optional[Tensor]:
+    """An attn_mask for q's [..., H, S_q] by S_k, as [..., H_kv, group, S_q, S_k] to go with
+    _grouped's views (broadcast dims stay stride 0)."""
+    if mask is None:
+        return None
+    return mask.expand(*q.shape[:-1], k.shape[-2]).unflatten(-3, (int(k.shape[-3]), int(q.shape[-3]) // int(k.shape[-3])))
+
+
+def _run_attention(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: Optional[float], order: str,
+                   mask: Optional[Tensor] = None) -> Tensor:
+    """softmax(q kᵀ·scale [causal] [+ mask]) v over the last two dims, q [..., S_q, D], k and v
+    [..., S_k, D] (or, grouped-query, [..., H_kv, S_k, D] against q's H heads); mask: an attn_mask
+    broadcastable to [..., S_q, S_k] (ordo._attention_mask)."""
     if q.dim() < 2 or k.dim() < 2 or v.dim() < 2:
         raise ValueError(f"scaled_dot_product_attention: q, k and v must be [..., S, D]; got {tuple(q.shape)}, "
                          f"{tuple(k.shape)}, {tuple(v.shape)}")
     if (group := _kv_group(q, k)) > 1 and k.shape == v.shape:
-        return _run_attention(*_grouped(q, k, v, group), causal, scale, order).flatten(-4, -3)
+        return _run_attention(*_grouped(q, k, v, group), causal, scale, order, _grouped_mask(mask, q, k)).flatten(-4, -3)
     if k.shape != v.shape:
         raise ValueError(f"scaled_dot_product_attention: k has shape {tuple(k.shape)} but v has {tuple(v.shape)}")
     if q.shape[:-2] != k.shape[:-2] or q.shape[-1] != k.shape[-1]:
@@ -239,15 +254,17 @@ def _run_attention(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: Optiona
     if q.dtype not in _DTYPE_NAMES or k.dtype != q.dtype or v.dtype != q.dtype:
         raise ValueError(f"scaled_dot_product_attention: q, k, v are {q.dtype}, {k.dtype}, {v.dtype}; ordo takes one of "
                          f"float32, bfloat16, float16 for all three")
+    mask, mask_text = ordo._attention_mask(mask, q, k.shape[-2], None)
     (q, qs), (k, ks), (v, vs) = ordo._rows_of("q", q), ordo._rows_of("k", k), ordo._rows_of("v", v)
     d, sq, sk, heads = int(q.shape[-1]), int(q.shape[-2]), int(k.shape[-2]), ordo._heads(q)
     # The plan for any S_k first (sk = 0 in its key: a decode loop's every step finds it), then,
     # for an order that builds its attention for one S_k, the plan for this one.
-    plan = _attention_plan(d, sq, 0, q.dtype, order, causal, scale, heads, (qs, ks, vs))
+    plan = _attention_plan(d, sq, 0, q.dtype, order, causal, scale, heads, (qs, ks, vs), mask_text)
     sizes = [sk] if plan is not None else []
-    kernel, names = plan if plan is not None else _attention_plan(d, sq, sk, q.dtype, order, causal, scale, heads, (qs, ks, vs))
+    kernel, names = plan if plan is not None else _attention_plan(d, sq, sk, q.dtype, order, causal, scale, heads, (qs, ks, vs),
+                                                                  mask_text)
     out = torch.empty(q.shape, dtype=q.dtype)
-    given = {"q": q, "k": k, "v": v, "out": out}
+    given = {"q": q, "k": k, "v": v, "out": out, "mask": mask}
     kernel.run_torch([given[n] for n in names], math.prod(q.shape[:-2]), 0, sizes, True)
     return out
 
@@ -340,14 +357,14 @@ _gelu_tanh_op = _register_same_shape_op("gelu_tanh")
 
 
 @torch.library.custom_op("ordo::scaled_dot_product_attention", mutates_args=())
-def _sdpa_op(query: Tensor, key: Tensor, value: Tensor, is_causal: bool, scale: Optional[float], order: str,
-             backward_order: str) -> Tensor:
+def _sdpa_op(query: Tensor, key: Tensor, value: Tensor, attn_mask: Optional[Tensor], is_causal: bool, scale: Optional[float],
+             order: str, backward_order: str) -> Tensor:
     # The views as given: the torch2.15 orders read their row strides (PyTorch hands them to MKL).
-    return _run_attention(query, key, value, is_causal, scale, order)
+    return _run_attention(query, key, value, is_causal, scale, order, attn_mask)
 
 
 @_sdpa_op.register_fake
-def _(query, key, value, is_causal, scale, order, backward_order):
+def _(query, key, value, attn_mask, is_causal, scale, order, backward_order):
     ordo._attention_kernel(_size(query.shape[-1], 8), _size(query.shape[-2]), _size(key.shape[-2]), _DTYPE_NAMES[query.dtype], order,
                            is_causal, scale, False)
     return query.new_empty(query.shape)
@@ -480,36 +497,39 @@ _mean_op = _register_row_reduction("mean")
 
 
 @torch.library.custom_op("ordo::attention_backward", mutates_args=())
-def _attention_backward_op(q: Tensor, k: Tensor, v: Tensor, out: Tensor, dout: Tensor, is_causal: bool, scale: Optional[float],
-                           forward_order: str, order: str) -> Tuple[Tensor, Tensor, Tensor]:
+def _attention_backward_op(q: Tensor, k: Tensor, v: Tensor, out: Tensor, dout: Tensor, attn_mask: Optional[Tensor], is_causal: bool,
+                           scale: Optional[float], forward_order: str, order: str) -> Tuple[Tensor, Tensor, Tensor]:
     # q, k, v as given (their row strides reach the torch2.15 orders). The log-sum-exp the forward computed, as its kernel writes it (torch's backward reads the one
     # its forward saved; ordo's forward op returns out alone, so it runs again for lse). Grouped-query:
     # the forward read each group's keys once per query head (_grouped), and so does lse's run; the
     # backward sums dk and dv over the group (ordo.attention_backward with k's fewer heads).
     group = _kv_group(q, k)
     if group > 1:
-        _, lse = ordo.attention(*_grouped(q, k, v, group), order=forward_order, causal=is_causal, scale=scale, return_lse=True)
+        _, lse = ordo.attention(*_grouped(q, k, v, group), order=forward_order, causal=is_causal, scale=scale, return_lse=True,
+                                mask=_grouped_mask(attn_mask, q, k))
         lse = lse.reshape(q.shape[:-1])
     else:
-        _, lse = ordo.attention(q, k, v, order=forward_order, causal=is_causal, scale=scale, return_lse=True)
-    return ordo.attention_backward(q, k, v, out.contiguous(), dout.contiguous(), lse=lse, order=order, causal=is_causal, scale=scale)
+        _, lse = ordo.attention(q, k, v, order=forward_order, causal=is_causal, scale=scale, return_lse=True, mask=attn_mask)
+    return ordo.attention_backward(q, k, v, out.contiguous(), dout.contiguous(), lse=lse, order=order, causal=is_causal, scale=scale,
+                                   mask=attn_mask)
 
 
 @_attention_backward_op.register_fake
-def _(q, k, v, out, dout, is_causal, scale, forward_order, order):
+def _(q, k, v, out, dout, attn_mask, is_causal, scale, forward_order, order):
     return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
 
 
 def _sdpa_setup(ctx, inputs, output):
-    q, k, v, is_causal, scale, order, backward_order = inputs
-    ctx.save_for_backward(q, k, v, output)
+    q, k, v, attn_mask, is_causal, scale, order, backward_order = inputs
+    ctx.save_for_backward(q, k, v, output, attn_mask)
     ctx.is_causal, ctx.scale, ctx.forward_order, ctx.order = is_causal, scale, order, backward_order or order
 
 
 def _sdpa_backward(ctx, dout):
-    q, k, v, out = ctx.saved_tensors
-    dq, dk, dv = torch.ops.ordo.attention_backward(q, k, v, out, dout, ctx.is_causal, ctx.scale, ctx.forward_order, ctx.order)
-    return dq, dk, dv, None, None, None, None
+    q, k, v, out, attn_mask = ctx.saved_tensors
+    dq, dk, dv = torch.ops.ordo.attention_backward(q, k, v, out, dout, attn_mask, ctx.is_causal, ctx.scale, ctx.forward_order,
+                                                   ctx.order)
+    return dq, dk, dv, None, None, None, None, None
 
 
 _sdpa_op.register_autograd(_sdpa_backward, setup_context=_sdpa_setup)
@@ -724,11 +744,16 @@ def _gqa_backward_kernel(order: str, group: int):
 
 
 def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, is_causal: bool = False,
-                                 scale: Optional[float] = None, *, enable_gqa: bool = False, order: str,
-                                 backward_order: Optional[str] = None) -> Tensor:
-    """F.scaled_dot_product_attention without a mask or dropout: [..., S_q, D] x [..., S_k, D],
-    causal top-left aligned, scale 1/sqrt(D) by default. Gradients run ordo's attention_backward
-    with backward_order, by default the forward's order, from the forward's log-sum-exp.
+                                 scale: Optional[float] = None, *, attn_mask: Optional[Tensor] = None, enable_gqa: bool = False,
+                                 order: str, backward_order: Optional[str] = None) -> Tensor:
+    """F.scaled_dot_product_attention without dropout: [..., S_q, D] x [..., S_k, D], causal
+    top-left aligned, scale 1/sqrt(D) by default. Gradients run ordo's attention_backward with
+    backward_order, by default the forward's order, from the forward's log-sum-exp.
+
+    attn_mask: broadcastable to [..., S_q, S_k], boolean (True takes part; made 0 / -inf in the
+    query's dtype, as torch does) or additive (float32 or the query's dtype), never with
+    is_causal; the orders that reproduce torch's flash kernel (torch2.15-cpu) take it, forward and
+    backward, as that kernel adds it. It gets no gradient.
 
     enable_gqa=True: key and value may have fewer heads (dim -3) than query, a divisor of its
     count; query head h reads key/value head h // (H_q / H_kv), as in torch. Each group's keys
@@ -749,17 +774,20 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, is_c
             if why := _gqa_gradients_refused(group, backward_order or order):
                 raise ValueError(f"scaled_dot_product_attention: {why}; or pick a tiled order (fast, flash)")
             # torch's backward: the op takes K/V with their own heads, its backward sums over the group.
-            return _attend(query, key, value, bool(is_causal), scale, order, backward_order)
-        out = _attend(*_grouped(query, key, value, group), bool(is_causal), scale, order, backward_order)
+            return _attend(query, key, value, attn_mask, bool(is_causal), scale, order, backward_order)
+        out = _attend(*_grouped(query, key, value, group), _grouped_mask(attn_mask, query, key), bool(is_causal), scale, order,
+                      backward_order)
         return out.flatten(-4, -3)
-    return _attend(query, key, value, bool(is_causal), scale, order, backward_order)
+    return _attend(query, key, value, attn_mask, bool(is_causal), scale, order, backward_order)
 
 
-def _attend(query: Tensor, key: Tensor, value: Tensor, is_causal: bool, scale: Optional[float], order: str,
-            backward_order: Optional[str]) -> Tensor:
+def _attend(query: Tensor, key: Tensor, value: Tensor, attn_mask: Optional[Tensor], is_causal: bool, scale: Optional[float],
+            order: str, backward_order: Optional[str]) -> Tensor:
+    if attn_mask is not None and is_causal:
+        raise ValueError("scaled_dot_product_attention: attn_mask and is_causal together (torch refuses both too)")
     if _direct(query, key, value):  # the custom op's own body, without its dispatch
-        return _run_attention(query, key, value, is_causal, scale, order)
-    return torch.ops.ordo.scaled_dot_product_attention(query, key, value, is_causal, scale, order, backward_order or "")
+        return _run_attention(query, key, value, is_causal, scale, order, attn_mask)
+    return torch.ops.ordo.scaled_dot_product_attention(query, key, value, attn_mask, is_causal, scale, order, backward_order or "")
 
 
 # --- pinned ----------------------------------------------------------------------------------
@@ -860,10 +888,19 @@ def _why_not(op: str, order: str, call: tuple) -> str:
             return str(e)
         return ""
     # scaled_dot_product_attention
-    (q_dtype, k_dtype, v_dtype, ndim, shapes_ok, d, s_q, s_k, last_contiguous, has_mask, dropout_p, is_causal, scale,
+    (q_dtype, k_dtype, v_dtype, ndim, shapes_ok, d, s_q, s_k, last_contiguous, mask, dropout_p, is_causal, scale,
      group, grad) = call
-    if has_mask:
-        return "attn_mask is given; ordo's attention takes no mask (is_causal=True is supported)"
+    if mask is not None:  # (dtype, dims, shape fits torch's flash kernel, requires grad, the spans' text)
+        mask_dtype, mask_dims, mask_fits, mask_grad, mask_spans = mask
+        if is_causal:
+            return "attn_mask and is_causal together (torch raises)"
+        if mask_grad:
+            return "attn_mask requires grad: torch runs its math path, not the flash kernel ordo reproduces"
+        if not mask_fits:
+            return (f"attn_mask is {mask_dims}-D or its sizes do not fit the query's: torch's flash kernel (which ordo "
+                    f"reproduces) takes a 2-D or 4-D mask whose dims are 1 or the query's")
+        if mask_dtype not in ("bool", "float32", q_dtype):
+            return f"attn_mask dtype {mask_dtype}; ordo takes a boolean mask, float32 or the query's dtype"
     if dropout_p != 0.0:
         return f"dropout_p={dropout_p}; ordo's attention has no dropout"
     if ndim != 4:
@@ -882,7 +919,11 @@ def _why_not(op: str, order: str, call: tuple) -> str:
     if group > 1 and grad and _exact(order) and (why := _gqa_gradients_refused(group, order)):
         return why
     try:
-        ordo._attention_kernel(d, s_q, s_k, _DTYPE_NAMES[getattr(torch, q_dtype)], order, bool(is_causal), scale, False)
+        if mask is not None:
+            mask_text = f"{'f32' if mask[0] == 'float32' else _DTYPE_NAMES[getattr(torch, q_dtype)]}:{mask[4]}"
+            _attention_plan(d, s_q, s_k, getattr(torch, q_dtype), order, False, scale, 1, (0, 0, 0), mask_text)
+        else:
+            ordo._attention_kernel(d, s_q, s_k, _DTYPE_NAMES[getattr(torch, q_dtype)], order, bool(is_causal), scale, False)
     except ValueError as e:
         return str(e)
     return ""
@@ -932,10 +973,11 @@ def _calls_to_time(op: str, run: str, call: tuple, specs: tuple):
         x, dim, dtype = _specimen(specs[0]), call[3], getattr(torch, call[4]) if call[4] else None
         theirs, ours = (F.softmax, softmax) if op == "softmax" else (F.log_softmax, log_softmax)
         return (lambda: theirs(x, dim, dtype=dtype)), (lambda: ours(x, dim, dtype, order=run))
-    q, k, v = (_specimen(s) for s in specs)
+    q, k, v = (_specimen(s) for s in specs[:3])
+    mask = _specimen(specs[3]) if len(specs) > 3 else None
     is_causal, scale, gqa = call[11], call[12], call[13] > 1
-    return ((lambda: F.scaled_dot_product_attention(q, k, v, is_causal=is_causal, scale=scale, enable_gqa=gqa)),
-            (lambda: scaled_dot_product_attention(q, k, v, is_causal, scale, enable_gqa=gqa, order=run)))
+    return ((lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=is_causal, scale=scale, enable_gqa=gqa)),
+            (lambda: scaled_dot_product_attention(q, k, v, is_causal, scale, attn_mask=mask, enable_gqa=gqa, order=run)))
 
 
 # How long pinned may time one call signature's two kernels (after a first call of each).
@@ -1332,9 +1374,10 @@ class pinned(TorchFunctionMode):
             last_contiguous = tuple(True if t.shape[-1] == 1 or t.stride(-1) == 1 else False for t in (q, k, v))
             call = (_dt(q), _dt(k), _dt(v), q.dim(), shapes_ok, operator.index(q.shape[-1]) if shapes_ok else 0,
                     operator.index(q.shape[-2]) if shapes_ok else 0, operator.index(k.shape[-2]) if shapes_ok else 0, last_contiguous,
-                    mask is not None, dropout_p, is_causal, None if scale is None else float(scale), group, grad)
+                    _mask_call(mask, q, k) if mask is not None and shapes_ok else None if mask is None else ("", 0, False, False, ""),
+                    dropout_p, is_causal, None if scale is None else float(scale), group, grad)
             order, error, note = _route_call("scaled_dot_product_attention", self.order, self.strict, _torch_threads(), call,
-                                             self._specs(q, k, v))
+                                             self._specs(q, k, v) if mask is None else self._specs(q, k, v, mask))
             if error:
                 raise ValueError(error)
             if note:
@@ -1348,9 +1391,23 @@ class pinned(TorchFunctionMode):
                     _fallback_warning(f"ordo.torch.pinned({self.order!r}): scaled_dot_product_attention runs torch's own kernel, "
                                       f"not ordo's: {why}")
                     return func(*args, **kwargs)
-                return scaled_dot_product_attention(q, k, v, is_causal, scale, enable_gqa=group > 1, order=order,
+                return scaled_dot_product_attention(q, k, v, is_causal, scale, attn_mask=mask, enable_gqa=group > 1, order=order,
                                                     backward_order=backward)
         return func(*args, **kwargs)
+
+
+def _mask_call(mask: Tensor, q: Tensor, k: Tensor) -> tuple:
+    """An attn_mask as _why_not reads it (plain data): its dtype, dims, whether its shape is one
+    torch's flash kernel takes (2-D or 4-D, each dim 1 or the query's), whether it requires grad,
+    and the dims it spans of (batch, head, S_q, S_k) as Request::mask's text (ordo._attention_mask)."""
+    full = (operator.index(q.shape[0]), operator.index(q.shape[1]), operator.index(q.shape[2]), operator.index(k.shape[2]))
+    shape = tuple(operator.index(n) for n in mask.shape)
+    fits = mask.dim() in (2, 4) and all(n in (1, want) for n, want in zip(shape[::-1], full[::-1]))
+    spans = "1111"
+    if fits:
+        m = mask.expand(full)
+        spans = "".join(letter if span else "1" for letter, span in zip("BHQK", ordo._mask_spans(m.shape, m.stride(), full)))
+    return _dt(mask), mask.dim(), fits, bool(mask.requires_grad), spans
 
 
 def _dt_name(dtype) -> str:

@@ -424,7 +424,7 @@ def test_fallbacks():
         ("input dtype float64", lambda: F.layer_norm(x.double(), (40,))),
         ("dim=0 is not the last dim", lambda: torch.softmax(x, 0)),
         ("dim=None", lambda: F.log_softmax(x)),
-        ("attn_mask is given", lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=mask)),
+        ("attn_mask is 3-D", lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=mask[None])),
         ("dropout_p=0.5", lambda: F.scaled_dot_product_attention(q, k, v, dropout_p=0.5)),
         ("query is 3-D", lambda: F.scaled_dot_product_attention(q[0], k[0], v[0])),
         ("a last dim is strided", lambda: F.scaled_dot_product_attention(q, k, v.transpose(-1, -2).contiguous().transpose(-1, -2))),
@@ -962,6 +962,70 @@ def test_direct_calls():
         check(y.grad_fn is not None, f"a call that needs a gradient records one ({dt})")
 
 
+def test_attention_mask():
+    """SDPA with an attn_mask (torch's flash kernel adds it: fma(q.k, scale, mask) forward, after
+    the product's scale backward): boolean masks as transformers builds them for a left-padded
+    batch (fully masked rows included) and float masks, every way of broadcasting torch's flash
+    kernel takes, grouped-query too. pinned runs ordo's kernels, in eager and compiled code, with
+    eager's bits: the output without gradients, and the output and every gradient with them."""
+    import ordo.torch as ot
+    for dtype in (torch.float32, torch.bfloat16):
+        for b, heads, kv_heads, s, d, kind in ((2, 4, 2, 48, 32, "left_pad"), (2, 2, 2, 37, 64, "bool"), (1, 4, 1, 70, 32, "float"),
+                                               (3, 2, 2, 1, 64, "keys"), (2, 3, 3, 20, 32, "float2d")):
+            g = torch.Generator().manual_seed(1)
+            q = torch.randn(b, s, heads, d, dtype=dtype, generator=g).transpose(1, 2)
+            k = torch.randn(b, s + 3, kv_heads, d, dtype=dtype, generator=g).transpose(1, 2)
+            v = torch.randn(b, s + 3, kv_heads, d, dtype=dtype, generator=g).transpose(1, 2)
+            dout = torch.randn(b, heads, s, d, dtype=dtype, generator=g)
+            keys = torch.arange(s + 3).view(1, 1, 1, -1)
+            if kind == "left_pad":  # causal, bottom-right aligned, batch i's first 5i keys padding
+                mask = (keys <= torch.arange(s).view(1, 1, -1, 1) + 3) & (keys >= 5 * torch.arange(b).view(-1, 1, 1, 1))
+            elif kind == "bool":
+                mask = torch.rand(b, heads, s, s + 3, generator=g) > 0.3
+            elif kind == "keys":  # [B, 1, 1, S_k]: one row of keys per batch
+                mask = keys >= torch.arange(b).view(-1, 1, 1, 1)
+            else:
+                mask = (torch.randn((1, 1, s, s + 3) if kind == "float" else (s, s + 3), generator=g) * 3).to(dtype)
+            name = f"mask {kind} {tuple(mask.shape)} {dtype} B={b} H={heads}/{kv_heads} S={s} D={d}"
+
+            def sdpa(q_, k_, v_):
+                return F.scaled_dot_product_attention(q_, k_, v_, attn_mask=mask, enable_gqa=True)
+
+            with torch.no_grad():
+                want = sdpa(q, k, v)
+                torch._dynamo.reset()
+                with ot.pinned(EXACT, strict=True, kernels="ordo"), OpLog() as log:
+                    got = sdpa(q, k, v)
+                    compiled = torch.compile(sdpa)(q, k, v)
+            ran = [n for n in log.names if "ordo" in n or "attention" in n]
+            check(all("ordo" in n for n in ran) and ran, f"{name}: pinned runs ordo's attention, not torch's: {ran[:3]}")
+            check(same(want, got) and same(want, compiled), f"{name}: pinned eager and compiled equal torch")
+
+            def step(fn):  # output and the three gradients of fn on leaf copies of q, k, v
+                leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+                out = fn(*leaves)
+                out.backward(dout)
+                return [out.detach()] + [t.grad for t in leaves]
+
+            want = step(sdpa)
+            torch._dynamo.reset()
+            with ot.pinned(EXACT, strict=True, kernels="ordo"), OpLog() as log:
+                got = step(sdpa)
+                compiled = step(torch.compile(sdpa))
+            ran = [n for n in log.names if "attention" in n]
+            check(any("ordo" in n and "backward" in n for n in ran) and all("ordo" in n for n in ran),
+                  f"{name} with gradients: pinned runs ordo's attention and its backward: {ran[:4]}")
+            check(all(same(w, x) for w, x in zip(want, got)) and all(same(w, c) for w, c in zip(want, compiled)),
+                  f"{name} with gradients: pinned eager and compiled give torch's output, dq, dk and dv")
+    # A tiled order has no mask: pinned("fast") runs torch's kernel there, with one warning naming why.
+    with warnings.catch_warnings(record=True) as record, torch.no_grad(), ot.pinned("fast"):
+        warnings.simplefilter("always")
+        got = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
+    messages = fallback_warnings(record)
+    check(same(F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True), got) and len(messages) == 1 and
+          "has no attention mask" in messages[0], f"a mask under pinned('fast'): torch's kernel, one warning naming why: {messages}")
+
+
 def test_grouped_query_attention():
     """SDPA with fewer key/value heads than query heads (enable_gqa=True), on transformers' layout
     (projections [B, S, H, D] viewed as [B, H, S, D]): pinned runs ordo's kernels, in eager and
@@ -1107,7 +1171,7 @@ def main():
                  test_new_shapes, test_decode_compiles_once, test_varying_lengths_compile_once,
                  test_runs_on_torch_threads, test_blocks_recompile, test_backward, test_eager_kernels,
                  test_graphs_run_outside_the_mode,
-                 test_grouped_query_attention, test_sum_and_mean, test_pointwise):
+                 test_grouped_query_attention, test_attention_mask, test_sum_and_mean, test_pointwise):
         print(f"--- {test.__name__}", flush=True)
         test()
     print(f"\n{len(failures)} failed" if failures else "\nall passed")
