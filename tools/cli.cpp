@@ -130,7 +130,7 @@ ordo::OpKind parse_op_arg(const Args& a) {
 }
 
 const std::vector<std::string> kRequestValues = {"order", "eps", "acc", "target", "weight-dtype", "cols", "dtype", "rows-in-flight",
-                                                 "arch", "sq", "sk", "heads", "kv-group", "row-strides"};
+                                                 "arch", "sq", "sk", "heads", "kv-group", "row-strides", "mask"};
 const std::vector<std::string> kRequestFlags = {"allow-mixed-dtypes", "no-weight", "no-bias", "causal", "lse"};
 
 const char* const kRequestOptionsHelp = R"(
@@ -151,6 +151,8 @@ request options (every command that builds a kernel):
   --kv-group G          attention_backward: G query heads per K/V head (grouped-query); launches are B*H/G rows (1)  --heads 8 --kv-group 4
   --row-strides Q,K,V   attention: the row strides of the q, k, v tensors PyTorch was given (D: contiguous)  --row-strides 512,512,512
   --causal              attention: key j hidden from query i > j   --causal
+  --mask T:DIMS         attention: an additive mask input (PyTorch's attn_mask; the torch2.15-cpu orders), T f32 or the
+                        inputs' dtype, DIMS of B, H, Q, K each its letter where spanned or 1 where broadcast  --mask bf16:B1QK
   --lse                 attention: also the log-sum-exp of each query row  --lse
 )";
 
@@ -201,6 +203,10 @@ ordo::Request request_from(const Args& a, ordo::OpKind op) {
     r.v_row_stride = parse_int("--row-strides", parts[2], 1, int64_t(1) << 40);
   }
   r.causal = a.flag("causal");
+  if (auto v = a.get("mask")) {
+    r.mask = ordo::AttentionMask::parse(*v);
+    if (!r.mask) throw Error(fmt::format("--mask '{}' is not T:DIMS (T f32, bf16 or f16; DIMS of B or 1, H or 1, Q or 1, K or 1: f32:B1QK)", *v));
+  }
   r.lse_output = a.flag("lse");
   // A backward op takes its forward's shape options (weight and bias: their gradients).
   const ordo::OpKind forward = ordo::forward_of(op);

@@ -2,6 +2,7 @@
 #include "tools/cli.hpp"
 
 #include <algorithm>
+#include <optional>
 
 namespace ordo::cli {
 
@@ -19,6 +20,9 @@ const char* const kRunHelp = R"(usage: ordo run <op> --order NAME --in NAME=FILE
   --threads T           threads of ordo's pool (0: every core)           --threads 2
   --scale S             attention: replaces 1/sqrt(D)                    --scale 0.125
   --causal              attention: key j is hidden from query i when j > i
+  --in mask=FILE.npy    attention, attention_backward: an additive mask (PyTorch's attn_mask as SDPA hands its
+                        kernel: f32 or the inputs' dtype, -inf hides a key), shaped [..., H or 1, S_q or 1, S_k or 1]
+                        against q's [..., H, S_q] (the leading dims all q's or all 1); the torch2.15-cpu orders
 Outputs are written all together, or none of them. x may have any rank; the op reduces its last dim.
 
 examples:
@@ -34,15 +38,49 @@ namespace {
 // H of q [..., H, S, D] as PyTorch sees it (Request::heads): a 3-D [N, S, D] is (1, N, S, D).
 int64_t attention_heads(const ordo::NpyArray& q) { return q.shape.size() >= 3 ? q.shape[q.shape.size() - 3] : 1; }
 
+// The Request::mask of a --in mask file against q [..., H, S_q, D] and S_k keys: which of (batch,
+// head, S_q, S_k) it spans, read from its shape, right-aligned against [..., H, S_q, S_k] (the
+// leading batch dims all q's or all 1). nullopt without one.
+std::optional<ordo::AttentionMask> mask_of(const std::map<std::string, ordo::NpyArray>& in, const ordo::NpyArray& q, int64_t seq_k) {
+  if (!in.count("mask")) return std::nullopt;
+  const ordo::NpyArray& m = in.at("mask");
+  std::vector<int64_t> full(q.shape.begin(), q.shape.end() - 1);
+  full.push_back(seq_k);
+  if (m.shape.empty() || m.shape.size() > full.size())
+    throw Error(fmt::format("mask has shape {}; it must have 1 to {} dims, broadcastable to {}", m.shape_text(), full.size(),
+                            ordo::NpyArray{q.dtype, full, {}}.shape_text()));
+  std::vector<int64_t> shape(full.size() - m.shape.size(), 1);  // right-aligned, as broadcasting
+  shape.insert(shape.end(), m.shape.begin(), m.shape.end());
+  std::vector<bool> spans(full.size());
+  for (size_t d = 0; d < full.size(); ++d) {
+    if (shape[d] != 1 && shape[d] != full[d])
+      throw Error(fmt::format("mask has shape {}, which does not broadcast to {} (each dim 1 or q's, the last S_k)", m.shape_text(),
+                              ordo::NpyArray{q.dtype, full, {}}.shape_text()));
+    spans[d] = shape[d] > 1;
+  }
+  const size_t lead = full.size() >= 3 ? full.size() - 3 : 0;
+  const bool batch = std::any_of(spans.begin(), spans.begin() + static_cast<std::ptrdiff_t>(lead), [](bool b) { return b; });
+  for (size_t d = 0; d < lead; ++d)
+    if (batch && full[d] > 1 && !spans[d])
+      throw Error(fmt::format("mask has shape {}: its batch dims must all be q's or all 1 (q is {})", m.shape_text(), q.shape_text()));
+  ordo::AttentionMask mask;
+  mask.dtype = m.dtype;
+  mask.per_batch = batch;
+  mask.per_head = full.size() >= 3 && spans[full.size() - 3];
+  mask.per_query = spans[full.size() - 2];
+  mask.per_key = spans[full.size() - 1];
+  return mask;
+}
+
 // ordo run attention: q [..., S_q, D], k and v [..., S_k, D] with the same leading dims; out is
 // shaped like q and lse like q without D.
 int run_attention(const Args& a, ordo::Request r, int threads) {
-  std::map<std::string, ordo::NpyArray> in = read_inputs(a, r.op, {"q", "k", "v"});
+  std::map<std::string, ordo::NpyArray> in = read_inputs(a, r.op, {"q", "k", "v", "mask"});
   for (const char* n : {"q", "k", "v"})
     if (!in.count(n)) throw Error(fmt::format("missing --in {}=FILE.npy", n));
   const ordo::NpyArray &q = in.at("q"), &k = in.at("k"), &v = in.at("v");
   for (const auto& [n, t] : in)
-    if (t.shape.size() < 2) throw Error(fmt::format("{} has shape {}; attention needs [..., S, D]", n, t.shape_text()));
+    if (n != "mask" && t.shape.size() < 2) throw Error(fmt::format("{} has shape {}; attention needs [..., S, D]", n, t.shape_text()));
   if (k.shape != v.shape) throw Error(fmt::format("k has shape {} but v has {}; they must match", k.shape_text(), v.shape_text()));
   if (!std::equal(q.shape.begin(), q.shape.end() - 2, k.shape.begin(), k.shape.end() - 2) || q.shape.size() != k.shape.size())
     throw Error(fmt::format("q {} and k {} differ in their leading (batch, head) dims", q.shape_text(), k.shape_text()));
@@ -56,6 +94,7 @@ int run_attention(const Args& a, ordo::Request r, int threads) {
   r.seq_k = r.seq_k_at_launch ? 0 : seq_k;
   r.x_dtype = q.dtype;
   r.heads = attention_heads(q);
+  r.mask = mask_of(in, q, seq_k);
   int64_t rows = 1;
   for (size_t i = 0; i + 2 < q.shape.size(); ++i) rows *= q.shape[i];
   if (auto s = a.get("scale")) r.scale = parse_double("--scale", *s);
@@ -75,13 +114,14 @@ int run_attention(const Args& a, ordo::Request r, int threads) {
 // leading dims and one dtype, lse [..., S_q] f32 (optional); dq like q, dk and dv like k. k and v
 // may have fewer heads than q (dim -3, dividing q's): grouped-query attention (Request::kv_group).
 int run_attention_backward(const Args& a, ordo::Request r, int threads) {
-  const std::vector<std::string> names{"q", "k", "v", "out", "dout", "lse"};
+  const std::vector<std::string> names{"q", "k", "v", "out", "dout", "lse", "mask"};
   std::map<std::string, ordo::NpyArray> in = read_inputs(a, r.op, names);
   for (const char* n : {"q", "k", "v", "out", "dout"})
     if (!in.count(n)) throw Error(fmt::format("missing --in {}=FILE.npy", n));
   const ordo::NpyArray &q = in.at("q"), &k = in.at("k");
   for (const auto& [n, t] : in)
-    if (n != "lse" && t.shape.size() < 2) throw Error(fmt::format("{} has shape {}; attention_backward needs [..., S, D]", n, t.shape_text()));
+    if (n != "lse" && n != "mask" && t.shape.size() < 2)
+      throw Error(fmt::format("{} has shape {}; attention_backward needs [..., S, D]", n, t.shape_text()));
   if (k.shape != in.at("v").shape)
     throw Error(fmt::format("k has shape {} but v has {}; they must match", k.shape_text(), in.at("v").shape_text()));
   for (const char* n : {"out", "dout"})
@@ -111,6 +151,7 @@ int run_attention_backward(const Args& a, ordo::Request r, int threads) {
   r.saved_stats = in.count("lse") > 0;
   r.heads = attention_heads(q);
   r.kv_group = grouped ? q.shape[dims - 3] / k.shape[dims - 3] : 1;
+  r.mask = mask_of(in, q, r.seq_k);
   r.has_weight = r.has_bias = false;
   if (auto s = a.get("scale")) r.scale = parse_double("--scale", *s);
   r.causal = a.flag("causal");
@@ -188,9 +229,9 @@ int cmd_run(int argc, char** argv) {
   const ordo::OpKind op = parse_op_arg(a);
   // --sk launch is not a shape: it asks for the kernel that takes S_k (from k) at launch.
   const bool sk_at_launch = a.get("sk") && *a.get("sk") == "launch";
-  if (a.get("sq") || (a.get("sk") && !sk_at_launch) || a.get("heads") || a.get("kv-group") || a.flag("lse"))
-    throw Error("ordo run takes attention's shape from the --in files (grouped-query: k with fewer heads than q) and writes lse when "
-                "--out lse= names it; drop --sq/--sk/--heads/--kv-group/--lse "
+  if (a.get("sq") || (a.get("sk") && !sk_at_launch) || a.get("heads") || a.get("kv-group") || a.flag("lse") || a.get("mask"))
+    throw Error("ordo run takes attention's shape from the --in files (grouped-query: k with fewer heads than q; a mask from --in "
+                "mask=) and writes lse when --out lse= names it; drop --sq/--sk/--heads/--kv-group/--lse/--mask "
                 "(--sk launch is the exception: one kernel for every S_k)");
   if (ordo::forward_of(op) != ordo::OpKind::attention && (a.get("scale") || a.flag("causal")))
     throw Error(fmt::format("--scale and --causal are attention's; {} takes neither", ordo::name(op)));

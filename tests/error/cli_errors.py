@@ -77,6 +77,9 @@ def make_inputs(d):
     np.save(f"{d}/v_d6.npy", rng.standard_normal((2, 3, 7, 6)).astype("<f4"))
     np.save(f"{d}/k_f16.npy", rng.standard_normal((2, 3, 7, 8)).astype("<f2"))
     np.save(f"{d}/q_1d.npy", rng.standard_normal(8).astype("<f4"))
+    # attention masks: [B, 1, S_q, S_k] with -inf in it, and one whose heads are neither 1 nor q's 3.
+    np.save(f"{d}/mask.npy", np.where(rng.random((2, 1, 5, 7)) > 0.7, -np.inf, 0).astype("<f4"))
+    np.save(f"{d}/mask_heads.npy", np.zeros((2, 2, 5, 7), "<f4"))
     # attention_backward: out and dout like q, lse [2, 3, 5] f32, and wrong variants.
     np.save(f"{d}/ab_out.npy", rng.standard_normal((2, 3, 5, 8)).astype("<f4"))
     np.save(f"{d}/ab_dout.npy", rng.standard_normal((2, 3, 5, 8)).astype("<f4"))
@@ -342,6 +345,17 @@ def cases(ind):
         Case("attention: exp2 with division", attn(order="flash(exp2=on,scale=divide)"), ["exp2", "scale=multiply"]),
         Case("attention: reference order with parameters", attn(order="exact-tiled(bc=8)"), ["exact-tiled", "no parameters"]),
         Case("attention: causal on layer_norm", ln("--causal"), ["--causal", "layer_norm"]),
+        Case("valid masked attention", attn("--in", "mask={in}/mask.npy", order="torch2.15-cpu-avx2(mkl=amd)"), None,
+             expect_outputs([("out", (2, 3, 5, 8), "<f4")], ind)),
+        Case("attention: a mask that does not broadcast", attn("--in", "mask={in}/mask_heads.npy", order="torch2.15-cpu-avx2(mkl=amd)"),
+             ["mask has shape (2, 2, 5, 7)", "does not broadcast to (2, 3, 5, 7)"]),
+        Case("attention: a mask on an order without one", attn("--in", "mask={in}/mask.npy", order="fast"),
+             ["order 'fast' has no attention mask"]),
+        Case("attention: a mask with causal", attn("--causal", "--in", "mask={in}/mask.npy", order="torch2.15-cpu-avx2(mkl=amd)"),
+             ["causal and a mask"]),
+        Case("attention: --mask on run", attn("--mask", "f32:B1QK", order="torch2.15-cpu-avx2(mkl=amd)"), ["--mask"]),
+        Case("emit: a malformed --mask", ["emit", "attention", "--ir", "--order", "torch2.15-cpu-avx2(mkl=amd)", "--cols", "8", "--sq", "5",
+                                          "--sk", "7", "--mask", "f32:BXQK"], ["--mask 'f32:BXQK'"]),
 
         # attention_backward: each mismatch names both tensors.
         Case("valid attention_backward", attnb("--causal"), None,
@@ -355,6 +369,8 @@ def cases(ind):
         Case("attention_backward: lse has the wrong row count", attnb(lse="ab_lse_rows.npy"), ["lse has shape", "q has"]),
         Case("attention_backward: lse not f32", attnb(lse="ab_lse_f16.npy"), ["lse is f16", "f32"]),
         Case("attention_backward: heads differ", attnb(k="k_heads.npy", v="k_heads.npy"), ["leading"]),
+        Case("valid masked attention_backward", attnb("--in", "mask={in}/mask.npy", order="torch2.15-cpu-avx2(mkl=amd)"), None,
+             expect_outputs([("dq", (2, 3, 5, 8), "<f4"), ("dk", (2, 3, 7, 8), "<f4"), ("dv", (2, 3, 7, 8), "<f4")], ind)),
         Case("attention_backward: missing dout", attnb(dout=None), ["missing --in dout"]),
         Case("attention_backward: lse as an output", attnb(out=("dq", "lse")), ["no output 'lse'"]),
         Case("attention_backward: order without a backward", attnb(order="exact-tiled"), ["exact-tiled", "attention_backward"]),
