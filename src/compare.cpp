@@ -202,7 +202,21 @@ int64_t count_identical(ScalarType t, const std::vector<uint8_t>& a, const std::
 }
 
 namespace {
-// Attention in float64 from the stored inputs: exact scaling, the causal mask, softmax, P @ v.
+// The additive mask (Request::mask) at launch row bh (one (batch, head)), query i, key j, as a
+// double; 0 without a mask. A row is one (batch, head) here: the float64 references take no
+// grouped-query launch.
+double mask_at(const Request& r, const HostBuffers& in, int64_t bh, int64_t i, int64_t j) {
+  if (!r.mask) return 0;
+  const AttentionMask& m = *r.mask;
+  const int64_t keys = m.per_key ? r.seq_k : 1, per_head = (m.per_query ? r.seq_q : 1) * keys;
+  const int64_t batch = bh / r.heads, head = bh % r.heads;
+  const int64_t at = ((m.per_batch ? batch * (m.per_head ? r.heads : 1) : 0) + (m.per_head ? head : 0)) * per_head +
+                     (m.per_query ? i : 0) * keys + (m.per_key ? j : 0);
+  return value_at(m.dtype, in.get("mask").data(), at);
+}
+
+// Attention in float64 from the stored inputs: exact scaling, the causal or additive mask,
+// softmax, P @ v. A row whose every key is masked gets PyTorch's out 0 and lse 0.
 std::map<std::string, std::vector<double>> attention_f64(const Request& r, const HostBuffers& in, int64_t rows) {
   const int64_t D = r.cols, Sq = r.seq_q, Sk = r.seq_k;
   const ScalarType t = r.x_dtype;
@@ -216,8 +230,13 @@ std::map<std::string, std::vector<double>> attention_f64(const Request& r, const
       for (int64_t j = 0; j < Sk; ++j) {
         double dot = 0;
         for (int64_t d = 0; d < D; ++d) dot += value_at(t, q, (bh * Sq + i) * D + d) * value_at(t, k, (bh * Sk + j) * D + d);
-        s[size_t(j)] = r.causal && j > i ? -INFINITY : dot * scale;
+        s[size_t(j)] = r.causal && j > i ? -INFINITY : dot * scale + mask_at(r, in, bh, i, j);
         mx = std::max(mx, s[size_t(j)]);
+      }
+      if (mx == -INFINITY) {
+        out["out"].insert(out["out"].end(), size_t(D), 0.0);
+        out["lse"].push_back(0.0);
+        continue;
       }
       double sum = 0;
       for (int64_t j = 0; j < Sk; ++j) {  // the scores become their exponentials
@@ -257,9 +276,10 @@ std::map<std::string, std::vector<double>> attention_backward_f64(const Request&
       for (int64_t j = 0; j < Sk; ++j) {
         double dot = 0;
         for (int64_t d = 0; d < D; ++d) dot += value_at(t, q, qi + d) * value_at(t, k, (bh * Sk + j) * D + d);
-        p[size_t(j)] = r.causal && j > i ? -INFINITY : dot * scale;
+        p[size_t(j)] = r.causal && j > i ? -INFINITY : dot * scale + mask_at(r, in, bh, i, j);
         mx = std::max(mx, p[size_t(j)]);
       }
+      if (mx == -INFINITY) continue;  // every key masked: no gradient
       for (int64_t j = 0; j < Sk; ++j) {
         p[size_t(j)] = std::exp(p[size_t(j)] - mx);
         sum += p[size_t(j)];
