@@ -785,6 +785,9 @@ def _attend(query: Tensor, key: Tensor, value: Tensor, attn_mask: Optional[Tenso
             order: str, backward_order: Optional[str]) -> Tensor:
     if attn_mask is not None and is_causal:
         raise ValueError("scaled_dot_product_attention: attn_mask and is_causal together (torch refuses both too)")
+    if attn_mask is not None and attn_mask.requires_grad and torch.is_grad_enabled():
+        raise ValueError("scaled_dot_product_attention: attn_mask requires grad, and ordo's attention gives the mask no "
+                         "gradient (torch's math path does); pass attn_mask.detach()")
     if _direct(query, key, value):  # the custom op's own body, without its dispatch
         return _run_attention(query, key, value, is_causal, scale, order, attn_mask)
     return torch.ops.ordo.scaled_dot_product_attention(query, key, value, attn_mask, is_causal, scale, order, backward_order or "")

@@ -1017,6 +1017,13 @@ def test_attention_mask():
                   f"{name} with gradients: pinned runs ordo's attention and its backward: {ran[:4]}")
             check(all(same(w, x) for w, x in zip(want, got)) and all(same(w, c) for w, c in zip(want, compiled)),
                   f"{name} with gradients: pinned eager and compiled give torch's output, dq, dk and dv")
+    # A mask that requires grad: ordo gives it none, so ordo.torch refuses it by name (pinned routes
+    # it to torch, whose math path runs it).
+    try:
+        ot.scaled_dot_product_attention(q, k, v, attn_mask=mask.float().requires_grad_(), enable_gqa=True, order=EXACT)
+        check(False, "a mask that requires grad raises")
+    except ValueError as e:
+        check("attn_mask requires grad" in str(e), f"a mask that requires grad raises, naming it: {e}")
     # A tiled order has no mask: pinned("fast") runs torch's kernel there, with one warning naming why.
     with warnings.catch_warnings(record=True) as record, torch.no_grad(), ot.pinned("fast"):
         warnings.simplefilter("always")
