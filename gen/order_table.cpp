@@ -490,7 +490,7 @@ std::vector<NamedOrder> make_table() {
   std::vector<NamedOrder> t;
   t.push_back({"fast", "the fastest order ordo has: two-pass, 4x8-lane fma sums, fused affine; attention: flash(bc=64,queries=32 on an AVX-512 CPU else 16,exp2=on,fma=all), S_k at launch; "
                "softmax/log_softmax_backward: s by 4x8-lane fma sums, Sleef exp, log_softmax's dx as one fma; "
-               "attention_backward: flash's tiled backward with fma, 16 lanes, lse recomputed by fast's forward; sum/mean: 4x8-lane fma "
+               "attention_backward: flash's tiled backward with fma, 16 lanes, lse recomputed by fast's forward; a mask as flash's; sum/mean: 4x8-lane fma "
                "sums; silu, silu_backward: Sleef's expf_u10 at every element, the backward's 1 + x(1 - s) fused; gelu_tanh: Sleef's "
                "tanhf_u10 at every element, x + 0.044715 x^3 fused, and in gelu_tanh_backward 1 - t^2 and 1 + 3*0.044715 x^2 too "
                "(no reference)",
@@ -696,7 +696,9 @@ std::vector<NamedOrder> make_table() {
                "Sleef exp, scores times the scale; one kernel serves every S_k (S_k at launch, no shape classes). attention_backward: FlashAttention-2's backward without atomics, P recomputed "
                "from lse, D_i = rowsum(dout*out); stage 1 per block of keys (lanes) sums dk, dv over the queries in ascending "
                "order, stage 2 per block of queries sums dq over the keys in ascending order, sequential dots "
-               "(AttentionBackwardOrder::Tiled; the CPU runs both stages' sums in one kernel per (batch, head), same bits); lse, when not given, recomputed by flash(Bc)'s forward; parameters as flash",
+               "(AttentionBackwardOrder::Tiled; the CPU runs both stages' sums in one kernel per (batch, head), same bits); lse, when not given, recomputed by flash(Bc)'s forward; parameters as flash. "
+               "A mask (attn_mask) is added to the finished score (times log2(e) under exp2); a query whose every key is masked gets "
+               "out 0, lse -inf and no gradient",
                {OpKind::attention, OpKind::attention_backward}, kAllStorage, false, false, [](ScalarType, ScalarType, const Request&, const HostModel&) {
                  Order o;
                  o.attention = flash(64, false, false);

@@ -359,10 +359,13 @@ std::string shape_error(const Request& r, const Order& o, const NamedOrder& n, c
                        "otherwise expand k and v to one head per query head{}",
                        r.order, name(r.op), r.kv_group, r.op == OpKind::attention_backward ? " and sum dk and dv over each group" : "");
   // PyTorch's CPU flash kernels add the mask in their own way (fma(q.k, scale, mask), and after
-  // the product's alpha = scale in the backward); no other order has a mask yet.
-  if (r.mask && !flash)
-    return fmt::format("order '{}' has no attention mask for {}; the torch2.15-cpu orders' attention and attention_backward (PyTorch's "
-                       "CPU flash kernels) have one",
+  // the product's alpha = scale in the backward); the flash orders add it to the finished score.
+  // The composites and the 1.13 orders have none.
+  const bool tiled = (r.op == OpKind::attention && o.attention.kind == AttentionOrder::Kind::Flash) ||
+                     (r.op == OpKind::attention_backward && o.attention_backward.kind == AttentionBackwardOrder::Kind::Tiled);
+  if (r.mask && !flash && !tiled)
+    return fmt::format("order '{}' has no attention mask for {}; the torch2.15-cpu orders (PyTorch's CPU flash kernels) and the flash "
+                       "orders (fast, flash) have one",
                        r.order, name(r.op));
   if (strided && n.reproduces_reference && !flash)
     return fmt::format("order '{}' reproduces its library for q, k and v with rows D = {} apart; with other row strides ({}, {}, {}) "

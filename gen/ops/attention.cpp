@@ -1,6 +1,9 @@
 // Scaled-dot-product attention forward, per (batch, head) = row of the launch:
-//   out[i] = sum_j p_ij v_j,  p_i = softmax_j(scale(q_i . k_j)), key j masked (-inf) when causal and j > i
-//   lse[i] = log(sum_j exp(scale(q_i . k_j)))   (optional output, f32)
+//   out[i] = sum_j p_ij v_j,  p_i = softmax_j(scale(q_i . k_j) + mask_ij), key j masked (-inf) when causal and j > i
+//   lse[i] = log(sum_j exp(scale(q_i . k_j) + mask_ij))   (optional output, f32)
+// mask: Request::mask's additive mask, added to the finished score (the flash orders; in log2
+// units under exp2, the mask times log2(e)); a row whose every key is -inf gets out = 0 and
+// lse = -inf.
 //
 // Program instance (row, block) holds the query rows block*L .. block*L + L-1 of its (batch,
 // head) in the L vector lanes of every per-query value, so all arithmetic is lane by lane and
@@ -20,6 +23,7 @@
 #include "gen/blocks/row.hpp"
 #include "gen/blocks/warp.hpp"
 #include "gen/gen.hpp"
+#include "gen/torch_cpu/attention_mask.hpp"
 #include "ir/error.hpp"
 
 namespace ordo::gen {
@@ -107,6 +111,27 @@ struct Attention {
 
   // Request::seq_k_at_launch: S_k as the kernel's size argument 0 (flash only); null otherwise.
   ExprRef sk_launch{};
+  // Request::mask (the flash orders): the input, and the instance's (batch, head)'s first element.
+  const MaskInput* mask = nullptr;
+  ExprRef mask_head{};
+
+  void setup_mask() {
+    if (mask) mask_head = mask->head_base(b, idx(0));
+  }
+  // A finished score plus the mask at (query, key), either an index or a vector of them: in
+  // log2 units under exp2 (the mask times log2(e), rounded). Unchanged without a mask.
+  ExprRef with_mask(ExprRef sc, const ExprRef& query_at, const ExprRef& key_at) const {
+    if (!mask) return sc;
+    ExprRef m = mask->at(b, mask_head, query_at, key_at);
+    if (o.exp2) m = mul(m, f32c(1.4426950408889634, m->type.lanes));
+    return add(std::move(sc), std::move(m));
+  }
+  // 1/l for the output, or 0 where a masked row has no key (l = 0: its out is 0, not 0/0).
+  ExprRef inverse_sum(const ExprRef& l) const {
+    const int lanes = l->type.lanes;
+    ExprRef inv = div(f32c(1.0f, lanes), l);
+    return mask ? select(binary(Op::Eq, l, f32c(0.0f, lanes)), f32c(0.0f, lanes), inv) : inv;
+  }
 
   Type vec() const { return Type{ScalarType::f32, L}; }
   // Elements of one (batch, head)'s K or V: S_k * D.
@@ -234,13 +259,14 @@ struct Attention {
     return acc;
   }
 
-  // A dot product made a score: rounded, scaled, rounded, and masked (causal) against `key`.
+  // A dot product made a score: rounded, scaled, rounded, masked (causal) against `key`, and
+  // the additive mask added.
   ExprRef finish_score(ExprRef s, ExprRef key) const {
     if (o.round_to_storage) s = to_storage(s);
     ExprRef sc = o.scale_divides && !o.exp2 ? div(s, scale_constant_expr()) : mul(s, scale_constant_expr());
     if (o.round_to_storage) sc = to_storage(sc);
-    if (r.causal) sc = select(binary(Op::Lt, query, splat(std::move(key))), f32c(-kInf, L), sc);
-    return sc;
+    if (r.causal) sc = select(binary(Op::Lt, query, splat(key)), f32c(-kInf, L), sc);
+    return with_mask(std::move(sc), query, key);
   }
 
   // for every group of key_group keys in [begin, begin + count), then the remainder:
@@ -679,7 +705,7 @@ struct Attention {
           });
           ExprRef sc = o.scale_divides && !o.exp2 ? div(b.get(acc_s), c) : mul(b.get(acc_s), c);
           if (r.causal) sc = select(binary(Op::Lt, b.get(qrow), add(begin, t)), f32c(-kInf, 1), sc);
-          ExprRef score = b.let("score", sc);
+          ExprRef score = b.let("score", with_mask(sc, b.get(qrow), add(begin, t)));
           b.store(sblk, add(mul(t, idx(T)), tid), score);
           b.assign(bm, binary(Op::Max, b.get(bm), score));
         });
@@ -706,7 +732,7 @@ struct Attention {
     b.region("flash", describe(o), [&] {
       key_blocks(Bc, Q, block);
       b.team([&](ExprRef) {
-        ExprRef inv = b.let("inv_sum", div(f32c(1.0f, 1), b.get(l)));
+        ExprRef inv = b.let("inv_sum", inverse_sum(b.get(l)));
         ExprRef out_at = b.let("out_at", add(add(mul(program_id(0), idx(Sq * D)), mul(b.get(qrow), idx(D))), b.get(dim0)));
         for (int u = 0; u < U; ++u) b.store(out, add(out_at, idx(8 * u)), stored(mul(b.get(acc[size_t(u)]), broadcast(inv, 8)), out));
         if (lse >= 0)
@@ -773,7 +799,7 @@ struct Attention {
     b.region("flash", describe(o), [&] {
       key_blocks(Bc, L, block);
       if (lse_only) return;
-      ExprRef inv = b.let("inv_sum", div(f32c(1.0f, L), b.get(l)));
+      ExprRef inv = b.let("inv_sum", inverse_sum(b.get(l)));
       write_out(acc, [&](ExprRef x) { return mul(x, inv); });
     });
     // lse in natural-log units; with exp2 the running max is in log2 units.
@@ -840,12 +866,10 @@ struct Attention {
         ExprRef cv = f32c(c, n);
         ExprRef sc = o.scale_divides && !o.exp2 ? div(b.get(sacc[size_t(g)]), cv) : mul(b.get(sacc[size_t(g)]), cv);
         ExprRef slot = add(slot0, idx(int64_t(g) * n));
-        if (r.causal) {
-          ExprRef key = add(begin, slot);
-          ExprRef keys = n == 1 ? key : add(broadcast(key, n), iota(n));
-          sc = select(binary(Op::Lt, n == 1 ? query : broadcast(query, n), keys), f32c(-kInf, n), sc);
-        }
-        b.store(sblk, slot, sc);
+        ExprRef key = add(begin, slot);
+        ExprRef keys = n == 1 ? key : add(broadcast(key, n), iota(n));
+        if (r.causal) sc = select(binary(Op::Lt, n == 1 ? query : broadcast(query, n), keys), f32c(-kInf, n), sc);
+        b.store(sblk, slot, with_mask(sc, query, keys));
       }
     };
     // p = exp(s - m') of keys [j0, j0 + n), over their scores in place.
@@ -899,7 +923,7 @@ struct Attention {
     auto block = [&](ExprRef begin, const ExprRef& count) { on_tiles(tiles, begin, count, [&] { block_on_tiles(begin, count); }); };
     b.region("flash", describe(o) + ", keys in lanes", [&] {
       key_blocks(Bc, 1, block);
-      ExprRef inv = b.let("inv_sum", div(f32c(1.0f, 1), b.get(l)));
+      ExprRef inv = b.let("inv_sum", inverse_sum(b.get(l)));
       ExprRef out_at = b.let("out_at", add(q_base, mul(query, idx(D))));
       for (int64_t u = 0; u < U; ++u)
         b.store(out, add(out_at, idx(u * VL)), stored(mul(b.get(acc[size_t(u)]), broadcast(inv, VL)), out));
@@ -950,7 +974,7 @@ struct Attention {
 
 }  // namespace
 
-ExprRef emit_attention_lse(Builder& b, const Request& r, const AttentionOrder& o, int q, int k, ExprRef query) {
+ExprRef emit_attention_lse(Builder& b, const Request& r, const AttentionOrder& o, int q, int k, ExprRef query, const MaskInput* mask) {
   if (o.kind != AttentionOrder::Kind::Flash || o.team > 0)
     throw Error(fmt::format("order '{}': attention_backward recomputes lse only by a flash forward order; give lse", r.order));
   Attention a{r, o, b, r.cols, r.seq_q, r.seq_k, query->type.lanes, r.x_dtype};
@@ -959,6 +983,8 @@ ExprRef emit_attention_lse(Builder& b, const Request& r, const AttentionOrder& o
   a.query = std::move(query);
   a.q_base = b.let("q_base", mul(program_id(0), idx(r.seq_q * r.cols)));
   a.kv_base = b.let("kv_base", mul(program_id(0), idx(r.seq_k * r.cols)));
+  a.mask = mask;
+  a.setup_mask();
   a.lse_only = true;
   a.lse_local = b.local("lse", a.vec());
   b.region("lse", "the forward's log-sum-exp: " + describe(o), [&] { a.flash(); });
@@ -997,6 +1023,7 @@ std::vector<Kernel> build_attention(const Request& r, const Order& order) {
   // Every stage's arguments, in one order (gen/gen.hpp): the op's, then the workspaces.
   struct Arguments {
     int q = -1, k = -1, v = -1, out = -1, lse = -1, k_f32 = -1, v_f32 = -1, v_split = -1, kv_flags = -1;
+    std::optional<MaskInput> mask;
   };
   auto arguments = [&](Builder& b) {
     Arguments a;
@@ -1006,6 +1033,7 @@ std::vector<Kernel> build_attention(const Request& r, const Order& order) {
     a.k = b.buffer("k", r.x_dtype, false, Extent::rows_by_fixed, kv_per_row);
     a.v = b.buffer("v", r.x_dtype, false, Extent::rows_by_fixed, kv_per_row);
     if (r.seq_k_at_launch) b.kernel().buffers[size_t(a.k)].per_row_size = b.kernel().buffers[size_t(a.v)].per_row_size = 0;
+    if (r.mask) a.mask.emplace(b, r);
     a.out = b.buffer("out", r.x_dtype, true, Extent::rows_by_fixed, r.seq_q * r.cols);
     if (r.lse_output) a.lse = b.buffer("lse", ScalarType::f32, true, Extent::rows_by_fixed, r.seq_q);
     if (widen_once) {
@@ -1068,6 +1096,10 @@ std::vector<Kernel> build_attention(const Request& r, const Order& order) {
   a.v_split = args.v_split;
   a.out = args.out;
   a.lse = args.lse;
+  if (args.mask) {
+    if (o.kind != AttentionOrder::Kind::Flash) throw Error(fmt::format("internal: order '{}' has a mask but is not a flash order", r.order));
+    a.mask = &*args.mask;
+  }
   if (r.seq_k_at_launch) {
     if (o.kind != AttentionOrder::Kind::Flash || o.team > 0)
       throw Error(fmt::format("internal: order '{}' has S_k at launch but is not a one-thread flash order", r.order));
@@ -1079,13 +1111,17 @@ std::vector<Kernel> build_attention(const Request& r, const Order& order) {
     const int split = flash_team_split(r.cols);  // threads per query: flash_team()
     const int queries = std::max(1, o.team / split);
     k.grid_fixed = {(r.seq_q + queries - 1) / queries};
-    b.region("attention", describe(o), [&] { a.flash_team(); });
+    b.region("attention", describe(o), [&] {
+      a.setup_mask();
+      a.flash_team();
+    });
     return stages;
   }
   if (keys_in_lanes) {
     k.grid_fixed = {r.seq_q};
     b.region("attention", describe(o), [&] {
       a.setup();
+      a.setup_mask();
       a.flash_keys_in_lanes();
     });
     return stages;
@@ -1093,6 +1129,7 @@ std::vector<Kernel> build_attention(const Request& r, const Order& order) {
   k.grid_fixed = {(r.seq_q + o.query_lanes - 1) / o.query_lanes};
   b.region("attention", describe(o), [&] {
     a.setup();
+    a.setup_mask();
     switch (o.kind) {
       case AttentionOrder::Kind::Materialized: a.materialized(); break;
       case AttentionOrder::Kind::ExactTiled: a.exact_tiled(); break;

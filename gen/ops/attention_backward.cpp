@@ -17,17 +17,20 @@
 //    stages too.
 // Lanes past the last key (query) repeat the last one, computing and storing the same bits
 // (gen/ops/attention.cpp does the same); the fused kernel adds only the real keys' terms to dq.
-// Causal masking is a select: every instance runs the same loops.
+// Causal masking is a select: every instance runs the same loops. With an additive mask
+// (Request::mask) s_ij = dot(q_i, k_j) * c + mask_ij, and a key whose s_ij is -inf is masked.
 #include <fmt/format.h>
 
 #include <cmath>
 #include <functional>
+#include <optional>
 #include <vector>
 
 #include "gen/blocks/constants.hpp"
 #include "gen/gen.hpp"
 #include "gen/blocks/math.hpp"
 #include "gen/blocks/warp.hpp"
+#include "gen/torch_cpu/attention_mask.hpp"
 #include "ir/error.hpp"
 
 namespace ordo::gen {
@@ -75,6 +78,8 @@ struct Backward {
   int64_t D, Sq, Sk;
   int L;
   int q = -1, k = -1, v = -1, out = -1, dout = -1, lse = -1, dq = -1, dk = -1, dv = -1;
+  std::optional<MaskInput> mask{};  // Request::mask
+  ExprRef mask_head{};              // the instance's (batch, head)'s first mask element
   // Queries (stage 1) or keys (stage 2) taken together (rows_per_step): their dot products are
   // independent chains, and their terms still reach each accumulator in order, so no bit depends
   // on it.
@@ -89,6 +94,10 @@ struct Backward {
     out = b.buffer("out", t, false, Extent::rows_by_fixed, Sq * D);
     dout = b.buffer("dout", t, false, Extent::rows_by_fixed, Sq * D);
     if (r.saved_stats) lse = b.buffer("lse", ScalarType::f32, false, Extent::rows_by_fixed, Sq);
+    if (r.mask) {
+      mask.emplace(b, r);
+      mask_head = mask->head_base(b, idx(0));
+    }
     dq = b.buffer("dq", t, true, Extent::rows_by_fixed, Sq * D);
     dk = b.buffer("dk", t, true, Extent::rows_by_fixed, Sk * D);
     dv = b.buffer("dv", t, true, Extent::rows_by_fixed, Sk * D);
@@ -124,9 +133,16 @@ struct Backward {
     b.for_range("d", idx(0), idx(D * blocks), 1, [&](ExprRef d) { b.store(buffer, mul(d, idx(L)), f32c(0.0f, L)); });
   }
 
-  // P and dS from a score's and dP's dot products (raw, per lane), lse and D_i.
-  std::pair<ExprRef, ExprRef> probabilities(ExprRef qk, ExprRef dp, ExprRef lse_i, ExprRef d_i, ExprRef masked) {
+  // P and dS from a score's and dP's dot products (raw, per lane), lse and D_i; `masked`: the
+  // causal mask's lanes, or null. With an additive mask, `query` and `key` (an index or a vector
+  // of them) address its value, added to the score, and a score of -inf is masked.
+  std::pair<ExprRef, ExprRef> probabilities(ExprRef qk, ExprRef dp, ExprRef lse_i, ExprRef d_i, ExprRef masked, const ExprRef& query,
+                                            const ExprRef& key) {
     ExprRef s = b.let("s", mul(std::move(qk), scale()));
+    if (mask) {
+      s = b.let("s.masked", add(s, mask->at(b, mask_head, query, key)));
+      masked = binary(Op::Eq, s, f32c(-INFINITY, L));
+    }
     ExprRef p = b.let("p", exp_f32(b, MathImpl::SleefU10, sub(s, std::move(lse_i))));
     ExprRef ds = mul(p, sub(std::move(dp), std::move(d_i)));
     if (masked) {
@@ -143,7 +159,7 @@ struct Backward {
     const int lse_s = scratch("lse_s", Sq);
     b.for_range("g", idx(0), idx((Sq + L - 1) / L), 1, [&](ExprRef g) {
       ExprRef query = b.let("query", binary(Op::Min, add(splat(mul(g, idx(L))), iota(L)), splat(idx(Sq - 1))));
-      ExprRef value = emit_attention_lse(b, r, order.attention, q, k, query);
+      ExprRef value = emit_attention_lse(b, r, order.attention, q, k, query, mask ? &*mask : nullptr);
       b.store(lse_s, query, value);
     });
     return [this, lse_s](ExprRef i) { return load(b.kernel(), lse_s, std::move(i)); };
@@ -233,8 +249,10 @@ struct Backward {
         for (int t = 0; t < n; ++t)
           for (int w = 0; w < W; ++w) {
             const size_t c = size_t(t * W + w);
-            ExprRef masked = r.causal ? binary(Op::Lt, splat(t ? add(i0, idx(t)) : i0), key[size_t(w)]) : nullptr;
-            auto [pt, dst] = probabilities(b.get(qk[c]), b.get(dp[c]), splat(lse_i[size_t(t)]), splat(b.get(di[size_t(t)])), masked);
+            ExprRef query = t ? add(i0, idx(t)) : i0;
+            ExprRef masked = r.causal ? binary(Op::Lt, splat(query), key[size_t(w)]) : nullptr;
+            auto [pt, dst] = probabilities(b.get(qk[c]), b.get(dp[c]), splat(lse_i[size_t(t)]), splat(b.get(di[size_t(t)])), masked, query,
+                                           key[size_t(w)]);
             p.push_back(pt);
             ds.push_back(b.let("ds", dst));
           }
@@ -402,7 +420,7 @@ struct Backward {
     });
     zero(dq_acc);
     ExprRef lse_i = b.let("lse_i", lse >= 0 ? gather(b.kernel(), lse, add(splat(mul(program_id(0), idx(Sq))), query))
-                                            : emit_attention_lse(b, r, order.attention, q, k, query));
+                                            : emit_attention_lse(b, r, order.attention, q, k, query, mask ? &*mask : nullptr));
     b.region("dq", describe(o) + ": stage 2, keys ascending", [&] {
       // `n` keys from j0: their dot products interleaved over d, then their terms added to dq
       // in key order.
@@ -427,8 +445,9 @@ struct Backward {
         });
         std::vector<ExprRef> ds;
         for (int t = 0; t < n; ++t) {
-          ExprRef masked = r.causal ? binary(Op::Lt, query, splat(t ? add(j0, idx(t)) : j0)) : nullptr;
-          ds.push_back(b.let("ds", probabilities(b.get(qk[size_t(t)]), b.get(dp[size_t(t)]), lse_i, b.get(di), masked).second));
+          ExprRef key = t ? add(j0, idx(t)) : j0;
+          ExprRef masked = r.causal ? binary(Op::Lt, query, splat(key)) : nullptr;
+          ds.push_back(b.let("ds", probabilities(b.get(qk[size_t(t)]), b.get(dp[size_t(t)]), lse_i, b.get(di), masked, query, key).second));
         }
         b.for_range("d", idx(0), idx(D), 1, [&](ExprRef d) {
           ExprRef slot = b.let("slot", mul(d, idx(L)));

@@ -1,5 +1,7 @@
 #include "gen/torch_cpu/attention_mask.hpp"
 
+#include <algorithm>
+
 #include "gen/blocks/constants.hpp"
 
 namespace ordo::gen {
@@ -45,6 +47,25 @@ ExprRef MaskInput::at_keys(Builder& b, const ExprRef& row, const ExprRef& key, i
   ExprRef x = r_.mask->per_key ? load(b.kernel(), buffer_, add(row, key), lanes) : load(b.kernel(), buffer_, row);
   if (x->type.scalar != ScalarType::f32) x = cast(x, ScalarType::f32);
   return !r_.mask->per_key && lanes > 1 ? broadcast(x, lanes) : x;
+}
+
+ExprRef MaskInput::at(Builder& b, const ExprRef& head, const ExprRef& query, const ExprRef& key) const {
+  const int lanes = std::max(query->type.lanes, key->type.lanes);
+  auto widen = [&](const ExprRef& x) { return x->type.lanes == lanes ? x : broadcast(x, lanes); };
+  ExprRef at = head;
+  int spread = 1;  // the lanes of the address
+  if (r_.mask->per_query) {
+    at = query->type.lanes > 1 ? add(broadcast(at, query->type.lanes), mul(query, broadcast(idx(key_extent_), query->type.lanes)))
+                               : add(at, mul(query, idx(key_extent_)));
+    spread = query->type.lanes;
+  }
+  if (r_.mask->per_key) {
+    at = spread == key->type.lanes ? add(at, key) : add(widen(at), widen(key));
+    spread = std::max(spread, key->type.lanes);
+  }
+  ExprRef x = spread > 1 ? gather(b.kernel(), buffer_, b.let("mask_at", at)) : load(b.kernel(), buffer_, at);
+  if (x->type.scalar != ScalarType::f32) x = cast(x, ScalarType::f32);
+  return widen(x);
 }
 
 }  // namespace ordo::gen

@@ -1,4 +1,4 @@
-// Attention's additive mask (Request::mask) as PyTorch's CPU flash kernels read it: the input
+// Attention's additive mask (Request::mask) as attention kernels read it: the input
 // "mask", PyTorch's [B, H, S_q, S_k] contiguous in its reduced shape (a broadcast dim has one
 // element), and the address of each (batch, head, query, key)'s element.
 #pragma once
@@ -28,6 +28,10 @@ class MaskInput {
   // The mask at keys key .. key+lanes-1 of a row (row_base) as f32: a vector load, or the row's
   // one element broadcast where the mask spans no keys.
   ir::ExprRef at_keys(ir::Builder& b, const ir::ExprRef& row, const ir::ExprRef& key, int lanes) const;
+  // The mask at (query, key) of a head (head_base) as f32, either index an i64 scalar or a vector
+  // (lane by lane): a load where the address is one, else a gather; the result has the larger
+  // lane count.
+  ir::ExprRef at(ir::Builder& b, const ir::ExprRef& head, const ir::ExprRef& query, const ir::ExprRef& key) const;
 
  private:
   const Request& r_;

@@ -234,7 +234,9 @@ def attention(q, k, v, order="fast", causal=False, scale=None, return_lse=False,
     order: "torch1.13-cpu-math" and "exact-tiled" reproduce eager PyTorch 1.13 bit for bit;
     "flash" / "flash(Bc)" is the tiled online softmax; "fast" the fastest.
     mask: PyTorch's attn_mask, broadcastable to [..., S_q, S_k]: boolean (True takes part) or
-    additive (f32 or q's dtype); the torch2.15-cpu orders (PyTorch's CPU flash kernel) take it."""
+    additive (f32 or q's dtype). The torch2.15-cpu orders add it as PyTorch's CPU flash kernel does;
+    the flash orders (fast, flash) add it to their scores, and give a query whose every key is
+    masked out 0 and lse -inf."""
     for name, a in (("q", q), ("k", k), ("v", v)):
         if not hasattr(a, "shape") or len(a.shape) < 2:
             raise ValueError(f"{name} must be [..., S, D]")
@@ -353,7 +355,7 @@ def attention_backward(q, k, v, out, dout, lse=None, order="fast", causal=False,
     tiled backward without atomics) or "fast". Grouped-query attention (k and v with fewer heads
     than q, [..., H_kv, S_k, D] against [..., H, S_q, D], H a multiple of H_kv): dk and dv sum
     each K/V head's group of query heads, as PyTorch's CPU flash backward does (the torch2.15-cpu
-    orders). mask: the forward's attn_mask (see attention; the torch2.15-cpu orders)."""
+    orders). mask: the forward's attn_mask (see attention; the torch2.15-cpu and flash orders)."""
     for name, a in (("q", q), ("k", k), ("v", v), ("out", out), ("dout", dout)):
         if not hasattr(a, "shape") or len(a.shape) < 2:
             raise ValueError(f"{name} must be [..., S, D]")

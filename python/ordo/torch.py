@@ -17,8 +17,8 @@ Inside `pinned(order)`, a TorchFunctionMode sends these calls to the operators:
   Tensor.log_softmax
 and so the modules that call them (nn.LayerNorm, nn.RMSNorm, nn.Softmax, nn.LogSoftmax). Dynamo
 traces the mode when the compiled function is called inside the block. A call ordo cannot run
-with the order (a dtype the order lacks, an attn_mask under an order without masks (those not
-reproducing torch's flash kernel) or of a shape torch's flash kernel does not take, dropout_p > 0,
+with the order (a dtype the order lacks, an attn_mask under an order without masks (the
+composites') or of a shape torch's flash kernel does not take, dropout_p > 0,
 a 3-D SDPA, a softmax over
 a dim other than the last, a layout whose bits torch itself changes: rms_norm or SDPA with a
 strided last dim, for orders reproducing a library) runs torch's own op instead and warns once
@@ -752,8 +752,9 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, is_c
 
     attn_mask: broadcastable to [..., S_q, S_k], boolean (True takes part; made 0 / -inf in the
     query's dtype, as torch does) or additive (float32 or the query's dtype), never with
-    is_causal; the orders that reproduce torch's flash kernel (torch2.15-cpu) take it, forward and
-    backward, as that kernel adds it. It gets no gradient.
+    is_causal. The orders that reproduce torch's flash kernel (torch2.15-cpu) add it as that kernel
+    does, forward and backward; the flash orders (fast, flash) add it to their scores. It gets no
+    gradient.
 
     enable_gqa=True: key and value may have fewer heads (dim -3) than query, a divisor of its
     count; query head h reads key/value head h // (H_q / H_kv), as in torch. Each group's keys

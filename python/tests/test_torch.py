@@ -1024,13 +1024,27 @@ def test_attention_mask():
         check(False, "a mask that requires grad raises")
     except ValueError as e:
         check("attn_mask requires grad" in str(e), f"a mask that requires grad raises, naming it: {e}")
-    # A tiled order has no mask: pinned("fast") runs torch's kernel there, with one warning naming why.
-    with warnings.catch_warnings(record=True) as record, torch.no_grad(), ot.pinned("fast"):
+    # The composite's order has no mask: pinned runs torch's kernel there, with one warning naming why.
+    with warnings.catch_warnings(record=True) as record, torch.no_grad(), ot.pinned("torch2.15-cpu-math"):
         warnings.simplefilter("always")
         got = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
     messages = fallback_warnings(record)
     check(same(F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True), got) and len(messages) == 1 and
-          "has no attention mask" in messages[0], f"a mask under pinned('fast'): torch's kernel, one warning naming why: {messages}")
+          "has no attention mask" in messages[0], f"a mask under pinned('torch2.15-cpu-math'): torch's kernel, one warning naming why: "
+                                                  f"{messages}")
+    # The flash orders add it to their scores (no reference; their error is bounded in
+    # reference_flash_bounds): pinned('fast') runs ordo's kernels, forward and backward.
+    leaves = [t.detach().float().clone().requires_grad_() for t in (q, k, v)]
+    float_mask = mask.float() if mask.dtype != torch.bool else mask
+    torch._dynamo.reset()
+    with ot.pinned("fast", strict=True), OpLog() as log:
+        out = F.scaled_dot_product_attention(*leaves, attn_mask=float_mask, enable_gqa=True)
+        out.backward(torch.ones_like(out))
+    want = F.scaled_dot_product_attention(*(t.detach().double() for t in leaves), attn_mask=float_mask.double(), enable_gqa=True)
+    ran = [n for n in log.names if "attention" in n]
+    check(any("ordo" in n and "backward" in n for n in ran) and all("ordo" in n for n in ran) and
+          float((out.double() - want).abs().max()) < 1e-5 and all(t.grad.isfinite().all() for t in leaves),
+          f"a mask under pinned('fast'): ordo's attention and its backward, within 1e-5 of float64: {ran[:4]}")
 
 
 def test_grouped_query_attention():

@@ -663,24 +663,32 @@ inline int attention_backward_vs_interpreter(Target target, bool sparse) {
   return cases;
 }
 
-// Attention with a mask (Request::mask, PyTorch's CPU flash kernels: the torch2.15-cpu orders),
-// forward and backward, against the interpreter: every way the mask spans (batch, head, S_q, S_k)
-// or broadcasts, in f32 and the inputs' dtype, launched as 2 batches of 3 heads (the backward
-// also grouped-query, 3 query heads per K/V head). Besides its random values the mask has -inf
-// scattered through it and over one query's every key (a fully masked row where the mask spans
-// queries). Returns the number of cases compared.
+// Attention with a mask (Request::mask: PyTorch's CPU flash kernels, the torch2.15-cpu orders,
+// and the flash orders' tiled kernels), forward and backward, against the interpreter: every way
+// the mask spans (batch, head, S_q, S_k) or broadcasts, in f32 and the inputs' dtype, launched as
+// 2 batches of 3 heads (the torch2.15-cpu backward also grouped-query, 3 query heads per K/V
+// head; the flash backward with lse recomputed in alternation). The flash cases take each of the
+// forward's layouts: queries in lanes, keys in lanes (one query), exp2, and on cuda-emu a team.
+// Besides its random values the mask has -inf scattered through it and over one query's every
+// key (a fully masked row where the mask spans queries). Returns the number of cases compared.
 inline int masked_attention_vs_interpreter(Target target, OpKind op) {
   struct Case {
     const char* order;
     ScalarType dtype;
     int64_t sq, sk, d, kv_group;
   };
-  const std::vector<Case> cases = {
+  std::vector<Case> cases = {
       {"torch2.15-cpu-avx2(mkl=amd)", ScalarType::f32, 7, 17, 32, 1},
       {"torch2.15-cpu-avx512(mkl=intel)", ScalarType::f32, 17, 40, 64, 3},
       {"torch2.15-cpu-avx512(threads=2,mkl=amd)", ScalarType::bf16, 9, 33, 64, 1},
       {"torch2.15-cpu-default(mkl=amd,onednn=off)", ScalarType::f16, 5, 9, 16, 3},
+      {"fast", ScalarType::f32, 19, 37, 32, 1},
+      {"fast", ScalarType::f32, 1, 70, 64, 1},  // one query: keys in lanes
+      {"flash(bc=8,exp2=on,scale=multiply,fma=all)", ScalarType::f32, 9, 20, 16, 1},
+      {"flash", ScalarType::bf16, 12, 33, 32, 1},
+      {"fast", ScalarType::f16, 7, 17, 16, 1},
   };
+  if (target == Target::cuda_emu && op == OpKind::attention) cases.push_back({"flash-cuda", ScalarType::f32, 9, 20, 32, 1});
   const char* spans[] = {"B1QK", "BHQK", "1HQK", "11QK", "B11K", "11Q1"};
   constexpr int64_t kBatches = 2, kHeads = 3;
   int compared = 0;
@@ -696,7 +704,10 @@ inline int masked_attention_vs_interpreter(Target target, OpKind op) {
       r.has_weight = r.has_bias = false;
       r.heads = kHeads;
       r.lse_output = op == OpKind::attention;
-      if (op == OpKind::attention_backward) r.kv_group = c.kv_group;
+      if (op == OpKind::attention_backward) {
+        r.kv_group = c.kv_group;
+        r.saved_stats = compared % 2 == 0 || r.order.rfind("torch2.15", 0) == 0;  // the flash orders recompute lse in alternation
+      }
       const ScalarType mask_dtype = i % 2 ? ScalarType::f32 : c.dtype;
       r.mask = AttentionMask::parse(fmt::format("{}:{}", name(mask_dtype), spans[i]));
       REQUIRE(r.mask);
@@ -707,7 +718,7 @@ inline int masked_attention_vs_interpreter(Target target, OpKind op) {
         const int64_t elements = static_cast<int64_t>(m.size()) / size_bytes(mask_dtype);
         for (int64_t e = 0; e < elements; e += 3) set_value(m, mask_dtype, e, -INFINITY);
         const int64_t keys = r.mask->per_key ? c.sk : 1;
-        if (r.mask->per_query)  // query 1 of the first (batch, head): every key masked
+        if (r.mask->per_query && c.sq > 1)  // query 1 of the first (batch, head): every key masked
           for (int64_t e = keys; e < 2 * keys; ++e) set_value(m, mask_dtype, e, -INFINITY);
       };
       check_on_interpreter_and(r, target, rows, 29 + compared, 0, 2.0, minus_infinity,

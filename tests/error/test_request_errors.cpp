@@ -158,8 +158,8 @@ TEST_CASE("attention_backward: requests outside what its orders define are rejec
     r.cols = 64;
     r.heads = 4;
   }) == "seq lengths, heads, kv_group, row strides, causal, scale, lse and mask are attention's; softmax takes none of them");
-  // An attention mask: PyTorch's CPU flash kernels (the torch2.15-cpu orders) take it, f32 or the
-  // inputs' dtype, never with causal (SDPA refuses both) nor with S_k at launch.
+  // An attention mask: PyTorch's CPU flash kernels (the torch2.15-cpu orders) and the flash orders
+  // take it, f32 or the inputs' dtype, never with causal (SDPA refuses both) nor with S_k at launch.
   CHECK(error_of([&](Request& r) {
     backward(r, "torch2.15-cpu-avx2(mkl=amd)");
     r.heads = 4;
@@ -172,7 +172,11 @@ TEST_CASE("attention_backward: requests outside what its orders define are rejec
   CHECK(error_of([&](Request& r) {
     backward(r, "fast");
     r.mask = AttentionMask::parse("f32:B11K");
-  }).find("order 'fast' has no attention mask for attention_backward; the torch2.15-cpu orders' attention and attention_backward") == 0);
+  }) == "(accepted)");
+  CHECK(error_of([&](Request& r) {
+    backward(r, "torch2.15-cpu-math-avx2(mkl=amd)");
+    r.mask = AttentionMask::parse("f32:B11K");
+  }).find("order 'torch2.15-cpu-math-avx2(mkl=amd)' has no attention mask for attention_backward; the torch2.15-cpu orders") == 0);
   CHECK(error_of([&](Request& r) {
     backward(r, "torch2.15-cpu-avx2(mkl=amd)");
     r.causal = true;

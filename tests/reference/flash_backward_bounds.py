@@ -19,6 +19,10 @@ first-order error of each computed quantity (ir/order.hpp, AttentionBackwardOrde
   * dv_j[d] = a chain of S_q terms P_ij dout_id: sum_i P_ij |dout_id| (rp_ij + g_{S_q+1}).
   * dk_j[d] = fl(fl(scale) * chain of S_q terms dS_ij q_id):
     scale (sum_i |dS_ij q_id| (g_{S_q+1} + 2u) + sum_i ddS_ij |q_id|); dq alike over the S_k keys.
+With an additive mask a_ij (the "masked" inputs: finite values, -inf hiding 30% of the keys and
+every key of query 1) z_ij = scale q_i.k_j + a_ij, and the score's sum adds one rounding: u |z|
+more in |ds|, and in the recomputed lse's E (fast's forward: exp2, a_ij * log2(e) rounded) u |a| more.
+A query whose every key is masked has no gradient: its dq, and its terms in dk and dv, are exactly 0.
 Products of two error terms are second order; they are below 1e-3 of the bound for these inputs
 (every relative error above is under 1e-4), and the check allows 1% for them.
 The test prints the largest observed fraction of the bound (a bound far above the errors would
@@ -54,18 +58,29 @@ def main():
     failures = checked = 0
     worst = {}
     for ci, (heads, sq, sk, d, causal) in enumerate(CASES):
-        for spread in (1.0, 3.0):
+        for variant in ("spread1", "spread3") + (() if causal else ("masked",)):
+            spread = 3.0 if variant == "spread3" else 1.0
             q, k, v, dout = ((spread * rng.standard_normal((heads, s, d))).astype(np.float32) for s in (sq, sk, sk, sq))
             qf, kf, vf, gf = (a.astype(np.float64) for a in (q, k, v, dout))
             scale = 1 / math.sqrt(d)
             mask = np.triu(np.ones((sq, sk), dtype=bool), 1) if causal else np.zeros((sq, sk), dtype=bool)
-            z = np.where(mask, -np.inf, np.einsum("hid,hjd->hij", qf, kf) * scale)
-            m = z.max(-1, keepdims=True)
-            e = np.exp(z - m)
+            add = None  # the additive mask, [S_q, S_k] (every head's), f32
+            finite_add = np.zeros((sq, sk))
+            if variant == "masked":
+                add = np.where(rng.random((sq, sk)) < 0.3, -np.inf, 2 * rng.standard_normal((sq, sk))).astype(np.float32)
+                if sq > 1:
+                    add[1] = -np.inf
+                mask = mask | np.isneginf(add)
+                finite_add = np.where(mask, 0, add).astype(np.float64)
+            zd = np.einsum("hid,hjd->hij", qf, kf) * scale
+            z = np.where(mask, -np.inf, zd + finite_add)
+            empty = mask.all(-1)[..., None]  # queries whose every key is masked
+            m = np.where(empty, 0, z.max(-1, keepdims=True))
+            e = np.where(mask, 0, np.exp(np.where(mask, 0, z) - m))
             l = e.sum(-1, keepdims=True)
-            p = e / l
+            p = e / np.where(l == 0, 1, l)
             o = p @ vf
-            lse = m + np.log(l)
+            lse = np.where(empty, -np.inf, m + np.log(np.where(l == 0, 1, l)))
             o32, lse32 = o.astype(np.float32), lse[..., 0].astype(np.float32)
             big_d = (gf * o).sum(-1, keepdims=True)
             dp = np.einsum("hid,hjd->hij", gf, vf)
@@ -74,22 +89,24 @@ def main():
             ref = {"dv": np.einsum("hij,hid->hjd", p, gf), "dk": scale * np.einsum("hij,hid->hjd", ds, qf),
                    "dq": scale * np.einsum("hij,hjd->hid", ds, kf)}
             zf = np.where(mask, 0, z)
-            err_s = np.where(mask, 0, scale * g(d) * np.einsum("hid,hjd->hij", np.abs(qf), np.abs(kf)) + 2 * U * np.abs(zf))
+            err_s = np.where(mask, 0, scale * g(d) * np.einsum("hid,hjd->hij", np.abs(qf), np.abs(kf)) + 2 * U * np.abs(np.where(mask, 0, zd))
+                             + (U * np.abs(zf) if add is not None else 0))
             e_dp = g(d) * np.einsum("hid,hjd->hij", np.abs(gf), np.abs(vf))
             e_d = (g(d) + U) * (np.abs(gf) * np.abs(o)).sum(-1, keepdims=True)
             names = {}
-            for n, a in (("q", q), ("k", k), ("v", v), ("out", o32), ("dout", dout), ("lse", lse32)):
-                names[n] = os.path.join(tmp, f"{ci}_{spread}_{n}.npy")
+            for n, a in (("q", q), ("k", k), ("v", v), ("out", o32), ("dout", dout), ("lse", lse32)) + ((("mask", add),) if add is not None else ()):
+                names[n] = os.path.join(tmp, f"{ci}_{variant}_{n}.npy")
                 np.save(names[n], a)
             for order, bc in ORDERS:
                 for given in (True, False):
+                    live_lse = np.where(empty, 0, lse)  # a masked query's terms are all 0 below
                     if given:
-                        e_lse = U * np.abs(lse)
+                        e_lse = U * np.abs(live_lse)
                     else:
                         nb = math.ceil(sk / min(bc, sk))
-                        E = err_s.max(-1, keepdims=True)
-                        e_lse = E + (sk + 6 * nb + 16) * U + 2 * U * (np.abs(m) + np.abs(lse))
-                    rp = np.where(mask, 0, np.expm1(err_s + e_lse + U * np.abs(zf - lse) + 2 * U))
+                        E = (err_s + U * np.abs(finite_add)).max(-1, keepdims=True)
+                        e_lse = E + (sk + 6 * nb + 16) * U + 2 * U * (np.abs(m) + np.abs(live_lse))
+                    rp = np.where(mask, 0, np.expm1(err_s + e_lse + U * np.abs(zf - live_lse) + 2 * U))
                     e_t = e_dp + e_d + U * (np.abs(t) + e_dp + e_d)
                     e_ds = np.where(mask, 0, p * (e_t + np.abs(t) * rp) + U * p * np.abs(t))
                     bound = {
@@ -101,13 +118,13 @@ def main():
                     }
                     outs = {n: os.path.join(tmp, f"{n}.npy") for n in ("dq", "dk", "dv")}
                     cmd = [args.ordo, "run", "attention_backward", "--order", order]
-                    for n in ("q", "k", "v", "out", "dout") + (("lse",) if given else ()):
+                    for n in ("q", "k", "v", "out", "dout") + (("lse",) if given else ()) + (("mask",) if add is not None else ()):
                         cmd += ["--in", f"{n}={names[n]}"]
                     for n, path in outs.items():
                         cmd += ["--out", f"{n}={path}"]
                     cmd += ["--causal"] if causal else []
                     r = subprocess.run(cmd, capture_output=True, text=True)
-                    label = f"{order} lse={'given' if given else 'recomputed'} heads={heads} Sq={sq} Sk={sk} D={d} causal={causal} spread={spread}"
+                    label = f"{order} lse={'given' if given else 'recomputed'} heads={heads} Sq={sq} Sk={sk} D={d} causal={causal} {variant}"
                     if r.returncode != 0:
                         print(f"FAIL {label}: ordo exited {r.returncode}: {r.stderr.strip()}")
                         failures += 1

@@ -22,6 +22,11 @@ g_D = D u / (1 - D u). Why each term:
   * (3): 16-bit outputs are rounded once to storage (u_s = 2^-8 bf16, 2^-11 f16; 0 for f32), a
     relative error of the computed f32 value, which is within (1) + (2) of o.
 The log-sum-exp output is checked against |lse - lse*| <= E + (S_k + 6 n_b + 16) u + 2 u (|m| + |lse*|).
+With an additive mask a_j (the "masked" inputs: finite values, -inf hiding 30% of the keys and
+every key of query 1) the logits are z_j = scale * q.k_j + a_j, and each score sees one more
+rounding, of the sum (u |z_j|), and under exp2 one of a_j * log2(e) (u |a_j|, in natural units):
+E = max_j (scale * g_D * sum_d |q_d k_jd| + 2 u |scale * q.k_j| + u |z_j| + u |a_j|) there. A query
+whose every key is masked must give out = 0 and lse = -inf exactly.
 The test prints the largest observed fraction of the bound (far below 1 when the bound is
 reasonable, not vacuous) and fails on any element outside it.
 """
@@ -45,7 +50,7 @@ ORDERS = [("flash(16)", 16), ("flash", 64), ("flash(bc=32,exp2=on,scale=multiply
 
 
 def draw(rng, kind, shape):
-    if kind == "normal":
+    if kind in ("normal", "masked"):
         return rng.standard_normal(shape)
     if kind == "spread3":
         return 3 * rng.standard_normal(shape)
@@ -63,8 +68,13 @@ def main():
     failures = checked = 0
     worst = {}
     for ci, (heads, sq, sk, d, causal) in enumerate(CASES):
-        for kind in ("normal", "spread3", "offset"):
+        for kind in ("normal", "spread3", "offset") + (() if causal else ("masked",)):
             q, k, v = (draw(rng, kind, (heads, s, d)).astype(np.float32) for s in (sq, sk, sk))
+            add = None  # the additive mask, [S_q, S_k] (every head's), f32
+            if kind == "masked":
+                add = np.where(rng.random((sq, sk)) < 0.3, -np.inf, 2 * rng.standard_normal((sq, sk))).astype(np.float32)
+                if sq > 1:
+                    add[1] = -np.inf
             for dtype in ("f32", "bf16", "f16"):
                 if dtype == "bf16":
                     stored = [to_bf16_bits(a) for a in (q, k, v)]
@@ -79,21 +89,33 @@ def main():
                 for name, a in zip("qkv", stored):
                     paths.append(os.path.join(tmp, f"{ci}_{kind}_{dtype}_{name}.npy"))
                     np.save(paths[-1], a)
+                mask_in = []  # an f32 mask serves every dtype
+                if add is not None:
+                    mask_path = os.path.join(tmp, f"{ci}_mask.npy")
+                    np.save(mask_path, add)
+                    mask_in = ["--in", "mask=" + mask_path]
                 scale = 1 / math.sqrt(d)
-                z = np.einsum("hid,hjd->hij", qf, kf) * scale
+                zd = np.einsum("hid,hjd->hij", qf, kf) * scale
                 a_abs = np.einsum("hid,hjd->hij", np.abs(qf), np.abs(kf))
                 mask = np.triu(np.ones((sq, sk), dtype=bool), 1) if causal else np.zeros((sq, sk), dtype=bool)
-                z = np.where(mask, -np.inf, z)
-                m = z.max(-1, keepdims=True)
-                e = np.exp(z - m)
+                finite_add = np.zeros((sq, sk))
+                if add is not None:
+                    mask = mask | np.isneginf(add)
+                    finite_add = np.where(np.isneginf(add), 0, add).astype(np.float64)
+                z = np.where(mask, -np.inf, zd + finite_add)
+                empty = mask.all(-1)  # queries whose every key is masked: out 0, lse -inf
+                m = np.where(empty[..., None], 0, z.max(-1, keepdims=True))
+                e = np.where(mask, 0, np.exp(np.where(mask, 0, z) - m))
                 l = e.sum(-1, keepdims=True)
-                p = e / l
+                p = e / np.where(l == 0, 1, l)
                 o = p @ vf
-                lse = (m + np.log(l))[..., 0]
+                lse = np.where(empty, -np.inf, (m + np.log(np.where(l == 0, 1, l)))[..., 0])
                 g = d * U / (1 - d * U)
-                err_s = np.where(mask, 0, scale * g * a_abs + 2 * U * np.abs(np.where(mask, 0, z)))
+                zf = np.where(mask, 0, z)
+                err_s = np.where(mask, 0, scale * g * a_abs + 2 * U * np.abs(np.where(mask, 0, zd)) +
+                                 (U * (np.abs(zf) + np.abs(finite_add)) if add is not None else 0))
                 E = err_s.max(-1, keepdims=True)
-                dz = np.where(mask, 0, np.abs(np.where(mask, 0, z) - m))
+                dz = np.where(mask, 0, np.abs(zf - m))
                 us = {"f32": 0.0, "bf16": 2.0 ** -8, "f16": 2.0 ** -11}[dtype]
                 for order, bc in ORDERS:
                     if dtype != "f32" and order != "flash":
@@ -105,6 +127,7 @@ def main():
                     out_p, lse_p = os.path.join(tmp, "out.npy"), os.path.join(tmp, "lse.npy")
                     cmd = [args.ordo, "run", "attention", "--order", order, "--in", "q=" + paths[0], "--in", "k=" + paths[1],
                            "--in", "v=" + paths[2], "--out", "out=" + out_p, "--out", "lse=" + lse_p] + (["--causal"] if causal else [])
+                    cmd += mask_in
                     r = subprocess.run(cmd, capture_output=True, text=True)
                     label = f"{order} {dtype} heads={heads} Sq={sq} Sk={sk} D={d} causal={causal} {kind}"
                     if r.returncode != 0:
@@ -114,8 +137,13 @@ def main():
                     got = np.load(out_p)
                     got = as_float(got).astype(np.float64) if dtype == "bf16" else got.astype(np.float64)
                     got_lse = np.load(lse_p).astype(np.float64)
-                    ratio = np.abs(got - o) / bound
-                    lse_ratio = np.abs(got_lse - lse) / lse_bound
+                    live = ~empty  # queries (dim 1) with a key to attend to
+                    ratio = np.abs(got - o)[:, live] / bound[:, live]
+                    lse_ratio = np.abs(got_lse - lse)[:, live] / lse_bound[:, live]
+                    if empty.any() and not (np.all(got[:, empty] == 0) and np.all(np.isneginf(got_lse[:, empty]))):
+                        print(f"FAIL {label}: a query with every key masked gave out {got[:, empty].ravel()[:3]}, lse "
+                              f"{got_lse[:, empty].ravel()[:3]}, not 0 and -inf")
+                        failures += 1
                     checked += 1
                     key = (order, dtype)
                     worst[key] = max(worst.get(key, 0.0), float(ratio.max()), float(lse_ratio.max()))
