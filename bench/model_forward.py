@@ -13,7 +13,8 @@
           pinned routes, whatever its speed
 
 The model is examples/hf_parity.py's (hidden 128, 2 layers, 4 heads with 2 K/V heads, batch
-2x48, random weights), in eval mode with no gradient. Each time is the median of --calls forward
+2x48, random weights), in eval mode with no gradient. --pad P left-pads the batch as hf_parity
+does (row i starts with P*i masked tokens): the model's SDPA then takes an attention mask. Each time is the median of --calls forward
 passes; eager, lite and pinned take turns for --rounds rounds, then eager and ordo (Dynamo keeps
 one graph per mode type, so ordo's compile replaces pinned's). Milliseconds; the ratio is eager's time over
 the way's (above 1: faster than eager).
@@ -52,37 +53,39 @@ def main():
     ap.add_argument("--dtype", default="f32", choices=sorted(hf_parity.DTYPES))
     ap.add_argument("--calls", type=int, default=200)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--pad", type=int, default=0, help="left padding: row i starts with pad*i masked tokens")
     args = ap.parse_args()
     for name in ("calls", "rounds"):
         if getattr(args, name) < 1:
             ap.error(f"--{name} {getattr(args, name)}: must be at least 1")
     sizes = argparse.Namespace(vocab=512, hidden=128, intermediate=256, layers=2, heads=4, kv_heads=2, head_dim=0, seq=48,
-                               seed=0, batch=2, pad=0)
+                               seed=0, batch=2, pad=max(0, args.pad))
     warnings.filterwarnings("ignore", message=".*token_id.*")
     model = hf_parity.make_model(args.family, sizes, hf_parity.DTYPES[args.dtype]).eval()
-    ids, _, _ = hf_parity.make_batch(sizes)
+    ids, mask, _ = hf_parity.make_batch(sizes)
     block, ordo_block = ordo.torch.pinned("torch2.15-cpu"), ordo.torch.pinned("torch2.15-cpu", kernels="ordo")
     with torch.no_grad():
-        want = model(ids).logits
-        print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {args.family} {args.dtype}; "
-              f"median ms of {args.calls} forward passes per round; ratio: eager's time over the way's")
+        want = model(ids, attention_mask=mask).logits
+        print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {args.family} {args.dtype}"
+              f"{', left pad ' + str(args.pad) if args.pad else ''}; median ms of {args.calls} forward passes per round; ratio: eager's time "
+              f"over the way's")
         with ordo.torch._eager_kernels_config():
             lite = torch.compile(model)
-            lite(ids)
+            lite(ids, attention_mask=mask)
         with block:
             pinned = torch.compile(model)
-            if hf_parity.differing(want, pinned(ids).logits):
+            if hf_parity.differing(want, pinned(ids, attention_mask=mask).logits):
                 raise SystemExit("FAIL: the pinned model's logits differ from eager's")
-        interleaved(args, [("eager", lambda: model(ids), None), ("lite", lambda: lite(ids), None),
-                           ("pinned", lambda: pinned(ids), block)])
+        interleaved(args, [("eager", lambda: model(ids, attention_mask=mask), None), ("lite", lambda: lite(ids, attention_mask=mask), None),
+                           ("pinned", lambda: pinned(ids, attention_mask=mask), block)])
         # Dynamo keeps one graph per mode type: the kernels="ordo" block compiles its own, after
         # the others are dropped, and takes turns with eager alone.
         torch._dynamo.reset()
         with ordo_block:
             pinned_ordo = torch.compile(model)
-            if hf_parity.differing(want, pinned_ordo(ids).logits):
+            if hf_parity.differing(want, pinned_ordo(ids, attention_mask=mask).logits):
                 raise SystemExit("FAIL: the kernels='ordo' model's logits differ from eager's")
-        interleaved(args, [("eager", lambda: model(ids), None), ("ordo", lambda: pinned_ordo(ids), ordo_block)])
+        interleaved(args, [("eager", lambda: model(ids, attention_mask=mask), None), ("ordo", lambda: pinned_ordo(ids, attention_mask=mask), ordo_block)])
 
 
 def interleaved(args, ways):
