@@ -936,7 +936,7 @@ def test_direct_calls():
                 ("softmax", ot.softmax(x, order=order), torch.ops.ordo.softmax(x, order, "")),
                 ("log_softmax", ot.log_softmax(x, order=order), torch.ops.ordo.log_softmax(x, order, "")),
                 ("sdpa", ot.scaled_dot_product_attention(q, k, v, True, order=order),
-                 torch.ops.ordo.scaled_dot_product_attention(q, k, v, True, None, order, "")),
+                 torch.ops.ordo.scaled_dot_product_attention(q, k, v, None, True, None, order, "")),
             ]
             for name, direct, op in pairs:
                 check(same(direct, op), f"direct {name} equals its custom op ({dt}, {order})")
