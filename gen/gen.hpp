@@ -89,7 +89,7 @@ std::vector<ir::Kernel> build_attention(const Request& r, const ir::Order& order
 std::vector<ir::Kernel> build_attention_backward(const Request& r, const ir::Order& order);
 // The log-sum-exp the forward order `o` (kind Flash) writes, for the queries in the lanes of
 // `query` (an i64 vector) of the (batch, head) program_id(0), from the q and k buffers.
-class MaskInput;  // gen/torch_cpu/attention_mask.hpp
+class MaskInput;  // gen/blocks/attention_mask.hpp
 ir::ExprRef emit_attention_lse(ir::Builder& b, const Request& r, const ir::AttentionOrder& o, int q, int k, ir::ExprRef query,
                                const MaskInput* mask = nullptr);
 std::vector<ir::Kernel> build_layer_norm_backward(const Request& r, const ir::Order& order);

@@ -23,7 +23,7 @@
 #include "gen/blocks/row.hpp"
 #include "gen/blocks/warp.hpp"
 #include "gen/gen.hpp"
-#include "gen/torch_cpu/attention_mask.hpp"
+#include "gen/blocks/attention_mask.hpp"
 #include "ir/error.hpp"
 
 namespace ordo::gen {

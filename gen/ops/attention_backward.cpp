@@ -30,7 +30,7 @@
 #include "gen/gen.hpp"
 #include "gen/blocks/math.hpp"
 #include "gen/blocks/warp.hpp"
-#include "gen/torch_cpu/attention_mask.hpp"
+#include "gen/blocks/attention_mask.hpp"
 #include "ir/error.hpp"
 
 namespace ordo::gen {

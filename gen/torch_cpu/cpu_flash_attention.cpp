@@ -34,7 +34,7 @@
 #include "gen/libraries/mkl_gemm.hpp"
 #include "gen/blocks/reductions.hpp"
 #include "gen/blocks/row.hpp"
-#include "gen/torch_cpu/attention_mask.hpp"
+#include "gen/blocks/attention_mask.hpp"
 #include "ir/error.hpp"
 
 namespace ordo::gen {

@@ -1,4 +1,4 @@
-#include "gen/torch_cpu/attention_mask.hpp"
+#include "gen/blocks/attention_mask.hpp"
 
 #include <algorithm>
 
