@@ -9,7 +9,9 @@ Rows (f32 and bf16, each order):
     1, 16, 256, 4096 and hidden 768, 4096, 8192 (--quick: rows 1 and 256, hidden 768 and 4096);
   * scaled_dot_product_attention, batch 1, 8 heads, D 64: prefill (S 512, causal) and decode (one
     query against 2048 keys); and as Hugging Face models call it (strided q, k, v, grouped-query,
-    causal): B x H/H_kv x S x D 2x4/2x48x32, 2x16/4x256x64, 1x32/8x512x128;
+    causal): B x H/H_kv x S x D 2x4/2x48x32, 2x16/4x256x64, 1x32/8x512x128, and the same with a
+    left-padded batch's boolean mask [B, 1, S, S] (causal, batch i's first 5i keys padding) in
+    place of is_causal;
   * backward through autograd: layer_norm and softmax at 256 x 4096 (y.backward(dy)).
 Each time is the fastest, over --rounds rounds, of the mean over as many calls as fit in --seconds
 after a warm-up (kernel compiles happen in the warm-up). The ratio is torch's time over ordo's:
@@ -93,6 +95,14 @@ def attention_rows(args):
                 t = per_call_s(lambda: ot.scaled_dot_product_attention(q, k, v, True, enable_gqa=True, order=order), args.seconds,
                                args.rounds)
                 yield (f"sdpa {dt_name} HF GQA {b}x{h}/{hkv}x{s}x{d} causal", order, t_torch, t, False)
+            keys = torch.arange(s).view(1, 1, 1, -1)
+            mask = (keys <= torch.arange(s).view(1, 1, -1, 1)) & (keys >= 5 * torch.arange(b).view(-1, 1, 1, 1))
+            t_torch = per_call_s(lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True), args.seconds,
+                                 args.rounds)
+            for order in args.orders:
+                t = per_call_s(lambda: ot.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True, order=order),
+                               args.seconds, args.rounds)
+                yield (f"sdpa {dt_name} HF GQA {b}x{h}/{hkv}x{s}x{d} padded mask", order, t_torch, t, False)
 
 
 def backward_rows(args):

@@ -289,11 +289,10 @@ def _attention_mask(mask, q, sk, dtype):
     full = (1,) * (3 - len(full)) + full  # q [S, D] or [N, S, D]: one batch (and one head)
     lead = len(full) - 3
     qd = _dtype_of(q, dtype)
+    # The broadcast dims are dropped first, on a view; a boolean mask becomes 0 / -inf only then,
+    # at its reduced size (converting first would fill a tensor of the full [..., S_q, S_k]).
     if _is_torch(mask):
         import torch
-        if mask.dtype == torch.bool:
-            mask = torch.zeros(mask.shape, dtype=q.dtype).masked_fill_(~mask, float("-inf"))
-        md = _dtype_of(mask, None)
         try:
             m = mask.expand(full)
         except RuntimeError as e:
@@ -303,13 +302,13 @@ def _attention_mask(mask, q, sk, dtype):
         for d in range(len(full)):
             if not spans[d] and (d >= lead or not batch):
                 m = m.narrow(d, 0, 1)
+        if m.dtype == torch.bool:
+            m = torch.zeros(m.shape, dtype=q.dtype).masked_fill_(~m, float("-inf"))
         m = m.contiguous()
+        md = _dtype_of(m, None)
     else:
         import numpy as np
         mask = np.asarray(mask)
-        if mask.dtype == np.bool_:
-            mask = np.where(mask, np.float32(0), np.float32(-np.inf)).astype(np.float32)
-        md = _dtype_of(mask, dtype if mask.dtype == np.uint16 else None)
         try:
             m = np.broadcast_to(mask, full)
         except ValueError as e:
@@ -318,6 +317,9 @@ def _attention_mask(mask, q, sk, dtype):
         batch = any(spans[:lead])
         m = np.ascontiguousarray(m[tuple(slice(0, 1) if not spans[d] and (d >= lead or not batch) else slice(None)
                                          for d in range(len(full)))])
+        if m.dtype == np.bool_:
+            m = np.where(m, np.float32(0), np.float32(-np.inf)).astype(np.float32)
+        md = _dtype_of(m, dtype if m.dtype == np.uint16 else None)
     if md not in ("f32", qd):
         raise ValueError(f"attn_mask is {md}; it must be bool, f32 or q's dtype {qd}")
     return m, md + ":" + "".join(letter if span else "1" for letter, span in zip("BHQK", [batch] + spans[lead:]))
