@@ -962,6 +962,39 @@ def test_direct_calls():
         check(y.grad_fn is not None, f"a call that needs a gradient records one ({dt})")
 
 
+def check_pinned_sdpa(name, sdpa, q, k, v, dout):
+    """sdpa(q, k, v) (an F.scaled_dot_product_attention call) inside pinned(EXACT, strict=True,
+    kernels="ordo") runs ordo's attention, and with gradients its backward, in eager and compiled
+    code, giving torch's output and, for dout, torch's dq, dk and dv."""
+    import ordo.torch as ot
+    with torch.no_grad():
+        want = sdpa(q, k, v)
+        torch._dynamo.reset()
+        with ot.pinned(EXACT, strict=True, kernels="ordo"), OpLog() as log:
+            got = sdpa(q, k, v)
+            compiled = torch.compile(sdpa)(q, k, v)
+    ran = [n for n in log.names if "ordo" in n or "attention" in n]
+    check(all("ordo" in n for n in ran) and ran, f"{name}: pinned runs ordo's attention, not torch's: {ran[:3]}")
+    check(same(want, got) and same(want, compiled), f"{name}: pinned eager and compiled equal torch")
+
+    def step(fn):  # output and the three gradients of fn on leaf copies of q, k, v
+        leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+        out = fn(*leaves)
+        out.backward(dout)
+        return [out.detach()] + [t.grad for t in leaves]
+
+    want = step(sdpa)
+    torch._dynamo.reset()
+    with ot.pinned(EXACT, strict=True, kernels="ordo"), OpLog() as log:
+        got = step(sdpa)
+        compiled = step(torch.compile(sdpa))
+    ran = [n for n in log.names if "attention" in n]
+    check(any("ordo" in n and "backward" in n for n in ran) and all("ordo" in n for n in ran),
+          f"{name} with gradients: pinned runs ordo's attention and its backward: {ran[:4]}")
+    check(all(same(w, x) for w, x in zip(want, got)) and all(same(w, c) for w, c in zip(want, compiled)),
+          f"{name} with gradients: pinned eager and compiled give torch's output, dq, dk and dv")
+
+
 def test_attention_mask():
     """SDPA with an attn_mask (torch's flash kernel adds it: fma(q.k, scale, mask) forward, after
     the product's scale backward): boolean masks as transformers builds them for a left-padded
@@ -991,32 +1024,7 @@ def test_attention_mask():
             def sdpa(q_, k_, v_):
                 return F.scaled_dot_product_attention(q_, k_, v_, attn_mask=mask, enable_gqa=True)
 
-            with torch.no_grad():
-                want = sdpa(q, k, v)
-                torch._dynamo.reset()
-                with ot.pinned(EXACT, strict=True, kernels="ordo"), OpLog() as log:
-                    got = sdpa(q, k, v)
-                    compiled = torch.compile(sdpa)(q, k, v)
-            ran = [n for n in log.names if "ordo" in n or "attention" in n]
-            check(all("ordo" in n for n in ran) and ran, f"{name}: pinned runs ordo's attention, not torch's: {ran[:3]}")
-            check(same(want, got) and same(want, compiled), f"{name}: pinned eager and compiled equal torch")
-
-            def step(fn):  # output and the three gradients of fn on leaf copies of q, k, v
-                leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
-                out = fn(*leaves)
-                out.backward(dout)
-                return [out.detach()] + [t.grad for t in leaves]
-
-            want = step(sdpa)
-            torch._dynamo.reset()
-            with ot.pinned(EXACT, strict=True, kernels="ordo"), OpLog() as log:
-                got = step(sdpa)
-                compiled = step(torch.compile(sdpa))
-            ran = [n for n in log.names if "attention" in n]
-            check(any("ordo" in n and "backward" in n for n in ran) and all("ordo" in n for n in ran),
-                  f"{name} with gradients: pinned runs ordo's attention and its backward: {ran[:4]}")
-            check(all(same(w, x) for w, x in zip(want, got)) and all(same(w, c) for w, c in zip(want, compiled)),
-                  f"{name} with gradients: pinned eager and compiled give torch's output, dq, dk and dv")
+            check_pinned_sdpa(name, sdpa, q, k, v, dout)
     # A mask that requires grad: ordo gives it none, so ordo.torch refuses it by name (pinned routes
     # it to torch, whose math path runs it).
     try:
@@ -1068,32 +1076,7 @@ def test_grouped_query_attention():
             def sdpa(q_, k_, v_):
                 return F.scaled_dot_product_attention(q_, k_, v_, is_causal=causal, enable_gqa=True)
 
-            with torch.no_grad():
-                want = sdpa(q, k, v)
-                torch._dynamo.reset()
-                with ot.pinned(EXACT, strict=True, kernels="ordo"), OpLog() as log:
-                    got = sdpa(q, k, v)
-                    compiled = torch.compile(sdpa)(q, k, v)
-            ran = [n for n in log.names if "ordo" in n or "attention" in n]
-            check(all("ordo" in n for n in ran) and ran, f"{name}: pinned runs ordo's attention, not torch's: {ran[:3]}")
-            check(same(want, got) and same(want, compiled), f"{name}: pinned eager and compiled equal torch")
-
-            def step(fn):  # output and the three gradients of fn on leaf copies of q, k, v
-                leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
-                out = fn(*leaves)
-                out.backward(dout)
-                return [out.detach()] + [t.grad for t in leaves]
-
-            want = step(sdpa)
-            torch._dynamo.reset()
-            with ot.pinned(EXACT, strict=True, kernels="ordo"), OpLog() as log:
-                got = step(sdpa)
-                compiled = step(torch.compile(sdpa))
-            ran = [n for n in log.names if "attention" in n]
-            check(any("ordo" in n and "backward" in n for n in ran) and all("ordo" in n for n in ran),
-                  f"{name} with gradients: pinned runs ordo's attention and its backward: {ran[:4]}")
-            check(all(same(w, g) for w, g in zip(want, got)) and all(same(w, c) for w, c in zip(want, compiled)),
-                  f"{name} with gradients: pinned eager and compiled give torch's output, dq, dk and dv")
+            check_pinned_sdpa(name, sdpa, q, k, v, dout)
     q.requires_grad_()
     # A backward_order that cannot sum a group (fast) under an exact forward: torch's kernel, one
     # warning naming why; strict=True raises.
