@@ -31,12 +31,17 @@ std::vector<Kernel> build_stages(const Request& r, const Order& o) {
     case OpKind::softmax_backward:
     case OpKind::log_softmax_backward: ks.push_back(build_softmax_backward(r, o)); break;
     case OpKind::attention_backward: ks = build_attention_backward(r, o); break;
+    case OpKind::cross_entropy:
+    case OpKind::cross_entropy_backward: ks = build_cross_entropy(r, o); break;
   }
   for (size_t i = 0; i < ks.size(); ++i) {
     Kernel& k = ks[i];
     k.description = forward_of(r.op) == OpKind::attention
                         ? fmt::format("{} D={} Sq={} Sk={}{} x={} order={}", name(r.op), r.cols, r.seq_q, r.seq_k_at_launch ? std::string("launch") : fmt::format("{}", r.seq_k), r.causal ? " causal" : "",
                                       name(r.x_dtype), r.order)
+                    : forward_of(r.op) == OpKind::cross_entropy
+                        ? fmt::format("{} N={} x={} ignore_index={} reduction={} order={}", name(r.op), r.cols, name(r.x_dtype), r.ignore_index,
+                                      name(r.reduction), r.order)
                         : fmt::format("{} N={} x={} weight={} order={}", name(r.op), r.cols_at_launch ? std::string("launch") : fmt::format("{}", r.cols),
                                       name(r.x_dtype), name(r.weight_type()), r.order);
     if (ks.size() > 1) k.description += fmt::format(" (stage {} of {})", i + 1, ks.size());

@@ -94,6 +94,9 @@ ir::ExprRef emit_attention_lse(ir::Builder& b, const Request& r, const ir::Atten
                                const MaskInput* mask = nullptr);
 std::vector<ir::Kernel> build_layer_norm_backward(const Request& r, const ir::Order& order);
 ir::Kernel build_softmax_backward(const Request& r, const ir::Order& order);  // and log_softmax_backward
+// cross_entropy's two stages (log_softmax over the rows, then the loss over them) and
+// cross_entropy_backward's one (gen/ops/cross_entropy.cpp).
+std::vector<ir::Kernel> build_cross_entropy(const Request& r, const ir::Order& order);
 std::vector<ir::Kernel> build_rms_norm_backward(const Request& r, const ir::Order& order);
 // AttentionOrder::Kind::CpuFlash (gen/torch_cpu/cpu_flash_attention.cpp), and its query block for S_q rows.
 ir::Kernel build_cpu_flash_attention(const Request& r, const ir::Order& order);

@@ -28,7 +28,7 @@ const std::vector<OpKind> kAllOps = {OpKind::layer_norm, OpKind::rms_norm, OpKin
                                      OpKind::attention, OpKind::layer_norm_backward, OpKind::rms_norm_backward,
                                      OpKind::softmax_backward, OpKind::log_softmax_backward, OpKind::attention_backward,
                                      OpKind::sum, OpKind::mean, OpKind::silu, OpKind::silu_backward, OpKind::gelu_tanh,
-                                     OpKind::gelu_tanh_backward};
+                                     OpKind::gelu_tanh_backward, OpKind::cross_entropy, OpKind::cross_entropy_backward};
 
 // PyTorch 1.13 CPU softmax/log_softmax over the last dim (docs/research/softmax-torch1.13.md).
 // float: reduce_all trees over 8 lanes (avx2: a halving tree; default: lanes in order), exp and
@@ -246,7 +246,7 @@ Order torch215(ScalarType storage, Capability cap, const Request& r) {
     o.norm_backward = torch215_layer_norm_backward(cap);
     return o;
   }
-  if (r.op == OpKind::softmax_backward || r.op == OpKind::log_softmax_backward) {
+  if (r.op == OpKind::softmax_backward || r.op == OpKind::log_softmax_backward || r.op == OpKind::cross_entropy_backward) {
     o.softmax_backward = torch215_softmax_backward(cap);
     return o;
   }
@@ -492,8 +492,10 @@ std::vector<NamedOrder> make_table() {
                "softmax/log_softmax_backward: s by 4x8-lane fma sums, Sleef exp, log_softmax's dx as one fma; "
                "attention_backward: flash's tiled backward with fma, 16 lanes, lse recomputed by fast's forward; a mask as flash's; sum/mean: 4x8-lane fma "
                "sums; silu, silu_backward: Sleef's expf_u10 at every element, the backward's 1 + x(1 - s) fused; gelu_tanh: Sleef's "
-               "tanhf_u10 at every element, x + 0.044715 x^3 fused, and in gelu_tanh_backward 1 - t^2 and 1 + 3*0.044715 x^2 too "
-               "(no reference)",
+               "tanhf_u10 at every element, x + 0.044715 x^3 fused, and in gelu_tanh_backward 1 - t^2 and 1 + 3*0.044715 x^2 too; "
+               "cross_entropy: fast's log_softmax, the rows' losses summed as PyTorch's nll_loss does (a cascade of 8 partial sums "
+               "in the storage type, 16 rows per level: O(rows), nothing to gain from another order); cross_entropy_backward: fast's "
+               "log_softmax_backward of the one-hot gradient (no reference)",
                kAllOps, kAllStorage, false, false, [](ScalarType, ScalarType acc, const Request& r, const HostModel&) {
                  Order o = two_pass(lane_tree(8, 4, true), acc);
                  o.affine = {F::ScaleBias, true};
@@ -527,7 +529,7 @@ std::vector<NamedOrder> make_table() {
                                             OpKind::layer_norm_backward, OpKind::rms_norm_backward, OpKind::softmax_backward,
                                             OpKind::log_softmax_backward, OpKind::attention_backward, OpKind::sum,
                                             OpKind::mean, OpKind::silu, OpKind::silu_backward, OpKind::gelu_tanh,
-                                            OpKind::gelu_tanh_backward};
+                                            OpKind::gelu_tanh_backward, OpKind::cross_entropy, OpKind::cross_entropy_backward};
   // x.sum(-1) of a 16-bit x: PyTorch keeps its partial sums (a thread's, a split row's) in the
   // 16-bit output type, which is not modelled (measured: f16 rows of 4095 and of 40000 differ from
   // the f32 sum rounded once); x.mean(-1) sums x.float() and is.
@@ -551,7 +553,10 @@ std::vector<NamedOrder> make_table() {
                "in per-thread chunks), mean = sum / N; 16-bit x: mean only, of x.float(), rounded once; "
                "silu: x / (1 + expf(-x)) with glibc's expf; silu_backward: dy*s*(1 + x*(1 - s)), s = 1/(1 + expf(-x)), no fma; "
                "gelu_tanh: (0.5x)(1 + tanhf(k(x + 0.044715 x^3))) with glibc's tanhf, no fma, above 16384 elements cut between the "
-               "threads by a grain of elements/threads; gelu_tanh_backward: its gradient with glibc's tanhf, no fma",
+               "threads by a grain of elements/threads; gelu_tanh_backward: its gradient with glibc's tanhf, no fma; "
+               "cross_entropy (F.cross_entropy with class indices, ignore_index, reduction mean, sum or none): log_softmax as above, "
+               "then nll_loss's cascade of 8 partial sums in the storage type, 16 rows per level, mean = total / rows counted; "
+               "cross_entropy_backward: nll_loss_backward's one-hot gradient rounded to the storage type, then log_softmax_backward as above",
                torch215_ops, kAllStorage, true, true,
                [](ScalarType s, ScalarType, const Request& r, const HostModel&) { return torch215(s, Capability::base, r); }});
   t.back().fewer_dtypes = {kTorch215SumF32};
@@ -715,8 +720,9 @@ std::vector<NamedOrder> make_table() {
                }});
   t.push_back({"torch1.13-cpu-default",
                "PyTorch 1.13 CPU, ATEN_CPU_CAPABILITY=default. layer_norm: lane Welford cascade, no fma anywhere; "
-               "softmax/log_softmax: sequential lane fold, glibc expf/logf",
-               {OpKind::layer_norm, OpKind::softmax, OpKind::log_softmax}, {f32, bf16}, true, true,
+               "softmax/log_softmax: sequential lane fold, glibc expf/logf; cross_entropy: that log_softmax, then nll_loss's cascade as "
+               "torch2.15-cpu's",
+               {OpKind::layer_norm, OpKind::softmax, OpKind::log_softmax, OpKind::cross_entropy}, {f32, bf16}, true, true,
                [](ScalarType s, ScalarType, const Request&, const HostModel&) {
                  Order o = torch113_layer_norm(s, Capability::base);
                  o.softmax = torch113_softmax(s, Capability::base);
@@ -724,8 +730,9 @@ std::vector<NamedOrder> make_table() {
                }});
   t.push_back({"torch1.13-cpu-avx2",
                "PyTorch 1.13 CPU, ATEN_CPU_CAPABILITY=avx2. layer_norm: lane Welford cascade, affine as two fmas; "
-               "softmax/log_softmax: halving lane tree, Sleef u10 expf/logf",
-               {OpKind::layer_norm, OpKind::softmax, OpKind::log_softmax}, {f32, bf16}, true, true,
+               "softmax/log_softmax: halving lane tree, Sleef u10 expf/logf; cross_entropy: that log_softmax, then nll_loss's cascade as "
+               "torch2.15-cpu's",
+               {OpKind::layer_norm, OpKind::softmax, OpKind::log_softmax, OpKind::cross_entropy}, {f32, bf16}, true, true,
                [](ScalarType s, ScalarType, const Request&, const HostModel&) {
                  Order o = torch113_layer_norm(s, Capability::avx2);
                  o.softmax = torch113_softmax(s, Capability::avx2);
@@ -733,8 +740,9 @@ std::vector<NamedOrder> make_table() {
                }});
   t.push_back({"torch1.13-cpu-avx512",
                "PyTorch 1.13 CPU, ATEN_CPU_CAPABILITY=avx512 on an AVX-512 CPU: softmax/log_softmax by its AVX-512 kernels "
-               "(the avx2 order with 16 float lanes); layer_norm has no AVX-512 kernel in 1.13, so it is torch1.13-cpu-avx2's",
-               {OpKind::layer_norm, OpKind::softmax, OpKind::log_softmax}, {f32, bf16}, true, true,
+               "(the avx2 order with 16 float lanes); layer_norm has no AVX-512 kernel in 1.13, so it is torch1.13-cpu-avx2's; "
+               "cross_entropy: that log_softmax, then nll_loss's cascade as torch2.15-cpu's",
+               {OpKind::layer_norm, OpKind::softmax, OpKind::log_softmax, OpKind::cross_entropy}, {f32, bf16}, true, true,
                [](ScalarType s, ScalarType, const Request&, const HostModel&) {
                  Order o = torch113_layer_norm(s, Capability::avx512);
                  o.softmax = torch113_softmax(s, Capability::avx512);

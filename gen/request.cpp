@@ -24,6 +24,8 @@ std::string_view name(OpKind op) {
     case OpKind::silu_backward: return "silu_backward";
     case OpKind::gelu_tanh: return "gelu_tanh";
     case OpKind::gelu_tanh_backward: return "gelu_tanh_backward";
+    case OpKind::cross_entropy: return "cross_entropy";
+    case OpKind::cross_entropy_backward: return "cross_entropy_backward";
   }
   return "?";
 }
@@ -31,7 +33,7 @@ std::optional<OpKind> parse_op(std::string_view s) {
   for (OpKind o : {OpKind::layer_norm, OpKind::rms_norm, OpKind::var_mean, OpKind::softmax, OpKind::log_softmax, OpKind::attention,
                    OpKind::layer_norm_backward, OpKind::rms_norm_backward, OpKind::softmax_backward, OpKind::log_softmax_backward,
                    OpKind::attention_backward, OpKind::sum, OpKind::mean, OpKind::silu, OpKind::silu_backward, OpKind::gelu_tanh,
-                   OpKind::gelu_tanh_backward})
+                   OpKind::gelu_tanh_backward, OpKind::cross_entropy, OpKind::cross_entropy_backward})
     if (s == name(o)) return o;
   return std::nullopt;
 }
@@ -45,6 +47,7 @@ OpKind forward_of(OpKind op) {
     case OpKind::attention_backward: return OpKind::attention;
     case OpKind::silu_backward: return OpKind::silu;
     case OpKind::gelu_tanh_backward: return OpKind::gelu_tanh;
+    case OpKind::cross_entropy_backward: return OpKind::cross_entropy;
     default: return op;
   }
 }
@@ -75,7 +78,22 @@ std::string Request::key() const {
                      v_row_stride, causal, scale ? fmt::format("{:a}", *scale) : "default",
                      lse_output);
   if (mask) k += "|mask=" + mask->text();
+  if (forward_of(op) == OpKind::cross_entropy) k += fmt::format("|ignore_index={}|reduction={}", ignore_index, name(reduction));
   return k;
+}
+
+std::string_view name(LossReduction r) {
+  switch (r) {
+    case LossReduction::mean: return "mean";
+    case LossReduction::sum: return "sum";
+    case LossReduction::none: return "none";
+  }
+  return "?";
+}
+std::optional<LossReduction> parse_loss_reduction(std::string_view s) {
+  for (LossReduction r : {LossReduction::mean, LossReduction::sum, LossReduction::none})
+    if (s == name(r)) return r;
+  return std::nullopt;
 }
 
 std::string AttentionMask::text() const {

@@ -578,6 +578,9 @@ Order resolve_cols_at_launch(const Request& r, const HostModel& host) {
 Order resolve(const Request& r, const HostModel& host) {
   if (r.cols_at_launch) return resolve_cols_at_launch(r, host);
   check_attention_request(r);
+  if (forward_of(r.op) != OpKind::cross_entropy && (r.ignore_index != -100 || r.reduction != LossReduction::mean))
+    throw Error(fmt::format("ignore_index and reduction are cross_entropy's; {} takes neither (got ignore_index={}, reduction={})", name(r.op),
+                            r.ignore_index, name(r.reduction)));
   if (r.cols <= 0) throw Error(fmt::format("N (the last dim) must be at least 1, got {}", r.cols));
   if (r.cols > (int64_t(1) << 31)) throw Error(fmt::format("N = {} exceeds the supported 2^31 columns", r.cols));
   if (!(r.eps >= 0) || !std::isfinite(r.eps)) throw Error(fmt::format("eps must be finite and >= 0, got {}", r.eps));

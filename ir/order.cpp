@@ -161,6 +161,10 @@ std::string describe(const PointwiseOrder& p) {
                      math_name(p.vector_exp), math_name(p.scalar_exp), fma, grain);
 }
 
+std::string describe(const LossOrder& l) {
+  return fmt::format("loss_cascade(levels={}, {} rows per level, partial sums in the storage type)", l.levels, int64_t(1) << l.level_bits);
+}
+
 std::string describe(const SoftmaxBackwardOrder& s) {
   const char* dx = s.fma ? "log dx fma" : "log dx mul+sub";
   if (s.kind == SoftmaxBackwardOrder::Kind::TorchCpu) {

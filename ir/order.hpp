@@ -650,6 +650,21 @@ struct PointwiseOrder {
 };
 
 // The whole order of a normalization-family op.
+// How a loss sums its rows' terms into one value (cross_entropy under reduction mean or sum), as
+// PyTorch's CPU nll_loss does (ATen/native/LossNLL.cpp, nll_loss_out_frame; measured against torch
+// 2.15 and 1.13, docs/research/torch2.15-cross-entropy.md): `levels` partial sums s[0..levels-1],
+// each rounded to the loss's storage type at every step. Row b's term goes into s[0]
+// (s[0] = s[0] - logp[b, t_b]); then, unless b's target was ignored (PyTorch's `continue` skips
+// both), for j = 0, 1, ..., levels-2 while the low (j+1)*level_bits bits of b are all zero:
+// s[j+1] = s[j+1] + s[j], s[j] = 0. The total is (((0 + s[0]) + s[1]) + ...) + s[levels-1]; mean
+// divides it by the rows counted, converted int64 -> f32 -> storage. PyTorch's level_bits is
+// max(4, ceil(log2(rows)) / 8), which is 4 for every launch of up to 2^39 rows; kernels refuse larger.
+struct LossOrder {
+  int levels = 8;
+  int level_bits = 4;
+  friend bool operator==(const LossOrder&, const LossOrder&) = default;
+};
+
 struct Order {
   MomentsOrder moments;      // layer_norm, var_mean
   SumOrder row_sum;          // the sum over a row: rms_norm's of x*x, sum's and mean's of x
@@ -660,6 +675,9 @@ struct Order {
   NormBackwardOrder norm_backward;  // layer_norm_backward, rms_norm_backward
   SoftmaxBackwardOrder softmax_backward;  // softmax_backward, log_softmax_backward
   PointwiseOrder pointwise;  // silu, silu_backward, gelu_tanh, gelu_tanh_backward
+  // cross_entropy: its log_softmax is `softmax`'s, its sum over rows `loss`; cross_entropy_backward's
+  // log_softmax_backward is `softmax_backward`'s.
+  LossOrder loss;
   // PyTorch 1.13's bf16 kernels round every intermediate of the statistics and of rstd to
   // the storage type. When set and the storage type is 16-bit, every such f32 result is
   // followed by a Cast to storage and back, visible in the IR. An f64 accumulation is
@@ -684,5 +702,6 @@ std::string describe(const ColumnSumOrder& c);
 std::string describe(const NormBackwardOrder& n);
 std::string describe(const SoftmaxBackwardOrder& s);
 std::string describe(const PointwiseOrder& p);
+std::string describe(const LossOrder& l);
 
 }  // namespace ordo::ir

@@ -71,8 +71,9 @@ class Borrowed {
     if (d.code == 2 && d.bits == 16) return ordo::ScalarType::f16;
     if ((d.code == 4 && d.bits == 16) || (d.code == 1 && d.bits == 16)) return ordo::ScalarType::bf16;
     if (d.code == 2 && d.bits == 64) return ordo::ScalarType::f64;
+    if (d.code == 0 && d.bits == 64) return ordo::ScalarType::i64;  // cross_entropy's class indices
     throw ordo::Error(what_ + ": dtype code " + std::to_string(d.code) + " bits " + std::to_string(d.bits) +
-                      " is not float32, float16 or bfloat16");
+                      " is not float32, float16, bfloat16 or (class indices) int64");
   }
   int64_t elements() const {
     int64_t n = 1;
@@ -124,7 +125,7 @@ ordo::ScalarType dtype_named(const std::string& s) {
 // imported by then) and compared by identity: a str() of each tensor's dtype cost more than the
 // rest of a small call's checks. Never released: the interpreter owns them until it exits.
 struct TorchDtypes {
-  py::handle f32, bf16, f16, f64;
+  py::handle f32, bf16, f16, f64, i64;
 };
 // The tensor attributes run_torch reads, as interned strings made once: pybind11's attr("name")
 // makes a new string on every call, a measurable part of a small call's cost.
@@ -142,7 +143,7 @@ const TorchDtypes& torch_dtypes() {
   static const TorchDtypes d = [] {
     py::module_ torch = py::module_::import("torch");
     auto dtype = [&](const char* name) { return py::object(torch.attr(name)).release(); };
-    return TorchDtypes{dtype("float32"), dtype("bfloat16"), dtype("float16"), dtype("float64")};
+    return TorchDtypes{dtype("float32"), dtype("bfloat16"), dtype("float16"), dtype("float64"), dtype("int64")};
   }();
   return d;
 }
@@ -154,6 +155,7 @@ py::handle torch_dtype(ordo::ScalarType t) {
     case ordo::ScalarType::bf16: return d.bf16;
     case ordo::ScalarType::f16: return d.f16;
     case ordo::ScalarType::f64: return d.f64;
+    case ordo::ScalarType::i64: return d.i64;
     default: break;
   }
   throw ordo::Error(std::string("no torch dtype for ") + std::string(ordo::name(t)));
@@ -176,7 +178,8 @@ ordo::BufferRef torch_buffer(py::handle t, const std::string& what) {
   else if (dtype.is(dtypes.bf16)) type = ordo::ScalarType::bf16;
   else if (dtype.is(dtypes.f16)) type = ordo::ScalarType::f16;
   else if (dtype.is(dtypes.f64)) type = ordo::ScalarType::f64;
-  else throw ordo::Error(what + ": dtype " + py::str(dtype).cast<std::string>() + " is not float32, float16 or bfloat16");
+  else if (dtype.is(dtypes.i64)) type = ordo::ScalarType::i64;
+  else throw ordo::Error(what + ": dtype " + py::str(dtype).cast<std::string>() + " is not float32, float16, bfloat16 or (class indices) int64");
   return {torch_data(t), t.attr(attr.numel)().cast<int64_t>(), type};
 }
 
@@ -319,7 +322,7 @@ PYBIND11_MODULE(_ordo, m) {
 
   m.def("compile", [](const std::string& op, int64_t cols, const std::string& dtype, const std::string& weight_dtype,
                       const std::string& order, double eps, bool weight, bool bias, bool allow_mixed_dtypes,
-                      const std::string& acc, bool saved_stats, bool cols_at_launch) {
+                      const std::string& acc, bool saved_stats, bool cols_at_launch, int64_t ignore_index, const std::string& reduction) {
     return translate([&] {
       ordo::Request r;
       auto kind = ordo::parse_op(op);
@@ -336,11 +339,16 @@ PYBIND11_MODULE(_ordo, m) {
       r.has_bias = bias;
       r.allow_mixed_dtypes = allow_mixed_dtypes;
       r.saved_stats = saved_stats;
+      r.ignore_index = ignore_index;
+      auto red = ordo::parse_loss_reduction(reduction);
+      if (!red) throw ordo::Error("reduction '" + reduction + "' is not mean, sum or none");
+      r.reduction = *red;
       return std::const_pointer_cast<ordo::CompiledKernel>(ordo::compile(r));
     });
   }, py::arg("op"), py::arg("cols"), py::arg("dtype"), py::arg("weight_dtype") = "", py::arg("order") = "fast",
      py::arg("eps") = 1e-5, py::arg("weight") = false, py::arg("bias") = false, py::arg("allow_mixed_dtypes") = false,
-     py::arg("acc") = "", py::arg("saved_stats") = true, py::arg("cols_at_launch") = false);
+     py::arg("acc") = "", py::arg("saved_stats") = true, py::arg("cols_at_launch") = false, py::arg("ignore_index") = -100,
+     py::arg("reduction") = "mean");
 
   m.def("compile_attention", [](int64_t head_dim, int64_t seq_q, int64_t seq_k, const std::string& dtype, const std::string& order,
                                 bool causal, std::optional<double> scale, bool lse, const std::string& op, bool saved_stats, int64_t heads,

@@ -31,6 +31,7 @@ std::string npy_descr(ScalarType t) {
     case ScalarType::f16: return "<f2";
     case ScalarType::bf16: return "<u2";
     case ScalarType::f64: return "<f8";
+    case ScalarType::i64: return "<i8";
     default: return "?";
   }
 }
@@ -87,8 +88,10 @@ NpyArray parse_npy(const uint8_t* bytes, size_t size, const std::string& what) {
   if (descr == "<f4") a.dtype = ScalarType::f32;
   else if (descr == "<f2") a.dtype = ScalarType::f16;
   else if (descr == "<u2") a.dtype = ScalarType::bf16;
+  else if (descr == "<i8") a.dtype = ScalarType::i64;  // class indices (cross_entropy's target)
   else
-    throw Error(fmt::format("{}: dtype '{}' is not supported; use float32 '<f4', float16 '<f2', or bfloat16 bits as uint16 '<u2'",
+    throw Error(fmt::format("{}: dtype '{}' is not supported; use float32 '<f4', float16 '<f2', bfloat16 bits as uint16 '<u2', or "
+                            "(class indices) int64 '<i8'",
                             what, descr));
   const std::string fortran = dict_value(header, "fortran_order", what);
   if (fortran.find("False") == std::string::npos) throw Error(fmt::format("{}: Fortran-order arrays are not supported", what));

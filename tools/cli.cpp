@@ -130,7 +130,8 @@ ordo::OpKind parse_op_arg(const Args& a) {
 }
 
 const std::vector<std::string> kRequestValues = {"order", "eps", "acc", "target", "weight-dtype", "cols", "dtype", "rows-in-flight",
-                                                 "arch", "sq", "sk", "heads", "kv-group", "row-strides", "mask"};
+                                                 "arch", "sq", "sk", "heads", "kv-group", "row-strides", "mask", "ignore-index",
+                                                 "reduction"};
 const std::vector<std::string> kRequestFlags = {"allow-mixed-dtypes", "no-weight", "no-bias", "causal", "lse"};
 
 const char* const kRequestOptionsHelp = R"(
@@ -154,6 +155,8 @@ request options (every command that builds a kernel):
   --mask T:DIMS         attention: an additive mask input (PyTorch's attn_mask; the torch2.15-cpu orders), T f32 or the
                         inputs' dtype, DIMS of B, H, Q, K each its letter where spanned or 1 where broadcast  --mask bf16:B1QK
   --lse                 attention: also the log-sum-exp of each query row  --lse
+  --ignore-index I      cross_entropy: the target that marks a row as not counted (-100)  --ignore-index 0
+  --reduction R         cross_entropy: mean, sum or none (mean)    --reduction sum
 )";
 
 // Fields every subcommand shares.
@@ -208,6 +211,12 @@ ordo::Request request_from(const Args& a, ordo::OpKind op) {
     if (!r.mask) throw Error(fmt::format("--mask '{}' is not T:DIMS (T f32, bf16 or f16; DIMS of B or 1, H or 1, Q or 1, K or 1: f32:B1QK)", *v));
   }
   r.lse_output = a.flag("lse");
+  if (auto v = a.get("ignore-index")) r.ignore_index = parse_int("--ignore-index", *v, INT64_MIN, INT64_MAX);
+  if (auto v = a.get("reduction")) {
+    auto red = ordo::parse_loss_reduction(*v);
+    if (!red) throw Error(fmt::format("--reduction '{}' is not mean, sum or none", *v));
+    r.reduction = *red;
+  }
   // A backward op takes its forward's shape options (weight and bias: their gradients).
   const ordo::OpKind forward = ordo::forward_of(op);
   if (forward == ordo::OpKind::attention) {

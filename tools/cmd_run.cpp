@@ -13,10 +13,12 @@ const char* const kRunHelp = R"(usage: ordo run <op> --order NAME --in NAME=FILE
                         rms_norm_backward dy, x, weight, rstd (optional); softmax_backward and
                         log_softmax_backward dy, y (the forward's output); silu_backward and gelu_tanh_backward dy, x;
                         attention_backward q, k, v, out, dout and lse (optional: without it the
-                        order's forward recomputes it)
+                        order's forward recomputes it); cross_entropy x (rows, classes) and target (rows,) int64;
+                        cross_entropy_backward dloss, logp, target, total_weight
   --out NAME=FILE.npy   an output to write: y, mean, rstd, var, sum (attention: out, lse)  --out y=y.npy
                         backward ops: dx, dweight, dbias (layer_norm_backward; computed when asked for);
-                        attention_backward: dq, dk, dv
+                        attention_backward: dq, dk, dv; cross_entropy: logp, loss, total_weight;
+                        cross_entropy_backward: dx
   --threads T           threads of ordo's pool (0: every core)           --threads 2
   --scale S             attention: replaces 1/sqrt(D)                    --scale 0.125
   --causal              attention: key j is hidden from query i when j > i
@@ -29,6 +31,8 @@ examples:
   ordo run layer_norm --order torch2.15-cpu --in x=x.npy --in weight=w.npy --in bias=b.npy --out y=y.npy --out rstd=rstd.npy
   ordo run layer_norm_backward --order 'torch2.15-cpu(threads=2)' --in dy=dy.npy --in x=x.npy --in weight=w.npy \
       --in mean=mean.npy --in rstd=rstd.npy --out dx=dx.npy --out dweight=dw.npy --out dbias=db.npy
+  ordo run cross_entropy --order torch2.15-cpu --in x=logits.npy --in target=labels.npy --out loss=loss.npy \
+      --out logp=logp.npy --out total_weight=tw.npy
   ordo run attention_backward --order flash --causal --in q=q.npy --in k=k.npy --in v=v.npy --in out=o.npy \
       --in dout=do.npy --in lse=lse.npy --out dq=dq.npy --out dk=dk.npy --out dv=dv.npy
 )";
@@ -220,6 +224,54 @@ int run_row_backward(const Args& a, ordo::Request r, int threads) {
   return 0;
 }
 
+// cross_entropy's class indices: int64, one per row of the logits, each in [0, classes) or
+// ignore_index (PyTorch raises for any other; the kernel would make that row's loss NaN).
+void check_targets(const ordo::NpyArray& target, int64_t rows, int64_t classes, int64_t ignore_index) {
+  if (target.dtype != ordo::ScalarType::i64) throw Error(fmt::format("target is {}; class indices are int64 ('<i8')", ordo::name(target.dtype)));
+  if (target.shape != std::vector<int64_t>{rows})
+    throw Error(fmt::format("target has shape {}; logits of {} rows need ({},)", target.shape_text(), rows, rows));
+  const auto* t = reinterpret_cast<const int64_t*>(target.data.data());
+  for (int64_t i = 0; i < rows; ++i)
+    if (t[i] != ignore_index && (t[i] < 0 || t[i] >= classes))
+      throw Error(fmt::format("target[{}] = {} is out of bounds: not in [0, {}) and not --ignore-index ({})", i, t[i], classes, ignore_index));
+}
+
+// ordo run cross_entropy: logits x (rows, classes) and target (rows,) int64 in; logp like x, loss
+// (a scalar, or one per row under --reduction none) and total_weight (a scalar) out.
+// cross_entropy_backward: dloss (the loss's shape), logp, target, total_weight in; dx like logp.
+int run_cross_entropy(const Args& a, ordo::Request r, int threads) {
+  const bool backward = r.op == ordo::OpKind::cross_entropy_backward;
+  const std::string data = backward ? "logp" : "x";
+  const std::vector<std::string> names = backward ? std::vector<std::string>{"dloss", "logp", "target", "total_weight"}
+                                                  : std::vector<std::string>{"x", "target"};
+  const std::map<std::string, ordo::NpyArray> in = read_inputs(a, r.op, names);
+  for (const std::string& n : names)
+    if (!in.count(n)) throw Error(fmt::format("missing --in {}=FILE.npy", n));
+  const ordo::NpyArray& x = in.at(data);
+  if (x.shape.size() != 2) throw Error(fmt::format("{} has shape {}; {} takes 2-D logits (rows, classes)", data, x.shape_text(), ordo::name(r.op)));
+  const int64_t rows = x.shape[0];
+  r.cols = x.shape[1];
+  r.x_dtype = x.dtype;
+  check_targets(in.at("target"), rows, r.cols, r.ignore_index);
+  const std::vector<int64_t> loss_shape = r.reduction == ordo::LossReduction::none ? std::vector<int64_t>{rows} : std::vector<int64_t>{};
+  if (backward) {
+    const ordo::NpyArray &dloss = in.at("dloss"), &total = in.at("total_weight");
+    if (dloss.shape != loss_shape)
+      throw Error(fmt::format("dloss has shape {}; the loss under --reduction {} has {}", dloss.shape_text(), ordo::name(r.reduction),
+                              ordo::NpyArray{dloss.dtype, loss_shape, {}}.shape_text()));
+    if (total.elements() != 1) throw Error(fmt::format("total_weight has shape {}; it holds one value", total.shape_text()));
+    for (const char* n : {"dloss", "total_weight"})
+      if (in.at(n).dtype != x.dtype)
+        throw Error(fmt::format("{} is {} but logp is {}; they must match", n, ordo::name(in.at(n).dtype), ordo::name(x.dtype)));
+  }
+  r.has_weight = r.has_bias = false;
+  ordo::KernelHandle k = ordo::compile(r);
+  run_and_write(*k, in, output_files(a, *k), rows, threads, [&](const ordo::ArgSpec& s) {
+    return s.extent == ordo::ArgExtent::rows_by_cols ? x.shape : s.name == "loss" ? loss_shape : std::vector<int64_t>{};
+  });
+  return 0;
+}
+
 }  // namespace
 
 int cmd_run(int argc, char** argv) {
@@ -245,6 +297,7 @@ int cmd_run(int argc, char** argv) {
   const int threads = a.get("threads") ? static_cast<int>(parse_int("--threads", *a.get("threads"), 0, 1024)) : 0;
   if (op == ordo::OpKind::attention) return run_attention(a, r, threads);
   if (op == ordo::OpKind::attention_backward) return run_attention_backward(a, r, threads);
+  if (ordo::forward_of(op) == ordo::OpKind::cross_entropy) return run_cross_entropy(a, r, threads);
   if (ordo::is_backward(op)) return run_row_backward(a, r, threads);
 
   const std::map<std::string, ordo::NpyArray> inputs =

@@ -46,6 +46,12 @@ std::vector<ir::ExprRef> emit_vec_reduce_all(ir::Builder& b, const VecReduceAll&
 // loop always has more.
 ir::ExprRef softmax_backward_sum(ir::Builder& b, const ir::SoftmaxBackwardOrder& o, int threads, int64_t n, bool split16, bool products,
                                  const TermFn& term, const ir::ExprRef& one_row_launch);
+// softmax_backward's (log: log_softmax_backward's) dx for one row of r.cols columns: s summed by
+// softmax_backward_sum over the values `dy` gives (f32, a storage value widened) and the forward's
+// y, then dx stored to `dx`, exactly as the op does. cross_entropy_backward gives a dy it
+// computes (the one-hot gradient of the negative log-likelihood) instead of loading one.
+void softmax_backward_row(ir::Builder& b, const Request& r, const ir::Order& order, bool log, const Row& row,
+                          const ValueFn& dy, int y, int dx);
 
 // One row of a column stage, as a ColumnSum sees it: this instance's columns of row `row`. With
 // an i64 vector `row` (the contiguous walk of a one-column sum), lane l is column first_col of

@@ -77,9 +77,9 @@ inline Length row_length(ir::Builder& b, const Request& r) {
 struct SoftmaxStats {
   ir::ExprRef max, sum;  // f32
 };
-// softmax over one row of `row.N` values in buffer x (any storage type), written to y (which may
-// be x): the SoftmaxOrder's reductions and output pass exactly as the softmax op runs them.
-SoftmaxStats softmax_row(ir::Builder& b, const ir::SoftmaxOrder& o, const Row& row, int x, int y);
+// softmax (log: log_softmax) over one row of `row.N` values in buffer x (any storage type), written
+// to y (which may be x): the SoftmaxOrder's reductions and output pass exactly as the op runs them.
+SoftmaxStats softmax_row(ir::Builder& b, const ir::SoftmaxOrder& o, const Row& row, int x, int y, bool log = false);
 // The softmax op's pieces, for reductions laid out differently (attention's query lanes):
 // PyTorch's vectorized max (keeps b when a == b; NaN when a is NaN), and folding values by a
 // LaneFold, each combination bound to a local.

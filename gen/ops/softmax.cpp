@@ -480,8 +480,8 @@ ExprRef fold_lanes(Builder& b, std::vector<ExprRef> v, LaneFold f, const std::fu
   return fold(b, std::move(v), f, op, name);
 }
 
-SoftmaxStats softmax_row(Builder& b, const SoftmaxOrder& o, const Row& row, int x, int y) {
-  Softmax s{o, b, row, x, y, false};
+SoftmaxStats softmax_row(Builder& b, const SoftmaxOrder& o, const Row& row, int x, int y, bool log) {
+  Softmax s{o, b, row, x, y, log};
   return s.run();
 }
 

@@ -42,8 +42,28 @@ ExprRef softmax_backward_sum(Builder& b, const SoftmaxBackwardOrder& o, int thre
   return b.get(s);
 }
 
-Kernel build_softmax_backward(const Request& r, const Order& order) {
+void softmax_backward_row(Builder& b, const Request& r, const Order& order, bool log, const Row& row, const ValueFn& dy, int y, int dx) {
   const SoftmaxBackwardOrder& o = order.softmax_backward;
+  auto ld = [&](int buffer, ExprRef col, int lanes) { return row.load_as(buffer, std::move(col), lanes, f32); };
+  const TermFn term = [&](ExprRef col, int lanes) {
+    return log ? Term{dy(col, lanes), nullptr} : Term{dy(col, lanes), ld(y, col, lanes)};
+  };
+  // PyTorch's row loop has a single row when the launch does.
+  ExprRef s = softmax_backward_sum(b, o, order.threads, r.cols, size_bytes(r.x_dtype) == 2, !log, term,
+                                   binary(Op::Eq, grid_extent(0), index_const(1)));
+  s = b.let("s", s);
+  row.for_each(order.elementwise_lanes, [&](ExprRef col, int lanes) {
+    ExprRef g = dy(col, lanes), sv = lanes > 1 ? broadcast(s, lanes) : s;
+    if (!log) {
+      row.store_as(dx, col, mul(sub(g, sv), ld(y, col, lanes)));
+      return;
+    }
+    ExprRef e = exp_f32(b, o.exp, ld(y, col, lanes));
+    row.store_as(dx, col, o.fma ? fma(unary(Op::Neg, e), sv, g) : sub(g, mul(e, sv)));
+  });
+}
+
+Kernel build_softmax_backward(const Request& r, const Order& order) {
   const bool log = r.op == OpKind::log_softmax_backward;
   Kernel k;
   k.name = log ? "log_softmax_backward" : "softmax_backward";
@@ -52,25 +72,8 @@ Kernel build_softmax_backward(const Request& r, const Order& order) {
   const int y = b.buffer("y", r.x_dtype, false, Extent::rows_by_cols);
   const int dx = b.buffer("dx", r.x_dtype, true, Extent::rows_by_cols);
   const Row row(b, r.cols);
-  auto ld = [&](int buffer, ExprRef col, int lanes) { return row.load_as(buffer, std::move(col), lanes, f32); };
-  const TermFn term = [&](ExprRef col, int lanes) {
-    return log ? Term{ld(dy, col, lanes), nullptr} : Term{ld(dy, col, lanes), ld(y, col, lanes)};
-  };
-  b.region(k.name, describe(o), [&] {
-    // PyTorch's row loop has a single row when the launch does.
-    ExprRef s = softmax_backward_sum(b, o, order.threads, r.cols, size_bytes(r.x_dtype) == 2, !log, term,
-                                     binary(Op::Eq, grid_extent(0), index_const(1)));
-    s = b.let("s", s);
-    row.for_each(order.elementwise_lanes, [&](ExprRef col, int lanes) {
-      ExprRef g = ld(dy, col, lanes), sv = lanes > 1 ? broadcast(s, lanes) : s;
-      if (!log) {
-        row.store_as(dx, col, mul(sub(g, sv), ld(y, col, lanes)));
-        return;
-      }
-      ExprRef e = exp_f32(b, o.exp, ld(y, col, lanes));
-      row.store_as(dx, col, o.fma ? fma(unary(Op::Neg, e), sv, g) : sub(g, mul(e, sv)));
-    });
-  });
+  const ValueFn load_dy = [&](ExprRef col, int lanes) { return row.load_as(dy, std::move(col), lanes, f32); };
+  b.region(k.name, describe(order.softmax_backward), [&] { softmax_backward_row(b, r, order, log, row, load_dy, y, dx); });
   return k;
 }
 

@@ -25,7 +25,22 @@ enum class OpKind : uint8_t {
   // (torch.nn.functional.gelu(x, approximate="tanh")), with the order's tanh at each element; its
   // gradient dx = dy * (0.5 (1 + t) + (0.5 x (1 - t^2)) * sqrt(2/pi) (1 + 3 * 0.044715 x^2)).
   gelu_tanh, gelu_tanh_backward,
+  // The cross-entropy loss of each row's logits x against its class index, PyTorch's
+  // F.cross_entropy(x, target, ignore_index=, reduction=) over [rows, N] logits and int64 targets:
+  // logp = log_softmax(x) (an output: the backward reads it, as eager autograd saves it), then the
+  // negative log-likelihood -logp[t] of each row, reduced over the rows (Request::reduction) in the
+  // order's LossOrder. A row whose target is ignore_index counts for nothing. Outputs: logp, loss
+  // (one element, or a row each under reduction none) and total_weight (the rows counted).
+  cross_entropy,
+  // Its gradient: dx = log_softmax_backward(g, logp), g the negative log-likelihood's gradient
+  // (-dloss/total_weight at each row's target under mean, -dloss under sum, -dloss[row] under none;
+  // 0 elsewhere and on ignored rows), with g rounded to x's dtype as eager's nll_loss_backward does.
+  cross_entropy_backward,
 };
+// How a loss reduces its rows (PyTorch's reduction=).
+enum class LossReduction : uint8_t { mean, sum, none };
+std::string_view name(LossReduction r);
+std::optional<LossReduction> parse_loss_reduction(std::string_view s);
 std::string_view name(OpKind op);
 std::optional<OpKind> parse_op(std::string_view s);
 bool is_backward(OpKind op);
@@ -105,6 +120,10 @@ struct Request {
   // Backward ops: the forward's saved statistics are inputs (rms_norm_backward's rstd,
   // attention_backward's lse). When false the kernel recomputes them as the order's forward does.
   bool saved_stats = true;
+  // cross_entropy, cross_entropy_backward: the target value that marks a row as not counted
+  // (PyTorch's ignore_index; transformers' labels use -100), and how the rows' losses reduce.
+  int64_t ignore_index = -100;
+  LossReduction reduction = LossReduction::mean;
   std::string order = "fast";
   Target target = Target::cpu;
   // Program instances the CPU backend runs in lock step (0: its choice). Never changes bits.

@@ -16,7 +16,8 @@ import math
 from . import _ordo
 
 __all__ = ["layer_norm", "rms_norm", "var_mean", "silu", "gelu_tanh", "softmax", "log_softmax", "attention", "layer_norm_backward", "rms_norm_backward",
-           "softmax_backward", "silu_backward", "gelu_tanh_backward", "log_softmax_backward", "attention_backward", "orders", "compare", "cache_stats",
+           "softmax_backward", "silu_backward", "gelu_tanh_backward", "log_softmax_backward", "attention_backward", "cross_entropy",
+           "cross_entropy_backward", "orders", "compare", "cache_stats",
            "set_kernel_cache_capacity"]
 
 
@@ -471,6 +472,85 @@ def silu_backward(dy, x, order="fast", **kw):
     """dx of silu from dy and the forward's input x (torch's silu_backward): dx = dy*s*(1 + x*(1 - s)),
     s = 1/(1 + exp(-x)), elementwise, with the order's exp at each element and its fma."""
     return _run_backward("silu_backward", x, {"dy": dy}, order, **kw)["dx"]
+
+
+_REDUCTIONS = ("mean", "sum", "none")
+
+
+def _targets(target, rows, classes, ignore_index):
+    """Checks cross_entropy's class indices: int64, one per row, each in [0, classes) or ignore_index
+    (torch raises for any other; ordo's kernel would make that row's loss NaN)."""
+    if _is_torch(target):
+        import torch
+        if target.dtype != torch.int64:
+            raise ValueError(f"target dtype {target.dtype} is not int64 (class indices)")
+        t = target.detach()
+    else:
+        import numpy as np
+        if str(getattr(target, "dtype", "")) != "int64":
+            raise ValueError(f"target dtype {getattr(target, 'dtype', type(target).__name__)} is not int64 (class indices)")
+        t = np.asarray(target)
+    if tuple(target.shape) != (rows,):
+        raise ValueError(f"target has shape {tuple(target.shape)}; x of shape ({rows}, {classes}) needs ({rows},)")
+    bad = ((t < 0) | (t >= classes)) & (t != ignore_index)
+    if bool(bad.any()):
+        first = int(t[bad.nonzero()[0][0]])
+        raise ValueError(f"target {first} is out of bounds: not in [0, {classes}) and not ignore_index ({ignore_index})")
+
+
+def _loss_kernel(op, x, reduction, ignore_index, order, dtype):
+    if reduction not in _REDUCTIONS:
+        raise ValueError(f"reduction '{reduction}' is not mean, sum or none")
+    xd = _dtype_of(x, dtype)
+    return _ordo.compile(op, int(x.shape[-1]), xd, "", order, ignore_index=int(ignore_index), reduction=reduction), xd
+
+
+def cross_entropy(x, target, ignore_index=-100, reduction="mean", order="fast", dtype=None, threads=0):
+    """torch.nn.functional.cross_entropy(x, target, ignore_index=, reduction=) over logits x of shape
+    (rows, classes) and int64 class indices target (rows,): log_softmax(x) in the order's softmax, then
+    the negative log-likelihood of each row's target, reduced over the rows as the order says
+    (PyTorch's nll_loss: a cascade of partial sums). Rows whose target is ignore_index count for
+    nothing. Returns (loss, logp, total_weight): the loss (a scalar, or one per row under
+    reduction="none"), log_softmax(x) (what cross_entropy_backward reads) and the rows counted."""
+    if not hasattr(x, "shape") or len(x.shape) != 2:
+        raise ValueError(f"x must be 2-D logits (rows, classes), got shape {tuple(getattr(x, 'shape', ()))}")
+    rows, classes = int(x.shape[0]), int(x.shape[1])
+    _targets(target, rows, classes, ignore_index)
+    kernel, _ = _loss_kernel("cross_entropy", x, reduction, ignore_index, order, dtype)
+    outs, tensors = {}, []
+    for name, dt, is_out, extent in kernel.args:
+        if not is_out:
+            tensors.append(x if name == "x" else target)
+            continue
+        shape = (rows, classes) if extent == "rows*N" else (rows,) if extent == "rows" else ()
+        outs[name] = _empty_like_kind(x, shape, dt)
+        tensors.append(outs[name])
+    _launch(kernel, tensors, rows, threads)
+    return outs["loss"], outs["logp"], outs["total_weight"]
+
+
+def cross_entropy_backward(dloss, logp, target, total_weight, ignore_index=-100, reduction="mean", order="fast", dtype=None,
+                           threads=0):
+    """dx of cross_entropy from the loss's gradient dloss (a scalar, or one per row under
+    reduction="none") and the forward's logp and total_weight (as cross_entropy returns them):
+    log_softmax_backward of nll_loss's one-hot gradient, as eager autograd runs them."""
+    if not hasattr(logp, "shape") or len(logp.shape) != 2:
+        raise ValueError(f"logp must be 2-D (rows, classes), got shape {tuple(getattr(logp, 'shape', ()))}")
+    rows, classes = int(logp.shape[0]), int(logp.shape[1])
+    _targets(target, rows, classes, ignore_index)
+    want = (rows,) if reduction == "none" else ()
+    if tuple(getattr(dloss, "shape", (None,))) not in (want, (1,) if not want else want):
+        raise ValueError(f"dloss has shape {tuple(getattr(dloss, 'shape', ()))}; reduction={reduction} needs {want}")
+    if math.prod(getattr(total_weight, "shape", (0, 0))) != 1:
+        raise ValueError(f"total_weight must hold one element, got shape {tuple(getattr(total_weight, 'shape', ()))}")
+    kernel, xd = _loss_kernel("cross_entropy_backward", logp, reduction, ignore_index, order, dtype)
+    for name, value in (("dloss", dloss), ("total_weight", total_weight)):
+        if _dtype_of(value, dtype) != xd:
+            raise ValueError(f"{name} is {_dtype_of(value, dtype)} but logp is {xd}; they must match")
+    given = {"dloss": dloss, "logp": logp, "target": target, "total_weight": total_weight}
+    dx = _empty_like_kind(logp, (rows, classes), xd)
+    _launch(kernel, [dx if is_out else given[name] for name, _, is_out, _ in kernel.args], rows, threads)
+    return dx
 
 
 def cache_stats():

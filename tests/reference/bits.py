@@ -11,6 +11,7 @@ def to_bf16_bits(a):
 
 
 def as_float(a):
+    a = a.reshape(-1) if a.ndim == 0 else a  # a scalar (a reduced loss): numpy views no 0-d array as another width
     return (a.astype(np.uint32) << 16).view(np.float32) if a.dtype == np.uint16 else a
 
 
@@ -19,6 +20,7 @@ def same_bits(a, b):
     Returns (ok, message naming the first difference)."""
     if a.shape != b.shape or a.dtype != b.dtype:
         return False, f"shape/dtype {a.shape}/{a.dtype} vs {b.shape}/{b.dtype}"
+    a, b = (a.reshape(-1), b.reshape(-1)) if a.ndim == 0 else (a, b)
     ua, ub = (a, b) if a.dtype == np.uint16 else (a.view(np.uint32), b.view(np.uint32))
     fa, fb = as_float(a), as_float(b)
     bad = (ua != ub) & ~(np.isnan(fa) & np.isnan(fb))

@@ -18,7 +18,10 @@ and f16 and x.sum(-1) in f32 (the orders refuse the sum of 16-bit rows), includi
 32768, which torch sums in per-thread chunks; torch.nn.functional.silu and its gradient (silu_backward) in f32, bf16
 and f16, whose launches of 32768 elements or more torch cuts into per-thread chunks, each with its
 own scalar tail; torch.nn.functional.gelu(x, approximate="tanh") (gelu_tanh) likewise, cut above
-16384 elements, and its gradient (gelu_tanh_backward, cut as silu's).
+16384 elements, and its gradient (gelu_tanh_backward, cut as silu's); torch.nn.functional.cross_entropy
+with class indices (reductions mean, sum and none; ignore_index -100 and 0) in f32, bf16 and f16:
+its loss, its log_softmax and the logits' gradient from loss.backward(g) (cross_entropy and
+cross_entropy_backward).
 """
 import argparse
 import itertools
@@ -99,6 +102,17 @@ def cases(tier):
     for xd, (rows, n), k in itertools.product(["f32", "bf16", "f16"], [(7, 4097), (1, 20001), (3, 5463)], range(2)):
         out.append({"op": "gelu_tanh", "dtype": xd, "n": n, "range": "normal", "rows": rows, "seed": i})
         i += 1
+    # cross_entropy (forward and backward): class counts from the sweep, row counts on both sides of
+    # nll_loss's cascade levels (16 and 256 rows), every reduction, ignore_index -100 (transformers')
+    # and a class index (0: the rows that name class 0 are the ignored ones).
+    ce_rows = [1, 5, 16, 17, 257, 4097]
+    for k, (xd, n, red) in enumerate(itertools.product(["f32", "bf16", "f16"], ns, ["mean", "sum", "none"])):
+        rows = ce_rows[k % len(ce_rows)]
+        while rows > 1 and rows * n > (1 << 21):
+            rows //= 4
+        out.append({"op": "cross_entropy", "dtype": xd, "n": n, "range": RANGES[k % len(RANGES)][0], "rows": rows, "seed": i,
+                    "reduction": red, "ignore_index": 0 if k % 4 == 3 and n > 1 else -100})
+        i += 1
     return out
 
 
@@ -127,6 +141,11 @@ def inputs(c):
             b = torch.from_numpy((0.1 * rng.standard_normal(c["n"])).astype(np.float32)).to(wd)
     if c["op"] in ("silu_backward", "gelu_tanh_backward"):  # w carries dy
         w = torch.from_numpy(rng.standard_normal((c["rows"], c["n"])).astype(np.float32)).to(TORCH_DTYPE[c["dtype"]])
+    if c["op"] == "cross_entropy":  # w carries the targets (a quarter of them ignore_index), b the loss's gradient
+        w = torch.from_numpy(rng.integers(0, c["n"], c["rows"]))
+        w[torch.from_numpy(rng.random(c["rows"]) < 0.25)] = c["ignore_index"]
+        shape = (c["rows"],) if c["reduction"] == "none" else ()
+        b = torch.from_numpy(rng.standard_normal(shape).astype(np.float32)).to(TORCH_DTYPE[c["dtype"]])
     return x, w, b
 
 def hf_module(c, w):
@@ -150,6 +169,11 @@ def torch_outputs(c, x, w, b):
         return {"var": var, "mean": mean}
     if c["op"] in ("sum", "mean"):
         return {c["op"]: getattr(x, c["op"])(-1)}
+    if c["op"] == "cross_entropy":
+        xr = x.clone().requires_grad_()
+        loss = torch.nn.functional.cross_entropy(xr, w, ignore_index=c["ignore_index"], reduction=c["reduction"])
+        loss.backward(b)
+        return {"loss": loss.detach(), "logp": torch.log_softmax(x, 1), "dx": xr.grad}
     if c["op"] == "silu":
         return {"y": torch.nn.functional.silu(x)}
     if c["op"] == "gelu_tanh":
@@ -181,6 +205,10 @@ def ordo_outputs(c, x, w, b, order):
         return {c["op"]: getattr(ordo, c["op"])(x, order=order)}
     if c["op"] == "silu_backward":
         return {"dx": ordo.silu_backward(w, x, order=order)}
+    if c["op"] == "cross_entropy":
+        kw = dict(ignore_index=c["ignore_index"], reduction=c["reduction"], order=order)
+        loss, logp, total_weight = ordo.cross_entropy(x, w, **kw)
+        return {"loss": loss, "logp": logp, "dx": ordo.cross_entropy_backward(b, logp, w, total_weight, **kw)}
     if c["op"] == "gelu_tanh_backward":
         return {"dx": ordo.gelu_tanh_backward(w, x, order=order)}
     return {"y": getattr(ordo, c["op"])(x, order=order)}
@@ -258,7 +286,8 @@ def main():
                 passed += 1
             else:
                 failed += 1
-                detail = f" affine={c['affine']} eps={c['eps']}" if c["op"] in ("layer_norm", "rms_norm") else ""
+                detail = (f" affine={c['affine']} eps={c['eps']}" if c["op"] in ("layer_norm", "rms_norm")
+                          else f" reduction={c['reduction']} ignore_index={c['ignore_index']}" if c["op"] == "cross_entropy" else "")
                 print(f"FAIL {c['op']} {order} {dtype} N={c['n']} rows={c['rows']} {c['range']}{detail} "
                       f"threads={r['threads']}: {r['why']}")
     os.unlink(spec.name)

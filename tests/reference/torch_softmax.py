@@ -1,10 +1,12 @@
 #!/usr/bin/python3
-"""Bit-exact check of ordo's PyTorch 1.13 softmax and log_softmax orders against the installed torch.
+"""Bit-exact check of ordo's PyTorch 1.13 softmax, log_softmax and cross_entropy orders against the installed torch.
 
 torch runs in a subprocess per CPU capability (ATEN_CPU_CAPABILITY is read once, at import)
 and writes torch.softmax / torch.log_softmax over the last dim as .npy; `ordo run` with the
 capability's order must produce the same bit patterns. The value ranges include masked rows
 (-inf), rows with NaN and +inf (which propagate), huge offsets and underflowing exponentials.
+cross_entropy (F.cross_entropy with int64 class indices, a quarter of them ignore_index) compares
+its loss under each reduction, over row counts on both sides of nll_loss's cascade levels.
 A missing torch is a failure, never a skip.
 """
 import argparse
@@ -29,7 +31,11 @@ torch.set_num_threads(1)
 for c in json.load(open(sys.argv[1])):
     a = np.load(c["x"])
     x = torch.from_numpy(a.astype(np.int16)).view(torch.bfloat16) if a.dtype == np.uint16 else torch.from_numpy(a)
-    y = torch.softmax(x, -1) if c["op"] == "softmax" else torch.log_softmax(x, -1)
+    if c["op"] == "cross_entropy":
+        y = torch.nn.functional.cross_entropy(x, torch.from_numpy(np.load(c["target"])), ignore_index=c["ignore_index"],
+                                              reduction=c["reduction"])
+    else:
+        y = torch.softmax(x, -1) if c["op"] == "softmax" else torch.log_softmax(x, -1)
     np.save(c["want"], y.view(torch.int16).numpy().astype(np.uint16) if y.dtype == torch.bfloat16 else y.numpy())
 print(torch.__version__)
 '''
@@ -94,6 +100,19 @@ def main():
         path = os.path.join(tmp, f"{op}_{dtype}_{n}_{kind}_x.npy")
         np.save(path, to_bf16_bits(x) if dtype == "bf16" else x)
         cases.append({"op": op, "dtype": dtype, "n": n, "kind": kind, "x": path})
+    # The reduction rotates with the width (each ordo run is a process: a share keeps the test short).
+    for k, (dtype, n) in enumerate(itertools.product(["f32", "bf16"], sweep)):
+        reduction = ["mean", "sum", "none"][k % 3]
+        rows = [1, 17, 257, 300][k % 4] if n <= 10000 else 3
+        kind = KINDS[k % 4]  # finite logits: the loss of a NaN row is NaN in any order
+        x = make_x(rng, kind, rows, n).astype(np.float32)
+        target = rng.integers(0, n, rows)
+        target[rng.random(rows) < 0.25] = -100
+        path = os.path.join(tmp, f"ce_{dtype}_{n}_{reduction}_x.npy")
+        np.save(path, to_bf16_bits(x) if dtype == "bf16" else x)
+        np.save(path + ".target.npy", target)
+        cases.append({"op": "cross_entropy", "dtype": dtype, "n": n, "kind": f"{kind} rows={rows} reduction={reduction}", "x": path,
+                      "target": path + ".target.npy", "reduction": reduction, "ignore_index": -100})
     # bf16 log_softmax rounds its row sum to bf16, which hides the sum's order in almost every
     # random row. These rows were found by a search over 10^7 random rows (see
     # docs/research/log-softmax-bf16-torch1.13.md): in each, a plausible alternative order
@@ -126,6 +145,9 @@ def main():
         print(f"torch {worker.stdout.strip()} with ATEN_CPU_CAPABILITY={cap}")
         for c in cap_cases:
             cmd = [args.ordo, "run", c["op"], "--order", order, "--in", "x=" + c["x"], "--out", "y=" + c["got"]]
+            if c["op"] == "cross_entropy":
+                cmd[-1] = "loss=" + c["got"]
+                cmd += ["--in", "target=" + c["target"], "--reduction", c["reduction"], "--ignore-index", str(c["ignore_index"])]
             r = subprocess.run(cmd, capture_output=True, text=True)
             key = (c["op"], order, c["dtype"])
             table.setdefault(key, [0, 0])
