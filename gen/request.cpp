@@ -72,13 +72,20 @@ std::string Request::key() const {
                               has_bias, allow_mixed_dtypes, eps, order, name(target), rows_in_flight);
   if (target == Target::cuda) k += fmt::format("|arch=sm_{}", cuda_arch);
   if (is_backward(op)) k += fmt::format("|saved_stats={}", saved_stats);
-  if (forward_of(op) == OpKind::attention)
+  // Attention's fields, also where another op was given any (resolve refuses them there; an equal
+  // key would serve the op's cached kernel instead).
+  const bool attention_fields = seq_q || seq_k || seq_k_at_launch || heads != 1 || kv_group != 1 || q_row_stride || k_row_stride ||
+                                v_row_stride || causal || scale || lse_output;
+  if (forward_of(op) == OpKind::attention || attention_fields)
     k += fmt::format("|sq={}|sk={}|heads={}|kv_group={}|strides={},{},{}|causal={}|scale={}|lse={}", seq_q,
                      seq_k_at_launch ? fmt::format("{}@launch", seq_k) : fmt::format("{}", seq_k), heads, kv_group, q_row_stride, k_row_stride,
                      v_row_stride, causal, scale ? fmt::format("{:a}", *scale) : "default",
                      lse_output);
   if (mask) k += "|mask=" + mask->text();
-  if (forward_of(op) == OpKind::cross_entropy) k += fmt::format("|ignore_index={}|reduction={}", ignore_index, name(reduction));
+  // Also where they are not the defaults on another op, so that such a request is resolved (and
+  // refused) rather than served from the cache by an equal key.
+  if (forward_of(op) == OpKind::cross_entropy || ignore_index != -100 || reduction != LossReduction::mean)
+    k += fmt::format("|ignore_index={}|reduction={}", ignore_index, name(reduction));
   return k;
 }
 

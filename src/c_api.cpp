@@ -92,6 +92,7 @@ int c_dtype(ordo::ScalarType t) {
     case ordo::ScalarType::f32: return ORDO_F32;
     case ordo::ScalarType::f16: return ORDO_F16;
     case ordo::ScalarType::bf16: return ORDO_BF16;
+    case ordo::ScalarType::i64: return ORDO_I64;
     default: return -1;
   }
 }
@@ -108,7 +109,8 @@ ordo_request* ordo_request_new(const char* op) {
   guarded([&] {
     const std::string name = text(op, "op");
     auto kind = ordo::parse_op(name);
-    if (!kind) throw ordo::Error(fmt::format("unknown op '{}'; ops: layer_norm, rms_norm, var_mean, sum, mean, silu, gelu_tanh, softmax, log_softmax, attention", name));
+    if (!kind) throw ordo::Error(fmt::format("unknown op '{}'; ops: layer_norm, rms_norm, var_mean, sum, mean, silu, gelu_tanh, softmax, log_softmax, attention, "
+                                    "cross_entropy, and their *_backward", name));
     out = new ordo_request{};
     out->r.op = *kind;
     out->r.has_weight = ordo::forward_of(*kind) == ordo::OpKind::layer_norm || ordo::forward_of(*kind) == ordo::OpKind::rms_norm;
@@ -158,9 +160,15 @@ int ordo_request_set(ordo_request* req, const char* key_c, const char* value_c) 
     else if (key == "mask") r.mask = mask(v);
     else if (key == "lse") r.lse_output = flag(v, key);
     else if (key == "scale") r.scale = number(v, key);
-    else
+    else if (key == "ignore_index") r.ignore_index = integer(v, key);
+    else if (key == "reduction") {
+      auto red = ordo::parse_loss_reduction(v);
+      if (!red) throw ordo::Error(fmt::format("reduction: '{}' is not mean, sum or none", v));
+      r.reduction = *red;
+    } else
       throw ordo::Error(fmt::format("unknown request key '{}' (cols, dtype, weight_dtype, acc, order, eps, target, weight, bias, "
-                                    "allow_mixed_dtypes, rows_in_flight; attention: seq_q, seq_k, heads, kv_group, q_row_stride, k_row_stride, v_row_stride, causal, mask, scale, lse)", key));
+                                    "allow_mixed_dtypes, rows_in_flight; attention: seq_q, seq_k, heads, kv_group, q_row_stride, k_row_stride, v_row_stride, "
+                                    "causal, mask, scale, lse; cross_entropy: ignore_index, reduction)", key));
   });
 }
 

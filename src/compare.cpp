@@ -71,6 +71,18 @@ std::vector<uint8_t> random_values(ScalarType t, int64_t n, uint64_t seed, doubl
 
 namespace {
 
+// cross_entropy's target: a class index in [0, N) per row, uniform, with every fourth row
+// ignore_index (not counted).
+std::vector<uint8_t> class_indices(const Request& r, int64_t rows, uint64_t seed) {
+  std::vector<uint8_t> out(static_cast<size_t>(rows) * 8);
+  uint64_t s = seed * 0x2545f4914f6cdd1dull + 1;
+  for (int64_t i = 0; i < rows; ++i) {
+    const int64_t t = i % 4 == 3 ? r.ignore_index : static_cast<int64_t>(splitmix64(s) % static_cast<uint64_t>(std::max<int64_t>(r.cols, 1)));
+    std::memcpy(out.data() + 8 * i, &t, 8);
+  }
+  return out;
+}
+
 void store_value(ScalarType t, uint8_t* data, int64_t i, double v) {
   const float f = static_cast<float>(v);
   if (t == ScalarType::f32) {
@@ -127,6 +139,20 @@ void forward_outputs(const Request& r, HostBuffers& h, int64_t rows) {
     if (std::vector<uint8_t>* lse = find("lse"))
       for (size_t i = 0; i < f["lse"].size(); ++i) store_value(ScalarType::f32, lse->data(), int64_t(i), f["lse"][i]);
   }
+  if (r.op == OpKind::cross_entropy_backward) {  // logp: log_softmax of the random logits; total_weight: the rows counted
+    std::vector<uint8_t>& logp = *find("logp");
+    for (int64_t row = 0; row < rows; ++row) {
+      double mx = -INFINITY, s = 0;
+      for (int64_t j = 0; j < N; ++j) mx = std::max(mx, value_at(r.x_dtype, logp.data(), row * N + j));
+      for (int64_t j = 0; j < N; ++j) s += std::exp(value_at(r.x_dtype, logp.data(), row * N + j) - mx);
+      for (int64_t j = 0; j < N; ++j)
+        store_value(r.x_dtype, logp.data(), row * N + j, value_at(r.x_dtype, logp.data(), row * N + j) - mx - std::log(s));
+    }
+    const auto* t = reinterpret_cast<const int64_t*>(find("target")->data());
+    int64_t counted = 0;
+    for (int64_t row = 0; row < rows; ++row) counted += t[row] != r.ignore_index;
+    store_value(r.x_dtype, find("total_weight")->data(), 0, static_cast<double>(counted));
+  }
   if (r.op == OpKind::softmax_backward || r.op == OpKind::log_softmax_backward) {
     std::vector<uint8_t>& y = *find("y");
     for (int64_t row = 0; row < rows; ++row) {
@@ -164,6 +190,7 @@ HostBuffers make_buffers(const CompiledKernel& k, int64_t rows, uint64_t seed, d
     if (a.output) h.bytes.emplace_back(static_cast<size_t>(n * size_bytes(a.dtype)), 0);
     else if (a.name == "weight") h.bytes.push_back(random_values(a.dtype, n, seed + 101, 1.0, 0.1));
     else if (a.name == "bias") h.bytes.push_back(random_values(a.dtype, n, seed + 202, 0.0, 0.1));
+    else if (a.dtype == ScalarType::i64) h.bytes.push_back(class_indices(k.request(), n, seed + 303));
     else h.bytes.push_back(random_values(a.dtype, n, seed + 7919 * i, offset, scale));  // x (i = 0) keeps `seed`
   }
   forward_outputs(k.request(), h, rows);

@@ -34,8 +34,9 @@ enum {
   ORDO_ERROR_FIXED_LENGTH = 3
 };
 
-/* Element types, as ordo names them: "f32", "bf16", "f16" (bf16 buffers hold uint16 bit patterns). */
-enum { ORDO_F64 = 0, ORDO_F32 = 1, ORDO_F16 = 2, ORDO_BF16 = 3 };
+/* Element types, as ordo names them: "f32", "bf16", "f16" (bf16 buffers hold uint16 bit patterns), and
+ * int64 for cross_entropy's class indices. */
+enum { ORDO_F64 = 0, ORDO_F32 = 1, ORDO_F16 = 2, ORDO_BF16 = 3, ORDO_I64 = 4 };
 /* How long an argument is, for a launch over `rows` rows of N columns. */
 enum {
   ORDO_EXTENT_ROWS_BY_COLS = 0,
@@ -57,7 +58,10 @@ const char* ordo_last_error(void);
 int ordo_last_error_code(void);
 
 /* A request for `op`: layer_norm, rms_norm, var_mean, sum, mean, silu, gelu_tanh, softmax,
-   log_softmax, attention. NULL if unknown.
+   log_softmax, attention, cross_entropy, or a backward op (layer_norm_backward, ...). NULL if unknown.
+ * cross_entropy: x [rows, cols] logits and target [rows] int64 class indices in; logp like x, loss (one
+ * element, or [rows] with reduction none) and total_weight (one element) out. cross_entropy_backward:
+ * dloss, logp, target, total_weight in; dx out.
  * attention: cols is the head dim D; rows (at run time) is batch*heads; q is [rows, seq_q, D], k and v
  * [rows, seq_k, D], out like q, lse [rows, seq_q] (float32, when lse=1). */
 ordo_request* ordo_request_new(const char* op);
@@ -70,6 +74,8 @@ ordo_request* ordo_request_new(const char* op);
  *   v_row_stride (the row strides of the tensors PyTorch was given; 0 or D: contiguous), causal (0|1), scale, lse (0|1),
  *   mask (none, or <dtype>:<dims>: an additive mask input "mask", PyTorch's [B, H, S_q, S_k] with each dim a letter
  *   B, H, Q, K where spanned or 1 where broadcast, f32 or the inputs' dtype, e.g. "bf16:B1QK"; the torch2.15-cpu orders),
+ *   cross_entropy, cross_entropy_backward: ignore_index (the target of a row not counted; -100), reduction
+ *   (mean, sum or none);
  *   seq_k "launch" (one kernel for every S_k, given to ordo_kernel_run_sized: the flash orders);
  *   cols "launch" (the row ops' forward: one kernel for every N, given to ordo_kernel_run_sized, for the
  *   orders whose reductions are the same loops at every N; the others fail to compile, saying why).

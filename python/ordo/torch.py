@@ -12,7 +12,8 @@ ordo's compiled extension; inputs of any layout are copied to contiguous rows fi
 result is torch's for the same values in contiguous memory.
 
 Inside `pinned(order)`, a TorchFunctionMode sends these calls to the operators:
-  torch.nn.functional.layer_norm, rms_norm, softmax, log_softmax, scaled_dot_product_attention
+  torch.nn.functional.layer_norm, rms_norm, softmax, log_softmax, scaled_dot_product_attention,
+  cross_entropy (class indices over 2-D logits, no class weights or label smoothing)
   torch.layer_norm, torch.rms_norm, torch.softmax, torch.log_softmax, and Tensor.softmax,
   Tensor.log_softmax
 and so the modules that call them (nn.LayerNorm, nn.RMSNorm, nn.Softmax, nn.LogSoftmax). Dynamo
@@ -496,6 +497,51 @@ _sum_op = _register_row_reduction("sum")
 _mean_op = _register_row_reduction("mean")
 
 
+@torch.library.custom_op("ordo::cross_entropy", mutates_args=())
+def _cross_entropy_op(x: Tensor, target: Tensor, ignore_index: int, reduction: str, order: str,
+                      backward_order: str) -> Tuple[Tensor, Tensor, Tensor]:
+    """(loss, logp, total_weight): logp and total_weight are what the gradient reads, as eager
+    autograd saves log_softmax's output and nll_loss's total_weight."""
+    return ordo.cross_entropy(x.contiguous(), target.contiguous(), ignore_index, reduction, order=order)
+
+
+@_cross_entropy_op.register_fake
+def _(x, target, ignore_index, reduction, order, backward_order):
+    _ordo.compile("cross_entropy", _size(x.shape[-1]), _DTYPE_NAMES[x.dtype], "", order, ignore_index=ignore_index,
+                  reduction=reduction)
+    loss = x.new_empty((x.shape[0],) if reduction == "none" else ())
+    return loss, torch.empty_like(x, memory_format=torch.contiguous_format), x.new_empty(())
+
+
+@torch.library.custom_op("ordo::cross_entropy_backward", mutates_args=())
+def _cross_entropy_backward_op(dloss: Tensor, logp: Tensor, target: Tensor, total_weight: Tensor, ignore_index: int,
+                               reduction: str, order: str) -> Tensor:
+    return ordo.cross_entropy_backward(dloss.contiguous(), logp, target.contiguous(), total_weight, ignore_index, reduction,
+                                       order=order)
+
+
+@_cross_entropy_backward_op.register_fake
+def _(dloss, logp, target, total_weight, ignore_index, reduction, order):
+    return torch.empty_like(logp)
+
+
+def _cross_entropy_setup(ctx, inputs, output):
+    _, target, ignore_index, reduction, order, backward_order = inputs
+    _, logp, total_weight = output
+    ctx.mark_non_differentiable(logp, total_weight)
+    ctx.save_for_backward(logp, target, total_weight)
+    ctx.ignore_index, ctx.reduction, ctx.order = ignore_index, reduction, backward_order or order
+
+
+def _cross_entropy_backward(ctx, dloss, _dlogp, _dtotal):
+    logp, target, total_weight = ctx.saved_tensors
+    dx = _cross_entropy_backward_op(dloss, logp, target, total_weight, ctx.ignore_index, ctx.reduction, ctx.order)
+    return dx, None, None, None, None, None
+
+
+_cross_entropy_op.register_autograd(_cross_entropy_backward, setup_context=_cross_entropy_setup)
+
+
 @torch.library.custom_op("ordo::attention_backward", mutates_args=())
 def _attention_backward_op(q: Tensor, k: Tensor, v: Tensor, out: Tensor, dout: Tensor, attn_mask: Optional[Tensor], is_causal: bool,
                            scale: Optional[float], forward_order: str, order: str) -> Tuple[Tensor, Tensor, Tensor]:
@@ -722,6 +768,47 @@ def mean(input: Tensor, dim: int = -1, keepdim: bool = False, *, order: str) -> 
     return _row_reduction("mean", input, dim, keepdim, order)
 
 
+def _cross_entropy_refusal(input: Tensor, target: Tensor, weight, size_average, reduce, reduction, label_smoothing) -> str:
+    """Why ordo's cross_entropy does not take this F.cross_entropy call ('' when it does): class
+    indices over 2-D logits, no class weights, no label smoothing, the reduction given by name."""
+    if weight is not None:
+        return "class weights (weight=): ordo's cross_entropy has none"
+    if size_average is not None or reduce is not None:
+        return "size_average= or reduce= (deprecated): pass reduction="
+    if label_smoothing != 0.0:
+        return f"label_smoothing={label_smoothing}: ordo's cross_entropy has none"
+    if reduction not in ("mean", "sum", "none"):
+        return f"reduction={reduction!r} is not 'mean', 'sum' or 'none'"
+    if input.dim() != 2:
+        return f"input is {input.dim()}-D; ordo's cross_entropy takes 2-D logits (rows, classes)"
+    if target.dim() != 1 or target.dtype != torch.int64:
+        return f"target is {target.dim()}-D {_dt(target)}; ordo's cross_entropy takes int64 class indices, one per row"
+    if input.dtype not in _DTYPE_NAMES:
+        return f"input dtype {_dt(input)}; ordo runs float32, bfloat16 and float16"
+    return ""
+
+
+def cross_entropy(input: Tensor, target: Tensor, weight: Optional[Tensor] = None, size_average=None, ignore_index: int = -100,
+                  reduce=None, reduction: str = "mean", label_smoothing: float = 0.0, *, order: str,
+                  backward_order: Optional[str] = None) -> Tensor:
+    """F.cross_entropy with ordo's order, for logits (rows, classes) and int64 class indices (rows,):
+    log_softmax in the order's softmax, then nll_loss's sum over the rows (PyTorch's cascade of
+    partial sums). Under torch2.15-cpu torch's bits, loss and gradient (cross_entropy_backward, in
+    backward_order, by default the forward's order). Class weights, label smoothing, class
+    probabilities as targets and N-D inputs raise a ValueError; a target out of range raises one
+    too (torch raises IndexError)."""
+    why = _cross_entropy_refusal(input, target, weight, size_average, reduce, reduction, label_smoothing)
+    if why:
+        raise ValueError(f"cross_entropy: {why}")
+    if input.shape[0] != target.shape[0]:
+        raise ValueError(f"cross_entropy: input has {input.shape[0]} rows but target {target.shape[0]}")
+    if input.shape[1] == 0:
+        return F.cross_entropy(input, target, ignore_index=ignore_index, reduction=reduction)
+    if _direct(input, target):
+        return ordo.cross_entropy(input.contiguous(), target.contiguous(), ignore_index, reduction, order=order)[0]
+    return torch.ops.ordo.cross_entropy(input, target, int(ignore_index), reduction, order, backward_order or "")[0]
+
+
 @torch.compiler.assume_constant_result
 def _gqa_gradients_refused(group: int, order: str) -> str:
     """Why an order that reproduces torch runs no grouped-query attention that needs gradients ("": it
@@ -891,6 +978,17 @@ def _why_not(op: str, order: str, call: tuple) -> str:
         except ValueError as e:
             return str(e)
         return ""
+    if op == "cross_entropy":
+        refusal, dtype, cols, ignore_index, reduction, grad = call
+        if refusal:
+            return refusal
+        try:
+            _ordo.compile("cross_entropy", cols, dtype, "", order, ignore_index=ignore_index, reduction=reduction)
+            if grad:
+                _ordo.compile("cross_entropy_backward", cols, dtype, "", order, ignore_index=ignore_index, reduction=reduction)
+        except ValueError as e:
+            return str(e)
+        return ""
     # scaled_dot_product_attention
     (q_dtype, k_dtype, v_dtype, ndim, shapes_ok, d, s_q, s_k, last_contiguous, mask, dropout_p, is_causal, scale,
      group, grad) = call
@@ -977,6 +1075,11 @@ def _calls_to_time(op: str, run: str, call: tuple, specs: tuple):
         x, dim, dtype = _specimen(specs[0]), call[3], getattr(torch, call[4]) if call[4] else None
         theirs, ours = (F.softmax, softmax) if op == "softmax" else (F.log_softmax, log_softmax)
         return (lambda: theirs(x, dim, dtype=dtype)), (lambda: ours(x, dim, dtype, order=run))
+    if op == "cross_entropy":
+        x, ignore_index, reduction = _specimen(specs[0]), call[3], call[4]
+        target = torch.zeros(x.shape[0], dtype=torch.int64)
+        return ((lambda: F.cross_entropy(x, target, ignore_index=ignore_index, reduction=reduction)),
+                (lambda: cross_entropy(x, target, ignore_index=ignore_index, reduction=reduction, order=run)))
     q, k, v = (_specimen(s) for s in specs[:3])
     mask = _specimen(specs[3]) if len(specs) > 3 else None
     is_causal, scale, gqa = call[11], call[12], call[13] > 1
@@ -1349,6 +1452,30 @@ class pinned(TorchFunctionMode):
             if order:
                 backward = _with_threads(self.backward_order, _torch_threads()) if self.backward_order else None
                 return (softmax if op == "softmax" else log_softmax)(x, dim, dtype, order=order, backward_order=backward)
+        elif func is F.cross_entropy:
+            # F.cross_entropy(input, target, weight, size_average, ignore_index, reduce, reduction, label_smoothing)
+            x, target = args[0], _arg(args, kwargs, 1, "target", None)
+            weight, size_average = _arg(args, kwargs, 2, "weight", None), _arg(args, kwargs, 3, "size_average", None)
+            ignore_index, reduce = _arg(args, kwargs, 4, "ignore_index", -100), _arg(args, kwargs, 5, "reduce", None)
+            reduction, smoothing = _arg(args, kwargs, 6, "reduction", "mean"), _arg(args, kwargs, 7, "label_smoothing", 0.0)
+            refusal = _cross_entropy_refusal(x, target, weight, size_average, reduce, reduction, float(smoothing))
+            shape_ok = True if not refusal and x.shape[0] == target.shape[0] else False
+            if not refusal and not shape_ok:
+                return func(*args, **kwargs)  # torch's own error for mismatched rows
+            cols = operator.index(x.shape[1]) if not refusal else 0
+            if not refusal and cols == 0:
+                return func(*args, **kwargs)
+            grad = True if torch.is_grad_enabled() and x.requires_grad else False
+            call = (refusal, _DTYPE_NAMES.get(x.dtype, ""), cols, int(ignore_index), reduction, grad)
+            order, error, note = _route_call("cross_entropy", self.order, self.strict, _torch_threads(), call,
+                                             self._specs(x, extra=(int(ignore_index),)))
+            if error:
+                raise ValueError(error)
+            if note:
+                _fallback_warning(note)
+            if order:
+                backward = _with_threads(self.backward_order, _torch_threads()) if self.backward_order else None
+                return cross_entropy(x, target, ignore_index=int(ignore_index), reduction=reduction, order=order, backward_order=backward)
         elif func is F.dropout and self.eager_kernels:
             # F.dropout(input, p, training, inplace): only what eager computes with its composite
             x, p = args[0], float(_arg(args, kwargs, 1, "p", 0.5))
@@ -1423,4 +1550,4 @@ _SOFTMAXES = {F.softmax: "softmax", torch.softmax: "softmax", Tensor.softmax: "s
               torch.log_softmax: "log_softmax", Tensor.log_softmax: "log_softmax"}
 # What __torch_function__ may send elsewhere; every other function goes straight to torch.
 _ROUTED = (frozenset(_NORMS) | frozenset(_SOFTMAXES) | frozenset(_INEXACT_WHEN_COMPILED) |
-           {F.scaled_dot_product_attention, F.dropout})
+           {F.scaled_dot_product_attention, F.dropout, F.cross_entropy})

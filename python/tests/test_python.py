@@ -93,6 +93,43 @@ check(np.abs(s_seq.astype(np.float64) - x.astype(np.float64).sum(-1)).max() < 1e
 yr, rr = ordo.rms_norm(xt, wt, eps=1e-5, order="torch-composite-cpu")
 check(same_bits(yr, xt * torch.rsqrt(xt.pow(2).mean(-1, keepdim=True) + 1e-5) * wt), "rms_norm equals the torch composite")
 
+# cross_entropy: int64 class indices from numpy or torch; the 1.13 order equals torch's
+# F.cross_entropy; the backward (fast) is within a few ulp of float64's softmax minus the one-hot
+# gradient; bad targets are refused by value.
+logits = rng.standard_normal((37, 50)).astype(np.float32)
+labels = rng.integers(0, 50, 37)
+labels[::5] = -100
+loss, logp, tw = ordo.cross_entropy(logits, labels, order="torch1.13-cpu-avx2")
+check(isinstance(loss, np.ndarray) and loss.shape == () and logp.shape == logits.shape and tw.shape == () and float(tw) == 29,
+      "cross_entropy: a scalar loss, logp like x and the 29 rows counted, from numpy")
+lt = ordo.cross_entropy(torch.from_numpy(logits), torch.from_numpy(labels), order="torch1.13-cpu-avx2")[0]
+check(same_bits(lt, torch.nn.functional.cross_entropy(torch.from_numpy(logits), torch.from_numpy(labels))) and
+      same_bits(lt, torch.from_numpy(loss)), "cross_entropy torch1.13-cpu-avx2 equals torch's F.cross_entropy, numpy and torch alike")
+none = ordo.cross_entropy(logits, labels, reduction="none", order="fast")[0]
+check(none.shape == (37,) and np.all(none[::5] == 0), "reduction none: a loss per row, 0 where ignored")
+_, logp_fast, tw_fast = ordo.cross_entropy(logits, labels, order="fast")
+dx = ordo.cross_entropy_backward(np.array(1.0, dtype=np.float32), logp_fast, labels, tw_fast, order="fast")
+l64 = logits.astype(np.float64)
+ref_dx = np.exp(l64 - l64.max(1, keepdims=True))
+ref_dx /= ref_dx.sum(1, keepdims=True)
+ref_dx[labels == -100] = 0
+ref_dx[np.flatnonzero(labels != -100), labels[labels != -100]] -= 1
+ref_dx /= 29
+check(dx.shape == logits.shape and np.abs(dx - ref_dx).max() <= 8 * np.spacing(np.float32(np.abs(ref_dx).max())),
+      "cross_entropy_backward (fast) within 8 ulp of the largest gradient, against float64")
+for bad_target, text in ((labels.astype(np.int32), "not int64"), (np.full(37, 50), "target 50 is out of bounds"),
+                         (labels[:5], "needs (37,)")):
+    try:
+        ordo.cross_entropy(logits, bad_target, order="fast")
+        check(False, f"cross_entropy refuses a bad target ({text})")
+    except ValueError as e:
+        check(text in str(e), f"cross_entropy refuses a bad target ({text}): {e}")
+try:
+    ordo.cross_entropy(logits, labels, reduction="avg", order="fast")
+    check(False, "cross_entropy refuses reduction='avg'")
+except ValueError as e:
+    check("'avg'" in str(e), f"cross_entropy refuses reduction='avg': {e}")
+
 # bf16 from numpy travels as uint16 bit patterns with dtype="bf16".
 xb_np = xb.view(torch.int16).numpy().view(np.uint16)
 sb = ordo.softmax(xb_np, order="torch1.13-cpu-avx2", dtype="bf16")

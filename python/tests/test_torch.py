@@ -1165,6 +1165,75 @@ def test_pointwise():
     torch._dynamo.reset()
 
 
+def test_cross_entropy():
+    """ordo.torch.cross_entropy under torch2.15-cpu: torch's loss and gradient for each reduction,
+    ignore_index -100 and a class index, f32, bf16 and f16 logits, in eager code (with and without a
+    gradient to record) and compiled; inside pinned, F.cross_entropy as transformers calls it
+    (logits upcast to f32) runs ordo's operators, forward and backward, eager and compiled, with
+    eager's bits. Class weights, label smoothing and out-of-range targets are refused by name, and
+    pinned falls back to torch for them with a warning."""
+    import ordo.torch as ot
+    order = f"{EXACT}(threads={torch.get_num_threads()})"
+    g = torch.Generator().manual_seed(23)
+    for dt, (rows, classes), reduction, ignore in ((torch.float32, (300, 1000), "mean", -100), (torch.bfloat16, (17, 33), "sum", -100),
+                                                    (torch.float16, (40, 129), "none", 0), (torch.float32, (1, 7), "mean", 0)):
+        x = (3 * torch.randn(rows, classes, generator=g)).to(dt)
+        t = torch.randint(0, classes, (rows,), generator=g)
+        t[::4] = ignore
+        xa, xb = x.clone().requires_grad_(), x.clone().requires_grad_()
+        got = ot.cross_entropy(xa, t, ignore_index=ignore, reduction=reduction, order=order)
+        want = F.cross_entropy(xb, t, ignore_index=ignore, reduction=reduction)
+        dy = torch.randn(want.shape, generator=g).to(dt)
+        got.backward(dy)
+        want.backward(dy)
+        with torch.no_grad():
+            direct = ot.cross_entropy(x, t, ignore_index=ignore, reduction=reduction, order=order)
+        torch._dynamo.reset()
+        compiled = torch.compile(lambda a, b: ot.cross_entropy(a, b, ignore_index=ignore, reduction=reduction, order=order),
+                                 fullgraph=True)(x, t)
+        check(same(got, want) and same(direct, want) and same(compiled, want) and same(xa.grad, xb.grad),
+              f"ordo.torch.cross_entropy ({rows}, {classes}) {dt} {reduction} ignore_index={ignore}: torch's loss (eager, no grad, "
+              f"compiled) and gradient")
+
+    def loss(logits, labels):  # transformers' causal-LM loss, as ForCausalLMLoss computes it
+        return F.cross_entropy(logits.float().view(-1, logits.shape[-1]), labels.view(-1), ignore_index=-100)
+
+    logits = torch.randn(2, 9, 50, generator=g).to(torch.bfloat16)
+    labels = torch.randint(0, 50, (2, 9), generator=g)
+    labels[0, :3] = -100
+    ref = logits.clone().requires_grad_()
+    want = loss(ref, labels)
+    want.backward()
+    for compiled in (False, True):
+        torch._dynamo.reset()
+        x = logits.clone().requires_grad_()
+        with OpLog() as log, ot.pinned(EXACT, kernels="ordo", strict=True):
+            got = (torch.compile(loss) if compiled else loss)(x, labels)
+            got.backward()
+        ran = set(log.names)
+        check(same(got, want) and same(x.grad, ref.grad) and "ordo.cross_entropy.default" in ran and
+              "ordo.cross_entropy_backward.default" in ran,
+              f"pinned, {'compiled' if compiled else 'eager'}: transformers' loss runs ordo's cross_entropy and its backward with "
+              f"eager's loss and gradient")
+    for kwargs, text in (({"label_smoothing": 0.1}, "label_smoothing=0.1"), ({"weight": torch.ones(50)}, "class weights")):
+        try:
+            ot.cross_entropy(logits.float().view(-1, 50), labels.view(-1), order=order, **kwargs)
+            check(False, f"ordo.torch.cross_entropy refuses {text}")
+        except ValueError as e:
+            check(text in str(e), f"ordo.torch.cross_entropy refuses {text}: {e}")
+        with warnings.catch_warnings(record=True) as record, ot.pinned(EXACT, kernels="ordo"):
+            warnings.simplefilter("always")
+            fell_back = F.cross_entropy(logits.float().view(-1, 50), labels.view(-1), **kwargs)
+        check(same(fell_back, F.cross_entropy(logits.float().view(-1, 50), labels.view(-1), **kwargs)) and
+              any(text in w for w in fallback_warnings(record)), f"pinned: cross_entropy with {text} runs torch's, with a warning")
+    try:
+        ot.cross_entropy(logits.float().view(-1, 50), torch.full((18,), 50), order=order)
+        check(False, "ordo.torch.cross_entropy refuses a target out of range")
+    except ValueError as e:
+        check("target 50 is out of bounds" in str(e), f"ordo.torch.cross_entropy refuses a target out of range: {e}")
+    torch._dynamo.reset()
+
+
 def main():
     if torch.__version__.split("+")[0] != WANT_TORCH:
         print(f"FAIL: this is torch {torch.__version__} ({sys.executable}); ordo.torch is checked against {WANT_TORCH} "
@@ -1175,7 +1244,7 @@ def main():
                  test_new_shapes, test_decode_compiles_once, test_varying_lengths_compile_once,
                  test_runs_on_torch_threads, test_blocks_recompile, test_backward, test_eager_kernels,
                  test_graphs_run_outside_the_mode,
-                 test_grouped_query_attention, test_attention_mask, test_sum_and_mean, test_pointwise):
+                 test_grouped_query_attention, test_attention_mask, test_sum_and_mean, test_pointwise, test_cross_entropy):
         print(f"--- {test.__name__}", flush=True)
         test()
     print(f"\n{len(failures)} failed" if failures else "\nall passed")

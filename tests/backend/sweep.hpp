@@ -506,6 +506,55 @@ inline int backward_vs_interpreter(OpKind op, Target target, const std::vector<i
   return cases;
 }
 
+// cross_entropy and cross_entropy_backward (gen/ops/cross_entropy.cpp) under every named order
+// that has them, in each of its dtypes: reductions mean, sum and none and ignore_index -100 and 0
+// in rotation; widths `ns` on both sides of the vector and chunk boundaries and row counts
+// `rows_list` on both sides of nll_loss's cascade levels (16 and 256 rows), the launches kept
+// within `max_elements`. Planted: a target out of range (its row's loss and dx are NaN), NaN and
+// +-inf logits, a dloss of -0 under none. Returns the requests compared.
+inline int cross_entropy_vs_interpreter(Target target, const std::vector<int64_t>& ns, const std::vector<int64_t>& rows_list,
+                                        int64_t max_elements) {
+  int cases = 0;
+  size_t i = 0;
+  for (const gen::NamedOrder& n : gen::named_orders()) {
+    if (n.device_only || n.alias) continue;
+    for (OpKind op : {OpKind::cross_entropy, OpKind::cross_entropy_backward}) {
+      if (std::find(n.ops.begin(), n.ops.end(), op) == n.ops.end()) continue;
+      for (ScalarType t : n.dtypes)
+        for (int64_t cols : ns) {
+          const int64_t rows = rows_list[i % rows_list.size()];
+          if (rows * cols > max_elements) continue;
+          Request r;
+          r.op = op;
+          r.order = std::string(n.name);
+          r.x_dtype = t;
+          r.cols = cols;
+          r.has_weight = r.has_bias = false;
+          r.reduction = std::array{LossReduction::mean, LossReduction::sum, LossReduction::none}[i % 3];
+          r.ignore_index = (i / 3) % 2 ? 0 : -100;
+          ++i;
+          const auto prepare = [&](HostBuffers& h) {
+            auto* target_ = reinterpret_cast<int64_t*>(h.get("target").data());
+            if (rows > 2) target_[1] = cols + 3;  // out of range: NaN, never a read outside the row
+            if (op == OpKind::cross_entropy) {
+              std::vector<uint8_t>& x = h.get("x");
+              set_value(x, t, 0, NAN);
+              if (rows > 4) set_value(x, t, 4 * cols + cols / 2, INFINITY);
+              if (rows > 5) set_value(x, t, 5 * cols, -INFINITY);
+            } else if (r.reduction == LossReduction::none && rows > 3) {
+              set_value(h.get("dloss"), t, 2, -0.0f);
+            }
+          };
+          check_on_interpreter_and(r, target, rows, 31 + i, 0.0, 3.0, prepare,
+                                   fmt::format("{} order={} x={} N={} rows={} reduction={} ignore_index={}", name(op), r.order, name(t), cols,
+                                               rows, name(r.reduction), r.ignore_index));
+          ++cases;
+        }
+    }
+  }
+  return cases;
+}
+
 }  // namespace ordo::backend_sweep
 
 namespace ordo::backend_sweep {

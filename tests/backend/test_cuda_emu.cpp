@@ -117,6 +117,11 @@ TEST_CASE("silu_backward: cuda-emu matches the interpreter bit for bit") {
   MESSAGE(fmt::format("silu_backward: {} requests compared bitwise on cuda-emu", cases));
 }
 TEST_CASE("gelu_tanh: cuda-emu matches the interpreter bit for bit") { sweep_emu(OpKind::gelu_tanh); }
+TEST_CASE("cross_entropy and its backward: cuda-emu matches the interpreter bit for bit") {
+  const int cases = cross_entropy_vs_interpreter(Target::cuda_emu, {7, 17, 129}, {17, 5, 257}, 40000);
+  MESSAGE(fmt::format("cross_entropy: {} requests compared bitwise on cuda-emu", cases));
+  CHECK(cases > 0);
+}
 TEST_CASE("gelu_tanh_backward: cuda-emu matches the interpreter bit for bit") {
   const int cases = backward_vs_interpreter(OpKind::gelu_tanh_backward, Target::cuda_emu, {9, 65}, {1, 7}, /*sparse=*/true);
   MESSAGE(fmt::format("gelu_tanh_backward: {} requests compared bitwise on cuda-emu", cases));

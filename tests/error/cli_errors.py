@@ -88,6 +88,13 @@ def make_inputs(d):
     np.save(f"{d}/ab_lse.npy", rng.standard_normal((2, 3, 5)).astype("<f4"))
     np.save(f"{d}/ab_lse_rows.npy", rng.standard_normal((2, 3, 6)).astype("<f4"))
     np.save(f"{d}/ab_lse_f16.npy", rng.standard_normal((2, 3, 5)).astype("<f2"))
+    # cross_entropy: x is (ROWS, N) logits; class indices, one out of range, one of the wrong rows, int32.
+    np.save(f"{d}/target.npy", np.array([1, -100, 7, 0], "<i8"))
+    np.save(f"{d}/target_bad.npy", np.array([1, 8, 7, 0], "<i8"))
+    np.save(f"{d}/target_rows.npy", np.array([1, 2, 3], "<i8"))
+    np.save(f"{d}/target_i32.npy", np.array([1, 2, 3, 0], "<i4"))
+    np.save(f"{d}/dloss.npy", np.array(1.0, "<f4"))
+    np.save(f"{d}/total_weight.npy", np.array(3.0, "<f4"))
     # layer_norm_backward: dy like x, per-row statistics, and wrong variants.
     np.save(f"{d}/dy.npy", rng.standard_normal((ROWS, N)).astype("<f4"))
     np.save(f"{d}/dy_short.npy", rng.standard_normal((ROWS, N - 1)).astype("<f4"))
@@ -353,6 +360,28 @@ def cases(ind):
              ["order 'exact-tiled' has no attention mask"]),
         Case("attention: a mask with causal", attn("--causal", "--in", "mask={in}/mask.npy", order="torch2.15-cpu-avx2(mkl=amd)"),
              ["causal and a mask"]),
+        Case("valid cross_entropy", ln("--in", "target={in}/target.npy", op="cross_entropy", order="torch2.15-cpu-avx2",
+                                       out=("loss", "logp", "total_weight")), None,
+             expect_outputs([("loss", (), "<f4"), ("logp", (ROWS, N), "<f4"), ("total_weight", (), "<f4")], ind)),
+        Case("cross_entropy: a target out of range", ln("--in", "target={in}/target_bad.npy", op="cross_entropy", out=("loss", "logp")),
+             ["target[1] = 8 is out of bounds", "not in [0, 8)"]),
+        Case("cross_entropy: a target per row", ln("--in", "target={in}/target_rows.npy", op="cross_entropy", out=("loss",)),
+             ["target has shape (3,)", "(4,)"]),
+        Case("cross_entropy: int32 targets", ln("--in", "target={in}/target_i32.npy", op="cross_entropy", out=("loss",)),
+             ["target_i32.npy", "'<i4'"]),
+        Case("cross_entropy: missing target", ln(op="cross_entropy", out=("loss",)), ["missing --in target"]),
+        Case("cross_entropy: bad reduction", ln("--in", "target={in}/target.npy", "--reduction", "avg", op="cross_entropy", out=("loss",)),
+             ["--reduction 'avg'"]),
+        Case("cross_entropy: 1.13 has no backward", ["run", "cross_entropy_backward", "--order", "torch1.13-cpu-avx2", "--in",
+                                                      "dloss={in}/dloss.npy", "--in", "logp={in}/x.npy", "--in", "target={in}/target.npy",
+                                                      "--in", "total_weight={in}/total_weight.npy", "--out", "dx={out}/dx.npy"],
+             ["order 'torch1.13-cpu-avx2' is not defined for cross_entropy_backward"]),
+        Case("cross_entropy_backward: dloss of the wrong shape", ["run", "cross_entropy_backward", "--order", "fast", "--reduction", "none",
+                                                                  "--in", "dloss={in}/dloss.npy", "--in", "logp={in}/x.npy", "--in",
+                                                                  "target={in}/target.npy", "--in", "total_weight={in}/total_weight.npy",
+                                                                  "--out", "dx={out}/dx.npy"],
+             ["dloss has shape ()", "--reduction none has (4,)"]),
+        Case("layer_norm: --reduction", ln("--reduction", "sum"), ["ignore_index and reduction are cross_entropy's", "layer_norm"]),
         Case("attention: --mask on run", attn("--mask", "f32:B1QK", order="torch2.15-cpu-avx2(mkl=amd)"), ["--mask"]),
         Case("emit: a malformed --mask", ["emit", "attention", "--ir", "--order", "torch2.15-cpu-avx2(mkl=amd)", "--cols", "8", "--sq", "5",
                                           "--sk", "7", "--mask", "f32:BXQK"], ["--mask 'f32:BXQK'"]),

@@ -103,6 +103,41 @@ TEST_CASE("bad requests are rejected with a message naming the bad value") {
         "sum to the 16-bit output type, which is not modelled (sum x.float(), or take mean, which PyTorch sums in f32)");
   CHECK(error_of(sum_of(OpKind::sum, ScalarType::f32)) == "(accepted)");
   CHECK(error_of(sum_of(OpKind::mean, ScalarType::f16)) == "(accepted)");
+  // cross_entropy's own fields: on another op they are refused by name; N is fixed (the row ops'
+  // forward take it at launch); PyTorch 1.13's orders have no backward.
+  auto loss = [](OpKind op, const char* order) {
+    return [op, order](Request& r) {
+      r.op = op;
+      r.order = order;
+      r.has_weight = r.has_bias = false;
+    };
+  };
+  CHECK(error_of(loss(OpKind::cross_entropy, "torch2.15-cpu-avx2")) == "(accepted)");
+  CHECK(error_of([&](Request& r) {
+    loss(OpKind::softmax, "fast")(r);
+    r.reduction = LossReduction::sum;
+  }) == "ignore_index and reduction are cross_entropy's; softmax takes neither (got ignore_index=-100, reduction=sum)");
+  CHECK(error_of([&](Request& r) { r.ignore_index = 0; }) ==
+        "ignore_index and reduction are cross_entropy's; layer_norm takes neither (got ignore_index=0, reduction=mean)");
+  CHECK(error_of([&](Request& r) {
+    loss(OpKind::cross_entropy, "fast")(r);
+    r.cols = 0;
+    r.cols_at_launch = true;
+  }).find("cross_entropy: N at launch is for the row ops' forward") == 0);
+  CHECK(error_of(loss(OpKind::cross_entropy_backward, "torch1.13-cpu-avx2"))
+            .find("order 'torch1.13-cpu-avx2' is not defined for cross_entropy_backward") == 0);
+  // The same request once valid and cached, then with a field of another op: refused, not served from the cache.
+  CHECK(error_of(loss(OpKind::softmax, "fast")) == "(accepted)");
+  CHECK(error_of([&](Request& r) {
+    loss(OpKind::softmax, "fast")(r);
+    r.ignore_index = 3;
+  }) == "ignore_index and reduction are cross_entropy's; softmax takes neither (got ignore_index=3, reduction=mean)");
+  CHECK(error_of([&](Request& r) {
+    loss(OpKind::softmax, "fast")(r);
+    r.causal = true;
+  }) == "seq lengths, heads, kv_group, row strides, causal, scale, lse and mask are attention's; softmax takes none of them");
+  CHECK(!parse_loss_reduction("avg"));
+  CHECK(parse_loss_reduction("none") == LossReduction::none);
 }
 
 TEST_CASE("mixed dtypes run when the request allows them") {

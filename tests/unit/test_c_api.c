@@ -3,6 +3,7 @@
  * naming the bad value, without crashing. Exit status 0 means every check passed. */
 #include <stdio.h>
 #include <stdlib.h>
+#include <math.h>
 #include <string.h>
 
 #include "ordo/ordo.h"
@@ -168,6 +169,35 @@ int main(void) {
   CHECK(ordo_request_set(mr, "mask", "f32:B1Q") == ORDO_ERROR_INVALID && strstr(ordo_last_error(), "'f32:B1Q'"),
         "a malformed mask is refused by value: %s", ordo_last_error());
   ordo_request_free(mr);
+
+  /* cross_entropy: int64 class indices in; 3 rows of 4 equal logits, row 1 ignored (ignore_index 7):
+   * each counted row's loss is log(4), its log_softmax -log(4) everywhere, so the mean is log(4) and
+   * total_weight 2. reduction "avg" is refused by value. */
+  ordo_request* cr = ordo_request_new("cross_entropy");
+  CHECK(cr && ordo_request_set(cr, "cols", "4") == ORDO_OK && ordo_request_set(cr, "order", "torch2.15-cpu-default") == ORDO_OK &&
+            ordo_request_set(cr, "ignore_index", "7") == ORDO_OK && ordo_request_set(cr, "reduction", "mean") == ORDO_OK,
+        "cross_entropy request: %s", ordo_last_error());
+  CHECK(ordo_request_set(cr, "reduction", "avg") == ORDO_ERROR_INVALID && strstr(ordo_last_error(), "'avg'"),
+        "a reduction that is not mean, sum or none is refused by value: %s", ordo_last_error());
+  ordo_kernel* ck = ordo_compile(cr);
+  CHECK(ck != NULL, "cross_entropy compiles: %s", ordo_last_error());
+  if (ck) {
+    const char* tname = NULL;
+    int tdtype = -1, tout = -1, textent = -1;
+    CHECK(ordo_kernel_num_args(ck) == 5 && ordo_kernel_arg(ck, 1, &tname, &tdtype, &tout, &textent) == ORDO_OK &&
+              strcmp(tname, "target") == 0 && tdtype == ORDO_I64 && tout == 0 && textent == ORDO_EXTENT_ROWS,
+          "x, target (int64, one per row), logp, loss, total_weight: %s", ordo_last_error());
+    float logits[12], logp[12], loss = 0, total = 0;
+    for (int i = 0; i < 12; ++i) logits[i] = 0.25f;
+    int64_t target[3] = {2, 7, 0};
+    void* cb[5] = {logits, target, logp, &loss, &total};
+    int64_t clens[5] = {12, 3, 12, 1, 1};
+    CHECK(ordo_kernel_run(ck, cb, clens, 3, 1) == ORDO_OK, "cross_entropy runs: %s", ordo_last_error());
+    CHECK(total == 2.0f && fabsf(loss - 1.3862944f) < 1e-6f && fabsf(logp[5] + 1.3862944f) < 1e-6f,
+          "loss log(4) over 2 counted rows (got loss %g, total_weight %g, logp %g)", (double)loss, (double)total, (double)logp[5]);
+    ordo_kernel_release(ck);
+  }
+  ordo_request_free(cr);
 
   /* A backward op: two kernels behind one handle (dx over the rows, then the weight gradients
    * over the columns). dy = 1 everywhere: dbias is the row count, and with weight 1 the row sums
