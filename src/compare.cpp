@@ -429,8 +429,50 @@ std::map<std::string, std::vector<double>> rms_norm_backward_f64(const Request& 
   return out;
 }
 
+// cross_entropy in float64: logp = log_softmax(x), each counted row's -logp[t], reduced as the
+// request says (mean over the rows counted); its backward from the given logp: dx = g*onehot(t) -
+// exp(logp)*g, g = -dloss/total_weight (mean), -dloss (sum) or -dloss[row] (none), 0 if ignored.
+std::map<std::string, std::vector<double>> cross_entropy_f64(const Request& r, const HostBuffers& in, int64_t rows) {
+  const int64_t N = r.cols;
+  const ScalarType t = r.x_dtype;
+  const auto* target = reinterpret_cast<const int64_t*>(in.get("target").data());
+  std::map<std::string, std::vector<double>> out;
+  if (r.op == OpKind::cross_entropy_backward) {
+    const uint8_t *logp = in.get("logp").data(), *dloss = in.get("dloss").data();
+    const double total = value_at(t, in.get("total_weight").data(), 0);
+    for (int64_t row = 0; row < rows; ++row) {
+      const bool counted = target[row] != r.ignore_index;
+      const double g = !counted ? 0.0
+                       : r.reduction == LossReduction::none ? -value_at(t, dloss, row)
+                       : r.reduction == LossReduction::sum  ? -value_at(t, dloss, 0)
+                                                            : -value_at(t, dloss, 0) / total;
+      for (int64_t j = 0; j < N; ++j)
+        out["dx"].push_back((counted && j == target[row] ? g : 0.0) - std::exp(value_at(t, logp, row * N + j)) * g);
+    }
+    return out;
+  }
+  const uint8_t* x = in.get("x").data();
+  double total = 0;
+  int64_t counted = 0;
+  for (int64_t row = 0; row < rows; ++row) {
+    double mx = -INFINITY, s = 0;
+    for (int64_t j = 0; j < N; ++j) mx = std::max(mx, value_at(t, x, row * N + j));
+    for (int64_t j = 0; j < N; ++j) s += std::exp(value_at(t, x, row * N + j) - mx);
+    for (int64_t j = 0; j < N; ++j) out["logp"].push_back(value_at(t, x, row * N + j) - mx - std::log(s));
+    const bool counts = target[row] != r.ignore_index;
+    const double term = counts ? -out["logp"][size_t(row * N + target[row])] : 0.0;
+    if (r.reduction == LossReduction::none) out["loss"].push_back(term);
+    total += term;
+    counted += counts;
+  }
+  if (r.reduction != LossReduction::none) out["loss"].push_back(r.reduction == LossReduction::mean ? total / double(counted) : total);
+  out["total_weight"].push_back(r.reduction == LossReduction::none ? 0.0 : double(counted));
+  return out;
+}
+
 std::map<std::string, std::vector<double>> reference_f64(const Request& r, const HostBuffers& in, int64_t rows) {
   if (r.op == OpKind::attention) return attention_f64(r, in, rows);
+  if (forward_of(r.op) == OpKind::cross_entropy) return cross_entropy_f64(r, in, rows);
   if (r.op == OpKind::layer_norm_backward) return layer_norm_backward_f64(r, in, rows);
   if (r.op == OpKind::rms_norm_backward) return rms_norm_backward_f64(r, in, rows);
   if (r.op == OpKind::softmax_backward || r.op == OpKind::log_softmax_backward) return softmax_backward_f64(r, in, rows);
@@ -551,6 +593,7 @@ CompareReport compare_orders(const CompareOptions& opt) {
                 : opt.base.op == OpKind::mean        ? "mean"
                 : opt.base.op == OpKind::attention   ? "out"
                 : opt.base.op == OpKind::attention_backward ? "dq"
+                : opt.base.op == OpKind::cross_entropy ? "loss"
                 : weight_grad                        ? "dweight"
                 : is_backward(opt.base.op)           ? "dx"
                                                      : "y";

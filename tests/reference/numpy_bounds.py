@@ -567,6 +567,12 @@ def run_all(args, named, orders, rng, tmp, t0):
             # softmax backward orders' tests/reference/norm_backward_bounds.py.
             if op.endswith("_backward"):
                 continue
+            # cross_entropy's logp is the order's log_softmax (bounded here as log_softmax), and its
+            # loss is summed by one LossOrder under every order that has it, PyTorch's nll_loss
+            # cascade (reference_torch2_cpu checks it bit for bit against torch 2.15 under the
+            # torch2.15-cpu orders): fast's loss differs from theirs only through its logp.
+            if op == "cross_entropy":
+                continue
             for n in NS:
                 try:
                     model = softmax_model(order) if op in SOFTMAX_OPS else {} if op in POINTWISE_OPS else model_of(order, n)
