@@ -470,7 +470,6 @@ void check_attention_request(const Request& r) {
     if (r.mask->dtype != ScalarType::f32 && r.mask->dtype != r.x_dtype)
       throw Error(fmt::format("attention: the mask's dtype {} is neither f32 nor the inputs' {}", name(r.mask->dtype), name(r.x_dtype)));
     if (r.causal) throw Error("attention: causal and a mask together (PyTorch's SDPA refuses both; put the causal part into the mask)");
-    if (r.seq_k_at_launch) throw Error("attention: a mask needs S_k fixed when the kernel is built, not given at launch");
   }
   if (r.cols < 8 || r.cols > 512 || r.cols % 8)
     throw Error(fmt::format("attention head dim D = {} must be a multiple of 8 in [8, 512] (32, 64, 128, 256 are the tested ones)", r.cols));

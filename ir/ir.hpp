@@ -262,8 +262,9 @@ struct Buffer {
   Extent extent = Extent::rows_by_cols;
   int64_t per_row = 0;  // rows_by_fixed, fixed, row_groups, scratch and row_blocks: the K above
   int64_t block_rows = 0;  // row_blocks and row_groups: rows per block or group
-  // rows_by_fixed: -1, or a size argument (Kernel::sizes) that multiplies per_row: K = per_row *
-  // size, given at launch (attention's k and v with S_k at launch: per_row D times S_k).
+  // rows_by_fixed, fixed, row_groups: -1, or a size argument (Kernel::sizes) that multiplies
+  // per_row: K = per_row * size, given at launch (attention's k and v with S_k at launch: per_row D
+  // times S_k; a mask that spans the keys).
   int per_row_size = -1;
 };
 // The kernel's arguments are its non-scratch buffers, which come first (the verifier checks).

@@ -448,7 +448,8 @@ std::string verify(const Kernel& k) {
     const bool sized = b.extent == Extent::rows_by_fixed || b.extent == Extent::fixed || b.extent == Extent::row_groups ||
                        b.extent == Extent::scratch || is_workspace(b);
     if (sized && b.per_row < 1) return fmt::format("kernel {}: buffer {} needs a positive size per row, got {}", k.name, b.name, b.per_row);
-    if (b.per_row_size >= 0 && (b.extent != Extent::rows_by_fixed || static_cast<size_t>(b.per_row_size) >= k.sizes.size()))
+    const bool scales = b.extent == Extent::rows_by_fixed || b.extent == Extent::fixed || b.extent == Extent::row_groups;
+    if (b.per_row_size >= 0 && (!scales || static_cast<size_t>(b.per_row_size) >= k.sizes.size()))
       return fmt::format("kernel {}: buffer {}'s size per row reads size argument {}, but it is {} and the kernel has {} size arguments",
                          k.name, b.name, b.per_row_size, name(b.extent), k.sizes.size());
     if (b.extent == Extent::scratch && !b.output) return fmt::format("kernel {}: scratch buffer {} must be writable", k.name, b.name);

@@ -38,8 +38,12 @@ std::string length_text(const ordo::ir::Kernel& k, const ordo::ir::Buffer& b, co
       if (b.per_row_size >= 0) return fmt::format("rows*{}*{}", b.per_row, k.sizes.at(static_cast<size_t>(b.per_row_size)));
       return fmt::format("rows*{}", b.per_row);
     case Extent::row_blocks:
-    case Extent::row_groups: return fmt::format("ceil(rows/{})*{}", b.block_rows, b.per_row);
-    case Extent::fixed: return fmt::format("{}", b.per_row);
+    case Extent::row_groups:
+      if (b.per_row_size >= 0) return fmt::format("ceil(rows/{})*{}*{}", b.block_rows, b.per_row, k.sizes.at(static_cast<size_t>(b.per_row_size)));
+      return fmt::format("ceil(rows/{})*{}", b.block_rows, b.per_row);
+    case Extent::fixed:
+      if (b.per_row_size >= 0) return fmt::format("{}*{}", b.per_row, k.sizes.at(static_cast<size_t>(b.per_row_size)));
+      return fmt::format("{}", b.per_row);
     case Extent::rows: return "rows";
     case Extent::scratch: break;
   }

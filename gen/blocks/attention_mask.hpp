@@ -18,7 +18,8 @@ class MaskInput {
   //   per batch and head: rows*(kv_group*K) (each row's query heads' masks, one after another);
   //   per batch only: K for each batch's heads/kv_group rows (Extent::row_groups);
   //   per head only: heads*K, shared (Extent::fixed); neither: K, shared;
-  // where K = (S_q or 1) * (S_k or 1).
+  // where K = (S_q or 1) * (S_k or 1). With S_k at launch (Request::seq_k_at_launch, the kernel's
+  // size argument 0) a mask that spans the keys is sized by it (Buffer::per_row_size).
   MaskInput(ir::Builder& b, const Request& r);
 
   // The first element of query head `group_head` (0 .. kv_group-1) of the instance's row.
@@ -36,7 +37,9 @@ class MaskInput {
  private:
   const Request& r_;
   int buffer_ = -1;
-  int64_t key_extent_ = 1, per_head_ = 1;  // elements per query row, and per (batch, head)
+  // Elements per query row (S_k or 1) and per (batch, head): constants, or with S_k at launch
+  // expressions of it.
+  ir::ExprRef key_extent_, per_head_;
 };
 
 }  // namespace ordo::gen

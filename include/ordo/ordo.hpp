@@ -52,8 +52,9 @@ struct ArgSpec {
   bool output;
   ArgExtent extent;
   int64_t per_row = 0;  // Extent::rows_by_fixed: elements per row (times the size below, if any)
-  // Extent::rows_by_fixed: -1, or the size argument (CompiledKernel::sizes) that multiplies
-  // per_row: attention's k and v with S_k given at launch hold rows * D * S_k elements.
+  // Extent::rows_by_fixed, fixed, row_groups: -1, or the size argument (CompiledKernel::sizes) that
+  // multiplies per_row: attention's k and v with S_k given at launch hold rows * D * S_k elements,
+  // and a mask that spans the keys K * S_k.
   int per_row_size = -1;
   int64_t group_rows = 0;  // Extent::row_groups: G
   // Elements for a launch of `rows` rows with size arguments `sizes`; nullopt when that

@@ -123,29 +123,30 @@ def _row_kernel(op, cols, xd, wd, order, eps, weight, bias, allow_mixed_dtypes, 
     return _ordo.compile(op, cols, xd, wd, order, eps, weight, bias, allow_mixed_dtypes, acc), []
 
 
-def _attention_kernel_any_length(d, sq, dtype, order, causal, scale, lse, heads=1, row_strides=(0, 0, 0)):
+def _attention_kernel_any_length(d, sq, dtype, order, causal, scale, lse, heads=1, row_strides=(0, 0, 0), mask=""):
     """attention's forward kernel for every S_k, given at launch, or None where the order builds its
     attention for one S_k. The flash orders take S_k at launch, with the bits of a kernel built for
     that S_k: a decode loop, whose K and V grow by a key per step, compiles once instead of every
     step. 16-bit inputs with more than one block of 32 queries keep a kernel per S_k, which widens K
-    and V to f32 once per launch instead of once per query block."""
+    and V to f32 once per launch instead of once per query block. mask: Request::mask's text (a
+    mask that spans the keys is then S_k long at each launch)."""
     if (order, dtype) in _FIXED_KEY_LENGTH or not (dtype == "f32" or sq <= 32):
         return None
     try:
         return _ordo.compile_attention(d, sq, 0, dtype, order, causal, scale, lse, heads=heads, row_strides=row_strides,
-                                       seq_k_at_launch=True)
+                                       seq_k_at_launch=True, mask=mask)
     except _ordo.FixedLengthError:
         _FIXED_KEY_LENGTH.add((order, dtype))
         return None
 
 
-def _attention_kernel(d, sq, sk, dtype, order, causal, scale, lse, heads=1, row_strides=(0, 0, 0)):
+def _attention_kernel(d, sq, sk, dtype, order, causal, scale, lse, heads=1, row_strides=(0, 0, 0), mask=""):
     """(kernel, sizes to launch it with) for attention's forward over S_k = sk keys: the kernel for
     every S_k where the order has one (_attention_kernel_any_length), else the one built for sk."""
-    kernel = _attention_kernel_any_length(d, sq, dtype, order, causal, scale, lse, heads, row_strides)
+    kernel = _attention_kernel_any_length(d, sq, dtype, order, causal, scale, lse, heads, row_strides, mask)
     if kernel is not None:
         return kernel, [sk]
-    return _ordo.compile_attention(d, sq, sk, dtype, order, causal, scale, lse, heads=heads, row_strides=row_strides), []
+    return _ordo.compile_attention(d, sq, sk, dtype, order, causal, scale, lse, heads=heads, row_strides=row_strides, mask=mask), []
 
 
 def _run(op, x, inputs, outputs_spec, order, eps=1e-5, dtype=None, weight_dtype=None, allow_mixed_dtypes=False, acc=None,
@@ -253,12 +254,8 @@ def attention(q, k, v, order="fast", causal=False, scale=None, return_lse=False,
     rows = math.prod(int(s) for s in q.shape[:-2])
     mask, mask_text = _attention_mask(mask, q, sk, dtype)
     (q, qs), (k, ks), (v, vs) = _rows_of("q", q), _rows_of("k", k), _rows_of("v", v)
-    if mask is None:
-        kernel, sizes = _attention_kernel(d, sq, sk, qd, order, bool(causal), None if scale is None else float(scale),
-                                          bool(return_lse), heads=_heads(q), row_strides=(qs, ks, vs))
-    else:  # a mask's length is S_k: a kernel for this S_k
-        kernel, sizes = _ordo.compile_attention(d, sq, sk, qd, order, bool(causal), None if scale is None else float(scale),
-                                                bool(return_lse), heads=_heads(q), row_strides=(qs, ks, vs), mask=mask_text), []
+    kernel, sizes = _attention_kernel(d, sq, sk, qd, order, bool(causal), None if scale is None else float(scale), bool(return_lse),
+                                      heads=_heads(q), row_strides=(qs, ks, vs), mask=mask_text)
     outs, tensors = {}, []
     for name, dt, is_out, extent in kernel.args:
         if not is_out:
@@ -273,8 +270,12 @@ def attention(q, k, v, order="fast", causal=False, scale=None, return_lse=False,
 def _mask_spans(shape, strides, full):
     """Which dims of `full` (q's [..., H, S_q] by S_k, at least 3 dims) a mask expanded to it
     spans, from the expanded view's shape and strides: a dim of one element or stride 0 is
-    broadcast."""
-    return [n > 1 and st != 0 for n, st in zip(shape, strides)]
+    broadcast, but for a single key (S_k = 1), which counts as spanned: the same one element either
+    way, and so the request a decode loop's first step makes is that of its later steps (one kernel
+    for every S_k)."""
+    spans = [n > 1 and st != 0 for n, st in zip(shape, strides)]
+    spans[-1] = spans[-1] or shape[-1] == 1
+    return spans
 
 
 def _attention_mask(mask, q, sk, dtype):

@@ -200,12 +200,11 @@ def _forward_direct(op: str, x: Tensor, weight: Optional[Tensor], bias: Optional
 def _attention_plan(d: int, sq: int, sk: int, dtype: torch.dtype, order: str, causal: bool, scale: Optional[float],
                     heads: int, row_strides: Tuple[int, int, int], mask: str = ""):
     """SDPA's forward kernel on torch tensors and the names of its arguments in order. sk = 0: the
-    kernel that takes S_k at launch, or None where the order builds its attention for one S_k (or
-    there is a mask: its text, Request::mask, else "")."""
+    kernel that takes S_k at launch, or None where the order builds its attention for one S_k. mask:
+    Request::mask's text, else ""."""
     if sk == 0:
-        if mask:
-            return None
-        kernel = ordo._attention_kernel_any_length(d, sq, _DTYPE_NAMES[dtype], order, causal, scale, False, heads, row_strides)
+        kernel = ordo._attention_kernel_any_length(d, sq, _DTYPE_NAMES[dtype], order, causal, scale, False, heads, row_strides,
+                                                   mask)
     else:
         kernel = _ordo.compile_attention(d, sq, sk, _DTYPE_NAMES[dtype], order, causal, scale, False, heads=heads,
                                          row_strides=row_strides, mask=mask)

@@ -591,6 +591,22 @@ def test_decode_compiles_once():
                 kernel.run_torch([q, keys[:, :, :s].contiguous(), values[:, :, :s].contiguous(), want], 4, 0)
                 ok &= same(outs[s - 1], want)
             check(ok, f"{name} {order}: every decode step has the bits of the kernel built for its S_k")
+            # With a padding mask that grows with K and V (transformers' [B, 1, 1, S_k], the first
+            # keys masked): still one kernel, each step the masked kernel built for its S_k.
+            misses = ordo.cache_stats()["misses"]
+            masks = [torch.arange(s).view(1, 1, 1, s) >= min(3, s - 1) for s in range(1, 71)]
+            outs = [ot.scaled_dot_product_attention(q, keys[:, :, :s].contiguous(), values[:, :, :s].contiguous(), attn_mask=masks[s - 1],
+                                                    order=order) for s in range(1, 71)]
+            compiled = ordo.cache_stats()["misses"] - misses
+            check(compiled <= 1, f"{name} {order}: 70 masked decode steps compiled {compiled} kernel(s)")
+            ok = True
+            for s in (1, 2, 31, 33, 64, 65, 70):
+                additive = torch.zeros(1, 1, 1, s, dtype=dtype).masked_fill_(~masks[s - 1], float("-inf"))
+                kernel = ordo._ordo.compile_attention(32, 1, s, name, order, mask=f"{name}:111K")
+                want = torch.empty_like(q)
+                kernel.run_torch([q, keys[:, :, :s].contiguous(), values[:, :, :s].contiguous(), additive.view(s), want], 4, 0)
+                ok &= same(outs[s - 1], want)
+            check(ok, f"{name} {order}: every masked decode step has the bits of the masked kernel built for its S_k")
     # The first call also asks for the kernel for every S_k, once, and is refused (a miss too).
     ot.scaled_dot_product_attention(q.float(), keys[:, :, :4].float(), values[:, :, :4].float(), order=EXACT)
     misses = ordo.cache_stats()["misses"]

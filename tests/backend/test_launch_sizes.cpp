@@ -120,6 +120,53 @@ TEST_CASE("attention with S_k at launch: the bits of the kernel built for each S
   CHECK(compared > 300);
 }
 
+TEST_CASE("masked attention with S_k at launch: a mask that spans the keys is S_k long at each launch, with the fixed kernel's bits") {
+  // (order, dtype, mask spans, S_q): masks with and without a batch, head, query or key dim, on
+  // the queries-in-lanes layout (S_q 5, 9) and the decode one (S_q 1, keys in lanes).
+  struct Case {
+    std::string order;
+    ScalarType dtype;
+    const char* mask;
+    int64_t sq;
+  };
+  const std::vector<Case> cases = {
+      {"fast", ScalarType::f32, "B1QK", 1},   {"fast", ScalarType::f32, "BHQK", 5},  {"fast", ScalarType::bf16, "11QK", 1},
+      {"fast", ScalarType::f32, "1HQK", 9},   {"fast", ScalarType::f16, "B11K", 5},  {"fast", ScalarType::f32, "11Q1", 5},
+      {"flash", ScalarType::f32, "B11K", 1},  {"flash", ScalarType::bf16, "BHQK", 5}, {"flash(bc=16,queries=4)", ScalarType::f32, "B1QK", 9},
+  };
+  constexpr int64_t kBatchHeads = 2;  // heads per batch: 6 launch rows are 3 batches
+  int compared = 0;
+  for (const Case& c : cases) {
+    std::vector<Target> targets = {Target::cpu, Target::interpreter};
+    if (c.order == "fast" && c.dtype == ScalarType::f32) targets.push_back(Target::cuda_emu);
+    for (Target target : targets) {
+      Request at_launch = attention(c.order, c.dtype, c.sq, false, target);
+      at_launch.heads = kBatchHeads;
+      at_launch.mask = AttentionMask::parse(fmt::format("{}:{}", name(c.dtype), c.mask));  // the inputs' dtype (f32 for f32)
+      at_launch.seq_k_at_launch = true;
+      KernelHandle launch = compile(at_launch);
+      REQUIRE(launch->sizes() == std::vector<std::string>{"S_k"});
+      for (int64_t sk : {int64_t(1), int64_t(7), int64_t(16), int64_t(17), int64_t(64), int64_t(65), int64_t(100)}) {
+        Request fixed = at_launch;
+        fixed.seq_k_at_launch = false;
+        fixed.seq_k = sk;
+        fixed.target = Target::cpu;
+        KernelHandle k = compile(fixed);
+        HostBuffers in = make_buffers(*k, 6, static_cast<uint64_t>(sk * 11 + c.sq), 0.0, 2.0);
+        std::vector<uint8_t>& mask = in.get("mask");
+        for (size_t e = 0; e < mask.size() / size_bytes(c.dtype); e += 3) set_value_bits(in, "mask", c.dtype, int64_t(e), -INFINITY);
+        k->run(in.refs(6, kD), 6);
+        check_same_bits(*launch, in, 6, {sk},
+                        fmt::format("order={} dtype={} mask={} Sq={} Sk={} target={}", c.order, name(c.dtype), c.mask, c.sq, sk, name(target)));
+        ++compared;
+      }
+      CHECK(compile(at_launch) == launch);
+    }
+  }
+  MESSAGE(compared << " masked (order, dtype, mask, S_q, target, S_k) cases compared");
+  CHECK(compared > 100);
+}
+
 TEST_CASE("S_k at launch: what is refused, and why") {
   Request r = attention("torch2.15-cpu-avx512(mkl=amd)", ScalarType::f32, 1, false, Target::cpu);
   r.seq_k_at_launch = true;

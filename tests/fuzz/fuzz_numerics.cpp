@@ -20,6 +20,7 @@
 // reported with the request, the output, the row and element, and both bit patterns.
 #include <fuzzer/FuzzedDataProvider.h>
 
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -46,7 +47,7 @@ constexpr OpKind kOps[] = {OpKind::layer_norm, OpKind::rms_norm, OpKind::var_mea
                            OpKind::attention, OpKind::layer_norm_backward, OpKind::rms_norm_backward, OpKind::softmax_backward,
                            OpKind::log_softmax_backward, OpKind::attention_backward, OpKind::sum, OpKind::mean, OpKind::silu,
                            OpKind::silu_backward, OpKind::gelu_tanh,
-                           OpKind::gelu_tanh_backward};
+                           OpKind::gelu_tanh_backward, OpKind::cross_entropy, OpKind::cross_entropy_backward};
 constexpr int kLastOp = static_cast<int>(sizeof kOps / sizeof kOps[0]) - 1;
 constexpr ScalarType kStorage[] = {ScalarType::f32, ScalarType::bf16, ScalarType::f16};
 // N: lane (8, 16, 32), chunk (16 vectors of 8 or 16 lanes), pairwise block (128) and numpy's
@@ -205,6 +206,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   r.cols = in.ConsumeIntegralInRange(0, 3) == 0 ? in.ConsumeIntegralInRange<int64_t>(1, 600)
                                                  : kCols[in.ConsumeIntegralInRange<size_t>(0, sizeof kCols / sizeof kCols[0] - 1)];
   if (r.op == OpKind::rms_norm_backward) r.saved_stats = in.ConsumeBool();  // rstd given, or recomputed
+  if (forward == OpKind::cross_entropy) {
+    r.acc_dtype.reset();
+    r.reduction = std::array{LossReduction::mean, LossReduction::sum, LossReduction::none}[in.ConsumeIntegralInRange(0, 2)];
+    r.ignore_index = in.ConsumeBool() ? -100 : in.ConsumeIntegralInRange<int64_t>(-2, 3);
+  }
   if (forward == OpKind::attention) {  // small heads: the interpreter runs S_q*S_k*D steps per head
     // 72 and 136: past 64 and not a multiple of it, where blocks of 64 dims leave a short one.
     static constexpr int64_t kHeadDims[] = {8, 16, 24, 32, 64, 72, 136};
@@ -257,10 +263,21 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       fill(in, arg.dtype, a.bytes[i].data(), 0, arg.elements(rows, r.cols), 0.0, 1.0);
     } else if (arg.extent == ArgExtent::rows_by_cols) {  // x, dy
       for (int64_t row = 0; row < rows; ++row) fill(in, arg.dtype, a.bytes[i].data(), row * r.cols, r.cols, 0.0, 1.0);
-    } else if (arg.extent == ArgExtent::rows) {  // a backward op's saved statistics (mean, rstd)
+    } else if (arg.dtype == ScalarType::i64) {  // cross_entropy's targets: classes, ignored rows, and any int64 at all
+      for (int64_t row = 0; row < rows; ++row) {
+        const int64_t pick = in.ConsumeIntegralInRange(0, 5);
+        const int64_t t = pick == 0   ? r.ignore_index
+                          : pick == 1 ? in.ConsumeIntegral<int64_t>()
+                          : pick == 2 ? (in.ConsumeBool() ? -1 : r.cols)
+                                      : in.ConsumeIntegralInRange<int64_t>(0, r.cols - 1);
+        std::memcpy(a.bytes[i].data() + 8 * row, &t, 8);
+      }
+    } else if (arg.extent == ArgExtent::rows) {  // a backward op's saved statistics (mean, rstd), a per-row dloss
       fill(in, arg.dtype, a.bytes[i].data(), 0, rows, arg.name == "rstd" ? 1.0 : 0.0, 1.0);
-    } else {
+    } else if (arg.extent == ArgExtent::cols) {  // weight, bias
       fill(in, arg.dtype, a.bytes[i].data(), 0, r.cols, arg.name == "weight" ? 1.0 : 0.0, 0.5);
+    } else {  // one value for the launch (cross_entropy_backward's dloss and total_weight)
+      fill(in, arg.dtype, a.bytes[i].data(), 0, arg.elements(rows, r.cols), arg.name == "total_weight" ? 1.0 : 0.0, 1.0);
     }
   }
   HostBuffers b = a;

@@ -12,7 +12,9 @@ multiples of the vector width, sequence lengths that are not either), the groupe
 cases) torch.compile(dynamic=True), whose symbolic sizes pinned specializes where ordo compiles a
 kernel for them. The negative
 controls run plain torch.compile too and fail unless it differs from eager: a case that cannot
-tell a reordering apart proves nothing. Missing torch 2.15 or transformers 5.23 fails the test.
+tell a reordering apart proves nothing. The cases that run ordo's kernels (kernels="ordo") must
+run the training step's loss in ordo (cross_entropy and its backward). Missing torch 2.15 or
+transformers 5.23 fails the test.
 """
 import argparse
 import os
@@ -108,6 +110,10 @@ def main():
             problems.append(f"{r['pinned_logits']} of {r['logits']} logits differ from eager")
         if r["pinned_grads"]:
             problems.append(f"{r['pinned_grads']} of {r['grads']} gradient elements differ from eager")
+        # With ordo's kernels the training step's loss is ordo's cross_entropy, forward and backward.
+        missing = [op for op in ("cross_entropy", "cross_entropy_backward") if kernels == "ordo" and not r["ordo_step"].get(op)]
+        if missing:
+            problems.append(f"the training step ran no ordo {', '.join(missing)} (ordo ops: {dict(r['ordo_step'])})")
         if control and not (r["plain_logits"] and r["plain_grads"]):
             problems.append(f"negative control: plain torch.compile should differ from eager, and differs in "
                             f"{r['plain_logits']} logits and {r['plain_grads']} gradient elements")
