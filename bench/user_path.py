@@ -12,7 +12,10 @@ Rows (f32 and bf16, each order):
     causal): B x H/H_kv x S x D 2x4/2x48x32, 2x16/4x256x64, 1x32/8x512x128, and the same with a
     left-padded batch's boolean mask [B, 1, S, S] (causal, batch i's first 5i keys padding) in
     place of is_causal;
-  * backward through autograd: layer_norm and softmax at 256 x 4096 (y.backward(dy)).
+  * backward through autograd: layer_norm and softmax at 256 x 4096 (y.backward(dy));
+  * cross_entropy as a causal LM's loss (rows = batch x tokens, classes = vocabulary; f32 logits,
+    a tenth of the targets -100, reduction mean): 96 x 32000 and 2048 x 32000 (--quick: the first),
+    the loss alone and loss.backward() with it (F.cross_entropy against ordo.torch.cross_entropy).
 Each time is the fastest, over --rounds rounds, of the mean over as many calls as fit in --seconds
 after a warm-up (kernel compiles happen in the warm-up). The ratio is torch's time over ordo's:
 above 1, ordo is faster. The last lines give the geometric mean of the forward norm and softmax
@@ -123,6 +126,23 @@ def backward_rows(args):
                        False)
 
 
+def loss_rows(args):
+    g = torch.Generator().manual_seed(3)
+    for rows in (96,) if args.quick else (96, 2048):
+        x = torch.randn(rows, 32000, generator=g, requires_grad=True)
+        t = torch.randint(0, 32000, (rows,), generator=g)
+        t[::10] = -100
+        for backward in (False, True):
+            def call(fn):
+                if not backward:
+                    return lambda: fn(x.detach(), t)
+                return lambda: fn(x, t).backward()
+            t_torch = per_call_s(call(lambda a, b: F.cross_entropy(a, b)), args.seconds, args.rounds)
+            for order in args.orders:
+                t_ordo = per_call_s(call(lambda a, b: ot.cross_entropy(a, b, order=order)), args.seconds, args.rounds)
+                yield (f"cross_entropy{' forward+backward' if backward else ''} f32 {rows}x32000", order, t_torch, t_ordo, False)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--orders", default="torch2.15-cpu,fast", help="ordo orders, comma-separated")
@@ -148,7 +168,7 @@ def main():
         for row in list(forward_rows(args)) + list(attention_rows(args)):
             rows.append(row)
             print(f"{row[0]:<42}{row[1]:<16}{row[2] * 1e6:>11.1f}{row[3] * 1e6:>11.1f}{row[2] / row[3]:>8.2f}", flush=True)
-    for row in backward_rows(args):
+    for row in list(backward_rows(args)) + list(loss_rows(args)):
         rows.append(row)
         print(f"{row[0]:<42}{row[1]:<16}{row[2] * 1e6:>11.1f}{row[3] * 1e6:>11.1f}{row[2] / row[3]:>8.2f}", flush=True)
     for order in args.orders:

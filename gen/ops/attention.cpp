@@ -126,6 +126,14 @@ struct Attention {
     if (o.exp2) m = mul(m, f32c(1.4426950408889634, m->type.lanes));
     return add(std::move(sc), std::move(m));
   }
+  // The same for keys key .. key+lanes-1 of one query (an index): the mask's elements for them are
+  // contiguous, so one vector load instead of a gather (the same elements, the same bits).
+  ExprRef with_mask_at_keys(ExprRef sc, const ExprRef& query_at, const ExprRef& key, int lanes) const {
+    if (!mask) return sc;
+    ExprRef m = mask->at_keys(b, mask->row_base(b, mask_head, query_at), key, lanes);
+    if (o.exp2) m = mul(m, f32c(1.4426950408889634, m->type.lanes));
+    return add(std::move(sc), std::move(m));
+  }
   // 1/l for the output, or 0 where a masked row has no key (l = 0: its out is 0, not 0/0).
   ExprRef inverse_sum(const ExprRef& l) const {
     const int lanes = l->type.lanes;
@@ -869,7 +877,7 @@ struct Attention {
         ExprRef key = add(begin, slot);
         ExprRef keys = n == 1 ? key : add(broadcast(key, n), iota(n));
         if (r.causal) sc = select(binary(Op::Lt, n == 1 ? query : broadcast(query, n), keys), f32c(-kInf, n), sc);
-        b.store(sblk, slot, with_mask(sc, query, keys));
+        b.store(sblk, slot, with_mask_at_keys(sc, query, key, n));
       }
     };
     // p = exp(s - m') of keys [j0, j0 + n), over their scores in place.

@@ -46,16 +46,18 @@ ExprRef as(ExprRef v, ScalarType t) { return v->type.scalar == t ? v : cast(std:
 // rounds every result of a 16-bit type.
 ExprRef round_to(ExprRef v, ScalarType storage) { return as(as(std::move(v), storage), f32); }
 
-// Row b's target and what it means: counted, ignored, or out of [0, N) (read as column 0).
+// Row b's target and what it means: ignored (ignore_index) or counted, and if counted, out of
+// [0, N) or not (read as column 0 when it is).
 struct Target {
-  ExprRef t, ignored, out_of_range, column;
+  ExprRef t, ignored, counted, out_of_range, column;
 };
 Target row_target(Builder& b, const Request& r, int target, ExprRef row) {
   Target x;
   x.t = b.let("t", load(b.kernel(), target, std::move(row)));
   x.ignored = b.let("ignored", eq(x.t, idx(r.ignore_index)));
+  x.counted = b.let("counted", ne(x.t, idx(r.ignore_index)));
   const ExprRef outside = binary(Op::Or, lt(x.t, idx(0)), binary(Op::Le, idx(r.cols), x.t));
-  x.out_of_range = b.let("out_of_range", both(ne(x.t, idx(r.ignore_index)), outside));
+  x.out_of_range = b.let("out_of_range", both(x.counted, outside));
   x.column = b.let("column", select(outside, idx(0), x.t));
   return x;
 }
@@ -118,7 +120,7 @@ Kernel loss_stage(const Request& r, const Order& order) {
       const Target t = row_target(b, r, f.target, row);
       b.assign(ignored_rows, add(b.get(ignored_rows), select(t.ignored, idx(1), idx(0))));
       b.assign(s[0], select(t.ignored, b.get(s[0]), round_to(sub(b.get(s[0]), term(t, row)), storage)));
-      const ExprRef counted = b.let("counted", ne(t.t, idx(r.ignore_index)));
+      const ExprRef& counted = t.counted;
       // Level j+1 takes level j when the low (j+1)*level_bits bits of b are zero: nested, since
       // each condition implies the ones before it (PyTorch's loop breaks at the first nonzero).
       std::function<void(int)> carry = [&](int j) {
