@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -413,6 +414,28 @@ PYBIND11_MODULE(_ordo, m) {
       return 0;
     });
   }, py::arg("entries"));
+  // cross_entropy's class indices, checked before a launch as PyTorch checks them: the first
+  // row whose target is neither ignore_index nor in [0, classes), as (row, target), or None. A
+  // torch tensor is read by pointer; anything else through DLPack. The caller has checked the
+  // dtype (int64) and the shape. One pass in C++: the same check in torch ops took 11 us a call.
+  m.def("first_bad_target", [](py::handle target, int64_t classes, int64_t ignore_index) -> py::object {
+    return translate([&]() -> py::object {
+      std::optional<Borrowed> held;
+      ordo::BufferRef ref;
+      if (py::hasattr(target, "data_ptr")) {
+        ref = torch_buffer(target, "target");
+      } else {
+        held.emplace(target.attr("__dlpack__")().cast<py::capsule>(), "target");
+        ref = {held->data(), held->elements(), held->dtype()};
+      }
+      if (ref.dtype != ordo::ScalarType::i64) throw ordo::Error("target: class indices must be int64");
+      const auto* t = static_cast<const int64_t*>(ref.data);
+      for (int64_t i = 0; i < ref.elements; ++i)
+        if (t[i] != ignore_index && (t[i] < 0 || t[i] >= classes)) return py::make_tuple(i, t[i]);
+      return py::none();
+    });
+  }, py::arg("target"), py::arg("classes"), py::arg("ignore_index"));
+
   m.def("set_executor", [](const std::string& name) {
     translate([&] {
       if (name != "pool" && name != "openmp") throw ordo::Error("executor '" + name + "': expected pool or openmp");

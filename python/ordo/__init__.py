@@ -481,22 +481,14 @@ _REDUCTIONS = ("mean", "sum", "none")
 def _targets(target, rows, classes, ignore_index):
     """Checks cross_entropy's class indices: int64, one per row, each in [0, classes) or ignore_index
     (torch raises for any other; ordo's kernel would make that row's loss NaN)."""
-    if _is_torch(target):
-        import torch
-        if target.dtype != torch.int64:
-            raise ValueError(f"target dtype {target.dtype} is not int64 (class indices)")
-        t = target.detach()
-    else:
-        import numpy as np
-        if str(getattr(target, "dtype", "")) != "int64":
-            raise ValueError(f"target dtype {getattr(target, 'dtype', type(target).__name__)} is not int64 (class indices)")
-        t = np.asarray(target)
+    dtype = str(getattr(target, "dtype", type(target).__name__))
+    if dtype not in ("torch.int64", "int64"):
+        raise ValueError(f"target dtype {dtype.replace('torch.', '')} is not int64 (class indices)")
     if tuple(target.shape) != (rows,):
         raise ValueError(f"target has shape {tuple(target.shape)}; x of shape ({rows}, {classes}) needs ({rows},)")
-    bad = ((t < 0) | (t >= classes)) & (t != ignore_index)
-    if bool(bad.any()):
-        first = int(t[bad.nonzero()[0][0]])
-        raise ValueError(f"target {first} is out of bounds: not in [0, {classes}) and not ignore_index ({ignore_index})")
+    bad = _ordo.first_bad_target(target.detach() if _is_torch(target) else target, classes, ignore_index)
+    if bad is not None:
+        raise ValueError(f"target {bad[1]} is out of bounds: not in [0, {classes}) and not ignore_index ({ignore_index})")
 
 
 def _loss_kernel(op, x, reduction, ignore_index, order, dtype):

@@ -496,12 +496,36 @@ _sum_op = _register_row_reduction("sum")
 _mean_op = _register_row_reduction("mean")
 
 
+@functools.lru_cache(maxsize=_ROW_PLANS)
+def _cross_entropy_plan(op: str, cols: int, dtype: torch.dtype, ignore_index: int, reduction: str, order: str):
+    """cross_entropy's (or its backward's) kernel and, for each argument in order, (name, is
+    output, torch dtype): a repeated call finds them without building a request."""
+    kernel = _ordo.compile(op, cols, _DTYPE_NAMES[dtype], "", order, ignore_index=ignore_index, reduction=reduction)
+    return kernel, tuple((name, is_out, _TORCH_DTYPES.get(dt, torch.int64)) for name, dt, is_out, _ in kernel.args)
+
+
+def _run_cross_entropy(x: Tensor, target: Tensor, ignore_index: int, reduction: str, order: str) -> Tuple[Tensor, Tensor, Tensor]:
+    """(loss, logp, total_weight) of ordo's cross_entropy over 2-D logits x, each output allocated
+    here by torch and written once by the kernel; the targets checked first (ordo._targets)."""
+    if reduction not in ("mean", "sum", "none"):
+        raise ValueError(f"cross_entropy: reduction={reduction!r} is not 'mean', 'sum' or 'none'")
+    x, target = x.contiguous(), target.contiguous()
+    rows, cols = x.shape
+    ordo._targets(target, rows, cols, ignore_index)
+    kernel, roles = _cross_entropy_plan("cross_entropy", cols, x.dtype, ignore_index, reduction, order)
+    shapes = {"logp": x.shape, "loss": (rows,) if reduction == "none" else (), "total_weight": ()}
+    outs = {name: torch.empty(shapes[name], dtype=dt) for name, is_out, dt in roles if is_out}
+    given = {"x": x, "target": target, **outs}
+    kernel.run_torch([given[name] for name, _, _ in roles], rows, 0, [], True)
+    return outs["loss"], outs["logp"], outs["total_weight"]
+
+
 @torch.library.custom_op("ordo::cross_entropy", mutates_args=())
 def _cross_entropy_op(x: Tensor, target: Tensor, ignore_index: int, reduction: str, order: str,
                       backward_order: str) -> Tuple[Tensor, Tensor, Tensor]:
     """(loss, logp, total_weight): logp and total_weight are what the gradient reads, as eager
     autograd saves log_softmax's output and nll_loss's total_weight."""
-    return ordo.cross_entropy(x.contiguous(), target.contiguous(), ignore_index, reduction, order=order)
+    return _run_cross_entropy(x, target, ignore_index, reduction, order)
 
 
 @_cross_entropy_op.register_fake
@@ -804,7 +828,7 @@ def cross_entropy(input: Tensor, target: Tensor, weight: Optional[Tensor] = None
     if input.shape[1] == 0:
         return F.cross_entropy(input, target, ignore_index=ignore_index, reduction=reduction)
     if _direct(input, target):
-        return ordo.cross_entropy(input.contiguous(), target.contiguous(), ignore_index, reduction, order=order)[0]
+        return _run_cross_entropy(input, target, int(ignore_index), reduction, order)[0]
     return torch.ops.ordo.cross_entropy(input, target, int(ignore_index), reduction, order, backward_order or "")[0]
 
 
