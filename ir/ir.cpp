@@ -477,7 +477,7 @@ std::string print(const Kernel& k) {
   for (int64_t e : k.grid_fixed) fixed += fmt::format(" x {}", e);
   // The grid's dims: the rows (or blocks of them) for a kernel over rows, then the fixed ones.
   std::string dims;
-  if (!k.grid_over_rows) dims = " (column stage:" + fixed.substr(2) + ")";
+  if (!k.grid_over_rows) dims = " (column stage:" + fixed.substr(2) + (k.runs_without_rows ? "; runs on a launch of no rows" : "") + ")";
   else if (k.rows_per_instance > 1) dims = fmt::format(" (blocks of {} rows{})", k.rows_per_instance, fixed);
   else if (!fixed.empty()) dims = " (rows" + fixed + ")";
   out += fmt::format("  grid rank {}{}{}\n", k.grid_rank, dims,

@@ -305,6 +305,9 @@ struct Kernel {
   // weight gradients of a backward op, a sum over every row, in an order that does not depend on
   // how the launch is split.
   bool grid_over_rows = true;
+  // A column stage whose outputs are defined for a launch of no rows (its loop over the rows runs
+  // zero times): it runs then, where every other stage is skipped (a loss of an empty batch).
+  bool runs_without_rows = false;
   // A kernel over rows whose instance is a block of this many consecutive rows: grid dim 0's
   // extent is ceil(rows / rows_per_instance), and the last block may be shorter (a per-instance
   // loop walks min(rows_per_instance, rows - first row) of them). 1: an instance per row.

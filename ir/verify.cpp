@@ -434,6 +434,8 @@ std::string verify(const Kernel& k) {
   v.per_thread = per_thread_locals(k);
   if (k.team < 1 || k.team > 1024) return fmt::format("kernel {}: team of {} threads outside [1, 1024]", k.name, k.team);
   if (k.grid_rank < 1 || k.grid_rank > 3) return fmt::format("kernel {}: grid rank {} outside [1, 3]", k.name, k.grid_rank);
+  if (k.runs_without_rows && k.grid_over_rows)
+    return fmt::format("kernel {}: runs on a launch of no rows, but its grid is over the rows (only a column stage can)", k.name);
   const size_t fixed_dims = static_cast<size_t>(k.grid_over_rows ? k.grid_rank - 1 : k.grid_rank);
   if ((!k.grid_fixed.empty() || !k.grid_over_rows) && k.grid_fixed.size() != fixed_dims)
     return fmt::format("kernel {}: {} fixed grid extents for grid rank {}{}", k.name, k.grid_fixed.size(), k.grid_rank,

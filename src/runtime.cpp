@@ -682,7 +682,10 @@ void CompiledKernel::run_with_sizes(const std::vector<BufferRef>& buffers, int64
   }
   for (const detail::KernelStage& s : parts_->stages)
     if (const ir::Kernel::RefusedLaunch* r = ir::refusal(s.kernel, rows)) throw Error(fmt::format("rows={}: {}", rows, r->why));
-  if (rows == 0) return;
+  // A launch of no rows runs only the stages defined for it (Kernel::runs_without_rows: an empty
+  // batch's loss); the others have nothing to do.
+  const auto runs = [rows](const detail::KernelStage& s) { return rows > 0 || s.kernel.runs_without_rows; };
+  if (std::none_of(parts_->stages.begin(), parts_->stages.end(), runs)) return;
   // The workspaces, uninitialized (the first stage writes before any reads).
   std::vector<WorkspaceMemory> workspace_memory;  // this launch's, past the reuse limit
   std::vector<BufferRef> all_buffers = buffers;
@@ -702,7 +705,8 @@ void CompiledKernel::run_with_sizes(const std::vector<BufferRef>& buffers, int64
     views.push_back(ir::BufferArg{memory, *elements});
     all_buffers.push_back(BufferRef{memory, *elements, w.elem});
   }
-  for (const detail::KernelStage& s : parts_->stages) run_stage(*this, s, ptrs, views, all_buffers, rows, sizes, threads, stores);
+  for (const detail::KernelStage& s : parts_->stages)
+    if (runs(s)) run_stage(*this, s, ptrs, views, all_buffers, rows, sizes, threads, stores);
 }
 
 }  // namespace ordo

@@ -86,6 +86,7 @@ Kernel loss_stage(const Request& r, const Order& order) {
   k.grid_over_rows = false;
   k.grid_rank = 1;
   k.grid_fixed = {1};
+  k.runs_without_rows = true;  // an empty batch: mean 0/0 = NaN, sum 0, total_weight 0 (PyTorch's)
   const ScalarType storage = r.x_dtype;
   // PyTorch's level_bits, max(4, ceil(log2(rows)) / 8), stays the order's up to 2^(8(level_bits+1) - 1) rows.
   const int max_rows_log2 = std::min(8 * (lo.level_bits + 1) - 1, 62);

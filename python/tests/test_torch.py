@@ -1242,6 +1242,10 @@ def test_cross_entropy():
             fell_back = F.cross_entropy(logits.float().view(-1, 50), labels.view(-1), **kwargs)
         check(same(fell_back, F.cross_entropy(logits.float().view(-1, 50), labels.view(-1), **kwargs)) and
               any(text in w for w in fallback_warnings(record)), f"pinned: cross_entropy with {text} runs torch's, with a warning")
+    empty, none_ = torch.empty(0, 50), torch.empty(0, dtype=torch.int64)
+    check(all(same(ot.cross_entropy(empty, none_, reduction=r, order=order), F.cross_entropy(empty, none_, reduction=r))
+              for r in ("mean", "sum", "none")),
+          "an empty batch: torch's loss (mean NaN, sum 0, none empty); the loss stage runs on a launch of no rows")
     try:
         ot.cross_entropy(logits.float().view(-1, 50), torch.full((18,), 50), order=order)
         check(False, "ordo.torch.cross_entropy refuses a target out of range")
