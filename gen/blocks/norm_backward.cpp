@@ -338,6 +338,7 @@ void span_column_sums(Builder& b, const ColumnSumOrder& order, int64_t n, const 
   const int64_t width = span.end - span.first;
   const int L = one_column ? 1 : static_cast<int>(std::min<int64_t>(order.lanes, width));
   k.grid_over_rows = false;
+  k.runs_without_rows = true;  // the sums of no rows: zeros
   k.grid_rank = 1;
   if (span.walk == ColumnSpan::Walk::Cascade && !one_column && width % L == 0) {
     // The cascade over a tile of vectors in lock step (tiled_level_cascade).
@@ -450,6 +451,7 @@ void tiled_column_sums(Builder& b, const ColumnSumOrder& order, int64_t n, Scala
   const int64_t width = int64_t(per) * L;
   const int64_t instances = (n + width - 1) / width;
   k.grid_over_rows = false;
+  k.runs_without_rows = true;  // the sums of no rows: zeros
   k.grid_rank = 1;
   k.grid_fixed = {instances};
   ExprRef first = b.let("first_col", mul(program_id(0), index_const(width)));
@@ -521,7 +523,8 @@ void tiled_column_sums(Builder& b, const ColumnSumOrder& order, int64_t n, Scala
 
   b.region("columns", describe(order), [&] {
     if (order.kind == ColumnSumOrder::Kind::ThreadSlots) {
-      ExprRef used = b.let("slots_used", binary(Op::Min, index_const(order.slots), M));
+      // At least one slot, so that a launch of no rows divides by 1 (its sums are the zeros).
+      ExprRef used = b.let("slots_used", binary(Op::Max, binary(Op::Min, index_const(order.slots), M), index_const(1)));
       ExprRef chunk = b.let("chunk", div(sub(add(M, used), index_const(1)), used));
       each([&](size_t s, const Slot& sl) { set(total, s, sl, zero()); });
       const Accs slot = accs(".slot");

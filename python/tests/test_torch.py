@@ -372,6 +372,19 @@ def test_empty_rows():
                     routed = theirs(x)
             check(same(want, got) and same(want, routed) and got.requires_grad and not fallback_warnings(record),
                   f"{name} of {tuple(x.shape)} {dt}: torch's {tuple(want.shape)} result, eager and inside pinned(strict=True)")
+    # An empty batch (no rows): the weight gradients are the sums of no rows, torch's zeros (the
+    # column stages run on a launch of no rows, Kernel::runs_without_rows).
+    for dt in (torch.float32, torch.bfloat16):
+        for name in ("layer_norm", "rms_norm"):
+            grads = []
+            for fn in ((F.layer_norm, lambda *a: ot.layer_norm(*a, order=EXACT)) if name == "layer_norm" else
+                       (F.rms_norm, lambda *a: ot.rms_norm(*a, order=EXACT))):
+                x = torch.empty(0, 40, dtype=dt, requires_grad=True)
+                w = torch.randn(40, dtype=dt, requires_grad=True)
+                args = (x, (40,), w) + ((torch.randn(40, dtype=dt, requires_grad=True),) if name == "layer_norm" else ())
+                fn(*args).backward(torch.empty(0, 40, dtype=dt))
+                grads.append([a.grad for a in args if isinstance(a, torch.Tensor)])
+            check(all(same(a, b) for a, b in zip(*grads)), f"{name} of an empty batch, {dt}: torch's gradients (dweight zeros)")
 
 
 def test_layouts_and_dtypes():
