@@ -1384,6 +1384,20 @@ class pinned(TorchFunctionMode):
         self._torch_runs_the_order = (kernels == "fastest" and order == "torch2.15-cpu" and backward_order is None
                                       and torch.__version__.split("+")[0].startswith("2.15."))
 
+    def _route(self, op: str, call: tuple, specs: Optional[tuple]) -> str:
+        """The order to run this call with ('' for torch's own op), by _route_call: raises its
+        error under strict=True, warns its fallback note."""
+        order, error, note = _route_call(op, self.order, self.strict, _torch_threads(), call, specs)
+        if error:
+            raise ValueError(error)
+        if note:
+            _fallback_warning(note)
+        return order
+
+    def _backward_order(self) -> Optional[str]:
+        """backward_order as a routed call takes it (torch's thread count named), or None."""
+        return _with_threads(self.backward_order, _torch_threads()) if self.backward_order else None
+
     def _specs(self, *tensors, extra=None) -> Optional[tuple]:
         """What _route times torch's kernel against ordo's on, when torch's kernel may run the call
         with the order's bits: in eager code, and in compiled code whose other ops are eager's
@@ -1449,32 +1463,20 @@ class pinned(TorchFunctionMode):
                 n = n * operator.index(size)
             last_contiguous = True if x.shape[-1] == 1 or x.stride(-1) == 1 else False
             call = (_dt(x), _dt(w), _dt(b), n, float(eps), last_contiguous)
-            order, error, note = _route_call(op, self.order, self.strict, _torch_threads(), call,
-                                             self._specs(x, w, b, extra=shape))
-            if error:
-                raise ValueError(error)
-            if note:
-                _fallback_warning(note)
+            order = self._route(op, call, self._specs(x, w, b, extra=shape))
             if order:
                 if op == "layer_norm":
-                    backward = _with_threads(self.backward_order, _torch_threads()) if self.backward_order else None
-                    return layer_norm(x, shape, w, b, eps, order=order, backward_order=backward)
-                backward = _with_threads(self.backward_order, _torch_threads()) if self.backward_order else None
-                return rms_norm(x, shape, w, eps, order=order, backward_order=backward)
+                    return layer_norm(x, shape, w, b, eps, order=order, backward_order=self._backward_order())
+                return rms_norm(x, shape, w, eps, order=order, backward_order=self._backward_order())
         elif func in _SOFTMAXES:
             op = _SOFTMAXES[func]
             # F.softmax(input, dim, _stacklevel, dtype); torch.softmax and Tensor.softmax (input, dim, dtype)
             x, dim = args[0], _arg(args, kwargs, 1, "dim", None)
             dtype = _arg(args, kwargs, 3 if func in (F.softmax, F.log_softmax) else 2, "dtype", None)
             call = (_dt(x), x.dim(), operator.index(x.shape[-1]) if x.dim() else 1, dim, _dt_name(dtype))
-            order, error, note = _route_call(op, self.order, self.strict, _torch_threads(), call, self._specs(x))
-            if error:
-                raise ValueError(error)
-            if note:
-                _fallback_warning(note)
+            order = self._route(op, call, self._specs(x))
             if order:
-                backward = _with_threads(self.backward_order, _torch_threads()) if self.backward_order else None
-                return (softmax if op == "softmax" else log_softmax)(x, dim, dtype, order=order, backward_order=backward)
+                return (softmax if op == "softmax" else log_softmax)(x, dim, dtype, order=order, backward_order=self._backward_order())
         elif func is F.cross_entropy:
             # F.cross_entropy(input, target, weight, size_average, ignore_index, reduce, reduction, label_smoothing)
             x, target = args[0], _arg(args, kwargs, 1, "target", None)
@@ -1490,15 +1492,10 @@ class pinned(TorchFunctionMode):
                 return func(*args, **kwargs)
             grad = True if torch.is_grad_enabled() and x.requires_grad else False
             call = (refusal, _DTYPE_NAMES.get(x.dtype, ""), cols, int(ignore_index), reduction, grad)
-            order, error, note = _route_call("cross_entropy", self.order, self.strict, _torch_threads(), call,
-                                             self._specs(x, extra=(int(ignore_index),)))
-            if error:
-                raise ValueError(error)
-            if note:
-                _fallback_warning(note)
+            order = self._route("cross_entropy", call, self._specs(x, extra=(int(ignore_index),)))
             if order:
-                backward = _with_threads(self.backward_order, _torch_threads()) if self.backward_order else None
-                return cross_entropy(x, target, ignore_index=int(ignore_index), reduction=reduction, order=order, backward_order=backward)
+                return cross_entropy(x, target, ignore_index=int(ignore_index), reduction=reduction, order=order,
+                                     backward_order=self._backward_order())
         elif func is F.dropout and self.eager_kernels:
             # F.dropout(input, p, training, inplace): only what eager computes with its composite
             x, p = args[0], float(_arg(args, kwargs, 1, "p", 0.5))
@@ -1530,14 +1527,10 @@ class pinned(TorchFunctionMode):
                     operator.index(q.shape[-2]) if shapes_ok else 0, operator.index(k.shape[-2]) if shapes_ok else 0, last_contiguous,
                     _mask_call(mask, q, k) if mask is not None and shapes_ok else None if mask is None else ("", 0, False, False, ""),
                     dropout_p, is_causal, None if scale is None else float(scale), group, grad)
-            order, error, note = _route_call("scaled_dot_product_attention", self.order, self.strict, _torch_threads(), call,
-                                             self._specs(q, k, v) if mask is None else self._specs(q, k, v, mask))
-            if error:
-                raise ValueError(error)
-            if note:
-                _fallback_warning(note)
+            order = self._route("scaled_dot_product_attention", call,
+                                self._specs(q, k, v) if mask is None else self._specs(q, k, v, mask))
             if order:
-                backward = _with_threads(self.backward_order, _torch_threads()) if self.backward_order else None
+                backward = self._backward_order()
                 # Routing asked the forward order; a backward_order of its own must sum a group too.
                 if group > 1 and grad and backward and _exact(order) and (why := _gqa_gradients_refused(group, backward)):
                     if self.strict:
