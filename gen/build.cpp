@@ -23,6 +23,8 @@ std::vector<Kernel> build_stages(const Request& r, const Order& o) {
     case OpKind::silu_backward: ks.push_back(build_silu(r, o)); break;
     case OpKind::gelu_tanh:
     case OpKind::gelu_tanh_backward: ks.push_back(build_gelu_tanh(r, o)); break;
+    case OpKind::gelu:
+    case OpKind::gelu_backward: ks.push_back(build_gelu_erf(r, o)); break;
     case OpKind::softmax:
     case OpKind::log_softmax: ks.push_back(build_softmax(r, o)); break;
     case OpKind::attention: ks = build_attention(r, o); break;

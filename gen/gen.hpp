@@ -81,6 +81,7 @@ ir::Kernel build_var_mean(const Request& r, const ir::Order& order);
 ir::Kernel build_row_sum(const Request& r, const ir::Order& order);  // sum and mean
 ir::Kernel build_silu(const Request& r, const ir::Order& order);  // and silu_backward
 ir::Kernel build_gelu_tanh(const Request& r, const ir::Order& order);  // and gelu_tanh_backward
+ir::Kernel build_gelu_erf(const Request& r, const ir::Order& order);   // gelu and gelu_backward
 ir::Kernel build_softmax(const Request& r, const ir::Order& order);  // softmax and log_softmax
 // One kernel, or for 16-bit K and V under a flash order on the CPU two: K and V widened to f32
 // once per launch into workspaces, then the attention over them (gen/ops/attention.cpp).

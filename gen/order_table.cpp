@@ -28,7 +28,7 @@ const std::vector<OpKind> kAllOps = {OpKind::layer_norm, OpKind::rms_norm, OpKin
                                      OpKind::attention, OpKind::layer_norm_backward, OpKind::rms_norm_backward,
                                      OpKind::softmax_backward, OpKind::log_softmax_backward, OpKind::attention_backward,
                                      OpKind::sum, OpKind::mean, OpKind::silu, OpKind::silu_backward, OpKind::gelu_tanh,
-                                     OpKind::gelu_tanh_backward, OpKind::cross_entropy, OpKind::cross_entropy_backward};
+                                     OpKind::gelu_tanh_backward, OpKind::gelu, OpKind::gelu_backward, OpKind::cross_entropy, OpKind::cross_entropy_backward};
 
 // PyTorch 1.13 CPU softmax/log_softmax over the last dim (docs/research/softmax-torch1.13.md).
 // float: reduce_all trees over 8 lanes (avx2: a halving tree; default: lanes in order), exp and
@@ -216,8 +216,36 @@ PointwiseOrder torch215_gelu_tanh(ScalarType storage, Capability cap) {
   return p;
 }
 
-Order torch215(ScalarType storage, Capability cap, const Request& r) {
+// gelu and gelu_backward (GELU's erf form): PyTorch hands a contiguous tensor of more than one
+// element to oneDNN's eltwise_gelu_erf when oneDNN takes its dtype (f32 always; bf16 with AVX-512
+// BW/VL/DQ or avx_ne_convert; f16 with avx512_fp16 or avx_ne_convert: mkldnn_bf16_device_check and
+// mkldnn_fp16_device_check), else to ATen's own erf kernel, which is not modelled. oneDNN's code
+// follows the host's ISA, not ATEN_CPU_CAPABILITY: the minimax forward with AVX-512 (measured on an
+// Intel Xeon and an AMD EPYC Zen 4), Abramowitz and Stegun without it; bf16 results stored by
+// avx512_bf16's vcvtneps2bf16, which flushes subnormals (measured on both). Modelled: f32 on a host
+// with AVX2 and FMA, bf16 with AVX-512 and avx512_bf16, f16 with AVX-512 and avx512_fp16.
+PointwiseOrder torch215_gelu_erf(ScalarType storage, const HostModel& host) {
+  if (!host.avx2_fma) throw Error(fmt::format("gelu: oneDNN's code for a CPU without AVX2 and FMA ({}) is not modelled", host.describe()));
+  if (storage == bf16 && !(host.avx512 && host.avx512_bf16))
+    throw Error(fmt::format("gelu: bf16 on a CPU without AVX-512 and avx512_bf16 ({}) is not modelled (PyTorch takes ATen's erf kernel or "
+                            "oneDNN's emulated bf16 store there); f32 is",
+                            host.describe()));
+  if (storage == f16 && !(host.avx512 && host.avx512_fp16))
+    throw Error(fmt::format("gelu: f16 on a CPU without AVX-512 and avx512_fp16 ({}) is not modelled (PyTorch takes ATen's erf kernel, "
+                            "not oneDNN, there); f32 is",
+                            host.describe()));
+  PointwiseOrder p;
+  p.gelu_erf = host.avx512 ? PointwiseOrder::GeluErf::OneDnnMinimax : PointwiseOrder::GeluErf::OneDnnAbramowitzStegun;
+  p.bf16_flushes_subnormals = true;
+  return p;
+}
+
+Order torch215(ScalarType storage, Capability cap, const Request& r, const HostModel& host) {
   Order o;
+  if (r.op == OpKind::gelu || r.op == OpKind::gelu_backward) {
+    o.pointwise = torch215_gelu_erf(storage, host);
+    return o;
+  }
   if (r.op == OpKind::silu || r.op == OpKind::silu_backward) {
     o.pointwise = torch215_silu(storage, cap);
     return o;
@@ -493,6 +521,8 @@ std::vector<NamedOrder> make_table() {
                "attention_backward: flash's tiled backward with fma, 16 lanes, lse recomputed by fast's forward; a mask as flash's; sum/mean: 4x8-lane fma "
                "sums; silu, silu_backward: Sleef's expf_u10 at every element, the backward's 1 + x(1 - s) fused; gelu_tanh: Sleef's "
                "tanhf_u10 at every element, x + 0.044715 x^3 fused, and in gelu_tanh_backward 1 - t^2 and 1 + 3*0.044715 x^2 too; "
+               "gelu, gelu_backward: torch2.15-cpu's on an AVX-512 CPU (oneDNN's minimax erf; the backward Abramowitz and Stegun), bf16 "
+               "subnormals kept; "
                "cross_entropy: fast's log_softmax, the rows' losses summed as PyTorch's nll_loss does (a cascade of 8 partial sums "
                "in the storage type, 16 rows per level: O(rows), nothing to gain from another order); cross_entropy_backward: fast's "
                "log_softmax_backward of the one-hot gradient (no reference)",
@@ -529,7 +559,8 @@ std::vector<NamedOrder> make_table() {
                                             OpKind::layer_norm_backward, OpKind::rms_norm_backward, OpKind::softmax_backward,
                                             OpKind::log_softmax_backward, OpKind::attention_backward, OpKind::sum,
                                             OpKind::mean, OpKind::silu, OpKind::silu_backward, OpKind::gelu_tanh,
-                                            OpKind::gelu_tanh_backward, OpKind::cross_entropy, OpKind::cross_entropy_backward};
+                                            OpKind::gelu_tanh_backward, OpKind::gelu, OpKind::gelu_backward, OpKind::cross_entropy,
+                                            OpKind::cross_entropy_backward};
   // x.sum(-1) of a 16-bit x: PyTorch keeps its partial sums (a thread's, a split row's) in the
   // 16-bit output type, which is not modelled (measured: f16 rows of 4095 and of 40000 differ from
   // the f32 sum rounded once); x.mean(-1) sums x.float() and is.
@@ -554,11 +585,14 @@ std::vector<NamedOrder> make_table() {
                "silu: x / (1 + expf(-x)) with glibc's expf; silu_backward: dy*s*(1 + x*(1 - s)), s = 1/(1 + expf(-x)), no fma; "
                "gelu_tanh: (0.5x)(1 + tanhf(k(x + 0.044715 x^3))) with glibc's tanhf, no fma, above 16384 elements cut between the "
                "threads by a grain of elements/threads; gelu_tanh_backward: its gradient with glibc's tanhf, no fma; "
+               "gelu, gelu_backward (F.gelu's erf form, every capability alike): oneDNN's eltwise_gelu_erf for the host's ISA, "
+               "the forward a piecewise minimax erf with AVX-512 and Abramowitz and Stegun without, the backward Abramowitz and Stegun, "
+               "bf16 subnormal results flushed to zero (avx512_bf16); "
                "cross_entropy (F.cross_entropy with class indices, ignore_index, reduction mean, sum or none): log_softmax as above, "
                "then nll_loss's cascade of 8 partial sums in the storage type, 16 rows per level, mean = total / rows counted; "
                "cross_entropy_backward: nll_loss_backward's one-hot gradient rounded to the storage type, then log_softmax_backward as above",
                torch215_ops, kAllStorage, true, true,
-               [](ScalarType s, ScalarType, const Request& r, const HostModel&) { return torch215(s, Capability::base, r); }});
+               [](ScalarType s, ScalarType, const Request& r, const HostModel& host) { return torch215(s, Capability::base, r, host); }});
   t.back().fewer_dtypes = {kTorch215SumF32};
   t.back().takes_environment = true;
   t.push_back({"torch2.15-cpu-avx2",
@@ -572,9 +606,9 @@ std::vector<NamedOrder> make_table() {
                "silu, silu_backward: Sleef's expf_u10 in steps of 16 elements (32 over 16-bit inputs) per thread's chunk, glibc's expf "
                "for the rest, the backward's 1 + x(1 - s) fused; gelu_tanh: Sleef's tanhf_u10 in silu's steps, glibc's tanhf for the "
                "rest, x + 0.044715 x^3 fused, above 16384 elements a grain of elements/threads; gelu_tanh_backward: as silu_backward's "
-               "steps, x + 0.044715 x^3, 1 - t^2 and 1 + 3*0.044715 x^2 fused",
+               "steps, x + 0.044715 x^3, 1 - t^2 and 1 + 3*0.044715 x^2 fused; gelu, gelu_backward: as default's (oneDNN's)",
                torch215_ops, kAllStorage, true, true,
-               [](ScalarType s, ScalarType, const Request& r, const HostModel&) { return torch215(s, Capability::avx2, r); }});
+               [](ScalarType s, ScalarType, const Request& r, const HostModel& host) { return torch215(s, Capability::avx2, r, host); }});
   t.back().fewer_dtypes = {kTorch215SumF32};
   t.back().takes_environment = true;
   t.push_back({"torch2.15-cpu-avx512",
@@ -584,16 +618,16 @@ std::vector<NamedOrder> make_table() {
                "torch2.15-cpu-avx2's on 16 lanes; attention_backward (f32, bf16, f16, lse given; an AMD or Intel AVX-512 host's MKL): the CPU flash "
                "backward with dsum on 16 lanes, halving fold, Sleef expf_u10, bf16's dq, dk, dv by gemm_stub with fma or oneDNN; "
                "sum/mean: as default (8 lanes); silu, silu_backward, gelu_tanh, gelu_tanh_backward: as avx2's in steps of 32 elements (64 over 16-bit "
-               "inputs)",
+               "inputs); gelu, gelu_backward: as default's (oneDNN's)",
                torch215_ops, kAllStorage, true, true,
-               [](ScalarType s, ScalarType, const Request& r, const HostModel&) { return torch215(s, Capability::avx512, r); }});
+               [](ScalarType s, ScalarType, const Request& r, const HostModel& host) { return torch215(s, Capability::avx512, r, host); }});
   t.back().fewer_dtypes = {kTorch215SumF32};
   t.back().takes_environment = true;
   t.push_back({"torch2.15-cpu",
                "torch2.15-cpu-{default,avx2,avx512} for the capability PyTorch picks here: ATEN_CPU_CAPABILITY if set, else the "
                "best this CPU has",
                torch215_ops, kAllStorage, true, true,
-               [](ScalarType s, ScalarType, const Request& r, const HostModel& host) { return torch215(s, torch_capability(host), r); }});
+               [](ScalarType s, ScalarType, const Request& r, const HostModel& host) { return torch215(s, torch_capability(host), r, host); }});
   t.back().fewer_dtypes = {kTorch215SumF32};
   t.back().alias = true;
   t.back().takes_environment = true;

@@ -24,6 +24,8 @@ std::string_view name(OpKind op) {
     case OpKind::silu_backward: return "silu_backward";
     case OpKind::gelu_tanh: return "gelu_tanh";
     case OpKind::gelu_tanh_backward: return "gelu_tanh_backward";
+    case OpKind::gelu: return "gelu";
+    case OpKind::gelu_backward: return "gelu_backward";
     case OpKind::cross_entropy: return "cross_entropy";
     case OpKind::cross_entropy_backward: return "cross_entropy_backward";
   }
@@ -33,7 +35,7 @@ std::optional<OpKind> parse_op(std::string_view s) {
   for (OpKind o : {OpKind::layer_norm, OpKind::rms_norm, OpKind::var_mean, OpKind::softmax, OpKind::log_softmax, OpKind::attention,
                    OpKind::layer_norm_backward, OpKind::rms_norm_backward, OpKind::softmax_backward, OpKind::log_softmax_backward,
                    OpKind::attention_backward, OpKind::sum, OpKind::mean, OpKind::silu, OpKind::silu_backward, OpKind::gelu_tanh,
-                   OpKind::gelu_tanh_backward, OpKind::cross_entropy, OpKind::cross_entropy_backward})
+                   OpKind::gelu_tanh_backward, OpKind::gelu, OpKind::gelu_backward, OpKind::cross_entropy, OpKind::cross_entropy_backward})
     if (s == name(o)) return o;
   return std::nullopt;
 }
@@ -47,6 +49,7 @@ OpKind forward_of(OpKind op) {
     case OpKind::attention_backward: return OpKind::attention;
     case OpKind::silu_backward: return OpKind::silu;
     case OpKind::gelu_tanh_backward: return OpKind::gelu_tanh;
+    case OpKind::gelu_backward: return OpKind::gelu;
     case OpKind::cross_entropy_backward: return OpKind::cross_entropy;
     default: return op;
   }

@@ -322,11 +322,17 @@ void apply_environment(Order& o, const OrderText& t) {
     } else if (key == "onednn") {
       if (value != "on" && value != "off" && value != "emulated")
         throw Error(fmt::format("order '{}': onednn={} is not on, off or emulated", order_name, value));
+    } else if (key == "onednn_isa") {
+      // oneDNN's own ISA (ONEDNN_MAX_CPU_ISA, or the CPU's best): its gelu_erf forward differs.
+      if (value == "avx512_core") o.pointwise.gelu_erf = PointwiseOrder::GeluErf::OneDnnMinimax;
+      else if (value == "avx2") o.pointwise.gelu_erf = PointwiseOrder::GeluErf::OneDnnAbramowitzStegun;
+      else throw Error(fmt::format("order '{}': onednn_isa={} is not avx512_core or avx2", order_name, value));
     } else {
       throw Error(fmt::format("order '{}' reproduces PyTorch; its parameters are the environment torch ran in: "
                               "threads (torch.get_num_threads()), mkl (intel, intel-avx512bf16 or amd), mkl_threads (MKL's own thread count: "
                               "MKL_NUM_THREADS, else the host's physical cores) and onednn (whether its 16-bit attention "
-                              "products went to oneDNN: on, with avx512_bf16; emulated, AVX-512 without avx512_bf16; off), "
+                              "products went to oneDNN: on, with avx512_bf16; emulated, AVX-512 without avx512_bf16; off) and onednn_isa (the ISA "
+                              "oneDNN ran gelu's code for: avx512_core or avx2), "
                               "not '{}'",
                               order_name, key));
     }
@@ -523,6 +529,7 @@ std::string cols_at_launch_error(const Request& r, const Order& o) {
       return sum_at_launch_error(o.row_sum);
     case OpKind::silu:
     case OpKind::gelu_tanh: return {};  // the chunks and tails are computed from the launch's elements
+    case OpKind::gelu: return {};       // every element alike
     case OpKind::softmax:
     case OpKind::log_softmax:
       if (o.softmax.kind != SoftmaxOrder::Kind::TwoPass && o.softmax.kind != SoftmaxOrder::Kind::Staged)
@@ -543,9 +550,10 @@ bool same_row_arithmetic(const Order& a, const Order& b) {
 // of 32768) and must come out the same at each, with reductions whose loops gen/ builds for any N.
 Order resolve_cols_at_launch(const Request& r, const HostModel& host) {
   if (r.op != OpKind::layer_norm && r.op != OpKind::rms_norm && r.op != OpKind::var_mean && r.op != OpKind::softmax &&
-      r.op != OpKind::log_softmax && r.op != OpKind::sum && r.op != OpKind::mean && r.op != OpKind::silu && r.op != OpKind::gelu_tanh)
+      r.op != OpKind::log_softmax && r.op != OpKind::sum && r.op != OpKind::mean && r.op != OpKind::silu && r.op != OpKind::gelu_tanh &&
+      r.op != OpKind::gelu)
     throw Error(fmt::format("{}: N at launch is for the row ops' forward (layer_norm, rms_norm, var_mean, softmax, log_softmax, sum, mean, silu, "
-                            "gelu_tanh)",
+                            "gelu_tanh, gelu)",
                             name(r.op)));
   if (r.cols != 0) throw Error(fmt::format("N is given at launch, so cols must be 0, got {}", r.cols));
   // A request the order refuses at N = 1 is a bad request whatever N is: its error as it stands.
@@ -644,6 +652,11 @@ Order resolve(const Request& r, const HostModel& host) {
   if (text.has_params && n->takes_environment) {
     if (!text.closed) throw Error(fmt::format("order '{}': missing ')'", r.order));
     apply_environment(o, text);
+    // Below AVX-512 oneDNN's check for 16-bit support fails and PyTorch takes ATen's erf kernel.
+    if ((r.op == OpKind::gelu || r.op == OpKind::gelu_backward) && r.x_dtype != ScalarType::f32 && text.value("onednn_isa") &&
+        *text.value("onednn_isa") != "avx512_core")
+      throw Error(fmt::format("order '{}': gelu in {} under onednn_isa={} is not modelled (PyTorch takes ATen's erf kernel there); f32 is",
+                              r.order, name(r.x_dtype), *text.value("onednn_isa")));
   } else if (text.has_params) {
     if (n->reproduces_reference)
       throw Error(fmt::format("order '{}' reproduces a reference and takes no parameters (got '{}')", n->name, text.inside()));

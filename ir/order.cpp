@@ -152,6 +152,12 @@ std::string describe(const NormBackwardOrder& n) {
   return fmt::format("centered(sum={}, dx={}, columns={})", describe(n.sum), n.fma_dx ? "fma" : "mul+add", describe(n.columns));
 }
 
+std::string describe_gelu_erf(const PointwiseOrder& p) {
+  const char* forward = p.gelu_erf == PointwiseOrder::GeluErf::OneDnnMinimax ? "onednn_minimax" : "onednn_abramowitz_stegun";
+  return fmt::format("gelu_erf(forward={}, backward=onednn_abramowitz_stegun{})", forward,
+                     p.bf16_flushes_subnormals ? ", bf16 stores flush subnormals" : "");
+}
+
 std::string describe(const PointwiseOrder& p) {
   // The library function is the op's own: silu's exp, gelu_tanh's tanh.
   const char* fma = p.fma ? ", the op's fma (silu_backward's 1 + x(1 - s), gelu_tanh's x + 0.044715 x^3 and its backward's 1 - t^2 and 1 + 3*0.044715 x^2)" : "";

@@ -646,6 +646,22 @@ struct PointwiseOrder {
   // > 0: a launch of more elements than this is cut between the threads with a grain of
   // elements / threads instead of 32768 (PyTorch's GELU forward: 16384).
   int64_t threads_grain_above = 0;
+  // gelu and gelu_backward (GELU's erf form), as oneDNN's eltwise_gelu_erf computes them: PyTorch's
+  // CPU GELU hands a contiguous f32, bf16 or f16 tensor of more than one element to oneDNN, which
+  // picks its code by the CPU, not by ATEN_CPU_CAPABILITY (docs/research/torch2.15-gelu.md). Every
+  // element alike; no chunks or tails.
+  enum class GeluErf : uint8_t {
+    // The forward on a CPU with AVX-512 (avx512_core): erf(x/sqrt 2) by a piecewise minimax
+    // polynomial of |x|, an interval of 32 picked from the bits of |x|; y = (x * (1 + erf)) / 2.
+    OneDnnMinimax,
+    // The forward on a CPU without it: Abramowitz and Stegun 7.1.26 with oneDNN's exp;
+    // y = fma(erf, x/2, x/2).
+    OneDnnAbramowitzStegun,
+  };
+  GeluErf gelu_erf = GeluErf::OneDnnMinimax;  // the forward; the backward is Abramowitz and Stegun on every CPU
+  // A bf16 result whose f32 value is subnormal is stored as the zero of its sign (oneDNN's store
+  // by vcvtneps2bf16 on a CPU with avx512_bf16, which flushes). Other storage types never flush.
+  bool bf16_flushes_subnormals = false;
   bool operator==(const PointwiseOrder&) const = default;
 };
 
@@ -702,6 +718,7 @@ std::string describe(const ColumnSumOrder& c);
 std::string describe(const NormBackwardOrder& n);
 std::string describe(const SoftmaxBackwardOrder& s);
 std::string describe(const PointwiseOrder& p);
+std::string describe_gelu_erf(const PointwiseOrder& p);  // the fields gelu and gelu_backward read
 std::string describe(const LossOrder& l);
 
 }  // namespace ordo::ir

@@ -109,7 +109,7 @@ ordo_request* ordo_request_new(const char* op) {
   guarded([&] {
     const std::string name = text(op, "op");
     auto kind = ordo::parse_op(name);
-    if (!kind) throw ordo::Error(fmt::format("unknown op '{}'; ops: layer_norm, rms_norm, var_mean, sum, mean, silu, gelu_tanh, softmax, log_softmax, attention, "
+    if (!kind) throw ordo::Error(fmt::format("unknown op '{}'; ops: layer_norm, rms_norm, var_mean, sum, mean, silu, gelu_tanh, gelu, softmax, log_softmax, attention, "
                                     "cross_entropy, and their *_backward", name));
     out = new ordo_request{};
     out->r.op = *kind;

@@ -488,6 +488,17 @@ std::map<std::string, std::vector<double>> reference_f64(const Request& r, const
     }
     return out;
   }
+  if (r.op == OpKind::gelu_backward) {
+    const uint8_t* x = in.get("x").data();
+    const uint8_t* dy = in.get("dy").data();
+    std::map<std::string, std::vector<double>> out;
+    for (int64_t i = 0; i < rows * r.cols; ++i) {
+      const double v = value_at(r.x_dtype, x, i);
+      const double cdf = 0.5 * (1.0 + std::erf(v / std::sqrt(2.0))), pdf = std::exp(-0.5 * v * v) / std::sqrt(2.0 * M_PI);
+      out["dx"].push_back(value_at(r.x_dtype, dy, i) * (cdf + v * pdf));
+    }
+    return out;
+  }
   if (r.op == OpKind::silu_backward) {
     const uint8_t* x = in.get("x").data();
     const uint8_t* dy = in.get("dy").data();
@@ -575,6 +586,12 @@ std::map<std::string, std::vector<double>> reference_f64(const Request& r, const
         for (int64_t j = 0; j < N; ++j) {
           const double v = value_at(xt, x, row * N + j);
           out["y"].push_back(0.5 * v * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (v + 0.044715 * v * v * v))));
+        }
+        break;
+      case OpKind::gelu:
+        for (int64_t j = 0; j < N; ++j) {
+          const double v = value_at(xt, x, row * N + j);
+          out["y"].push_back(0.5 * v * (1.0 + std::erf(v / std::sqrt(2.0))));
         }
         break;
       default: break;  // attention_f64, layer_norm_backward_f64, softmax_backward_f64

@@ -122,10 +122,10 @@ ordo::ScalarType parse_dtype(const std::string& what, const std::string& s) {
 }
 
 ordo::OpKind parse_op_arg(const Args& a) {
-  if (a.positional.empty()) throw Error("missing the op: layer_norm, rms_norm, var_mean, sum, mean, silu, gelu_tanh, softmax, log_softmax or attention");
+  if (a.positional.empty()) throw Error("missing the op: layer_norm, rms_norm, var_mean, sum, mean, silu, gelu_tanh, gelu, softmax, log_softmax or attention");
   if (a.positional.size() > 1) throw Error(fmt::format("unexpected argument '{}'", a.positional[1]));
   auto op = ordo::parse_op(a.positional[0]);
-  if (!op) throw Error(fmt::format("unknown op '{}'; ops: layer_norm, rms_norm, var_mean, sum, mean, silu, gelu_tanh, softmax, log_softmax, attention", a.positional[0]));
+  if (!op) throw Error(fmt::format("unknown op '{}'; ops: layer_norm, rms_norm, var_mean, sum, mean, silu, gelu_tanh, gelu, softmax, log_softmax, attention", a.positional[0]));
   return *op;
 }
 

@@ -11,7 +11,7 @@ const char* const kRunHelp = R"(usage: ordo run <op> --order NAME --in NAME=FILE
   --in NAME=FILE.npy    an input: x, weight, bias (attention: q, k, v)   --in x=x.npy
                         backward ops: dy and the forward's tensors: layer_norm_backward dy, x, weight, mean, rstd;
                         rms_norm_backward dy, x, weight, rstd (optional); softmax_backward and
-                        log_softmax_backward dy, y (the forward's output); silu_backward and gelu_tanh_backward dy, x;
+                        log_softmax_backward dy, y (the forward's output); silu_backward, gelu_tanh_backward and gelu_backward dy, x;
                         attention_backward q, k, v, out, dout and lse (optional: without it the
                         order's forward recomputes it); cross_entropy x (rows, classes) and target (rows,) int64;
                         cross_entropy_backward dloss, logp, target, total_weight
@@ -176,7 +176,9 @@ int run_row_backward(const Args& a, ordo::Request r, int threads) {
   const std::string data = softmax ? "y" : "x";
   std::vector<std::string> names{"dy", data};
   std::vector<std::string> per_row;
-  if (!softmax && op != ordo::OpKind::silu_backward && op != ordo::OpKind::gelu_tanh_backward) names.push_back("weight");
+  if (!softmax && op != ordo::OpKind::silu_backward && op != ordo::OpKind::gelu_tanh_backward &&
+      op != ordo::OpKind::gelu_backward)
+    names.push_back("weight");
   if (op == ordo::OpKind::layer_norm_backward) per_row = {"mean", "rstd"};
   if (op == ordo::OpKind::rms_norm_backward) per_row = {"rstd"};
   names.insert(names.end(), per_row.begin(), per_row.end());

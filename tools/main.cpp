@@ -31,7 +31,7 @@ void print_overview() {
       "\n`ordo help <command>` or `ordo <command> --help` lists a command's options, each with an example.\n\n"
       "ops: layer_norm (in x, weight, bias; out y, mean, rstd), rms_norm (in x, weight; out y, rstd),\n"
       "     var_mean (in x; out var, mean), sum and mean (in x; out sum or mean: x.sum(-1), x.mean(-1)),\n"
-      "     softmax, log_softmax, silu and gelu_tanh (in x; out y),\n"
+      "     softmax, log_softmax, silu, gelu_tanh and gelu (in x; out y),\n"
       "     attention (in q [..., S_q, D], k, v [..., S_k, D]; out out, and lse when asked for).\n"
       ".npy dtypes: float32 '<f4', float16 '<f2', bfloat16 as uint16 bit patterns '<u2'.\n\n"
       "example:\n  ordo run layer_norm --order torch2.15-cpu --in x=x.npy --out y=y.npy\n");

@@ -366,7 +366,9 @@ ExprRef glibc_exp_double_f32(Builder& b, ExprRef x) {
   return cast(glibc_exp_f64(b, cast(std::move(x), ScalarType::f64)), ScalarType::f32);
 }
 
-ExprRef torch_exp_u20(Builder& b, ExprRef x) {
+namespace {
+// PyTorch's exp_u20 is oneDNN's exp injector ported; the two differ in fx's first step alone.
+ExprRef exp_u20_family(Builder& b, ExprRef x, bool fused_fx) {
   const Consts k{x->type.lanes};
   x = bound(b, std::move(x), "exp_u20.x");
   const ExprRef ln_min = k.bits(0xc2aeac50), ln_max = k.bits(0x42b17218);
@@ -374,8 +376,9 @@ ExprRef torch_exp_u20(Builder& b, ExprRef x) {
   // first is NaN, so a NaN argument is clamped to ln_max (no NaN propagates).
   ExprRef src = select(lt(x, ln_max), x, ln_max);
   src = b.let("exp_u20.src", select(lt(ln_min, src), src, ln_min));
-  // fx = floor(src log2(e) + 1/2): an fma, then a rounding down.
-  const ExprRef t = b.let("exp_u20.t", fma(src, k.bits(0x3fb8aa3b), k.c(0.5f)));
+  // fx = floor(src log2(e) + 1/2): one fma (PyTorch) or a product then a sum (oneDNN), then a
+  // rounding down.
+  const ExprRef t = b.let("exp_u20.t", fused_fx ? fma(src, k.bits(0x3fb8aa3b), k.c(0.5f)) : add(mul(src, k.bits(0x3fb8aa3b)), k.c(0.5f)));
   const ExprRef fx = b.let("exp_u20.fx", unary(Op::Floor, t));
   const ExprRef r = b.let("exp_u20.r", fnma(fx, k.bits(0x3f317218), src));
   // Degree-5 Horner polynomial in r, every step an fma.
@@ -386,6 +389,10 @@ ExprRef torch_exp_u20(Builder& b, ExprRef x) {
   const ExprRef y = mul(p, select(lt(x, ln_min), k.c(0.0f), pow));
   return mul(y, k.c(2.0f));
 }
+}  // namespace
+
+ExprRef torch_exp_u20(Builder& b, ExprRef x) { return exp_u20_family(b, std::move(x), /*fused_fx=*/true); }
+ExprRef onednn_exp(Builder& b, ExprRef x) { return exp_u20_family(b, std::move(x), /*fused_fx=*/false); }
 
 ExprRef torch_fexp_u20(Builder& b, ExprRef x) {
   const Consts k{x->type.lanes};

@@ -59,6 +59,9 @@ ir::ExprRef glibc_exp_double_f32(ir::Builder& b, ir::ExprRef x);
 // n = floor(x log2 e + 1/2), r = x - n ln 2 (fmas), a degree-5 Horner polynomial with fmas, and
 // (p * 2^(n-1)) * 2 with 2^(n-1) built in the exponent field, +0 below ln FLT_MIN.
 ir::ExprRef torch_exp_u20(ir::Builder& b, ir::ExprRef x);
+// oneDNN's exp injector (jit_uni_eltwise_injector's exp_compute_vector_fwd, the exp inside its
+// gelu_erf): exp_u20's algorithm with fx = src log2(e) + 1/2 as a product and a sum, each rounded.
+ir::ExprRef onednn_exp(ir::Builder& b, ir::ExprRef x);
 // PyTorch 2.x's Vectorized<float>::fexp_u20 (AVX2/AVX-512): 2^(x log2 e) with a cubic
 // correction of the fraction, the result's bits formed by a truncating conversion.
 ir::ExprRef torch_fexp_u20(ir::Builder& b, ir::ExprRef x);

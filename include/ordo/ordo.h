@@ -57,7 +57,7 @@ const char* ordo_last_error(void);
  * pointer (ordo_compile) cannot return itself. */
 int ordo_last_error_code(void);
 
-/* A request for `op`: layer_norm, rms_norm, var_mean, sum, mean, silu, gelu_tanh, softmax,
+/* A request for `op`: layer_norm, rms_norm, var_mean, sum, mean, silu, gelu_tanh, gelu, softmax,
    log_softmax, attention, cross_entropy, or a backward op (layer_norm_backward, ...). NULL if unknown.
  * cross_entropy: x [rows, cols] logits and target [rows] int64 class indices in; logp like x, loss (one
  * element, or [rows] with reduction none) and total_weight (one element) out. cross_entropy_backward:

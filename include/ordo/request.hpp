@@ -25,6 +25,11 @@ enum class OpKind : uint8_t {
   // (torch.nn.functional.gelu(x, approximate="tanh")), with the order's tanh at each element; its
   // gradient dx = dy * (0.5 (1 + t) + (0.5 x (1 - t^2)) * sqrt(2/pi) (1 + 3 * 0.044715 x^2)).
   gelu_tanh, gelu_tanh_backward,
+  // Elementwise: GELU's erf form, y = (x/2) * (1 + erf(x / sqrt(2))) (torch.nn.functional.gelu(x)),
+  // with the erf the order names (Order::pointwise.gelu_erf: oneDNN's, which PyTorch's CPU GELU
+  // runs); its gradient dx = dy * (cdf + x * pdf), cdf = (1 + erf(x / sqrt(2)))/2, pdf the
+  // standard normal density at x.
+  gelu, gelu_backward,
   // The cross-entropy loss of each row's logits x against its class index, PyTorch's
   // F.cross_entropy(x, target, ignore_index=, reduction=) over [rows, N] logits and int64 targets:
   // logp = log_softmax(x) (an output: the backward reads it, as eager autograd saves it), then the

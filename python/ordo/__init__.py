@@ -15,8 +15,8 @@ import math
 
 from . import _ordo
 
-__all__ = ["layer_norm", "rms_norm", "var_mean", "silu", "gelu_tanh", "softmax", "log_softmax", "attention", "layer_norm_backward", "rms_norm_backward",
-           "softmax_backward", "silu_backward", "gelu_tanh_backward", "log_softmax_backward", "attention_backward", "cross_entropy",
+__all__ = ["layer_norm", "rms_norm", "var_mean", "silu", "gelu_tanh", "gelu", "softmax", "log_softmax", "attention", "layer_norm_backward", "rms_norm_backward",
+           "softmax_backward", "silu_backward", "gelu_tanh_backward", "gelu_backward", "log_softmax_backward", "attention_backward", "cross_entropy",
            "cross_entropy_backward", "orders", "compare", "cache_stats",
            "set_kernel_cache_capacity"]
 
@@ -216,6 +216,13 @@ def gelu_tanh(x, order="fast", **kw):
     elementwise, with the order's tanh at each element (under torch2.15-cpu(threads=T), torch's own,
     by where torch's kernel computes each element)."""
     return _run("gelu_tanh", x, {}, None, order, **kw)["y"]
+
+
+def gelu(x, order="fast", **kw):
+    """torch.nn.functional.gelu(x), GELU's erf form: (x/2)(1 + erf(x/sqrt(2))) elementwise, with the
+    order's erf (under torch2.15-cpu, oneDNN's eltwise_gelu_erf for this CPU, which torch runs for a
+    contiguous f32 or bf16 tensor of more than one element)."""
+    return _run("gelu", x, {}, None, order, **kw)["y"]
 
 
 def softmax(x, order="fast", **kw):
@@ -467,6 +474,13 @@ def gelu_tanh_backward(dy, x, order="fast", **kw):
     """dx of gelu_tanh from dy and the forward's input x (torch's gelu_backward(dy, x, approximate="tanh")):
     dx = dy*(0.5(1 + t) + 0.5x(1 - t^2) sqrt(2/pi)(1 + 3*0.044715 x^2)), t the forward's tanh."""
     return _run_backward("gelu_tanh_backward", x, {"dy": dy}, order, **kw)["dx"]
+
+
+def gelu_backward(dy, x, order="fast", **kw):
+    """dx of gelu from dy and the forward's input x (torch's gelu_backward(dy, x)):
+    dx = dy*(cdf + x*pdf), cdf = (1 + erf(x/sqrt(2)))/2, pdf the standard normal density, with the
+    order's erf and exp."""
+    return _run_backward("gelu_backward", x, {"dy": dy}, order, **kw)["dx"]
 
 
 def silu_backward(dy, x, order="fast", **kw):
