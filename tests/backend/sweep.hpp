@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "gen/gen.hpp"
+#include "ir/error.hpp"
 #include "ir/float_bits.hpp"
 #include "ir/ir.hpp"
 #include "ordo/compare.hpp"
@@ -552,6 +553,46 @@ inline int cross_entropy_vs_interpreter(Target target, const std::vector<int64_t
         }
     }
   }
+  return cases;
+}
+
+// gelu and gelu_backward (GELU's erf form, gen/ops/pointwise.cpp) in each of their forms: fast,
+// oneDNN's minimax forward (onednn_isa=avx512_core) and its Abramowitz and Stegun one
+// (onednn_isa=avx2), every dtype the running host's model takes (bf16's flushing store included),
+// widths `ns` across the vector width, rows in rotation. Planted in x: +-0, +-inf, NaN, subnormals
+// (whose gelu is subnormal: the flush), the minimax's interval edges and its right bound 5.5426.
+// Returns the requests compared; the f32 ones run on every host.
+inline int gelu_vs_interpreter(Target target, const std::vector<int64_t>& ns, const std::vector<int64_t>& rows_list) {
+  int cases = 0;
+  size_t i = 0;
+  for (const char* order : {"fast", "torch2.15-cpu(onednn_isa=avx512_core)", "torch2.15-cpu(onednn_isa=avx2)"})
+    for (OpKind op : {OpKind::gelu, OpKind::gelu_backward})
+      for (ScalarType t : {ScalarType::f32, ScalarType::bf16, ScalarType::f16})
+        for (int64_t cols : ns) {
+          Request r;
+          r.op = op;
+          r.order = order;
+          r.x_dtype = t;
+          r.cols = cols;
+          r.has_weight = r.has_bias = false;
+          try {
+            (void)gen::resolve(r);
+          } catch (const Error&) {
+            if (t == ScalarType::f32) throw;  // f32 is modelled on every host with AVX2
+            continue;                         // 16-bit: only where oneDNN takes it (gen/order_table.cpp)
+          }
+          const int64_t rows = rows_list[i++ % rows_list.size()];
+          const auto prepare = [&](HostBuffers& h) {
+            std::vector<uint8_t>& x = h.get("x");
+            const float planted[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, 1e-40f, -1e-40f, 3e-39f, 5.5425f, 5.5427f,
+                                     -5.5426f, 0.1093f, -0.1094f, 2.0f, -3.0f, 88.0f, -88.0f, 3e38f};
+            const int64_t count = std::min<int64_t>(rows * cols, std::size(planted));
+            for (int64_t e = 0; e < count; ++e) set_value(x, t, (e * 7) % (rows * cols), planted[e]);
+          };
+          check_on_interpreter_and(r, target, rows, 41 + i, 0.0, 4.0, prepare,
+                                   fmt::format("{} order={} x={} N={} rows={}", name(op), order, name(t), cols, rows));
+          ++cases;
+        }
   return cases;
 }
 

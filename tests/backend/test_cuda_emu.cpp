@@ -117,6 +117,11 @@ TEST_CASE("silu_backward: cuda-emu matches the interpreter bit for bit") {
   MESSAGE(fmt::format("silu_backward: {} requests compared bitwise on cuda-emu", cases));
 }
 TEST_CASE("gelu_tanh: cuda-emu matches the interpreter bit for bit") { sweep_emu(OpKind::gelu_tanh); }
+TEST_CASE("gelu and gelu_backward (oneDNN's forms and fast): cuda-emu matches the interpreter bit for bit") {
+  const int cases = gelu_vs_interpreter(Target::cuda_emu, {7, 17, 129}, {3, 2});
+  MESSAGE(fmt::format("gelu: {} requests compared bitwise on cuda-emu", cases));
+  CHECK(cases >= 2 * 2 * 3);
+}
 TEST_CASE("cross_entropy and its backward: cuda-emu matches the interpreter bit for bit") {
   const int cases = cross_entropy_vs_interpreter(Target::cuda_emu, {7, 17, 129}, {17, 5, 257}, 40000);
   MESSAGE(fmt::format("cross_entropy: {} requests compared bitwise on cuda-emu", cases));

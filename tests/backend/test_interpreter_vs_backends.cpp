@@ -209,6 +209,11 @@ TEST_CASE("silu_backward: every backend matches the interpreter bit for bit") {
   MESSAGE(fmt::format("silu_backward: {} requests compared bitwise", cases));
 }
 TEST_CASE("gelu_tanh: every backend matches the interpreter bit for bit") { sweep(OpKind::gelu_tanh); }
+TEST_CASE("gelu and gelu_backward (oneDNN's forms and fast): every backend matches the interpreter bit for bit") {
+  const int cases = gelu_vs_interpreter(Target::cpu, {1, 7, 8, 9, 16, 17, 33, 129, 1000}, {1, 3, 7, 2});
+  MESSAGE(fmt::format("gelu: {} requests compared bitwise", cases));
+  CHECK(cases >= 2 * 2 * 9);  // fast and one oneDNN form, forward and backward, f32, every width
+}
 TEST_CASE("cross_entropy and its backward: every backend matches the interpreter bit for bit") {
   const int cases = cross_entropy_vs_interpreter(Target::cpu, {1, 7, 8, 9, 16, 17, 33, 129, 1000, 4097}, {1, 5, 16, 17, 257, 3}, 70000);
   MESSAGE(fmt::format("cross_entropy: {} requests compared bitwise", cases));

@@ -47,7 +47,8 @@ constexpr OpKind kOps[] = {OpKind::layer_norm, OpKind::rms_norm, OpKind::var_mea
                            OpKind::attention, OpKind::layer_norm_backward, OpKind::rms_norm_backward, OpKind::softmax_backward,
                            OpKind::log_softmax_backward, OpKind::attention_backward, OpKind::sum, OpKind::mean, OpKind::silu,
                            OpKind::silu_backward, OpKind::gelu_tanh,
-                           OpKind::gelu_tanh_backward, OpKind::cross_entropy, OpKind::cross_entropy_backward};
+                           OpKind::gelu_tanh_backward, OpKind::gelu, OpKind::gelu_backward, OpKind::cross_entropy,
+                           OpKind::cross_entropy_backward};
 constexpr int kLastOp = static_cast<int>(sizeof kOps / sizeof kOps[0]) - 1;
 constexpr ScalarType kStorage[] = {ScalarType::f32, ScalarType::bf16, ScalarType::f16};
 // N: lane (8, 16, 32), chunk (16 vectors of 8 or 16 lanes), pairwise block (128) and numpy's

@@ -30,14 +30,21 @@ def same_bits(a, b):
     return True, ""
 
 
+def cpu_flags():
+    """The CPU's feature flags as /proc/cpuinfo lists them (an empty set where it cannot be read)."""
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("flags"):
+                return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
 def cpu_has_avx512():
     """PyTorch's avx512 kernels need AVX-512F (and BW/VL/DQ); without them
     ATEN_CPU_CAPABILITY=avx512 silently runs the avx2 build, so nothing can be verified."""
-    try:
-        flags = open("/proc/cpuinfo").read()
-    except OSError:
-        return False
-    return all(f in flags for f in ("avx512f", "avx512bw", "avx512vl", "avx512dq"))
+    return all(f in cpu_flags() for f in ("avx512f", "avx512bw", "avx512vl", "avx512dq"))
 
 
 def capabilities(report, avx512_order="torch1.13-cpu-avx512"):

@@ -21,7 +21,12 @@ own scalar tail; torch.nn.functional.gelu(x, approximate="tanh") (gelu_tanh) lik
 16384 elements, and its gradient (gelu_tanh_backward, cut as silu's); torch.nn.functional.cross_entropy
 with class indices (reductions mean, sum and none; ignore_index -100 and 0) in f32, bf16 and f16:
 its loss, its log_softmax and the logits' gradient from loss.backward(g) (cross_entropy and
-cross_entropy_backward).
+cross_entropy_backward); torch.nn.functional.gelu(x) (GELU's erf form, which torch hands to oneDNN)
+and its gradient (gelu and gelu_backward) in f32, in bf16 where oneDNN takes it and ordo models its
+store (AVX-512 with avx512_bf16) and in f16 where oneDNN takes it (avx512_fp16; elsewhere torch
+runs ATen's own erf kernel, which ordo does not model), under every capability (oneDNN picks its
+code by the CPU), and once more in f32 with ONEDNN_MAX_CPU_ISA=AVX2 against
+torch2.15-cpu(onednn_isa=avx2) (oneDNN's code for a CPU without AVX-512).
 """
 import argparse
 import itertools
@@ -36,7 +41,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import tiers  # noqa: E402
 from torch2_harness import torch_error  # noqa: E402
-from bits import capabilities  # noqa: E402
+from bits import capabilities, cpu_flags  # noqa: E402
 from summary import print_summary  # noqa: E402
 
 
@@ -53,6 +58,25 @@ EPS = [1e-5, 1e-12, 0.1]
 AFFINE = ["weight+bias", "weight", "bias", "none"]
 # Row counts that split unevenly over 2 threads.
 ROWS = [5, 7, 3]
+# gelu's: the spread of oneDNN's minimax intervals (|x| up to 5.54, then erf = 1), and values
+# whose gelu is subnormal in f32 (the bf16 store flushes them).
+GELU_RANGES = [("normal", 0.0, 1.0), ("spread4", 0.0, 4.0), ("wide", 0.0, 1e3), ("subnormal", 0.0, 1e-38)]
+
+
+def gelu_dtypes():
+    """The dtypes torch hands to oneDNN on this CPU and ordo models there (gen/order_table.cpp,
+    torch215_gelu_erf): f32; bf16 with AVX-512 and avx512_bf16; f16 with AVX-512 and avx512_fp16."""
+    flags = cpu_flags()
+    avx512 = all(f in flags for f in ("avx512f", "avx512bw", "avx512vl", "avx512dq"))
+    return ["f32"] + (["bf16"] if avx512 and "avx512_bf16" in flags else []) + (["f16"] if avx512 and "avx512_fp16" in flags else [])
+
+
+def gelu_cases(tier, dtypes, first_seed):
+    out = []
+    for i, (op, xd, n, (rng, _, _)) in enumerate(itertools.product(["gelu", "gelu_backward"], dtypes,
+                                                                   tiers.pick(tier, N_QUICK, N_CI, N_SWEEP), GELU_RANGES)):
+        out.append({"op": op, "dtype": xd, "n": n, "range": rng, "rows": ROWS[i % 3] if n < 20000 else 1 + i % 2, "seed": first_seed + i})
+    return out
 
 
 def cases(tier):
@@ -113,7 +137,7 @@ def cases(tier):
         out.append({"op": "cross_entropy", "dtype": xd, "n": n, "range": RANGES[k % len(RANGES)][0], "rows": rows, "seed": i,
                     "reduction": red, "ignore_index": 0 if k % 4 == 3 and n > 1 else -100})
         i += 1
-    return out
+    return out + gelu_cases(tier, gelu_dtypes(), i)
 
 
 WORKER = r'''
@@ -123,6 +147,7 @@ import torch
 import ordo
 
 cap, cases = sys.argv[1], json.load(open(sys.argv[2]))
+extra = sys.argv[4]  # order parameters for the environment beyond torch's threads ("" or onednn_isa=...)
 TORCH_DTYPE = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}
 RANGES = {name: (offset, scale) for name, offset, scale in json.loads(sys.argv[3])}
 
@@ -139,7 +164,7 @@ def inputs(c):
             w = torch.from_numpy((1 + 0.1 * rng.standard_normal(c["n"])).astype(np.float32)).to(wd)
         if "bias" in c["affine"]:
             b = torch.from_numpy((0.1 * rng.standard_normal(c["n"])).astype(np.float32)).to(wd)
-    if c["op"] in ("silu_backward", "gelu_tanh_backward"):  # w carries dy
+    if c["op"] in ("silu_backward", "gelu_tanh_backward", "gelu_backward"):  # w carries dy
         w = torch.from_numpy(rng.standard_normal((c["rows"], c["n"])).astype(np.float32)).to(TORCH_DTYPE[c["dtype"]])
     if c["op"] == "cross_entropy":  # w carries the targets (a quarter of them ignore_index), b the loss's gradient
         w = torch.from_numpy(rng.integers(0, c["n"], c["rows"]))
@@ -182,6 +207,12 @@ def torch_outputs(c, x, w, b):
         xr = x.clone().requires_grad_()
         torch.nn.functional.gelu(xr, approximate="tanh").backward(w)
         return {"dx": xr.grad}
+    if c["op"] == "gelu":
+        return {"y": torch.nn.functional.gelu(x)}
+    if c["op"] == "gelu_backward":
+        xr = x.clone().requires_grad_()
+        torch.nn.functional.gelu(xr).backward(w)
+        return {"dx": xr.grad}
     if c["op"] == "silu_backward":
         xr = x.clone().requires_grad_()
         torch.nn.functional.silu(xr).backward(w)
@@ -211,6 +242,8 @@ def ordo_outputs(c, x, w, b, order):
         return {"loss": loss, "logp": logp, "dx": ordo.cross_entropy_backward(b, logp, w, total_weight, **kw)}
     if c["op"] == "gelu_tanh_backward":
         return {"dx": ordo.gelu_tanh_backward(w, x, order=order)}
+    if c["op"] == "gelu_backward":
+        return {"dx": ordo.gelu_backward(w, x, order=order)}
     return {"y": getattr(ordo, c["op"])(x, order=order)}
 
 def single_row_split(c):
@@ -234,7 +267,8 @@ for threads in (1, 2, 3, 8):
         orders = [f"torch2.15-cpu-{cap}"] + (["torch2.15-cpu"] if i % 5 == 0 else [])
         for order in orders:
             # The environment torch ran in: its thread count.
-            named = order if threads == 1 else f"{order}(threads={threads})"
+            params = ([f"threads={threads}"] if threads > 1 else []) + ([extra] if extra else [])
+            named = f"{order}({','.join(params)})" if params else order
             try:
                 got = ordo_outputs(c, x, w, b, named)
             except Exception as e:  # ordo refused the request: a failure, with its message
@@ -262,23 +296,31 @@ def main():
     spec.close()
     table, passed, failed = {}, 0, 0
     env_base = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.join(os.path.abspath(args.build), "python"), HERE]))
-    for cap in capabilities(print, "torch2.15-cpu-avx512"):
+    # gelu in f32 with oneDNN held to AVX2: its Abramowitz and Stegun forward (a CPU without AVX-512).
+    avx2_spec = tempfile.NamedTemporaryFile("w", suffix=".json", prefix="ordo_torch2_", delete=False)
+    avx2_cases = gelu_cases(tiers.chosen(args), ["f32"], len(all_cases))
+    json.dump(avx2_cases, avx2_spec)
+    avx2_spec.close()
+    runs = [(cap, spec.name, all_cases, {}, "") for cap in capabilities(print, "torch2.15-cpu-avx512")]
+    runs.append(("avx2", avx2_spec.name, avx2_cases, {"ONEDNN_MAX_CPU_ISA": "AVX2"}, "onednn_isa=avx2"))
+    for cap, spec_name, run_cases, extra_env, extra in runs:
         # Passive OpenMP waits: ctest runs other tests beside this one, and spinning threads on a
         # shared core slow torch several times over. Scheduling only; the bits do not change.
-        env = dict(env_base, ATEN_CPU_CAPABILITY=cap, OMP_WAIT_POLICY="PASSIVE")
-        worker = subprocess.run([sys.executable, "-c", WORKER, cap, spec.name, json.dumps(RANGES)], env=env,
+        env = dict(env_base, ATEN_CPU_CAPABILITY=cap, OMP_WAIT_POLICY="PASSIVE", **extra_env)
+        worker = subprocess.run([sys.executable, "-c", WORKER, cap, spec_name, json.dumps(RANGES + GELU_RANGES), extra], env=env,
                                 capture_output=True, text=True)
         if worker.returncode != 0:
             print(f"FAIL: worker for ATEN_CPU_CAPABILITY={cap} exited {worker.returncode}:\n{worker.stderr}")
             return 1
         out = json.loads(worker.stdout.strip().splitlines()[-1])
-        print(f"torch {out['torch']}, ATEN_CPU_CAPABILITY={cap} (torch reports {out['capability']}), threads 1 and 2")
+        held = "".join(f", {k}={v}" for k, v in extra_env.items())
+        print(f"torch {out['torch']}, ATEN_CPU_CAPABILITY={cap}{held} (torch reports {out['capability']}), threads 1 and 2")
         for r in out["results"]:
-            c = all_cases[r["case"]]
+            c = run_cases[r["case"]]
             dtype = c["dtype"] if c.get("weight_dtype", c["dtype"]) == c["dtype"] else f"{c['dtype']}+{c['weight_dtype']}"
             base = r["order"].split("(")[0]
             order = base if c.get("form", "F.rms_norm") == "F.rms_norm" else c["form"] + "-rmsnorm-" + base
-            key = (c["op"], order + ("" if order.endswith(cap) else f"[{cap}]"), dtype)
+            key = (c["op"], order + ("" if order.endswith(cap) else f"[{cap}]") + (f"({extra})" if extra else ""), dtype)
             entry = table.setdefault(key, [0, 0])
             entry[1] += 1
             if r["ok"]:
@@ -291,6 +333,7 @@ def main():
                 print(f"FAIL {c['op']} {order} {dtype} N={c['n']} rows={c['rows']} {c['range']}{detail} "
                       f"threads={r['threads']}: {r['why']}")
     os.unlink(spec.name)
+    os.unlink(avx2_spec.name)
     print("\n(each case is counted once per torch thread count, 1 and 2, and single rows over 32768 also on 3 and 8)")
     return print_summary(table, passed, failed)
 

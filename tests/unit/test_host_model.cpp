@@ -134,6 +134,43 @@ TEST_CASE("the 16-bit attention gradients go to the oneDNN kernel the host's ext
   CHECK_THROWS_WITH_AS(gen::resolve(f16, f16_ne_convert), doctest::Contains("AVX-NE-CONVERT without avx512_fp16"), Error);
 }
 
+TEST_CASE("gelu (the erf form) takes oneDNN's code for the host's ISA, and the 16-bit types where oneDNN takes them") {
+  using GeluErf = ir::PointwiseOrder::GeluErf;
+  const auto gelu = [](std::string order, ScalarType dtype, OpKind op = OpKind::gelu) {
+    Request r = norm(OpKind::silu, std::move(order), dtype);
+    r.op = op;
+    return r;
+  };
+  // The capability does not matter: oneDNN reads the CPU.
+  for (const char* order : {"torch2.15-cpu-default", "torch2.15-cpu-avx2", "torch2.15-cpu-avx512", "torch2.15-cpu"}) {
+    INFO(order);
+    CHECK(gen::resolve(gelu(order, ScalarType::f32), host("amd-avx512")).pointwise.gelu_erf == GeluErf::OneDnnMinimax);
+    CHECK(gen::resolve(gelu(order, ScalarType::f32), host("intel-avx512")).pointwise.gelu_erf == GeluErf::OneDnnMinimax);
+    CHECK(gen::resolve(gelu(order, ScalarType::f32), host("amd-avx2")).pointwise.gelu_erf == GeluErf::OneDnnAbramowitzStegun);
+  }
+  CHECK(gen::resolve(gelu("torch2.15-cpu(onednn_isa=avx2)", ScalarType::f32), host("amd-avx512")).pointwise.gelu_erf ==
+        GeluErf::OneDnnAbramowitzStegun);
+  CHECK(gen::resolve(gelu("torch2.15-cpu(onednn_isa=avx512_core)", ScalarType::f32), host("amd-avx2")).pointwise.gelu_erf ==
+        GeluErf::OneDnnMinimax);
+  CHECK_THROWS_WITH_AS(gen::resolve(gelu("torch2.15-cpu(onednn_isa=avx10)", ScalarType::f32), host("amd-avx512")),
+                       doctest::Contains("onednn_isa=avx10 is not avx512_core or avx2"), Error);
+  // bf16: oneDNN's flushing store with avx512_bf16; ATen's kernel or an emulated store elsewhere.
+  CHECK(gen::resolve(gelu("torch2.15-cpu", ScalarType::bf16), host("amd-avx512")).pointwise.bf16_flushes_subnormals);
+  CHECK(gen::resolve(gelu("torch2.15-cpu", ScalarType::bf16, OpKind::gelu_backward), host("intel-avx512bf16")).pointwise.bf16_flushes_subnormals);
+  CHECK_THROWS_WITH_AS(gen::resolve(gelu("torch2.15-cpu", ScalarType::bf16), host("intel-avx512")), doctest::Contains("avx512_bf16"), Error);
+  CHECK_THROWS_WITH_AS(gen::resolve(gelu("torch2.15-cpu", ScalarType::bf16), host("amd-avx2")), doctest::Contains("bf16 on a CPU without AVX-512"),
+                       Error);
+  CHECK_THROWS_WITH_AS(gen::resolve(gelu("torch2.15-cpu(onednn_isa=avx2)", ScalarType::bf16), host("amd-avx512")),
+                       doctest::Contains("onednn_isa=avx2 is not modelled"), Error);
+  // f16: oneDNN only with avx512_fp16 (PyTorch's mkldnn_fp16_device_check); ATen's erf kernel elsewhere.
+  CHECK(gen::resolve(gelu("torch2.15-cpu", ScalarType::f16), host("intel-avx512fp16")).pointwise.gelu_erf == GeluErf::OneDnnMinimax);
+  CHECK_THROWS_WITH_AS(gen::resolve(gelu("torch2.15-cpu", ScalarType::f16), host("amd-avx512")), doctest::Contains("f16 on a CPU without"), Error);
+  // fast: the minimax form on every host, no flush.
+  const ir::Order fast = gen::resolve(gelu("fast", ScalarType::bf16), host("amd-avx2"));
+  CHECK(fast.pointwise.gelu_erf == GeluErf::OneDnnMinimax);
+  CHECK_FALSE(fast.pointwise.bf16_flushes_subnormals);
+}
+
 TEST_CASE("host models by name") {
   for (std::string_view n : HostModel::names()) CHECK(HostModel::named(n).has_value());
   CHECK_FALSE(HostModel::named("intel-avx1024").has_value());
