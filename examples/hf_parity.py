@@ -148,7 +148,9 @@ def compare(family, dtype_name, args):
     fallbacks = sorted({str(w.message) for w in caught if issubclass(w.category, ordo.torch.OrdoFallbackWarning)})
     row = {"family": family, "dtype": dtype_name, "logits": eager[0].numel(),
            "grads": sum(g.numel() for g in eager[1]), "fallbacks": fallbacks,
-           "ordo_forward": pinned[4], "ordo_step": pinned[5]}
+           "ordo_forward": pinned[4], "ordo_step": pinned[5],
+           # the MLP's activation, as transformers names it (Gemma's config calls it hidden_activation)
+           "activation": getattr(model.config, "hidden_activation", None) or getattr(model.config, "hidden_act", None)}
     for name, variant in (("eager", eager), ("plain", plain), ("pinned", pinned)):
         if variant is None:  # not run: counts and times print as '-'
             row[f"{name}_logits"] = row[f"{name}_grads"] = row[f"{name}_fwd_ms"] = row[f"{name}_step_ms"] = None

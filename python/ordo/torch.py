@@ -13,16 +13,20 @@ result is torch's for the same values in contiguous memory.
 
 Inside `pinned(order)`, a TorchFunctionMode sends these calls to the operators:
   torch.nn.functional.layer_norm, rms_norm, softmax, log_softmax, scaled_dot_product_attention,
-  cross_entropy (class indices over 2-D logits, no class weights or label smoothing)
+  cross_entropy (class indices over 2-D logits, no class weights or label smoothing), silu and
+  gelu (both forms; not inplace)
   torch.layer_norm, torch.rms_norm, torch.softmax, torch.log_softmax, and Tensor.softmax,
   Tensor.log_softmax
-and so the modules that call them (nn.LayerNorm, nn.RMSNorm, nn.Softmax, nn.LogSoftmax). Dynamo
+and so the modules that call them (nn.LayerNorm, nn.RMSNorm, nn.Softmax, nn.LogSoftmax, nn.SiLU,
+nn.GELU, and transformers' activations that call F.silu or F.gelu: "silu", "gelu",
+"gelu_pytorch_tanh"; "gelu_new" is a composite of torch.tanh and is not seen). Dynamo
 traces the mode when the compiled function is called inside the block. A call ordo cannot run
 with the order (a dtype the order lacks, an attn_mask under an order without masks (the
 composites') or of a shape torch's flash kernel does not take, dropout_p > 0,
 a 3-D SDPA, a softmax over
 a dim other than the last, a layout whose bits torch itself changes: rms_norm or SDPA with a
-strided last dim, for orders reproducing a library) runs torch's own op instead and warns once
+strided last dim, silu or gelu of a non-contiguous tensor, gelu of one element, for orders
+reproducing a library) runs torch's own op instead and warns once
 per block and reason (OrdoFallbackWarning, the reason in its text); `pinned(order, strict=True)`
 raises ValueError instead. Calls made from inside another overridable torch function
 (F.multi_head_attention_forward, which nn.MultiheadAttention uses) are not seen: a
@@ -54,7 +58,7 @@ order (another thread count, capability or host, `fast`, ...) always runs ordo's
 
 Backward: every op's gradients run ordo's backward kernels, in the forward's order unless
 `backward_order=` (of the function, or of pinned) names another; with a torch2.15 order the
-layer_norm, rms_norm, softmax and log_softmax gradients are eager autograd's bits.
+layer_norm, rms_norm, softmax, log_softmax, silu and gelu gradients are eager autograd's bits.
 scaled_dot_product_attention's backward takes the forward's log-sum-exp (its forward kernel runs
 again for it); under torch2.15-cpu it is eager autograd's (f32, on the hosts the order models).
 """
@@ -354,6 +358,7 @@ _softmax_op = _register_same_shape_op("softmax")
 _log_softmax_op = _register_same_shape_op("log_softmax")
 _silu_op = _register_same_shape_op("silu")
 _gelu_tanh_op = _register_same_shape_op("gelu_tanh")
+_gelu_op = _register_same_shape_op("gelu")
 
 
 @torch.library.custom_op("ordo::scaled_dot_product_attention", mutates_args=())
@@ -466,6 +471,7 @@ _softmax_backward_op = _register_same_shape_backward(_softmax_op, "softmax_backw
 _log_softmax_backward_op = _register_same_shape_backward(_log_softmax_op, "log_softmax_backward", saves_output=True)
 _silu_backward_op = _register_same_shape_backward(_silu_op, "silu_backward", saves_output=False)
 _gelu_tanh_backward_op = _register_same_shape_backward(_gelu_tanh_op, "gelu_tanh_backward", saves_output=False)
+_gelu_backward_op = _register_same_shape_backward(_gelu_op, "gelu_backward", saves_output=False)
 
 
 def _register_row_reduction(name: str):
@@ -758,22 +764,25 @@ def silu(input: Tensor, *, order: str, backward_order: Optional[str] = None) -> 
 
 
 def gelu(input: Tensor, approximate: str = "none", *, order: str, backward_order: Optional[str] = None) -> Tensor:
-    """F.gelu with ordo's order. Only GELU's tanh form is an ordo op (approximate="tanh":
-    (x/2)(1 + tanh(sqrt(2/pi)(x + 0.044715x^3))); its gradient runs gelu_tanh_backward in
-    backward_order, by default the forward's order. Under torch2.15-cpu (given torch's thread
-    count, torch2.15-cpu(threads=T)) torch's bits, value and gradient. The erf form
-    (approximate="none", which torch sends to oneDNN) raises a ValueError. A non-contiguous input
-    is computed as its contiguous copy, as for silu."""
-    if approximate != "tanh":
-        raise ValueError(f"gelu: approximate={approximate!r}; ordo has GELU's tanh form only (approximate='tanh'), "
-                         f"not the erf form")
+    """F.gelu with ordo's order, in either form: the erf form (approximate="none", ordo's gelu:
+    (x/2)(1 + erf(x/sqrt(2))), under torch2.15-cpu oneDNN's eltwise_gelu_erf as torch runs it) or
+    the tanh form (approximate="tanh", ordo's gelu_tanh: (x/2)(1 + tanh(sqrt(2/pi)(x + 0.044715x^3))),
+    under torch2.15-cpu(threads=T) torch's own kernel). The gradient runs gelu_backward or
+    gelu_tanh_backward in backward_order, by default the forward's order; under torch2.15-cpu
+    torch's bits, value and gradient. A non-contiguous input is computed as its contiguous copy,
+    as for silu; for the erf form torch hands such an input, and a tensor of one element, to ATen's
+    own erf kernel instead of oneDNN, so its bits there can differ from these (pinned routes
+    neither)."""
+    if approximate not in ("none", "tanh"):
+        raise ValueError(f"gelu: approximate={approximate!r}; GELU's forms are 'none' (erf) and 'tanh'")
+    name = "gelu" if approximate == "none" else "gelu_tanh"
     if input.dim() == 0:
         return gelu(input.reshape(1), approximate, order=order, backward_order=backward_order).reshape(())
     if _empty_rows(input):
         return F.gelu(input, approximate=approximate)
     if _direct(input):
-        return _forward_direct("gelu_tanh", input, None, None, 0.0, order)
-    return torch.ops.ordo.gelu_tanh(input, order, backward_order or "")
+        return _forward_direct(name, input, None, None, 0.0, order)
+    return getattr(torch.ops.ordo, name)(input, order, backward_order or "")
 
 
 # Named as torch names them; this module calls Python's own sum nowhere (builtins.sum if it must).
@@ -1001,6 +1010,26 @@ def _why_not(op: str, order: str, call: tuple) -> str:
         except ValueError as e:
             return str(e)
         return ""
+    if op in _POINTWISE_OPS:
+        dtype, cols, contiguous, one_element, inplace, grad = call
+        if inplace:
+            return "inplace=True; ordo writes a new tensor"
+        if getattr(torch, dtype) not in _DTYPE_NAMES:
+            return f"dtype {dtype}; ordo runs float32, bfloat16 and float16"
+        if _exact(order) and not contiguous:
+            return (f"the input is not contiguous: torch then computes it in another order ({_POINTWISE_STRIDED[op]}), which "
+                    f"'{order}' does not model; pass a contiguous input")
+        if op == "gelu" and _exact(order) and one_element:
+            return f"a single element: torch computes it with ATen's own erf kernel, not oneDNN's, which '{order}' does not model"
+        if cols == 0:
+            return ""
+        try:
+            ordo._row_kernel(op, cols, _DTYPE_NAMES[getattr(torch, dtype)], "", order, 0.0, False, False, False, "")
+            if grad:
+                _ordo.compile(op + "_backward", cols, _DTYPE_NAMES[getattr(torch, dtype)], "", order)
+        except ValueError as e:
+            return str(e)
+        return ""
     if op == "cross_entropy":
         refusal, dtype, cols, ignore_index, reduction, grad = call
         if refusal:
@@ -1098,6 +1127,12 @@ def _calls_to_time(op: str, run: str, call: tuple, specs: tuple):
         x, dim, dtype = _specimen(specs[0]), call[3], getattr(torch, call[4]) if call[4] else None
         theirs, ours = (F.softmax, softmax) if op == "softmax" else (F.log_softmax, log_softmax)
         return (lambda: theirs(x, dim, dtype=dtype)), (lambda: ours(x, dim, dtype, order=run))
+    if op in _POINTWISE_OPS:
+        x = _specimen(specs[0])
+        if op == "silu":
+            return (lambda: F.silu(x)), (lambda: silu(x, order=run))
+        approximate = "none" if op == "gelu" else "tanh"
+        return (lambda: F.gelu(x, approximate=approximate)), (lambda: gelu(x, approximate, order=run))
     if op == "cross_entropy":
         x, ignore_index, reduction = _specimen(specs[0]), call[3], call[4]
         target = torch.zeros(x.shape[0], dtype=torch.int64)
@@ -1496,6 +1531,26 @@ class pinned(TorchFunctionMode):
             if order:
                 return cross_entropy(x, target, ignore_index=int(ignore_index), reduction=reduction, order=order,
                                      backward_order=self._backward_order())
+        elif func in _POINTWISE:
+            # F.silu(input, inplace); F.gelu(input, approximate)
+            x = args[0]
+            if func is F.gelu:
+                approximate, inplace = _arg(args, kwargs, 1, "approximate", "none"), False
+                if approximate not in ("none", "tanh"):
+                    return func(*args, **kwargs)  # torch's own error
+                op = "gelu" if approximate == "none" else "gelu_tanh"
+            else:
+                approximate, inplace, op = None, bool(_arg(args, kwargs, 1, "inplace", False)), "silu"
+            contiguous = True if x.is_contiguous() else False
+            one_element = True if x.numel() == 1 else False
+            cols = operator.index(x.shape[-1]) if x.dim() else 1
+            grad = True if torch.is_grad_enabled() and x.requires_grad else False
+            call = (_dt(x), cols, contiguous, one_element, inplace, grad)
+            order = self._route(op, call, self._specs(x))
+            if order:
+                if op == "silu":
+                    return silu(x, order=order, backward_order=self._backward_order())
+                return gelu(x, approximate, order=order, backward_order=self._backward_order())
         elif func is F.dropout and self.eager_kernels:
             # F.dropout(input, p, training, inplace): only what eager computes with its composite
             x, p = args[0], float(_arg(args, kwargs, 1, "p", 0.5))
@@ -1564,6 +1619,12 @@ def _dt_name(dtype) -> str:
 _NORMS = {F.layer_norm: "layer_norm", torch.layer_norm: "layer_norm", F.rms_norm: "rms_norm", torch.rms_norm: "rms_norm"}
 _SOFTMAXES = {F.softmax: "softmax", torch.softmax: "softmax", Tensor.softmax: "softmax", F.log_softmax: "log_softmax",
               torch.log_softmax: "log_softmax", Tensor.log_softmax: "log_softmax"}
+# The elementwise activations pinned routes (ordo's op names: F.gelu's two forms are two ops), and
+# what torch does with a strided input of each.
+_POINTWISE = {F.silu: "silu", F.gelu: "gelu"}
+_POINTWISE_OPS = ("silu", "gelu", "gelu_tanh")
+_POINTWISE_STRIDED = {"silu": "its chunks and tails follow the memory order", "gelu_tanh": "its chunks and tails follow the memory order",
+                      "gelu": "ATen's own erf kernel instead of oneDNN's"}
 # What __torch_function__ may send elsewhere; every other function goes straight to torch.
-_ROUTED = (frozenset(_NORMS) | frozenset(_SOFTMAXES) | frozenset(_INEXACT_WHEN_COMPILED) |
+_ROUTED = (frozenset(_NORMS) | frozenset(_SOFTMAXES) | frozenset(_POINTWISE) | frozenset(_INEXACT_WHEN_COMPILED) |
            {F.scaled_dot_product_attention, F.dropout, F.cross_entropy})

@@ -13,7 +13,10 @@ cases) torch.compile(dynamic=True), whose symbolic sizes pinned specializes wher
 kernel for them. The negative
 controls run plain torch.compile too and fail unless it differs from eager: a case that cannot
 tell a reordering apart proves nothing. The cases that run ordo's kernels (kernels="ordo") must
-run the training step's loss in ordo (cross_entropy and its backward). Missing torch 2.15 or
+run the training step's loss in ordo (cross_entropy and its backward), and the MLP's activation
+where transformers calls F.silu or F.gelu for it (silu, gelu, gelu_tanh and their backward ops)
+unless pinned warned that it ran torch's kernel for it, naming why (Phi-3's gate is a strided
+chunk of one projection). Missing torch 2.15 or
 transformers 5.23 fails the test.
 """
 import argparse
@@ -61,6 +64,8 @@ CASES_CI = [
     ("gpt2", "bf16", 1, 4, 4, 128, 0, 29, 0, False, True),
 ]
 CASES_QUICK = [CASES_CI[0], CASES_CI[9][:-1] + (False,)]  # one negative control
+# transformers' activation names -> the ordo op pinned routes them to.
+ACTIVATION_OPS = {"silu": "silu", "swish": "silu", "gelu": "gelu", "gelu_pytorch_tanh": "gelu_tanh"}
 FAMILIES_FULL = ["llama", "qwen2", "gemma", "phi3", "gpt2", "mistral", "qwen3", "olmo2", "granite", "stablelm",
                  "starcoder2", "gpt_neox", "cohere", "gemma3_text", "smollm3", "glm", "opt", "falcon"]
 
@@ -112,6 +117,14 @@ def main():
             problems.append(f"{r['pinned_grads']} of {r['grads']} gradient elements differ from eager")
         # With ordo's kernels the training step's loss is ordo's cross_entropy, forward and backward.
         missing = [op for op in ("cross_entropy", "cross_entropy_backward") if kernels == "ordo" and not r["ordo_step"].get(op)]
+        # And the MLP's activation, where transformers calls F.silu or F.gelu for it ("gelu_new" is a
+        # composite of torch.tanh, which pinned does not see).
+        act = ACTIVATION_OPS.get(r["activation"])
+        act_warned = act and any(f": {act} runs torch's own kernel" in w for w in r["fallbacks"])
+        if kernels == "ordo" and act and not act_warned:
+            missing += [f"{op} (the MLP's {r['activation']})" for op in (act, act + "_backward") if not r["ordo_step"].get(op)]
+            if not r["ordo_forward"].get(act):
+                problems.append(f"the forward pass ran no ordo {act} for the MLP's {r['activation']} (ordo ops: {dict(r['ordo_forward'])})")
         if missing:
             problems.append(f"the training step ran no ordo {', '.join(missing)} (ordo ops: {dict(r['ordo_step'])})")
         if control and not (r["plain_logits"] and r["plain_grads"]):
