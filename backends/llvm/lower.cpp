@@ -482,15 +482,19 @@ struct Lowerer {
           v = e.args[0]->type.lanes == 1 ? A(0) : B.CreateExtractElement(A(0), static_cast<uint64_t>(e.index));
           break;
         case Op::Table: {
-          // Lane by lane: one scalar load per lane.
+          // One load per lane: a scalar load, or a gather of every lane (no mask; the verifier keeps
+          // the index inside the table).
           llvm::GlobalVariable* g = tables[static_cast<size_t>(e.index)];
-          auto element = [&](llvm::Value* at) { return B.CreateLoad(B.getInt64Ty(), B.CreateGEP(g->getValueType(), g, {B.getInt64(0), at})); };
-          if (t.lanes == 1) {
-            v = element(A(0));
-          } else {
-            v = llvm::PoisonValue::get(type(t));
-            for (int l = 0; l < t.lanes; ++l) v = B.CreateInsertElement(v, element(B.CreateExtractElement(A(0), uint64_t(l))), uint64_t(l));
+          const llvm::Align align(8);
+          const std::vector<int64_t>& entries = k.tables[static_cast<size_t>(e.index)];
+          if (t.lanes % 8 == 0 && entries.size() <= 32 && host_conversions().avx512f) {
+            v = small_table(entries, A(0), t.lanes);
+            break;
           }
+          if (t.lanes == 1)
+            v = B.CreateAlignedLoad(B.getInt64Ty(), B.CreateGEP(g->getValueType(), g, {B.getInt64(0), A(0)}), align);
+          else
+            v = B.CreateMaskedGather(type(t), B.CreateGEP(B.getInt64Ty(), g, A(0)), align);
           break;
         }
       }
@@ -498,6 +502,42 @@ struct Lowerer {
     }
     memo.emplace(&e, out);
     return out;
+  }
+
+  // Op::Table of at most 32 entries at 8*k lanes on AVX-512, from registers instead of memory:
+  // each 8-lane part is two vpermi2q (entries 0-15 and 16-31, picked by the index's low 4 bits)
+  // and a select on its bit 4. The index is inside the table (the verifier's rule), so these are
+  // the lanes a gather would read.
+  llvm::Value* small_table(const std::vector<int64_t>& entries, llvm::Value* index, int lanes) {
+    auto quarter = [&](size_t first) {
+      std::vector<llvm::Constant*> c;
+      for (size_t i = first; i < first + 8; ++i) c.push_back(B.getInt64(i < entries.size() ? static_cast<uint64_t>(entries[i]) : 0));
+      return llvm::ConstantVector::get(c);
+    };
+    llvm::Value* q[4] = {quarter(0), quarter(8), quarter(16), quarter(24)};
+    auto vec8 = llvm::FixedVectorType::get(B.getInt64Ty(), 8);
+    std::vector<llvm::Value*> parts;
+    for (int p = 0; p < lanes / 8; ++p) {
+      std::vector<int> lanes_of_part;
+      for (int l = 0; l < 8; ++l) lanes_of_part.push_back(8 * p + l);
+      llvm::Value* at = lanes == 8 ? index : B.CreateShuffleVector(index, lanes_of_part);
+      llvm::Value* low = B.CreateIntrinsic(llvm::Intrinsic::x86_avx512_vpermi2var_q_512, {}, {q[0], at, q[1]});
+      llvm::Value* high = entries.size() > 16 ? B.CreateIntrinsic(llvm::Intrinsic::x86_avx512_vpermi2var_q_512, {}, {q[2], at, q[3]}) : low;
+      llvm::Value* upper = B.CreateICmpNE(B.CreateAnd(at, llvm::ConstantVector::getSplat(llvm::ElementCount::getFixed(8), B.getInt64(16))),
+                                          llvm::Constant::getNullValue(vec8));
+      parts.push_back(entries.size() > 16 ? B.CreateSelect(upper, high, low) : low);
+    }
+    while (parts.size() > 1) {  // concatenate pairs: 8 + 8 -> 16, ...
+      std::vector<llvm::Value*> next;
+      for (size_t i = 0; i < parts.size(); i += 2) {
+        const int w = static_cast<int>(llvm::cast<llvm::FixedVectorType>(parts[i]->getType())->getNumElements());
+        std::vector<int> both;
+        for (int l = 0; l < 2 * w; ++l) both.push_back(l);
+        next.push_back(B.CreateShuffleVector(parts[i], parts[i + 1], both));
+      }
+      parts = std::move(next);
+    }
+    return parts[0];
   }
 
   void stmts(const std::vector<Stmt>& body) {
