@@ -322,6 +322,12 @@ void apply_environment(Order& o, const OrderText& t) {
     } else if (key == "onednn") {
       if (value != "on" && value != "off" && value != "emulated")
         throw Error(fmt::format("order '{}': onednn={} is not on, off or emulated", order_name, value));
+    } else if (key == "inner_loop") {
+      // PyTorch's elementwise loop over a strided input whose rows it cannot coalesce runs row by
+      // row, each with its own scalar tail (silu, gelu_tanh and their backward ops).
+      if (value == "launch") o.pointwise.tail_per_row = false;
+      else if (value == "row") o.pointwise.tail_per_row = true;
+      else throw Error(fmt::format("order '{}': inner_loop={} is not launch or row", order_name, value));
     } else if (key == "onednn_isa") {
       // oneDNN's own ISA (ONEDNN_MAX_CPU_ISA, or the CPU's best): its gelu_erf forward differs.
       if (value == "avx512_core") o.pointwise.gelu_erf = PointwiseOrder::GeluErf::OneDnnMinimax;
@@ -332,7 +338,8 @@ void apply_environment(Order& o, const OrderText& t) {
                               "threads (torch.get_num_threads()), mkl (intel, intel-avx512bf16 or amd), mkl_threads (MKL's own thread count: "
                               "MKL_NUM_THREADS, else the host's physical cores) and onednn (whether its 16-bit attention "
                               "products went to oneDNN: on, with avx512_bf16; emulated, AVX-512 without avx512_bf16; off) and onednn_isa (the ISA "
-                              "oneDNN ran gelu's code for: avx512_core or avx2), "
+                              "oneDNN ran gelu's code for: avx512_core or avx2) and inner_loop (launch, or row: torch's elementwise loop "
+                              "ran row by row over a strided input), "
                               "not '{}'",
                               order_name, key));
     }

@@ -161,7 +161,8 @@ std::string describe_gelu_erf(const PointwiseOrder& p) {
 std::string describe(const PointwiseOrder& p) {
   // The library function is the op's own: silu's exp, gelu_tanh's tanh.
   const char* fma = p.fma ? ", the op's fma (silu_backward's 1 + x(1 - s), gelu_tanh's x + 0.044715 x^3 and its backward's 1 - t^2 and 1 + 3*0.044715 x^2)" : "";
-  const std::string grain = p.threads_grain_above ? fmt::format(", grain elements/threads above {}", p.threads_grain_above) : "";
+  const std::string grain = fmt::format("{}{}", p.threads_grain_above ? fmt::format(", grain elements/threads above {}", p.threads_grain_above) : "",
+                                        p.tail_per_row ? ", a tail per row" : "");
   if (p.vector_elements == 0) return fmt::format("pointwise(function={}{}{})", math_name(p.vector_exp), fma, grain);
   return fmt::format("pointwise(per chunk: steps of {} with function={}, the rest with function={}{}{})", p.vector_elements,
                      math_name(p.vector_exp), math_name(p.scalar_exp), fma, grain);

@@ -646,6 +646,12 @@ struct PointwiseOrder {
   // > 0: a launch of more elements than this is cut between the threads with a grain of
   // elements / threads instead of 32768 (PyTorch's GELU forward: 16384).
   int64_t threads_grain_above = 0;
+  // Whether each row of the launch is one of PyTorch's inner loops (TensorIterator over a strided
+  // input whose rows it cannot coalesce, such as a chunk of a wider tensor): then every part of a
+  // row that a chunk holds ends in its own scalar tail of (its length mod vector_elements)
+  // elements. Otherwise (a contiguous tensor, one loop over the whole launch) only each chunk's
+  // end does.
+  bool tail_per_row = false;
   // gelu and gelu_backward (GELU's erf form), as oneDNN's eltwise_gelu_erf computes them: PyTorch's
   // CPU GELU hands a contiguous f32, bf16 or f16 tensor of more than one element to oneDNN, which
   // picks its code by the CPU, not by ATEN_CPU_CAPABILITY (docs/research/torch2.15-gelu.md). Every

@@ -40,7 +40,8 @@
 //
 // The kernel runs every element of its row through the vector function, then, where the order
 // has scalar tails, runs the tail elements that fall in its row again through the scalar one (a
-// per-instance loop: which columns those are depends on the row).
+// per-instance loop: which columns those are depends on the row). Where torch loops over each row
+// of a strided input (PointwiseOrder::tail_per_row), every row's part of a chunk has its own tail.
 #include <fmt/format.h>
 
 #include <bit>
@@ -96,10 +97,20 @@ void emit_pointwise(Builder& b, const Order& o, const Row& row, const Length& n,
     ExprRef first = b.let(fmt::format("chunk{}.first", t), binary(Op::Min, mul(index_const(t), chunk), numel));
     ExprRef end = b.let(fmt::format("chunk{}.end", t),
                         select(binary(Op::Lt, index_const(t), chunks), binary(Op::Min, numel, add(first, chunk)), first));
-    ExprRef tail = b.let(fmt::format("chunk{}.tail", t), sub(end, binary(Op::Rem, sub(end, first), index_const(p.vector_elements))));
-    // This row's columns of the tail: [max(tail, row_first), min(end, row_first + N)) - row_first, empty when they do not meet.
-    ExprRef lo = sub(binary(Op::Max, tail, row_first), row_first);
-    ExprRef hi = binary(Op::Max, lo, sub(binary(Op::Min, end, add(row_first, n.expr())), row_first));
+    ExprRef lo, hi;
+    if (!p.tail_per_row) {
+      ExprRef tail = b.let(fmt::format("chunk{}.tail", t), sub(end, binary(Op::Rem, sub(end, first), index_const(p.vector_elements))));
+      // This row's columns of the tail: [max(tail, row_first), min(end, row_first + N)) - row_first, empty when they do not meet.
+      lo = sub(binary(Op::Max, tail, row_first), row_first);
+      hi = binary(Op::Max, lo, sub(binary(Op::Min, end, add(row_first, n.expr())), row_first));
+    } else {
+      // The chunk's part of this row, [a, e) (empty when they do not meet), ends in its own tail.
+      // Expressions, not locals: they read program_id, which a per-instance loop's bounds may read only directly.
+      ExprRef a = binary(Op::Max, first, row_first);
+      ExprRef e = binary(Op::Max, a, binary(Op::Min, end, add(row_first, n.expr())));
+      lo = sub(sub(e, binary(Op::Rem, sub(e, a), index_const(p.vector_elements))), row_first);
+      hi = sub(e, row_first);
+    }
     b.for_per_instance("tail.col", lo, hi, 1, [&](ExprRef col) { row.store_as(y, col, value(col, 1, p.scalar_exp)); });
   }
 }

@@ -25,7 +25,9 @@ with the order (a dtype the order lacks, an attn_mask under an order without mas
 composites') or of a shape torch's flash kernel does not take, dropout_p > 0,
 a 3-D SDPA, a softmax over
 a dim other than the last, a layout whose bits torch itself changes: rms_norm or SDPA with a
-strided last dim, silu or gelu of a non-contiguous tensor, gelu of one element, for orders
+strided last dim, silu or gelu's tanh form of a strided tensor other than rows of a wider one
+(those run with the order's inner_loop=row), gelu's erf form of a non-contiguous tensor or of one
+element, for orders
 reproducing a library) runs torch's own op instead and warns once
 per block and reason (OrdoFallbackWarning, the reason in its text); `pinned(order, strict=True)`
 raises ValueError instead. Calls made from inside another overridable torch function
@@ -1011,14 +1013,14 @@ def _why_not(op: str, order: str, call: tuple) -> str:
             return str(e)
         return ""
     if op in _POINTWISE_OPS:
-        dtype, cols, contiguous, one_element, inplace, grad = call
+        dtype, cols, layout, one_element, inplace, grad = call
         if inplace:
             return "inplace=True; ordo writes a new tensor"
         if getattr(torch, dtype) not in _DTYPE_NAMES:
             return f"dtype {dtype}; ordo runs float32, bfloat16 and float16"
-        if _exact(order) and not contiguous:
-            return (f"the input is not contiguous: torch then computes it in another order ({_POINTWISE_STRIDED[op]}), which "
-                    f"'{order}' does not model; pass a contiguous input")
+        if _exact(order) and (layout == "strided" or layout == "rows" and op == "gelu"):
+            return (f"the input is not contiguous{'' if op == 'gelu' else ' and not rows of a wider tensor'}: torch then computes it "
+                    f"in another order ({_POINTWISE_STRIDED[op]}), which '{order}' does not model; pass a contiguous input")
         if op == "gelu" and _exact(order) and one_element:
             return f"a single element: torch computes it with ATen's own erf kernel, not oneDNN's, which '{order}' does not model"
         if cols == 0:
@@ -1541,16 +1543,22 @@ class pinned(TorchFunctionMode):
                 op = "gelu" if approximate == "none" else "gelu_tanh"
             else:
                 approximate, inplace, op = None, bool(_arg(args, kwargs, 1, "inplace", False)), "silu"
-            contiguous = True if x.is_contiguous() else False
+            layout = _pointwise_layout(x)
             one_element = True if x.numel() == 1 else False
             cols = operator.index(x.shape[-1]) if x.dim() else 1
             grad = True if torch.is_grad_enabled() and x.requires_grad else False
-            call = (_dt(x), cols, contiguous, one_element, inplace, grad)
+            call = (_dt(x), cols, layout, one_element, inplace, grad)
             order = self._route(op, call, self._specs(x))
+            if order and layout == "rows" and _exact(order):
+                # torch loops over each row of the view; the order's tails follow (its backward too)
+                order = _add_param(order, "inner_loop=row")
             if order:
+                backward_order = self._backward_order()
+                if backward_order and layout == "rows" and _exact(backward_order):
+                    backward_order = _add_param(backward_order, "inner_loop=row")
                 if op == "silu":
-                    return silu(x, order=order, backward_order=self._backward_order())
-                return gelu(x, approximate, order=order, backward_order=self._backward_order())
+                    return silu(x, order=order, backward_order=backward_order)
+                return gelu(x, approximate, order=order, backward_order=backward_order)
         elif func is F.dropout and self.eager_kernels:
             # F.dropout(input, p, training, inplace): only what eager computes with its composite
             x, p = args[0], float(_arg(args, kwargs, 1, "p", 0.5))
@@ -1623,8 +1631,29 @@ _SOFTMAXES = {F.softmax: "softmax", torch.softmax: "softmax", Tensor.softmax: "s
 # what torch does with a strided input of each.
 _POINTWISE = {F.silu: "silu", F.gelu: "gelu"}
 _POINTWISE_OPS = ("silu", "gelu", "gelu_tanh")
-_POINTWISE_STRIDED = {"silu": "its chunks and tails follow the memory order", "gelu_tanh": "its chunks and tails follow the memory order",
+_POINTWISE_STRIDED = {"silu": "its loops follow the strides", "gelu_tanh": "its loops follow the strides",
                       "gelu": "ATen's own erf kernel instead of oneDNN's"}
+
+
+def _pointwise_layout(x: Tensor) -> str:
+    """How torch's elementwise loop (TensorIterator) walks x: "contiguous" (one loop over every
+    element), "rows" (a last dim of stride 1 in rows it cannot coalesce, such as the first half of
+    each row of a wider tensor: one loop per row, each with its own scalar tail, the orders'
+    inner_loop=row), or "strided" (any other layout, not modelled). The leading dims of "rows"
+    coalesce with each other, so the loop has exactly two dims."""
+    if x.is_contiguous():
+        return "contiguous"
+    if x.dim() < 2 or x.stride(-1) != 1:
+        return "strided"
+    for d in range(x.dim() - 2):
+        if x.shape[d] != 1 and x.stride(d) != x.stride(d + 1) * x.shape[d + 1]:
+            return "strided"
+    return "rows" if x.stride(-2) > x.shape[-1] else "strided"
+
+
+def _add_param(order: str, param: str) -> str:
+    """order with one more parameter: 'torch2.15-cpu(threads=2)' + 'inner_loop=row'."""
+    return f"{order[:-1]},{param})" if order.endswith(")") else f"{order}({param})"
 # What __torch_function__ may send elsewhere; every other function goes straight to torch.
 _ROUTED = (frozenset(_NORMS) | frozenset(_SOFTMAXES) | frozenset(_POINTWISE) | frozenset(_INEXACT_WHEN_COMPILED) |
            {F.scaled_dot_product_attention, F.dropout, F.cross_entropy})

@@ -1167,8 +1167,9 @@ def test_pointwise():
     f32, bf16 and f16 (gelu's erf form in the 16-bit types this host's oneDNN takes; refused by name
     in the others), on launches torch cuts into per-thread chunks (80000 elements; the tanh form's
     forward splits from 16385) and on short ones. Inside pinned, F.silu and F.gelu run ordo's
-    operators, forward and backward, eager and compiled, with eager's bits; the calls torch computes
-    otherwise (non-contiguous, one element for the erf form, inplace) fall back with a warning."""
+    operators, forward and backward, eager and compiled, with eager's bits, also over the first half
+    of each row of a wider tensor (torch's loop per row: inner_loop=row); the calls torch computes
+    otherwise (other strides, one element for the erf form, inplace) fall back with a warning."""
     import ordo.torch as ot
     order = f"{EXACT}(threads={torch.get_num_threads()})"
     ops = {"silu": (lambda t, **kw: ot.silu(t, **kw), F.silu),
@@ -1224,7 +1225,25 @@ def test_pointwise():
         check(same(got, want) and same(xo.grad, ref.grad) and f"ordo.{name}.default" in ran and f"ordo.{name}_backward.default" in ran,
               f"pinned, {'compiled' if compiled else 'eager'}: {name} {dt} runs ordo's {name} and {name}_backward with eager's bits "
               f"(ran {sorted(n for n in ran if n.startswith('ordo.'))})")
+    # A strided chunk of a wider tensor (Phi-3's gate): torch loops over each row; pinned runs the
+    # order with inner_loop=row, forward and backward, eager and compiled.
+    for (name, act), dt, compiled in itertools.product((("silu", F.silu), ("gelu_tanh", acts["gelu_tanh"])), (torch.float32, torch.bfloat16),
+                                                      (False, True)):
+        wide = (3 * torch.randn(3, 37, 2 * 100, generator=g)).to(dt)
+        ref = wide.clone().requires_grad_()
+        want = act(ref[..., :100])
+        dy = torch.randn(want.shape, generator=g).to(dt)
+        want.backward(dy)
+        torch._dynamo.reset()
+        mine = wide.clone().requires_grad_()
+        with OpLog() as log, ot.pinned(EXACT, kernels="ordo", strict=True):
+            got = (torch.compile(lambda t: act(t.chunk(2, dim=-1)[0]) * 1) if compiled else lambda t: act(t[..., :100]))(mine)
+            got.backward(dy)
+        check(same(got, want) and same(mine.grad, ref.grad) and f"ordo.{name}.default" in set(log.names),
+              f"pinned, {'compiled' if compiled else 'eager'}: {name} {dt} of the first half of each row runs ordo's kernel with "
+              f"eager's bits, value and gradient")
     for text, call in (("not contiguous", lambda: F.gelu(torch.randn(40, 8).t())), ("single element", lambda: F.gelu(torch.randn(1))),
+                       ("not rows of a wider tensor", lambda: F.silu(torch.randn(40, 8).t())),
                        ("inplace=True", lambda: F.silu(torch.randn(8, 8), inplace=True))):
         with warnings.catch_warnings(record=True) as record, ot.pinned(EXACT, kernels="ordo"):
             warnings.simplefilter("always")

@@ -239,12 +239,13 @@ inline void check_on_interpreter_and(const Request& r, Target target, int64_t ro
 
 // silu, gelu_tanh and their backward ops under the torch2.15 orders on T threads (gen/ops/pointwise.cpp):
 // launches of at least 32768 elements (gelu_tanh: over 16384) cut into T chunks whose scalar tails
-// fall inside rows, at row ends and across several rows; `target` against the interpreter,
-// bitwise. Returns the cases compared.
+// fall inside rows, at row ends and across several rows, and (inner_loop=row) a tail per row's
+// part of each chunk; `target` against the interpreter, bitwise. Returns the cases compared.
 inline int silu_chunks_vs_interpreter(Target target) {
   int cases = 0;
   for (OpKind op : {OpKind::silu, OpKind::silu_backward, OpKind::gelu_tanh, OpKind::gelu_tanh_backward})
-  for (const char* order : {"torch2.15-cpu-avx512(threads=3)", "torch2.15-cpu-avx2(threads=2)"})
+  for (const char* order : {"torch2.15-cpu-avx512(threads=3)", "torch2.15-cpu-avx2(threads=2)", "torch2.15-cpu-avx2(threads=2,inner_loop=row)",
+                            "torch2.15-cpu-avx512(inner_loop=row)"})
     for (ScalarType t : {ScalarType::f32, ScalarType::bf16})
       for (auto [rows, n] : {std::pair<int64_t, int64_t>{1, 40000}, {3, 33333}, {7, 4999}, {2, 16389}, {40, 1000}, {1, 16385}, {3, 5463}}) {
         Request r;

@@ -140,6 +140,23 @@ TEST_CASE("bad requests are rejected with a message naming the bad value") {
   CHECK(parse_loss_reduction("none") == LossReduction::none);
 }
 
+TEST_CASE("the elementwise ops' environment parameters: inner_loop and onednn_isa name their values") {
+  const auto silu = [](std::string order, OpKind op = OpKind::silu) {
+    return error_of([&](Request& r) {
+      r.op = op;
+      r.has_weight = r.has_bias = false;
+      r.order = order;
+    });
+  };
+  CHECK(silu("torch2.15-cpu-avx2(threads=2,inner_loop=row)") == "(accepted)");
+  CHECK(silu("torch2.15-cpu-avx2(inner_loop=launch)") == "(accepted)");
+  CHECK(silu("torch2.15-cpu-avx2(inner_loop=column)") == "order 'torch2.15-cpu-avx2(inner_loop=column)': inner_loop=column is not launch or row");
+  CHECK(silu("torch2.15-cpu(onednn_isa=avx2)", OpKind::gelu) == "(accepted)");
+  CHECK(silu("torch2.15-cpu(onednn_isa=sse41)", OpKind::gelu_backward) ==
+        "order 'torch2.15-cpu(onednn_isa=sse41)': onednn_isa=sse41 is not avx512_core or avx2");
+  CHECK(silu("fast(inner_loop=row)").find("order 'fast(inner_loop=row)': unknown parameter 'inner_loop'") == 0);
+}
+
 TEST_CASE("mixed dtypes run when the request allows them") {
   Request r = ok();
   r.order = "fast";

@@ -18,7 +18,8 @@ and f16 and x.sum(-1) in f32 (the orders refuse the sum of 16-bit rows), includi
 32768, which torch sums in per-thread chunks; torch.nn.functional.silu and its gradient (silu_backward) in f32, bf16
 and f16, whose launches of 32768 elements or more torch cuts into per-thread chunks, each with its
 own scalar tail; torch.nn.functional.gelu(x, approximate="tanh") (gelu_tanh) likewise, cut above
-16384 elements, and its gradient (gelu_tanh_backward, cut as silu's); torch.nn.functional.cross_entropy
+16384 elements, and its gradient (gelu_tanh_backward, cut as silu's); these four also over a strided
+input (a chunk of a wider tensor, which torch loops over row by row: the orders' inner_loop=row); torch.nn.functional.cross_entropy
 with class indices (reductions mean, sum and none; ignore_index -100 and 0) in f32, bf16 and f16:
 its loss, its log_softmax and the logits' gradient from loss.backward(g) (cross_entropy and
 cross_entropy_backward); torch.nn.functional.gelu(x) (GELU's erf form, which torch hands to oneDNN)
@@ -126,6 +127,15 @@ def cases(tier):
     for xd, (rows, n), k in itertools.product(["f32", "bf16", "f16"], [(7, 4097), (1, 20001), (3, 5463)], range(2)):
         out.append({"op": "gelu_tanh", "dtype": xd, "n": n, "range": "normal", "rows": rows, "seed": i})
         i += 1
+    # The same ops over a strided input whose rows torch cannot coalesce (a chunk of a wider
+    # tensor, as Phi-3's gate is): torch's loop runs row by row, each row's part of a chunk with its
+    # own scalar tail; the orders take inner_loop=row. Chunks cut mid-row at 3x20001 and 7x5001
+    # on 2 threads.
+    for op, xd, (rows, n) in itertools.product(["silu", "silu_backward", "gelu_tanh", "gelu_tanh_backward"], ["f32", "bf16", "f16"],
+                                               [(7, 33), (96, 100), (40, 1000), (3, 20001), (7, 5001)]):
+        out.append({"op": op, "dtype": xd, "n": n, "range": "normal", "rows": rows, "seed": i, "strided": True,
+                    "params": "inner_loop=row"})
+        i += 1
     # cross_entropy (forward and backward): class counts from the sweep, row counts on both sides of
     # nll_loss's cascade levels (16 and 256 rows), every reduction, ignore_index -100 (transformers')
     # and a class index (0: the rows that name class 0 are the ignored ones).
@@ -157,6 +167,8 @@ def inputs(c):
     rng = np.random.default_rng(1000 + c["seed"])
     off, scale = RANGES[c["range"]]
     x = torch.from_numpy((off + scale * rng.standard_normal((c["rows"], c["n"]))).astype(np.float32)).to(TORCH_DTYPE[c["dtype"]])
+    if c.get("strided"):  # the first half of each row of a tensor twice as wide: torch loops row by row
+        x = torch.cat([x, x], dim=1)[:, :c["n"]]
     w = b = None
     if c["op"] in ("layer_norm", "rms_norm"):
         wd = TORCH_DTYPE[c["weight_dtype"]]
@@ -181,6 +193,13 @@ def hf_module(c, w):
     m.weight = torch.nn.Parameter(w.clone(), requires_grad=False)
     return m
 
+def grad_input(c, x):
+    """(the input autograd's backward sees, the leaf whose .grad holds the gradient): x itself, or
+    for a strided case a view of a wider leaf, so that torch's backward loops over the view (a
+    clone of the view would be contiguous)."""
+    leaf = (torch.cat([x, x], dim=1) if c.get("strided") else x.clone()).requires_grad_()
+    return (leaf[:, :c["n"]] if c.get("strided") else leaf), leaf
+
 def torch_outputs(c, x, w, b):
     if c["op"] == "rms_norm":
         with torch.no_grad():
@@ -204,9 +223,9 @@ def torch_outputs(c, x, w, b):
     if c["op"] == "gelu_tanh":
         return {"y": torch.nn.functional.gelu(x, approximate="tanh")}
     if c["op"] == "gelu_tanh_backward":
-        xr = x.clone().requires_grad_()
+        xr, leaf = grad_input(c, x)
         torch.nn.functional.gelu(xr, approximate="tanh").backward(w)
-        return {"dx": xr.grad}
+        return {"dx": leaf.grad[:, :c["n"]]}
     if c["op"] == "gelu":
         return {"y": torch.nn.functional.gelu(x)}
     if c["op"] == "gelu_backward":
@@ -214,12 +233,13 @@ def torch_outputs(c, x, w, b):
         torch.nn.functional.gelu(xr).backward(w)
         return {"dx": xr.grad}
     if c["op"] == "silu_backward":
-        xr = x.clone().requires_grad_()
+        xr, leaf = grad_input(c, x)
         torch.nn.functional.silu(xr).backward(w)
-        return {"dx": xr.grad}
+        return {"dx": leaf.grad[:, :c["n"]]}
     return {"y": getattr(torch, c["op"])(x, -1)}
 
 def ordo_outputs(c, x, w, b, order):
+    x = x.contiguous()  # the strided cases: ordo's order models torch's loop over the view, on the same values
     if c["op"] == "rms_norm":
         if c["form"] != "F.rms_norm":
             order = c["form"] + "-rmsnorm-" + order
@@ -267,7 +287,7 @@ for threads in (1, 2, 3, 8):
         orders = [f"torch2.15-cpu-{cap}"] + (["torch2.15-cpu"] if i % 5 == 0 else [])
         for order in orders:
             # The environment torch ran in: its thread count.
-            params = ([f"threads={threads}"] if threads > 1 else []) + ([extra] if extra else [])
+            params = ([f"threads={threads}"] if threads > 1 else []) + ([extra] if extra else []) + ([c["params"]] if "params" in c else [])
             named = f"{order}({','.join(params)})" if params else order
             try:
                 got = ordo_outputs(c, x, w, b, named)
@@ -320,7 +340,8 @@ def main():
             dtype = c["dtype"] if c.get("weight_dtype", c["dtype"]) == c["dtype"] else f"{c['dtype']}+{c['weight_dtype']}"
             base = r["order"].split("(")[0]
             order = base if c.get("form", "F.rms_norm") == "F.rms_norm" else c["form"] + "-rmsnorm-" + base
-            key = (c["op"], order + ("" if order.endswith(cap) else f"[{cap}]") + (f"({extra})" if extra else ""), dtype)
+            params = ",".join(p for p in (extra, c.get("params", "")) if p)
+            key = (c["op"], order + ("" if order.endswith(cap) else f"[{cap}]") + (f"({params})" if params else ""), dtype)
             entry = table.setdefault(key, [0, 0])
             entry[1] += 1
             if r["ok"]:

@@ -15,8 +15,8 @@ controls run plain torch.compile too and fail unless it differs from eager: a ca
 tell a reordering apart proves nothing. The cases that run ordo's kernels (kernels="ordo") must
 run the training step's loss in ordo (cross_entropy and its backward), and the MLP's activation
 where transformers calls F.silu or F.gelu for it (silu, gelu, gelu_tanh and their backward ops)
-unless pinned warned that it ran torch's kernel for it, naming why (Phi-3's gate is a strided
-chunk of one projection). Missing torch 2.15 or
+unless pinned warned that it ran torch's kernel for it, naming why (Phi-3's gate, a chunk of
+one projection, runs with the order's inner_loop=row). Missing torch 2.15 or
 transformers 5.23 fails the test.
 """
 import argparse
@@ -59,6 +59,7 @@ CASES_CI = [
     ("gpt2", "bf16", 2, 4, 4, 128, 0, 48, 0, True),
     ("mistral", "f32", 2, 4, 2, 120, 0, 31, 0, False),
     ("qwen3", "bf16", 1, 4, 2, 128, 0, 48, 6, False),
+    ("gpt_neox", "bf16", 2, 4, 2, 128, 0, 40, 3, False),  # GELU's erf form (oneDNN's), with a layer_norm in ordo
     # torch.compile(dynamic=True): the sizes ordo compiles for specialized, the rest symbolic
     ("llama", "f32", 2, 4, 2, 128, 0, 41, 3, False, True),
     ("gpt2", "bf16", 1, 4, 4, 128, 0, 29, 0, False, True),
