@@ -167,8 +167,9 @@ VARIANTS = [
     "fast(acc=f64)",
 ]
 OUTS = {"layer_norm": ["y", "mean", "rstd"], "rms_norm": ["y", "rstd"], "var_mean": ["var", "mean"], "softmax": ["y"],
-        "log_softmax": ["y"], "sum": ["sum"], "mean": ["mean"], "silu": ["y"], "gelu_tanh": ["y"]}
-POINTWISE_OPS = ("silu", "gelu_tanh")
+        "log_softmax": ["y"], "sum": ["sum"], "mean": ["mean"], "silu": ["y"], "gelu_tanh": ["y"],
+        "gelu": ["y"]}
+POINTWISE_OPS = ("silu", "gelu_tanh", "gelu")
 SOFTMAX_OPS = ("softmax", "log_softmax")
 # Softmax-family orders without a reference: (kind, lanes), from gen/order_table.cpp.
 SOFTMAX_MODELS = {"fast": ("two-pass", 16), "online": ("online", 8), "warp-butterfly": ("butterfly", 32)}
@@ -440,6 +441,26 @@ def gelu_tanh_bounds(X):
     return {"y": (y, dy + 2.0 ** -149 + 4 * U64 * np.abs(y))}
 
 
+# oneDNN's minimax erf (the one gelu's orders take with AVX-512, fast on every host) against
+# erf(x/sqrt 2) in float64, polynomial and evaluation together: at most 6.9e-7 absolute over 80
+# million f32 |x| in [0, 50] (largest near |x| = 0.5 to 6; a scratch run, 2026-12-07); the bound
+# takes 2^-20 (9.5e-7).
+GELU_ERF_ABS = 2.0 ** -20
+_erf = np.vectorize(math.erf, otypes=[np.float64])
+
+
+def gelu_bounds(X):
+    """gelu = fl(fl(x * fl(1 + p)) * 0.5), p within GELU_ERF_ABS of erf(x/sqrt 2): |dy| <=
+    (|x|/2)(GELU_ERF_ABS + u|1 + erf|) + 2u|y| (the sum's and the product's roundings; the
+    halving is exact above the subnormals), and a subnormal quantum. Where erf is near -1 (x below
+    about -3) this is large against |y|, as in PyTorch's own result: the absolute bound stands."""
+    x = X.astype(np.float64)
+    e = _erf(x / np.sqrt(2.0))
+    y = 0.5 * x * (1 + e)
+    dy = 0.5 * np.abs(x) * (GELU_ERF_ABS + U32 * np.abs(1 + e)) + 2 * U32 * np.abs(y)
+    return {"y": (y, dy + 2.0 ** -149 + 4 * U64 * np.abs(y))}
+
+
 def row_sum_bounds(op, model, X, u_out):
     """sum: every term through at most d = sum_depth roundings in the accumulation type, so
     |ds| <= gamma_d sum|x|, then the rounding to f32 (acc=f64) and the float64 reference's own
@@ -464,6 +485,8 @@ def bounds(op, model, ref, w, b):
         return silu_bounds(ref.X), np.zeros(len(ref.X), bool)
     if op == "gelu_tanh":
         return gelu_tanh_bounds(ref.X), np.zeros(len(ref.X), bool)
+    if op == "gelu":
+        return gelu_bounds(ref.X), np.zeros(len(ref.X), bool)
     u_out = U32 if model["acc"] == "f64" else 0.0
     if op in ("sum", "mean"):
         return row_sum_bounds(op, model, ref.X, u_out), np.zeros(len(ref.X), bool)
