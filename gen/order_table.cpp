@@ -240,10 +240,13 @@ PointwiseOrder torch215_gelu_erf(ScalarType storage, const HostModel& host) {
   return p;
 }
 
+int avx512_cpu_lanes(const Request& r, int wide, int narrow);
+
 Order torch215(ScalarType storage, Capability cap, const Request& r, const HostModel& host) {
   Order o;
   if (r.op == OpKind::gelu || r.op == OpKind::gelu_backward) {
     o.pointwise = torch215_gelu_erf(storage, host);
+    o.elementwise_lanes = avx512_cpu_lanes(r, 16, 8);  // a register of floats: the minimax table's lookups by permutes
     return o;
   }
   if (r.op == OpKind::silu || r.op == OpKind::silu_backward) {
@@ -539,6 +542,7 @@ std::vector<NamedOrder> make_table() {
                  // and took 2.5x the compile time (98 ms, over issue 21's 50).
                  o.attention_backward.lanes = 16;
                  o.pointwise = {MathImpl::SleefU10, MathImpl::SleefU10, 0, true};
+                 if (r.op == OpKind::gelu || r.op == OpKind::gelu_backward) o.elementwise_lanes = avx512_cpu_lanes(r, 16, 8);
                  return o;
                }});
   t.push_back({"batch-invariant",

@@ -9,7 +9,9 @@
 #include <llvm/TargetParser/Host.h>
 
 #include <algorithm>
+#include <bit>
 #include <climits>
+#include <cmath>
 #include <functional>
 #include <optional>
 #include <unordered_map>
@@ -474,7 +476,13 @@ struct Lowerer {
           throw Error(fmt::format("{}: {} is device-only (CUDA's own approximation, with no definition off the GPU); this order runs on target cuda only",
                                   k.description.empty() ? k.name : k.description, name(static_cast<MathFn>(e.index))));
         case Op::Select: v = B.CreateSelect(A(0), A(1), A(2)); break;
-        case Op::Cast: v = cast(A(0), e.args[0]->type, t); break;
+        case Op::Cast:
+          if (llvm::Value* looked_up = f32_table_lookup(e, i)) {
+            v = looked_up;
+            break;
+          }
+          v = cast(A(0), e.args[0]->type, t);
+          break;
         // A 1-lane value is an LLVM scalar, not a vector: broadcasting to one lane, or extracting
         // lane 0 of a scalar, is the value itself.
         case Op::Broadcast: v = t.lanes == 1 ? A(0) : B.CreateVectorSplat(static_cast<unsigned>(t.lanes), A(0)); break;
@@ -528,6 +536,49 @@ struct Lowerer {
       parts.push_back(entries.size() > 16 ? B.CreateSelect(upper, high, low) : low);
     }
     while (parts.size() > 1) {  // concatenate pairs: 8 + 8 -> 16, ...
+      std::vector<llvm::Value*> next;
+      for (size_t i = 0; i < parts.size(); i += 2) {
+        const int w = static_cast<int>(llvm::cast<llvm::FixedVectorType>(parts[i]->getType())->getNumElements());
+        std::vector<int> both;
+        for (int l = 0; l < 2 * w; ++l) both.push_back(l);
+        next.push_back(B.CreateShuffleVector(parts[i], parts[i + 1], both));
+      }
+      parts = std::move(next);
+    }
+    return parts[0];
+  }
+
+  // cast<f32>(bitcast<f64>(table[i])) over a table of at most 32 entries that are all f32 values
+  // (gen/ stores an f32 constant table so: an i64 table of f64 bits), 16*k lanes on AVX-512: one
+  // vpermi2ps per 16 lanes on the f32 values themselves. The same lanes as the nodes it stands
+  // for (the conversion is exact for such entries); nullptr where the pattern does not hold.
+  llvm::Value* f32_table_lookup(const Expr& e, int part) {
+    if (e.type.scalar != ScalarType::f32 || e.type.lanes % 16 != 0 || !host_conversions().avx512f) return nullptr;
+    const Expr& bits = *e.args[0];
+    if (bits.op != Op::Bitcast || bits.type.scalar != ScalarType::f64 || bits.args[0]->op != Op::Table) return nullptr;
+    const Expr& lookup = *bits.args[0];
+    const std::vector<int64_t>& entries = k.tables[static_cast<size_t>(lookup.index)];
+    if (entries.size() > 32) return nullptr;
+    std::vector<llvm::Constant*> values;
+    for (int64_t entry : entries) {
+      const double d = std::bit_cast<double>(entry);
+      const float f = static_cast<float>(d);
+      if (static_cast<double>(f) != d && !(std::isnan(d) && std::isnan(f))) return nullptr;  // not an f32 value: the general path
+      values.push_back(llvm::ConstantFP::get(B.getFloatTy(), f));
+    }
+    while (values.size() < 32) values.push_back(llvm::ConstantFP::get(B.getFloatTy(), 0.0));
+    llvm::Value* low = llvm::ConstantVector::get(llvm::ArrayRef<llvm::Constant*>(values).slice(0, 16));
+    llvm::Value* high = llvm::ConstantVector::get(llvm::ArrayRef<llvm::Constant*>(values).slice(16, 16));
+    llvm::Value* index = expr(*lookup.args[0])[static_cast<size_t>(part)];
+    std::vector<llvm::Value*> parts;
+    for (int p = 0; p < e.type.lanes / 16; ++p) {
+      std::vector<int> lanes_of_part;
+      for (int l = 0; l < 16; ++l) lanes_of_part.push_back(16 * p + l);
+      llvm::Value* at = e.type.lanes == 16 ? index : B.CreateShuffleVector(index, lanes_of_part);
+      at = B.CreateTrunc(at, llvm::FixedVectorType::get(B.getInt32Ty(), 16));
+      parts.push_back(B.CreateIntrinsic(llvm::Intrinsic::x86_avx512_vpermi2var_ps_512, {}, {low, at, high}));
+    }
+    while (parts.size() > 1) {
       std::vector<llvm::Value*> next;
       for (size_t i = 0; i < parts.size(); i += 2) {
         const int w = static_cast<int>(llvm::cast<llvm::FixedVectorType>(parts[i]->getType())->getNumElements());
