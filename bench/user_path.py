@@ -13,6 +13,9 @@ Rows (f32 and bf16, each order):
     left-padded batch's boolean mask [B, 1, S, S] (causal, batch i's first 5i keys padding) in
     place of is_causal;
   * backward through autograd: layer_norm and softmax at 256 x 4096 (y.backward(dy));
+  * the MLP activations: F.silu, F.gelu (the erf form) and F.gelu(approximate="tanh") over rows x
+    11008, rows 1, 256 and 2048 (--quick: 1 and 256), and each forward and backward through
+    autograd at 256 x 11008 (the torch2.15 orders name torch's thread count, as pinned does);
   * cross_entropy as a causal LM's loss (rows = batch x tokens, classes = vocabulary; f32 logits,
     a tenth of the targets -100, reduction mean): 96 x 32000 and 2048 x 32000 (--quick: the first),
     the loss alone and loss.backward() with it (F.cross_entropy against ordo.torch.cross_entropy).
@@ -126,6 +129,30 @@ def backward_rows(args):
                        False)
 
 
+def activation_rows(args):
+    n = 11008
+    acts = {"silu": (F.silu, lambda t, o: ot.silu(t, order=o)),
+            "gelu": (F.gelu, lambda t, o: ot.gelu(t, order=o)),
+            "gelu tanh": (lambda t: F.gelu(t, approximate="tanh"), lambda t, o: ot.gelu(t, "tanh", order=o))}
+    for dt_name in args.dtypes:
+        dt = DTYPES[dt_name]
+        for name, (theirs, ours) in acts.items():
+            for r in (1, 256) if args.quick else (1, 256, 2048):
+                x = torch.randn(r, n, dtype=dt)
+                with torch.no_grad():
+                    t_torch = per_call_s(lambda: theirs(x), args.seconds, args.rounds)
+                    for order in args.orders:
+                        run = ot._with_threads(order, args.threads)
+                        yield (f"{name} {dt_name} {r}x{n}", order, t_torch, per_call_s(lambda: ours(x, run), args.seconds, args.rounds), False)
+            x = torch.randn(256, n, dtype=dt, requires_grad=True)
+            dy = torch.randn(256, n, dtype=dt)
+            t_torch = per_call_s(lambda: theirs(x).backward(dy), args.seconds, args.rounds)
+            for order in args.orders:
+                run = ot._with_threads(order, args.threads)
+                yield (f"{name} forward+backward {dt_name} 256x{n}", order, t_torch,
+                       per_call_s(lambda: ours(x, run).backward(dy), args.seconds, args.rounds), False)
+
+
 def loss_rows(args):
     g = torch.Generator().manual_seed(3)
     for rows in (96,) if args.quick else (96, 2048):
@@ -168,7 +195,7 @@ def main():
         for row in list(forward_rows(args)) + list(attention_rows(args)):
             rows.append(row)
             print(f"{row[0]:<42}{row[1]:<16}{row[2] * 1e6:>11.1f}{row[3] * 1e6:>11.1f}{row[2] / row[3]:>8.2f}", flush=True)
-    for row in list(backward_rows(args)) + list(loss_rows(args)):
+    for row in list(backward_rows(args)) + list(activation_rows(args)) + list(loss_rows(args)):
         rows.append(row)
         print(f"{row[0]:<42}{row[1]:<16}{row[2] * 1e6:>11.1f}{row[3] * 1e6:>11.1f}{row[2] / row[3]:>8.2f}", flush=True)
     for order in args.orders:

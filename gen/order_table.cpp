@@ -242,23 +242,20 @@ PointwiseOrder torch215_gelu_erf(ScalarType storage, const HostModel& host) {
 
 int avx512_cpu_lanes(const Request& r, int wide, int narrow);
 
+bool is_pointwise(OpKind op) {
+  return op == OpKind::silu || op == OpKind::silu_backward || op == OpKind::gelu_tanh || op == OpKind::gelu_tanh_backward ||
+         op == OpKind::gelu || op == OpKind::gelu_backward;
+}
+
 Order torch215(ScalarType storage, Capability cap, const Request& r, const HostModel& host) {
   Order o;
-  if (r.op == OpKind::gelu || r.op == OpKind::gelu_backward) {
-    o.pointwise = torch215_gelu_erf(storage, host);
-    o.elementwise_lanes = avx512_cpu_lanes(r, 16, 8);  // a register of floats: the minimax table's lookups by permutes
-    return o;
-  }
-  if (r.op == OpKind::silu || r.op == OpKind::silu_backward) {
-    o.pointwise = torch215_silu(storage, cap);
-    return o;
-  }
-  if (r.op == OpKind::gelu_tanh) {
-    o.pointwise = torch215_gelu_tanh(storage, cap);
-    return o;
-  }
-  if (r.op == OpKind::gelu_tanh_backward) {  // cpu_kernel_vec's default grain, as silu's
-    o.pointwise = torch215_silu(storage, cap);
+  if (is_pointwise(r.op)) {
+    if (r.op == OpKind::gelu || r.op == OpKind::gelu_backward) o.pointwise = torch215_gelu_erf(storage, host);
+    else if (r.op == OpKind::gelu_tanh) o.pointwise = torch215_gelu_tanh(storage, cap);
+    else o.pointwise = torch215_silu(storage, cap);  // gelu_tanh_backward: cpu_kernel_vec's default grain, as silu's
+    // A register of floats per step on an AVX-512 CPU (the vector function's lanes; no bit changes):
+    // the minimax table's lookups by permutes, the rest twice as wide.
+    o.elementwise_lanes = avx512_cpu_lanes(r, 16, 8);
     return o;
   }
   if (r.op == OpKind::attention) {
@@ -542,7 +539,7 @@ std::vector<NamedOrder> make_table() {
                  // and took 2.5x the compile time (98 ms, over issue 21's 50).
                  o.attention_backward.lanes = 16;
                  o.pointwise = {MathImpl::SleefU10, MathImpl::SleefU10, 0, true};
-                 if (r.op == OpKind::gelu || r.op == OpKind::gelu_backward) o.elementwise_lanes = avx512_cpu_lanes(r, 16, 8);
+                 if (is_pointwise(r.op)) o.elementwise_lanes = avx512_cpu_lanes(r, 16, 8);
                  return o;
                }});
   t.push_back({"batch-invariant",
