@@ -117,8 +117,8 @@ void emit_pointwise(Builder& b, const Order& o, const Row& row, const Length& n,
 
 // oneDNN's piecewise minimax polynomials for erf(x/sqrt 2) on AVX-512 (gelu_erf_minimax_pol in
 // jit_uni_eltwise_injector.cpp): coefficient d of interval i is kGeluErfMinimax[d][i] (f32 bits).
-// Intervals 1..22 follow from |x|'s bits, 23 is |x| > kGeluErfRbound (p = 1), 24 (p = |x|)
-// catches the bit patterns clamped from above; 0 and 25..31 are never picked.
+// Intervals 1..22 follow from |x|'s bits; 23 (p = 1) is |x| > kGeluErfRbound, infinities
+// included; 24 (p = |x|) is where NaN's bits clamp to; 0 and 25..31 are never picked.
 constexpr uint32_t kGeluErfMinimax[6][32] = {
     {0xa6f2cb94, 0x32827792, 0x3381cc0c, 0x34523d4a, 0x351ac44d, 0x35f36d88, 0x36ee8229, 0x37b8a3bb, 0x3867a213, 0x3940033b, 0x3a2a5a1d,
      0x3ae35863, 0x3b7828f2, 0x3c08b14b, 0x3c515ed3, 0xbb503236, 0xbd8d8e5e, 0xbe8abcd9, 0xbf0c19a2, 0xbeccb328, 0x3e176ced, 0x3f470d99,
@@ -151,7 +151,7 @@ ExprRef i32_const(int32_t v, int lanes) {
   return lanes > 1 ? broadcast(c, lanes) : c;
 }
 ExprRef i64_const(int64_t v, int lanes) { return lanes > 1 ? broadcast(index_const(v), lanes) : index_const(v); }
-// The sign bit of v alone (+0 or -0 as f32 bits), and v with that sign flipped in.
+// The sign bit of v alone (as i32 bits: 0 or INT32_MIN).
 ExprRef sign_bits(const ExprRef& v) { return binary(Op::BitAnd, bitcast(v, ScalarType::i32), i32_const(INT32_MIN, v->type.lanes)); }
 ExprRef abs_f32(const ExprRef& v) {
   return bitcast(binary(Op::BitAnd, bitcast(v, ScalarType::i32), i32_const(INT32_MAX, v->type.lanes)), ScalarType::f32);

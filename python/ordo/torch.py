@@ -754,8 +754,10 @@ def silu(input: Tensor, *, order: str, backward_order: Optional[str] = None) -> 
     """F.silu with ordo's order: x / (1 + exp(-x)) elementwise. Under torch2.15-cpu (given torch's
     thread count, as pinned gives it: torch2.15-cpu(threads=T)) torch's bits, forward and gradient
     (silu_backward, in backward_order, by default the forward's order). As for every operator here,
-    an input of another layout is computed as its contiguous copy: torch cuts a strided tensor
-    into chunks and tails in its memory order, so its own bits for such an input can differ."""
+    an input of another layout is computed as its contiguous copy: torch loops over a strided
+    tensor by its strides, so its own bits for such an input can differ. For rows of a wider
+    tensor (a chunk of the last dim) the order's inner_loop=row gives torch's bits
+    (torch2.15-cpu(threads=T,inner_loop=row)); pinned adds it itself."""
     if input.dim() == 0:
         return silu(input.reshape(1), order=order, backward_order=backward_order).reshape(())
     if _empty_rows(input):
