@@ -1048,17 +1048,6 @@ def _why_not(op: str, order: str, call: tuple) -> str:
     # scaled_dot_product_attention
     (q_dtype, k_dtype, v_dtype, ndim, shapes_ok, d, s_q, s_k, last_contiguous, mask, dropout_p, is_causal, scale,
      group, grad) = call
-    if mask is not None:  # (dtype, dims, shape fits torch's flash kernel, requires grad, the spans' text)
-        mask_dtype, mask_dims, mask_fits, mask_grad, mask_spans = mask
-        if is_causal:
-            return "attn_mask and is_causal together (torch raises)"
-        if mask_grad:
-            return "attn_mask requires grad: torch runs its math path, not the flash kernel ordo reproduces"
-        if not mask_fits:
-            return (f"attn_mask is {mask_dims}-D or its sizes do not fit the query's: torch's flash kernel (which ordo "
-                    f"reproduces) takes a 2-D or 4-D mask whose dims are 1 or the query's")
-        if mask_dtype not in ("bool", "float32", q_dtype):
-            return f"attn_mask dtype {mask_dtype}; ordo takes a boolean mask, float32 or the query's dtype"
     if dropout_p != 0.0:
         return f"dropout_p={dropout_p}; ordo's attention has no dropout"
     if ndim != 4:
@@ -1073,7 +1062,19 @@ def _why_not(op: str, order: str, call: tuple) -> str:
                 f"tensors whose last dim is contiguous")
     if not shapes_ok:
         return ("query, key, value shapes: ordo needs one batch, one head dim, key and value of one shape, and as many "
-                "key/value heads as query heads or, with enable_gqa=True, a divisor of them (no broadcasting)")
+                "key/value heads as query heads, or one (which torch broadcasts), or with enable_gqa=True a divisor of them "
+                "(no other broadcasting)")
+    if mask is not None:  # (dtype, dims, shape fits torch's flash kernel, requires grad, the spans' text)
+        mask_dtype, mask_dims, mask_fits, mask_grad, mask_spans = mask
+        if is_causal:
+            return "attn_mask and is_causal together (torch raises)"
+        if mask_grad:
+            return "attn_mask requires grad: torch runs its math path, not the flash kernel ordo reproduces"
+        if not mask_fits:
+            return (f"attn_mask is {mask_dims}-D or its sizes do not fit the query's: torch's flash kernel (which ordo "
+                    f"reproduces) takes a 2-D or 4-D mask whose dims are 1 or the query's")
+        if mask_dtype not in ("bool", "float32", q_dtype):
+            return f"attn_mask dtype {mask_dtype}; ordo takes a boolean mask, float32 or the query's dtype"
     if group > 1 and grad and _exact(order) and (why := _gqa_gradients_refused(group, order)):
         return why
     try:
@@ -1583,7 +1584,11 @@ class pinned(TorchFunctionMode):
             scale = _arg(args, kwargs, 6, "scale", None)
             enable_gqa = bool(_arg(args, kwargs, 7, "enable_gqa", False))
             four_d = q.dim() == 4 and k.dim() == 4 and v.dim() == 4
-            heads_ok = four_d and (q.shape[1] == k.shape[1] or enable_gqa and k.shape[1] > 0 and q.shape[1] % k.shape[1] == 0)
+            # One key/value head without enable_gqa broadcasts over the query heads: torch's flash
+            # kernel then computes what it does with enable_gqa=True, gradients included (measured:
+            # Falcon's multi-query attention), so ordo runs it as one group.
+            heads_ok = four_d and (q.shape[1] == k.shape[1] or
+                                   (enable_gqa or k.shape[1] == 1) and k.shape[1] > 0 and q.shape[1] % k.shape[1] == 0)
             shapes_ok = True if heads_ok and q.shape[0] == k.shape[0] and k.shape == v.shape and q.shape[3] == k.shape[3] else False
             group = operator.index(q.shape[1]) // operator.index(k.shape[1]) if shapes_ok else 1
             grad = True if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad) else False

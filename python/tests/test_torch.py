@@ -1106,6 +1106,14 @@ def test_grouped_query_attention():
                 return F.scaled_dot_product_attention(q_, k_, v_, is_causal=causal, enable_gqa=True)
 
             check_pinned_sdpa(name, sdpa, q, k, v, dout)
+    # One key/value head without enable_gqa (Falcon's multi-query attention): torch broadcasts it,
+    # with enable_gqa's bits; pinned runs it as one group.
+    for dtype in (torch.float32, torch.bfloat16):
+        torch.manual_seed(1)
+        q1, k1, v1 = (torch.randn(2, h, 33, 32, dtype=dtype) for h in (4, 1, 1))
+        mask = torch.ones(33, 33, dtype=torch.bool).tril().expand(2, 1, 33, 33)
+        check_pinned_sdpa(f"one broadcast K/V head {dtype} with a mask", lambda q_, k_, v_: F.scaled_dot_product_attention(q_, k_, v_, attn_mask=mask),
+                          q1, k1, v1, torch.randn(2, 4, 33, 32, dtype=dtype))
     q.requires_grad_()
     # A backward_order that cannot sum a group (fast) under an exact forward: torch's kernel, one
     # warning naming why; strict=True raises.

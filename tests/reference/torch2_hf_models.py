@@ -60,6 +60,7 @@ CASES_CI = [
     ("mistral", "f32", 2, 4, 2, 120, 0, 31, 0, False),
     ("qwen3", "bf16", 1, 4, 2, 128, 0, 48, 6, False),
     ("gpt_neox", "bf16", 2, 4, 2, 128, 0, 40, 3, False),  # GELU's erf form (oneDNN's), with a layer_norm in ordo
+    ("falcon", "f32", 1, 4, 1, 128, 0, 44, 3, False),  # multi-query attention: one K/V head, broadcast; GELU's erf form
     # torch.compile(dynamic=True): the sizes ordo compiles for specialized, the rest symbolic
     ("llama", "f32", 2, 4, 2, 128, 0, 41, 3, False, True),
     ("gpt2", "bf16", 1, 4, 4, 128, 0, 29, 0, False, True),
