@@ -172,18 +172,22 @@ struct Lowerer {
     return t.lanes == 1 ? c : B.CreateVectorSplat(static_cast<unsigned>(t.lanes), c);
   }
 
-  // `result_type`, a vector of a multiple of 16 lanes, computed 16 lanes at a time: f takes the
-  // 16-lane parts of the operands (vectors of the same lane count) at one offset. For AVX-512
-  // instructions that LLVM has as 16-lane intrinsics only.
+  // `result_type`, a vector of a multiple of `width` lanes, computed `width` lanes at a time: f
+  // takes the `width`-lane parts of the operands (vectors of the same lane count) at one offset.
+  // For AVX-512 instructions that LLVM has at one width only (by_16_lanes: 16 f32 or i32 lanes).
   llvm::Value* by_16_lanes(llvm::Type* result_type, const std::vector<llvm::Value*>& operands,
                            const std::function<llvm::Value*(const std::vector<llvm::Value*>&)>& f) {
+    return by_lanes(16, result_type, operands, f);
+  }
+  llvm::Value* by_lanes(unsigned width, llvm::Type* result_type, const std::vector<llvm::Value*>& operands,
+                        const std::function<llvm::Value*(const std::vector<llvm::Value*>&)>& f) {
     const unsigned lanes = llvm::cast<llvm::FixedVectorType>(result_type)->getNumElements();
     llvm::Value* out = llvm::PoisonValue::get(result_type);
-    for (unsigned at = 0; at < lanes; at += 16) {
+    for (unsigned at = 0; at < lanes; at += width) {
       std::vector<llvm::Value*> parts;
       for (llvm::Value* x : operands) {
         llvm::Type* elem = llvm::cast<llvm::FixedVectorType>(x->getType())->getElementType();
-        parts.push_back(B.CreateExtractVector(llvm::FixedVectorType::get(elem, 16), x, B.getInt64(at)));
+        parts.push_back(B.CreateExtractVector(llvm::FixedVectorType::get(elem, width), x, B.getInt64(at)));
       }
       out = B.CreateInsertVector(result_type, out, f(parts), B.getInt64(at));
     }
@@ -514,8 +518,8 @@ struct Lowerer {
 
   // Op::Table of at most 32 entries at 8*k lanes on AVX-512, from registers instead of memory:
   // each 8-lane part is two vpermi2q (entries 0-15 and 16-31, picked by the index's low 4 bits)
-  // and a select on its bit 4. The index is inside the table (the verifier's rule), so these are
-  // the lanes a gather would read.
+  // and a select on its bit 4. An index inside the table reads the lane a load would (one outside
+  // it is an error of the IR, which the interpreter reports).
   llvm::Value* small_table(const std::vector<int64_t>& entries, llvm::Value* index, int lanes) {
     auto quarter = [&](size_t first) {
       std::vector<llvm::Constant*> c;
@@ -523,29 +527,15 @@ struct Lowerer {
       return llvm::ConstantVector::get(c);
     };
     llvm::Value* q[4] = {quarter(0), quarter(8), quarter(16), quarter(24)};
-    auto vec8 = llvm::FixedVectorType::get(B.getInt64Ty(), 8);
-    std::vector<llvm::Value*> parts;
-    for (int p = 0; p < lanes / 8; ++p) {
-      std::vector<int> lanes_of_part;
-      for (int l = 0; l < 8; ++l) lanes_of_part.push_back(8 * p + l);
-      llvm::Value* at = lanes == 8 ? index : B.CreateShuffleVector(index, lanes_of_part);
-      llvm::Value* low = B.CreateIntrinsic(llvm::Intrinsic::x86_avx512_vpermi2var_q_512, {}, {q[0], at, q[1]});
-      llvm::Value* high = entries.size() > 16 ? B.CreateIntrinsic(llvm::Intrinsic::x86_avx512_vpermi2var_q_512, {}, {q[2], at, q[3]}) : low;
-      llvm::Value* upper = B.CreateICmpNE(B.CreateAnd(at, llvm::ConstantVector::getSplat(llvm::ElementCount::getFixed(8), B.getInt64(16))),
-                                          llvm::Constant::getNullValue(vec8));
-      parts.push_back(entries.size() > 16 ? B.CreateSelect(upper, high, low) : low);
-    }
-    while (parts.size() > 1) {  // concatenate pairs: 8 + 8 -> 16, ...
-      std::vector<llvm::Value*> next;
-      for (size_t i = 0; i < parts.size(); i += 2) {
-        const int w = static_cast<int>(llvm::cast<llvm::FixedVectorType>(parts[i]->getType())->getNumElements());
-        std::vector<int> both;
-        for (int l = 0; l < 2 * w; ++l) both.push_back(l);
-        next.push_back(B.CreateShuffleVector(parts[i], parts[i + 1], both));
-      }
-      parts = std::move(next);
-    }
-    return parts[0];
+    llvm::Type* result = llvm::FixedVectorType::get(B.getInt64Ty(), unsigned(lanes));
+    return by_lanes(8, result, {index}, [&](const std::vector<llvm::Value*>& at) {
+      llvm::Value* low = B.CreateIntrinsic(llvm::Intrinsic::x86_avx512_vpermi2var_q_512, {}, {q[0], at[0], q[1]});
+      if (entries.size() <= 16) return low;
+      llvm::Value* high = B.CreateIntrinsic(llvm::Intrinsic::x86_avx512_vpermi2var_q_512, {}, {q[2], at[0], q[3]});
+      llvm::Value* upper = B.CreateICmpNE(B.CreateAnd(at[0], B.CreateVectorSplat(8, B.getInt64(16))),
+                                          llvm::Constant::getNullValue(at[0]->getType()));
+      return B.CreateSelect(upper, high, low);
+    });
   }
 
   // cast<f32>(bitcast<f64>(table[i])) over a table of at most 32 entries that are all f32 values
@@ -570,25 +560,10 @@ struct Lowerer {
     llvm::Value* low = llvm::ConstantVector::get(llvm::ArrayRef<llvm::Constant*>(values).slice(0, 16));
     llvm::Value* high = llvm::ConstantVector::get(llvm::ArrayRef<llvm::Constant*>(values).slice(16, 16));
     llvm::Value* index = expr(*lookup.args[0])[static_cast<size_t>(part)];
-    std::vector<llvm::Value*> parts;
-    for (int p = 0; p < e.type.lanes / 16; ++p) {
-      std::vector<int> lanes_of_part;
-      for (int l = 0; l < 16; ++l) lanes_of_part.push_back(16 * p + l);
-      llvm::Value* at = e.type.lanes == 16 ? index : B.CreateShuffleVector(index, lanes_of_part);
-      at = B.CreateTrunc(at, llvm::FixedVectorType::get(B.getInt32Ty(), 16));
-      parts.push_back(B.CreateIntrinsic(llvm::Intrinsic::x86_avx512_vpermi2var_ps_512, {}, {low, at, high}));
-    }
-    while (parts.size() > 1) {
-      std::vector<llvm::Value*> next;
-      for (size_t i = 0; i < parts.size(); i += 2) {
-        const int w = static_cast<int>(llvm::cast<llvm::FixedVectorType>(parts[i]->getType())->getNumElements());
-        std::vector<int> both;
-        for (int l = 0; l < 2 * w; ++l) both.push_back(l);
-        next.push_back(B.CreateShuffleVector(parts[i], parts[i + 1], both));
-      }
-      parts = std::move(next);
-    }
-    return parts[0];
+    return by_16_lanes(type(e.type), {index}, [&](const std::vector<llvm::Value*>& at) {
+      llvm::Value* i32 = B.CreateTrunc(at[0], llvm::FixedVectorType::get(B.getInt32Ty(), 16));
+      return B.CreateIntrinsic(llvm::Intrinsic::x86_avx512_vpermi2var_ps_512, {}, {low, i32, high});
+    });
   }
 
   void stmts(const std::vector<Stmt>& body) {
