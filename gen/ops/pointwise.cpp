@@ -231,7 +231,7 @@ Kernel build_gelu_tanh(const Request& r, const Order& o) {
   const bool fused = o.pointwise.fma;
   emit_pointwise(b, o, row, n, y, [&](ExprRef col, int lanes, MathImpl tanh_impl) {
     ExprRef v = b.let("gelu.x", row.load_as(x, col, lanes, ScalarType::f32));
-    const auto c = [&](uint32_t bits) { return kF32.constant(static_cast<double>(std::bit_cast<float>(bits)), lanes); };
+    const auto c = [&](uint32_t bits) { return f32_bits(bits, lanes); };
     ExprRef square = b.let("gelu.xx", kF32.mul(v, v));
     ExprRef cube = kF32.mul(square, v);
     // kBeta * (x + kKappa * x^3): kKappa = 0x3d372713 (0.044715), kBeta = 0x3f4c422a (sqrt(2/pi)).
