@@ -260,6 +260,15 @@ py::object run_rows(const ordo::CompiledKernel& k, py::handle x_in, py::handle w
   return y;
 }
 
+// compile(r), or with resolve_only only the request's checks against its order (gen::resolve:
+// every refusal a compile would raise for the request itself), building nothing: None then.
+std::shared_ptr<ordo::CompiledKernel> compile_or_resolve(const ordo::Request& r, bool resolve_only) {
+  if (resolve_only) {
+    (void)ordo::gen::resolve(r);
+    return nullptr;
+  }
+  return std::const_pointer_cast<ordo::CompiledKernel>(ordo::compile(r));
+}
 }  // namespace
 
 PYBIND11_MODULE(_ordo, m) {
@@ -323,7 +332,8 @@ PYBIND11_MODULE(_ordo, m) {
 
   m.def("compile", [](const std::string& op, int64_t cols, const std::string& dtype, const std::string& weight_dtype,
                       const std::string& order, double eps, bool weight, bool bias, bool allow_mixed_dtypes,
-                      const std::string& acc, bool saved_stats, bool cols_at_launch, int64_t ignore_index, const std::string& reduction) {
+                      const std::string& acc, bool saved_stats, bool cols_at_launch, int64_t ignore_index, const std::string& reduction,
+                      bool resolve_only) {
     return translate([&] {
       ordo::Request r;
       auto kind = ordo::parse_op(op);
@@ -344,17 +354,17 @@ PYBIND11_MODULE(_ordo, m) {
       auto red = ordo::parse_loss_reduction(reduction);
       if (!red) throw ordo::Error("reduction '" + reduction + "' is not mean, sum or none");
       r.reduction = *red;
-      return std::const_pointer_cast<ordo::CompiledKernel>(ordo::compile(r));
+      return compile_or_resolve(r, resolve_only);
     });
   }, py::arg("op"), py::arg("cols"), py::arg("dtype"), py::arg("weight_dtype") = "", py::arg("order") = "fast",
      py::arg("eps") = 1e-5, py::arg("weight") = false, py::arg("bias") = false, py::arg("allow_mixed_dtypes") = false,
      py::arg("acc") = "", py::arg("saved_stats") = true, py::arg("cols_at_launch") = false, py::arg("ignore_index") = -100,
-     py::arg("reduction") = "mean");
+     py::arg("reduction") = "mean", py::arg("resolve_only") = false);
 
   m.def("compile_attention", [](int64_t head_dim, int64_t seq_q, int64_t seq_k, const std::string& dtype, const std::string& order,
                                 bool causal, std::optional<double> scale, bool lse, const std::string& op, bool saved_stats, int64_t heads,
                                 std::tuple<int64_t, int64_t, int64_t> row_strides, bool seq_k_at_launch, int64_t kv_group,
-                                const std::string& mask) {
+                                const std::string& mask, bool resolve_only) {
     return translate([&] {
       ordo::Request r;
       auto kind = ordo::parse_op(op);
@@ -378,12 +388,12 @@ PYBIND11_MODULE(_ordo, m) {
       r.scale = scale;
       r.lse_output = lse;
       r.has_weight = r.has_bias = false;
-      return std::const_pointer_cast<ordo::CompiledKernel>(ordo::compile(r));
+      return compile_or_resolve(r, resolve_only);
     });
   }, py::arg("head_dim"), py::arg("seq_q"), py::arg("seq_k"), py::arg("dtype"), py::arg("order"), py::arg("causal") = false,
      py::arg("scale") = std::nullopt, py::arg("lse") = false, py::arg("op") = "attention", py::arg("saved_stats") = true, py::arg("heads") = 1,
      py::arg("row_strides") = std::tuple<int64_t, int64_t, int64_t>{0, 0, 0}, py::arg("seq_k_at_launch") = false,
-     py::arg("kv_group") = 1, py::arg("mask") = "");
+     py::arg("kv_group") = 1, py::arg("mask") = "", py::arg("resolve_only") = false);
 
   // A bar chart of speed ratios (bench/vs_torch.py): rows of (label, ratio, target, lower_is_better).
   m.def("write_ratio_chart", [](const std::string& path, const std::string& heading,

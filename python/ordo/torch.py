@@ -53,7 +53,10 @@ capability and host, torch's thread count) torch's own kernel for a routed call 
 order's bits too, in eager code and in lite mode. There pinned's default, kernels="fastest",
 times the two once per call signature (shapes, strides, dtypes, arguments; on specimens, outside
 every mode) and runs the faster: a tie goes to torch, and either way the bits are the same and
-nothing warns. Measured on a 2-core Intel Xeon (bench/user_path.py): torch's kernel is the faster
+nothing warns. In eager code (without strict=True) a signature first runs torch's kernel until
+torch has spent _MEASURE_AFTER_S (0.1 s) on it, and only then is ordo's kernel compiled and
+timed: a compile and a timing cost about that, so a generate() loop, whose attention has a new
+K/V length at every step, compiles nothing, while a shape called often is measured. Measured on a 2-core Intel Xeon (bench/user_path.py): torch's kernel is the faster
 for SDPA and layer_norm at every shape there, ordo's for softmax over a few hundred rows and for
 rms_norm, so a small model's compiled forward runs no ordo kernel for its attention. `pinned(order, kernels="ordo")` runs ordo's kernel for every call it can run; any other
 order (another thread count, capability or host, `fast`, ...) always runs ordo's.
@@ -925,17 +928,16 @@ def _arg(args, kwargs, i, name, default):
     return kwargs.get(name, default)
 
 
-_DTYPE_TEXT: dict = {}
+# Every dtype's name, filled at import: Dynamo traces _dt, and a dict that grew on a first call
+# would make a guard on its keys fail, so the first graph compiled in a process compiled twice.
+_DTYPE_TEXT: dict = {d: str(d).replace("torch.", "") for d in vars(torch).values() if isinstance(d, torch.dtype)}
 
 
 def _dt(t) -> str:
     """A tensor's dtype as torch names it without "torch." ('' for None)."""
     if t is None:
         return ""
-    text = _DTYPE_TEXT.get(t.dtype)
-    if text is None:
-        text = _DTYPE_TEXT[t.dtype] = str(t.dtype).replace("torch.", "")
-    return text
+    return _DTYPE_TEXT[t.dtype]
 
 
 _ORDERS = None
@@ -971,10 +973,17 @@ def _with_threads(order: str, threads: int) -> str:
     return f"{order}(threads={threads})"
 
 
-def _why_not(op: str, order: str, call: tuple) -> str:
+def _why_not(op: str, order: str, call: tuple, resolve_only: bool = False) -> str:
     """'' when ordo runs this call with `order`; else the reason it cannot. `call` is plain data
     (dtype names, flags, the sizes ordo compiles for) so the result is a constant of a traced
-    graph."""
+    graph. resolve_only: compile nothing, only check the requests against the order (every
+    refusal but one found while building, which is rare)."""
+    def row_kernel(op, cols, xd, wd, order, eps, weight, bias, mixed, acc):
+        if resolve_only:
+            _ordo.compile(op, cols, xd, wd, order, eps, weight, bias, mixed, acc, resolve_only=True)
+        else:
+            ordo._row_kernel(op, cols, xd, wd, order, eps, weight, bias, mixed, acc)
+
     if op in ("layer_norm", "rms_norm"):
         x_dtype, w_dtype, b_dtype, n, eps, last_contiguous = call
         for what, dt in (("input", x_dtype), ("weight", w_dtype), ("bias", b_dtype)):
@@ -989,8 +998,8 @@ def _why_not(op: str, order: str, call: tuple) -> str:
         if n == 0:
             return ""
         try:
-            ordo._row_kernel(op, n, _DTYPE_NAMES[getattr(torch, x_dtype)], _DTYPE_NAMES[getattr(torch, wd)] if wd else "", order,
-                             float(eps), bool(w_dtype), bool(b_dtype), bool(wd) and wd != x_dtype, "")
+            row_kernel(op, n, _DTYPE_NAMES[getattr(torch, x_dtype)], _DTYPE_NAMES[getattr(torch, wd)] if wd else "", order,
+                       float(eps), bool(w_dtype), bool(b_dtype), bool(wd) and wd != x_dtype, "")
         except ValueError as e:
             return str(e)
         return ""
@@ -1010,7 +1019,7 @@ def _why_not(op: str, order: str, call: tuple) -> str:
         if cols == 0:
             return ""
         try:
-            ordo._row_kernel(op, cols, _DTYPE_NAMES[getattr(torch, dt)], "", order, 0.0, False, False, False, "")
+            row_kernel(op, cols, _DTYPE_NAMES[getattr(torch, dt)], "", order, 0.0, False, False, False, "")
         except ValueError as e:
             return str(e)
         return ""
@@ -1028,9 +1037,9 @@ def _why_not(op: str, order: str, call: tuple) -> str:
         if cols == 0:
             return ""
         try:
-            ordo._row_kernel(op, cols, _DTYPE_NAMES[getattr(torch, dtype)], "", order, 0.0, False, False, False, "")
+            row_kernel(op, cols, _DTYPE_NAMES[getattr(torch, dtype)], "", order, 0.0, False, False, False, "")
             if grad:
-                _ordo.compile(op + "_backward", cols, _DTYPE_NAMES[getattr(torch, dtype)], "", order)
+                _ordo.compile(op + "_backward", cols, _DTYPE_NAMES[getattr(torch, dtype)], "", order, resolve_only=resolve_only)
         except ValueError as e:
             return str(e)
         return ""
@@ -1039,9 +1048,11 @@ def _why_not(op: str, order: str, call: tuple) -> str:
         if refusal:
             return refusal
         try:
-            _ordo.compile("cross_entropy", cols, dtype, "", order, ignore_index=ignore_index, reduction=reduction)
+            _ordo.compile("cross_entropy", cols, dtype, "", order, ignore_index=ignore_index, reduction=reduction,
+                          resolve_only=resolve_only)
             if grad:
-                _ordo.compile("cross_entropy_backward", cols, dtype, "", order, ignore_index=ignore_index, reduction=reduction)
+                _ordo.compile("cross_entropy_backward", cols, dtype, "", order, ignore_index=ignore_index, reduction=reduction,
+                              resolve_only=resolve_only)
         except ValueError as e:
             return str(e)
         return ""
@@ -1078,8 +1089,11 @@ def _why_not(op: str, order: str, call: tuple) -> str:
     if group > 1 and grad and _exact(order) and (why := _gqa_gradients_refused(group, order)):
         return why
     try:
-        if mask is not None:
-            mask_text = f"{'f32' if mask[0] == 'float32' else _DTYPE_NAMES[getattr(torch, q_dtype)]}:{mask[4]}"
+        mask_text = f"{'f32' if mask[0] == 'float32' else _DTYPE_NAMES[getattr(torch, q_dtype)]}:{mask[4]}" if mask is not None else ""
+        if resolve_only:
+            _ordo.compile_attention(d, s_q, s_k, _DTYPE_NAMES[getattr(torch, q_dtype)], order, bool(is_causal), scale, False,
+                                    mask=mask_text, resolve_only=True)
+        elif mask is not None:
             _attention_plan(d, s_q, s_k, getattr(torch, q_dtype), order, False, scale, 1, (0, 0, 0), mask_text)
         else:
             ordo._attention_kernel(d, s_q, s_k, _DTYPE_NAMES[getattr(torch, q_dtype)], order, bool(is_causal), scale, False)
@@ -1220,17 +1234,72 @@ def _route_in_eager(op: str, order: str, strict: bool, threads: int, call: tuple
     return _route(op, order, strict, threads, call, specs, False)
 
 
+# pinned's kernels="fastest" in eager code: a call signature whose bits torch's own kernel computes
+# runs torch's kernel until torch has spent this long on it; only then does pinned compile ordo's
+# kernel for it and time the two (_torch_is_faster). That compile and timing cost about this much
+# (measured: a torch2.15-cpu attention kernel compiles in about 30 ms, the timing takes up to
+# _TIMING_BUDGET_S), so a signature never costs more than about twice what the better choice
+# would have, whichever it is (the rent-or-buy rule). A decode loop, whose K/V length is new at
+# every step, so compiles nothing; a shape called many times is measured and may run ordo's.
+_MEASURE_AFTER_S = 0.1
+# Seconds torch's kernel has run each such signature so far (the _route_in_eager key), bounded:
+# the oldest entries go first.
+_torch_seconds: dict = {}
+_TORCH_SECONDS_ENTRIES = 4096
+# The signature of the call that pinned has just left to torch's kernel to be charged its time.
+_deferred = threading.local()
+
+
+def _defers_to_torch(key: tuple) -> bool:
+    """Whether this call signature runs torch's kernel without a measurement yet (_MEASURE_AFTER_S)."""
+    spent = _torch_seconds.get(key)
+    if spent is None:
+        if len(_torch_seconds) >= _TORCH_SECONDS_ENTRIES:
+            del _torch_seconds[next(iter(_torch_seconds))]
+        _torch_seconds[key] = spent = 0.0
+    return spent < _MEASURE_AFTER_S
+
+
+def _run_torch_charged(func, args, kwargs):
+    """func(*args, **kwargs), its time charged to the signature _route_call deferred, if any."""
+    key = _deferred.__dict__.pop("key", None)
+    if key is None:
+        return func(*args, **kwargs)
+    start = time.perf_counter()
+    try:
+        return func(*args, **kwargs)
+    finally:
+        if key in _torch_seconds:
+            _torch_seconds[key] += time.perf_counter() - start
+
+
 def _route_call(op: str, order: str, strict: bool, threads: int, call: tuple,
                 specs: Optional[tuple] = None) -> Tuple[str, str, str]:
     """_route for one call: remembered in eager code; asked afresh while Dynamo traces (its result
     is then a constant of the graph, and Dynamo would not trace through the cache) and for a call
     the cache cannot key (an unhashable argument, such as F.softmax's dim given as a list, which
-    _route names in its refusal)."""
+    _route names in its refusal). In eager code a signature whose bits torch's kernel computes
+    (specs given) goes to torch's kernel, unasked, until torch has run it for _MEASURE_AFTER_S
+    (the caller charges the time: _run_torch_charged); not under strict=True, and not a call
+    whose request ordo refuses (_refused), so that a refusal raises or warns at the first call."""
     if torch.compiler.is_compiling():
         return _route(op, order, strict, threads, call, specs, True)
     if not _hashable(call):
         return _route(op, order, strict, threads, call, specs, False)
+    _deferred.__dict__.pop("key", None)
+    if specs is not None and not strict and not _refused(op, _with_threads(order, threads), call):
+        key = (op, order, threads, call, specs)
+        if _defers_to_torch(key):
+            _deferred.key = key
+            return "", "", ""
     return _route_in_eager(op, order, strict, threads, call, specs)
+
+
+@functools.lru_cache(maxsize=4096)
+def _refused(op: str, run: str, call: tuple) -> bool:
+    """Whether ordo refuses this call by its request alone (_why_not, compiling nothing): such a
+    call is routed at once, so that its fallback warns at the first call."""
+    return bool(_why_not(op, run, call, resolve_only=True))
 
 
 def _hashable(value) -> bool:
@@ -1352,22 +1421,35 @@ def _allow_lite_mode_fallbacks() -> None:
             lowering.FALLBACK_ALLOW_LIST.add(op.name().split(".")[0])
 
 
-class _GraphsRunOutsideTheMode:
-    """While active, the graphs Inductor compiles run with torch-function handling off, so their
-    ATen calls do not pass through pinned's TorchFunctionMode one by one (a Python call each: a
-    small Llama's forward makes about 180). The mode has done its work when the graph was traced:
-    a routed call is an ordo operator in the graph. Patches torch._inductor.compile_fx.compile_fx,
-    the function Inductor's backend calls, for the block (process-wide, like Inductor's config
-    patches). The backward graphs AOTAutograd compiles run from autograd, still inside the mode."""
+class _InductorCompilesInTheBlock:
+    """While active, each graph torch.compile's Inductor backend compiles (torch.compile(model),
+    backend="inductor": torch._TorchCompileInductorWrapper) is compiled under `config` (a
+    context manager factory, or None: lite mode's settings for eager's kernels) and runs with
+    torch-function handling off, so that its ATen calls do not pass through pinned's
+    TorchFunctionMode one by one (a Python call each: a small Llama's forward makes about 180).
+    The mode has done its work when the graph was traced: a routed call is an ordo operator in
+    the graph. Patches the wrapper's __call__ for the block (process-wide, like Inductor's config
+    patches) and imports none of Inductor's compiler until it compiles: importing
+    torch._inductor.compile_fx takes about a second, which a block of eager code should not pay. The config, once applied by the
+    block's first compile, stays until the block ends: AOTAutograd compiles a backward graph when
+    backward() first runs, and inside the block that compile takes it too. A backend of the
+    user's own that calls Inductor's compile_fx itself compiles with the settings in force. The
+    backward graphs AOTAutograd compiles run from autograd, still inside the mode."""
+
+    def __init__(self, config):
+        self._config = config
+        self._applied = None  # the config's patch, from the block's first compile to its end
 
     def __enter__(self):
-        import torch._inductor.compile_fx as compile_fx_module
-        self._module, self._compile_fx = compile_fx_module, compile_fx_module.compile_fx
-        inner = self._compile_fx
+        wrapper = torch._TorchCompileInductorWrapper
+        self._call = inner = wrapper.__call__
 
         @functools.wraps(inner)
-        def compile_fx(*args, **kwargs):
-            compiled = inner(*args, **kwargs)
+        def compile_in_the_block(self_, *args, **kwargs):
+            if self._config is not None and self._applied is None:
+                self._applied = self._config()
+                self._applied.__enter__()
+            compiled = inner(self_, *args, **kwargs)
 
             def run_outside_the_mode(*call_args, **call_kwargs):
                 with torch._C.DisableTorchFunction():
@@ -1377,11 +1459,14 @@ class _GraphsRunOutsideTheMode:
                 run_outside_the_mode._boxed_call = compiled._boxed_call
             return run_outside_the_mode
 
-        compile_fx_module.compile_fx = compile_fx
+        wrapper.__call__ = compile_in_the_block
         return self
 
     def __exit__(self, *exc):
-        self._module.compile_fx = self._compile_fx
+        torch._TorchCompileInductorWrapper.__call__ = self._call
+        if self._applied is not None:
+            self._applied.__exit__(None, None, None)
+            self._applied = None
 
 
 class pinned(TorchFunctionMode):
@@ -1459,10 +1544,8 @@ class pinned(TorchFunctionMode):
         _warned_stack().append(set())
         # Floats a routed call passes (eps, scale, dropout_p) are part of the order ordo runs,
         # so they stay constants of a traced graph under dynamic=True too.
-        self._patches = [torch._dynamo.config.patch(specialize_float=True)]
-        if self.eager_kernels:
-            self._patches.append(_eager_kernels_config())
-        self._patches.append(_GraphsRunOutsideTheMode())
+        self._patches = [torch._dynamo.config.patch(specialize_float=True),
+                         _InductorCompilesInTheBlock(_eager_kernels_config if self.eager_kernels else None)]
         for patch in self._patches:
             patch.__enter__()
         return super().__enter__()
@@ -1610,7 +1693,9 @@ class pinned(TorchFunctionMode):
                     return func(*args, **kwargs)
                 return scaled_dot_product_attention(q, k, v, is_causal, scale, attn_mask=mask, enable_gqa=group > 1, order=order,
                                                     backward_order=backward)
-        return func(*args, **kwargs)
+        if torch.compiler.is_compiling():
+            return func(*args, **kwargs)
+        return _run_torch_charged(func, args, kwargs)
 
 
 def _mask_call(mask: Tensor, q: Tensor, k: Tensor) -> tuple:

@@ -100,6 +100,14 @@ def test_import_is_lazy():
     r = subprocess.run([sys.executable, "-c", "import sys, ordo; ordo.layer_norm; assert 'torch' not in sys.modules, 'torch imported'"],
                        capture_output=True, text=True)
     check(r.returncode == 0, f"import ordo imports no torch {r.stderr.strip()[-200:]}")
+    # A pinned block of eager code does not import Inductor's compiler (torch._inductor.compile_fx
+    # and its lowerings: about a second); only a compile does.
+    code = ("import sys, torch, torch.nn.functional as F, ordo.torch as ot\n"
+            "with ot.pinned('torch2.15-cpu'):\n"
+            "    F.silu(torch.randn(4, 8)); F.layer_norm(torch.randn(4, 8), (8,))\n"
+            "assert 'torch._inductor.compile_fx' not in sys.modules, 'Inductor compile_fx imported'")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    check(r.returncode == 0, f"a pinned block of eager code imports no Inductor {r.stderr.strip()[-200:]}")
 
 
 def test_ops_exact():
@@ -347,6 +355,69 @@ def test_pinned_fastest():
         for in_graph in (False, True):
             answer = ot._time_torch_against_ordo(op, f"{EXACT}(threads=2)", call, specs, in_graph)
             check(type(answer) is bool, f"timing {op} (in a graph: {in_graph}) answers {answer}")
+
+
+def test_pinned_defers_new_signatures():
+    """pinned(torch2.15-cpu)'s kernels="fastest" in eager code: a call signature runs torch's kernel
+    (the order's bits) until torch has spent _MEASURE_AFTER_S on it, and only then is ordo's
+    kernel compiled and timed. A decode loop (a new K/V length at every step, as in generate())
+    compiles and times nothing; a signature called often is measured once; strict=True asks at
+    the first call."""
+    import ordo
+    import ordo.torch as ot
+    g = torch.Generator().manual_seed(31)
+    q = torch.randn(1, 4, 1, 32, generator=g)
+    keys, values = torch.randn(1, 4, 60, 32, generator=g), torch.randn(1, 4, 60, 32, generator=g)
+    x = torch.randn(3, 96, generator=g)
+    measured, budget = ot._torch_is_faster, ot._MEASURE_AFTER_S
+    asked = []
+
+    def ordo_faster(op, run, call, specs, in_graph):
+        asked.append(op)
+        return False
+
+    try:
+        ot._torch_is_faster = ordo_faster
+        ot._route_in_eager.cache_clear()
+        ot._torch_seconds.clear()
+        misses = ordo.cache_stats()["misses"]
+        with torch.no_grad():
+            want = [F.scaled_dot_product_attention(q, keys[:, :, :s], values[:, :, :s]) for s in range(1, 61)]
+            with ot.pinned(EXACT), OpLog() as log:
+                got = [F.scaled_dot_product_attention(q, keys[:, :, :s], values[:, :, :s]) for s in range(1, 61)]
+        requested = ordo.cache_stats()["misses"] - misses
+        check(all(same(a, b) for a, b in zip(want, got)), "a decode loop inside pinned: every step eager's bits")
+        check(not asked and requested == 0 and not any(n.startswith("ordo.") for n in log.names),
+              f"a decode loop inside pinned: 60 new signatures ran torch's kernel, none timed ({asked}) or compiled ({requested})")
+        charged = [spent for key, spent in ot._torch_seconds.items() if key[0] == "scaled_dot_product_attention"]
+        check(len(charged) == 60 and all(spent > 0 for spent in charged), f"each step's time charged to its signature ({len(charged)})")
+        # A signature called again and again: measured once torch has spent the budget on it, then
+        # ordo's kernel runs (the timing answers that it is faster), with the same bits.
+        ot._MEASURE_AFTER_S = 0.003
+        want = F.layer_norm(x, (96,))
+        calls, ran = 0, []
+        with torch.no_grad(), ot.pinned(EXACT), OpLog() as log:
+            while not asked and calls < 100000:
+                ok = same(F.layer_norm(x, (96,)), want)
+                calls += 1
+                if not ok:
+                    break
+            for _ in range(3):
+                ok &= same(F.layer_norm(x, (96,)), want)
+        ran = [n for n in log.names if n.startswith("ordo.")]
+        # The call that reached the budget is timed and runs ordo's kernel, as do the three after it.
+        check(ok and asked == ["layer_norm"] and 2 < calls < 100000 and len(ran) == 4,
+              f"a repeated signature: {calls - 1} calls on torch's kernel, then timed ({asked}), and ordo's kernel ran the "
+              f"next {len(ran)}; eager's bits throughout: {ok}")
+        # strict=True: every call's refusal is raised at once, so the first call is routed (timed).
+        asked.clear()
+        with torch.no_grad(), ot.pinned(EXACT, strict=True):
+            F.softmax(x[:, :40], -1)
+        check(asked == ["softmax"], f"strict=True: the first call of a signature is timed ({asked})")
+    finally:
+        ot._torch_is_faster, ot._MEASURE_AFTER_S = measured, budget
+        ot._route_in_eager.cache_clear()
+        ot._torch_seconds.clear()
 
 
 def test_empty_rows():
@@ -868,8 +939,9 @@ def test_eager_kernels():
     for kwargs in ({}, {"strict": True}):
         torch._dynamo.reset()
         with ot.pinned(EXACT, **kwargs):
-            check(inductor_config.fallback_by_default, f"pinned({EXACT}, {kwargs}) compiles with Inductor's lite mode")
             got = run(torch.compile(block))
+            check(inductor_config.fallback_by_default, f"pinned({EXACT}, {kwargs}) compiles with Inductor's lite mode")
+        check(not inductor_config.fallback_by_default, f"pinned({EXACT}, {kwargs}): Inductor's own settings after the block")
         check(all(same(a, b) for a, b in zip(want, got)),
               f"compiled inside pinned({EXACT}, {kwargs}): bf16 pointwise chain and dropout, output and gradients equal eager")
     with ot.pinned(EXACT):
