@@ -56,10 +56,12 @@ every mode) and runs the faster: a tie goes to torch, and either way the bits ar
 nothing warns. In eager code (without strict=True) a signature first runs torch's kernel until
 torch has spent _MEASURE_AFTER_S (0.1 s) on it, and only then is ordo's kernel compiled and
 timed: a compile and a timing cost about that, so a generate() loop, whose attention has a new
-K/V length at every step, compiles nothing, while a shape called often is measured. Measured on a 2-core Intel Xeon (bench/user_path.py): torch's kernel is the faster
-for SDPA and layer_norm at every shape there, ordo's for softmax over a few hundred rows and for
-rms_norm, so a small model's compiled forward runs no ordo kernel for its attention. `pinned(order, kernels="ordo")` runs ordo's kernel for every call it can run; any other
-order (another thread count, capability or host, `fast`, ...) always runs ordo's.
+K/V length at every step, compiles nothing, while a shape called often is measured. Measured on
+a 2-core Intel Xeon (bench/user_path.py): torch's kernel is the faster for SDPA and layer_norm
+at every shape there, ordo's for softmax over a few hundred rows and for rms_norm, so a small
+model's compiled forward runs no ordo kernel for its attention. `pinned(order, kernels="ordo")`
+runs ordo's kernel for every call it can run; any other order (another thread count,
+capability or host, `fast`, ...) always runs ordo's.
 
 Backward: every op's gradients run ordo's backward kernels, in the forward's order unless
 `backward_order=` (of the function, or of pinned) names another; with a torch2.15 order the
