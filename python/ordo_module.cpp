@@ -15,11 +15,14 @@
 #include <tuple>
 #include <vector>
 
+#include <dlfcn.h>
+
 #include "gen/gen.hpp"
 #include "ir/error.hpp"
 #include "ordo/plot.hpp"
 #include "ordo/compare.hpp"
 #include "ordo/ordo.hpp"
+#include "python/aten_shim.h"
 
 namespace py = pybind11;
 
@@ -162,13 +165,78 @@ py::handle torch_dtype(ordo::ScalarType t) {
   throw ordo::Error(std::string("no torch dtype for ") + std::string(ordo::name(t)));
 }
 
-// A tensor's address as an integer (Tensor.data_ptr()).
-void* torch_data(py::handle t) { return reinterpret_cast<void*>(t.attr(tensor_attributes().data_ptr)().cast<uintptr_t>()); }
+// The ATen shim (python/aten_shim.h), once load_aten_shim has loaded it: torch tensors read and
+// allocated in C++ instead of through Python. Null until then, and where it cannot be used.
+struct AtenShim {
+  int32_t (*tensor)(PyObject*, OrdoAtenTensor*) = nullptr;
+  PyObject* (*empty)(PyObject*, int32_t, int32_t) = nullptr;
+};
+AtenShim aten_shim;
 
-// A CPU torch tensor's memory as a kernel argument, read through Python (this module does not link
-// torch), with the checks DLPack's consumer makes: the CPU, a compact row-major layout, the dtype.
-// The kernel checks the length.
+// dlopens the shim at `path` and keeps its functions if it is this module's interface version and
+// was built for `torch_version` (the running torch's). "" when loaded, else why not (then unloaded).
+std::string load_aten_shim(const std::string& path, const std::string& torch_version) {
+  if (aten_shim.tensor) return "";
+  void* lib = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!lib) return std::string("dlopen: ") + dlerror();
+  auto abi = reinterpret_cast<int32_t (*)()>(dlsym(lib, "ordo_aten_shim_abi"));
+  auto version = reinterpret_cast<const char* (*)()>(dlsym(lib, "ordo_aten_torch_version"));
+  auto tensor = reinterpret_cast<int32_t (*)(PyObject*, OrdoAtenTensor*)>(dlsym(lib, "ordo_aten_tensor"));
+  auto empty = reinterpret_cast<PyObject* (*)(PyObject*, int32_t, int32_t)>(dlsym(lib, "ordo_aten_empty"));
+  std::string why;
+  if (!abi || !version || !tensor || !empty) why = path + " lacks the shim's functions";
+  else if (abi() != kOrdoAtenShimAbi) why = "the shim's interface is version " + std::to_string(abi()) + ", this module's " + std::to_string(kOrdoAtenShimAbi);
+  else if (torch_version != version()) why = std::string("the shim was built for torch ") + version() + ", the running torch is " + torch_version;
+  if (!why.empty()) {
+    dlclose(lib);
+    return why;
+  }
+  aten_shim.tensor = tensor;
+  aten_shim.empty = empty;
+  return "";  // never unloaded: tensors may hold nothing of it, but its functions stay in use
+}
+
+ordo::ScalarType from_shim(int32_t dtype, const std::string& what) {
+  switch (dtype) {
+    case kOrdoAtenF32: return ordo::ScalarType::f32;
+    case kOrdoAtenBF16: return ordo::ScalarType::bf16;
+    case kOrdoAtenF16: return ordo::ScalarType::f16;
+    case kOrdoAtenF64: return ordo::ScalarType::f64;
+    case kOrdoAtenI64: return ordo::ScalarType::i64;
+    default: throw ordo::Error(what + ": its dtype is not float32, float16, bfloat16 or (class indices) int64");
+  }
+}
+
+int32_t to_shim(ordo::ScalarType t) {
+  switch (t) {
+    case ordo::ScalarType::f32: return kOrdoAtenF32;
+    case ordo::ScalarType::bf16: return kOrdoAtenBF16;
+    case ordo::ScalarType::f16: return kOrdoAtenF16;
+    case ordo::ScalarType::f64: return kOrdoAtenF64;
+    case ordo::ScalarType::i64: return kOrdoAtenI64;
+    default: break;
+  }
+  throw ordo::Error(std::string("no torch dtype for ") + std::string(ordo::name(t)));
+}
+
+// A torch tensor as the shim reads it; false without the shim or for an object it does not read.
+bool shim_tensor(py::handle t, OrdoAtenTensor& out) { return aten_shim.tensor && aten_shim.tensor(t.ptr(), &out) == 0; }
+
+// A tensor's address as an integer (Tensor.data_ptr()).
+void* torch_data(py::handle t) {
+  if (OrdoAtenTensor info; shim_tensor(t, info)) return info.data;
+  return reinterpret_cast<void*>(t.attr(tensor_attributes().data_ptr)().cast<uintptr_t>());
+}
+
+// A CPU torch tensor's memory as a kernel argument, with the checks DLPack's consumer makes: the
+// CPU, a compact row-major layout, the dtype. Read by the ATen shim where it is loaded, else
+// through Python (this module does not link torch). The kernel checks the length.
 ordo::BufferRef torch_buffer(py::handle t, const std::string& what) {
+  if (OrdoAtenTensor info; shim_tensor(t, info)) {
+    if (!info.cpu) throw ordo::Error(what + ": not a CPU tensor (ordo's Python API runs on the CPU)");
+    if (!info.contiguous) throw ordo::Error(what + ": not contiguous; call .contiguous() first");
+    return {info.data, info.numel, from_shim(info.dtype, what)};
+  }
   const TensorAttributes& attr = tensor_attributes();
   const TorchDtypes& dtypes = torch_dtypes();
   if (!t.attr(attr.is_cpu).cast<bool>()) throw ordo::Error(what + ": not a CPU tensor (ordo's Python API runs on the CPU)");
@@ -214,13 +282,35 @@ py::object run_rows(const ordo::CompiledKernel& k, py::handle x_in, py::handle w
   static const py::handle contiguous_name = PyUnicode_InternFromString("contiguous");
   static const py::handle shape_name = PyUnicode_InternFromString("shape");
   py::object x = py::reinterpret_borrow<py::object>(x_in);
-  if (!x.attr(tensor_attributes().is_contiguous)().cast<bool>()) x = x.attr(contiguous_name)();
-  const py::tuple shape = x.attr(shape_name);
-  if (shape.size() == 0) throw ordo::Error("x: a 0-dim tensor has no row to reduce");
-  const int64_t cols = shape[shape.size() - 1].cast<int64_t>();
-  int64_t rows = 1;
-  for (size_t i = 0; i + 1 < shape.size(); ++i) rows *= shape[i].cast<int64_t>();
+  OrdoAtenTensor info{};
+  const bool by_shim = shim_tensor(x, info);
+  if (by_shim ? !info.contiguous : !x.attr(tensor_attributes().is_contiguous)().cast<bool>()) {
+    x = x.attr(contiguous_name)();
+    if (by_shim && !shim_tensor(x, info)) throw ordo::Error("internal: x.contiguous() is not a tensor");
+  }
+  int64_t cols = 0, rows = 1;
+  py::tuple shape;  // without the shim: x's shape, for torch.empty
+  if (by_shim) {
+    if (info.ndim == 0) throw ordo::Error("x: a 0-dim tensor has no row to reduce");
+    cols = info.sizes[info.ndim - 1];
+    for (int32_t i = 0; i + 1 < info.ndim; ++i) rows *= info.sizes[i];
+  } else {
+    shape = x.attr(shape_name);
+    if (shape.size() == 0) throw ordo::Error("x: a 0-dim tensor has no row to reduce");
+    cols = shape[shape.size() - 1].cast<int64_t>();
+    for (size_t i = 0; i + 1 < shape.size(); ++i) rows *= shape[i].cast<int64_t>();
+  }
   const ordo::BufferRef x_ref = torch_buffer(x, "x");
+  // A new contiguous CPU tensor of x's shape (or without its last dim) and `dtype`: nothing to check.
+  auto allocate = [&](ordo::ScalarType dtype, bool drop_last_dim) -> py::object {
+    if (by_shim) {
+      PyObject* made = aten_shim.empty(x.ptr(), to_shim(dtype), drop_last_dim ? 1 : 0);
+      if (!made) throw py::error_already_set();
+      return py::reinterpret_steal<py::object>(made);
+    }
+    if (!drop_last_dim) return dtype == x_ref.dtype ? empty_like(x) : empty(shape, py::arg("dtype") = torch_dtype(dtype));
+    return empty(py::tuple(shape[py::slice(0, static_cast<py::ssize_t>(shape.size()) - 1, 1)]), py::arg("dtype") = torch_dtype(dtype));
+  };
   py::object y;
   std::vector<ordo::BufferRef> refs;
   const auto& args = k.args();
@@ -240,11 +330,10 @@ py::object run_rows(const ordo::CompiledKernel& k, py::handle x_in, py::handle w
       refs.push_back(a.name == "x" ? x_ref : torch_buffer(given, a.name));
     } else if (a.extent == ordo::ArgExtent::rows_by_cols) {
       if (y) throw ordo::Error("internal: " + std::string(ordo::name(k.request().op)) + " has two row-shaped outputs");
-      // A new CPU tensor of x's shape, contiguous (x is) and of the output's dtype: nothing to check.
-      y = a.dtype == x_ref.dtype ? empty_like(x) : empty(shape, py::arg("dtype") = torch_dtype(a.dtype));
+      y = allocate(a.dtype, false);
       refs.push_back({torch_data(y), rows * cols, a.dtype});
     } else if (a.extent == ordo::ArgExtent::rows && per_row_result) {
-      y = empty(py::tuple(shape[py::slice(0, static_cast<py::ssize_t>(shape.size()) - 1, 1)]), py::arg("dtype") = torch_dtype(a.dtype));
+      y = allocate(a.dtype, true);
       refs.push_back({torch_data(y), rows, a.dtype});
     } else if (a.extent == ordo::ArgExtent::rows) {
       refs.push_back({discarded_output(i, static_cast<size_t>(rows) * ordo::size_bytes(a.dtype)), rows, a.dtype});
@@ -405,6 +494,11 @@ PYBIND11_MODULE(_ordo, m) {
       return 0;
     });
   });
+
+  // ordo.torch loads the ATen shim (python/aten_shim.h) after importing torch: "" when loaded,
+  // else why not (the running torch is another version, or the shim was not built).
+  m.def("load_aten_shim", &load_aten_shim, py::arg("path"), py::arg("torch_version"));
+  m.def("aten_shim_loaded", [] { return aten_shim.tensor != nullptr; });
 
   m.def("cache_stats", [] {
     const ordo::CacheStats c = ordo::cache_stats();

@@ -98,6 +98,20 @@ from . import _ordo
 if not os.environ.get("ORDO_EXECUTOR") and torch.backends.openmp.is_available():
     ordo.set_executor("openmp")
 
+
+def _load_aten_shim() -> str:
+    """Loads libordo_aten.so (python/aten_shim.h: torch tensors read and allocated in C++ rather than
+    through Python, a few microseconds of every small call) when it was built for this torch:
+    '' when loaded, else why not. Either way the kernels and their bits are the same."""
+    path = os.path.join(os.path.dirname(_ordo.__file__), "libordo_aten.so")
+    if not os.path.exists(path):
+        return f"{path} was not built (the build found no torch in scripts/torch2-venv's venv)"
+    return _ordo.load_aten_shim(path, str(torch.__version__))
+
+
+# Why ordo.torch reads tensors through Python ('' when the ATen shim does it).
+ATEN_SHIM_MISSING = _load_aten_shim()
+
 # sum and mean (ordo.torch.sum, ordo.torch.mean) stay out of __all__: they would hide Python's sum.
 __all__ = ["layer_norm", "rms_norm", "softmax", "log_softmax", "silu", "gelu", "scaled_dot_product_attention", "pinned",
            "OrdoFallbackWarning"]

@@ -110,6 +110,36 @@ def test_import_is_lazy():
     check(r.returncode == 0, f"a pinned block of eager code imports no Inductor {r.stderr.strip()[-200:]}")
 
 
+def test_aten_shim():
+    """ordo.torch reads and allocates torch tensors through libordo_aten.so, built for the venv's
+    torch (python/aten_shim.h): loaded here; refused, naming both versions, for another torch; and
+    a kernel's checks on the tensors it is given are the same through it (CPU, contiguous, dtype,
+    length), each named."""
+    import ordo._ordo as native
+    import ordo.torch as ot
+    check(ot.ATEN_SHIM_MISSING == "" and native.aten_shim_loaded(), f"the ATen shim is loaded: {ot.ATEN_SHIM_MISSING!r}")
+    path = os.path.join(os.path.dirname(native.__file__), "libordo_aten.so")
+    code = (f"import torch, ordo._ordo as o\n"
+            f"why = o.load_aten_shim({path!r}, '0.0.1')\n"
+            f"assert 'built for torch ' + str(torch.__version__) in why and '0.0.1' in why and not o.aten_shim_loaded(), why")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    check(r.returncode == 0, f"a shim for another torch is refused, naming both versions {r.stderr.strip()[-200:]}")
+    kernel = native.compile("softmax", 16, "f32", "", EXACT)
+    x = torch.randn(3, 16)
+    y = torch.empty(3, 16)
+    kernel.run_torch([x, y], 3, 0)
+    check(same(y, torch.softmax(x, -1)), "run_torch through the shim: torch's softmax bits")
+    for text, tensors in (("not contiguous", [torch.randn(16, 3).t(), y]), ("dtype", [x.double(), y]),
+                          ("not a CPU tensor", [torch.empty(3, 16, device="meta"), y]), ("x", [torch.randn(3, 15), y])):
+        try:
+            kernel.run_torch(tensors, 3, 0)
+            check(False, f"run_torch refuses a tensor that is {text}")
+        except ValueError as e:
+            check(text in str(e), f"run_torch refuses, naming it: {str(e)[:90]}")
+    rows = kernel.run_rows(torch.randn(16, 2).t(), None, None, False)  # not contiguous: run_rows makes a copy
+    check(rows.shape == (2, 16) and rows.is_contiguous(), f"run_rows allocates x's shape through the shim: {tuple(rows.shape)}")
+
+
 def test_ops_exact():
     import ordo.torch as ot
     g = torch.Generator().manual_seed(1)
