@@ -303,16 +303,20 @@ _as_in_a_graph = threading.local()
 
 def _direct(*tensors) -> bool:
     """Whether a call may run its kernel directly instead of through its custom op: in eager code
-    (not while Dynamo traces), on plain tensors, with no gradient to record and no dispatch mode
-    (FakeTensorMode, a profiler's or a logger's) that expects to see the op. The result is the
-    same; the custom op's dispatch and autograd wrapper cost more than a small call's kernel."""
+    (not while Dynamo traces), on plain tensors or parameters (a module's weights: nn.Parameter
+    adds no dispatch of its own), with no gradient to record and no dispatch mode (FakeTensorMode,
+    a profiler's or a logger's) that expects to see the op. The result is the same; the custom
+    op's dispatch and autograd wrapper cost more than a small call's kernel."""
     if _is_compiling() or _dispatch_modes() or getattr(_as_in_a_graph, "on", False):
         return False
     grad = _grad_enabled()
     for t in tensors:
-        if t is not None and (type(t) is not Tensor or grad and t.requires_grad):
+        if t is not None and (type(t) not in _PLAIN_TENSORS or grad and t.requires_grad):
             return False
     return True
+
+
+_PLAIN_TENSORS = (Tensor, torch.nn.Parameter)
 
 
 def _size(v, placeholder: int = 1) -> int:

@@ -1085,6 +1085,16 @@ def test_direct_calls():
         names = [e.name for e in prof.function_events]
         check(any(n.startswith("aten::empty") for n in names) and not any(n.startswith("ordo::") for n in names),
               f"an eager call with no gradient skips the custom op ({dt}): {sorted(set(names))}")
+        # A module's weights are nn.Parameters (requiring grad): under no_grad they take the direct
+        # path too, with the custom op's bits.
+        ln = nn.LayerNorm(200, dtype=dt)
+        with torch.no_grad():
+            ln.weight.copy_(w), ln.bias.copy_(b)
+            with torch.autograd.profiler.profile() as prof:
+                direct = ot.layer_norm(x, (200,), ln.weight, ln.bias, order=EXACT)
+            names = [e.name for e in prof.function_events]
+            check(same(direct, torch.ops.ordo.layer_norm(x, w, b, 1e-5, EXACT, "")[0]) and not any(n.startswith("ordo::") for n in names),
+                  f"nn.LayerNorm's parameters under no_grad: the direct call, the custom op's bits ({dt})")
         with OpLog() as log:
             ot.layer_norm(x, (200,), w, b, order="fast")
         check(any(n.startswith("ordo.layer_norm") for n in log.names), f"under a dispatch mode the custom op runs ({dt})")
