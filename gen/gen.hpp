@@ -88,6 +88,10 @@ ir::Kernel build_softmax(const Request& r, const ir::Order& order);  // softmax 
 std::vector<ir::Kernel> build_attention(const Request& r, const ir::Order& order);
 // attention_backward's two stages (gen/ops/attention_backward.cpp).
 std::vector<ir::Kernel> build_attention_backward(const Request& r, const ir::Order& order);
+// Whether the flash orders' attention_backward runs as one fused CPU kernel (an instance per
+// (batch, head)) rather than two stages: on a CPU target, where its scratch that grows with S_q
+// fits. Only the fused kernel takes S_k at launch.
+bool attention_backward_fused(const Request& r);
 // The log-sum-exp the forward order `o` (kind Flash) writes, for the queries in the lanes of
 // `query` (an i64 vector) of the (batch, head) program_id(0), from the q and k buffers.
 class MaskInput;  // gen/blocks/attention_mask.hpp

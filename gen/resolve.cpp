@@ -489,8 +489,8 @@ void check_attention_request(const Request& r) {
   if (r.seq_q < 1 || r.seq_q > (int64_t(1) << 24)) throw Error(fmt::format("attention query length S_q = {} outside [1, 2^24]", r.seq_q));
   if (r.seq_k_at_launch) {
     if (r.seq_k != 0) throw Error(fmt::format("attention: S_k is given at launch, so seq_k must be 0, got {}", r.seq_k));
-    if (r.op == OpKind::attention_backward)
-      throw Error("attention_backward builds its kernels for one S_k; S_k at launch is the forward attention's");
+    if (r.op == OpKind::attention_backward && !r.saved_stats)
+      throw Error("attention_backward with S_k at launch takes the forward's lse (saved_stats); without it, give seq_k");
   } else if (r.seq_k < 1 || r.seq_k > (int64_t(1) << 24)) {
     throw Error(fmt::format("attention key length S_k = {} outside [1, 2^24]", r.seq_k));
   }
@@ -679,6 +679,9 @@ Order resolve(const Request& r, const HostModel& host) {
                             "one thread (fast, flash): give seq_k",
                             r.order, o.attention.kind != AttentionOrder::Kind::Flash ? "the key blocks and tails of its reference are fixed then"
                                                                                    : "a team stages whole key blocks in shared memory"));
+  if (r.seq_k_at_launch && r.op == OpKind::attention_backward && !attention_backward_fused(r))
+    throw FixedLengthError(fmt::format("order '{}' runs this attention_backward as two stages, whose grids are cut by S_k ({}): give seq_k", r.order,
+                                       cuda_target(r) ? "the CUDA targets" : "S_q's scratch past 1 MiB"));
   if (n->device_only && r.target != Target::cuda)
     throw Error(fmt::format("order '{}' is device-only: it calls CUDA's rsqrtf/expf/logf, which have no definition off the GPU, so "
                             "it runs on target cuda only, not {}{}",

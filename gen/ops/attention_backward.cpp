@@ -75,9 +75,15 @@ struct Backward {
   const Order& order;
   const AttentionBackwardOrder& o;
   Builder& b;
-  int64_t D, Sq, Sk;
+  int64_t D, Sq, Sk;  // Sk: 0 when S_k is given at launch (sk_launch)
   int L;
   int q = -1, k = -1, v = -1, out = -1, dout = -1, lse = -1, dq = -1, dk = -1, dv = -1;
+  // Request::seq_k_at_launch: S_k as the kernel's size argument 0 (the fused CPU kernel only);
+  // null otherwise.
+  ExprRef sk_launch{};
+  ExprRef keys() const { return sk_launch ? sk_launch : idx(Sk); }
+  // Elements of a (batch, head)'s K (or V, dK, dV): S_k rows of D.
+  ExprRef kv_elements() const { return sk_launch ? mul(sk_launch, idx(D)) : idx(Sk * D); }
   std::optional<MaskInput> mask{};  // Request::mask
   ExprRef mask_head{};              // the instance's (batch, head)'s first mask element
   // Queries (stage 1) or keys (stage 2) taken together (rows_per_step): their dot products are
@@ -88,9 +94,15 @@ struct Backward {
   // The arguments, one order for both stages.
   void arguments() {
     const ScalarType t = r.x_dtype;
+    // With S_k at launch, k, v, dk and dv hold rows * D * S_k elements (size argument 0).
+    const int64_t kv_per_row = sk_launch ? D : Sk * D;
+    auto keyed = [&](int buffer) {
+      if (sk_launch) b.kernel().buffers[size_t(buffer)].per_row_size = 0;
+      return buffer;
+    };
     q = b.buffer("q", t, false, Extent::rows_by_fixed, Sq * D);
-    k = b.buffer("k", t, false, Extent::rows_by_fixed, Sk * D);
-    v = b.buffer("v", t, false, Extent::rows_by_fixed, Sk * D);
+    k = keyed(b.buffer("k", t, false, Extent::rows_by_fixed, kv_per_row));
+    v = keyed(b.buffer("v", t, false, Extent::rows_by_fixed, kv_per_row));
     out = b.buffer("out", t, false, Extent::rows_by_fixed, Sq * D);
     dout = b.buffer("dout", t, false, Extent::rows_by_fixed, Sq * D);
     if (r.saved_stats) lse = b.buffer("lse", ScalarType::f32, false, Extent::rows_by_fixed, Sq);
@@ -99,8 +111,8 @@ struct Backward {
       mask_head = mask->head_base(b, idx(0));
     }
     dq = b.buffer("dq", t, true, Extent::rows_by_fixed, Sq * D);
-    dk = b.buffer("dk", t, true, Extent::rows_by_fixed, Sk * D);
-    dv = b.buffer("dv", t, true, Extent::rows_by_fixed, Sk * D);
+    dk = keyed(b.buffer("dk", t, true, Extent::rows_by_fixed, kv_per_row));
+    dv = keyed(b.buffer("dv", t, true, Extent::rows_by_fixed, kv_per_row));
   }
 
   Type vec() const { return Type{ScalarType::f32, L}; }
@@ -182,19 +194,21 @@ struct Backward {
   // Stage 1's work for the key blocks first_block .. first_block + W - 1, W = real_keys.size()
   // (block b: keys b*L ..., lanes past S_k - 1 repeating it), every query in order: dk and dv of
   // their keys, stored. With `dq_sum`, each query's dS terms of block w's first real_keys[w] keys
-  // are also added to its dq sum, key by key, the blocks in order. Each key's sums and each
-  // query's dq chain are those of one block at a time: W changes no bit.
+  // (a count, given or computed at launch) are also added to its dq sum, key by key, the blocks
+  // in order. Each key's sums and each query's dq chain are those of one block at a time: W
+  // changes no bit.
   // D_i of every query, when `di_of` is given, comes from it (the fused kernel computes each once);
   // else it is computed again in each block, by the same chain.
-  void key_block(ExprRef first_block, const std::vector<int>& real_keys, const std::function<ExprRef(ExprRef)>& lse_of,
+  void key_block(ExprRef first_block, const std::vector<ExprRef>& real_keys, const std::function<ExprRef(ExprRef)>& lse_of,
                  const std::function<ExprRef(ExprRef)>& di_of, const DqSum* dq_sum) {
     const int W = static_cast<int>(real_keys.size());
     ExprRef q_base = b.let("q_base", mul(program_id(0), idx(Sq * D)));
-    ExprRef kv_base = b.let("kv_base", mul(program_id(0), idx(Sk * D)));
+    ExprRef kv_base = b.let("kv_base", mul(program_id(0), kv_elements()));
+    ExprRef last_key = b.let("last_key", sub(keys(), idx(1)));
     std::vector<ExprRef> block_of, key, key_rows;
     for (int w = 0; w < W; ++w) {
       block_of.push_back(w ? b.let("block", add(first_block, idx(w))) : first_block);
-      key.push_back(b.let("key", binary(Op::Min, add(splat(mul(block_of[size_t(w)], idx(L))), iota(L)), splat(idx(Sk - 1)))));
+      key.push_back(b.let("key", binary(Op::Min, add(splat(mul(block_of[size_t(w)], idx(L))), iota(L)), splat(last_key))));
       key_rows.push_back(b.let("key_rows", add(splat(kv_base), mul(key[size_t(w)], splat(idx(D))))));
     }
     // Scratch slot of column d of block w: kt, vt, dk_acc and dv_acc hold D x W vectors of L.
@@ -297,7 +311,7 @@ struct Backward {
               b.assign(acc.back(), load(b.kernel(), dq_sum->buffer, at.back(), lanes));
             }
           for (int w = 0; w < W; ++w)
-            b.for_range("j", idx(0), idx(real_keys[size_t(w)]), 1, [&](ExprRef j) {
+            b.for_range("j", idx(0), real_keys[size_t(w)], 1, [&](ExprRef j) {
               ExprRef key_row = b.let("key_row", add(kv_base, mul(add(mul(block_of[size_t(w)], idx(L)), j), idx(D))));
               for (size_t c = 0; c < columns.size(); ++c) {
                 const auto& [d0, lanes] = columns[c];
@@ -346,7 +360,7 @@ struct Backward {
   // Stage 1: keys in lanes (the key block program_id(1)), every query in order.
   void keys_stage() {
     key_block_scratch(1);
-    key_block(program_id(1), {0}, lse_of_queries(), nullptr, nullptr);
+    key_block(program_id(1), {idx(0)}, lse_of_queries(), nullptr, nullptr);
   }
 
   // The CPU's one kernel: an instance per (batch, head), its key blocks ascending, dq summed along.
@@ -383,15 +397,29 @@ struct Backward {
     });
     // The key blocks ascending, W at a time while all W are full; then one step of the blocks
     // left (at most W: the full ones past the last step, and the partial one, S_k mod L keys).
-    const int64_t blocks = (Sk + L - 1) / L, looped = Sk / L / W * W;
-    if (looped > 0)
-      b.for_range("key_block", idx(0), idx(looped), W, [&](ExprRef first) {
-        key_block(first, std::vector<int>(size_t(W), L), lse_of, di_of, &sum);
+    // With S_k at launch, those left run one block per step (W changes no bit), each with its
+    // count of real keys computed.
+    if (sk_launch) {
+      ExprRef blocks = b.let("key_blocks", div(add(sk_launch, idx(L - 1)), idx(L)));
+      ExprRef looped = b.let("looped", mul(div(div(sk_launch, idx(L)), idx(W)), idx(W)));
+      b.for_range("key_block", idx(0), looped, W, [&](ExprRef first) {
+        key_block(first, std::vector<ExprRef>(size_t(W), idx(L)), lse_of, di_of, &sum);
       });
-    if (blocks > looped) {
-      std::vector<int> real_keys;
-      for (int64_t block = looped; block < blocks; ++block) real_keys.push_back(block == blocks - 1 && Sk % L ? int(Sk % L) : L);
-      key_block(idx(looped), real_keys, lse_of, di_of, &sum);
+      b.for_range("key_block", looped, blocks, 1, [&](ExprRef block) {
+        ExprRef real = b.let("real_keys", binary(Op::Min, idx(L), sub(sk_launch, mul(block, idx(L)))));
+        key_block(block, {real}, lse_of, di_of, &sum);
+      });
+    } else {
+      const int64_t blocks = (Sk + L - 1) / L, looped = Sk / L / W * W;
+      if (looped > 0)
+        b.for_range("key_block", idx(0), idx(looped), W, [&](ExprRef first) {
+          key_block(first, std::vector<ExprRef>(size_t(W), idx(L)), lse_of, di_of, &sum);
+        });
+      if (blocks > looped) {
+        std::vector<ExprRef> real_keys;
+        for (int64_t block = looped; block < blocks; ++block) real_keys.push_back(idx(block == blocks - 1 && Sk % L ? Sk % L : L));
+        key_block(idx(looped), real_keys, lse_of, di_of, &sum);
+      }
     }
     // dq = (its sum) * c, rounded once to the storage type.
     b.for_range("i", idx(0), idx(Sq), 1, [&](ExprRef i) {
@@ -468,21 +496,29 @@ struct Backward {
 
 }  // namespace
 
+bool attention_backward_fused(const Request& r) { return !cuda_target(r) && fused_scratch_bytes(r) <= kFusedScratchBytes; }
+
 std::vector<Kernel> build_attention_backward(const Request& r, const Order& order) {
   const AttentionBackwardOrder& o = order.attention_backward;
   if (o.kind == AttentionBackwardOrder::Kind::CpuFlash) return {build_cpu_flash_attention_backward(r, order)};
   if (o.kind == AttentionBackwardOrder::Kind::CpuMatmul) return {build_cpu_matmul_attention_backward(r, order)};
-  if (!cuda_target(r) && fused_scratch_bytes(r) <= kFusedScratchBytes) {
+  if (attention_backward_fused(r)) {
     std::vector<Kernel> fused(1);
     Kernel& k = fused[0];
     k.name = "attention_backward";
+    if (r.seq_k_at_launch) k.sizes = {"S_k"};  // before the buffers that read it
     Builder b(k);
     Backward w{r, order, o, b, r.cols, r.seq_q, r.seq_k, o.lanes};
+    if (r.seq_k_at_launch) {
+      if (!r.saved_stats) throw Error("internal: attention_backward with S_k at launch recomputes lse");
+      w.sk_launch = launch_size(0);
+    }
     w.group = rows_per_step(r, o.lanes);
     w.arguments();
     w.fused();
     return fused;
   }
+  if (r.seq_k_at_launch) throw Error("internal: attention_backward's two stages have S_k at launch");
   std::vector<Kernel> stages(2);
   const char* names[2] = {"attention_backward_dkdv", "attention_backward_dq"};
   for (int s = 0; s < 2; ++s) {

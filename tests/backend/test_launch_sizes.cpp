@@ -167,6 +167,78 @@ TEST_CASE("masked attention with S_k at launch: a mask that spans the keys is S_
   CHECK(compared > 100);
 }
 
+TEST_CASE("attention_backward with S_k at launch: dq, dk and dv of the kernel built for each S_k, one kernel for all") {
+  // The fused CPU kernel (an instance per (batch, head)): key blocks of L lanes taken W at a time
+  // while all W are full (L = 16 and W = 2 on AVX-512 f32: steps of 32 keys), the rest one block
+  // per step; S_k on both sides of those boundaries. The forward's lse is given (saved_stats).
+  struct Case {
+    std::string order;
+    ScalarType dtype;
+    std::vector<int64_t> sk;
+  };
+  const std::vector<Case> cases = {
+      {"fast", ScalarType::f32, {1, 2, 15, 16, 17, 31, 32, 33, 48, 63, 64, 65, 97}},
+      {"fast", ScalarType::bf16, {1, 8, 9, 16, 17, 33, 64, 70}},
+      {"flash", ScalarType::f32, {1, 7, 8, 9, 16, 17, 40}},
+      {"fast", ScalarType::f16, {3, 16, 35}},
+  };
+  int compared = 0;
+  for (const Case& c : cases)
+    for (int64_t sq : {int64_t(1), int64_t(5), int64_t(19)})
+      for (bool causal : {false, true})
+        for (Target target : {Target::cpu, Target::interpreter}) {
+          Request at_launch = attention(c.order, c.dtype, sq, causal, target);
+          at_launch.op = OpKind::attention_backward;
+          at_launch.lse_output = false;
+          at_launch.seq_k_at_launch = true;
+          KernelHandle launch = compile(at_launch);
+          REQUIRE(launch->sizes() == std::vector<std::string>{"S_k"});
+          for (int64_t sk : c.sk) {
+            Request fixed = at_launch;
+            fixed.seq_k_at_launch = false;
+            fixed.seq_k = sk;
+            fixed.target = Target::cpu;
+            KernelHandle k = compile(fixed);
+            HostBuffers in = make_buffers(*k, kHeads, static_cast<uint64_t>(sk * 13 + sq), 0.0, 2.0);
+            if (sk % 3 == 0) {  // specials: a NaN dout element, an infinite value, a huge key
+              set_value_bits(in, "dout", c.dtype, 1, NAN);
+              set_value_bits(in, "v", c.dtype, kD + 2, INFINITY);
+              set_value_bits(in, "k", c.dtype, 0, 1e30f);
+            }
+            k->run(in.refs(kHeads, kD), kHeads);
+            check_same_bits(*launch, in, kHeads, {sk},
+                            fmt::format("attention_backward order={} dtype={} Sq={} Sk={} causal={} target={}", c.order, name(c.dtype), sq,
+                                        sk, causal, name(target)));
+            ++compared;
+          }
+          CHECK(compile(at_launch) == launch);
+        }
+  // A mask that spans the keys is S_k long at each launch here too.
+  for (const char* spans : {"B11K", "BHQK"}) {
+    Request at_launch = attention("fast", ScalarType::f32, 5, false, Target::cpu);
+    at_launch.op = OpKind::attention_backward;
+    at_launch.lse_output = false;
+    at_launch.heads = 3;
+    at_launch.mask = AttentionMask::parse(fmt::format("f32:{}", spans));
+    at_launch.seq_k_at_launch = true;
+    KernelHandle launch = compile(at_launch);
+    for (int64_t sk : {int64_t(1), int64_t(17), int64_t(33), int64_t(50)}) {
+      Request fixed = at_launch;
+      fixed.seq_k_at_launch = false;
+      fixed.seq_k = sk;
+      KernelHandle k = compile(fixed);
+      HostBuffers in = make_buffers(*k, 6, static_cast<uint64_t>(sk * 5 + 1), 0.0, 2.0);
+      std::vector<uint8_t>& mask = in.get("mask");
+      for (size_t e = 0; e < mask.size() / 4; e += 4) set_value_bits(in, "mask", ScalarType::f32, int64_t(e), -INFINITY);
+      k->run(in.refs(6, kD), 6);
+      check_same_bits(*launch, in, 6, {sk}, fmt::format("attention_backward mask={} Sk={}", spans, sk));
+      ++compared;
+    }
+  }
+  MESSAGE(compared << " attention_backward (order, dtype, S_q, causal, target, S_k) cases compared");
+  CHECK(compared > 300);
+}
+
 TEST_CASE("S_k at launch: what is refused, and why") {
   Request r = attention("torch2.15-cpu-avx512(mkl=amd)", ScalarType::f32, 1, false, Target::cpu);
   r.seq_k_at_launch = true;
@@ -179,7 +251,14 @@ TEST_CASE("S_k at launch: what is refused, and why") {
   r.seq_k = 0;
   r.op = OpKind::attention_backward;
   r.lse_output = false;
-  CHECK_THROWS_WITH_AS(compile(r), doctest::Contains("S_k at launch is the forward attention's"), Error);
+  r.saved_stats = false;
+  CHECK_THROWS_WITH_AS(compile(r), doctest::Contains("takes the forward's lse"), Error);
+  r.saved_stats = true;
+  r.target = Target::cuda_emu;
+  CHECK_THROWS_WITH_AS(compile(r), doctest::Contains("two stages, whose grids are cut by S_k (the CUDA targets)"), FixedLengthError);
+  r.target = Target::cpu;
+  r.order = "torch2.15-cpu-avx512(mkl=amd)";
+  CHECK_THROWS_WITH_AS(compile(r), doctest::Contains("builds its attention for one S_k"), FixedLengthError);
   Request norm;
   norm.cols = 64;
   norm.order = "fast";
