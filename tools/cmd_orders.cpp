@@ -64,19 +64,21 @@ struct OrderRow {
   std::vector<std::string> device_only;
   std::string device_fns;
   // The lengths the order takes at launch, one kernel serving every value: "N" per row op (for
-  // every dtype it has), "S_k" for attention. Found by resolving such a request, not stated.
+  // every dtype it has), "S_k" for attention and its backward. Found by resolving such a request,
+  // not stated.
   std::vector<std::string> n_at_launch, sk_at_launch;
 };
 
 // Whether the order builds one kernel for every N (row ops) or S_k (attention) for op, every dtype.
 bool takes_length_at_launch(const ordo::gen::NamedOrder& n, ordo::OpKind o) {
-  if (n.device_only || ordo::is_backward(o)) return false;
+  const bool attention = ordo::forward_of(o) == ordo::OpKind::attention;  // its backward too (given lse)
+  if (n.device_only || (ordo::is_backward(o) && !attention)) return false;
   for (ordo::ScalarType t : ordo::gen::dtypes_for(n, o)) {
     ordo::Request r;
     r.op = o;
     r.x_dtype = t;
     r.order = std::string(n.name);
-    if (o == ordo::OpKind::attention) {
+    if (attention) {
       r.cols = 32;
       r.seq_q = 1;
       r.seq_k_at_launch = true;
@@ -129,7 +131,7 @@ OrderRow describe_row(const ordo::gen::NamedOrder& n) {
       }
     }
   for (ordo::OpKind o : n.ops)
-    if (takes_length_at_launch(n, o)) (o == ordo::OpKind::attention ? row.sk_at_launch : row.n_at_launch).emplace_back(ordo::name(o));
+    if (takes_length_at_launch(n, o)) (ordo::forward_of(o) == ordo::OpKind::attention ? row.sk_at_launch : row.n_at_launch).emplace_back(ordo::name(o));
   return row;
 }
 

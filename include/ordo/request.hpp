@@ -100,7 +100,8 @@ struct Request {
   // attention: S_k is an argument of each launch (CompiledKernel::run's sizes, {S_k}) rather than
   // part of the kernel, so one kernel serves every key length (a decode loop's growing K and V)
   // with the bits a kernel built for that length gives. seq_k is then 0. The flash orders (fast,
-  // flash and their parameters) take it; the others fix S_k when they are built.
+  // flash and their parameters) take it, attention_backward too on the CPU given the forward's
+  // lse (saved_stats); the others fix S_k when they are built.
   bool seq_k_at_launch = false;
   // attention: H of PyTorch's (B, H, S, D) layout, which launches rows = B*H (a multiple of H;
   // 3-D inputs [N, S, D] are (1, N, S, D) to PyTorch, so H = N). Only the row strides PyTorch

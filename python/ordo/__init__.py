@@ -140,6 +140,26 @@ def _attention_kernel_any_length(d, sq, dtype, order, causal, scale, lse, heads=
         return None
 
 
+# attention_backward requests (all but S_k) whose kernel is built for one S_k: asked once each.
+_FIXED_KEY_LENGTH_BACKWARD = set()
+
+
+def _attention_backward_kernel(d, sq, sk, dtype, order, causal, scale, saved_stats, heads, row_strides, kv_group, mask):
+    """(kernel, sizes to launch it with) for attention_backward over S_k = sk keys: the flash orders'
+    fused CPU kernel takes S_k at launch when the forward's lse is given, with the bits of the one
+    built for each S_k, so a training loop over sequences of many lengths compiles one backward
+    kernel; else (the orders that reproduce a library, lse recomputed) the kernel built for sk."""
+    key = (d, sq, dtype, order, causal, scale, heads, row_strides, kv_group, mask)
+    if saved_stats and key not in _FIXED_KEY_LENGTH_BACKWARD:
+        try:
+            return _ordo.compile_attention(d, sq, 0, dtype, order, causal, scale, False, "attention_backward", True, heads=heads,
+                                           row_strides=row_strides, seq_k_at_launch=True, kv_group=kv_group, mask=mask), [sk]
+        except _ordo.FixedLengthError:
+            _FIXED_KEY_LENGTH_BACKWARD.add(key)
+    return _ordo.compile_attention(d, sq, sk, dtype, order, causal, scale, False, "attention_backward", saved_stats, heads=heads,
+                                   row_strides=row_strides, kv_group=kv_group, mask=mask), []
+
+
 def _attention_kernel(d, sq, sk, dtype, order, causal, scale, lse, heads=1, row_strides=(0, 0, 0), mask=""):
     """(kernel, sizes to launch it with) for attention's forward over S_k = sk keys: the kernel for
     every S_k where the order has one (_attention_kernel_any_length), else the one built for sk."""
@@ -396,9 +416,8 @@ def attention_backward(q, k, v, out, dout, lse=None, order="fast", causal=False,
     rows = math.prod(int(s) for s in k.shape[:-2])  # (batch, K/V head)s: one each, its query heads with it
     mask, mask_text = _attention_mask(mask, q, sk, dtype)
     (q, qs), (k, ks), (v, vs) = _rows_of("q", q), _rows_of("k", k), _rows_of("v", v)
-    kernel = _ordo.compile_attention(d, sq, sk, qd, order, bool(causal), None if scale is None else float(scale), False,
-                                     "attention_backward", lse is not None, heads=_heads(q), row_strides=(qs, ks, vs),
-                                     kv_group=kv_group, mask=mask_text)
+    kernel, sizes = _attention_backward_kernel(d, sq, sk, qd, order, bool(causal), None if scale is None else float(scale),
+                                               lse is not None, _heads(q), (qs, ks, vs), kv_group, mask_text)
     given = {"q": q, "k": k, "v": v, "out": out, "dout": dout, "lse": lse, "mask": mask}
     outs, tensors = {}, []
     for name, dt, is_out, extent in kernel.args:
@@ -407,7 +426,7 @@ def attention_backward(q, k, v, out, dout, lse=None, order="fast", causal=False,
             continue
         outs[name] = _empty_like_kind(q, tuple(q.shape) if name == "dq" else tuple(k.shape), dt)
         tensors.append(outs[name])
-    _launch(kernel, tensors, rows, threads)
+    _launch(kernel, tensors, rows, threads, sizes)
     return outs["dq"], outs["dk"], outs["dv"]
 
 

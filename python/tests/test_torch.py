@@ -729,6 +729,44 @@ def test_decode_compiles_once():
     check(ordo.cache_stats()["misses"] - misses == 3, f"{EXACT}: a kernel per S_k (PyTorch's blocks are fixed by it)")
 
 
+def test_backward_compiles_once_over_key_lengths():
+    """Gradients through ordo.torch's SDPA with a flash order, S_q fixed and S_k varying (a decoder's
+    queries against memories of many lengths): one attention_backward kernel for every S_k, each
+    step's dq, dk and dv the bits of the kernel built for its S_k alone."""
+    import ordo
+    import ordo.torch as ot
+    g = torch.Generator().manual_seed(8)
+    for dtype in (torch.float32, torch.bfloat16):
+        q0 = torch.randn(1, 2, 6, 32, generator=g).to(dtype)
+        keys, values = torch.randn(1, 2, 45, 32, generator=g).to(dtype), torch.randn(1, 2, 45, 32, generator=g).to(dtype)
+        lengths = list(range(1, 46, 2))
+        for order in ("fast", "flash"):
+            grads, misses = [], []
+            for s in lengths:
+                misses.append(ordo.cache_stats()["misses"])
+                q, k, v = (t.detach().clone().requires_grad_() for t in (q0, keys[:, :, :s], values[:, :, :s]))
+                ot.scaled_dot_product_attention(q, k, v, order=order).float().square().sum().backward()
+                grads.append((q.grad, k.grad, v.grad))
+            # The first length compiles the forward, the forward with lse (the backward runs it
+            # again for lse) and the backward, each for every S_k; the other lengths compile nothing.
+            later = ordo.cache_stats()["misses"] - misses[1]
+            check(misses[1] - misses[0] <= 3 and later == 0,
+                  f"{dtype} {order}: the first key length compiled {misses[1] - misses[0]} kernels, the {len(lengths) - 1} others {later}")
+            ok = True
+            for s, (dq, dk, dv) in zip(lengths, grads):
+                if s not in (1, 15, 17, 33, 45):
+                    continue
+                k, v = keys[:, :, :s].contiguous(), values[:, :, :s].contiguous()
+                out, lse = ordo.attention(q0, k, v, order=order, return_lse=True)
+                dout = 2 * out.float()
+                dout = dout.to(dtype)
+                kernel = ordo._ordo.compile_attention(32, 6, s, ordo._dtype_of(q0, None), order, False, None, False, "attention_backward", True)
+                want = [torch.empty_like(q0), torch.empty_like(k), torch.empty_like(v)]
+                kernel.run_torch([q0, k, v, out, dout, lse, *want], 2, 0)
+                ok &= same(dq, want[0]) and same(dk, want[1]) and same(dv, want[2])
+            check(ok, f"{dtype} {order}: every length's gradients are the bits of the backward kernel built for its S_k")
+
+
 def test_runs_on_torch_threads():
     """ordo.torch runs ordo's kernels on torch's OpenMP threads (ordo.set_executor), with the
     bits ordo's own pool gives."""
