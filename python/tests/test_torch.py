@@ -1489,12 +1489,10 @@ def main():
         print(f"FAIL: this is torch {torch.__version__} ({sys.executable}); ordo.torch is checked against {WANT_TORCH} "
               f"(scripts/torch2-venv --python)")
         return 1
-    for test in (test_import_is_lazy, test_ops_exact, test_ops_compiled, test_direct_calls, test_pinned, test_pinned_fastest, test_empty_rows, test_layouts_and_dtypes,
-                 test_fallbacks,
-                 test_new_shapes, test_decode_compiles_once, test_varying_lengths_compile_once,
-                 test_runs_on_torch_threads, test_blocks_recompile, test_backward, test_eager_kernels,
-                 test_graphs_run_outside_the_mode,
-                 test_grouped_query_attention, test_attention_mask, test_sum_and_mean, test_pointwise, test_cross_entropy):
+    # Every test_ function of this file, in the order they are defined: a new test cannot be left
+    # out of the run.
+    tests = [f for name, f in globals().items() if name.startswith("test_") and callable(f)]
+    for test in tests:
         print(f"--- {test.__name__}", flush=True)
         test()
     print(f"\n{len(failures)} failed" if failures else "\nall passed")
