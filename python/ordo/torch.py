@@ -102,7 +102,12 @@ if not os.environ.get("ORDO_EXECUTOR") and torch.backends.openmp.is_available():
 def _load_aten_shim() -> str:
     """Loads libordo_aten.so (python/aten_shim.h: torch tensors read and allocated in C++ rather than
     through Python, a few microseconds of every small call) when it was built for this torch:
-    '' when loaded, else why not. Either way the kernels and their bits are the same."""
+    '' when loaded, else why not. Either way the kernels and their bits are the same.
+    ORDO_ATEN_SHIM=off keeps the Python path (to measure what the shim saves)."""
+    if os.environ.get("ORDO_ATEN_SHIM", "on") not in ("on", "off"):
+        raise ValueError(f"ORDO_ATEN_SHIM={os.environ['ORDO_ATEN_SHIM']!r}: 'on' (the default) or 'off'")
+    if os.environ.get("ORDO_ATEN_SHIM") == "off":
+        return "ORDO_ATEN_SHIM=off"
     path = os.path.join(os.path.dirname(_ordo.__file__), "libordo_aten.so")
     if not os.path.exists(path):
         return f"{path} was not built (the build found no torch in scripts/torch2-venv's venv)"

@@ -124,6 +124,11 @@ def test_aten_shim():
             f"assert 'built for torch ' + str(torch.__version__) in why and '0.0.1' in why and not o.aten_shim_loaded(), why")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     check(r.returncode == 0, f"a shim for another torch is refused, naming both versions {r.stderr.strip()[-200:]}")
+    for setting, want in (("off", "ORDO_ATEN_SHIM=off"), ("maybe", "'on' (the default) or 'off'")):
+        r = subprocess.run([sys.executable, "-c", "import ordo.torch as ot; print(ot.ATEN_SHIM_MISSING)"], capture_output=True, text=True,
+                           env={**os.environ, "ORDO_ATEN_SHIM": setting})
+        check(want in r.stdout + r.stderr and (r.returncode == 0) == (setting == "off"),
+              f"ORDO_ATEN_SHIM={setting}: {(r.stdout + r.stderr).strip()[-120:]}")
     kernel = native.compile("softmax", 16, "f32", "", EXACT)
     x = torch.randn(3, 16)
     y = torch.empty(3, 16)
