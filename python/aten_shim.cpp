@@ -43,17 +43,24 @@ const char* ordo_aten_torch_version(void) { return ORDO_TORCH_BUILT_FOR; }
 
 int32_t ordo_aten_tensor(PyObject* obj, OrdoAtenTensor* out) {
   if (!obj || !THPVariable_Check(obj)) return -1;
-  const at::Tensor& t = THPVariable_Unpack(obj);
-  if (!t.defined()) return -1;
-  out->cpu = t.device().is_cpu() ? 1 : 0;
-  out->dtype = to_shim(t.scalar_type());
-  out->ndim = static_cast<int32_t>(t.dim());
-  out->sizes = t.sizes().data();
-  out->numel = t.numel();
-  out->contiguous = t.is_contiguous() ? 1 : 0;
-  // A tensor without storage (a meta or fake tensor) has no address; the caller checks cpu first.
-  out->data = out->cpu && t.has_storage() ? t.data_ptr() : nullptr;
-  return 0;
+  // A tensor subclass may refuse what is asked here (a fake tensor's address, a nested tensor's
+  // sizes): no C++ exception crosses this C interface; the caller then asks through Python,
+  // which raises torch's own error.
+  try {
+    const at::Tensor& t = THPVariable_Unpack(obj);
+    if (!t.defined()) return -1;
+    out->cpu = t.device().is_cpu() ? 1 : 0;
+    out->dtype = to_shim(t.scalar_type());
+    out->ndim = static_cast<int32_t>(t.dim());
+    out->sizes = t.sizes().data();
+    out->numel = t.numel();
+    out->contiguous = t.is_contiguous() ? 1 : 0;
+    // A tensor without storage (a meta tensor) has no address; the caller checks cpu first.
+    out->data = out->cpu && t.has_storage() ? t.data_ptr() : nullptr;
+    return 0;
+  } catch (...) {
+    return -1;
+  }
 }
 
 PyObject* ordo_aten_empty(PyObject* x, int32_t dtype, int32_t drop_last_dim) {

@@ -141,6 +141,14 @@ def test_aten_shim():
             check(False, f"run_torch refuses a tensor that is {text}")
         except ValueError as e:
             check(text in str(e), f"run_torch refuses, naming it: {str(e)[:90]}")
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    with FakeTensorMode():
+        fake = torch.randn(3, 16)
+    try:
+        kernel.run_torch([fake, y], 3, 0)
+        check(False, "run_torch refuses a fake tensor")
+    except ValueError as e:
+        check(True, f"run_torch refuses a fake tensor (no address) with an error, not a crash: {str(e)[:60]}")
     rows = kernel.run_rows(torch.randn(16, 2).t(), None, None, False)  # not contiguous: run_rows makes a copy
     check(rows.shape == (2, 16) and rows.is_contiguous(), f"run_rows allocates x's shape through the shim: {tuple(rows.shape)}")
 
