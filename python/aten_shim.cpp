@@ -48,7 +48,8 @@ int32_t ordo_aten_tensor(PyObject* obj, OrdoAtenTensor* out) {
   // which raises torch's own error.
   try {
     const at::Tensor& t = THPVariable_Unpack(obj);
-    if (!t.defined()) return -1;
+    // Undefined, or a subclass that dispatches to Python (a fake tensor): the Python path.
+    if (!t.defined() || t.unsafeGetTensorImpl()->is_python_dispatch()) return -1;
     out->cpu = t.device().is_cpu() ? 1 : 0;
     out->dtype = to_shim(t.scalar_type());
     out->ndim = static_cast<int32_t>(t.dim());
