@@ -1267,8 +1267,8 @@ def _route_in_eager(op: str, order: str, strict: bool, threads: int, call: tuple
 # would have, whichever it is (the rent-or-buy rule). A decode loop, whose K/V length is new at
 # every step, so compiles nothing; a shape called many times is measured and may run ordo's.
 _MEASURE_AFTER_S = 0.1
-# Seconds torch's kernel has run each such signature so far (the _route_in_eager key), bounded:
-# the oldest entries go first.
+# Seconds torch's kernel has run each such signature so far, by (op, order, torch's threads, the
+# call's plain data, its tensors' shapes, strides and dtypes); bounded: the oldest entries go first.
 _torch_seconds: dict = {}
 _TORCH_SECONDS_ENTRIES = 4096
 # The signature of the call that pinned has just left to torch's kernel to be charged its time.
