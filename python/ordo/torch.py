@@ -1279,8 +1279,8 @@ def _defers_to_torch(key: tuple) -> bool:
     """Whether this call signature runs torch's kernel without a measurement yet (_MEASURE_AFTER_S)."""
     spent = _torch_seconds.get(key)
     if spent is None:
-        if len(_torch_seconds) >= _TORCH_SECONDS_ENTRIES:
-            del _torch_seconds[next(iter(_torch_seconds))]
+        if len(_torch_seconds) >= _TORCH_SECONDS_ENTRIES:  # another thread may have dropped it first
+            _torch_seconds.pop(next(iter(_torch_seconds), None), None)
         _torch_seconds[key] = spent = 0.0
     return spent < _MEASURE_AFTER_S
 

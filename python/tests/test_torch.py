@@ -412,7 +412,7 @@ def test_pinned_defers_new_signatures():
     q = torch.randn(1, 4, 1, 32, generator=g)
     keys, values = torch.randn(1, 4, 60, 32, generator=g), torch.randn(1, 4, 60, 32, generator=g)
     x = torch.randn(3, 96, generator=g)
-    measured, budget = ot._torch_is_faster, ot._MEASURE_AFTER_S
+    measured, budget, entries = ot._torch_is_faster, ot._MEASURE_AFTER_S, ot._TORCH_SECONDS_ENTRIES
     asked = []
 
     def ordo_faster(op, run, call, specs, in_graph):
@@ -457,7 +457,15 @@ def test_pinned_defers_new_signatures():
         with torch.no_grad(), ot.pinned(EXACT, strict=True):
             F.softmax(x[:, :40], -1)
         check(asked == ["softmax"], f"strict=True: the first call of a signature is timed ({asked})")
+        # The record of torch's time per signature is bounded: past it the oldest goes first.
+        ot._torch_seconds.clear()
+        ot._TORCH_SECONDS_ENTRIES = 3
+        for i in range(10):
+            ot._defers_to_torch(("signature", i))
+        check(list(ot._torch_seconds) == [("signature", i) for i in (7, 8, 9)],
+              f"the per-signature record keeps its last 3 entries: {list(ot._torch_seconds)}")
     finally:
+        ot._TORCH_SECONDS_ENTRIES = entries
         ot._torch_is_faster, ot._MEASURE_AFTER_S = measured, budget
         ot._route_in_eager.cache_clear()
         ot._torch_seconds.clear()
