@@ -664,6 +664,12 @@ Order resolve(const Request& r, const HostModel& host) {
         *text.value("onednn_isa") != "avx512_core")
       throw Error(fmt::format("order '{}': gelu in {} under onednn_isa={} is not modelled (PyTorch takes ATen's erf kernel there); f32 is",
                               r.order, name(r.x_dtype), *text.value("onednn_isa")));
+    // A strided input of GELU's erf form is ATen's erf kernel's in PyTorch, not oneDNN's, whose
+    // contiguous code this order models: inner_loop=row would claim bits it does not have.
+    if ((r.op == OpKind::gelu || r.op == OpKind::gelu_backward) && text.value("inner_loop") && *text.value("inner_loop") == "row")
+      throw Error(fmt::format("order '{}': {} over rows of a strided input is ATen's erf kernel in PyTorch, not oneDNN's, which this order "
+                              "models (contiguous inputs only); inner_loop=row is silu's and gelu_tanh's",
+                              r.order, name(r.op)));
   } else if (text.has_params) {
     if (n->reproduces_reference)
       throw Error(fmt::format("order '{}' reproduces a reference and takes no parameters (got '{}')", n->name, text.inside()));

@@ -155,6 +155,10 @@ TEST_CASE("the elementwise ops' environment parameters: inner_loop and onednn_is
   CHECK(silu("torch2.15-cpu(onednn_isa=sse41)", OpKind::gelu_backward) ==
         "order 'torch2.15-cpu(onednn_isa=sse41)': onednn_isa=sse41 is not avx512_core or avx2");
   CHECK(silu("fast(inner_loop=row)").find("order 'fast(inner_loop=row)': unknown parameter 'inner_loop'") == 0);
+  CHECK(silu("torch2.15-cpu(inner_loop=row)", OpKind::gelu).find("order 'torch2.15-cpu(inner_loop=row)': gelu over rows of a strided input is "
+                                                                   "ATen's erf kernel") == 0);
+  CHECK(silu("torch2.15-cpu(inner_loop=row)", OpKind::gelu_backward).find("gelu_backward over rows of a strided input") != std::string::npos);
+  CHECK(silu("torch2.15-cpu(inner_loop=launch)", OpKind::gelu) == "(accepted)");
 }
 
 TEST_CASE("mixed dtypes run when the request allows them") {
