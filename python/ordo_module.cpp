@@ -203,7 +203,7 @@ ordo::ScalarType from_shim(int32_t dtype, const std::string& what) {
     case kOrdoAtenF16: return ordo::ScalarType::f16;
     case kOrdoAtenF64: return ordo::ScalarType::f64;
     case kOrdoAtenI64: return ordo::ScalarType::i64;
-    default: throw ordo::Error(what + ": its dtype is not float32, float16, bfloat16 or (class indices) int64");
+    default: throw ordo::Error("internal: " + what + ": the shim's dtype code " + std::to_string(dtype) + " reached a kernel argument");
   }
 }
 
@@ -232,7 +232,8 @@ void* torch_data(py::handle t) {
 // CPU, a compact row-major layout, the dtype. Read by the ATen shim where it is loaded, else
 // through Python (this module does not link torch). The kernel checks the length.
 ordo::BufferRef torch_buffer(py::handle t, const std::string& what) {
-  if (OrdoAtenTensor info; shim_tensor(t, info)) {
+  // A dtype the kernels never take goes the Python way, whose refusal names it.
+  if (OrdoAtenTensor info; shim_tensor(t, info) && info.dtype != kOrdoAtenOther) {
     if (!info.cpu) throw ordo::Error(what + ": not a CPU tensor (ordo's Python API runs on the CPU)");
     if (!info.contiguous) throw ordo::Error(what + ": not contiguous; call .contiguous() first");
     return {info.data, info.numel, from_shim(info.dtype, what)};
