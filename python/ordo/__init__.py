@@ -141,20 +141,25 @@ def _attention_kernel_any_length(d, sq, dtype, order, causal, scale, lse, heads=
 
 
 # attention_backward requests (all but S_k) whose kernel is built for one S_k: asked once each.
+# Keyed by S_q among the rest, so bounded: past _FIXED_KEY_LENGTH_BACKWARD_ENTRIES it starts again.
 _FIXED_KEY_LENGTH_BACKWARD = set()
+_FIXED_KEY_LENGTH_BACKWARD_ENTRIES = 4096
 
 
 def _attention_backward_kernel(d, sq, sk, dtype, order, causal, scale, saved_stats, heads, row_strides, kv_group, mask):
     """(kernel, sizes to launch it with) for attention_backward over S_k = sk keys: the flash orders'
     fused CPU kernel takes S_k at launch when the forward's lse is given, with the bits of the one
-    built for each S_k, so a training loop over sequences of many lengths compiles one backward
-    kernel; else (the orders that reproduce a library, lse recomputed) the kernel built for sk."""
+    built for each S_k, so queries of one length against keys of many (a decoder's queries against
+    memories of many lengths) compile one backward kernel per S_q; else (the orders that reproduce
+    a library, lse recomputed) the kernel built for sk."""
     key = (d, sq, dtype, order, causal, scale, heads, row_strides, kv_group, mask)
     if saved_stats and key not in _FIXED_KEY_LENGTH_BACKWARD:
         try:
             return _ordo.compile_attention(d, sq, 0, dtype, order, causal, scale, False, "attention_backward", True, heads=heads,
                                            row_strides=row_strides, seq_k_at_launch=True, kv_group=kv_group, mask=mask), [sk]
         except _ordo.FixedLengthError:
+            if len(_FIXED_KEY_LENGTH_BACKWARD) >= _FIXED_KEY_LENGTH_BACKWARD_ENTRIES:
+                _FIXED_KEY_LENGTH_BACKWARD.clear()
             _FIXED_KEY_LENGTH_BACKWARD.add(key)
     return _ordo.compile_attention(d, sq, sk, dtype, order, causal, scale, False, "attention_backward", saved_stats, heads=heads,
                                    row_strides=row_strides, kv_group=kv_group, mask=mask), []
