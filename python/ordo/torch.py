@@ -962,7 +962,7 @@ def _dt(t) -> str:
     """A tensor's dtype as torch names it without "torch." ('' for None)."""
     if t is None:
         return ""
-    return _DTYPE_TEXT[t.dtype]
+    return _DTYPE_TEXT.get(t.dtype) or str(t.dtype).replace("torch.", "")  # a dtype torch's namespace lacks: not stored
 
 
 _ORDERS = None
@@ -1001,8 +1001,9 @@ def _with_threads(order: str, threads: int) -> str:
 def _why_not(op: str, order: str, call: tuple, resolve_only: bool = False) -> str:
     """'' when ordo runs this call with `order`; else the reason it cannot. `call` is plain data
     (dtype names, flags, the sizes ordo compiles for) so the result is a constant of a traced
-    graph. resolve_only: compile nothing, only check the requests against the order (every
-    refusal but one found while building, which is rare)."""
+    graph. resolve_only: compile nothing, only check the requests against their orders
+    (gen::resolve: every refusal a compile raises for the request itself; one that only building
+    the kernel finds, which is rare, is left to the compile)."""
     def row_kernel(op, cols, xd, wd, order, eps, weight, bias, mixed, acc):
         if resolve_only:
             _ordo.compile(op, cols, xd, wd, order, eps, weight, bias, mixed, acc, resolve_only=True)
@@ -1455,11 +1456,12 @@ class _InductorCompilesInTheBlock:
     The mode has done its work when the graph was traced: a routed call is an ordo operator in
     the graph. Patches the wrapper's __call__ for the block (process-wide, like Inductor's config
     patches) and imports none of Inductor's compiler until it compiles: importing
-    torch._inductor.compile_fx takes about a second, which a block of eager code should not pay. The config, once applied by the
-    block's first compile, stays until the block ends: AOTAutograd compiles a backward graph when
-    backward() first runs, and inside the block that compile takes it too. A backend of the
-    user's own that calls Inductor's compile_fx itself compiles with the settings in force. The
-    backward graphs AOTAutograd compiles run from autograd, still inside the mode."""
+    torch._inductor.compile_fx takes about a second, which a block of eager code should not pay.
+    The config, once applied by the block's first compile, stays until the block ends:
+    AOTAutograd compiles a backward graph when backward() first runs, and inside the block that
+    compile takes it too. A backend of the user's own that calls Inductor's compile_fx itself
+    compiles with the settings in force. The backward graphs AOTAutograd compiles run from
+    autograd, still inside the mode."""
 
     def __init__(self, config):
         self._config = config
